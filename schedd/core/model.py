@@ -1,0 +1,149 @@
+"""The job, run and attempt model.  Pure: frozen dataclasses and ``StrEnum``s for the wire.
+
+All times are integers of milliseconds since the Unix epoch (UTC); all durations are integer
+milliseconds.  Conversion to RFC 3339 strings happens at the edges (API, CLI).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+JSON = Any  # a JSON value: dict, list, str, int, float, bool or None
+
+
+class JobStatus(StrEnum):
+    ACTIVE = "active"
+    PAUSED = "paused"
+    DONE = "done"
+    CANCELLED = "cancelled"
+
+
+class RunState(StrEnum):
+    SCHEDULED = "scheduled"
+    BLOCKED = "blocked"
+    QUEUED = "queued"
+    RUNNING = "running"
+    RETRYING = "retrying"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    SKIPPED = "skipped"
+
+
+TERMINAL_RUN_STATES = frozenset(
+    {RunState.SUCCEEDED, RunState.FAILED, RunState.CANCELLED, RunState.SKIPPED}
+)
+
+
+class Priority(StrEnum):
+    HIGH = "high"
+    NORMAL = "normal"
+    LOW = "low"
+
+
+class ScheduleKind(StrEnum):
+    NOW = "now"
+    AT = "at"
+    IN = "in"
+    EVERY = "every"
+    CRON = "cron"
+
+
+class AttemptOutcome(StrEnum):
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    LOST = "lost"  # heartbeats stopped for heartbeat_timeout
+    TIMED_OUT = "timed_out"
+    CANCELLED = "cancelled"
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    max_attempts: int = 3
+    initial_ms: int = 1_000
+    max_ms: int = 600_000
+    multiplier: float = 2.0
+    jitter: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Schedule:
+    """What the user asked for.  ``at``/``in`` are resolved to ``first_ms`` at submission."""
+
+    kind: ScheduleKind = ScheduleKind.NOW
+    at_ms: int | None = None  # kind AT (and IN, once resolved against the submit time)
+    in_ms: int | None = None  # kind IN: the delay as given
+    every_ms: int | None = None
+    cron: str | None = None
+    timezone: str = "UTC"
+
+
+@dataclass(frozen=True, slots=True)
+class JobSpec:
+    """A validated job submission (see ``schedd.core.validate``)."""
+
+    task: str
+    name: str | None = None
+    namespace: str = "default"
+    queue: str = "default"
+    payload: JSON = None
+    schedule: Schedule = field(default_factory=Schedule)
+    priority: Priority = Priority.NORMAL
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    timeout_ms: int | None = None
+    heartbeat_timeout_ms: int = 60_000
+    depends_on: tuple[str, ...] = ()
+    idempotency_key: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    id: str
+    spec: JobSpec
+    status: JobStatus
+    created_ms: int
+    updated_ms: int
+    next_run_at_ms: int | None = None
+    last_run_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    number: int  # 1-based
+    fence: int
+    worker_id: str
+    leased_ms: int
+    deadline_ms: int | None = None  # leased_ms + timeout, when the job has a timeout
+    ended_ms: int | None = None
+    outcome: AttemptOutcome | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    id: str  # "<job_id>@<scheduled unix ms>"
+    job_id: str
+    namespace: str
+    scheduled_ms: int
+    due_ms: int  # when it may next be queued: scheduled_ms, or the end of a retry backoff
+    state: RunState
+    created_ms: int
+    updated_ms: int
+    attempts: tuple[Attempt, ...] = ()
+    result: JSON = None
+    error: str | None = None
+    reason: str | None = None  # for skipped / cancelled runs
+
+    @property
+    def current(self) -> Attempt | None:
+        return self.attempts[-1] if self.attempts else None
+
+    @property
+    def fence(self) -> int | None:
+        return self.attempts[-1].fence if self.attempts else None
+
+
+def run_id_for(job_id: str, scheduled_ms: int) -> str:
+    return f"{job_id}@{scheduled_ms}"
