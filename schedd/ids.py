@@ -1,0 +1,21 @@
+"""Identifier generation (outside the pure core: it uses randomness)."""
+
+from __future__ import annotations
+
+import secrets
+
+_CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+
+
+def new_job_id(now_ms: int) -> str:
+    """A 26-character ULID: 48 bits of milliseconds then 80 random bits; sorts by creation."""
+    value = (now_ms & ((1 << 48) - 1)) << 80 | secrets.randbits(80)
+    out = []
+    for _ in range(26):
+        out.append(_CROCKFORD[value & 31])
+        value >>= 5
+    return "".join(reversed(out))
+
+
+def new_request_id() -> str:
+    return secrets.token_hex(12)

@@ -1,0 +1,366 @@
+"""The leader: runs only while this node leads (dkron's establish/revokeLeadership).
+
+On start it commits a claim for its term (the claim's log index is the leader fence that every
+leader command carries), rebuilds the timing wheel, the ready queues and the lease table from the
+replicated state, then loops: fire due runs, lease queued runs to workers with room, expire
+leases whose heartbeats stopped, enforce run timeouts.  It is cancelled the moment this node
+stops leading; a deposed leader's commands are rejected by ``apply`` on every node.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from schedd import clock
+from schedd.core import commands as c
+from schedd.core.durations import format_time
+from schedd.core.model import Attempt, Priority, RunState
+from schedd.core.state import LeaderEvent, Ok, Rejected, Result
+from schedd.core.wheel import TimingWheel
+from schedd.errors import SchedError
+from schedd.leader.workers import LeaseInfo, WorkerConn
+from schedd.logs import log_event
+from schedd.protocol import messages as m
+from schedd.raft.node import RaftNode
+
+log = logging.getLogger(__name__)
+
+PRIORITY_ORDER = (Priority.HIGH, Priority.NORMAL, Priority.LOW)
+MAX_FIRE_PER_TICK = 5000
+
+
+def _rid() -> str:
+    return uuid.uuid4().hex
+
+
+class Leader:
+    def __init__(
+        self,
+        node: RaftNode,
+        node_id: str,
+        http_url: str,
+        tick_s: float = 0.01,
+        on_deposed: Callable[[], None] = lambda: None,
+    ) -> None:
+        self.node = node
+        self.node_id = node_id
+        self.http_url = http_url
+        self.tick_s = tick_s
+        self.on_deposed = on_deposed
+        self.fence = 0
+        self.ready = asyncio.Event()  # set once claimed and rebuilt
+        self.wheel = TimingWheel(clock.wall_ms())
+        self.queues: dict[str, dict[Priority, dict[str, None]]] = {}
+        self.leases: dict[str, LeaseInfo] = {}
+        self.workers: dict[str, WorkerConn] = {}
+        self._rebuilt_at = -1
+        self._wake = asyncio.Event()
+        self._firing: set[str] = set()
+
+    # -- establish leadership --------------------------------------------------------------
+    async def run(self) -> None:
+        try:
+            await self._claim()
+            self._rebuild()
+            self.ready.set()
+            log_event(log, "leader.ready", fence=self.fence, term=self.node.term,
+                      wheel=len(self.wheel), leases=len(self.leases))
+            while True:
+                self._tick()
+                self._wake.clear()
+                try:
+                    await asyncio.wait_for(self._wake.wait(), self._sleep_for())
+                except TimeoutError:
+                    pass
+        finally:
+            self.ready.clear()
+            for conn in list(self.workers.values()):
+                conn.close()
+            self.workers.clear()
+
+    async def _claim(self) -> None:
+        while True:
+            cmd = c.Claim(_rid(), clock.wall_ms(), self.node_id, self.node.term, self.http_url)
+            try:
+                res = await self.node.submit(cmd, timeout=3.0)
+            except SchedError as exc:
+                log_event(log, "leader.claim_retry", level=logging.WARNING, reason=str(exc))
+                await asyncio.sleep(0.2)
+                continue
+            if isinstance(res, Ok):
+                self.fence = int(res.value)
+                return
+            raise RuntimeError(f"claim rejected: {res.message}")
+
+    def _rebuild(self) -> None:
+        now_mono = clock.mono()
+        with self.node.read() as st:
+            self._rebuilt_at = st.applied_index
+            if st.leader_fence != self.fence:
+                raise RuntimeError("another leader claimed after us")
+            for run in st.pending_runs():
+                if run.state in (RunState.SCHEDULED, RunState.RETRYING):
+                    self.wheel.add(run.id, run.due_ms)
+                elif run.state is RunState.QUEUED:
+                    spec = st.jobs[run.job_id].spec
+                    self._enqueue(run.id, spec.queue, spec.priority)
+                elif run.state is RunState.RUNNING and run.current is not None:
+                    spec = st.jobs[run.job_id].spec
+                    hb = spec.heartbeat_timeout_ms / 1000
+                    # Give the worker a full heartbeat timeout to reconnect and resume.
+                    self.leases[run.id] = LeaseInfo(
+                        run.id, run.current.fence, run.current.worker_id, now_mono + hb, hb,
+                        run.current.deadline_ms,
+                    )
+
+    # -- events from apply -----------------------------------------------------------------
+    def on_events(self, index: int, events: list[LeaderEvent]) -> None:
+        if index <= self._rebuilt_at:
+            return
+        for ev in events:
+            kind, run_id = ev[0], ev[1]
+            if kind == "leased":
+                self.wheel.remove(run_id)
+                self._dequeue(run_id)
+                continue
+            if kind == "stop":
+                info = self.leases.get(run_id)
+                conn = self.workers.get(info.worker_id) if info else None
+                if conn is not None:
+                    conn.send(m.Cancel(run_id=run_id, fence=int(ev[2])))
+            self._forget(run_id)
+            if kind == "due":
+                self.wheel.add(run_id, int(ev[2]))
+            elif kind == "ready":
+                self._enqueue(run_id, ev[2], Priority(ev[3]))
+        self._wake.set()
+
+    def _enqueue(self, run_id: str, queue: str, priority: Priority) -> None:
+        self.queues.setdefault(queue, {p: {} for p in PRIORITY_ORDER})[priority][run_id] = None
+
+    def _dequeue(self, run_id: str) -> None:
+        for lanes in self.queues.values():
+            for lane in lanes.values():
+                if lane.pop(run_id, 0) is None:
+                    return
+
+    def _forget(self, run_id: str) -> None:
+        self.wheel.remove(run_id)
+        self._dequeue(run_id)
+        info = self.leases.pop(run_id, None)
+        if info is not None:
+            conn = self.workers.get(info.worker_id)
+            if conn is not None:
+                conn.leases.pop(run_id, None)
+            self._wake.set()
+
+    # -- the loop --------------------------------------------------------------------------
+    def _sleep_for(self) -> float:
+        nxt = self.wheel.next_due_ms()
+        if nxt is None:
+            return 0.25
+        return min(0.25, max(0.0, (nxt - clock.wall_ms()) / 1000))
+
+    def _tick(self) -> None:
+        now = clock.wall_ms()
+        self._fire_due(now)
+        self._dispatch(now)
+        self._check_leases(now)
+
+    def _fire_due(self, now: int) -> None:
+        due = self.wheel.advance(now)
+        for start in range(0, len(due), MAX_FIRE_PER_TICK):
+            chunk = tuple(due[start : start + MAX_FIRE_PER_TICK])
+            self._firing.update(chunk)
+            fut = self.node.submit_nowait(c.Fire(_rid(), now, self.fence, chunk))
+            fut.add_done_callback(lambda f, ch=chunk: self._fired(f, ch))
+
+    def _fired(self, fut: asyncio.Future[Result], chunk: tuple[str, ...]) -> None:
+        self._firing.difference_update(chunk)
+        if fut.cancelled():
+            return
+        exc = fut.exception()
+        if exc is not None or self._deposed(fut.result()):
+            # Not committed (or not accepted): put them back so the next tick retries.
+            with self.node.read() as st:
+                for rid in chunk:
+                    run = st.runs.get(rid)
+                    if run is not None and run.state in (RunState.SCHEDULED, RunState.RETRYING):
+                        self.wheel.add(rid, run.due_ms)
+        self._wake.set()
+
+    def _deposed(self, res: Result) -> bool:
+        if isinstance(res, Rejected) and res.code == "stale_fence":
+            log_event(log, "leader.deposed", level=logging.WARNING, reason=res.message)
+            self.on_deposed()
+            return True
+        return False
+
+    def _dispatch(self, now: int) -> None:
+        grants: list[tuple[str, str]] = []
+        for conn in self.workers.values():
+            room = conn.free
+            while room > 0:
+                run_id = self._pop_ready(conn.queues)
+                if run_id is None:
+                    break
+                grants.append((run_id, conn.worker_id))
+                conn.reserved += 1
+                room -= 1
+        if not grants:
+            return
+        fut = self.node.submit_nowait(c.Lease(_rid(), now, self.fence, tuple(grants)))
+        fut.add_done_callback(lambda f, g=grants: self._leased(f, g))
+
+    def _pop_ready(self, queues: tuple[str, ...]) -> str | None:
+        for priority in PRIORITY_ORDER:
+            for q in queues:
+                lane = self.queues.get(q, {}).get(priority)
+                if lane:
+                    run_id = next(iter(lane))
+                    del lane[run_id]
+                    return run_id
+        return None
+
+    def _leased(self, fut: asyncio.Future[Result], grants: list[tuple[str, str]]) -> None:
+        for _, wid in grants:
+            conn = self.workers.get(wid)
+            if conn is not None:
+                conn.reserved -= 1
+        self._wake.set()
+        if fut.cancelled() or fut.exception() is not None:
+            self._requeue([rid for rid, _ in grants])
+            return
+        res = fut.result()
+        if self._deposed(res) or not isinstance(res, Ok):
+            self._requeue([rid for rid, _ in grants])
+            return
+        now_mono = clock.mono()
+        with self.node.read() as st:
+            for (run_id, wid), r in zip(grants, res.value, strict=True):
+                if not isinstance(r, Ok):
+                    continue
+                attempt: Attempt = r.value
+                run = st.runs[run_id]
+                spec = st.jobs[run.job_id].spec
+                hb = spec.heartbeat_timeout_ms / 1000
+                self.leases[run_id] = LeaseInfo(run_id, attempt.fence, wid, now_mono + hb, hb,
+                                                attempt.deadline_ms)
+                conn = self.workers.get(wid)
+                if conn is None:
+                    continue  # it reconnects and resumes, or the lease expires
+                conn.leases[run_id] = attempt.fence
+                conn.send(m.Lease(
+                    run_id=run_id, job_id=run.job_id, attempt=attempt.number, fence=attempt.fence,
+                    task=spec.task, payload=spec.payload, scheduled_at=format_time(run.scheduled_ms) or "",
+                    deadline=format_time(attempt.deadline_ms), idempotency_key=spec.idempotency_key,
+                ))
+                log_event(log, "run.leased", run_id=run_id, fence=attempt.fence, worker_id=wid)
+
+    def _requeue(self, run_ids: list[str]) -> None:
+        with self.node.read() as st:
+            for rid in run_ids:
+                run = st.runs.get(rid)
+                if run is not None and run.state is RunState.QUEUED:
+                    spec = st.jobs[run.job_id].spec
+                    self._enqueue(rid, spec.queue, spec.priority)
+
+    def _check_leases(self, now: int) -> None:
+        now_mono = clock.mono()
+        for info in list(self.leases.values()):
+            if info.ending:
+                continue
+            if info.expires < now_mono:
+                self._end_lease(info, now, "lost", "lease lost: no heartbeat within "
+                                f"{info.heartbeat_timeout:g}s")
+            elif info.deadline_ms is not None and info.deadline_ms < now:
+                conn = self.workers.get(info.worker_id)
+                if conn is not None:
+                    conn.send(m.Cancel(run_id=info.run_id, fence=info.fence))
+                self._end_lease(info, now, "timed_out", "timed out")
+
+    def _end_lease(self, info: LeaseInfo, now: int, outcome: str, error: str) -> None:
+        info.ending = True
+        cmd = c.Fail(_rid(), now, self.fence, info.run_id, info.fence, error, True, outcome,
+                     random.random())
+        fut = self.node.submit_nowait(cmd)
+        log_event(log, "run.lease_" + outcome, run_id=info.run_id, fence=info.fence,
+                  worker_id=info.worker_id)
+
+        def done(f: asyncio.Future[Result]) -> None:
+            if f.cancelled() or f.exception() is not None:
+                info.ending = False  # retried on a later tick
+            elif isinstance(f.result(), Rejected):
+                self._deposed(f.result())
+
+        fut.add_done_callback(done)
+
+    # -- workers ---------------------------------------------------------------------------
+    def connect(self, conn: WorkerConn, resume: tuple[m.LeaseRef, ...]) -> None:
+        old = self.workers.get(conn.worker_id)
+        if old is not None and old is not conn:
+            old.close()
+        self.workers[conn.worker_id] = conn
+        now_mono = clock.mono()
+        for ref in resume:
+            info = self.leases.get(ref.run_id)
+            if info is not None and info.fence == ref.fence:
+                info.worker_id = conn.worker_id
+                info.expires = now_mono + info.heartbeat_timeout
+                conn.leases[ref.run_id] = ref.fence
+            else:
+                # Not a live lease any more: the worker must stop it (a finished result is still
+                # sent and refused by fence, never applied).
+                conn.send(m.Cancel(run_id=ref.run_id, fence=ref.fence))
+        log_event(log, "worker.connected", worker_id=conn.worker_id, queues=list(conn.queues),
+                  capacity=conn.capacity, resumed=len(conn.leases))
+        self._wake.set()
+
+    def disconnect(self, conn: WorkerConn) -> None:
+        if self.workers.get(conn.worker_id) is conn:
+            del self.workers[conn.worker_id]
+        log_event(log, "worker.disconnected", worker_id=conn.worker_id, leases=len(conn.leases))
+
+    def heartbeat(self, conn: WorkerConn, refs: tuple[m.LeaseRef, ...]) -> None:
+        now_mono = clock.mono()
+        for ref in refs:
+            info = self.leases.get(ref.run_id)
+            if info is not None and info.fence == ref.fence and info.worker_id == conn.worker_id:
+                info.expires = now_mono + info.heartbeat_timeout
+
+    async def finish(self, conn: WorkerConn, msg: m.Complete | m.Fail) -> None:
+        now = clock.wall_ms()
+        cmd: c.Command
+        if isinstance(msg, m.Complete):
+            cmd = c.Complete(_rid(), now, self.fence, msg.run_id, msg.fence, msg.result)
+        else:
+            cmd = c.Fail(_rid(), now, self.fence, msg.run_id, msg.fence, msg.error,
+                         msg.retryable, "failed", random.random())
+        try:
+            res = await self.node.submit(cmd, timeout=5.0)
+        except SchedError:
+            return  # no ack: the worker keeps the result and re-sends it after reconnecting
+        if isinstance(res, Ok):
+            conn.send(m.Ack(run_id=msg.run_id, accepted=True))
+            log_event(log, "run.finished", run_id=msg.run_id, fence=msg.fence,
+                      outcome="succeeded" if isinstance(msg, m.Complete) else "failed")
+        else:
+            self._deposed(res)
+            conn.send(m.Ack(run_id=msg.run_id, accepted=False, reason=res.message))
+            log_event(log, "run.result_refused", level=logging.WARNING, run_id=msg.run_id,
+                      fence=msg.fence, reason=res.message)
+        conn.leases.pop(msg.run_id, None)
+        self._wake.set()
+
+    def workers_view(self) -> list[dict[str, Any]]:
+        return [
+            {"worker_id": w.worker_id, "queues": list(w.queues), "capacity": w.capacity,
+             "leases": len(w.leases), "connected_at": format_time(w.connected_at_ms),
+             "draining": w.draining}
+            for w in self.workers.values()
+        ]

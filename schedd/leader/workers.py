@@ -1,0 +1,48 @@
+"""Connected workers as the leader sees them: queues, capacity, leases held, an outbox."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+
+from schedd.protocol import messages as m
+
+
+@dataclass(eq=False)
+class WorkerConn:
+    worker_id: str
+    queues: tuple[str, ...]
+    capacity: int
+    connected_at_ms: int
+    outbox: asyncio.Queue[str | None] = field(default_factory=asyncio.Queue)
+    leases: dict[str, int] = field(default_factory=dict)  # run_id -> fence
+    reserved: int = 0  # leases being committed for this worker
+    draining: bool = False
+    closed: bool = False
+
+    @property
+    def free(self) -> int:
+        if self.draining or self.closed:
+            return 0
+        return self.capacity - len(self.leases) - self.reserved
+
+    def send(self, msg: m.Message) -> None:
+        if not self.closed:
+            self.outbox.put_nowait(m.encode(msg))
+
+    def close(self) -> None:
+        """Ask the connection's writer to close the socket."""
+        if not self.closed:
+            self.closed = True
+            self.outbox.put_nowait(None)
+
+
+@dataclass(slots=True)
+class LeaseInfo:
+    run_id: str
+    fence: int
+    worker_id: str
+    expires: float  # monotonic: heartbeats must arrive before this
+    heartbeat_timeout: float  # seconds
+    deadline_ms: int | None  # the run's timeout (wall clock), if any
+    ending: bool = False  # a Fail/expiry for this lease is being committed
