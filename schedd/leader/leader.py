@@ -80,6 +80,7 @@ class Leader:
         finally:
             self.ready.clear()
             for conn in list(self.workers.values()):
+                conn.send(m.Redirect(leader=None))  # reconnect: a follower will redirect
                 conn.close()
             self.workers.clear()
 

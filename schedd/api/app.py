@@ -1,0 +1,308 @@
+"""The HTTP JSON API (aiohttp): thin handlers over the runtime, one error table."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+import orjson
+from aiohttp import web
+
+from schedd import auth, clock
+from schedd.api.views import job_view, run_view
+from schedd.core import commands as c
+from schedd.core.model import RunState
+from schedd.core.state import Ok, Rejected, Result
+from schedd.core.validate import Defaults, parse_batch, parse_job
+from schedd.errors import (
+    InvalidArgument,
+    NotFound,
+    PayloadTooLarge,
+    SchedError,
+    Unavailable,
+    from_code,
+)
+from schedd.ids import new_job_id, new_request_id
+from schedd.logs import log_event
+
+if TYPE_CHECKING:
+    from schedd.runtime import Runtime
+
+log = logging.getLogger(__name__)
+
+RUNTIME: web.AppKey[Runtime] = web.AppKey("runtime")
+PREFIX = "/api/v1"
+PUBLIC_PATHS = frozenset({"/healthz", "/readyz"})
+WRITE_DEADLINE_S = 10.0
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def json_response(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
+    return web.Response(body=orjson.dumps(body), status=status, content_type="application/json",
+                        headers=headers)
+
+
+def error_response(err: SchedError) -> web.Response:
+    headers = None
+    if err.retry_after is not None:
+        headers = {"Retry-After": str(max(1, round(err.retry_after)))}
+    return json_response(err.to_dict(), err.http_status, headers)
+
+
+@web.middleware
+async def errors_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except SchedError as err:
+        return error_response(err)
+    except web.HTTPRequestEntityTooLarge as exc:
+        return error_response(PayloadTooLarge(f"request body over the limit ({exc.text})"))
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        code = {404: NotFound, 405: InvalidArgument}.get(exc.status, InvalidArgument)
+        message = f"{request.method} {request.path}: {exc.reason}"
+        if exc.status == 404:
+            message = f"no route for {request.method} {request.path}"
+        err = code(message)
+        resp = json_response(err.to_dict(), exc.status)
+        return resp
+    except asyncio.CancelledError:
+        raise
+    except Exception:  # noqa: BLE001 - never a stack trace in a response
+        log.exception("unhandled error in %s %s", request.method, request.path)
+        return json_response({"error": {"code": "internal", "message": "internal error"}}, 500)
+
+
+@web.middleware
+async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    if request.path in PUBLIC_PATHS:
+        return await handler(request)
+    rt = request.app[RUNTIME]
+    token = rt.tokens.authenticate(request.headers.get("Authorization"))
+    request["token"] = token
+    return await handler(request)
+
+
+def require(request: web.Request, action: str) -> None:
+    auth.require(request["token"], action)
+
+
+async def read_json(request: web.Request) -> Any:
+    raw = await request.read()
+    if not raw:
+        raise InvalidArgument("expected a JSON body, got an empty request")
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidArgument(f"the body is not valid JSON: {exc}") from None
+
+
+async def commit(rt: Runtime, make: Callable[[str, int], c.Command]) -> Result:
+    """Commit a client command, retrying with the same request id across elections."""
+    rid = new_request_id()
+    now = clock.wall_ms()
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + WRITE_DEADLINE_S
+    delay = 0.05
+    while True:
+        try:
+            return await rt.node.submit(make(rid, now), timeout=max(0.1, min(3.0, deadline - loop.time())))
+        except Unavailable:
+            if loop.time() + delay >= deadline:
+                raise
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.5)
+
+
+def unwrap(res: Result) -> Any:
+    if isinstance(res, Rejected):
+        raise from_code(res.code, res.message, res.field)
+    assert isinstance(res, Ok)
+    return res.value
+
+
+def defaults(rt: Runtime) -> Defaults:
+    s = rt.config.scheduler
+    return Defaults(max_attempts=s.default_max_attempts, heartbeat_timeout_ms=s.heartbeat_timeout_ms,
+                    max_payload=s.max_payload)
+
+
+# -- jobs ---------------------------------------------------------------------------------------
+
+async def submit_job(request: web.Request) -> web.Response:
+    require(request, "submit")
+    rt = request.app[RUNTIME]
+    body = await read_json(request)
+    now = clock.wall_ms()
+    spec = parse_job(body, now_ms=now, defaults=defaults(rt))
+    job_id = new_job_id(now)
+    res = await commit(rt, lambda rid, t: c.Submit(rid, t, ((job_id, spec),)))
+    [(job, created)] = unwrap(res)
+    with rt.node.read() as st:
+        view = job_view(job, st.latest_run(job.id))
+    log_event(log, "job.submitted", job_id=job.id, task=spec.task, created=created)
+    return json_response(view, 201 if created else 200)
+
+
+async def submit_batch(request: web.Request) -> web.Response:
+    require(request, "submit")
+    rt = request.app[RUNTIME]
+    body = await read_json(request)
+    now = clock.wall_ms()
+    specs = parse_batch(body, now_ms=now, defaults=defaults(rt))
+    jobs = tuple((new_job_id(now), spec) for spec in specs)
+    res = await commit(rt, lambda rid, t: c.Submit(rid, t, jobs))
+    created = unwrap(res)
+    with rt.node.read() as st:
+        views = [job_view(job, st.latest_run(job.id)) for job, _ in created]
+    return json_response({"jobs": views}, 201)
+
+
+def _int_param(request: web.Request, name: str, default: int, lo: int, hi: int) -> int:
+    raw = request.query.get(name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise InvalidArgument(f"{name}: expected an integer from {lo} to {hi}, got {raw!r}",
+                              field=name) from None
+    if not lo <= value <= hi:
+        raise InvalidArgument(f"{name}: expected an integer from {lo} to {hi}, got {value}", field=name)
+    return value
+
+
+async def list_jobs(request: web.Request) -> web.Response:
+    require(request, "read")
+    rt = request.app[RUNTIME]
+    limit = _int_param(request, "limit", 100, 1, 1000)
+    cursor = _int_param(request, "cursor", 0, 0, 1 << 62)
+    filters = {k: request.query[k] for k in ("namespace", "queue", "status", "task") if k in request.query}
+    out: list[dict[str, Any]] = []
+    next_cursor: str | None = None
+    with rt.node.read() as st:
+        order = st.job_order
+        pos = cursor
+        while pos < len(order):
+            job = st.jobs[order[pos]]
+            pos += 1
+            spec = job.spec
+            if (("namespace" in filters and spec.namespace != filters["namespace"])
+                    or ("queue" in filters and spec.queue != filters["queue"])
+                    or ("status" in filters and job.status != filters["status"])
+                    or ("task" in filters and spec.task != filters["task"])):
+                continue
+            out.append(job_view(job, st.latest_run(job.id)))
+            if len(out) >= limit:
+                break
+        if pos < len(order) and len(out) >= limit:
+            next_cursor = str(pos)
+    return json_response({"jobs": out, "next_cursor": next_cursor})
+
+
+def _job_id(request: web.Request) -> str:
+    return request.match_info["job_id"]
+
+
+async def get_job(request: web.Request) -> web.Response:
+    require(request, "read")
+    rt = request.app[RUNTIME]
+    job_id = _job_id(request)
+    with rt.node.read() as st:
+        job = st.jobs.get(job_id)
+        if job is None:
+            raise NotFound(f"no job with id {job_id}", field="id")
+        return json_response(job_view(job, st.latest_run(job_id)))
+
+
+async def cancel_job(request: web.Request) -> web.Response:
+    require(request, "submit")
+    rt = request.app[RUNTIME]
+    job_id = _job_id(request)
+    unwrap(await commit(rt, lambda rid, t: c.CancelJob(rid, t, job_id)))
+    log_event(log, "job.cancelled", job_id=job_id)
+    return web.Response(status=204)
+
+
+async def job_runs(request: web.Request) -> web.Response:
+    require(request, "read")
+    rt = request.app[RUNTIME]
+    job_id = _job_id(request)
+    with rt.node.read() as st:
+        if job_id not in st.jobs:
+            raise NotFound(f"no job with id {job_id}", field="id")
+        return json_response({"runs": [run_view(r) for r in st.runs_of(job_id)]})
+
+
+async def get_run(request: web.Request) -> web.Response:
+    require(request, "read")
+    rt = request.app[RUNTIME]
+    run_id = request.match_info["run_id"]
+    with rt.node.read() as st:
+        run = st.runs.get(run_id)
+        if run is None:
+            raise NotFound(f"no run with id {run_id}", field="run_id")
+        return json_response(run_view(run))
+
+
+async def list_dlq(request: web.Request) -> web.Response:
+    require(request, "read")
+    rt = request.app[RUNTIME]
+    with rt.node.read() as st:
+        runs = [run_view(st.runs[r]) for r in reversed(st.dlq) if st.runs[r].state is RunState.FAILED]
+    return json_response({"runs": runs})
+
+
+# -- cluster --------------------------------------------------------------------------------------
+
+async def cluster(request: web.Request) -> web.Response:
+    require(request, "read")
+    return json_response(request.app[RUNTIME].cluster_view())
+
+
+async def workers(request: web.Request) -> web.Response:
+    require(request, "read")
+    rt = request.app[RUNTIME]
+    leader = rt.leader
+    if leader is not None and leader.ready.is_set():
+        return json_response({"workers": leader.workers_view()})
+    return json_response(await rt.forward_get(request, "/api/v1/workers"))
+
+
+async def healthz(request: web.Request) -> web.Response:
+    return json_response({"status": "ok", "node_id": request.app[RUNTIME].config.node.id})
+
+
+async def readyz(request: web.Request) -> web.Response:
+    rt = request.app[RUNTIME]
+    leader = rt.node.leader_addr
+    if leader is None or not rt.node.is_ready():
+        raise Unavailable("not ready: no known leader yet", retry_after=1)
+    return json_response({"status": "ready", "leader": leader})
+
+
+def make_app(rt: Runtime) -> web.Application:
+    from schedd.api.ws import worker_connect
+
+    app = web.Application(middlewares=[errors_middleware, auth_middleware],
+                          client_max_size=rt.config.http.max_body)
+    app[RUNTIME] = rt
+    r = app.router
+    r.add_post(f"{PREFIX}/jobs", submit_job)
+    r.add_post(f"{PREFIX}/jobs/batch", submit_batch)
+    r.add_get(f"{PREFIX}/jobs", list_jobs)
+    r.add_get(f"{PREFIX}/jobs/{{job_id}}", get_job)
+    r.add_delete(f"{PREFIX}/jobs/{{job_id}}", cancel_job)
+    r.add_get(f"{PREFIX}/jobs/{{job_id}}/runs", job_runs)
+    r.add_get(f"{PREFIX}/runs/{{run_id}}", get_run)
+    r.add_get(f"{PREFIX}/dlq", list_dlq)
+    r.add_get(f"{PREFIX}/cluster", cluster)
+    r.add_get(f"{PREFIX}/workers", workers)
+    r.add_get(f"{PREFIX}/workers/connect", worker_connect)
+    r.add_get("/healthz", healthz)
+    r.add_get("/readyz", readyz)
+    return app

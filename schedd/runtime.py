@@ -1,0 +1,212 @@
+"""The one place that wires schedd together: config → Raft node → leader → HTTP API."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import ssl
+from typing import Any
+
+import aiohttp
+import orjson
+from aiohttp import web
+
+from schedd import auth
+from schedd.api.app import make_app
+from schedd.config import Config, read_raft_secret
+from schedd.core.state import LeaderEvent
+from schedd.errors import Unavailable
+from schedd.leader.leader import Leader
+from schedd.logs import log_event
+from schedd.raft.node import Hooks, RaftNode, RaftSettings
+
+log = logging.getLogger(__name__)
+
+
+class Runtime:
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.tokens = auth.load_tokens(config.tokens_path)
+        self.leader: Leader | None = None
+        self._leader_task: asyncio.Task[None] | None = None
+        self._watch_task: asyncio.Task[None] | None = None
+        self._runner: web.AppRunner | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._role_changed = asyncio.Event()
+        self._stopping = False
+        self.hooks = Hooks()
+        r = config.raft
+        settings = RaftSettings(
+            self_addr=r.listen,
+            peers=tuple(r.peers),
+            data_dir=config.data_path / "raft",
+            password=read_raft_secret(config),
+            append_entries_period=r.append_entries_period_ms / 1000,
+            auto_tick_period=r.auto_tick_period_ms / 1000,
+            raft_min_timeout=r.raft_min_timeout_ms / 1000,
+            raft_max_timeout=r.raft_max_timeout_ms / 1000,
+            leader_fallback_timeout=r.leader_fallback_timeout_ms / 1000,
+            log_compaction_min_entries=r.log_compaction_min_entries,
+            log_compaction_min_time=r.log_compaction_min_time_ms / 1000,
+        )
+        self._settings = settings
+        self.node: RaftNode  # created in start(), on the loop's (main) thread
+
+    # -- start / stop ------------------------------------------------------------------------
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._loop = loop
+        self.hooks.on_applied = lambda i, ev: loop.call_soon_threadsafe(self._on_applied, i, ev)
+        self.hooks.on_reset = lambda: loop.call_soon_threadsafe(self._on_reset)
+        self.hooks.on_role = lambda role: loop.call_soon_threadsafe(self._role_changed.set)
+        self.node = RaftNode(self._settings, self.hooks)
+        self.node.attach(loop)
+        self._watch_task = asyncio.create_task(self._watch_role())
+        app = make_app(self)
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        await self._runner.setup()
+        host, port = self.config.http.listen.rsplit(":", 1)
+        ssl_ctx = None
+        if self.config.http.tls_cert:
+            ssl_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+            ssl_ctx.load_cert_chain(self.config.http.tls_cert, self.config.http.tls_key)
+        site = web.TCPSite(self._runner, host.strip("[]"), int(port), ssl_context=ssl_ctx,
+                           reuse_address=True)
+        await site.start()
+        log_event(log, "node.started", node_id=self.config.node.id, http=self.config.advertise_url(),
+                  raft=self.config.raft.listen, peers=list(self.config.raft.peers))
+
+    async def stop(self) -> None:
+        self._stopping = True
+        if self._watch_task is not None:
+            self._watch_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watch_task
+        await self._stop_leader()
+        if self._runner is not None:
+            await self._runner.cleanup()
+        self.node.close()
+        log_event(log, "node.stopped", node_id=self.config.node.id)
+
+    # -- leadership --------------------------------------------------------------------------
+    async def _watch_role(self) -> None:
+        while True:
+            self._role_changed.clear()
+            leading = self.node.is_leader
+            if leading and self._leader_task is None and not self._stopping:
+                self._start_leader()
+            elif not leading and self._leader_task is not None:
+                log_event(log, "leader.lost", node_id=self.config.node.id, term=self.node.term)
+                await self._stop_leader()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._role_changed.wait(), 0.05)
+
+    def _start_leader(self) -> None:
+        leader = Leader(self.node, self.config.node.id, self.config.advertise_url(),
+                        tick_s=self.config.scheduler.tick_ms / 1000, on_deposed=self._deposed)
+        self.leader = leader
+        log_event(log, "leader.elected", node_id=self.config.node.id, term=self.node.term)
+        self._leader_task = asyncio.create_task(leader.run())
+        self._leader_task.add_done_callback(self._leader_done)
+
+    def _leader_done(self, task: asyncio.Task[None]) -> None:
+        if task is not self._leader_task:
+            return
+        if not task.cancelled() and task.exception() is not None:
+            log_event(log, "leader.crashed", level=logging.ERROR, error=repr(task.exception()))
+        self._leader_task = None
+        self.leader = None
+        self._role_changed.set()
+
+    def _deposed(self) -> None:
+        task = self._leader_task
+        if task is not None:
+            task.cancel()
+
+    async def _stop_leader(self) -> None:
+        task = self._leader_task
+        self._leader_task = None
+        self.leader = None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+    def _on_applied(self, index: int, events: list[LeaderEvent]) -> None:
+        leader = self.leader
+        if leader is not None:
+            leader.on_events(index, events)
+
+    def _on_reset(self) -> None:
+        # A snapshot replaced the state: a leader (if any) must rebuild from scratch.
+        self._deposed()
+
+    async def wait_leader_ready(self, timeout: float) -> Leader | None:
+        """The active leader object if this node leads (waiting for its rebuild), else None."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while loop.time() < deadline:
+            leader = self.leader
+            if leader is None and not self.node.is_leader:
+                return None
+            if leader is not None and leader.ready.is_set():
+                return leader
+            await asyncio.sleep(0.02)
+        return None
+
+    def leader_url(self) -> str | None:
+        """The current leader's HTTP URL, when known."""
+        addr = self.node.leader_addr
+        if addr is None:
+            return None
+        with self.node.read() as st:
+            if st.leader_term == self.node.term and st.leader_http:
+                return st.leader_http
+        return self.config.raft_http_map().get(addr)
+
+    # -- views -------------------------------------------------------------------------------
+    def cluster_view(self) -> dict[str, Any]:
+        status = self.node.status()
+        leader_addr = self.node.leader_addr
+        role = {0: "follower", 1: "candidate", 2: "leader"}.get(int(status.get("state", 0)), "unknown")
+        with self.node.read() as st:
+            leader_id = st.leader_node if st.leader_term == self.node.term else None
+        http = self.config.raft_http_map()
+        nodes = [{
+            "raft": self.config.raft.listen, "http": self.config.advertise_url(),
+            "id": self.config.node.id, "role": role, "self": True, "healthy": True,
+        }]
+        for peer in self.config.raft.peers:
+            connected = status.get(f"partner_node_status_server_{peer}", 0) == 2
+            entry: dict[str, Any] = {
+                "raft": peer, "http": http.get(peer), "role": "leader" if peer == leader_addr else
+                "follower", "self": False, "connected": connected, "healthy": connected,
+            }
+            if role == "leader":
+                entry["match_index"] = status.get(f"match_idx_server_{peer}")
+            nodes.append(entry)
+        return {
+            "node_id": self.config.node.id,
+            "role": role,
+            "leader": leader_id or leader_addr,
+            "leader_url": self.leader_url(),
+            "term": self.node.term,
+            "commit_index": self.node.commit_index,
+            "applied_index": self.node.applied_index,
+            "has_quorum": self.node.has_quorum(),
+            "ready": self.node.is_ready(),
+            "nodes": nodes,
+        }
+
+    async def forward_get(self, request: web.Request, path: str) -> Any:
+        url = self.leader_url()
+        if url is None or url == self.config.advertise_url():
+            raise Unavailable("no leader known yet", retry_after=1)
+        headers = {"Authorization": request.headers.get("Authorization", "")}
+        try:
+            async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=3)) as s, \
+                    s.get(url + path, headers=headers) as resp:
+                return orjson.loads(await resp.read())
+        except (aiohttp.ClientError, TimeoutError, orjson.JSONDecodeError) as exc:
+            raise Unavailable(f"cannot reach the leader at {url}: {exc}", retry_after=1) from None
