@@ -1,0 +1,259 @@
+"""Bearer tokens and roles.  Deny by default.
+
+The tokens file (reloaded on SIGHUP) holds ``[[token]]`` entries with ``name``, ``secret`` and
+``role`` (``admin`` | ``submit`` | ``read`` | ``worker``).  Secrets are kept in memory only as
+SHA-256 digests and compared in constant time against every token; they are never logged.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import logging
+import os
+import secrets
+import tempfile
+import tomllib
+from collections.abc import Iterable
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+from typing import Final
+
+from schedd.errors import ConfigError, PermissionDenied, Unauthenticated
+
+__all__ = [
+    "ACTIONS",
+    "MIN_SECRET_CHARS",
+    "Role",
+    "Token",
+    "TokenStore",
+    "ensure_admin_token",
+    "load_tokens",
+    "require",
+]
+
+log = logging.getLogger(__name__)
+
+MIN_SECRET_CHARS: Final = 16
+
+
+class Role(StrEnum):
+    ADMIN = "admin"
+    SUBMIT = "submit"
+    READ = "read"
+    WORKER = "worker"
+
+
+#: which roles may perform each action
+ACTIONS: Final[dict[str, frozenset[Role]]] = {
+    "read": frozenset({Role.ADMIN, Role.SUBMIT, Role.READ, Role.WORKER}),
+    "submit": frozenset({Role.ADMIN, Role.SUBMIT}),
+    "admin": frozenset({Role.ADMIN}),
+    "worker": frozenset({Role.ADMIN, Role.WORKER}),
+}
+
+
+@dataclass(frozen=True)
+class Token:
+    """An authenticated identity.  Holds no secret."""
+
+    name: str
+    role: Role
+
+
+def _digest(secret: str) -> bytes:
+    return hashlib.sha256(secret.encode("utf-8")).digest()
+
+
+class TokenStore:
+    """The known tokens; :meth:`authenticate` turns an ``Authorization`` header into a Token."""
+
+    def __init__(self, entries: Iterable[tuple[Token, str]] = ()) -> None:
+        self._entries: tuple[tuple[bytes, Token], ...] = tuple(
+            (_digest(secret), token) for token, secret in entries
+        )
+
+    @property
+    def tokens(self) -> tuple[Token, ...]:
+        return tuple(token for _, token in self._entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __repr__(self) -> str:
+        return f"TokenStore({[t.name for t in self.tokens]!r})"
+
+    def authenticate(self, authorization_header: str | None) -> Token:
+        """``"Bearer <secret>"`` → the matching Token; :class:`Unauthenticated` otherwise."""
+        if not authorization_header or not authorization_header.strip():
+            raise Unauthenticated(
+                "missing Authorization header: send 'Authorization: Bearer <token>'"
+            )
+        scheme, _, secret = authorization_header.strip().partition(" ")
+        secret = secret.strip()
+        if scheme.lower() != "bearer" or not secret:
+            raise Unauthenticated(
+                "malformed Authorization header: expected 'Authorization: Bearer <token>'"
+            )
+        presented = _digest(secret)
+        found: Token | None = None
+        for digest, token in self._entries:  # no early exit: every token is compared
+            if hmac.compare_digest(digest, presented) and found is None:
+                found = token
+        if found is None:
+            raise Unauthenticated("invalid token")
+        return found
+
+
+def require(token: Token, action: str) -> None:
+    """Raise :class:`PermissionDenied` unless ``token``'s role may perform ``action``
+    (``read`` | ``submit`` | ``admin`` | ``worker``)."""
+    try:
+        allowed = ACTIONS[action]
+    except KeyError:
+        raise ValueError(f"unknown action {action!r}") from None
+    if token.role not in allowed:
+        raise PermissionDenied(
+            f"token {token.name!r} has role {token.role.value!r}, which may not perform "
+            f"{action!r} (allowed: {', '.join(sorted(r.value for r in allowed))})"
+        )
+
+
+_ENTRY_KEYS: Final = ("name", "secret", "role")
+
+
+def _parse_entry(i: int, entry: object, problems: list[str]) -> tuple[Token, str] | None:
+    where = f"token[{i}]"
+    if not isinstance(entry, dict):
+        problems.append(f"{where}: expected a table with name, secret and role")
+        return None
+    start = len(problems)
+    for key in entry:
+        if key not in _ENTRY_KEYS:
+            problems.append(f"{where}.{key}: unknown key (expected one of: name, secret, role)")
+    name, secret, role = entry.get("name"), entry.get("secret"), entry.get("role")
+    if not isinstance(name, str) or not name.strip():
+        problems.append(f"{where}.name: expected a non-empty string")
+    if not isinstance(secret, str) or len(secret) < MIN_SECRET_CHARS:
+        if isinstance(secret, str):
+            got = f"{len(secret)} characters"  # never the secret itself
+        else:
+            got = "nothing" if secret is None else type(secret).__name__
+        problems.append(
+            f"{where}.secret: expected a string of at least {MIN_SECRET_CHARS} characters, "
+            f"got {got}"
+        )
+    if role not in {r.value for r in Role}:
+        if isinstance(role, str):
+            got = json.dumps(role)
+        else:
+            got = "nothing" if role is None else type(role).__name__
+        problems.append(f"{where}.role: expected one of admin, submit, read, worker, got {got}")
+    if len(problems) > start:
+        return None
+    assert isinstance(name, str) and isinstance(secret, str) and isinstance(role, str)
+    return Token(name.strip(), Role(role)), secret
+
+
+def _parse_tokens(path: Path) -> list[tuple[Token, str]]:
+    try:
+        with path.open("rb") as fh:
+            data = tomllib.load(fh)
+    except FileNotFoundError:
+        raise ConfigError([f"{path}: tokens file not found"]) from None
+    except OSError as e:
+        raise ConfigError([f"{path}: cannot read the tokens file: {e.strerror or e}"]) from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError([f"{path}: not valid TOML: {e}"]) from None
+    problems: list[str] = []
+    for key in data:
+        if key != "token":
+            problems.append(f"{key}: unknown key (expected [[token]] entries)")
+    entries = data.get("token", [])
+    if not isinstance(entries, list):
+        problems.append("token: expected [[token]] entries (an array of tables)")
+        entries = []
+    if not entries and not problems:
+        problems.append("token: expected at least one [[token]] entry")
+    out: list[tuple[Token, str]] = []
+    names: dict[str, int] = {}
+    digests: dict[bytes, int] = {}
+    for i, entry in enumerate(entries):
+        parsed = _parse_entry(i, entry, problems)
+        if parsed is None:
+            continue
+        token, secret = parsed
+        if token.name in names:
+            problems.append(f"token[{i}].name: duplicate of token[{names[token.name]}]")
+        names.setdefault(token.name, i)
+        digest = _digest(secret)
+        if digest in digests:
+            problems.append(f"token[{i}].secret: same secret as token[{digests[digest]}]")
+        digests.setdefault(digest, i)
+        out.append(parsed)
+    if problems:
+        raise ConfigError([f"{path}: {p}" for p in problems])
+    return out
+
+
+def load_tokens(path: str | os.PathLike[str]) -> TokenStore:
+    """Parse a tokens file; :class:`ConfigError` names each bad entry (``token[2].role``, 0-based)."""
+    p = Path(path)
+    entries = _parse_tokens(p)
+    try:
+        mode = p.stat().st_mode
+    except OSError:
+        mode = 0
+    if mode & 0o077:
+        log.warning(
+            "tokens file is readable by other users",
+            extra={"fields": {"path": str(p), "mode": oct(mode & 0o777)}},
+        )
+    return TokenStore(entries)
+
+
+def _admin_file_text(secret: str) -> bytes:
+    return (
+        "# schedd API tokens (reloaded on SIGHUP). Roles: admin | submit | read | worker.\n"
+        "# Clients send 'Authorization: Bearer <secret>'.\n"
+        "[[token]]\n"
+        'name = "admin"\n'
+        f'secret = "{secret}"\n'
+        'role = "admin"\n'
+    ).encode()
+
+
+def _create_exclusive(path: Path, content: bytes) -> bool:
+    """Create ``path`` with mode 0600 holding ``content``, atomically; False if it exists."""
+    fd, tmp = tempfile.mkstemp(prefix=".tokens.", dir=path.parent)
+    try:
+        os.fchmod(fd, 0o600)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(content)
+            fh.flush()
+            os.fsync(fh.fileno())
+        try:
+            os.link(tmp, path)  # atomic and never replaces an existing file
+        except FileExistsError:
+            return False
+        return True
+    finally:
+        os.unlink(tmp)
+
+
+def ensure_admin_token(path: str | os.PathLike[str]) -> tuple[str, bool]:
+    """Make sure a tokens file exists.  When it does not, create it (mode 0600, parent dirs
+    0700) holding one admin token named ``admin`` and return ``(secret, True)``.  When it does,
+    return ``(secret of its first admin token or "", False)``."""
+    p = Path(path)
+    if not p.exists():
+        p.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        secret = secrets.token_urlsafe(32)
+        if _create_exclusive(p, _admin_file_text(secret)):
+            return secret, True
+    for token, secret in _parse_tokens(p):
+        if token.role is Role.ADMIN:
+            return secret, False
+    return "", False

@@ -1,0 +1,253 @@
+"""schedd.auth: the tokens file, bearer authentication, roles, the embedded admin token."""
+
+from __future__ import annotations
+
+import logging
+import os
+import stat
+import threading
+from pathlib import Path
+
+import pytest
+
+from schedd.auth import (
+    ACTIONS,
+    Role,
+    Token,
+    TokenStore,
+    ensure_admin_token,
+    load_tokens,
+    require,
+)
+from schedd.errors import ConfigError, PermissionDenied, Unauthenticated
+
+SECRETS = {
+    "ops": "ops-secret-0123456789",
+    "ci": "ci-secret-0123456789",
+    "viewer": "viewer-secret-0123456789",
+    "pool": "pool-secret-0123456789",
+}
+ROLES = {"ops": "admin", "ci": "submit", "viewer": "read", "pool": "worker"}
+
+
+def tokens_file(tmp_path: Path, text: str | None = None) -> Path:
+    if text is None:
+        text = "".join(
+            f'[[token]]\nname = "{n}"\nsecret = "{SECRETS[n]}"\nrole = "{ROLES[n]}"\n\n'
+            for n in SECRETS
+        )
+    p = tmp_path / "tokens.toml"
+    p.write_text(text)
+    p.chmod(0o600)
+    return p
+
+
+def test_load_and_authenticate(tmp_path: Path) -> None:
+    store = load_tokens(tokens_file(tmp_path))
+    assert len(store) == 4
+    assert store.tokens[0] == Token("ops", Role.ADMIN)
+    for name, secret in SECRETS.items():
+        token = store.authenticate(f"Bearer {secret}")
+        assert token.name == name and token.role == ROLES[name]
+    assert store.authenticate(f"bearer   {SECRETS['ci']}  ").name == "ci"
+    assert "secret" not in repr(store) and SECRETS["ops"] not in repr(store)
+
+
+@pytest.mark.parametrize(
+    ("header", "message"),
+    [
+        (None, "missing Authorization header"),
+        ("", "missing Authorization header"),
+        ("Bearer", "malformed"),
+        ("Bearer ", "malformed"),
+        ("Basic b3BzOnNlY3JldA==", "malformed"),
+        ("ops-secret-0123456789", "malformed"),
+        ("Bearer ops-secret-012345678", "invalid token"),
+        ("Bearer ops-secret-0123456789x", "invalid token"),
+        ("Bearer OPS-SECRET-0123456789", "invalid token"),
+    ],
+)
+def test_authenticate_refuses(tmp_path: Path, header: str | None, message: str) -> None:
+    store = load_tokens(tokens_file(tmp_path))
+    with pytest.raises(Unauthenticated, match=message) as info:
+        store.authenticate(header)
+    assert info.value.http_status == 401
+    assert SECRETS["ops"] not in info.value.message
+
+
+def test_empty_store_denies_everything() -> None:
+    with pytest.raises(Unauthenticated):
+        TokenStore().authenticate("Bearer anything-at-all-long")
+
+
+def test_authenticate_compares_every_token(monkeypatch: pytest.MonkeyPatch) -> None:
+    import hmac
+
+    calls: list[tuple[int, int]] = []
+    real = hmac.compare_digest
+
+    def spy(a: bytes, b: bytes) -> bool:
+        calls.append((len(a), len(b)))
+        return bool(real(a, b))
+
+    monkeypatch.setattr(hmac, "compare_digest", spy)
+    store = TokenStore([(Token(f"t{i}", Role.READ), f"secret-number-{i:04d}") for i in range(5)])
+    assert store.authenticate("Bearer secret-number-0000").name == "t0"
+    assert len(calls) == 5  # no early exit on the first match
+    calls.clear()
+    with pytest.raises(Unauthenticated):
+        store.authenticate("Bearer x")
+    assert calls == [(32, 32)] * 5  # sha256 on both sides: no length leak
+
+
+@pytest.mark.parametrize(
+    ("role", "allowed"),
+    [
+        ("admin", {"read", "submit", "admin", "worker"}),
+        ("submit", {"read", "submit"}),
+        ("read", {"read"}),
+        ("worker", {"read", "worker"}),
+    ],
+)
+def test_roles(role: str, allowed: set[str]) -> None:
+    token = Token("t", Role(role))
+    for action in ACTIONS:
+        if action in allowed:
+            require(token, action)
+        else:
+            with pytest.raises(PermissionDenied) as info:
+                require(token, action)
+            assert info.value.http_status == 403
+            assert role in info.value.message and action in info.value.message
+
+
+def test_unknown_action_is_a_programming_error() -> None:
+    with pytest.raises(ValueError):
+        require(Token("t", Role.ADMIN), "delete-everything")
+
+
+def test_bad_entries_are_all_named(tmp_path: Path) -> None:
+    p = tokens_file(
+        tmp_path,
+        """
+extra = 1
+[[token]]
+name = "ok"
+secret = "0123456789abcdef"
+role = "admin"
+
+[[token]]
+name = ""
+secret = "short"
+role = "admin"
+
+[[token]]
+name = "c"
+secret = "0123456789abcdefX"
+role = "superuser"
+colour = "red"
+
+[[token]]
+name = "ok"
+secret = "0123456789abcdef"
+role = "read"
+
+[[token]]
+name = "e"
+secret = 12345678901234567890
+""",
+    )
+    with pytest.raises(ConfigError) as info:
+        load_tokens(p)
+    got = [g.removeprefix(f"{p}: ") for g in info.value.problems]
+    assert got == [
+        "extra: unknown key (expected [[token]] entries)",
+        "token[1].name: expected a non-empty string",
+        "token[1].secret: expected a string of at least 16 characters, got 5 characters",
+        "token[2].colour: unknown key (expected one of: name, secret, role)",
+        'token[2].role: expected one of admin, submit, read, worker, got "superuser"',
+        "token[3].name: duplicate of token[0]",
+        "token[3].secret: same secret as token[0]",
+        "token[4].secret: expected a string of at least 16 characters, got int",
+        "token[4].role: expected one of admin, submit, read, worker, got nothing",
+    ]
+    assert "short" not in str(info.value)  # secrets never appear in messages
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("", "token: expected at least one [[token]] entry"),
+        ("token = 3\n", "token: expected [[token]] entries"),
+        ("[[token\n", "not valid TOML"),
+    ],
+)
+def test_bad_files(tmp_path: Path, text: str, problem: str) -> None:
+    with pytest.raises(ConfigError, match=problem.replace("[", r"\[")):
+        load_tokens(tokens_file(tmp_path, text))
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="tokens file not found"):
+        load_tokens(tmp_path / "nope.toml")
+
+
+def test_world_readable_file_warns_without_the_secret(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    p = tokens_file(tmp_path)
+    p.chmod(0o644)
+    with caplog.at_level(logging.WARNING, logger="schedd.auth"):
+        load_tokens(p)
+    assert "readable by other users" in caplog.text
+    assert all(s not in caplog.text for s in SECRETS.values())
+
+
+def test_ensure_admin_token_creates_0600(tmp_path: Path) -> None:
+    p = tmp_path / "data" / "tokens.toml"
+    secret, created = ensure_admin_token(p)
+    assert created and len(secret) >= 32
+    assert stat.S_IMODE(p.stat().st_mode) == 0o600
+    assert stat.S_IMODE(p.parent.stat().st_mode) & 0o077 == 0
+    store = load_tokens(p)
+    assert store.tokens == (Token("admin", Role.ADMIN),)
+    assert store.authenticate(f"Bearer {secret}").role is Role.ADMIN
+    assert [f.name for f in p.parent.iterdir()] == ["tokens.toml"]  # no temp file left
+    # a second call keeps the file and hands back the existing admin secret
+    before = p.read_bytes()
+    assert ensure_admin_token(p) == (secret, False)
+    assert p.read_bytes() == before
+
+
+def test_ensure_admin_token_under_a_permissive_umask(tmp_path: Path) -> None:
+    old = os.umask(0)
+    try:
+        _, created = ensure_admin_token(tmp_path / "tokens.toml")
+    finally:
+        os.umask(old)
+    assert created and stat.S_IMODE((tmp_path / "tokens.toml").stat().st_mode) == 0o600
+
+
+def test_ensure_admin_token_keeps_an_existing_file(tmp_path: Path) -> None:
+    p = tokens_file(tmp_path)
+    assert ensure_admin_token(p) == (SECRETS["ops"], False)
+    p.write_text('[[token]]\nname = "w"\nsecret = "worker-secret-123456"\nrole = "worker"\n')
+    assert ensure_admin_token(p) == ("", False)
+
+
+def test_ensure_admin_token_races_create_one_file(tmp_path: Path) -> None:
+    p = tmp_path / "shared" / "tokens.toml"
+    results: list[tuple[str, bool]] = []
+    barrier = threading.Barrier(8)
+
+    def go() -> None:
+        barrier.wait()
+        results.append(ensure_admin_token(p))
+
+    threads = [threading.Thread(target=go) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sum(created for _, created in results) == 1
+    assert len({secret for secret, _ in results}) == 1  # everyone sees the same, full file
