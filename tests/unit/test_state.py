@@ -1,0 +1,244 @@
+"""The pure core: apply, fences, retries, dead-lettering, dedup.  Time is passed in."""
+
+from __future__ import annotations
+
+import pickle
+from typing import Any
+
+import pytest
+
+from schedd.core import commands as c
+from schedd.core.model import JobSpec, JobStatus, RetryPolicy, RunState, Schedule, ScheduleKind
+from schedd.core.state import Ok, Rejected, State, apply_entry, backoff_ms
+
+T0 = 1_800_000_000_000
+
+
+class Harness:
+    """Applies commands one entry at a time, like Raft would, with growing indexes."""
+
+    def __init__(self) -> None:
+        self.state = State()
+        self.index = 10
+        self.events: list[tuple[Any, ...]] = []
+        self.n = 0
+
+    def rid(self) -> str:
+        self.n += 1
+        return f"r{self.n}"
+
+    def apply(self, *cmds: c.Command) -> list[Any]:
+        self.index += 1
+        results, events = apply_entry(self.state, c.encode_entry(list(cmds)), self.index)
+        self.events.extend(events)
+        return results
+
+    def one(self, cmd: c.Command) -> Any:
+        return self.apply(cmd)[0]
+
+    def claim(self, node: str = "n1", term: int = 1) -> int:
+        res = self.one(c.Claim(self.rid(), T0, node, term))
+        assert isinstance(res, Ok)
+        return int(res.value)
+
+    def submit(self, job_id: str = "J1", spec: JobSpec | None = None, now: int = T0) -> Any:
+        return self.one(c.Submit(self.rid(), now, ((job_id, spec or JobSpec(task="t")),)))
+
+
+def lease_one(h: Harness, lf: int, run_id: str, now: int = T0, worker: str = "w1") -> int:
+    assert h.one(c.Fire(h.rid(), now, lf, (run_id,))) == Ok([Ok(run_id)])
+    res = h.one(c.Lease(h.rid(), now, lf, ((run_id, worker),)))
+    assert isinstance(res, Ok)
+    [attempt] = res.value
+    assert isinstance(attempt, Ok)
+    return int(attempt.value.fence)
+
+
+def test_submit_creates_job_and_scheduled_run_with_due_event() -> None:
+    h = Harness()
+    res = h.submit()
+    assert isinstance(res, Ok)
+    [(job, created)] = res.value
+    assert created and job.status is JobStatus.ACTIVE
+    run = h.state.latest_run("J1")
+    assert run is not None and run.id == f"J1@{T0}" and run.state is RunState.SCHEDULED
+    assert ("due", run.id, T0) in h.events
+
+
+def test_at_schedule_uses_its_time_for_the_run_id() -> None:
+    h = Harness()
+    spec = JobSpec(task="t", schedule=Schedule(kind=ScheduleKind.AT, at_ms=T0 + 5000))
+    h.submit(spec=spec)
+    run = h.state.latest_run("J1")
+    assert run is not None and run.id == f"J1@{T0 + 5000}" and run.due_ms == T0 + 5000
+
+
+def test_fire_before_due_is_refused() -> None:
+    h = Harness()
+    lf = h.claim()
+    h.submit(spec=JobSpec(task="t", schedule=Schedule(kind=ScheduleKind.AT, at_ms=T0 + 5000)))
+    [res] = h.one(c.Fire(h.rid(), T0, lf, (f"J1@{T0 + 5000}",))).value
+    assert isinstance(res, Rejected) and res.code == "conflict"
+
+
+def test_full_lifecycle_success_and_fence_is_the_lease_index() -> None:
+    h = Harness()
+    lf = h.claim()
+    h.submit()
+    rid = f"J1@{T0}"
+    fence = lease_one(h, lf, rid)
+    assert fence == h.index  # the Raft log index of the lease entry
+    res = h.one(c.Complete(h.rid(), T0 + 10, lf, rid, fence, {"ok": True}))
+    assert res == Ok(rid)
+    run = h.state.runs[rid]
+    assert run.state is RunState.SUCCEEDED and run.result == {"ok": True}
+    assert run.attempts[0].outcome == "succeeded" and run.attempts[0].ended_ms == T0 + 10
+    assert h.state.jobs["J1"].status is JobStatus.DONE
+
+
+def test_stale_fence_is_refused_and_changes_nothing() -> None:
+    h = Harness()
+    lf = h.claim()
+    h.submit()
+    rid = f"J1@{T0}"
+    fence = lease_one(h, lf, rid)
+    before = pickle.dumps(h.state.runs[rid])
+    res = h.one(c.Complete(h.rid(), T0, lf, rid, fence - 1, None))
+    assert isinstance(res, Rejected) and res.code == "stale_fence"
+    assert pickle.dumps(h.state.runs[rid]) == before
+
+
+def test_commands_from_a_deposed_leader_are_rejected() -> None:
+    h = Harness()
+    old = h.claim("n1", 1)
+    h.submit()
+    new = h.claim("n2", 2)
+    assert new > old
+    res = h.one(c.Fire(h.rid(), T0, old, (f"J1@{T0}",)))
+    assert isinstance(res, Rejected) and res.code == "stale_fence"
+    assert h.state.runs[f"J1@{T0}"].state is RunState.SCHEDULED
+    assert isinstance(h.one(c.Fire(h.rid(), T0, new, (f"J1@{T0}",))), Ok)
+
+
+def test_claim_for_an_older_term_is_rejected() -> None:
+    h = Harness()
+    h.claim("n1", 5)
+    res = h.one(c.Claim(h.rid(), T0, "n2", 4))
+    assert isinstance(res, Rejected)
+    assert h.state.leader_node == "n1"
+
+
+def test_failure_retries_with_backoff_then_dead_letters() -> None:
+    h = Harness()
+    lf = h.claim()
+    spec = JobSpec(task="t", retry=RetryPolicy(max_attempts=2, initial_ms=1000, jitter=False))
+    h.submit(spec=spec)
+    rid = f"J1@{T0}"
+    fence = lease_one(h, lf, rid)
+    assert h.one(c.Fail(h.rid(), T0 + 100, lf, rid, fence, "boom", True)) == Ok(rid)
+    run = h.state.runs[rid]
+    assert run.state is RunState.RETRYING and run.due_ms == T0 + 100 + 1000
+    assert ("due", rid, T0 + 1100) in h.events
+    fence2 = lease_one(h, lf, rid, now=T0 + 1100)
+    assert fence2 > fence
+    h.one(c.Fail(h.rid(), T0 + 1200, lf, rid, fence2, "boom again", True, "lost"))
+    run = h.state.runs[rid]
+    assert run.state is RunState.FAILED and rid in h.state.dlq
+    assert [a.outcome for a in run.attempts] == ["failed", "lost"]
+    assert [a.fence for a in run.attempts] == [fence, fence2]
+
+
+def test_non_retryable_failure_goes_straight_to_the_dead_letter_queue() -> None:
+    h = Harness()
+    lf = h.claim()
+    h.submit()
+    rid = f"J1@{T0}"
+    fence = lease_one(h, lf, rid)
+    h.one(c.Fail(h.rid(), T0, lf, rid, fence, "bad input", False))
+    assert h.state.runs[rid].state is RunState.FAILED and len(h.state.runs[rid].attempts) == 1
+
+
+@pytest.mark.parametrize(
+    ("attempt", "rand", "jitter", "expected"),
+    [
+        (1, 0.0, False, 1000),
+        (2, 0.0, False, 2000),
+        (3, 0.9, False, 4000),
+        (30, 0.0, False, 600_000),  # capped at max
+        (1, 0.0, True, 500),  # equal jitter: between half and the full delay
+        (1, 1.0, True, 1000),
+        (2, 0.5, True, 1500),
+    ],
+)
+def test_backoff(attempt: int, rand: float, jitter: bool, expected: int) -> None:
+    spec = JobSpec(task="t", retry=RetryPolicy(initial_ms=1000, max_ms=600_000, multiplier=2, jitter=jitter))
+    assert backoff_ms(spec, attempt, rand) == expected
+
+
+def test_request_ids_are_deduplicated() -> None:
+    h = Harness()
+    cmd = c.Submit("same", T0, (("J1", JobSpec(task="t")),))
+    first = h.one(cmd)
+    again = h.one(c.Submit("same", T0, (("J2", JobSpec(task="t")),)))
+    assert again == first
+    assert list(h.state.jobs) == ["J1"]
+
+
+def test_idempotency_key_returns_the_existing_job() -> None:
+    h = Harness()
+    h.submit("J1", JobSpec(task="t", idempotency_key="k"))
+    res = h.submit("J2", JobSpec(task="t", idempotency_key="k"))
+    [(job, created)] = res.value
+    assert job.id == "J1" and not created and "J2" not in h.state.jobs
+
+
+def test_batch_submit_is_all_or_nothing() -> None:
+    h = Harness()
+    h.submit("J1")
+    res = h.one(c.Submit(h.rid(), T0, (("J2", JobSpec(task="t")), ("J1", JobSpec(task="t")))))
+    assert isinstance(res, Rejected) and res.code == "conflict" and res.field == "jobs[1].id"
+    assert "J2" not in h.state.jobs
+
+
+def test_cancel_stops_a_running_attempt() -> None:
+    h = Harness()
+    lf = h.claim()
+    h.submit()
+    rid = f"J1@{T0}"
+    fence = lease_one(h, lf, rid)
+    assert isinstance(h.one(c.CancelJob(h.rid(), T0, "J1")), Ok)
+    assert h.state.runs[rid].state is RunState.CANCELLED
+    assert ("stop", rid, fence) in h.events
+    late = h.one(c.Complete(h.rid(), T0, lf, rid, fence, None))
+    assert isinstance(late, Rejected)
+
+
+def test_cancel_unknown_job_is_not_found() -> None:
+    res = Harness().one(c.CancelJob("x", T0, "nope"))
+    assert isinstance(res, Rejected) and res.code == "not_found"
+
+
+@pytest.mark.parametrize(
+    "blob",
+    [b"", b"garbage", b"[]", b'{"v": 99, "c": []}', b'{"v": 1, "c": [1, {"t": "nope"}]}',
+     b'{"v": 1, "c": [{"t": "fire", "rid": "x"}]}', b'{"v": 1, "c": [{"t": "submit", "rid": "x", "now": 1, "jobs": [[1]]}]}'],
+)
+def test_garbage_entries_are_rejected_as_values(blob: bytes) -> None:
+    state = State()
+    results, events = apply_entry(state, blob, 5)
+    assert results and all(isinstance(r, Rejected) for r in results)
+    assert events == [] and state.jobs == {}
+
+
+def test_codec_round_trip() -> None:
+    cmds: list[c.Command] = [
+        c.Claim("a", T0, "n1", 3, "http://x"),
+        c.Submit("b", T0, (("J1", JobSpec(task="t", payload={"k": [1, 2]})),)),
+        c.Fire("c", T0, 7, ("J1@1",)),
+        c.Lease("d", T0, 7, (("J1@1", "w"),)),
+        c.Complete("e", T0, 7, "J1@1", 9, {"r": 1}),
+        c.Fail("f", T0, 7, "J1@1", 9, "err", False, "lost", 0.25),
+        c.CancelJob("g", T0, "J1"),
+        c.Barrier("h", T0),
+    ]
+    assert c.decode_entry(c.encode_entry(cmds)) == cmds
