@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 RUNTIME: web.AppKey[Runtime] = web.AppKey("runtime")
+TOKEN: web.RequestKey[auth.Token] = web.RequestKey("token", auth.Token)
 PREFIX = "/api/v1"
 PUBLIC_PATHS = frozenset({"/healthz", "/readyz"})
 WRITE_DEADLINE_S = 10.0
@@ -83,12 +84,12 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
         return await handler(request)
     rt = request.app[RUNTIME]
     token = rt.tokens.authenticate(request.headers.get("Authorization"))
-    request["token"] = token
+    request[TOKEN] = token
     return await handler(request)
 
 
 def require(request: web.Request, action: str) -> None:
-    auth.require(request["token"], action)
+    auth.require(request[TOKEN], action)
 
 
 async def read_json(request: web.Request) -> Any:

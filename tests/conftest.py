@@ -1,0 +1,95 @@
+"""Shared fixtures: free ports below 32768, in-process one-node clusters, HTTP clients."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import socket
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from schedd.auth import ensure_admin_token
+from schedd.config import load_config
+
+_used: set[int] = set()
+
+
+def free_port() -> int:
+    """A free TCP port below the ephemeral range (raft-notes #14)."""
+    for _ in range(200):
+        port = random.randrange(20000, 32000)
+        if port in _used or port + 1 in _used:
+            continue
+        try:
+            with socket.socket() as s1, socket.socket() as s2:
+                s1.bind(("127.0.0.1", port))
+                s2.bind(("127.0.0.1", port + 1))
+        except OSError:
+            continue
+        _used.update({port, port + 1})
+        return port
+    raise RuntimeError("no free port pair found")
+
+
+@dataclass
+class Node:
+    rt: Any
+    url: str
+    token: str
+    data_dir: Path
+
+    def headers(self, token: str | None = None) -> dict[str, str]:
+        return {"Authorization": f"Bearer {token or self.token}"}
+
+
+async def wait_for(predicate: Callable[[], Any], timeout: float = 10.0, interval: float = 0.02) -> Any:
+    """Poll ``predicate`` (sync or async) until it returns something truthy; fail on timeout."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        value = predicate()
+        if asyncio.iscoroutine(value):
+            value = await value
+        if value:
+            return value
+        if loop.time() > deadline:
+            raise AssertionError(f"condition not met within {timeout}s")
+        await asyncio.sleep(interval)
+
+
+async def start_node(tmp: Path, **scheduler: Any) -> Node:
+    from schedd.runtime import Runtime
+
+    port = free_port()
+    overrides: dict[str, object] = {
+        "node.data_dir": str(tmp),
+        "http.listen": f"127.0.0.1:{port}",
+        "raft.listen": f"127.0.0.1:{port + 1}",
+    }
+    overrides.update({f"scheduler.{k}": v for k, v in scheduler.items()})
+    cfg = load_config(None, env={}, overrides=overrides)
+    token, _ = ensure_admin_token(cfg.tokens_path)
+    rt = Runtime(cfg)
+    await rt.start()
+    await wait_for(lambda: rt.leader is not None and rt.leader.ready.is_set(), timeout=15)
+    return Node(rt, f"http://127.0.0.1:{port}", token, tmp)
+
+
+@pytest.fixture
+async def node(tmp_path: Path) -> AsyncIterator[Node]:
+    n = await start_node(tmp_path / "n1")
+    try:
+        yield n
+    finally:
+        await n.rt.stop()
+
+
+@pytest.fixture
+async def http() -> AsyncIterator[aiohttp.ClientSession]:
+    async with aiohttp.ClientSession() as session:
+        yield session
