@@ -1,0 +1,305 @@
+"""The HTTP client behind ``schedctl``: standard library only, one request at a time.
+
+It tries the servers in order.  A server that cannot be reached (refused, timed out, name not
+resolved) is skipped; one that answers 503 with ``Retry-After`` is retried a few times within a
+shared budget of about ten seconds, then skipped.  When no server gives a real answer the
+request fails with :class:`Unreachable` (exit code 4), naming every server and what went wrong.
+
+A request that is not safe to repeat (a ``POST`` without an idempotency key) is never sent to a
+second server once the first may have received it: a timeout after sending means the outcome is
+unknown, and the error says so instead of risking a duplicate.
+"""
+
+from __future__ import annotations
+
+import http.client
+import socket
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from email.utils import parsedate_to_datetime
+from typing import Any
+from urllib.parse import quote, urlencode, urlsplit
+
+import orjson
+
+DEFAULT_SERVER = "http://127.0.0.1:7700"
+DEFAULT_PORT = 7700
+RETRY_BUDGET = 10.0  # seconds spent waiting on 503s, over all servers
+MAX_RETRIES = 3  # retries of one server after a 503, before moving on
+BACKOFF = 0.1  # first wait when Retry-After says 0
+_FAILOVER_STATUS = frozenset({502, 503, 504})
+_USER_AGENT = "schedctl"
+
+
+class CliError(Exception):
+    """An error ``schedctl`` reports on stderr and turns into an exit code."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, exit_code: int | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        if exit_code is not None:
+            self.exit_code = exit_code
+
+
+class UsageError(CliError):
+    """The command line is wrong (exit 2)."""
+
+    exit_code = 2
+
+
+class Unreachable(CliError):
+    """No server gave an answer (exit 4)."""
+
+    exit_code = 4
+
+
+@dataclass(frozen=True)
+class Server:
+    scheme: str
+    host: str
+    port: int
+    base_path: str
+    url: str  # as shown in messages
+
+    @property
+    def is_loopback(self) -> bool:
+        if self.host == "localhost":
+            return True
+        import ipaddress
+
+        try:
+            return ipaddress.ip_address(self.host).is_loopback
+        except ValueError:
+            return False
+
+
+def parse_server(text: str) -> Server:
+    """``http://host:port``, ``https://host``, or a bare ``host:port`` (then http on 7700)."""
+    raw = text.strip()
+    expected = f"--server: expected a URL like {DEFAULT_SERVER}, got {text!r}"
+    if not raw:
+        raise UsageError(expected)
+    if "://" not in raw:
+        raw = "http://" + raw
+    try:
+        parts = urlsplit(raw)
+        port = parts.port
+    except ValueError:
+        raise UsageError(expected) from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise UsageError(expected)
+    if port is None:
+        port = DEFAULT_PORT if "://" not in text else (443 if parts.scheme == "https" else 80)
+    host = parts.hostname
+    shown_host = f"[{host}]" if ":" in host else host
+    base = parts.path.rstrip("/")
+    return Server(parts.scheme, host, port, base, f"{parts.scheme}://{shown_host}:{port}{base}")
+
+
+@dataclass(frozen=True)
+class Response:
+    server: Server
+    status: int
+    reason: str
+    headers: Mapping[str, str]  # lower-cased names
+    body: bytes
+
+    def json(self) -> Any:
+        try:
+            return orjson.loads(self.body)
+        except orjson.JSONDecodeError:
+            raise CliError(
+                f"{self.server.url}: the server answered {self.status} with a body that is not "
+                f"JSON; is this a schedd server?"
+            ) from None
+
+    @property
+    def retry_after(self) -> float | None:
+        return parse_retry_after(self.headers.get("retry-after"))
+
+
+def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
+    """Seconds from a ``Retry-After`` header (delta-seconds or an HTTP date)."""
+    if value is None:
+        return None
+    value = value.strip()
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - (time.time() if now is None else now))
+
+
+@dataclass
+class _Failure:
+    server: Server
+    problem: str
+    connect: bool  # could not connect at all (as opposed to an unusable answer)
+
+
+class _NotSent(Exception):
+    pass
+
+
+class _MaybeSent(Exception):
+    pass
+
+
+def _describe(exc: BaseException, timeout: float, host: str) -> str:
+    if isinstance(exc, ConnectionRefusedError):
+        return "connection refused"
+    if isinstance(exc, TimeoutError | socket.timeout):
+        return f"timed out after {timeout:g}s"
+    if isinstance(exc, socket.gaierror):
+        return f"cannot resolve host {host!r}"
+    if isinstance(exc, http.client.RemoteDisconnected):
+        return "closed the connection without answering"
+    if isinstance(exc, ConnectionResetError):
+        return "connection reset"
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror.lower()
+    return str(exc) or type(exc).__name__
+
+
+@dataclass
+class Client:
+    servers: Sequence[Server]
+    token: str | None = None
+    timeout: float = 10.0
+    retry_budget: float = RETRY_BUDGET
+    max_retries: int = MAX_RETRIES
+    sleep: Callable[[float], None] = time.sleep
+    clock: Callable[[], float] = time.monotonic
+    _preferred: int = field(default=0, repr=False)
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Sequence[tuple[str, str]] = (),
+        body: bytes | None = None,
+        idempotent: bool = True,
+    ) -> Response:
+        """The first real answer from a server, whatever its status (except 502/503/504)."""
+        target = path + (("?" + urlencode(list(query))) if query else "")
+        headers = {"Accept": "application/json", "User-Agent": _USER_AGENT}
+        if body is not None:
+            headers["Content-Type"] = "application/json"
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
+        deadline = self.clock() + self.retry_budget
+        failures: list[_Failure] = []
+        order = list(self.servers[self._preferred :]) + list(self.servers[: self._preferred])
+        for server in order:
+            resp = self._try_server(
+                server, method, target, body, headers, deadline, idempotent, failures
+            )
+            if resp is not None:
+                # later requests (e.g. the pages of `list --all`) start with the server that answered
+                self._preferred = list(self.servers).index(server)
+                return resp
+        raise Unreachable(_unreachable_message(failures))
+
+    def _try_server(
+        self,
+        server: Server,
+        method: str,
+        target: str,
+        body: bytes | None,
+        headers: dict[str, str],
+        deadline: float,
+        idempotent: bool,
+        failures: list[_Failure],
+    ) -> Response | None:
+        for retry in range(self.max_retries + 1):
+            try:
+                resp = self._send(server, method, server.base_path + target, body, headers)
+            except _NotSent as exc:
+                failures.append(_Failure(server, str(exc), connect=True))
+                return None
+            except _MaybeSent as exc:
+                if not idempotent:
+                    raise Unreachable(
+                        f"{server.url}: {exc} after the request was sent, so it may or may not "
+                        f"have been applied; check with `schedctl list` before repeating it "
+                        f"(pass --idempotency-key to make repeating it safe)"
+                    ) from None
+                failures.append(_Failure(server, str(exc), connect=True))
+                return None
+            if resp.status not in _FAILOVER_STATUS:
+                return resp
+            wait = resp.retry_after
+            failures.append(_Failure(server, _status_problem(resp, retry), connect=False))
+            if resp.status != 503 or wait is None or retry == self.max_retries:
+                return None
+            wait = max(wait, BACKOFF * 2**retry)
+            if self.clock() + wait > deadline:
+                return None
+            self.sleep(wait)
+            failures.pop()
+        return None
+
+    def _send(
+        self, server: Server, method: str, target: str, body: bytes | None, headers: dict[str, str]
+    ) -> Response:
+        conn: http.client.HTTPConnection
+        if server.scheme == "https":
+            conn = http.client.HTTPSConnection(server.host, server.port, timeout=self.timeout)
+        else:
+            conn = http.client.HTTPConnection(server.host, server.port, timeout=self.timeout)
+        try:
+            try:
+                conn.connect()
+            except OSError as exc:
+                raise _NotSent(_describe(exc, self.timeout, server.host)) from None
+            try:
+                conn.request(method, target, body=body, headers=headers)
+                resp = conn.getresponse()
+                data = resp.read()
+            except (OSError, http.client.HTTPException) as exc:
+                raise _MaybeSent(_describe(exc, self.timeout, server.host)) from None
+            names = {k.lower(): v for k, v in resp.getheaders()}
+            return Response(server, resp.status, resp.reason, names, data)
+        finally:
+            conn.close()
+
+
+def _status_problem(resp: Response, retry: int) -> str:
+    text = f"{resp.status} {resp.reason}".strip()
+    try:
+        err = orjson.loads(resp.body).get("error")
+        text = f"{err['code']}: {err['message']}"
+    except (orjson.JSONDecodeError, AttributeError, TypeError, KeyError):
+        pass
+    if retry:
+        text += f" (still after {retry} {'retry' if retry == 1 else 'retries'})"
+    return text
+
+
+def _unreachable_message(failures: list[_Failure]) -> str:
+    from schedd.cli.render import clean
+
+    if failures and all(f.connect for f in failures):
+        where = ", ".join(f"{f.server.url} ({f.problem})" for f in failures)
+        prefix = "cannot reach " if len(failures) == 1 else "cannot reach any server: "
+        return (
+            f"{prefix}{clean(where)}; is schedd running? start one with `schedd` or pass --server"
+        )
+    where = "; ".join(f"{f.server.url}: {f.problem}" for f in failures)
+    return (
+        f"cluster unavailable: {clean(where)}; the cluster may have no leader or no quorum yet: "
+        f"check the nodes with `schedctl cluster` or their logs, and try again"
+    )
+
+
+def job_path(job_id: str, suffix: str = "") -> str:
+    """``/api/v1/jobs/<id><suffix>`` with the (opaque) id escaped."""
+    return f"/api/v1/jobs/{quote(job_id, safe='')}{suffix}"
