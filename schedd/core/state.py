@@ -302,7 +302,8 @@ def _complete(state: State, cmd: c.Complete, events: list[LeaderEvent]) -> Resul
         return run
     attempts = _end_attempt(run, cmd.now, AttemptOutcome.SUCCEEDED, None)
     state.runs[run.id] = replace(
-        run, state=RunState.SUCCEEDED, updated_ms=cmd.now, attempts=attempts, result=cmd.result
+        run, state=RunState.SUCCEEDED, updated_ms=cmd.now, attempts=attempts, result=cmd.result,
+        error=None,
     )
     _finish_job(state, run.job_id, cmd.now)
     events.append(("gone", run.id))

@@ -1,0 +1,22 @@
+"""Tasks for the acceptance tests' real ``schedd-worker`` (``--import tests.acceptance.tasks``).
+
+``acc.record`` appends one line per execution (run id, fence, attempt) to the file named by
+``SCHEDD_TEST_RECORD``, so the test can see every execution the worker made.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from typing import Any
+
+from schedd.worker import Context, task
+
+
+@task("acc.record")
+async def record(ctx: Context, payload: Any) -> dict[str, Any]:
+    await asyncio.sleep(float((payload or {}).get("sleep", 0.05)))
+    path = os.environ["SCHEDD_TEST_RECORD"]
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write(f"{ctx.run_id} {ctx.fence} {ctx.attempt}\n")
+    return {"run_id": ctx.run_id, "attempt": ctx.attempt}
