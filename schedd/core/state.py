@@ -27,6 +27,7 @@ from schedd.core.model import (
 )
 
 DEDUP_WINDOW_MS = 15 * 60_000
+STALE_LEADER = "stale_leader"  # a leader command from a deposed leader (internal, never on the API)
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,7 +133,7 @@ def _dispatch(state: State, cmd: c.Command, index: int, events: list[LeaderEvent
         return Ok(index)
     if isinstance(cmd, c.Claim):
         if cmd.term < state.leader_term:
-            return Rejected("stale_fence", f"claim for term {cmd.term} after term {state.leader_term}")
+            return Rejected(STALE_LEADER, f"claim for term {cmd.term} after term {state.leader_term}")
         state.leader_fence, state.leader_node = index, cmd.node
         state.leader_http, state.leader_term = cmd.http, cmd.term
         return Ok(index)
@@ -143,7 +144,7 @@ def _dispatch(state: State, cmd: c.Command, index: int, events: list[LeaderEvent
     # Everything below is a leader command: fenced.
     if cmd.lf != state.leader_fence:
         return Rejected(
-            "stale_fence",
+            STALE_LEADER,
             f"leader fence {cmd.lf} is not the current leader fence {state.leader_fence}",
         )
     if isinstance(cmd, c.Fire):

@@ -20,7 +20,7 @@ from schedd import clock
 from schedd.core import commands as c
 from schedd.core.durations import format_time
 from schedd.core.model import Attempt, Priority, RunState
-from schedd.core.state import LeaderEvent, Ok, Rejected, Result
+from schedd.core.state import STALE_LEADER, LeaderEvent, Ok, Rejected, Result
 from schedd.core.wheel import TimingWheel
 from schedd.errors import SchedError
 from schedd.leader.workers import LeaseInfo, WorkerConn
@@ -61,6 +61,7 @@ class Leader:
         self._rebuilt_at = -1
         self._wake = asyncio.Event()
         self._firing: set[str] = set()
+        self._rr = 0
 
     # -- establish leadership --------------------------------------------------------------
     async def run(self) -> None:
@@ -196,7 +197,7 @@ class Leader:
         self._wake.set()
 
     def _deposed(self, res: Result) -> bool:
-        if isinstance(res, Rejected) and res.code == "stale_fence":
+        if isinstance(res, Rejected) and res.code == STALE_LEADER:
             log_event(log, "leader.deposed", level=logging.WARNING, reason=res.message)
             self.on_deposed()
             return True
@@ -204,7 +205,11 @@ class Leader:
 
     def _dispatch(self, now: int) -> None:
         grants: list[tuple[str, str]] = []
-        for conn in self.workers.values():
+        conns = list(self.workers.values())
+        if len(conns) > 1:  # rotate, so the first-connected worker is not always served first
+            self._rr = (self._rr + 1) % len(conns)
+            conns = conns[self._rr:] + conns[: self._rr]
+        for conn in conns:
             room = conn.free
             while room > 0:
                 run_id = self._pop_ready(conn.queues)

@@ -115,7 +115,7 @@ def test_commands_from_a_deposed_leader_are_rejected() -> None:
     new = h.claim("n2", 2)
     assert new > old
     res = h.one(c.Fire(h.rid(), T0, old, (f"J1@{T0}",)))
-    assert isinstance(res, Rejected) and res.code == "stale_fence"
+    assert isinstance(res, Rejected) and res.code == "stale_leader"
     assert h.state.runs[f"J1@{T0}"].state is RunState.SCHEDULED
     assert isinstance(h.one(c.Fire(h.rid(), T0, new, (f"J1@{T0}",))), Ok)
 

@@ -1,0 +1,181 @@
+"""The worker websocket protocol against a real one-node cluster, spoken frame by frame."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+import orjson
+import pytest
+
+from schedd.protocol import messages as m
+from tests.conftest import Node, start_node, wait_for
+
+API = "/api/v1"
+
+
+class RawWorker:
+    def __init__(self, ws: aiohttp.ClientWebSocketResponse) -> None:
+        self.ws = ws
+
+    async def send(self, msg: m.Message) -> None:
+        await self.ws.send_str(m.encode(msg))
+
+    async def recv(self, timeout: float = 10.0) -> m.Message:
+        frame = await self.ws.receive(timeout=timeout)
+        assert frame.type is aiohttp.WSMsgType.TEXT, frame
+        return m.decode(frame.data)
+
+    async def expect(self, kind: type[Any], timeout: float = 10.0) -> Any:
+        while True:
+            msg = await self.recv(timeout)
+            if isinstance(msg, kind):
+                return msg
+
+
+async def connect(http: aiohttp.ClientSession, node: Node, worker_id: str, capacity: int = 1,
+                  resume: tuple[m.LeaseRef, ...] = ()) -> RawWorker:
+    ws = await http.ws_connect(node.url + API + "/workers/connect", headers=node.headers())
+    w = RawWorker(ws)
+    await w.send(m.Hello(worker_id=worker_id, queues=("default",), capacity=capacity, resume=resume))
+    welcome = await w.expect(m.Welcome)
+    assert welcome.node_id == "n1"
+    return w
+
+
+async def submit(http: aiohttp.ClientSession, node: Node, body: dict[str, Any]) -> dict[str, Any]:
+    async with http.post(node.url + API + "/jobs", data=orjson.dumps(body), headers=node.headers()) as r:
+        assert r.status == 201, await r.text()
+        job: dict[str, Any] = await r.json()
+        return job
+
+
+async def runs(http: aiohttp.ClientSession, node: Node, job_id: str) -> list[dict[str, Any]]:
+    async with http.get(node.url + API + f"/jobs/{job_id}/runs", headers=node.headers()) as r:
+        out: list[dict[str, Any]] = (await r.json())["runs"]
+        return out
+
+
+@pytest.fixture
+async def fast_node(tmp_path: Any) -> AsyncIterator[Node]:
+    n = await start_node(tmp_path / "n1", heartbeat_interval="0.2s", heartbeat_timeout="1s")
+    try:
+        yield n
+    finally:
+        await n.rt.stop()
+
+
+async def test_lease_complete_ack(node: Node, http: aiohttp.ClientSession) -> None:
+    w = await connect(http, node, "w1")
+    job = await submit(http, node, {"task": "t", "payload": {"a": 1}, "idempotency_key": "k1"})
+    lease = await w.expect(m.Lease)
+    assert (lease.job_id, lease.task, lease.payload, lease.attempt) == (job["id"], "t", {"a": 1}, 1)
+    assert lease.idempotency_key == "k1" and lease.fence > 0
+    await w.send(m.Complete(run_id=lease.run_id, fence=lease.fence, result={"ok": 1}))
+    ack = await w.expect(m.Ack)
+    assert ack.run_id == lease.run_id and ack.accepted
+    [run] = await runs(http, node, job["id"])
+    assert run["state"] == "succeeded" and run["result"] == {"ok": 1}
+    assert run["attempts"][0]["fence"] == lease.fence and run["attempts"][0]["worker_id"] == "w1"
+    await w.ws.close()
+
+
+async def test_pull_never_exceeds_capacity(node: Node, http: aiohttp.ClientSession) -> None:
+    w = await connect(http, node, "w1", capacity=2)
+    for _ in range(5):
+        await submit(http, node, {"task": "t"})
+    first = [await w.expect(m.Lease), await w.expect(m.Lease)]
+    with pytest.raises(asyncio.TimeoutError):
+        await w.expect(m.Lease, timeout=0.5)
+    await w.send(m.Complete(run_id=first[0].run_id, fence=first[0].fence))
+    await w.expect(m.Ack)
+    third = await w.expect(m.Lease)
+    assert third.run_id not in {x.run_id for x in first}
+    await w.ws.close()
+
+
+async def test_stale_worker_result_is_refused_after_its_lease_is_lost(
+    fast_node: Node, http: aiohttp.ClientSession
+) -> None:
+    node = fast_node
+    stale = await connect(http, node, "stale")
+    job = await submit(http, node, {"task": "t", "heartbeat_timeout": "1s",
+                                    "retry": {"initial": "0.05s", "jitter": False}})
+    old = await stale.expect(m.Lease)
+    await stale.send(m.Drain())  # takes nothing new, and never heartbeats: its lease is lost
+    await wait_for(lambda: _state_is(http, node, job["id"], {"retrying", "queued"}), timeout=10)
+    fresh = await connect(http, node, "fresh")
+    new = await fresh.expect(m.Lease)
+    assert new.run_id == old.run_id and new.fence > old.fence and new.attempt == 2
+    await stale.send(m.Complete(run_id=old.run_id, fence=old.fence, result="stale"))
+    refused = await stale.expect(m.Ack)
+    assert not refused.accepted and "fence" in (refused.reason or "")
+    await fresh.send(m.Complete(run_id=new.run_id, fence=new.fence, result="fresh"))
+    assert (await fresh.expect(m.Ack)).accepted
+    [run] = await runs(http, node, job["id"])
+    assert run["result"] == "fresh"
+    assert [a["outcome"] for a in run["attempts"]] == ["lost", "succeeded"]
+    for w in (stale, fresh):
+        await w.ws.close()
+
+
+async def _state_is(http: aiohttp.ClientSession, node: Node, job_id: str, states: set[str]) -> bool:
+    return (await runs(http, node, job_id))[0]["state"] in states
+
+
+async def test_heartbeats_keep_a_lease_alive(fast_node: Node, http: aiohttp.ClientSession) -> None:
+    node = fast_node
+    w = await connect(http, node, "w1")
+    job = await submit(http, node, {"task": "t", "heartbeat_timeout": "1s"})
+    lease = await w.expect(m.Lease)
+    for _ in range(12):  # 2.4 s of heartbeats: more than twice the timeout
+        await w.send(m.Heartbeat(leases=(m.LeaseRef(run_id=lease.run_id, fence=lease.fence),)))
+        await asyncio.sleep(0.2)
+    assert await _state_is(http, node, job["id"], {"running"})
+    await w.send(m.Fail(run_id=lease.run_id, fence=lease.fence, error="nope", retryable=False))
+    assert (await w.expect(m.Ack)).accepted
+    [run] = await runs(http, node, job["id"])
+    assert run["state"] == "failed" and run["error"] == "nope"
+    async with http.get(node.url + API + "/dlq", headers=node.headers()) as r:
+        assert [x["id"] for x in (await r.json())["runs"]] == [run["id"]]
+    await w.ws.close()
+
+
+async def test_reconnecting_worker_resumes_its_lease(node: Node, http: aiohttp.ClientSession) -> None:
+    w = await connect(http, node, "w1")
+    job = await submit(http, node, {"task": "t"})
+    lease = await w.expect(m.Lease)
+    await w.ws.close()
+    again = await connect(http, node, "w1", resume=(m.LeaseRef(run_id=lease.run_id, fence=lease.fence),))
+    await again.send(m.Complete(run_id=lease.run_id, fence=lease.fence))
+    assert (await again.expect(m.Ack)).accepted
+    [run] = await runs(http, node, job["id"])
+    assert len(run["attempts"]) == 1 and run["state"] == "succeeded"
+    # Resuming a lease that does not exist is answered with cancel.
+    bogus = await connect(http, node, "w2", resume=(m.LeaseRef(run_id="nope@1", fence=3),))
+    cancel = await bogus.expect(m.Cancel)
+    assert cancel.run_id == "nope@1"
+    for x in (again, bogus):
+        await x.ws.close()
+
+
+async def test_bad_frames_get_an_error_not_a_disconnect(node: Node, http: aiohttp.ClientSession) -> None:
+    w = await connect(http, node, "w1")
+    await w.ws.send_str("{not json")
+    err = await w.expect(m.Error)
+    assert err.code == "invalid_argument"
+    await w.ws.send_str('{"type": "heartbeat", "leases": [{"run_id": 5}]}')
+    err = await w.expect(m.Error)
+    assert "run_id" in err.message
+    await w.send(m.Heartbeat(leases=()))  # still connected and served
+    await submit(http, node, {"task": "t"})
+    assert isinstance(await w.expect(m.Lease), m.Lease)
+    await w.ws.close()
+
+
+async def test_worker_needs_the_worker_role(node: Node, http: aiohttp.ClientSession) -> None:
+    with pytest.raises(aiohttp.WSServerHandshakeError) as exc:
+        await http.ws_connect(node.url + API + "/workers/connect")
+    assert exc.value.status == 401
