@@ -1,0 +1,19 @@
+"""The schedd worker SDK.
+
+```python
+from schedd.worker import Worker
+
+worker = Worker(["http://10.0.0.1:7700"], token="...", queues=["default"], concurrency=8)
+
+@worker.task("reports.generate")
+async def generate(ctx, payload):
+    ...
+
+worker.run()
+```
+"""
+
+from schedd.worker.client import Worker
+from schedd.worker.registry import Context, NonRetryable, Registry, default_registry, task
+
+__all__ = ["Context", "NonRetryable", "Registry", "Worker", "default_registry", "task"]

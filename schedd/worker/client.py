@@ -1,0 +1,692 @@
+"""The worker: one websocket to the leader, leases in, results out, failover without re-runs.
+
+A lease is *held* from the moment it arrives until the server acks its result (or cancels it).
+Held leases are listed in every ``hello.resume`` and every heartbeat; a result whose ack never
+came is sent again, with the same fence, after the next ``welcome``.  So a worker that loses its
+socket keeps its handlers running, reconnects (the same server first, then the others, or the
+leader a follower points to) and nothing it finished is run again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import logging
+import os
+import random
+import secrets
+import signal
+import socket
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+import orjson
+
+from schedd.core.durations import parse_time
+from schedd.errors import InvalidArgument
+from schedd.protocol.messages import (
+    MAX_CAPACITY,
+    MAX_FRAME_BYTES,
+    Ack,
+    Cancel,
+    Complete,
+    Drain,
+    Error,
+    Fail,
+    Heartbeat,
+    Hello,
+    Lease,
+    LeaseRef,
+    Message,
+    ProtocolError,
+    Redirect,
+    Welcome,
+    decode,
+    encode,
+)
+from schedd.worker.builtins import SHELL_DISABLED, TaskFailed, builtin_handlers
+from schedd.worker.registry import (
+    Context,
+    H,
+    Handler,
+    NonRetryable,
+    Registry,
+    default_registry,
+    is_async,
+)
+
+log = logging.getLogger(__name__)
+
+CONNECT_PATH = "/api/v1/workers/connect"
+BACKOFF_MIN = 0.1
+BACKOFF_MAX = 2.0
+HANDSHAKE_TIMEOUT = 10.0  # from the upgrade to welcome / redirect
+WS_PING = 15.0  # websocket-level ping: notices a dead peer between protocol frames
+MAX_REDIRECTS = 5  # in a row, before backing off
+STABLE_SESSION = 5.0  # seconds welcomed before a drop stops counting as a failure
+ERROR_LIMIT = 8192  # characters of an error message sent to the server
+MAX_RESULT_BYTES = MAX_FRAME_BYTES - 4096
+TIMEOUT_ERROR = "timeout"
+SHUTDOWN_ERROR = "worker shut down before the task finished"
+
+WebSocket = aiohttp.ClientWebSocketResponse
+
+
+def backoff_delay(failures: int, rand: float) -> float:
+    """Seconds to wait after ``failures`` (≥ 1) failed attempts in a row: 0.1 s doubling to 2 s,
+    with "equal jitter" (``rand`` in [0, 1) picks a point in the upper half of the step)."""
+    base = min(BACKOFF_MAX, BACKOFF_MIN * 2.0 ** max(0, min(failures - 1, 16)))
+    return base * (0.5 + rand / 2)
+
+
+def normalise_server(url: str) -> str:
+    """``10.0.0.1:7700`` → ``http://10.0.0.1:7700``; trailing slashes dropped."""
+    text = url.strip().rstrip("/")
+    if "://" not in text:
+        text = "http://" + text
+    if not text.startswith(("http://", "https://", "ws://", "wss://")) or text.endswith("://"):
+        raise ValueError(f"server: expected an http(s) URL like http://10.0.0.1:7700, got {url!r}")
+    return text
+
+
+def describe(exc: BaseException) -> str:
+    """``"Type: message"`` (or just ``"Type"``), bounded."""
+    text = str(exc)
+    out = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    return out if len(out) <= ERROR_LIMIT else out[: ERROR_LIMIT - 3] + "..."
+
+
+@dataclass(eq=False)
+class _Held:
+    lease: Lease
+    ctx: Context
+    task: asyncio.Task[None] | None = None
+    outcome: Complete | Fail | None = None  # finished, waiting for the server's ack
+    sent: bool = False  # outcome sent on the current connection
+
+
+@dataclass(frozen=True)
+class _End:
+    """How one connection ended."""
+
+    kind: str  # "failed" (never welcomed) | "dropped" (after welcome) | "redirect"
+    welcomed: bool = False
+    leader: str | None = None
+
+
+class Worker:
+    """A schedd worker.  See the module docstring and ``contract.md`` (Worker protocol)."""
+
+    def __init__(
+        self,
+        servers: Sequence[str] | str,
+        token: str | None = None,
+        queues: Sequence[str] = ("default",),
+        concurrency: int = 8,
+        worker_id: str | None = None,
+        registry: Registry | None = None,
+        allow_shell: bool = False,
+        drain_timeout: float = 30.0,
+    ) -> None:
+        raw = [servers] if isinstance(servers, str) else list(servers)
+        self.servers = [normalise_server(s) for s in raw if s.strip()]
+        if not self.servers:
+            raise ValueError("servers: expected at least one server URL")
+        if isinstance(queues, str):
+            queues = [queues]
+        self.queues = tuple(queues)
+        if not self.queues or not all(isinstance(q, str) and q for q in self.queues):
+            raise ValueError(f"queues: expected a non-empty list of queue names, got {queues!r}")
+        if (
+            isinstance(concurrency, bool)
+            or not isinstance(concurrency, int)
+            or not 1 <= concurrency <= MAX_CAPACITY
+        ):
+            raise ValueError(f"concurrency: expected 1..{MAX_CAPACITY}, got {concurrency!r}")
+        self.concurrency = concurrency
+        self.token = token
+        self.worker_id = worker_id or (
+            f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
+        )
+        self.registry = default_registry if registry is None else registry
+        self.allow_shell = allow_shell
+        self.drain_timeout = drain_timeout
+        self._builtins = builtin_handlers(allow_shell)
+        self._held: dict[str, _Held] = {}
+        self._ws: WebSocket[bool] | None = None  # set between welcome and the socket's end
+        self._send_lock = asyncio.Lock()
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._draining = False
+        self._failures = 0  # connection attempts in a row that did not reach welcome
+        self.node_id: str | None = None  # the node that welcomed us last
+
+    # -- registration ----------------------------------------------------------------------
+
+    def task(self, name: str) -> Callable[[H], H]:
+        """Decorator: register a handler on this worker's registry."""
+        return self.registry.task(name)
+
+    def handler_for(self, name: str) -> Handler | None:
+        return self.registry.get(name) or self._builtins.get(name)
+
+    # -- introspection ---------------------------------------------------------------------
+
+    @property
+    def connected(self) -> bool:
+        """True while welcomed on a live socket."""
+        return self._ws is not None and not self._ws.closed
+
+    @property
+    def leases(self) -> tuple[LeaseRef, ...]:
+        """Every lease held: running, or finished with the result not yet acked."""
+        refs = []
+        for h in self._held.values():
+            progress = h.ctx.progress
+            if progress is not None:
+                try:
+                    orjson.dumps(progress)
+                except TypeError:
+                    progress = None
+            refs.append(LeaseRef(h.lease.run_id, h.lease.fence, progress))
+        return tuple(refs)
+
+    # -- running ---------------------------------------------------------------------------
+
+    def run(self) -> None:
+        """Serve until SIGINT/SIGTERM, then drain and return.  A second signal exits at once."""
+        factory: Callable[[], asyncio.AbstractEventLoop] | None = None
+        try:
+            import uvloop
+
+            factory = uvloop.new_event_loop
+        except ImportError:  # pragma: no cover - uvloop is a dependency where it builds
+            pass
+        with asyncio.Runner(loop_factory=factory) as runner:
+            runner.run(self._serve_until_signal())
+
+    async def _serve_until_signal(self) -> None:
+        loop = asyncio.get_running_loop()
+        stop = asyncio.Event()
+        main = asyncio.current_task()
+        installed = []
+
+        def on_signal(name: str) -> None:
+            if stop.is_set():
+                log.warning("worker.signal signal=%s second signal: exiting now", name)
+                if main is not None:
+                    main.cancel()
+            else:
+                log.info("worker.signal signal=%s draining (again to exit at once)", name)
+                stop.set()
+
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                loop.add_signal_handler(sig, on_signal, sig.name)
+                installed.append(sig)
+        try:
+            await self.serve(stop)
+        except asyncio.CancelledError:
+            if not stop.is_set():
+                raise
+        finally:
+            for sig in installed:
+                loop.remove_signal_handler(sig)
+
+    async def serve(self, stop: asyncio.Event | None = None) -> None:
+        """Connect and work until ``stop`` is set, then drain: send ``drain``, take no new
+        leases, wait up to ``drain_timeout`` for running handlers, hand back what is still
+        running (``fail``, retryable) and wait briefly for the acks."""
+        stop = stop or asyncio.Event()
+        self._draining = False
+        self._send_lock = asyncio.Lock()  # bound to this loop
+        self._idle = asyncio.Event()
+        if not self._held:
+            self._idle.set()
+        log.info(
+            "worker.start worker_id=%s servers=%s queues=%s concurrency=%d tasks=%s",
+            self.worker_id,
+            ",".join(self.servers),
+            ",".join(self.queues),
+            self.concurrency,
+            ",".join(sorted({*self.registry.names(), *self._builtins})),
+        )
+        timeout = aiohttp.ClientTimeout(
+            total=None, connect=HANDSHAKE_TIMEOUT, sock_connect=HANDSHAKE_TIMEOUT
+        )
+        async with aiohttp.ClientSession(timeout=timeout) as session:
+            conn = asyncio.create_task(self._connect_loop(session), name="schedd-worker-conn")
+            stopped = asyncio.create_task(stop.wait())
+            try:
+                await asyncio.wait({conn, stopped}, return_when=asyncio.FIRST_COMPLETED)
+                if conn.done():
+                    conn.result()  # an unexpected error: let it out
+                await self._drain()
+            finally:
+                stopped.cancel()
+                conn.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await conn
+                await self._abort_all()
+                ws, self._ws = self._ws, None
+                if ws is not None:
+                    await ws.close()
+        log.info("worker.stopped worker_id=%s", self.worker_id)
+
+    async def _drain(self) -> None:
+        self._draining = True
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.drain_timeout
+        log.info("worker.drain held=%d timeout=%gs", len(self._held), self.drain_timeout)
+        await self._send(Drain())
+        running = [h.task for h in self._held.values() if h.task is not None and not h.task.done()]
+        if running:
+            await asyncio.wait(running, timeout=self.drain_timeout)
+        for held in list(self._held.values()):
+            if held.outcome is None:
+                log.warning(
+                    "worker.drain_timeout run_id=%s returned to the server", held.lease.run_id
+                )
+                self._abandon(held)
+                held.outcome = Fail(held.lease.run_id, held.lease.fence, SHUTDOWN_ERROR, True)
+        for held in list(self._held.values()):
+            if not held.sent:
+                await self._send_outcome(held)
+        if self._held:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._idle.wait(), max(1.0, deadline - loop.time()))
+        if self._held:
+            log.warning("worker.drain_unacked run_ids=%s", ",".join(self._held))
+
+    async def _abort_all(self) -> None:
+        tasks = []
+        for held in list(self._held.values()):
+            self._abandon(held)
+            if held.task is not None:
+                tasks.append(held.task)
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+        self._held.clear()
+        self._idle.set()
+
+    # -- connection ------------------------------------------------------------------------
+
+    async def _connect_loop(self, session: aiohttp.ClientSession) -> None:
+        target = self.servers[0]
+        failures = 0
+        redirects = 0
+        loop = asyncio.get_running_loop()
+        while True:
+            began = loop.time()
+            end = await self._session(session, target)
+            if end.welcomed and loop.time() - began >= STABLE_SESSION:
+                failures = self._failures = 0
+            leader = None
+            with contextlib.suppress(ValueError):
+                leader = normalise_server(end.leader) if end.leader else None
+            if end.kind == "redirect" and leader and leader != target and redirects < MAX_REDIRECTS:
+                log.info("worker.redirect from=%s to=%s", target, leader)
+                target, redirects = leader, redirects + 1
+                continue
+            redirects = 0
+            if end.kind == "redirect":
+                log.info(
+                    "worker.no_leader server=%s leader=%s: trying the others",
+                    target,
+                    leader or "unknown",
+                )
+            failures += 1
+            self._failures = failures
+            delay = backoff_delay(failures, random.random())
+            if end.kind != "dropped":  # after a drop: the same server first
+                target = self._next_server(target)
+            log.debug("worker.reconnect target=%s in=%.2fs", target, delay)
+            await asyncio.sleep(delay)
+
+    def _loud(self) -> bool:
+        """Log connection trouble for the first attempts of a streak and now and then after."""
+        return self._failures < 3 or self._failures % 30 == 0
+
+    def _next_server(self, current: str) -> str:
+        if current in self.servers:
+            return self.servers[(self.servers.index(current) + 1) % len(self.servers)]
+        return self.servers[0]
+
+    async def _session(self, session: aiohttp.ClientSession, target: str) -> _End:
+        url = target + CONNECT_PATH
+        headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
+        try:
+            async with session.ws_connect(
+                url, headers=headers, heartbeat=WS_PING, max_msg_size=MAX_FRAME_BYTES * 4
+            ) as ws:
+                return await self._converse(ws, target)
+        except aiohttp.WSServerHandshakeError as exc:
+            level = logging.ERROR if exc.status in (401, 403) else logging.WARNING
+            log.log(
+                level if self._loud() else logging.DEBUG,
+                "worker.connect_refused server=%s status=%s %s",
+                target,
+                exc.status,
+                "(check the worker token)" if exc.status in (401, 403) else exc.message,
+            )
+        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+            log.log(
+                logging.WARNING if self._loud() else logging.DEBUG,
+                "worker.connect_failed server=%s failures=%d error=%s",
+                target,
+                self._failures + 1,
+                describe(exc),
+            )
+        return _End("failed")
+
+    async def _converse(self, ws: WebSocket[bool], target: str) -> _End:
+        hello = Hello(self.worker_id, self.queues, self.concurrency, self.leases)
+        if not await self._send_on(ws, hello):
+            return _End("failed")
+        welcomed = False
+        beats: asyncio.Task[None] | None = None
+        try:
+            while True:
+                try:
+                    frame = await ws.receive(timeout=None if welcomed else HANDSHAKE_TIMEOUT)
+                except TimeoutError:
+                    log.warning("worker.handshake_timeout server=%s", target)
+                    return _End("failed")
+                if frame.type not in (aiohttp.WSMsgType.TEXT, aiohttp.WSMsgType.BINARY):
+                    log.info("worker.disconnected server=%s code=%s", target, ws.close_code)
+                    return _End("dropped" if welcomed else "failed", welcomed)
+                try:
+                    msg = decode(frame.data)
+                except ProtocolError as exc:
+                    log.warning("worker.bad_frame server=%s error=%s", target, exc.message)
+                    await self._refuse_bad_lease(ws, frame.data, exc)
+                    continue
+                if isinstance(msg, Welcome):
+                    welcomed = True
+                    beats = await self._on_welcome(ws, msg, beats)
+                elif isinstance(msg, Redirect):
+                    return _End("redirect", welcomed, msg.leader)
+                else:
+                    await self._dispatch(msg)
+        finally:
+            if self._ws is ws:
+                self._ws = None
+            if beats is not None:
+                beats.cancel()
+
+    async def _refuse_bad_lease(self, ws: WebSocket[bool], data: Any, exc: ProtocolError) -> None:
+        """A lease frame we cannot read but can name: fail it for good rather than let it
+        expire and come back, forever."""
+        try:
+            obj = orjson.loads(data)
+        except (orjson.JSONDecodeError, TypeError):
+            return
+        if not isinstance(obj, dict) or obj.get("type") != "lease":
+            return
+        run_id, fence = obj.get("run_id"), obj.get("fence")
+        if isinstance(run_id, str) and run_id and type(fence) is int and fence >= 0:
+            error = f"worker could not read the lease: {exc.message}"
+            await self._send_on(ws, Fail(run_id, fence, error, retryable=False))
+
+    async def _on_welcome(
+        self, ws: WebSocket[bool], msg: Welcome, beats: asyncio.Task[None] | None
+    ) -> asyncio.Task[None]:
+        log.info(
+            "worker.welcome node=%s heartbeat_interval=%gs lease_timeout=%gs resumed=%d",
+            msg.node_id,
+            msg.heartbeat_interval,
+            msg.lease_timeout,
+            len(self._held),
+        )
+        self.node_id = msg.node_id
+        self._ws = ws
+        if beats is not None:
+            beats.cancel()
+        beats = asyncio.create_task(self._heartbeats(max(0.05, msg.heartbeat_interval)))
+        if self._draining:
+            await self._send(Drain())
+        for held in list(self._held.values()):
+            held.sent = False
+            await self._send_outcome(held)
+        return beats
+
+    async def _heartbeats(self, interval: float) -> None:
+        while True:
+            await asyncio.sleep(interval)
+            await self._send(Heartbeat(self.leases))
+
+    async def _send_on(self, ws: WebSocket[bool], msg: Message) -> bool:
+        try:
+            text = encode(msg)
+        except ProtocolError as exc:  # pragma: no cover - every value we send is JSON
+            log.error("worker.encode_failed type=%s error=%s", msg.TYPE, exc.message)
+            return False
+        try:
+            async with self._send_lock:
+                await ws.send_str(text)
+        except (ConnectionError, aiohttp.ClientError, RuntimeError) as exc:
+            log.debug("worker.send_failed type=%s error=%s", msg.TYPE, describe(exc))
+            return False
+        return True
+
+    async def _send(self, msg: Message) -> bool:
+        ws = self._ws
+        if ws is None or ws.closed:
+            return False
+        return await self._send_on(ws, msg)
+
+    # -- messages from the server ----------------------------------------------------------
+
+    async def _dispatch(self, msg: Message) -> None:
+        if isinstance(msg, Lease):
+            await self._on_lease(msg)
+        elif isinstance(msg, Ack):
+            self._on_ack(msg)
+        elif isinstance(msg, Cancel):
+            self._on_cancel(msg)
+        elif isinstance(msg, Error):
+            log.error("worker.server_error code=%s message=%s", msg.code, msg.message)
+        else:
+            log.warning("worker.unexpected_message type=%s", msg.TYPE)
+
+    async def _on_lease(self, lease: Lease) -> None:
+        old = self._held.get(lease.run_id)
+        if old is not None:
+            if lease.fence <= old.lease.fence:
+                log.debug("worker.duplicate_lease run_id=%s fence=%d", lease.run_id, lease.fence)
+                return
+            log.info(
+                "worker.lease_replaced run_id=%s fence=%d->%d",
+                lease.run_id,
+                old.lease.fence,
+                lease.fence,
+            )
+            self._abandon(old)
+            self._forget(lease.run_id)
+        ctx = Context(
+            run_id=lease.run_id,
+            job_id=lease.job_id,
+            attempt=lease.attempt,
+            fence=lease.fence,
+            task=lease.task,
+            scheduled_at=lease.scheduled_at,
+            deadline=lease.deadline,
+            idempotency_key=lease.idempotency_key,
+            worker_id=self.worker_id,
+        )
+        held = _Held(lease, ctx)
+        self._held[lease.run_id] = held
+        self._idle.clear()
+        if self._draining or len(self._held) > self.concurrency:
+            why = (
+                "worker is draining"
+                if self._draining
+                else (f"worker at capacity ({self.concurrency} leases held)")
+            )
+            log.warning("worker.lease_refused run_id=%s reason=%s", lease.run_id, why)
+            held.outcome = Fail(lease.run_id, lease.fence, why, retryable=True)
+            await self._send_outcome(held)
+            return
+        log.info(
+            "worker.lease run_id=%s task=%s attempt=%d fence=%d",
+            lease.run_id,
+            lease.task,
+            lease.attempt,
+            lease.fence,
+        )
+        held.task = asyncio.create_task(self._run(held), name=f"schedd-task:{lease.run_id}")
+
+    def _on_ack(self, ack: Ack) -> None:
+        held = self._held.get(ack.run_id)
+        if held is None:
+            log.debug("worker.ack_unknown run_id=%s", ack.run_id)
+            return
+        if held.outcome is None:
+            if ack.accepted:
+                log.debug("worker.ack_running run_id=%s (kept)", ack.run_id)
+                return
+            log.warning(
+                "worker.lease_refused_by_server run_id=%s fence=%d reason=%s",
+                ack.run_id,
+                held.lease.fence,
+                ack.reason,
+            )
+            self._abandon(held)  # the lease is no longer ours: stop working on it
+        elif not ack.accepted:
+            log.warning(
+                "worker.result_refused run_id=%s fence=%d reason=%s",
+                ack.run_id,
+                held.lease.fence,
+                ack.reason,
+            )
+        self._forget(ack.run_id)
+
+    def _on_cancel(self, cancel: Cancel) -> None:
+        held = self._held.get(cancel.run_id)
+        if held is None or cancel.fence < held.lease.fence:
+            log.debug("worker.cancel_ignored run_id=%s fence=%d", cancel.run_id, cancel.fence)
+            return
+        log.info("worker.cancel run_id=%s fence=%d", cancel.run_id, cancel.fence)
+        self._abandon(held)
+        self._forget(cancel.run_id)
+
+    def _abandon(self, held: _Held) -> None:
+        held.ctx.cancelled.set()
+        if held.task is not None and not held.task.done():
+            held.task.cancel()
+
+    def _forget(self, run_id: str) -> None:
+        self._held.pop(run_id, None)
+        if not self._held:
+            self._idle.set()
+
+    # -- running handlers ------------------------------------------------------------------
+
+    async def _run(self, held: _Held) -> None:
+        outcome = await self.execute(held.lease, held.ctx)
+        if self._held.get(held.lease.run_id) is not held:
+            return  # cancelled or replaced meanwhile
+        held.outcome = outcome
+        log.info(
+            "worker.finished run_id=%s outcome=%s%s",
+            held.lease.run_id,
+            outcome.TYPE,
+            f" error={outcome.error!r}" if isinstance(outcome, Fail) else "",
+        )
+        await self._send_outcome(held)
+
+    async def _send_outcome(self, held: _Held) -> None:
+        if held.outcome is not None and not held.sent:
+            held.sent = await self._send(held.outcome)
+
+    async def execute(self, lease: Lease, ctx: Context | None = None) -> Complete | Fail:
+        """Run the handler for ``lease`` and map what happens to ``complete`` or ``fail``.
+
+        Needs no server: handy to test handlers.  Raises only ``CancelledError`` (when the
+        calling task is cancelled)."""
+        if ctx is None:
+            ctx = Context(
+                lease.run_id,
+                lease.job_id,
+                lease.attempt,
+                lease.fence,
+                lease.task,
+                lease.scheduled_at,
+                lease.deadline,
+                lease.idempotency_key,
+                self.worker_id,
+            )
+        run_id, fence = lease.run_id, lease.fence
+        handler = self.handler_for(lease.task)
+        if handler is None:
+            if lease.task == "shell":
+                return Fail(run_id, fence, SHELL_DISABLED, retryable=False)
+            known = ", ".join(sorted({*self.registry.names(), *self._builtins})) or "none"
+            return Fail(
+                run_id,
+                fence,
+                f"unknown task {lease.task!r} (this worker serves: {known})",
+                retryable=False,
+            )
+        remaining = None
+        if lease.deadline is not None:
+            try:
+                remaining = parse_time(lease.deadline, "lease.deadline") / 1000 - time.time()
+            except InvalidArgument as exc:
+                return Fail(run_id, fence, exc.message, retryable=False)
+            if remaining <= 0:
+                ctx.cancelled.set()
+                return Fail(run_id, fence, TIMEOUT_ERROR, retryable=True)
+        try:
+            async with asyncio.timeout(remaining) as window:
+                result = await _call(handler, ctx, lease.payload)
+        except TimeoutError as exc:
+            if window.expired():
+                ctx.cancelled.set()
+                log.warning("worker.timeout run_id=%s deadline=%s", run_id, lease.deadline)
+                return Fail(run_id, fence, TIMEOUT_ERROR, retryable=True)
+            return _failure(run_id, fence, exc)
+        except asyncio.CancelledError as exc:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise  # we are being cancelled: no result
+            return _failure(run_id, fence, exc)
+        except Exception as exc:
+            return _failure(run_id, fence, exc)
+        try:
+            raw = orjson.dumps(result)
+        except TypeError as exc:
+            return Fail(run_id, fence, f"result is not JSON-serialisable: {exc}", retryable=False)
+        if len(raw) > MAX_RESULT_BYTES:
+            return Fail(
+                run_id,
+                fence,
+                f"result is {len(raw)} bytes; the limit is {MAX_RESULT_BYTES}",
+                retryable=False,
+            )
+        return Complete(run_id, fence, orjson.loads(raw))
+
+
+async def _call(handler: Handler, ctx: Context, payload: Any) -> Any:
+    if is_async(handler):
+        result = await handler(ctx, payload)
+    else:
+        result = await asyncio.to_thread(handler, ctx, payload)
+    if inspect.isawaitable(result):
+        result = await result
+    return result
+
+
+def _failure(run_id: str, fence: int, exc: BaseException) -> Fail:
+    retryable = not isinstance(exc, NonRetryable)
+    if isinstance(exc, NonRetryable | TaskFailed):
+        log.warning(
+            "worker.task_failed run_id=%s retryable=%s error=%s", run_id, retryable, describe(exc)
+        )
+    else:
+        log.warning("worker.task_raised run_id=%s", run_id, exc_info=exc)
+    return Fail(run_id, fence, describe(exc), retryable=retryable)
