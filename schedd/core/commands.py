@@ -142,7 +142,8 @@ def _from_wire(obj: Any) -> Command | Undecodable:
         return Undecodable("", "a command must be an object")
     rid = obj.get("rid")
     rid = rid if isinstance(rid, str) else ""
-    cls = _BY_TAG.get(obj.get("t"))  # type: ignore[arg-type]
+    tag = obj.get("t")
+    cls = _BY_TAG.get(tag) if isinstance(tag, str) else None
     if cls is None:
         return Undecodable(rid, f"unknown command type {obj.get('t')!r}")
     kwargs = {k: v for k, v in obj.items() if k != "t"}
