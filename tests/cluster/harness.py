@@ -25,6 +25,10 @@ REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 
 
+def _toml(value: Any) -> str:
+    return f'"{value}"' if isinstance(value, str) else str(value).lower() if isinstance(value, bool) else str(value)
+
+
 def _env() -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
@@ -57,6 +61,7 @@ class Cluster:
     root: Path
     size: int = 3
     scheduler: dict[str, Any] = field(default_factory=dict)
+    raft: dict[str, Any] = field(default_factory=dict)
     nodes: list[NodeProc] = field(default_factory=list)
     others: list[subprocess.Popen[bytes]] = field(default_factory=list)
     token: str = ""
@@ -69,12 +74,13 @@ class Cluster:
         for i, port in enumerate(ports):
             node_id = f"n{i + 1}"
             peers = [f'"127.0.0.1:{p + 1}"' for p in ports if p != port]
-            sched = "".join(f'{k} = {v!r}\n'.replace("'", '"') for k, v in self.scheduler.items())
+            sched = "".join(f"{k} = {_toml(v)}\n" for k, v in self.scheduler.items())
+            raft = "".join(f"{k} = {_toml(v)}\n" for k, v in self.raft.items())
             cfg = self.root / f"{node_id}.toml"
             cfg.write_text(
                 f'[node]\nid = "{node_id}"\ndata_dir = "{self.root / node_id}"\n'
                 f'[http]\nlisten = "127.0.0.1:{port}"\n'
-                f'[raft]\nlisten = "127.0.0.1:{port + 1}"\npeers = [{", ".join(peers)}]\n'
+                f'[raft]\nlisten = "127.0.0.1:{port + 1}"\npeers = [{", ".join(peers)}]\n{raft}'
                 f'[auth]\ntokens_file = "{tokens}"\n'
                 f"[scheduler]\n{sched}"
             )
