@@ -57,9 +57,17 @@ class Runtime:
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         self._loop = loop
-        self.hooks.on_applied = lambda i, ev: loop.call_soon_threadsafe(self._on_applied, i, ev)
-        self.hooks.on_reset = lambda: loop.call_soon_threadsafe(self._on_reset)
-        self.hooks.on_role = lambda role: loop.call_soon_threadsafe(self._role_changed.set)
+
+        def on_applied(index: int, events: list[LeaderEvent]) -> None:
+            loop.call_soon_threadsafe(self._on_applied, index, events)
+
+        def on_reset() -> None:
+            loop.call_soon_threadsafe(self._on_reset)
+
+        def on_role(role: int) -> None:
+            loop.call_soon_threadsafe(self._role_changed.set)
+
+        self.hooks.on_applied, self.hooks.on_reset, self.hooks.on_role = on_applied, on_reset, on_role
         self.node = RaftNode(self._settings, self.hooks)
         self.node.attach(loop)
         self._watch_task = asyncio.create_task(self._watch_role())

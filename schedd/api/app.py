@@ -68,9 +68,7 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
         message = f"{request.method} {request.path}: {exc.reason}"
         if exc.status == 404:
             message = f"no route for {request.method} {request.path}"
-        err = code(message)
-        resp = json_response(err.to_dict(), exc.status)
-        return resp
+        return json_response(code(message).to_dict(), exc.status)
     except asyncio.CancelledError:
         raise
     except Exception:  # noqa: BLE001 - never a stack trace in a response

@@ -14,6 +14,7 @@ from typing import Any
 from schedd.core import commands as c
 from schedd.core.lifecycle import BadTransition, Event, next_state
 from schedd.core.model import (
+    TERMINAL_RUN_STATES,
     Attempt,
     AttemptOutcome,
     Job,
@@ -22,7 +23,6 @@ from schedd.core.model import (
     Run,
     RunState,
     ScheduleKind,
-    TERMINAL_RUN_STATES,
     run_id_for,
 )
 

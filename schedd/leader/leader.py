@@ -10,6 +10,7 @@ stops leading; a deposed leader's commands are rejected by ``apply`` on every no
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import random
 import uuid
@@ -180,7 +181,7 @@ class Leader:
             chunk = tuple(due[start : start + MAX_FIRE_PER_TICK])
             self._firing.update(chunk)
             fut = self.node.submit_nowait(c.Fire(_rid(), now, self.fence, chunk))
-            fut.add_done_callback(lambda f, ch=chunk: self._fired(f, ch))
+            fut.add_done_callback(functools.partial(self._fired, chunk=chunk))
 
     def _fired(self, fut: asyncio.Future[Result], chunk: tuple[str, ...]) -> None:
         self._firing.difference_update(chunk)
@@ -221,7 +222,7 @@ class Leader:
         if not grants:
             return
         fut = self.node.submit_nowait(c.Lease(_rid(), now, self.fence, tuple(grants)))
-        fut.add_done_callback(lambda f, g=grants: self._leased(f, g))
+        fut.add_done_callback(functools.partial(self._leased, grants=grants))
 
     def _pop_ready(self, queues: tuple[str, ...]) -> str | None:
         for priority in PRIORITY_ORDER:

@@ -63,7 +63,7 @@ class _StateMachine(SyncObjConsumer):  # type: ignore[misc]
         super().__init__()
         self.state = State()  # replicated (pickled into snapshots)
 
-    @replicated  # type: ignore[misc]
+    @replicated  # type: ignore[untyped-decorator]
     def apply_entry(self, blob: bytes) -> list[Result]:
         try:
             index = self._syncObj.raftLastApplied + 1

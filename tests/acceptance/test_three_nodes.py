@@ -52,7 +52,7 @@ def submit_cli(cluster: Cluster, i: int) -> str:
 
 
 async def job_state(http: aiohttp.ClientSession, cluster: Cluster, job_id: str) -> dict[str, Any] | None:
-    for i, n in enumerate(cluster.nodes):
+    for n in cluster.nodes:
         if not n.alive:
             continue
         try:
@@ -124,7 +124,7 @@ async def test_leader_killed_mid_load_loses_nothing_and_completes_nothing_twice(
         for line in record.read_text().splitlines():
             run_id, fence, _ = line.split()
             executions[(run_id, int(fence))] += 1
-        for job_id, runs in histories.items():
+        for runs in histories.values():
             assert len(runs) == 1
             run = runs[0]
             attempts = run["attempts"]
