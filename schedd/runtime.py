@@ -188,6 +188,7 @@ class Runtime:
         for peer in self.config.raft.peers:
             connected = status.get(f"partner_node_status_server_{peer}", 0) == 2
             entry: dict[str, Any] = {
+                "id": leader_id if peer == leader_addr else None,
                 "raft": peer, "http": http.get(peer), "role": "leader" if peer == leader_addr else
                 "follower", "self": False, "connected": connected, "healthy": connected,
             }

@@ -105,8 +105,8 @@ def main(argv: list[str] | None = None) -> int:
           file=sys.stderr)
     print(f"  try:    SCHEDD_SERVER={url} schedctl submit demo.echo --payload '{{\"hi\": 1}}'\n"
           f"          schedd-worker --server {url} --import schedd.worker.demo_tasks\n"
-          f"  (schedctl and schedd-worker read the admin token from ./.schedd/tokens.toml, "
-          f"or pass --token / SCHEDD_TOKEN)", file=sys.stderr)
+          f"  (schedctl and schedd-worker run here read the admin token from ./.schedd/tokens.toml; "
+          f"otherwise pass --token-file {cfg.tokens_path} or set SCHEDD_TOKEN)", file=sys.stderr)
     del secret
     try:
         try:
