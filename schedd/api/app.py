@@ -100,9 +100,24 @@ async def read_json(request: web.Request) -> Any:
         raise InvalidArgument(f"the body is not valid JSON: {exc}") from None
 
 
-async def commit(rt: Runtime, make: Callable[[str, int], c.Command]) -> Result:
+def request_id(request: web.Request) -> str:
+    """The client's ``X-Request-Id`` (scoped to its token), or a fresh one.
+
+    Commands are deduplicated by request id, so a client that repeats a write after a lost reply
+    (on this node or another) gets the first result instead of a second job.
+    """
+    given = request.headers.get("X-Request-Id")
+    if given is None:
+        return new_request_id()
+    if not 8 <= len(given) <= 128 or not given.isascii() or not given.isprintable():
+        raise InvalidArgument("X-Request-Id: expected 8 to 128 printable ASCII characters",
+                              field="X-Request-Id")
+    return f"{request[TOKEN].name}:{given}"
+
+
+async def commit(rt: Runtime, make: Callable[[str, int], c.Command], rid: str | None = None) -> Result:
     """Commit a client command, retrying with the same request id across elections."""
-    rid = new_request_id()
+    rid = rid or new_request_id()
     now = clock.wall_ms()
     loop = asyncio.get_running_loop()
     deadline = loop.time() + WRITE_DEADLINE_S
@@ -139,7 +154,7 @@ async def submit_job(request: web.Request) -> web.Response:
     now = clock.wall_ms()
     spec = parse_job(body, now_ms=now, defaults=defaults(rt))
     job_id = new_job_id(now)
-    res = await commit(rt, lambda rid, t: c.Submit(rid, t, ((job_id, spec),)))
+    res = await commit(rt, lambda rid, t: c.Submit(rid, t, ((job_id, spec),)), request_id(request))
     [(job, created)] = unwrap(res)
     with rt.node.read() as st:
         view = job_view(job, st.latest_run(job.id))
@@ -154,7 +169,7 @@ async def submit_batch(request: web.Request) -> web.Response:
     now = clock.wall_ms()
     specs = parse_batch(body, now_ms=now, defaults=defaults(rt))
     jobs = tuple((new_job_id(now), spec) for spec in specs)
-    res = await commit(rt, lambda rid, t: c.Submit(rid, t, jobs))
+    res = await commit(rt, lambda rid, t: c.Submit(rid, t, jobs), request_id(request))
     created = unwrap(res)
     with rt.node.read() as st:
         views = [job_view(job, st.latest_run(job.id)) for job, _ in created]
@@ -222,7 +237,7 @@ async def cancel_job(request: web.Request) -> web.Response:
     require(request, "submit")
     rt = request.app[RUNTIME]
     job_id = _job_id(request)
-    unwrap(await commit(rt, lambda rid, t: c.CancelJob(rid, t, job_id)))
+    unwrap(await commit(rt, lambda rid, t: c.CancelJob(rid, t, job_id), request_id(request)))
     log_event(log, "job.cancelled", job_id=job_id)
     return web.Response(status=204)
 

@@ -13,6 +13,7 @@ unknown, and the error says so instead of risking a duplicate.
 from __future__ import annotations
 
 import http.client
+import secrets
 import socket
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -195,6 +196,9 @@ class Client:
             headers["Content-Type"] = "application/json"
         if self.token:
             headers["Authorization"] = f"Bearer {self.token}"
+        # The server deduplicates writes by request id, so a write repeated on another server
+        # after a lost reply is applied once.
+        headers["X-Request-Id"] = secrets.token_hex(12)
         deadline = self.clock() + self.retry_budget
         failures: list[_Failure] = []
         order = list(self.servers[self._preferred :]) + list(self.servers[: self._preferred])

@@ -144,7 +144,7 @@ def build_request(args: argparse.Namespace, stdin: IO[bytes] | None = None) -> A
     cmd = args.command
     if cmd == "submit":
         body = build_submit_body(args, stdin)
-        return ApiRequest("POST", "/api/v1/jobs", body=body, idempotent="idempotency_key" in body)
+        return ApiRequest("POST", "/api/v1/jobs", body=body)  # X-Request-Id makes retries safe
     if cmd == "get":
         return ApiRequest("GET", job_path(args.id))
     if cmd == "list":

@@ -132,3 +132,18 @@ async def test_cluster_view_names_the_leader(node: Node, http: aiohttp.ClientSes
     assert view["applied_index"] >= 1 and view["leader_url"] == node.url
     async with http.get(node.url + "/readyz") as r:
         assert r.status == 200
+
+
+async def test_a_repeated_request_id_is_applied_once(node: Node, http: aiohttp.ClientSession) -> None:
+    headers = dict(node.headers(), **{"X-Request-Id": "retry-me-12345"})
+    ids = []
+    for _ in range(2):
+        async with http.post(node.url + API + "/jobs", json={"task": "t"}, headers=headers) as r:
+            assert r.status == 201
+            ids.append((await r.json())["id"])
+    assert ids[0] == ids[1]
+    _, listed = await get(http, node, "/jobs")
+    assert [j["id"] for j in listed["jobs"]] == ids[:1]
+    async with http.post(node.url + API + "/jobs", json={"task": "t"},
+                         headers=dict(node.headers(), **{"X-Request-Id": "x"})) as r:
+        assert r.status == 400 and (await r.json())["error"]["field"] == "X-Request-Id"

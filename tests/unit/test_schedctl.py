@@ -51,7 +51,7 @@ POST = "POST"
 JOBS = "/api/v1/jobs"
 
 REQUESTS: list[tuple[list[str], ApiRequest]] = [
-    (["submit", "t"], ApiRequest(POST, JOBS, body={"task": "t"}, idempotent=False)),
+    (["submit", "t"], ApiRequest(POST, JOBS, body={"task": "t"})),
     (
         ["submit", "reports.generate", "--payload", '{"report": "sales"}', "--every", "5m"],
         ApiRequest(
@@ -62,7 +62,6 @@ REQUESTS: list[tuple[list[str], ApiRequest]] = [
                 "payload": {"report": "sales"},
                 "schedule": {"every": "5m"},
             },
-            idempotent=False,
         ),
     ),
     (
@@ -75,7 +74,6 @@ REQUESTS: list[tuple[list[str], ApiRequest]] = [
                 "schedule": {"cron": "0 2 * * *", "timezone": "Europe/Berlin"},
                 "priority": "high",
             },
-            idempotent=False,
         ),
     ),
     (
@@ -89,7 +87,6 @@ REQUESTS: list[tuple[list[str], ApiRequest]] = [
                 "queue": "q",
                 "schedule": {"at": "2026-11-25T02:00:00Z"},
             },
-            idempotent=False,
         ),
     ),
     (
@@ -103,7 +100,6 @@ REQUESTS: list[tuple[list[str], ApiRequest]] = [
                 "retry": {"max_attempts": 5},
                 "timeout": "30m",
             },
-            idempotent=False,
         ),
     ),
     (
@@ -134,7 +130,6 @@ REQUESTS: list[tuple[list[str], ApiRequest]] = [
                 "depends_on": ["a", "b"],
                 "idempotency_key": "k-1",
             },
-            idempotent=True,  # the key makes a retry on another server safe
         ),
     ),
     (["get", "j/1@2"], ApiRequest("GET", "/api/v1/jobs/j%2F1%402")),
