@@ -1,0 +1,734 @@
+"""Validation of job bodies from the API into :class:`~schedd.core.model.JobSpec`.
+
+Pure: no clocks, no randomness, no I/O beyond loading IANA zones (``zoneinfo``) and checking cron
+expressions (``croniter``).  The caller passes ``now_ms`` (for ``{"in": …}`` schedules).
+
+Every problem is an :class:`~schedd.errors.InvalidArgument` whose ``field`` is the dotted path
+of the offending value (``schedule.cron``, ``retry.max_attempts``, ``depends_on[2]``, or
+``jobs[3].task`` inside a batch) and whose message says what was expected.  A payload over the
+limit is a :class:`~schedd.errors.PayloadTooLarge` (413).
+
+Also here: :func:`spec_to_dict` / :func:`spec_from_dict`, the compact versioned plain-dict form
+of a :class:`JobSpec` carried inside replicated commands.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any, Final, TypeVar
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+import orjson
+from croniter import CroniterBadDateError, croniter
+
+from schedd.core.durations import format_duration, format_time, parse_duration, parse_time
+from schedd.core.model import JSON, JobSpec, Priority, RetryPolicy, Schedule, ScheduleKind
+from schedd.errors import InvalidArgument, PayloadTooLarge
+
+__all__ = [
+    "JOB_FIELDS",
+    "SCHEDULE_FIELDS",
+    "SPEC_VERSION",
+    "Defaults",
+    "DstGap",
+    "DstRepeat",
+    "Misfire",
+    "Overlap",
+    "RecurringOptions",
+    "parse_batch",
+    "parse_job",
+    "parse_job_and_options",
+    "parse_schedule",
+    "spec_from_dict",
+    "spec_to_dict",
+]
+
+
+# --------------------------------------------------------------------------------------------
+# Public types
+
+
+@dataclass(frozen=True)
+class Defaults:
+    """Server-side defaults and limits that apply to submissions (from the config)."""
+
+    max_attempts: int = 3
+    heartbeat_timeout_ms: int = 60000
+    max_payload: int = 65536
+
+
+DEFAULTS: Final = Defaults()
+
+
+class Misfire(StrEnum):
+    """What to do with fire times missed while no leader was scheduling."""
+
+    SKIP = "skip"
+    RUN_ONCE = "run_once"
+    RUN_ALL = "run_all"  # bounded by catchup_window
+
+
+class Overlap(StrEnum):
+    """What to do when a fire time comes while the previous run is still going."""
+
+    ALLOW = "allow"
+    SKIP = "skip"
+    BUFFER_ONE = "buffer_one"
+    CANCEL_OTHER = "cancel_other"
+
+
+class DstGap(StrEnum):
+    """A local fire time that does not exist (clocks jump forward)."""
+
+    SKIP = "skip"
+    SHIFT = "shift"  # run at the first instant after the gap
+
+
+class DstRepeat(StrEnum):
+    """A local fire time that happens twice (clocks fall back)."""
+
+    FIRST = "first"
+    BOTH = "both"
+
+
+@dataclass(frozen=True, slots=True)
+class RecurringOptions:
+    """The options of an ``every``/``cron`` schedule that :class:`Schedule` does not hold."""
+
+    jitter_ms: int = 0
+    misfire: Misfire = Misfire.RUN_ONCE
+    catchup_window_ms: int | None = None
+    overlap: Overlap = Overlap.SKIP
+    dst_gap: DstGap = DstGap.SHIFT
+    dst_repeat: DstRepeat = DstRepeat.FIRST
+    start_at_ms: int | None = None
+    end_at_ms: int | None = None
+
+
+JOB_FIELDS: Final = (
+    "task",
+    "name",
+    "namespace",
+    "queue",
+    "payload",
+    "schedule",
+    "priority",
+    "retry",
+    "timeout",
+    "heartbeat_timeout",
+    "depends_on",
+    "idempotency_key",
+)
+_KINDS: Final = ("at", "in", "every", "cron")
+_RECURRING_FIELDS: Final = (
+    "timezone",
+    "jitter",
+    "misfire",
+    "catchup_window",
+    "overlap",
+    "dst",
+    "start_at",
+    "end_at",
+)
+SCHEDULE_FIELDS: Final = _KINDS + _RECURRING_FIELDS
+_RETRY_FIELDS: Final = ("max_attempts", "initial", "max", "multiplier", "jitter")
+_DST_FIELDS: Final = ("gap", "repeat")
+
+MAX_TEXT: Final = 200
+MAX_DEPENDS_ON: Final = 100
+MAX_ATTEMPTS: Final = 100
+MAX_TIME_MS: Final = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z
+_MAX_DURATION_TEXT: Final = 64
+
+_TASK_RE: Final = re.compile(r"[A-Za-z0-9_.:-]{1,200}")
+_IDENT_RE: Final = re.compile(r"[a-z0-9_-]{1,64}")
+_ZONE_RE: Final = re.compile(r"[A-Za-z0-9_+-]+(?:/[A-Za-z0-9_+-]+)*")
+_NOT_IANA_ZONES: Final = frozenset({"localtime", "posixrules", "Factory"})
+_CRON_ALIASES: Final = (
+    "@yearly",
+    "@annually",
+    "@monthly",
+    "@weekly",
+    "@daily",
+    "@midnight",
+    "@hourly",
+)
+# croniter's random ("R") and hashed ("H") fields: not deterministic across nodes.
+_CRON_RANDOM_RE: Final = re.compile(r"(?<![a-z])[hr](?![a-z])", re.IGNORECASE)
+_CRON_PROBE_START: Final = datetime(2000, 1, 1, tzinfo=UTC)  # a leap year: Feb 29 exists
+
+_E = TypeVar("_E", bound=StrEnum)
+
+
+# --------------------------------------------------------------------------------------------
+# Small checkers
+
+
+def _kind_of(value: object) -> str:
+    """The JSON name of a value's type, for messages."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list | tuple):
+        return "array"
+    if isinstance(value, Mapping):
+        return "object"
+    return type(value).__name__
+
+
+def _show(value: object) -> str:
+    """A short rendering of a bad value for a message."""
+    numeric = isinstance(value, int | float) and not isinstance(value, bool)
+    if isinstance(value, int) and numeric and value.bit_length() > 64:
+        return "an integer beyond 64 bits"
+    text = repr(value) if numeric or isinstance(value, str) else _kind_of(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _invalid(field: str, expected: str, value: object) -> InvalidArgument:
+    return InvalidArgument(f"{field}: expected {expected}, got {_show(value)}", field=field)
+
+
+def _object(value: object, field: str) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise _invalid(field, "an object", value)
+    return value
+
+
+def _check_keys(obj: Mapping[str, Any], allowed: tuple[str, ...], prefix: str) -> None:
+    for key in obj:
+        if key not in allowed:
+            name = str(key)
+            raise InvalidArgument(
+                f"{prefix}{name}: unknown field {_show(name)}; expected one of: "
+                f"{', '.join(allowed)}",
+                field=f"{prefix}{name}",
+            )
+
+
+def _text(value: object, field: str, *, max_len: int = MAX_TEXT) -> str:
+    if not isinstance(value, str) or not value or len(value) > max_len:
+        raise _invalid(field, f"a non-empty string of at most {max_len} characters", value)
+    return value
+
+
+def _opt_text(value: object, field: str) -> str | None:
+    return None if value is None else _text(value, field)
+
+
+def _task(value: object, field: str) -> str:
+    if value is None:
+        raise InvalidArgument(
+            f'{field}: required; expected a task name like "reports.generate"', field=field
+        )
+    if not isinstance(value, str) or not _TASK_RE.fullmatch(value):
+        raise _invalid(
+            field,
+            f"a task name of 1 to {MAX_TEXT} letters, digits and the characters _ . : -",
+            value,
+        )
+    return value
+
+
+def _ident(value: object, field: str) -> str:
+    if value is None:
+        return "default"
+    if not isinstance(value, str) or not _IDENT_RE.fullmatch(value):
+        raise _invalid(field, "1 to 64 characters of lowercase letters, digits, - and _", value)
+    return value
+
+
+def _choice(value: object, field: str, enum: type[_E], default: _E) -> _E:
+    if value is None:
+        return default
+    for member in enum:
+        if value == member.value and isinstance(value, str):
+            return member
+    options = " | ".join(m.value for m in enum)
+    raise _invalid(field, f"one of {options}", value)
+
+
+def _int_in(value: object, field: str, lo: int, hi: int) -> int:
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        raise _invalid(field, f"an integer from {lo} to {hi}", value)
+    return value
+
+
+def _number_in(value: object, field: str, lo: float, hi: float) -> float:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or not lo <= value <= hi
+    ):
+        raise _invalid(field, f"a number from {lo:g} to {hi:g}", value)
+    return float(value)
+
+
+def _bool(value: object, field: str) -> bool:
+    if not isinstance(value, bool):
+        raise _invalid(field, "true or false", value)
+    return value
+
+
+def _duration(value: object, field: str, *, minimum_ms: int = 1) -> int:
+    """``parse_duration`` hardened against overflow, with a lower bound."""
+    if isinstance(value, str) and len(value) > _MAX_DURATION_TEXT:
+        raise _invalid(field, 'a duration like "90s", "5m", "1h30m" or a number of seconds', value)
+    try:
+        ms = parse_duration(value, field, allow_zero=minimum_ms <= 0)
+    except (OverflowError, ValueError):
+        raise _invalid(field, "a duration of at most 100 years", value) from None
+    if ms < minimum_ms:
+        raise _invalid(field, f"a duration of at least {format_duration(minimum_ms)}", value)
+    return ms
+
+
+def _opt_duration(value: object, field: str, *, minimum_ms: int = 1) -> int | None:
+    return None if value is None else _duration(value, field, minimum_ms=minimum_ms)
+
+
+def _time(value: object, field: str) -> int:
+    try:
+        ms = parse_time(value, field)
+    except (OverflowError, ValueError):
+        ms = -1
+    if not 0 <= ms <= MAX_TIME_MS:
+        raise _invalid(
+            field,
+            "an RFC 3339 time between 1970-01-01T00:00:00Z and 9999-12-31T23:59:59Z",
+            value,
+        )
+    return ms
+
+
+def _opt_time(value: object, field: str) -> int | None:
+    return None if value is None else _time(value, field)
+
+
+def _timezone(value: object, field: str) -> str:
+    if value is None:
+        return "UTC"
+    expected = 'an IANA time zone like "Europe/Berlin" or "UTC"'
+    if (
+        not isinstance(value, str)
+        or len(value) > 64
+        or not _ZONE_RE.fullmatch(value)
+        or value in _NOT_IANA_ZONES
+        or value.startswith(("right/", "posix/"))
+    ):
+        raise _invalid(field, expected, value)
+    try:
+        ZoneInfo(value)
+    except (ZoneInfoNotFoundError, ValueError, OSError):
+        raise _invalid(field, expected, value) from None
+    return value
+
+
+def _cron(value: object, field: str) -> str:
+    expected = (
+        'a cron expression of 5 fields like "0 2 * * *" (minute hour day-of-month month '
+        "day-of-week), 6 with seconds as the last field, or one of " + ", ".join(_CRON_ALIASES)
+    )
+    if not isinstance(value, str) or len(value) > MAX_TEXT:
+        raise _invalid(field, expected, value)
+    expr = " ".join(value.split())
+    if expr.startswith("@"):
+        expr = expr.lower()
+        if expr not in _CRON_ALIASES:
+            raise _invalid(field, expected, value)
+    elif len(expr.split(" ")) not in (5, 6):
+        raise _invalid(field, expected, value)
+    elif _CRON_RANDOM_RE.search(expr):
+        raise _invalid(field, "a cron expression without random (R) or hashed (H) fields", value)
+    try:
+        croniter(expr, _CRON_PROBE_START).get_next(datetime)
+    except CroniterBadDateError:
+        raise _invalid(field, "a cron expression that matches at least one date", value) from None
+    except Exception:  # croniter raises a zoo of types on bad input
+        raise _invalid(field, expected, value) from None
+    return expr
+
+
+# --------------------------------------------------------------------------------------------
+# Schedule
+
+
+def parse_schedule(
+    obj: object, now_ms: int, field: str = "schedule"
+) -> tuple[Schedule, RecurringOptions | None]:
+    """A ``schedule`` value → the :class:`Schedule` and, for ``every``/``cron``, its options.
+
+    ``null`` (or absent) means run now.  ``{"in": d}`` is resolved against ``now_ms``.
+    """
+    if obj is None:
+        return Schedule(), None
+    sched = _object(obj, field)
+    _check_keys(sched, SCHEDULE_FIELDS, f"{field}.")
+    given = [k for k in _KINDS if sched.get(k) is not None]
+    if len(given) != 1:
+        got = " and ".join(given) if given else "none"
+        raise InvalidArgument(
+            f"{field}: expected exactly one of at, in, every, cron (or a null schedule to run "
+            f"now), got {got}",
+            field=field,
+        )
+    kind = given[0]
+    if kind in ("at", "in"):
+        for extra in _RECURRING_FIELDS:
+            if sched.get(extra) is not None:
+                raise InvalidArgument(
+                    f"{field}.{extra}: only allowed with an every or cron schedule, not with "
+                    f"{kind}; expected it absent",
+                    field=f"{field}.{extra}",
+                )
+        if kind == "at":
+            return Schedule(kind=ScheduleKind.AT, at_ms=_time(sched["at"], f"{field}.at")), None
+        delay = _duration(sched["in"], f"{field}.in", minimum_ms=0)
+        return Schedule(kind=ScheduleKind.IN, in_ms=delay, at_ms=now_ms + delay), None
+    timezone = _timezone(sched.get("timezone"), f"{field}.timezone")
+    if kind == "every":
+        every = _duration(sched["every"], f"{field}.every", minimum_ms=1000)
+        schedule = Schedule(kind=ScheduleKind.EVERY, every_ms=every, timezone=timezone)
+    else:
+        cron = _cron(sched["cron"], f"{field}.cron")
+        schedule = Schedule(kind=ScheduleKind.CRON, cron=cron, timezone=timezone)
+    return schedule, _recurring_options(sched, field, schedule.every_ms)
+
+
+def _recurring_options(
+    sched: Mapping[str, Any], field: str, every_ms: int | None
+) -> RecurringOptions:
+    jitter = _opt_duration(sched.get("jitter"), f"{field}.jitter", minimum_ms=0) or 0
+    if every_ms is not None and jitter >= every_ms:
+        raise _invalid(
+            f"{field}.jitter",
+            f"a jitter shorter than the interval ({format_duration(every_ms)})",
+            sched.get("jitter"),
+        )
+    start = _opt_time(sched.get("start_at"), f"{field}.start_at")
+    end = _opt_time(sched.get("end_at"), f"{field}.end_at")
+    if start is not None and end is not None and end <= start:
+        raise _invalid(
+            f"{field}.end_at",
+            f"a time after {field}.start_at ({format_time(start)})",
+            sched.get("end_at"),
+        )
+    gap, repeat = _dst(sched.get("dst"), f"{field}.dst")
+    defaults = RecurringOptions()
+    return RecurringOptions(
+        jitter_ms=jitter,
+        misfire=_choice(sched.get("misfire"), f"{field}.misfire", Misfire, defaults.misfire),
+        catchup_window_ms=_opt_duration(sched.get("catchup_window"), f"{field}.catchup_window"),
+        overlap=_choice(sched.get("overlap"), f"{field}.overlap", Overlap, defaults.overlap),
+        dst_gap=gap,
+        dst_repeat=repeat,
+        start_at_ms=start,
+        end_at_ms=end,
+    )
+
+
+def _dst(value: object, field: str) -> tuple[DstGap, DstRepeat]:
+    defaults = RecurringOptions()
+    if value is None:
+        return defaults.dst_gap, defaults.dst_repeat
+    obj = _object(value, field)
+    _check_keys(obj, _DST_FIELDS, f"{field}.")
+    return (
+        _choice(obj.get("gap"), f"{field}.gap", DstGap, defaults.dst_gap),
+        _choice(obj.get("repeat"), f"{field}.repeat", DstRepeat, defaults.dst_repeat),
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Job
+
+
+def _payload(value: object, field: str, max_payload: int) -> JSON:
+    try:
+        encoded = orjson.dumps(value)
+    except TypeError:  # orjson.JSONEncodeError: big ints, non-string keys, too deep, …
+        raise _invalid(
+            field, "a JSON value (integers within 64 bits, string keys, depth ≤ 255)", value
+        ) from None
+    if len(encoded) > max_payload:
+        raise PayloadTooLarge(
+            f"{field}: expected at most {max_payload} bytes of JSON, got {len(encoded)}",
+            field=field,
+        )
+    stack: list[object] = [value]
+    while stack:  # NaN and Infinity are not JSON (orjson would quietly write null)
+        item = stack.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            raise _invalid(field, "a JSON value with finite numbers only", item)
+        if isinstance(item, Mapping):
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
+    return value
+
+
+def _retry(value: object, field: str, max_attempts: int) -> RetryPolicy:
+    base = RetryPolicy(max_attempts=max_attempts)
+    if value is None:
+        return base
+    obj = _object(value, field)
+    _check_keys(obj, _RETRY_FIELDS, f"{field}.")
+    attempts, initial, maximum = obj.get("max_attempts"), obj.get("initial"), obj.get("max")
+    multiplier, jitter = obj.get("multiplier"), obj.get("jitter")
+    policy = RetryPolicy(
+        max_attempts=base.max_attempts
+        if attempts is None
+        else _int_in(attempts, f"{field}.max_attempts", 1, MAX_ATTEMPTS),
+        initial_ms=base.initial_ms if initial is None else _duration(initial, f"{field}.initial"),
+        max_ms=base.max_ms if maximum is None else _duration(maximum, f"{field}.max"),
+        multiplier=base.multiplier
+        if multiplier is None
+        else _number_in(multiplier, f"{field}.multiplier", 1, 10),
+        jitter=base.jitter if jitter is None else _bool(jitter, f"{field}.jitter"),
+    )
+    if policy.max_ms < policy.initial_ms:
+        raise _invalid(
+            f"{field}.max",
+            f"a duration of at least {field}.initial ({format_duration(policy.initial_ms)})",
+            maximum if maximum is not None else format_duration(policy.max_ms),
+        )
+    return policy
+
+
+def _depends_on(value: object, field: str) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list | tuple) or len(value) > MAX_DEPENDS_ON:
+        raise _invalid(field, f"a list of at most {MAX_DEPENDS_ON} job ids", value)
+    seen: dict[str, int] = {}
+    for i, item in enumerate(value):
+        job_id = _text(item, f"{field}[{i}]")
+        if job_id in seen:
+            raise InvalidArgument(
+                f"{field}[{i}]: expected each job id once; {job_id!r} is also "
+                f"{field}[{seen[job_id]}]",
+                field=f"{field}[{i}]",
+            )
+        seen[job_id] = i
+    return tuple(value)
+
+
+def parse_job_and_options(
+    body: object,
+    *,
+    now_ms: int,
+    defaults: Defaults = DEFAULTS,
+    field_prefix: str = "",
+) -> tuple[JobSpec, RecurringOptions | None]:
+    """Like :func:`parse_job`, also returning the recurring options of the schedule."""
+    p = field_prefix
+    if not isinstance(body, Mapping):
+        where = p.rstrip(".") or "job"
+        raise InvalidArgument(
+            f"{where}: expected a JSON object with at least a task, got {_show(body)}",
+            field=p.rstrip(".") or None,
+        )
+    _check_keys(body, JOB_FIELDS, p)
+    task = _task(body.get("task"), f"{p}task")
+    name = _opt_text(body.get("name"), f"{p}name")
+    namespace = _ident(body.get("namespace"), f"{p}namespace")
+    queue = _ident(body.get("queue"), f"{p}queue")
+    payload = _payload(body.get("payload"), f"{p}payload", defaults.max_payload)
+    schedule, options = parse_schedule(body.get("schedule"), now_ms, f"{p}schedule")
+    priority = _choice(body.get("priority"), f"{p}priority", Priority, Priority.NORMAL)
+    retry = _retry(body.get("retry"), f"{p}retry", defaults.max_attempts)
+    timeout = _opt_duration(body.get("timeout"), f"{p}timeout")
+    heartbeat = _opt_duration(
+        body.get("heartbeat_timeout"), f"{p}heartbeat_timeout", minimum_ms=1000
+    )
+    spec = JobSpec(
+        task=task,
+        name=name,
+        namespace=namespace,
+        queue=queue,
+        payload=payload,
+        schedule=schedule,
+        priority=priority,
+        retry=retry,
+        timeout_ms=timeout,
+        heartbeat_timeout_ms=defaults.heartbeat_timeout_ms if heartbeat is None else heartbeat,
+        depends_on=_depends_on(body.get("depends_on"), f"{p}depends_on"),
+        idempotency_key=_opt_text(body.get("idempotency_key"), f"{p}idempotency_key"),
+    )
+    return spec, options
+
+
+def parse_job(
+    body: object,
+    *,
+    now_ms: int,
+    defaults: Defaults = DEFAULTS,
+    field_prefix: str = "",
+) -> JobSpec:
+    """A ``POST /jobs`` body → a :class:`JobSpec`; raises ``InvalidArgument``/``PayloadTooLarge``.
+
+    ``null`` for an optional field means the default.  ``field_prefix`` (``"jobs[3]."``) is
+    put in front of every ``field`` named in an error.
+    """
+    spec, _ = parse_job_and_options(
+        body, now_ms=now_ms, defaults=defaults, field_prefix=field_prefix
+    )
+    return spec
+
+
+def parse_batch(
+    body: object,
+    *,
+    now_ms: int,
+    defaults: Defaults = DEFAULTS,
+    max_jobs: int = 10_000,
+) -> list[JobSpec]:
+    """A ``POST /jobs/batch`` body ``{"jobs": [...]}`` → its specs; the first problem raises."""
+    if not isinstance(body, Mapping):
+        raise InvalidArgument(
+            f'batch: expected a JSON object like {{"jobs": [...]}}, got {_show(body)}'
+        )
+    _check_keys(body, ("jobs",), "")
+    jobs = body.get("jobs")
+    if not isinstance(jobs, list | tuple) or not 1 <= len(jobs) <= max_jobs:
+        raise _invalid("jobs", f"a list of 1 to {max_jobs} job objects", jobs)
+    specs: list[JobSpec] = []
+    keys: dict[tuple[str, str], int] = {}
+    for i, item in enumerate(jobs):
+        spec = parse_job(item, now_ms=now_ms, defaults=defaults, field_prefix=f"jobs[{i}].")
+        if spec.idempotency_key is not None:
+            key = (spec.namespace, spec.idempotency_key)
+            if key in keys:
+                field = f"jobs[{i}].idempotency_key"
+                raise InvalidArgument(
+                    f"{field}: expected a unique idempotency_key within the batch; "
+                    f"jobs[{keys[key]}] has the same one",
+                    field=field,
+                )
+            keys[key] = i
+        specs.append(spec)
+    return specs
+
+
+# --------------------------------------------------------------------------------------------
+# The replicated form
+
+
+SPEC_VERSION: Final = 1
+
+# (dict key, JobSpec attribute) for the fields stored as they are.
+_PLAIN: Final = (
+    ("name", "name"),
+    ("ns", "namespace"),
+    ("queue", "queue"),
+    ("payload", "payload"),
+    ("timeout_ms", "timeout_ms"),
+    ("hb_ms", "heartbeat_timeout_ms"),
+    ("idem", "idempotency_key"),
+)
+_SPEC_KEYS: Final = frozenset(
+    {"v", "task", "sched", "prio", "retry", "deps"} | {k for k, _ in _PLAIN}
+)
+# (dict key, Schedule attribute)
+_SCHED: Final = (
+    ("kind", "kind"),
+    ("at_ms", "at_ms"),
+    ("in_ms", "in_ms"),
+    ("every_ms", "every_ms"),
+    ("cron", "cron"),
+    ("tz", "timezone"),
+)
+# (dict key, RetryPolicy attribute)
+_RETRY: Final = (
+    ("attempts", "max_attempts"),
+    ("initial_ms", "initial_ms"),
+    ("max_ms", "max_ms"),
+    ("mult", "multiplier"),
+    ("jitter", "jitter"),
+)
+_DEFAULT_SPEC: Final = JobSpec(task="")
+_DEFAULT_SCHEDULE: Final = Schedule()
+_DEFAULT_RETRY: Final = RetryPolicy()
+
+
+def spec_to_dict(spec: JobSpec) -> dict[str, Any]:
+    """The compact plain-dict form of ``spec``: ``{"v": 1, "task": …}`` plus non-defaults.
+
+    Defaults are the model's (not the server's :class:`Defaults`), so the form does not depend
+    on the config.  JSON-serialisable; :func:`spec_from_dict` inverts it exactly.
+    """
+    out: dict[str, Any] = {"v": SPEC_VERSION, "task": spec.task}
+    for key, attr in _PLAIN:
+        value = getattr(spec, attr)
+        if value != getattr(_DEFAULT_SPEC, attr):
+            out[key] = value
+    if spec.schedule != _DEFAULT_SCHEDULE:
+        sched: dict[str, Any] = {}
+        for key, attr in _SCHED:
+            value = getattr(spec.schedule, attr)
+            if value != getattr(_DEFAULT_SCHEDULE, attr):
+                sched[key] = value.value if isinstance(value, StrEnum) else value
+        out["sched"] = sched
+    if spec.priority != _DEFAULT_SPEC.priority:
+        out["prio"] = spec.priority.value
+    if spec.retry != _DEFAULT_RETRY:
+        out["retry"] = {
+            key: getattr(spec.retry, attr)
+            for key, attr in _RETRY
+            if getattr(spec.retry, attr) != getattr(_DEFAULT_RETRY, attr)
+        }
+    if spec.depends_on:
+        out["deps"] = list(spec.depends_on)
+    return out
+
+
+def _sub(d: Mapping[str, Any], key: str, keys: tuple[tuple[str, str], ...]) -> dict[str, Any]:
+    """The keyword arguments encoded in ``d[key]`` (a mapping of short keys)."""
+    sub = d.get(key, {})
+    if not isinstance(sub, Mapping):
+        raise ValueError(f"job spec: {key!r} must be an object")
+    names = dict(keys)
+    unknown = set(sub) - set(names)
+    if unknown:
+        raise ValueError(f"job spec: unknown keys in {key!r}: {sorted(map(str, unknown))}")
+    return {names[k]: v for k, v in sub.items()}
+
+
+def spec_from_dict(d: Mapping[str, Any]) -> JobSpec:
+    """The inverse of :func:`spec_to_dict`.  Raises ``ValueError`` on a malformed dict."""
+    if not isinstance(d, Mapping) or d.get("v") != SPEC_VERSION:
+        raise ValueError(f"job spec: expected an object with v={SPEC_VERSION}")
+    unknown = set(d) - _SPEC_KEYS
+    if unknown or not isinstance(d.get("task"), str):
+        raise ValueError(f"job spec: missing task or unknown keys {sorted(map(str, unknown))}")
+    kwargs: dict[str, Any] = {attr: d[key] for key, attr in _PLAIN if key in d}
+    sched = _sub(d, "sched", _SCHED)
+    if "kind" in sched:
+        sched["kind"] = ScheduleKind(sched["kind"])
+    retry = _sub(d, "retry", _RETRY)
+    if "multiplier" in retry:
+        retry["multiplier"] = float(retry["multiplier"])
+    deps = d.get("deps", [])
+    if not isinstance(deps, list | tuple) or not all(isinstance(x, str) for x in deps):
+        raise ValueError("job spec: 'deps' must be a list of strings")
+    return JobSpec(
+        task=d["task"],
+        schedule=Schedule(**sched),
+        priority=Priority(d.get("prio", Priority.NORMAL.value)),
+        retry=RetryPolicy(**retry),
+        depends_on=tuple(deps),
+        **kwargs,
+    )
