@@ -158,7 +158,8 @@ async def submit_job(request: web.Request) -> web.Response:
     [(job, created)] = unwrap(res)
     with rt.node.read() as st:
         view = job_view(job, st.latest_run(job.id))
-    log_event(log, "job.submitted", job_id=job.id, task=spec.task, created=created)
+    log_event(log, "job.submitted", level=logging.DEBUG, job_id=job.id, task=spec.task,
+              created=created)
     return json_response(view, 201 if created else 200)
 
 

@@ -13,6 +13,7 @@ from schedd.errors import InvalidArgument
 
 _UNIT_MS = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 _PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
+_MAX_SECONDS = 100 * 365 * 86_400
 _WHOLE = re.compile(r"^(?:\d+(?:\.\d+)?(?:ms|s|m|h|d))+$")
 
 
@@ -24,16 +25,25 @@ def parse_duration(value: object, field: str, *, allow_zero: bool = False) -> in
             field=field,
         )
     if isinstance(value, int | float):
-        if value != value or value in (float("inf"), float("-inf")):
-            raise InvalidArgument(f"{field}: expected a finite number of seconds", field=field)
+        if value != value or value in (float("inf"), float("-inf")) or abs(value) > _MAX_SECONDS:
+            raise InvalidArgument(
+                f"{field}: expected a finite number of seconds up to 100 years, got {value!r}",
+                field=field,
+            )
         ms = round(value * 1000)
     elif isinstance(value, str):
         text = value.strip().replace(" ", "")
+        if len(text) > 64:
+            raise InvalidArgument(f"{field}: expected a duration like \"90s\", got a string of "
+                                  f"{len(text)} characters", field=field)
         if text and _WHOLE.match(text):
             ms = round(sum(float(n) * _UNIT_MS[u] for n, u in _PART.findall(text)))
         else:
             try:
-                ms = round(float(text) * 1000)
+                seconds = float(text)
+                if seconds != seconds or abs(seconds) > _MAX_SECONDS:
+                    raise ValueError(text)
+                ms = round(seconds * 1000)
             except ValueError:
                 raise InvalidArgument(
                     f'{field}: expected a duration like "90s", "5m", "1h30m" or a number of '
@@ -49,7 +59,8 @@ def parse_duration(value: object, field: str, *, allow_zero: bool = False) -> in
     if ms < 0 or (ms == 0 and not allow_zero):
         raise InvalidArgument(f"{field}: expected a positive duration, got {value!r}", field=field)
     if ms > 100 * 365 * 86_400_000:
-        raise InvalidArgument(f"{field}: duration {value!r} is longer than 100 years", field=field)
+        raise InvalidArgument(f"{field}: expected a duration up to 100 years, got {value!r}",
+                              field=field)
     return ms
 
 
