@@ -13,6 +13,7 @@ from schedd import auth
 from schedd.config import Config, check_files, load_config
 from schedd.errors import ConfigError
 from schedd.logs import log_event, setup_logging
+from schedd.notify import Notifier
 
 log = logging.getLogger("schedd.daemon")
 
@@ -55,8 +56,11 @@ def build_config(args: argparse.Namespace) -> Config:
 async def serve(cfg: Config) -> int:
     from schedd.runtime import Runtime
 
+    notifier = Notifier()
     rt = Runtime(cfg)
     await rt.start()
+    notifier.ready(f"node {cfg.node.id} serving {cfg.advertise_url()}")
+    watchdog = asyncio.create_task(notifier.watchdog())
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -64,6 +68,8 @@ async def serve(cfg: Config) -> int:
     loop.add_signal_handler(signal.SIGHUP, lambda: _reload(rt))
     await stop.wait()
     log_event(log, "node.stopping", node_id=cfg.node.id)
+    notifier.stopping()
+    watchdog.cancel()
     await rt.stop()
     return 0
 

@@ -1,0 +1,58 @@
+"""schedd speaks systemd's notify protocol: READY=1, watchdog pings, STOPPING=1, exit 0."""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import socket
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.cluster.harness import Cluster
+
+pytestmark = [pytest.mark.acceptance, pytest.mark.timeout(60)]
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_notify_protocol_against_a_fake_notify_socket(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "notify.sock"
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(str(path))
+    sock.settimeout(20)
+    monkeypatch.setenv("NOTIFY_SOCKET", str(path))
+    monkeypatch.setenv("WATCHDOG_USEC", "400000")
+    cluster = Cluster(tmp_path / "c", size=1)
+    try:
+        cluster.start()
+        messages: list[str] = []
+        while not any(m.startswith("READY=1") for m in messages):
+            messages.append(sock.recv(4096).decode())
+        # the API answers once READY=1 was sent
+        import urllib.request
+
+        with urllib.request.urlopen(cluster.urls[0] + "/healthz", timeout=5) as r:
+            assert r.status == 200
+        pings = 0
+        while pings < 2:
+            pings += sock.recv(4096).decode() == "WATCHDOG=1"
+        cluster.kill(0, signal.SIGTERM)
+        while "STOPPING=1" not in messages:
+            messages.append(sock.recv(4096).decode())
+        proc = cluster.nodes[0].proc
+        assert proc is not None and proc.wait(20) == 0
+    finally:
+        cluster.stop()
+        sock.close()
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze not installed")
+def test_units_pass_systemd_analyze_verify(tmp_path: Path) -> None:
+    for unit in ("schedd.service", "schedd-worker@.service"):
+        text = (REPO / "systemd" / unit).read_text().replace("/opt/schedd/bin/", "/bin/")
+        target = tmp_path / unit.replace("@.", "@x.")
+        target.write_text(text)
+        out = subprocess.run(["systemd-analyze", "verify", str(target)], capture_output=True, text=True)
+        problems = [ln for ln in out.stderr.splitlines() if unit.split("@")[0] in ln and "Unknown" in ln]
+        assert not problems, out.stderr
