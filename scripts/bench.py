@@ -126,7 +126,7 @@ async def s2(cluster: Cluster, n: int) -> float:
     try:
         async with aiohttp.ClientSession() as http:
             async def active() -> int:
-                async with http.get(url + "/api/v1/jobs?status=active&limit=1",
+                async with http.get(url + "/api/v1/jobs?status=active&task=demo.echo&limit=1",
                                     headers=cluster.headers()) as r:
                     return len((await r.json())["jobs"])
 

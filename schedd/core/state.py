@@ -27,6 +27,9 @@ from schedd.core.model import (
 )
 
 DEDUP_WINDOW_MS = 15 * 60_000
+# Commands a client may repeat after a lost reply: their results are remembered by request id.
+# Leader commands are not (they are fenced, and a repeat is judged on the run's state).
+CLIENT_COMMANDS = (c.Submit, c.CancelJob)
 STALE_LEADER = "stale_leader"  # a leader command from a deposed leader (internal, never on the API)
 
 
@@ -112,7 +115,7 @@ def apply(state: State, cmd: c.Command | c.Undecodable, index: int, events: list
         result = _dispatch(state, cmd, index, events)
     except Exception as exc:  # noqa: BLE001 - apply must be total (raft-notes #1)
         result = Rejected("internal", f"{type(cmd).__name__} failed: {type(exc).__name__}: {exc}")
-    if cmd.rid:
+    if cmd.rid and isinstance(cmd, CLIENT_COMMANDS):
         _remember(state, cmd.rid, cmd.now, result)
     return result
 
@@ -280,6 +283,13 @@ def _lease(
     return Ok(attempt)
 
 
+def _already_ended(run: Run, fence: int, outcomes: tuple[AttemptOutcome, ...]) -> bool:
+    """A repeated result for an attempt that already ended that way (a worker re-sending after
+    a failover, when the first ack was lost) is accepted again, changing nothing."""
+    attempt = next((a for a in reversed(run.attempts) if a.fence == fence), None)
+    return attempt is not None and attempt.outcome in outcomes
+
+
 def _running(state: State, run_id: str, fence: int) -> Run | Rejected:
     run = state.runs.get(run_id)
     if run is None:
@@ -300,6 +310,9 @@ def _end_attempt(run: Run, now: int, outcome: AttemptOutcome, error: str | None)
 def _complete(state: State, cmd: c.Complete, events: list[LeaderEvent]) -> Result:
     run = _running(state, cmd.run_id, cmd.fence)
     if isinstance(run, Rejected):
+        done = state.runs.get(cmd.run_id)
+        if done is not None and _already_ended(done, cmd.fence, (AttemptOutcome.SUCCEEDED,)):
+            return Ok(cmd.run_id)
         return run
     attempts = _end_attempt(run, cmd.now, AttemptOutcome.SUCCEEDED, None)
     state.runs[run.id] = replace(
@@ -314,6 +327,10 @@ def _complete(state: State, cmd: c.Complete, events: list[LeaderEvent]) -> Resul
 def _fail(state: State, cmd: c.Fail, events: list[LeaderEvent]) -> Result:
     run = _running(state, cmd.run_id, cmd.fence)
     if isinstance(run, Rejected):
+        done = state.runs.get(cmd.run_id)
+        outcomes = tuple(o for o in AttemptOutcome if o.value == cmd.outcome)
+        if done is not None and _already_ended(done, cmd.fence, outcomes):
+            return Ok(cmd.run_id)
         return run
     try:
         outcome = AttemptOutcome(cmd.outcome)

@@ -242,3 +242,24 @@ def test_codec_round_trip() -> None:
         c.Barrier("h", T0),
     ]
     assert c.decode_entry(c.encode_entry(cmds)) == cmds
+
+
+def test_a_repeated_result_for_the_same_fence_is_accepted_and_changes_nothing() -> None:
+    h = Harness()
+    lf = h.claim()
+    h.submit()
+    rid = f"J1@{T0}"
+    fence = lease_one(h, lf, rid)
+    assert h.one(c.Complete(h.rid(), T0 + 5, lf, rid, fence, 1)) == Ok(rid)
+    before = h.state.runs[rid]
+    assert h.one(c.Complete(h.rid(), T0 + 9, lf, rid, fence, 2)) == Ok(rid)  # re-sent after failover
+    assert h.state.runs[rid] == before
+    assert isinstance(h.one(c.Complete(h.rid(), T0, lf, rid, fence + 1, 3)), Rejected)
+
+
+def test_leader_commands_are_not_kept_in_the_dedup_table() -> None:
+    h = Harness()
+    lf = h.claim()
+    h.submit()
+    h.one(c.Fire("fire-1", T0, lf, (f"J1@{T0}",)))
+    assert "fire-1" not in h.state.recent and len(h.state.recent) == 1  # only the submit
