@@ -243,6 +243,15 @@ def _create_exclusive(path: Path, content: bytes) -> bool:
         os.unlink(tmp)
 
 
+def new_secret() -> str:
+    """43 URL-safe random characters (256 bits) that never start with ``-``, so the secret can
+    follow ``--token`` on a command line without being taken for an option."""
+    while True:
+        secret = secrets.token_urlsafe(32)
+        if not secret.startswith("-"):
+            return secret
+
+
 def ensure_admin_token(path: str | os.PathLike[str]) -> tuple[str, bool]:
     """Make sure a tokens file exists.  When it does not, create it (mode 0600, parent dirs
     0700) holding one admin token named ``admin`` and return ``(secret, True)``.  When it does,
@@ -250,7 +259,7 @@ def ensure_admin_token(path: str | os.PathLike[str]) -> tuple[str, bool]:
     p = Path(path)
     if not p.exists():
         p.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        secret = secrets.token_urlsafe(32)
+        secret = new_secret()
         if _create_exclusive(p, _admin_file_text(secret)):
             return secret, True
     for token, secret in _parse_tokens(p):

@@ -33,7 +33,7 @@ def single(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
 
 
 def ctl(cluster: Cluster, *args: str, token: str | None = None) -> subprocess.CompletedProcess[bytes]:
-    cmd = [str(BIN / "schedctl"), "--server", cluster.urls[0], "--token", token or cluster.token, *args]
+    cmd = [str(BIN / "schedctl"), "--server", cluster.urls[0], f"--token={token or cluster.token}", *args]
     return subprocess.run(cmd, capture_output=True, timeout=30, cwd=cluster.root)
 
 

@@ -42,7 +42,7 @@ async def submit_api(http: aiohttp.ClientSession, cluster: Cluster, body: dict[s
 
 
 def submit_cli(cluster: Cluster, i: int) -> str:
-    args = [str(BIN / "schedctl"), "--token", cluster.token, "-o", "json"]
+    args = [str(BIN / "schedctl"), f"--token={cluster.token}", "-o", "json"]
     for url in cluster.urls:
         args += ["--server", url]
     args += ["submit", "acc.record", "--payload", orjson.dumps({"n": i, "via": "cli"}).decode(),

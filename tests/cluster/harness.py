@@ -120,7 +120,7 @@ class Cluster:
         return proc
 
     def start_worker(self, *extra: str, name: str = "worker") -> subprocess.Popen[bytes]:
-        args = [str(BIN / "schedd-worker"), "--token", self.token, "--worker-id", name]
+        args = [str(BIN / "schedd-worker"), f"--token={self.token}", "--worker-id", name]
         for url in self.urls:
             args += ["--server", url]
         return self.spawn(args + list(extra), self.root / f"{name}.log")

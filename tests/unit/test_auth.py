@@ -251,3 +251,11 @@ def test_ensure_admin_token_races_create_one_file(tmp_path: Path) -> None:
         t.join()
     assert sum(created for _, created in results) == 1
     assert len({secret for secret, _ in results}) == 1  # everyone sees the same, full file
+
+
+def test_new_secrets_never_start_with_a_dash() -> None:
+    from schedd.auth import new_secret
+
+    secrets_ = [new_secret() for _ in range(2000)]
+    assert not any(s.startswith("-") for s in secrets_)
+    assert len(set(secrets_)) == len(secrets_) and all(len(s) >= 43 for s in secrets_)
