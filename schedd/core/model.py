@@ -59,6 +59,51 @@ class AttemptOutcome(StrEnum):
     CANCELLED = "cancelled"
 
 
+class Misfire(StrEnum):
+    """What to do with fire times missed while no leader was scheduling."""
+
+    SKIP = "skip"
+    RUN_ONCE = "run_once"
+    RUN_ALL = "run_all"  # bounded by catchup_window
+
+
+class Overlap(StrEnum):
+    """What to do when a fire time comes while the previous run is still going."""
+
+    ALLOW = "allow"
+    SKIP = "skip"
+    BUFFER_ONE = "buffer_one"
+    CANCEL_OTHER = "cancel_other"
+
+
+class DstGap(StrEnum):
+    """A local fire time that does not exist (clocks jump forward)."""
+
+    SKIP = "skip"
+    SHIFT = "shift"  # run at the first instant after the gap
+
+
+class DstRepeat(StrEnum):
+    """A local fire time that happens twice (clocks fall back)."""
+
+    FIRST = "first"
+    BOTH = "both"
+
+
+@dataclass(frozen=True, slots=True)
+class RecurringOptions:
+    """The options of an ``every``/``cron`` schedule."""
+
+    jitter_ms: int = 0
+    misfire: Misfire = Misfire.RUN_ONCE
+    catchup_window_ms: int | None = None
+    overlap: Overlap = Overlap.SKIP
+    dst_gap: DstGap = DstGap.SHIFT
+    dst_repeat: DstRepeat = DstRepeat.FIRST
+    start_at_ms: int | None = None
+    end_at_ms: int | None = None
+
+
 @dataclass(frozen=True, slots=True)
 class RetryPolicy:
     max_attempts: int = 3
@@ -78,6 +123,7 @@ class Schedule:
     every_ms: int | None = None
     cron: str | None = None
     timezone: str = "UTC"
+    options: RecurringOptions | None = None  # every/cron only
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, Final, TypeVar
@@ -27,7 +27,19 @@ import orjson
 from croniter import CroniterBadDateError, croniter
 
 from schedd.core.durations import format_duration, format_time, parse_duration, parse_time
-from schedd.core.model import JSON, JobSpec, Priority, RetryPolicy, Schedule, ScheduleKind
+from schedd.core.model import (
+    JSON,
+    DstGap,
+    DstRepeat,
+    JobSpec,
+    Misfire,
+    Overlap,
+    Priority,
+    RecurringOptions,
+    RetryPolicy,
+    Schedule,
+    ScheduleKind,
+)
 from schedd.errors import InvalidArgument, PayloadTooLarge
 
 __all__ = [
@@ -63,51 +75,6 @@ class Defaults:
 
 
 DEFAULTS: Final = Defaults()
-
-
-class Misfire(StrEnum):
-    """What to do with fire times missed while no leader was scheduling."""
-
-    SKIP = "skip"
-    RUN_ONCE = "run_once"
-    RUN_ALL = "run_all"  # bounded by catchup_window
-
-
-class Overlap(StrEnum):
-    """What to do when a fire time comes while the previous run is still going."""
-
-    ALLOW = "allow"
-    SKIP = "skip"
-    BUFFER_ONE = "buffer_one"
-    CANCEL_OTHER = "cancel_other"
-
-
-class DstGap(StrEnum):
-    """A local fire time that does not exist (clocks jump forward)."""
-
-    SKIP = "skip"
-    SHIFT = "shift"  # run at the first instant after the gap
-
-
-class DstRepeat(StrEnum):
-    """A local fire time that happens twice (clocks fall back)."""
-
-    FIRST = "first"
-    BOTH = "both"
-
-
-@dataclass(frozen=True, slots=True)
-class RecurringOptions:
-    """The options of an ``every``/``cron`` schedule that :class:`Schedule` does not hold."""
-
-    jitter_ms: int = 0
-    misfire: Misfire = Misfire.RUN_ONCE
-    catchup_window_ms: int | None = None
-    overlap: Overlap = Overlap.SKIP
-    dst_gap: DstGap = DstGap.SHIFT
-    dst_repeat: DstRepeat = DstRepeat.FIRST
-    start_at_ms: int | None = None
-    end_at_ms: int | None = None
 
 
 JOB_FIELDS: Final = (
@@ -405,7 +372,8 @@ def parse_schedule(
     else:
         cron = _cron(sched["cron"], f"{field}.cron")
         schedule = Schedule(kind=ScheduleKind.CRON, cron=cron, timezone=timezone)
-    return schedule, _recurring_options(sched, field, schedule.every_ms)
+    options = _recurring_options(sched, field, schedule.every_ms)
+    return replace(schedule, options=options), options
 
 
 def _recurring_options(
@@ -662,6 +630,22 @@ _RETRY: Final = (
 _DEFAULT_SPEC: Final = JobSpec(task="")
 _DEFAULT_SCHEDULE: Final = Schedule()
 _DEFAULT_RETRY: Final = RetryPolicy()
+_DEFAULT_OPTIONS: Final = RecurringOptions()
+_OPTION_ENUMS: Final = {"misfire": Misfire, "overlap": Overlap, "dst_gap": DstGap,
+                        "dst_repeat": DstRepeat}
+
+
+def _options_from(raw: object) -> RecurringOptions:
+    if not isinstance(raw, Mapping):
+        raise ValueError("job spec: 'opts' must be an object")
+    names = {f.name for f in fields(RecurringOptions)}
+    unknown = set(raw) - names
+    if unknown:
+        raise ValueError(f"job spec: unknown keys in 'opts': {sorted(map(str, unknown))}")
+    kwargs: dict[str, Any] = {
+        k: (_OPTION_ENUMS[k](v) if k in _OPTION_ENUMS else v) for k, v in raw.items()
+    }
+    return RecurringOptions(**kwargs)
 
 
 def spec_to_dict(spec: JobSpec) -> dict[str, Any]:
@@ -681,6 +665,13 @@ def spec_to_dict(spec: JobSpec) -> dict[str, Any]:
             value = getattr(spec.schedule, attr)
             if value != getattr(_DEFAULT_SCHEDULE, attr):
                 sched[key] = value.value if isinstance(value, StrEnum) else value
+        opts = spec.schedule.options
+        if opts is not None:
+            sched["opts"] = {
+                f.name: (v.value if isinstance(v, StrEnum) else v)
+                for f in fields(opts)
+                if (v := getattr(opts, f.name)) != getattr(_DEFAULT_OPTIONS, f.name)
+            }
         out["sched"] = sched
     if spec.priority != _DEFAULT_SPEC.priority:
         out["prio"] = spec.priority.value
@@ -715,9 +706,11 @@ def spec_from_dict(d: Mapping[str, Any]) -> JobSpec:
     if unknown or not isinstance(d.get("task"), str):
         raise ValueError(f"job spec: missing task or unknown keys {sorted(map(str, unknown))}")
     kwargs: dict[str, Any] = {attr: d[key] for key, attr in _PLAIN if key in d}
-    sched = _sub(d, "sched", _SCHED)
+    sched = _sub(d, "sched", _SCHED + (("opts", "options"),))
     if "kind" in sched:
         sched["kind"] = ScheduleKind(sched["kind"])
+    if "options" in sched:
+        sched["options"] = _options_from(sched["options"])
     retry = _sub(d, "retry", _RETRY)
     if "multiplier" in retry:
         retry["multiplier"] = float(retry["multiplier"])

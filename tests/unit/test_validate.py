@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -111,13 +112,13 @@ VALID: list[tuple[str, Any, Check]] = [
     (
         "every",
         t(schedule={"every": "5m"}),
-        lambda s: s.schedule == Schedule(kind=ScheduleKind.EVERY, every_ms=300_000),
+        lambda s: replace(s.schedule, options=None) == Schedule(kind=ScheduleKind.EVERY, every_ms=300_000),
     ),
     ("every-1s", t(schedule={"every": 1}), lambda s: s.schedule.every_ms == 1000),
     (
         "cron",
         t(schedule={"cron": "0 2 * * *"}),
-        lambda s: s.schedule == Schedule(kind=ScheduleKind.CRON, cron="0 2 * * *"),
+        lambda s: replace(s.schedule, options=None) == Schedule(kind=ScheduleKind.CRON, cron="0 2 * * *"),
     ),
     (
         "cron-spaces-normalised",
@@ -173,7 +174,7 @@ VALID: list[tuple[str, Any, Check]] = [
         "contract-example",
         CONTRACT_EXAMPLE,
         lambda s: (
-            s
+            replace(s, schedule=replace(s.schedule, options=None))
             == JobSpec(
                 task="reports.generate",
                 name="nightly-report",
@@ -496,7 +497,8 @@ def test_recurring_options_all_set() -> None:
         NOW,
         "schedule",
     )
-    assert schedule == Schedule(kind=ScheduleKind.EVERY, every_ms=3_600_000, timezone="Asia/Tokyo")
+    assert schedule == Schedule(kind=ScheduleKind.EVERY, every_ms=3_600_000, timezone="Asia/Tokyo",
+                                options=options)
     assert options == RecurringOptions(
         jitter_ms=30_000,
         misfire=Misfire.RUN_ALL,
@@ -606,7 +608,8 @@ def test_spec_dict_is_compact() -> None:
         "payload": {"report": "sales"},
         "timeout_ms": 1_800_000,
         "idem": "invoice-2026-11-25",
-        "sched": {"kind": "cron", "cron": "0 2 * * *", "tz": "Europe/Berlin"},
+        "sched": {"kind": "cron", "cron": "0 2 * * *", "tz": "Europe/Berlin",
+                  "opts": {"jitter_ms": 300_000, "catchup_window_ms": 3_600_000}},
         "prio": "high",
         "retry": {"attempts": 5},
         "deps": ["<job id>"],
