@@ -1,0 +1,369 @@
+"""Which queued run to lease next: fair across namespaces, weighted across priorities.
+
+Pure code: no clock, no randomness.  Time comes in as integer milliseconds; everything is
+deterministic given the same sequence of calls.
+
+:class:`ReadyQueues` holds the queued runs of one queue name:
+
+* **Namespaces** are served by deficit round robin.  Namespaces with queued runs form a ring; the
+  one at the head gets ``quantum`` pops, then goes to the back.  Every run costs 1, so two busy
+  namespaces get equal service however unequal their backlogs.  A namespace for which
+  ``can_take(ns)`` is false (e.g. at its concurrency cap) is skipped: it loses the rest of its
+  turn and goes to the back, and it is served again as soon as ``can_take`` says so.
+* **Priorities** within a namespace are served by smooth weighted round robin (nginx's
+  algorithm) over the non-empty lanes: each pop, every non-empty lane's *current weight* grows by
+  its weight, the largest wins (ties to the higher priority) and loses the sum of the weights of
+  the non-empty lanes.  With all lanes busy and the default weights, every 100 pops are exactly
+  70 high, 25 normal and 5 low, spread out (low comes once every 20 pops), and an empty lane's
+  share goes to the others in proportion to their weights.  An emptied lane keeps its current
+  weight (as nginx keeps a down peer's): that is the service it is owed (or got ahead by), so a
+  lane that empties and refills at every pop can neither jump the line nor be starved; the
+  current weights of a namespace always sum to zero and stay within a few times the total
+  weight.  A namespace that drains completely starts afresh.
+* Runs are FIFO within a (namespace, priority) lane.  :meth:`ReadyQueues.remove` is O(1): the
+  id is forgotten at once and its lane entry skipped when it reaches the front; a lane whose
+  skipped entries outnumber its live ones is compacted, so removals cannot leak memory.
+
+:class:`ConcurrencyCaps` counts runs in flight per namespace against a cap (its ``can_take`` is
+what :meth:`ReadyQueues.pop` wants), and :class:`TokenBucket` rate-limits submissions, returning
+the wait to put in ``Retry-After``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Callable, Mapping
+
+from schedd.core.model import Priority
+
+__all__ = ["DEFAULT_WEIGHTS", "ConcurrencyCaps", "ReadyQueues", "TokenBucket"]
+
+DEFAULT_WEIGHTS: Mapping[Priority, int] = {Priority.HIGH: 70, Priority.NORMAL: 25, Priority.LOW: 5}
+
+_PRIORITIES: tuple[Priority, ...] = (Priority.HIGH, Priority.NORMAL, Priority.LOW)
+_INDEX: dict[Priority, int] = {p: i for i, p in enumerate(_PRIORITIES)}
+
+
+def _any_namespace(namespace: str) -> bool:
+    return True
+
+
+class _Lane:
+    """The FIFO of one (namespace, priority), with lazily deleted entries."""
+
+    __slots__ = ("ids", "live", "stale", "stale_total", "current", "weight", "ns", "priority")
+
+    def __init__(self, ns: _Namespace, priority: int, weight: int) -> None:
+        self.ids: deque[str] = deque()
+        self.live = 0  # ids in the lane that are still queued
+        # Removed ids whose entries are still in ``ids``: id -> number of such entries.  An id's
+        # stale entries always come before its live one (it can only be pushed again after it
+        # was removed), so popping skips the first ``stale[id]`` occurrences.
+        self.stale: dict[str, int] = {}
+        self.stale_total = 0
+        self.current = 0  # smooth weighted round robin's current weight
+        self.weight = weight
+        self.ns = ns
+        self.priority = priority
+
+    def pop_live(self) -> str:
+        ids = self.ids
+        if self.stale_total:
+            stale = self.stale
+            while True:
+                run_id = ids.popleft()
+                left = stale.get(run_id)
+                if not left:
+                    break
+                self.stale_total -= 1
+                if left == 1:
+                    del stale[run_id]
+                else:
+                    stale[run_id] = left - 1
+        else:
+            run_id = ids.popleft()
+        self.live -= 1
+        if not self.live:
+            self.clear()
+        return run_id
+
+    def forget(self, run_id: str) -> None:
+        """``run_id`` (queued here) was removed."""
+        self.live -= 1
+        if not self.live:
+            self.clear()
+            return
+        self.stale[run_id] = self.stale.get(run_id, 0) + 1
+        self.stale_total += 1
+        if self.stale_total > self.live:
+            self.compact()
+
+    def compact(self) -> None:
+        stale = self.stale
+        kept: deque[str] = deque()
+        for run_id in self.ids:
+            left = stale.get(run_id)
+            if left:
+                stale[run_id] = left - 1
+            else:
+                kept.append(run_id)
+        self.ids = kept
+        self.stale = {}
+        self.stale_total = 0
+
+    def clear(self) -> None:
+        self.ids.clear()
+        if self.stale_total:
+            self.stale = {}
+            self.stale_total = 0
+
+
+class _Namespace:
+    __slots__ = ("name", "lanes", "live", "deficit", "in_ring")
+
+    def __init__(self, name: str, weights: tuple[int, ...]) -> None:
+        self.name = name
+        self.lanes = tuple(_Lane(self, i, w) for i, w in enumerate(weights))
+        self.live = 0  # queued runs, all lanes
+        self.deficit = 0  # pops left in the current turn
+        self.in_ring = False
+
+    def drained(self) -> None:
+        """Nothing is queued any more: start afresh (the current weights sum to 0 anyway)."""
+        self.deficit = 0
+        for lane in self.lanes:
+            lane.current = 0
+
+
+class ReadyQueues:
+    """Queued runs of ONE queue name, organised by namespace and priority.
+
+    Mutable, in-memory, owned by the leader; deterministic given the same calls.  ``push``,
+    ``remove`` and ``pop`` are O(1) amortised (``pop`` also calls ``can_take`` once per
+    namespace it skips).
+    """
+
+    __slots__ = ("_weights", "_quantum", "_namespaces", "_ring", "_where", "_busy", "_idle")
+
+    def __init__(self, weights: Mapping[Priority, int] = DEFAULT_WEIGHTS, quantum: int = 1) -> None:
+        missing = [p.value for p in _PRIORITIES if p not in weights]
+        if missing:
+            raise ValueError(f"weights: missing {', '.join(missing)}")
+        if any(not isinstance(w, int) or isinstance(w, bool) or w < 1 for w in weights.values()):
+            raise ValueError("weights: every weight must be an integer >= 1")
+        if not isinstance(quantum, int) or isinstance(quantum, bool) or quantum < 1:
+            raise ValueError("quantum: must be an integer >= 1")
+        self._weights = tuple(weights[p] for p in _PRIORITIES)
+        self._quantum = quantum
+        # Every namespace in the ring, plus idle ones kept for reuse (a namespace that drains
+        # and refills at every pop should not cost three allocations a time); idle ones are
+        # swept once they outnumber the ones in the ring, so this stays O(busy namespaces).
+        self._namespaces: dict[str, _Namespace] = {}
+        # Namespaces taking turns: every namespace with queued runs, and possibly some emptied
+        # by remove(); those are dropped when they reach the head.
+        self._ring: deque[_Namespace] = deque()
+        self._where: dict[str, _Lane] = {}  # queued run id -> its lane
+        self._busy = 0  # namespaces with queued runs
+        self._idle = 0  # namespaces in ``_namespaces`` but not in the ring
+
+    def push(self, run_id: str, namespace: str, priority: Priority) -> None:
+        """Queue ``run_id`` at the back of its (namespace, priority) lane; no-op if queued."""
+        where = self._where
+        if run_id in where:
+            return
+        ns = self._namespaces.get(namespace)
+        if ns is None:
+            ns = self._namespaces[namespace] = _Namespace(namespace, self._weights)
+            self._idle += 1
+        lane = ns.lanes[_INDEX[priority]]
+        lane.ids.append(run_id)
+        lane.live += 1
+        where[run_id] = lane
+        if not ns.live:
+            self._busy += 1
+            if not ns.in_ring:
+                ns.in_ring = True
+                self._idle -= 1
+                self._ring.append(ns)
+        ns.live += 1
+
+    def remove(self, run_id: str) -> bool:
+        """Forget a queued run (cancelled, paused, ...); False if it was not queued."""
+        lane = self._where.pop(run_id, None)
+        if lane is None:
+            return False
+        lane.forget(run_id)
+        ns = lane.ns
+        ns.live -= 1
+        if not ns.live:
+            self._busy -= 1
+            ns.drained()
+        return True
+
+    def pop(self, can_take: Callable[[str], bool] = _any_namespace) -> str | None:
+        """The next run to lease, or None when nothing queued may be taken now."""
+        ring = self._ring
+        check = None if can_take is _any_namespace else can_take
+        skipped = 0
+        while ring:
+            ns = ring[0]
+            if not ns.live:  # emptied by remove()
+                self._drop_head(ns)
+                continue
+            if check is not None:
+                if skipped >= self._busy:  # every namespace with queued runs said no
+                    return None
+                if not check(ns.name):
+                    ns.deficit = 0
+                    ring.rotate(-1)
+                    skipped += 1
+                    continue
+            # Smooth weighted round robin over the non-empty lanes.
+            best: _Lane | None = None
+            total = 0
+            for lane in ns.lanes:
+                if lane.live:
+                    lane.current += lane.weight
+                    total += lane.weight
+                    if best is None or lane.current > best.current:
+                        best = lane
+            assert best is not None
+            best.current -= total
+            run_id = best.pop_live()
+            del self._where[run_id]
+            ns.live -= 1
+            if not ns.live:
+                self._busy -= 1
+                ns.drained()
+                self._drop_head(ns)
+            else:
+                if ns.deficit <= 0:
+                    ns.deficit = self._quantum
+                ns.deficit -= 1
+                if not ns.deficit:
+                    ring.rotate(-1)
+            return run_id
+        return None
+
+    def _drop_head(self, ns: _Namespace) -> None:
+        self._ring.popleft()
+        ns.in_ring = False
+        self._idle += 1
+        if self._idle > 64 and self._idle > len(self._ring):
+            self._namespaces = {n: s for n, s in self._namespaces.items() if s.in_ring}
+            self._idle = 0
+
+    def __len__(self) -> int:
+        return len(self._where)
+
+    def __contains__(self, run_id: object) -> bool:
+        return run_id in self._where
+
+    def __bool__(self) -> bool:
+        return bool(self._where)
+
+    def depth(self) -> dict[tuple[str, Priority], int]:
+        """Queued runs per (namespace, priority), non-empty lanes only (for metrics)."""
+        return {
+            (ns.name, _PRIORITIES[lane.priority]): lane.live
+            for ns in self._namespaces.values()
+            if ns.live
+            for lane in ns.lanes
+            if lane.live
+        }
+
+
+class ConcurrencyCaps:
+    """Runs in flight per namespace against a cap; namespaces without a cap are unlimited.
+
+    A cap of 0 holds a namespace's runs back entirely.  ``can_take`` is meant to be passed to
+    :meth:`ReadyQueues.pop`; ``acquire`` when a run is leased, ``release`` when it ends.
+    """
+
+    __slots__ = ("_caps", "_in_use")
+
+    def __init__(self, caps: Mapping[str, int]) -> None:
+        self._caps: dict[str, int] = {}
+        self._in_use: dict[str, int] = {}
+        self.update(caps)
+
+    def update(self, caps: Mapping[str, int]) -> None:
+        """Replace the caps (config reload); runs in flight are kept and count against them."""
+        for ns, cap in caps.items():
+            if not isinstance(cap, int) or cap < 0:
+                raise ValueError(f"concurrency cap for {ns!r}: must be an integer >= 0")
+        self._caps = dict(caps)
+
+    def can_take(self, namespace: str) -> bool:
+        cap = self._caps.get(namespace)
+        return cap is None or self._in_use.get(namespace, 0) < cap
+
+    def acquire(self, namespace: str) -> bool:
+        """Count one more run in flight if under the cap; False (and no change) if at it."""
+        if not self.can_take(namespace):
+            return False
+        self._in_use[namespace] = self._in_use.get(namespace, 0) + 1
+        return True
+
+    def release(self, namespace: str) -> None:
+        """One run of ``namespace`` ended.  Releasing more than was acquired is a no-op."""
+        n = self._in_use.get(namespace, 0)
+        if n > 1:
+            self._in_use[namespace] = n - 1
+        elif n == 1:
+            del self._in_use[namespace]
+
+    def in_use(self, namespace: str) -> int:
+        return self._in_use.get(namespace, 0)
+
+    def cap(self, namespace: str) -> int | None:
+        return self._caps.get(namespace)
+
+
+class TokenBucket:
+    """A token bucket: ``burst`` tokens, refilled at ``rate_per_s``; starts full.
+
+    Time is passed in (``now_ms``); a clock going backwards refills nothing.
+    """
+
+    __slots__ = ("_rate", "_burst", "_tokens", "_last_ms")
+
+    def __init__(self, rate_per_s: float, burst: int) -> None:
+        if not math.isfinite(rate_per_s) or rate_per_s <= 0:
+            raise ValueError("rate_per_s: must be a finite number > 0")
+        if not isinstance(burst, int) or burst < 1:
+            raise ValueError("burst: must be an integer >= 1")
+        self._rate = float(rate_per_s)
+        self._burst = burst
+        self._tokens = float(burst)
+        self._last_ms: int | None = None
+
+    def _refill(self, now_ms: int) -> None:
+        last = self._last_ms
+        if last is None or now_ms > last:
+            if last is not None:
+                self._tokens = min(
+                    float(self._burst), self._tokens + (now_ms - last) * self._rate / 1000.0
+                )
+            self._last_ms = now_ms
+
+    def take(self, now_ms: int, n: int = 1) -> float:
+        """Take ``n`` tokens: 0.0 if allowed, else the seconds to wait (nothing is taken then).
+
+        A request for more than ``burst`` tokens can never be allowed: ``math.inf``.
+        """
+        if n < 0:
+            raise ValueError("n: must be >= 0")
+        self._refill(now_ms)
+        if n > self._burst:
+            return math.inf
+        if self._tokens >= n:
+            self._tokens -= n
+            return 0.0
+        return (n - self._tokens) / self._rate
+
+    def available(self, now_ms: int) -> float:
+        """Tokens available at ``now_ms`` (refills, takes nothing)."""
+        self._refill(now_ms)
+        return self._tokens
