@@ -51,6 +51,62 @@ class CancelJob:
 
 
 @dataclass(frozen=True, slots=True)
+class UpdateJob:
+    """Pause/resume and/or replace the spec (already merged and validated by the API node)."""
+
+    rid: str
+    now: int
+    job_id: str
+    paused: bool | None = None
+    spec: JobSpec | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Trigger:
+    """Run a job now, respecting its overlap policy or overriding it."""
+
+    rid: str
+    now: int
+    job_id: str
+    override: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class CancelRun:
+    rid: str
+    now: int
+    run_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Replay:
+    """A dead-lettered run goes back to the queue with a fresh set of attempts."""
+
+    rid: str
+    now: int
+    run_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class DropDead:
+    """Remove a run from the dead-letter queue (it stays failed in the history)."""
+
+    rid: str
+    now: int
+    run_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Heal:
+    """Re-materialise the next occurrence of a recurring job that has none (leader)."""
+
+    rid: str
+    now: int
+    lf: int
+    job_id: str
+
+
+@dataclass(frozen=True, slots=True)
 class Fire:
     """Due runs become queued."""
 
@@ -112,12 +168,21 @@ class Undecodable:
     reason: str
 
 
-Command = Claim | Submit | CancelJob | Fire | Lease | Complete | Fail | Barrier
+Command = (
+    Claim | Submit | CancelJob | UpdateJob | Trigger | CancelRun | Replay | DropDead | Heal
+    | Fire | Lease | Complete | Fail | Barrier
+)
 
 _TAGS: dict[type[Any], str] = {
     Claim: "claim",
     Submit: "submit",
     CancelJob: "cancel_job",
+    UpdateJob: "update_job",
+    Trigger: "trigger",
+    CancelRun: "cancel_run",
+    Replay: "replay",
+    DropDead: "drop_dead",
+    Heal: "heal",
     Fire: "fire",
     Lease: "lease",
     Complete: "complete",
@@ -133,6 +198,8 @@ def _to_wire(cmd: Command) -> dict[str, Any]:
         value = getattr(cmd, name)
         if name == "jobs":
             value = [[job_id, spec_to_dict(spec)] for job_id, spec in value]
+        elif name == "spec" and value is not None:
+            value = spec_to_dict(value)
         out[name] = value
     return out
 
@@ -150,6 +217,8 @@ def _from_wire(obj: Any) -> Command | Undecodable:
     try:
         if cls is Submit:
             kwargs["jobs"] = tuple((str(j), spec_from_dict(s)) for j, s in kwargs["jobs"])
+        elif cls is UpdateJob and kwargs.get("spec") is not None:
+            kwargs["spec"] = spec_from_dict(kwargs["spec"])
         elif cls is Fire:
             kwargs["run_ids"] = tuple(kwargs["run_ids"])
         elif cls is Lease:

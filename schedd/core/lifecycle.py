@@ -21,6 +21,7 @@ class Event(StrEnum):
     GIVE_UP = "give_up"  # attempt failed or lost, none left (or not retryable)
     CANCEL = "cancel"
     SKIP = "skip"
+    BLOCK = "block"  # waiting for dependencies, or buffered behind a running one (overlap)
     UNBLOCK = "unblock"
     REPLAY = "replay"  # dead-lettered run sent back to the queue
 
@@ -32,7 +33,8 @@ TRANSITIONS: dict[tuple[S, Event], S] = {
     (S.RUNNING, Event.SUCCEED): S.SUCCEEDED,
     (S.RUNNING, Event.RETRY): S.RETRYING,
     (S.RUNNING, Event.GIVE_UP): S.FAILED,
-    (S.BLOCKED, Event.UNBLOCK): S.SCHEDULED,
+    (S.SCHEDULED, Event.BLOCK): S.BLOCKED,
+    (S.BLOCKED, Event.UNBLOCK): S.QUEUED,
     (S.FAILED, Event.REPLAY): S.QUEUED,
     **{(s, Event.CANCEL): S.CANCELLED for s in (S.SCHEDULED, S.BLOCKED, S.QUEUED, S.RUNNING, S.RETRYING)},
     **{(s, Event.SKIP): S.SKIPPED for s in (S.SCHEDULED, S.BLOCKED, S.QUEUED, S.RETRYING)},

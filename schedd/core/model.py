@@ -153,6 +153,8 @@ class Job:
     updated_ms: int
     next_run_at_ms: int | None = None
     last_run_id: str | None = None
+    next_run_id: str | None = None  # the materialised next occurrence (scheduled, not yet fired)
+    anchor_ms: int | None = None  # `every` schedules count from here (default: created_ms)
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,7 +182,14 @@ class Run:
     attempts: tuple[Attempt, ...] = ()
     result: JSON = None
     error: str | None = None
-    reason: str | None = None  # for skipped / cancelled runs
+    reason: str | None = None  # for skipped / cancelled / blocked runs
+    origin: str = "schedule"  # schedule | catchup | trigger
+    attempt_base: int = 0  # attempts before the last replay from the dead-letter queue
+
+    @property
+    def attempts_used(self) -> int:
+        """Attempts counted against max_attempts (since the last replay)."""
+        return len(self.attempts) - self.attempt_base
 
     @property
     def current(self) -> Attempt | None:

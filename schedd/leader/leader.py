@@ -20,7 +20,9 @@ from typing import Any
 from schedd import clock
 from schedd.core import commands as c
 from schedd.core.durations import format_time
-from schedd.core.model import Attempt, Priority, RunState
+from schedd.core.fairness import ReadyQueues
+from schedd.core.model import Attempt, JobStatus, Priority, RunState
+from schedd.core.runs import is_recurring
 from schedd.core.state import STALE_LEADER, LeaderEvent, Ok, Rejected, Result
 from schedd.core.wheel import TimingWheel
 from schedd.errors import SchedError
@@ -31,12 +33,16 @@ from schedd.raft.node import RaftNode
 
 log = logging.getLogger(__name__)
 
-PRIORITY_ORDER = (Priority.HIGH, Priority.NORMAL, Priority.LOW)
 MAX_FIRE_PER_TICK = 5000
 
 
 def _rid() -> str:
     return uuid.uuid4().hex
+
+
+def _ignore_result(fut: asyncio.Future[Result]) -> None:
+    if not fut.cancelled():
+        fut.exception()
 
 
 class Leader:
@@ -56,19 +62,23 @@ class Leader:
         self.fence = 0
         self.ready = asyncio.Event()  # set once claimed and rebuilt
         self.wheel = TimingWheel(clock.wall_ms())
-        self.queues: dict[str, dict[Priority, dict[str, None]]] = {}
+        self.queues: dict[str, ReadyQueues] = {}  # queue name -> runs ready for a worker
         self.leases: dict[str, LeaseInfo] = {}
         self.workers: dict[str, WorkerConn] = {}
         self._rebuilt_at = -1
         self._wake = asyncio.Event()
         self._firing: set[str] = set()
         self._rr = 0
+        self._to_heal: list[str] = []
 
     # -- establish leadership --------------------------------------------------------------
     async def run(self) -> None:
         try:
             await self._claim()
             self._rebuild()
+            for job_id in self._to_heal:  # a recurring job without its next occurrence
+                fut = self.node.submit_nowait(c.Heal(_rid(), clock.wall_ms(), self.fence, job_id))
+                fut.add_done_callback(_ignore_result)  # retried at the next leadership if lost
             self.ready.set()
             log_event(log, "leader.ready", fence=self.fence, term=self.node.term,
                       wheel=len(self.wheel), leases=len(self.leases))
@@ -103,6 +113,11 @@ class Leader:
     def _rebuild(self) -> None:
         now_mono = clock.mono()
         with self.node.read() as st:
+            self._to_heal = [
+                job.id for job in st.jobs.values()
+                if job.status is JobStatus.ACTIVE and is_recurring(job.spec)
+                and (job.next_run_id is None or job.next_run_id not in st.unfinished.get(job.id, {}))
+            ]
             self._rebuilt_at = st.applied_index
             if st.leader_fence != self.fence:
                 raise RuntimeError("another leader claimed after us")
@@ -111,7 +126,7 @@ class Leader:
                     self.wheel.add(run.id, run.due_ms)
                 elif run.state is RunState.QUEUED:
                     spec = st.jobs[run.job_id].spec
-                    self._enqueue(run.id, spec.queue, spec.priority)
+                    self._enqueue(run.id, spec.queue, spec.priority, spec.namespace)
                 elif run.state is RunState.RUNNING and run.current is not None:
                     spec = st.jobs[run.job_id].spec
                     hb = spec.heartbeat_timeout_ms / 1000
@@ -140,17 +155,19 @@ class Leader:
             if kind == "due":
                 self.wheel.add(run_id, int(ev[2]))
             elif kind == "ready":
-                self._enqueue(run_id, ev[2], Priority(ev[3]))
+                self._enqueue(run_id, ev[2], Priority(ev[3]), ev[4])
         self._wake.set()
 
-    def _enqueue(self, run_id: str, queue: str, priority: Priority) -> None:
-        self.queues.setdefault(queue, {p: {} for p in PRIORITY_ORDER})[priority][run_id] = None
+    def _enqueue(self, run_id: str, queue: str, priority: Priority, namespace: str) -> None:
+        lanes = self.queues.get(queue)
+        if lanes is None:
+            self.queues[queue] = lanes = ReadyQueues()
+        lanes.push(run_id, namespace, priority)
 
     def _dequeue(self, run_id: str) -> None:
         for lanes in self.queues.values():
-            for lane in lanes.values():
-                if lane.pop(run_id, 0) is None:
-                    return
+            if lanes.remove(run_id):
+                return
 
     def _forget(self, run_id: str) -> None:
         self.wheel.remove(run_id)
@@ -225,12 +242,12 @@ class Leader:
         fut.add_done_callback(functools.partial(self._leased, grants=grants))
 
     def _pop_ready(self, queues: tuple[str, ...]) -> str | None:
-        for priority in PRIORITY_ORDER:
-            for q in queues:
-                lane = self.queues.get(q, {}).get(priority)
-                if lane:
-                    run_id = next(iter(lane))
-                    del lane[run_id]
+        """Priorities by weight and namespaces by deficit round robin (core.fairness)."""
+        for q in queues:
+            lanes = self.queues.get(q)
+            if lanes:
+                run_id = lanes.pop()
+                if run_id is not None:
                     return run_id
         return None
 
@@ -275,7 +292,7 @@ class Leader:
                 run = st.runs.get(rid)
                 if run is not None and run.state is RunState.QUEUED:
                     spec = st.jobs[run.job_id].spec
-                    self._enqueue(rid, spec.queue, spec.priority)
+                    self._enqueue(rid, spec.queue, spec.priority, spec.namespace)
 
     def _check_leases(self, now: int) -> None:
         now_mono = clock.mono()

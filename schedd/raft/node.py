@@ -22,7 +22,8 @@ from typing import Any
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, SyncObjConsumer, replicated
 
 from schedd.core import commands as c
-from schedd.core.state import LeaderEvent, Rejected, Result, State, apply_entry
+from schedd.core.apply import apply_entry
+from schedd.core.state import LeaderEvent, Rejected, Result, State
 from schedd.errors import ResourceExhausted, SchedError, Unavailable
 
 log = logging.getLogger(__name__)

@@ -9,7 +9,8 @@ import pytest
 
 from schedd.core import commands as c
 from schedd.core.model import JobSpec, JobStatus, RetryPolicy, RunState, Schedule, ScheduleKind
-from schedd.core.state import Ok, Rejected, State, apply_entry, backoff_ms
+from schedd.core.apply import apply_entry
+from schedd.core.state import Ok, Rejected, State, backoff_ms
 
 T0 = 1_800_000_000_000
 

@@ -1,0 +1,195 @@
+"""``apply``: one command against the state.  Deterministic (time comes in the command) and
+total (a bad command is a :class:`Rejected` value; nothing escapes into Raft).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from schedd.core import commands as c
+from schedd.core import runs as R
+from schedd.core.graph import find_cycle, format_cycle
+from schedd.core.model import Job, JobSpec, JobStatus
+from schedd.core.state import (
+    STALE_LEADER,
+    LeaderEvent,
+    Ok,
+    Rejected,
+    Result,
+    State,
+    remember,
+)
+
+# Commands a client may repeat after a lost reply: their results are remembered by request id.
+# Leader commands are not (they are fenced, and a repeat is judged on the run's state).
+CLIENT_COMMANDS = (c.Submit, c.CancelJob, c.UpdateJob, c.Trigger, c.CancelRun, c.Replay,
+                   c.DropDead)
+
+
+def apply_entry(state: State, blob: object, index: int) -> tuple[list[Result], list[LeaderEvent]]:
+    """Apply one Raft entry at log ``index``.  Total: never raises."""
+    events: list[LeaderEvent] = []
+    state.applied_index = index
+    results = [apply(state, cmd, index, events) for cmd in c.decode_entry(blob)]
+    return results, events
+
+
+def apply(state: State, cmd: c.Command | c.Undecodable, index: int, events: list[LeaderEvent]) -> Result:
+    if isinstance(cmd, c.Undecodable):
+        return Rejected("invalid_argument", f"undecodable command: {cmd.reason}")
+    seen = state.recent.get(cmd.rid) if cmd.rid else None
+    if seen is not None:
+        return seen[1]
+    mark = len(events)
+    try:
+        result = _dispatch(state, cmd, index, events)
+    except Exception as exc:  # noqa: BLE001 - apply must be total (raft-notes #1)
+        del events[mark:]
+        result = Rejected("internal", f"{type(cmd).__name__} failed: {type(exc).__name__}: {exc}")
+    if cmd.rid and isinstance(cmd, CLIENT_COMMANDS):
+        remember(state, cmd.rid, cmd.now, result)
+    return result
+
+
+def _dispatch(state: State, cmd: c.Command, index: int, events: list[LeaderEvent]) -> Result:
+    if isinstance(cmd, c.Barrier):
+        return Ok(index)
+    if isinstance(cmd, c.Claim):
+        if cmd.term < state.leader_term:
+            return Rejected(STALE_LEADER, f"claim for term {cmd.term} after term {state.leader_term}")
+        state.leader_fence, state.leader_node = index, cmd.node
+        state.leader_http, state.leader_term = cmd.http, cmd.term
+        return Ok(index)
+    if isinstance(cmd, CLIENT_COMMANDS):
+        return _client(state, cmd, events)
+    # Everything else is a leader command: fenced.
+    if cmd.lf != state.leader_fence:
+        return Rejected(
+            STALE_LEADER,
+            f"leader fence {cmd.lf} is not the current leader fence {state.leader_fence}",
+        )
+    if isinstance(cmd, c.Fire):
+        return Ok([R.fire(state, rid, cmd.now, events) for rid in cmd.run_ids])
+    if isinstance(cmd, c.Lease):
+        return Ok([R.lease(state, rid, wid, cmd.now, index, events) for rid, wid in cmd.grants])
+    if isinstance(cmd, c.Complete):
+        return R.complete(state, cmd.run_id, cmd.fence, cmd.result, cmd.now, events)
+    if isinstance(cmd, c.Heal):
+        return R.heal(state, cmd.job_id, cmd.now, events)
+    return R.fail(state, cmd.run_id, cmd.fence, cmd.error, cmd.retryable, cmd.outcome, cmd.rand,
+                  cmd.now, events)
+
+
+def _client(state: State, cmd: c.Command, events: list[LeaderEvent]) -> Result:
+    if isinstance(cmd, c.Submit):
+        return _submit(state, cmd, events)
+    if isinstance(cmd, c.CancelJob):
+        return _cancel_job(state, cmd, events)
+    if isinstance(cmd, c.UpdateJob):
+        return _update_job(state, cmd, events)
+    if isinstance(cmd, c.Trigger):
+        return R.trigger(state, cmd.job_id, cmd.now, cmd.override, events)
+    if isinstance(cmd, c.CancelRun):
+        return R.cancel_run(state, cmd.run_id, cmd.now, "cancelled", events)
+    if isinstance(cmd, c.Replay):
+        return R.replay(state, cmd.run_id, cmd.now, events)
+    if isinstance(cmd, c.DropDead):
+        if cmd.run_id not in state.dlq:
+            return Rejected("not_found", f"run {cmd.run_id} is not in the dead-letter queue",
+                            "run_id")
+        del state.dlq[cmd.run_id]
+        return Ok(cmd.run_id)
+    return Rejected("invalid_argument", f"not a client command: {type(cmd).__name__}")
+
+
+# -- submission, update, cancellation ---------------------------------------------------------
+
+def _check_dependencies(state: State, cmd: c.Submit) -> Rejected | None:
+    batch = {job_id: spec for job_id, spec in cmd.jobs}
+    for i, (_, spec) in enumerate(cmd.jobs):
+        prefix = f"jobs[{i}]." if len(cmd.jobs) > 1 else ""
+        for k, dep in enumerate(spec.depends_on):
+            other = batch.get(dep) or (state.jobs[dep].spec if dep in state.jobs else None)
+            if other is None:
+                return Rejected("not_found", f"depends_on: no job with id {dep}",
+                                f"{prefix}depends_on[{k}]")
+            if other.namespace != spec.namespace:
+                return Rejected(
+                    "invalid_argument",
+                    f"depends_on: job {dep} is in namespace {other.namespace}, expected jobs of "
+                    f"the same namespace ({spec.namespace})",
+                    f"{prefix}depends_on[{k}]",
+                )
+    cycle = find_cycle(state.depends_on_view(),
+                       {job_id: spec.depends_on for job_id, spec in cmd.jobs if spec.depends_on})
+    if cycle:
+        return Rejected("conflict", f"dependency cycle: {format_cycle(cycle)}", "depends_on")
+    return None
+
+
+def _submit(state: State, cmd: c.Submit, events: list[LeaderEvent]) -> Result:
+    # Validate the whole batch first: all or nothing.
+    batch_ids: set[str] = set()
+    for i, (job_id, _) in enumerate(cmd.jobs):
+        if job_id in state.jobs or job_id in batch_ids:
+            prefix = f"jobs[{i}]." if len(cmd.jobs) > 1 else ""
+            return Rejected("conflict", f"job id {job_id} already exists", f"{prefix}id")
+        batch_ids.add(job_id)
+    problem = _check_dependencies(state, cmd)
+    if problem is not None:
+        return problem
+    created: list[tuple[Job, bool]] = []
+    for job_id, spec in cmd.jobs:
+        if spec.idempotency_key is not None:
+            existing = state.idempotency.get(f"{spec.namespace}\0{spec.idempotency_key}")
+            if existing is not None:
+                created.append((state.jobs[existing], False))
+                continue
+        created.append((_create_job(state, job_id, spec, cmd.now, events), True))
+    return Ok([(state.jobs[job.id], new) for job, new in created])
+
+
+def _create_job(state: State, job_id: str, spec: JobSpec, now: int, events: list[LeaderEvent]) -> Job:
+    job = Job(job_id, spec, JobStatus.ACTIVE, now, now)
+    state.jobs[job_id] = job
+    state.job_order.append(job_id)
+    state.job_runs[job_id] = []
+    for dep in spec.depends_on:
+        state.dependants.setdefault(dep, []).append(job_id)
+    if spec.idempotency_key is not None:
+        state.idempotency[f"{spec.namespace}\0{spec.idempotency_key}"] = job_id
+    R.schedule_first(state, job, now, events)
+    return state.jobs[job_id]
+
+
+def _cancel_job(state: State, cmd: c.CancelJob, events: list[LeaderEvent]) -> Result:
+    job = state.jobs.get(cmd.job_id)
+    if job is None:
+        return Rejected("not_found", f"no job with id {cmd.job_id}", "id")
+    if job.status in (JobStatus.CANCELLED, JobStatus.DONE) and not state.unfinished.get(job.id):
+        return Ok(job)
+    state.jobs[job.id] = replace(job, status=JobStatus.CANCELLED, updated_ms=cmd.now,
+                                 next_run_at_ms=None, next_run_id=None)
+    for run in state.unfinished_runs(job.id):
+        R.cancel_run(state, run.id, cmd.now, "job cancelled", events)
+    return Ok(state.jobs[job.id])
+
+
+def _update_job(state: State, cmd: c.UpdateJob, events: list[LeaderEvent]) -> Result:
+    job = state.jobs.get(cmd.job_id)
+    if job is None:
+        return Rejected("not_found", f"no job with id {cmd.job_id}", "id")
+    if job.status in (JobStatus.CANCELLED, JobStatus.DONE):
+        return Rejected("conflict", f"job {job.id} is {job.status}: it can no longer be changed")
+    if cmd.spec is not None and cmd.spec != job.spec:
+        problem = R.change_spec(state, job, cmd.spec, cmd.now, events)
+        if problem is not None:
+            return problem
+        job = state.jobs[job.id]
+    if cmd.paused is True and job.status is JobStatus.ACTIVE:
+        state.jobs[job.id] = replace(job, status=JobStatus.PAUSED, updated_ms=cmd.now)
+    elif cmd.paused is False and job.status is JobStatus.PAUSED:
+        state.jobs[job.id] = replace(job, status=JobStatus.ACTIVE, updated_ms=cmd.now)
+        R.resume(state, state.jobs[job.id], cmd.now, events)
+    return Ok(state.jobs[job.id])
+

@@ -1,0 +1,478 @@
+"""Run-level transitions: fire, lease, complete, fail, cancel, trigger, replay; and recurring jobs.
+
+Pure and deterministic: called from ``apply`` with the command's time.  Decisions that matter
+to users, in one place:
+
+* **Fire** (a run's due time reached): a paused job's scheduled runs do not fire (they wait for
+  resume).  A recurring run more than :data:`MISFIRE_GRACE_MS` late is a *misfire*: it and the
+  occurrences missed since are planned by the job's misfire policy (skip / run_once / run_all
+  within ``catchup_window``); runs to catch up are spaced :data:`CATCHUP_SPACING_MS` apart so
+  recovery does not flood workers; the others are recorded as skipped (``misfire``, or
+  ``paused`` when the job was paused).  Otherwise the job's overlap policy is judged on its
+  live runs (queued, running or retrying, i.e. holding or waiting for a lease that expires on
+  its own): ``allow``, ``skip``, ``buffer_one`` (at most one waits, blocked), ``cancel_other``.
+  A job with dependencies is queued only once each upstream job's latest finished run
+  succeeded; it is blocked until then, and skipped (``upstream_failed``) when one failed.
+  Firing a recurring run materialises the next occurrence in the same entry: only the next
+  one exists, and a leader change can neither lose it nor fire it twice (its id is
+  ``<job>@<scheduled ms>``).
+* **Retries** count attempts since the last replay from the dead-letter queue.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from schedd.core.lifecycle import BadTransition, Event, next_state
+from schedd.core.model import (
+    TERMINAL_RUN_STATES,
+    Attempt,
+    AttemptOutcome,
+    Job,
+    JobSpec,
+    JobStatus,
+    Overlap,
+    RecurringOptions,
+    Run,
+    RunState,
+    ScheduleKind,
+    run_id_for,
+)
+from schedd.core.recurrence import (
+    Occurrence,
+    Recurrence,
+    next_occurrence,
+    occurrences,
+    plan_misfire,
+    recurrence_from,
+)
+from schedd.core.state import (
+    ACTIVE_STATES,
+    LeaderEvent,
+    Ok,
+    Rejected,
+    Result,
+    State,
+    add_run,
+    backoff_ms,
+    put_run,
+)
+
+MISFIRE_GRACE_MS = 30_000  # later than this, a recurring fire is a misfire
+CATCHUP_SPACING_MS = 200  # catch-up runs are spread this far apart
+MAX_CATCHUP = 1000  # occurrences considered in one misfire decision
+MAX_SKIPPED_PER_STEP = 1000  # dst_gap-skipped occurrences recorded while materialising
+RECURRING = (ScheduleKind.EVERY, ScheduleKind.CRON)
+
+
+def is_recurring(spec: JobSpec) -> bool:
+    return spec.schedule.kind in RECURRING
+
+
+def recurrence(job: Job) -> Recurrence:
+    s = job.spec.schedule
+    options = s.options or RecurringOptions()
+    anchor = options.start_at_ms
+    if anchor is None:
+        anchor = job.anchor_ms if job.anchor_ms is not None else job.created_ms
+    return recurrence_from(s, options, anchor)
+
+
+def _event_for(run: Run, spec: JobSpec) -> LeaderEvent | None:
+    if run.state in (RunState.SCHEDULED, RunState.RETRYING):
+        return ("due", run.id, run.due_ms)
+    if run.state is RunState.QUEUED:
+        return ("ready", run.id, spec.queue, spec.priority, spec.namespace)
+    if run.state in TERMINAL_RUN_STATES or run.state is RunState.BLOCKED:
+        return ("gone", run.id)
+    return None
+
+
+def _store(state: State, run: Run, events: list[LeaderEvent], *, new: bool = False) -> Run:
+    (add_run if new else put_run)(state, run)
+    ev = _event_for(run, state.jobs[run.job_id].spec)
+    if ev is not None:
+        events.append(ev)
+    return run
+
+
+def _move(state: State, run: Run, event: Event, now: int, events: list[LeaderEvent],
+          **changes: object) -> Run | Rejected:
+    target = next_state(run.state, event)
+    if isinstance(target, BadTransition):
+        return Rejected("conflict", f"run {run.id}: {target.message}")
+    moved = replace(run, state=target, updated_ms=now, **changes)  # type: ignore[arg-type]
+    _store(state, moved, events)
+    if target in TERMINAL_RUN_STATES:
+        settle(state, moved, now, events)
+    return moved
+
+
+def _unique_id(state: State, job_id: str, scheduled_ms: int) -> tuple[str, int]:
+    while run_id_for(job_id, scheduled_ms) in state.runs:
+        scheduled_ms += 1
+    return run_id_for(job_id, scheduled_ms), scheduled_ms
+
+
+def _new_run(state: State, job: Job, scheduled_ms: int, due_ms: int, now: int,
+             events: list[LeaderEvent], *, run_state: RunState = RunState.SCHEDULED,
+             origin: str = "schedule", reason: str | None = None) -> Run:
+    run_id, scheduled_ms = _unique_id(state, job.id, scheduled_ms)
+    run = Run(id=run_id, job_id=job.id, namespace=job.spec.namespace, scheduled_ms=scheduled_ms,
+              due_ms=due_ms, state=run_state, created_ms=now, updated_ms=now, origin=origin,
+              reason=reason)
+    state.jobs[job.id] = replace(state.jobs[job.id], last_run_id=run.id, updated_ms=now)
+    return _store(state, run, events, new=True)
+
+
+# -- creating runs ------------------------------------------------------------------------------
+
+def schedule_first(state: State, job: Job, now: int, events: list[LeaderEvent]) -> None:
+    """The first run of a new job: at its time (one-off) or its first occurrence (recurring)."""
+    if is_recurring(job.spec):  # the first occurrence strictly after the submission
+        materialize_next(state, job.id, now, now, events)
+        return
+    first = job.spec.schedule.at_ms if job.spec.schedule.at_ms is not None else now
+    run = _new_run(state, job, first, first, now, events)
+    state.jobs[job.id] = replace(state.jobs[job.id], next_run_at_ms=first, next_run_id=run.id)
+
+
+def materialize_next(state: State, job_id: str, after_ms: int, now: int,
+                     events: list[LeaderEvent]) -> Run | None:
+    """Create the next occurrence of a recurring job after ``after_ms`` (recording occurrences
+    that DST skips); the job is done when its schedule is over."""
+    job = state.jobs[job_id]
+    rec = recurrence(job)
+    for _ in range(MAX_SKIPPED_PER_STEP):
+        occ = next_occurrence(rec, after_ms, job_id)
+        if occ is None:
+            state.jobs[job_id] = replace(state.jobs[job_id], next_run_id=None,
+                                         next_run_at_ms=None, updated_ms=now)
+            if job.status is JobStatus.ACTIVE:
+                state.jobs[job_id] = replace(state.jobs[job_id], status=JobStatus.DONE)
+            return None
+        if occ.skipped is not None:
+            _new_run(state, job, occ.scheduled_ms, occ.scheduled_ms, now, events,
+                     run_state=RunState.SKIPPED, reason=occ.skipped)
+            after_ms = occ.scheduled_ms
+            continue
+        if run_id_for(job_id, occ.scheduled_ms) in state.runs:  # already exists (e.g. trigger)
+            after_ms = occ.scheduled_ms
+            continue
+        run = _new_run(state, job, occ.scheduled_ms, occ.due_ms, now, events)
+        state.jobs[job_id] = replace(state.jobs[job_id], next_run_id=run.id,
+                                     next_run_at_ms=occ.due_ms)
+        return run
+    return None
+
+
+def heal(state: State, job_id: str, now: int, events: list[LeaderEvent]) -> Result:
+    """A recurring active job without a pending next occurrence gets one."""
+    job = state.jobs.get(job_id)
+    if job is None or job.status is not JobStatus.ACTIVE or not is_recurring(job.spec):
+        return Rejected("conflict", f"job {job_id} does not need healing")
+    pending = state.runs.get(job.next_run_id) if job.next_run_id else None
+    if pending is not None and pending.state not in TERMINAL_RUN_STATES:
+        return Ok(None)
+    run = materialize_next(state, job_id, now, now, events)
+    return Ok(None if run is None else run.id)
+
+
+# -- fire -----------------------------------------------------------------------------------------
+
+def fire(state: State, run_id: str, now: int, events: list[LeaderEvent]) -> Result:
+    run = state.runs.get(run_id)
+    if run is None:
+        return Rejected("not_found", f"no run {run_id}")
+    if run.due_ms > now:
+        return Rejected("conflict", f"run {run_id} is not due before {run.due_ms}")
+    if run.state is RunState.RETRYING:
+        moved = _move(state, run, Event.FIRE, now, events)
+        return moved if isinstance(moved, Rejected) else Ok(run_id)
+    if run.state is not RunState.SCHEDULED:
+        return Rejected("conflict", f"run {run_id} is {run.state}, not scheduled")
+    job = state.jobs[run.job_id]
+    if job.status is JobStatus.PAUSED:
+        return Rejected("conflict", f"job {job.id} is paused; its runs fire after resume")
+    late = now - run.scheduled_ms > MISFIRE_GRACE_MS
+    if is_recurring(job.spec) and run.origin == "schedule" and late:
+        return _misfire(state, job, run, now, "misfire", events)
+    result = _start(state, job, run, now, events, respect_overlap=True)
+    if is_recurring(job.spec) and run.origin == "schedule" and job.next_run_id == run.id:
+        materialize_next(state, job.id, run.scheduled_ms, now, events)
+    return result
+
+
+def _misfire(state: State, job: Job, run: Run, now: int, reason: str,
+             events: list[LeaderEvent]) -> Result:
+    rec = recurrence(job)
+    opts = job.spec.schedule.options or RecurringOptions()
+    own = Occurrence(run.scheduled_ms, run.due_ms)
+    missed = [own] + occurrences(rec, run.scheduled_ms, now, job.id, MAX_CATCHUP)
+    plan = plan_misfire(opts.misfire, missed, now, opts.catchup_window_ms)
+    to_run = {o.scheduled_ms for o in plan.run}
+    last = missed[-1].scheduled_ms
+    if run.scheduled_ms in to_run:
+        _start(state, job, run, now, events, respect_overlap=True)
+    else:
+        _move(state, run, Event.SKIP, now, events, reason=reason)
+    spacing = 0
+    for occ in missed[1:]:
+        if run_id_for(job.id, occ.scheduled_ms) in state.runs:
+            continue
+        if occ.scheduled_ms in to_run:
+            spacing += CATCHUP_SPACING_MS
+            _new_run(state, job, occ.scheduled_ms, now + spacing, now, events, origin="catchup")
+        else:
+            _new_run(state, job, occ.scheduled_ms, occ.scheduled_ms, now, events,
+                     run_state=RunState.SKIPPED, reason=occ.skipped or reason)
+    materialize_next(state, job.id, max(now, last), now, events)
+    return Ok(run.id)
+
+
+def _start(state: State, job: Job, run: Run, now: int, events: list[LeaderEvent], *,
+           respect_overlap: bool) -> Result:
+    """Queue ``run`` if its dependencies and the job's overlap policy allow it."""
+    deps = dependency_status(state, job)
+    if deps == "failed":
+        _move(state, run, Event.SKIP, now, events, reason="upstream_failed")
+        return Ok(run.id)
+    if deps == "pending":
+        _move(state, run, Event.BLOCK, now, events, reason="dependencies")
+        return Ok(run.id)
+    if respect_overlap and (is_recurring(job.spec) or run.origin == "trigger"):
+        live = [r for r in state.unfinished_runs(job.id)
+                if r.id != run.id and r.state in ACTIVE_STATES]
+        policy = (job.spec.schedule.options or RecurringOptions()).overlap
+        if live and policy is not Overlap.ALLOW:
+            if policy is Overlap.SKIP:
+                _move(state, run, Event.SKIP, now, events, reason="overlap")
+                return Ok(run.id)
+            if policy is Overlap.BUFFER_ONE:
+                buffered = [r for r in state.unfinished_runs(job.id)
+                            if r.state is RunState.BLOCKED and r.reason == "overlap"]
+                if buffered:
+                    _move(state, run, Event.SKIP, now, events, reason="overlap")
+                else:
+                    _move(state, run, Event.BLOCK, now, events, reason="overlap")
+                return Ok(run.id)
+            for other in live:  # cancel_other
+                cancel_run(state, other.id, now, "replaced by a newer run (overlap)", events)
+    moved = _move(state, run, Event.FIRE, now, events)
+    return moved if isinstance(moved, Rejected) else Ok(run.id)
+
+
+def dependency_status(state: State, job: Job) -> str:
+    """``ok`` when every upstream job's latest finished run succeeded, ``failed`` when one
+    failed for good (or was cancelled or skipped), else ``pending``."""
+    status = "ok"
+    for dep in job.spec.depends_on:
+        upstream = state.jobs.get(dep)
+        if upstream is None or upstream.status is JobStatus.CANCELLED:
+            return "failed"
+        latest = None
+        for rid in reversed(state.job_runs.get(dep, ())):
+            r = state.runs[rid]
+            if r.state in TERMINAL_RUN_STATES:
+                latest = r
+                break
+        if latest is None:
+            status = "pending"
+        elif latest.state is not RunState.SUCCEEDED:
+            return "failed"
+    return status
+
+
+# -- lease and results --------------------------------------------------------------------------
+
+def lease(state: State, run_id: str, worker_id: str, now: int, fence: int,
+          events: list[LeaderEvent]) -> Result:
+    run = state.runs.get(run_id)
+    if run is None:
+        return Rejected("not_found", f"no run {run_id}")
+    target = next_state(run.state, Event.LEASE)
+    if isinstance(target, BadTransition):
+        return Rejected("conflict", target.message)
+    timeout = state.jobs[run.job_id].spec.timeout_ms
+    attempt = Attempt(number=len(run.attempts) + 1, fence=fence, worker_id=worker_id,
+                      leased_ms=now, deadline_ms=now + timeout if timeout else None)
+    put_run(state, replace(run, state=target, updated_ms=now, attempts=run.attempts + (attempt,)))
+    events.append(("leased", run_id))
+    return Ok(attempt)
+
+
+def _already_ended(run: Run, fence: int, outcome: str) -> bool:
+    """A repeated result for an attempt that already ended that way (a worker re-sending after
+    a failover, when the first ack was lost) is accepted again, changing nothing."""
+    attempt = next((a for a in reversed(run.attempts) if a.fence == fence), None)
+    return attempt is not None and attempt.outcome is not None and attempt.outcome.value == outcome
+
+
+def _running(state: State, run_id: str, fence: int, outcome: str) -> Run | Result:
+    run = state.runs.get(run_id)
+    if run is None:
+        return Rejected("not_found", f"no run {run_id}")
+    if run.state is RunState.RUNNING and run.current is not None and run.current.fence == fence:
+        return run
+    if _already_ended(run, fence, outcome):
+        return Ok(run_id)
+    if run.current is None or run.current.fence != fence:
+        return Rejected("stale_fence", f"fence {fence} is not the current lease of {run_id} ({run.fence})")
+    return Rejected("stale_fence", f"run {run_id} is {run.state}, not running")
+
+
+def _end_attempt(run: Run, now: int, outcome: AttemptOutcome, error: str | None) -> tuple[Attempt, ...]:
+    assert run.current is not None
+    return run.attempts[:-1] + (replace(run.current, ended_ms=now, outcome=outcome, error=error),)
+
+
+def complete(state: State, run_id: str, fence: int, result: object, now: int,
+             events: list[LeaderEvent]) -> Result:
+    run = _running(state, run_id, fence, AttemptOutcome.SUCCEEDED.value)
+    if not isinstance(run, Run):
+        return run
+    attempts = _end_attempt(run, now, AttemptOutcome.SUCCEEDED, None)
+    _move(state, run, Event.SUCCEED, now, events, attempts=attempts, result=result, error=None)
+    return Ok(run_id)
+
+
+def fail(state: State, run_id: str, fence: int, error: str, retryable: bool, outcome: str,
+         rand: float, now: int, events: list[LeaderEvent]) -> Result:
+    try:
+        how = AttemptOutcome(outcome)
+    except ValueError:
+        return Rejected("invalid_argument", f"unknown attempt outcome {outcome!r}")
+    run = _running(state, run_id, fence, how.value)
+    if not isinstance(run, Run):
+        return run
+    spec = state.jobs[run.job_id].spec
+    attempts = _end_attempt(run, now, how, error)
+    used = len(attempts) - run.attempt_base
+    if retryable and used < spec.retry.max_attempts:
+        due = now + backoff_ms(spec, used, rand)
+        _move(state, run, Event.RETRY, now, events, attempts=attempts, due_ms=due, error=error)
+        if state.jobs[run.job_id].next_run_id == run.id:
+            state.jobs[run.job_id] = replace(state.jobs[run.job_id], next_run_at_ms=due)
+        return Ok(run_id)
+    state.dlq[run_id] = None
+    _move(state, run, Event.GIVE_UP, now, events, attempts=attempts, error=error)
+    return Ok(run_id)
+
+
+# -- cancel, trigger, replay, change ------------------------------------------------------------
+
+def cancel_run(state: State, run_id: str, now: int, reason: str, events: list[LeaderEvent]) -> Result:
+    run = state.runs.get(run_id)
+    if run is None:
+        return Rejected("not_found", f"no run with id {run_id}", "run_id")
+    if run.state in TERMINAL_RUN_STATES:
+        return Ok(run_id)
+    attempts = run.attempts
+    if run.state is RunState.RUNNING and run.current is not None:
+        events.append(("stop", run.id, run.current.fence))
+        attempts = _end_attempt(run, now, AttemptOutcome.CANCELLED, reason)
+    moved = _move(state, run, Event.CANCEL, now, events, attempts=attempts, reason=reason)
+    return moved if isinstance(moved, Rejected) else Ok(run_id)
+
+
+def trigger(state: State, job_id: str, now: int, override: bool, events: list[LeaderEvent]) -> Result:
+    job = state.jobs.get(job_id)
+    if job is None:
+        return Rejected("not_found", f"no job with id {job_id}", "id")
+    if job.status is JobStatus.CANCELLED:
+        return Rejected("conflict", f"job {job_id} is cancelled")
+    run = _new_run(state, job, now, now, now, events, origin="trigger")
+    _start(state, state.jobs[job_id], run, now, events, respect_overlap=not override)
+    return Ok(state.runs[run.id])
+
+
+def replay(state: State, run_id: str, now: int, events: list[LeaderEvent]) -> Result:
+    run = state.runs.get(run_id)
+    if run is None or run_id not in state.dlq:
+        return Rejected("not_found", f"run {run_id} is not in the dead-letter queue", "run_id")
+    del state.dlq[run_id]
+    job = state.jobs[run.job_id]
+    if job.status is JobStatus.DONE:
+        state.jobs[job.id] = replace(job, status=JobStatus.ACTIVE, updated_ms=now)
+    moved = _move(state, run, Event.REPLAY, now, events, attempt_base=len(run.attempts),
+                  error=None)
+    return moved if isinstance(moved, Rejected) else Ok(state.runs[run_id])
+
+
+def change_spec(state: State, job: Job, spec: JobSpec, now: int,
+                events: list[LeaderEvent]) -> Rejected | None:
+    """Apply a new spec: it governs runs not yet started; a new schedule replaces the pending
+    occurrence.  A one-off job whose run already started cannot change (409)."""
+    if not is_recurring(job.spec):
+        first = state.runs.get(job.next_run_id) if job.next_run_id else None
+        if first is None or first.state not in (RunState.SCHEDULED, RunState.BLOCKED):
+            return Rejected("conflict", f"job {job.id}: its run already started; an update "
+                            "applies only to runs not yet started")
+    state.jobs[job.id] = replace(job, spec=spec, updated_ms=now)
+    if spec.schedule == job.spec.schedule:
+        return None
+    pending = state.runs.get(job.next_run_id) if job.next_run_id else None
+    if pending is not None and pending.state in (RunState.SCHEDULED, RunState.BLOCKED):
+        cancel_run(state, pending.id, now, "rescheduled", events)
+    state.jobs[job.id] = replace(state.jobs[job.id], next_run_id=None, next_run_at_ms=None)
+    if is_recurring(spec):
+        state.jobs[job.id] = replace(state.jobs[job.id], anchor_ms=now)  # re-anchor `every`
+        materialize_next(state, job.id, now, now, events)
+    else:
+        schedule_first(state, state.jobs[job.id], now, events)
+    return None
+
+
+def resume(state: State, job: Job, now: int, events: list[LeaderEvent]) -> None:
+    """A resumed job's pending occurrence fires again; occurrences missed while paused are
+    planned by the misfire policy and recorded as skipped with reason ``paused``."""
+    pending = state.runs.get(job.next_run_id) if job.next_run_id else None
+    if pending is None or pending.state is not RunState.SCHEDULED:
+        if is_recurring(job.spec) and job.status is JobStatus.ACTIVE and pending is None:
+            materialize_next(state, job.id, now, now, events)
+        return
+    if is_recurring(job.spec) and now - pending.scheduled_ms > MISFIRE_GRACE_MS:
+        _misfire(state, job, pending, now, "paused", events)
+    else:
+        events.append(("due", pending.id, pending.due_ms))
+
+
+# -- after a run finished -------------------------------------------------------------------------
+
+def settle(state: State, run: Run, now: int, events: list[LeaderEvent]) -> None:
+    """Consequences of ``run`` finishing: the job may be done, a buffered run may start,
+    dependants may unblock or be skipped.  Iterative, so long dependency chains are fine."""
+    work = [run]
+    while work:
+        finished = work.pop()
+        job = state.jobs[finished.job_id]
+        if not is_recurring(job.spec) and job.status is JobStatus.ACTIVE \
+                and not state.unfinished.get(job.id):
+            state.jobs[job.id] = replace(job, status=JobStatus.DONE, updated_ms=now,
+                                         next_run_at_ms=None)
+        unfinished = state.unfinished_runs(job.id)
+        if not any(r.state in ACTIVE_STATES for r in unfinished):
+            buffered = [r for r in unfinished if r.state is RunState.BLOCKED and r.reason == "overlap"]
+            if buffered:
+                _unblock(state, buffered[0], now, events)
+        for dependant in state.dependants.get(job.id, ()):
+            djob = state.jobs[dependant]
+            waiting = [r for r in state.unfinished_runs(dependant)
+                       if r.state is RunState.BLOCKED and r.reason == "dependencies"]
+            if not waiting:
+                continue
+            status = dependency_status(state, djob)
+            for r in waiting:
+                if status == "ok":
+                    _unblock(state, r, now, events)
+                elif status == "failed":
+                    skipped = replace(r, state=RunState.SKIPPED, updated_ms=now,
+                                      reason="upstream_failed")
+                    _store(state, skipped, events)
+                    work.append(skipped)
+
+
+def _unblock(state: State, run: Run, now: int, events: list[LeaderEvent]) -> None:
+    target = next_state(run.state, Event.UNBLOCK)
+    if not isinstance(target, BadTransition):
+        _store(state, replace(run, state=target, updated_ms=now, reason=None), events)
