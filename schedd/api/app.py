@@ -13,9 +13,12 @@ from aiohttp import web
 from schedd import auth, clock
 from schedd.api.views import job_view, run_view
 from schedd.core import commands as c
+from schedd.core.durations import format_time
 from schedd.core.model import RunState
+from schedd.core.recurrence import explain, recurrence_from
+from schedd.core.runs import is_recurring, recurrence
 from schedd.core.state import Ok, Rejected, Result
-from schedd.core.validate import Defaults, parse_batch, parse_job
+from schedd.core.validate import Defaults, parse_batch, parse_job, parse_patch, parse_schedule
 from schedd.errors import (
     InvalidArgument,
     NotFound,
@@ -243,6 +246,117 @@ async def cancel_job(request: web.Request) -> web.Response:
     return web.Response(status=204)
 
 
+async def update_job(request: web.Request) -> web.Response:
+    require(request, "submit")
+    rt = request.app[RUNTIME]
+    job_id = _job_id(request)
+    body = await read_json(request)
+    now = clock.wall_ms()
+    with rt.node.read() as st:
+        job = st.jobs.get(job_id)
+        if job is None:
+            raise NotFound(f"no job with id {job_id}", field="id")
+        current = job.spec
+    paused, spec = parse_patch(body, current, now_ms=now, defaults=defaults(rt))
+    res = await commit(rt, lambda rid, t: c.UpdateJob(rid, t, job_id, paused, spec),
+                       request_id(request))
+    job = unwrap(res)
+    with rt.node.read() as st:
+        view = job_view(st.jobs[job.id], st.latest_run(job.id))
+    log_event(log, "job.updated", job_id=job_id, paused=paused, spec_changed=spec is not None)
+    return json_response(view)
+
+
+async def trigger_job(request: web.Request) -> web.Response:
+    require(request, "submit")
+    rt = request.app[RUNTIME]
+    job_id = _job_id(request)
+    body = await read_json(request) if request.can_read_body else {}
+    if not isinstance(body, dict) or set(body) - {"overlap"}:
+        raise InvalidArgument('expected {"overlap": "respect"} or {"overlap": "override"}')
+    overlap = body.get("overlap", "respect")
+    if overlap not in ("respect", "override"):
+        raise InvalidArgument(f'overlap: expected "respect" or "override", got {overlap!r}',
+                              field="overlap")
+    res = await commit(rt, lambda rid, t: c.Trigger(rid, t, job_id, overlap == "override"),
+                       request_id(request))
+    run = unwrap(res)
+    with rt.node.read() as st:
+        view = run_view(st.runs[run.id])
+    log_event(log, "job.triggered", job_id=job_id, run_id=run.id, overlap=overlap)
+    return json_response(view, 201)
+
+
+async def cancel_run(request: web.Request) -> web.Response:
+    require(request, "submit")
+    rt = request.app[RUNTIME]
+    run_id = request.match_info["run_id"]
+    unwrap(await commit(rt, lambda rid, t: c.CancelRun(rid, t, run_id), request_id(request)))
+    with rt.node.read() as st:
+        return json_response(run_view(st.runs[run_id]))
+
+
+async def replay_dead(request: web.Request) -> web.Response:
+    require(request, "submit")
+    rt = request.app[RUNTIME]
+    run_id = request.match_info["run_id"]
+    unwrap(await commit(rt, lambda rid, t: c.Replay(rid, t, run_id), request_id(request)))
+    log_event(log, "dlq.replayed", run_id=run_id)
+    with rt.node.read() as st:
+        return json_response(run_view(st.runs[run_id]))
+
+
+async def drop_dead(request: web.Request) -> web.Response:
+    require(request, "submit")
+    rt = request.app[RUNTIME]
+    run_id = request.match_info["run_id"]
+    unwrap(await commit(rt, lambda rid, t: c.DropDead(rid, t, run_id), request_id(request)))
+    log_event(log, "dlq.dropped", run_id=run_id)
+    return web.Response(status=204)
+
+
+def _fires_view(fires: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"fires": [
+        {"scheduled_at": format_time(int(f["scheduled_ms"])), "due_at": format_time(int(f["due_ms"])),
+         "local": f["local"], "note": f["note"]} for f in fires
+    ]}
+
+
+async def explain_job(request: web.Request) -> web.Response:
+    require(request, "read")
+    rt = request.app[RUNTIME]
+    job_id = _job_id(request)
+    count = _int_param(request, "count", 10, 1, 1000)
+    with rt.node.read() as st:
+        job = st.jobs.get(job_id)
+        if job is None:
+            raise NotFound(f"no job with id {job_id}", field="id")
+    if not is_recurring(job.spec):
+        at = job.next_run_at_ms
+        fires = [] if at is None else [{"scheduled_ms": at, "due_ms": at,
+                                        "local": format_time(at), "note": "one-off"}]
+        return json_response(_fires_view(fires))
+    return json_response(_fires_view(explain(recurrence(job), clock.wall_ms(), count, job.id)))
+
+
+async def explain_expr(request: web.Request) -> web.Response:
+    require(request, "read")
+    count = _int_param(request, "count", 10, 1, 1000)
+    q = request.query
+    schedule: dict[str, Any] = {k: q[k] for k in ("cron", "every", "timezone", "jitter") if k in q}
+    dst = {k: q[f"dst_{k}"] for k in ("gap", "repeat") if f"dst_{k}" in q}
+    if dst:
+        schedule["dst"] = dst
+    if "cron" not in schedule and "every" not in schedule:
+        raise InvalidArgument("expected a cron=EXPR (and optionally timezone=ZONE) or every=DUR "
+                              "query parameter", field="cron")
+    now = clock.wall_ms()
+    parsed, options = parse_schedule(schedule, now, "schedule")
+    assert options is not None
+    fires = explain(recurrence_from(parsed, options, now), now, count, "explain")
+    return json_response(_fires_view(fires))
+
+
 async def job_runs(request: web.Request) -> web.Response:
     require(request, "read")
     rt = request.app[RUNTIME]
@@ -312,9 +426,16 @@ def make_app(rt: Runtime) -> web.Application:
     r.add_get(f"{PREFIX}/jobs", list_jobs)
     r.add_get(f"{PREFIX}/jobs/{{job_id}}", get_job)
     r.add_delete(f"{PREFIX}/jobs/{{job_id}}", cancel_job)
+    r.add_patch(f"{PREFIX}/jobs/{{job_id}}", update_job)
+    r.add_post(f"{PREFIX}/jobs/{{job_id}}/trigger", trigger_job)
     r.add_get(f"{PREFIX}/jobs/{{job_id}}/runs", job_runs)
+    r.add_get(f"{PREFIX}/jobs/{{job_id}}/explain", explain_job)
+    r.add_get(f"{PREFIX}/explain", explain_expr)
     r.add_get(f"{PREFIX}/runs/{{run_id}}", get_run)
+    r.add_post(f"{PREFIX}/runs/{{run_id}}/cancel", cancel_run)
     r.add_get(f"{PREFIX}/dlq", list_dlq)
+    r.add_post(f"{PREFIX}/dlq/{{run_id}}/replay", replay_dead)
+    r.add_delete(f"{PREFIX}/dlq/{{run_id}}", drop_dead)
     r.add_get(f"{PREFIX}/cluster", cluster)
     r.add_get(f"{PREFIX}/workers", workers)
     r.add_get(f"{PREFIX}/workers/connect", worker_connect)

@@ -725,3 +725,35 @@ def spec_from_dict(d: Mapping[str, Any]) -> JobSpec:
         depends_on=tuple(deps),
         **kwargs,
     )
+
+
+PATCH_FIELDS: Final = ("paused", "schedule", "payload", "priority", "retry", "timeout")
+
+
+def parse_patch(
+    body: object, current: JobSpec, *, now_ms: int, defaults: Defaults = DEFAULTS
+) -> tuple[bool | None, JobSpec | None]:
+    """A ``PATCH /jobs/{id}`` body → ``(paused or None, the new spec or None)``.
+
+    Only the given fields change; ``retry`` replaces the whole policy (unset keys take their
+    defaults), ``timeout: null`` removes the timeout.
+    """
+    obj = _object(body, "body")
+    _check_keys(obj, PATCH_FIELDS, "")
+    if not obj:
+        raise InvalidArgument(
+            f"expected at least one of {', '.join(PATCH_FIELDS)}, got an empty object"
+        )
+    paused = None if obj.get("paused") is None else _bool(obj["paused"], "paused")
+    changes: dict[str, Any] = {}
+    if "schedule" in obj:
+        changes["schedule"], _ = parse_schedule(obj["schedule"], now_ms, "schedule")
+    if "payload" in obj:
+        changes["payload"] = _payload(obj["payload"], "payload", defaults.max_payload)
+    if obj.get("priority") is not None:
+        changes["priority"] = _choice(obj["priority"], "priority", Priority, Priority.NORMAL)
+    if obj.get("retry") is not None:
+        changes["retry"] = _retry(obj["retry"], "retry", defaults.max_attempts)
+    if "timeout" in obj:
+        changes["timeout_ms"] = _opt_duration(obj["timeout"], "timeout")
+    return paused, (replace(current, **changes) if changes else None)

@@ -1,0 +1,329 @@
+"""Recurring jobs, misfires, overlap, pause/resume, dependencies, trigger, replay, update —
+on virtual time: every command carries its ``now``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from schedd.core import commands as c
+from schedd.core.model import (
+    JobSpec,
+    JobStatus,
+    Misfire,
+    Overlap,
+    RecurringOptions,
+    RetryPolicy,
+    RunState,
+    Schedule,
+    ScheduleKind,
+)
+from schedd.core.runs import CATCHUP_SPACING_MS, MISFIRE_GRACE_MS
+from schedd.core.state import Ok, Rejected
+from tests.unit.test_state import Harness
+
+MIN = 60_000
+T0 = 1_800_000_000_000 - (1_800_000_000_000 % MIN)  # a whole minute
+
+
+def cron(expr: str = "* * * * *", **opts: Any) -> JobSpec:
+    return JobSpec(task="t", schedule=Schedule(kind=ScheduleKind.CRON, cron=expr,
+                                               options=RecurringOptions(**opts)))
+
+
+def every(ms: int, **opts: Any) -> JobSpec:
+    return JobSpec(task="t", schedule=Schedule(kind=ScheduleKind.EVERY, every_ms=ms,
+                                               options=RecurringOptions(**opts)))
+
+
+def states(h: Harness, job: str = "J1") -> list[tuple[int, str, str | None]]:
+    """(scheduled offset from T0, state, reason), oldest first."""
+    return sorted((r.scheduled_ms - T0, r.state.value, r.reason) for r in h.state.runs_of(job))
+
+
+def next_id(h: Harness, job: str = "J1") -> str:
+    nid = h.state.jobs[job].next_run_id
+    assert nid is not None
+    return nid
+
+
+def fire(h: Harness, lf: int, run_id: str, now: int) -> Any:
+    [res] = h.one(c.Fire(h.rid(), now, lf, (run_id,))).value
+    return res
+
+
+def lease(h: Harness, lf: int, run_id: str, now: int) -> int:
+    [res] = h.one(c.Lease(h.rid(), now, lf, ((run_id, "w"),))).value
+    assert isinstance(res, Ok), res
+    return int(res.value.fence)
+
+
+def test_cron_materialises_only_the_next_occurrence_and_fire_creates_the_one_after() -> None:
+    h = Harness()
+    lf = h.claim()
+    h.submit(spec=cron(), now=T0 + 5)
+    assert states(h) == [(MIN, "scheduled", None)]
+    assert next_id(h) == f"J1@{T0 + MIN}"
+    assert isinstance(fire(h, lf, f"J1@{T0 + MIN}", T0 + MIN + 3), Ok)
+    assert states(h) == [(MIN, "queued", None), (2 * MIN, "scheduled", None)]
+    # Firing the same occurrence again (a new leader rebuilt its wheel) changes nothing.
+    again = fire(h, lf, f"J1@{T0 + MIN}", T0 + MIN + 9)
+    assert isinstance(again, Rejected)
+    assert states(h) == [(MIN, "queued", None), (2 * MIN, "scheduled", None)]
+
+
+def test_every_counts_from_submission_and_ignores_dst() -> None:
+    h = Harness()
+    lf = h.claim()
+    h.submit(spec=every(90_000), now=T0)
+    assert states(h) == [(90_000, "scheduled", None)]
+    fire(h, lf, next_id(h), T0 + 90_000)
+    assert states(h)[-1] == (180_000, "scheduled", None)
+
+
+def test_jitter_spreads_due_times_stably_within_the_window() -> None:
+    dues = []
+    for i in range(40):
+        h = Harness()
+        h.submit(f"J{i}", cron(jitter_ms=30_000), now=T0)
+        run = h.state.runs[next_id(h, f"J{i}")]
+        assert 0 <= run.due_ms - run.scheduled_ms < 30_000
+        dues.append(run.due_ms)
+    assert len(set(dues)) > 30  # spread, not all on the same millisecond
+    h1, h2 = Harness(), Harness()
+    h1.submit("JX", cron(jitter_ms=30_000), now=T0)
+    h2.submit("JX", cron(jitter_ms=30_000), now=T0 + 7)
+    assert h1.state.runs[next_id(h1, "JX")].due_ms == h2.state.runs[next_id(h2, "JX")].due_ms
+
+
+@pytest.mark.parametrize(
+    ("policy", "window", "expected_run", "expected_skip"),
+    [
+        (Misfire.SKIP, None, [], [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]),
+        (Misfire.RUN_ONCE, None, [10], [1, 2, 3, 4, 5, 6, 7, 8, 9]),
+        (Misfire.RUN_ALL, None, list(range(1, 11)), []),
+        (Misfire.RUN_ALL, 3 * MIN + 30_000, [8, 9, 10], [1, 2, 3, 4, 5, 6, 7]),
+    ],
+)
+def test_misfire_after_an_outage(policy: Misfire, window: int | None, expected_run: list[int],
+                                 expected_skip: list[int]) -> None:
+    h = Harness()
+    lf = h.claim()
+    h.submit(spec=cron(misfire=policy, catchup_window_ms=window, overlap=Overlap.ALLOW), now=T0)
+    outage_end = T0 + 10 * MIN + 30_001  # the cluster was down; minute 1..10 passed unfired
+    assert isinstance(fire(h, lf, next_id(h), outage_end), Ok)
+    by_state: dict[str, list[int]] = {}
+    for offset, state, reason in states(h):
+        key = f"{state}:{reason}" if reason else state
+        by_state.setdefault(key, []).append(offset // MIN)
+    ran = by_state.get("queued", []) + by_state.get("scheduled", [])
+    assert sorted(m for m in ran if m <= 10) == expected_run
+    assert by_state.get("skipped:misfire", []) == expected_skip
+    assert states(h)[-1] == (11 * MIN, "scheduled", None)  # the next regular occurrence
+    catchups = sorted(r.due_ms for r in h.state.runs.values() if r.origin == "catchup")
+    assert all(b - a == CATCHUP_SPACING_MS for a, b in zip(catchups, catchups[1:], strict=False))
+
+
+def test_a_late_fire_within_grace_is_not_a_misfire() -> None:
+    h = Harness()
+    lf = h.claim()
+    h.submit(spec=cron(misfire=Misfire.SKIP), now=T0)
+    fire(h, lf, next_id(h), T0 + MIN + MISFIRE_GRACE_MS - 1)
+    assert states(h) == [(MIN, "queued", None), (2 * MIN, "scheduled", None)]
+
+
+@pytest.mark.parametrize(
+    ("policy", "expected"),
+    [
+        (Overlap.ALLOW, ["running", "queued"]),
+        (Overlap.SKIP, ["running", "skipped:overlap"]),
+        (Overlap.BUFFER_ONE, ["running", "blocked:overlap"]),
+        (Overlap.CANCEL_OTHER, ["cancelled:replaced by a newer run (overlap)", "queued"]),
+    ],
+)
+def test_overlap_is_judged_on_live_runs(policy: Overlap, expected: list[str]) -> None:
+    h = Harness()
+    lf = h.claim()
+    h.submit(spec=cron(overlap=policy), now=T0)
+    first = next_id(h)
+    fire(h, lf, first, T0 + MIN)
+    fence = lease(h, lf, first, T0 + MIN)
+    second = next_id(h)
+    fire(h, lf, second, T0 + 2 * MIN)
+    got = [f"{s}:{r}" if r else s for _, s, r in states(h)][:2]
+    assert got == expected
+    if policy is Overlap.CANCEL_OTHER:
+        assert ("stop", first, fence) in h.events
+    if policy is Overlap.BUFFER_ONE:
+        third = next_id(h)
+        fire(h, lf, third, T0 + 3 * MIN)
+        assert h.state.runs[third].reason == "overlap" and h.state.runs[third].state is RunState.SKIPPED
+        h.one(c.Complete(h.rid(), T0 + 3 * MIN, lf, first, fence, None))
+        assert h.state.runs[second].state is RunState.QUEUED  # the buffered one starts
+
+
+def test_a_crashed_worker_does_not_block_the_job_forever() -> None:
+    h = Harness()
+    lf = h.claim()
+    h.submit(spec=cron(overlap=Overlap.SKIP), now=T0)
+    first = next_id(h)
+    fire(h, lf, first, T0 + MIN)
+    fence = lease(h, lf, first, T0 + MIN)
+    # heartbeats stop: the leader expires the lease; no attempts left -> the run ends
+    h.one(c.Fail(h.rid(), T0 + MIN + 5000, lf, first, fence, "lost", False, "lost"))
+    second = next_id(h)
+    fire(h, lf, second, T0 + 2 * MIN)
+    assert h.state.runs[second].state is RunState.QUEUED
+
+
+def test_pause_then_resume_records_occurrences_missed_while_paused() -> None:
+    h = Harness()
+    lf = h.claim()
+    h.submit(spec=cron(misfire=Misfire.RUN_ONCE), now=T0)
+    assert isinstance(h.one(c.UpdateJob(h.rid(), T0 + 1, "J1", paused=True)), Ok)
+    assert h.state.jobs["J1"].status is JobStatus.PAUSED
+    assert isinstance(fire(h, lf, next_id(h), T0 + MIN), Rejected)  # paused: not fired
+    h.one(c.UpdateJob(h.rid(), T0 + 5 * MIN + 31_000, "J1", paused=False))
+    assert h.state.jobs["J1"].status is JobStatus.ACTIVE
+    got = states(h)
+    assert [g for g in got if g[1] == "skipped"] == [(m * MIN, "skipped", "paused") for m in (1, 2, 3, 4)]
+    # the most recent missed occurrence runs (as a catch-up, due right away), then the schedule
+    assert got[-2:] == [(5 * MIN, "scheduled", None), (6 * MIN, "scheduled", None)]
+    catchup = h.state.runs[f"J1@{T0 + 5 * MIN}"]
+    assert catchup.origin == "catchup" and catchup.due_ms == T0 + 5 * MIN + 31_000 + CATCHUP_SPACING_MS
+
+
+def test_one_off_pause_and_resume() -> None:
+    h = Harness()
+    lf = h.claim()
+    h.submit(spec=JobSpec(task="t", schedule=Schedule(kind=ScheduleKind.AT, at_ms=T0 + 10)))
+    h.one(c.UpdateJob(h.rid(), T0, "J1", paused=True))
+    run_id = f"J1@{T0 + 10}"
+    assert isinstance(fire(h, lf, run_id, T0 + 20), Rejected)
+    h.events.clear()
+    h.one(c.UpdateJob(h.rid(), T0 + 30, "J1", paused=False))
+    assert ("due", run_id, T0 + 10) in h.events
+    assert isinstance(fire(h, lf, run_id, T0 + 40), Ok)
+
+
+def test_dependency_chain_runs_in_order_and_failure_skips_dependants() -> None:
+    h = Harness()
+    lf = h.claim()
+    res = h.one(c.Submit(h.rid(), T0, (
+        ("A", JobSpec(task="a", retry=RetryPolicy(max_attempts=1))),
+        ("B", JobSpec(task="b", depends_on=("A",))),
+        ("C", JobSpec(task="c", depends_on=("B",))),
+    )))
+    assert isinstance(res, Ok)
+    a, b, cc = f"A@{T0}", f"B@{T0}", f"C@{T0}"
+    for run_id in (a, b, cc):
+        fire(h, lf, run_id, T0)
+    assert [h.state.runs[r].state for r in (a, b, cc)] == [RunState.QUEUED, RunState.BLOCKED,
+                                                           RunState.BLOCKED]
+    fence = lease(h, lf, a, T0)
+    h.one(c.Complete(h.rid(), T0 + 1, lf, a, fence, None))
+    assert h.state.runs[b].state is RunState.QUEUED and h.state.runs[cc].state is RunState.BLOCKED
+    fence = lease(h, lf, b, T0 + 2)
+    h.one(c.Fail(h.rid(), T0 + 3, lf, b, fence, "boom", False))
+    assert h.state.runs[b].state is RunState.FAILED
+    assert h.state.runs[cc].state is RunState.SKIPPED and h.state.runs[cc].reason == "upstream_failed"
+    assert h.state.jobs["C"].status is JobStatus.DONE
+
+
+@pytest.mark.parametrize(
+    ("jobs", "cycle"),
+    [
+        ((("A", ("A",)),), "A -> A"),
+        ((("A", ("B",)), ("B", ("A",))), "A -> B -> A"),
+    ],
+)
+def test_cycles_are_rejected_naming_the_cycle(jobs: tuple[tuple[str, tuple[str, ...]], ...],
+                                              cycle: str) -> None:
+    h = Harness()
+    res = h.one(c.Submit(h.rid(), T0, tuple((j, JobSpec(task="t", depends_on=d)) for j, d in jobs)))
+    assert isinstance(res, Rejected) and res.code == "conflict" and cycle in res.message
+    assert h.state.jobs == {}
+
+
+def test_dependencies_must_exist_in_the_same_namespace() -> None:
+    h = Harness()
+    res = h.submit("B", JobSpec(task="t", depends_on=("nope",)))
+    assert isinstance(res, Rejected) and res.code == "not_found" and res.field == "depends_on[0]"
+    h.submit("A", JobSpec(task="t", namespace="other"))
+    res = h.submit("B", JobSpec(task="t", depends_on=("A",)))
+    assert isinstance(res, Rejected) and "namespace" in res.message
+
+
+def test_trigger_respects_or_overrides_overlap() -> None:
+    h = Harness()
+    lf = h.claim()
+    h.submit(spec=cron(overlap=Overlap.SKIP), now=T0)
+    t1 = h.one(c.Trigger(h.rid(), T0 + 10, "J1", override=False))
+    assert isinstance(t1, Ok) and t1.value.state is RunState.QUEUED and t1.value.origin == "trigger"
+    lease(h, lf, t1.value.id, T0 + 11)
+    t2 = h.one(c.Trigger(h.rid(), T0 + 12, "J1", override=False)).value
+    assert h.state.runs[t2.id].state is RunState.SKIPPED and h.state.runs[t2.id].reason == "overlap"
+    t3 = h.one(c.Trigger(h.rid(), T0 + 12, "J1", override=True)).value
+    assert h.state.runs[t3.id].state is RunState.QUEUED and t3.id != t2.id
+
+
+def test_replay_from_the_dead_letter_queue_gets_fresh_attempts() -> None:
+    h = Harness()
+    lf = h.claim()
+    h.submit(spec=JobSpec(task="t", retry=RetryPolicy(max_attempts=1)))
+    rid = f"J1@{T0}"
+    fire(h, lf, rid, T0)
+    fence = lease(h, lf, rid, T0)
+    h.one(c.Fail(h.rid(), T0, lf, rid, fence, "boom", True))
+    assert rid in h.state.dlq and h.state.jobs["J1"].status is JobStatus.DONE
+    assert isinstance(h.one(c.Replay(h.rid(), T0 + 5, rid)), Ok)
+    assert rid not in h.state.dlq and h.state.runs[rid].state is RunState.QUEUED
+    fence2 = lease(h, lf, rid, T0 + 6)
+    h.one(c.Complete(h.rid(), T0 + 7, lf, rid, fence2, "ok"))
+    run = h.state.runs[rid]
+    assert run.state is RunState.SUCCEEDED and [a.outcome for a in run.attempts] == ["failed", "succeeded"]
+    assert isinstance(h.one(c.Replay(h.rid(), T0 + 8, rid)), Rejected)
+
+
+def test_drop_from_the_dead_letter_queue_keeps_history() -> None:
+    h = Harness()
+    lf = h.claim()
+    h.submit(spec=JobSpec(task="t", retry=RetryPolicy(max_attempts=1)))
+    rid = f"J1@{T0}"
+    fire(h, lf, rid, T0)
+    h.one(c.Fail(h.rid(), T0, lf, rid, lease(h, lf, rid, T0), "boom", True))
+    assert isinstance(h.one(c.DropDead(h.rid(), T0, rid)), Ok)
+    assert rid not in h.state.dlq and h.state.runs[rid].state is RunState.FAILED
+
+
+def test_update_reschedules_the_pending_occurrence() -> None:
+    h = Harness()
+    h.claim()
+    h.submit(spec=cron("0 * * * *"), now=T0 + 1)
+    old = next_id(h)
+    new_spec = cron("*/5 * * * *")
+    assert isinstance(h.one(c.UpdateJob(h.rid(), T0 + 2, "J1", spec=new_spec)), Ok)
+    assert h.state.runs[old].state is RunState.CANCELLED and h.state.runs[old].reason == "rescheduled"
+    assert h.state.runs[next_id(h)].scheduled_ms == T0 + 5 * MIN
+
+
+def test_update_of_a_started_one_off_run_is_a_conflict() -> None:
+    h = Harness()
+    lf = h.claim()
+    h.submit()
+    rid = f"J1@{T0}"
+    fire(h, lf, rid, T0)
+    lease(h, lf, rid, T0)
+    res = h.one(c.UpdateJob(h.rid(), T0, "J1", spec=JobSpec(task="t", payload=1)))
+    assert isinstance(res, Rejected) and res.code == "conflict"
+
+
+def test_heal_recreates_a_missing_next_occurrence() -> None:
+    h = Harness()
+    lf = h.claim()
+    h.submit(spec=cron(), now=T0)
+    h.one(c.CancelRun(h.rid(), T0 + 1, next_id(h)))  # the pending occurrence is gone
+    res = h.one(c.Heal(h.rid(), T0 + 2, lf, "J1"))
+    assert isinstance(res, Ok) and res.value is not None
+    assert h.state.runs[res.value].state is RunState.SCHEDULED
