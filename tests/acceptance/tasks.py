@@ -20,3 +20,8 @@ async def record(ctx: Context, payload: Any) -> dict[str, Any]:
     with open(path, "a", encoding="utf-8") as fh:
         fh.write(f"{ctx.run_id} {ctx.fence} {ctx.attempt}\n")
     return {"run_id": ctx.run_id, "attempt": ctx.attempt}
+
+
+@task("acc.fail")
+async def always_fail(ctx: Context, payload: Any) -> None:
+    raise RuntimeError(f"acc.fail attempt {ctx.attempt}")
