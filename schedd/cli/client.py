@@ -307,3 +307,9 @@ def _unreachable_message(failures: list[_Failure]) -> str:
 def job_path(job_id: str, suffix: str = "") -> str:
     """``/api/v1/jobs/<id><suffix>`` with the (opaque) id escaped."""
     return f"/api/v1/jobs/{quote(job_id, safe='')}{suffix}"
+
+
+def run_path(run_id: str, suffix: str = "", *, under: str = "runs") -> str:
+    """``/api/v1/<under>/<run id><suffix>`` (``under`` is ``runs`` or ``dlq``) with the run id
+    escaped: run ids are ``<job id>@<milliseconds>``, and the job id part is opaque."""
+    return f"/api/v1/{under}/{quote(run_id, safe='')}{suffix}"

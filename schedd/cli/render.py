@@ -420,3 +420,158 @@ def workers_table(workers: Sequence[Mapping[str, Any]], width: int = WIDTH) -> s
         )
     headers = ["WORKER", "QUEUES", "CAPACITY", "LEASES", "CONNECTED"]
     return table(headers, rows, width, keep=(0, 4))
+
+
+def dlq_table(runs: Sequence[Mapping[str, Any]], width: int = WIDTH) -> str:
+    """Dead-lettered runs: full run id, job, attempts, then an indented line with when the last
+    attempt ended and its error (the run id alone takes half the width, as in :func:`runs_table`)."""
+    rows = []
+    notes = []
+    for run in runs:
+        rows.append(
+            [fmt_value(run.get("id")), fmt_value(run.get("job_id")), str(len(_attempts(run)))]
+        )
+        note = f"  ended {_run_ended(run)}"
+        if _run_problem(run):
+            note += f"  {_run_problem(run)}"
+        notes.append(truncate(clean(note), width))
+    lines = table(["RUN", "JOB", "ATTEMPTS"], rows, width, keep=(0,)).split("\n")
+    out = [lines[0]]
+    for line, note in zip(lines[1:], notes, strict=True):
+        out += [line, note]
+    return "\n".join(out)
+
+
+def fmt_local(value: object) -> str:
+    """A local time with its offset (``2026-03-29T03:00:00+02:00``) as
+    ``2026-03-29 03:00:00+02:00``; anything else as it is."""
+    if not isinstance(value, str):
+        return fmt_value(value)
+    try:
+        datetime.fromisoformat(value.strip())
+    except ValueError:
+        return clean(value)
+    text = value.strip().replace("T", " ", 1)
+    head, dot, rest = text.partition(".")  # fractions of a second: never set by a schedule
+    if dot:
+        offset = rest.lstrip("0123456789")
+        text = head + offset
+    return clean(text)
+
+
+_NOTE_INDENT = "    "
+
+
+def fires_table(fires: Sequence[Mapping[str, Any]], width: int = WIDTH) -> str:
+    """``explain``: scheduled time (UTC), local time and the DST or misfire note of each fire.
+
+    Notes name times and zones and lose their meaning when cut, so when they do not fit in a
+    column they go, wrapped, on indented lines under their fire."""
+    import textwrap
+
+    times = [[fmt_time(f.get("scheduled_at")), fmt_local(f.get("local"))] for f in fires]
+    notes = [fmt_value(f.get("note")) if f.get("note") else "" for f in fires]
+    headers = ["SCHEDULED (UTC)", "LOCAL"]
+    natural = [
+        max([display_width(headers[i])] + [display_width(row[i]) for row in times])
+        for i in range(2)
+    ]
+    if not any(notes):
+        return table(headers, times, width, keep=(0, 1))
+    note_width = max([display_width("NOTE")] + [display_width(n) for n in notes])
+    if sum(natural) + note_width + 2 * len(_GAP) <= width:
+        rows = [[*row, note] for row, note in zip(times, notes, strict=True)]
+        return table([*headers, "NOTE"], rows, width, keep=(0, 1))
+    lines = table(headers, times, width, keep=(0, 1)).split("\n")
+    out = [lines[0]]
+    room = max(width - len(_NOTE_INDENT), 20)
+    for line, note in zip(lines[1:], notes, strict=True):
+        out.append(line)
+        for part in textwrap.wrap(note, room, break_on_hyphens=False):
+            out.append(truncate(_NOTE_INDENT + part, width))
+    return "\n".join(out)
+
+
+# ---- watch: a job's runs, live ---------------------------------------------------------------
+
+FINISHED_RUN_STATES = frozenset({"succeeded", "failed", "cancelled", "skipped"})
+
+
+def run_finished(run: Mapping[str, Any]) -> bool:
+    return run.get("state") in FINISHED_RUN_STATES
+
+
+def _watch_key(run: Mapping[str, Any]) -> tuple[object, ...]:
+    """What makes a run worth a new line: its state, its attempt and fence, its error."""
+    last = _last_attempt(run)
+    attempt = (last.get("attempt"), last.get("fence")) if last else (None, None)
+    return (run.get("state"), *attempt, _run_problem(run))
+
+
+def watch_changes(
+    previous: Sequence[Mapping[str, Any]] | None, current: Sequence[Mapping[str, Any]]
+) -> list[Mapping[str, Any]]:
+    """The runs of ``current`` to report, oldest first (the API lists them newest first).
+
+    On the first poll (``previous`` is None): every unfinished run, and the newest run even if it
+    has finished, rather than a job's whole history.  After that: every run that is new or whose
+    state, attempt, fence or error changed.  A run that is no longer listed is not reported.
+    """
+    if previous is None:
+        chosen = [run for i, run in enumerate(current) if i == 0 or not run_finished(run)]
+    else:
+        before = {str(run.get("id")): _watch_key(run) for run in previous}
+        chosen = [run for run in current if before.get(str(run.get("id"))) != _watch_key(run)]
+    return chosen[::-1]
+
+
+def _clock(value: object) -> str:
+    """``HH:MM:SS`` (UTC) of an API time; ``--:--:--`` for none."""
+    text = fmt_time(value)
+    if len(text) == 20 and text.endswith("Z"):
+        return text[11:19]
+    return "--:--:--"
+
+
+_WATCH_INDENT = " " * 9  # under the run id
+_STATE_WIDTH = max(len(s) for s in FINISHED_RUN_STATES | {"scheduled", "retrying"})
+
+
+def watch_line(run: Mapping[str, Any], width: int = WIDTH, *, error: bool = True) -> str:
+    """``02:00:05 <run id> running   attempt 1 fence 17`` (time of the change, UTC), then, for a
+    run with an error (unless ``error`` is false), an indented ``error: …`` line.  Fields are one
+    space apart so that a run id (a job id, ``@``, milliseconds: 40 characters) fits whole in 80
+    columns with the rest."""
+    head = f"{_clock(run.get('updated_at'))} {fmt_value(run.get('id'))}"
+    rest = f"{fmt_value(run.get('state')):<{_STATE_WIDTH}}"
+    last = _last_attempt(run)
+    if last:
+        rest += f" attempt {fmt_value(last.get('attempt'))} fence {fmt_value(last.get('fence'))}"
+    line = f"{head} {rest}".rstrip()
+    if display_width(line) > width:  # an unusually long id: the rest goes on the next line
+        line = truncate(head, width) + "\n" + truncate(_WATCH_INDENT + rest.rstrip(), width)
+    problem = _run_problem(run)
+    if problem and error:
+        line += "\n" + truncate(clean(f"{_WATCH_INDENT}error: {problem}"), width)
+    return line
+
+
+def watch_lines(
+    previous: Sequence[Mapping[str, Any]] | None,
+    current: Sequence[Mapping[str, Any]],
+    output: str = "table",
+    width: int = WIDTH,
+) -> list[str]:
+    """What ``schedctl watch`` prints after a poll: a line per changed run (see
+    :func:`watch_changes`), or with ``-o json`` each changed run object as one JSON line.
+
+    A run's error is shown when it first appears, not again with each later state (a run queued
+    for its retry still carries the error of the attempt that failed)."""
+    changed = watch_changes(previous, current)
+    if output == "json":
+        return [orjson.dumps(run).decode() for run in changed]
+    shown = {str(run.get("id")): _run_problem(run) for run in previous or ()}
+    return [
+        watch_line(run, width, error=shown.get(str(run.get("id"))) != _run_problem(run))
+        for run in changed
+    ]

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import io
+import shutil
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -10,12 +12,20 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 import orjson
 import pytest
 
 from schedd.cli import render
-from schedd.cli.client import MAX_RETRIES, Client, Unreachable, parse_retry_after, parse_server
+from schedd.cli.client import (
+    MAX_RETRIES,
+    Client,
+    Unreachable,
+    parse_retry_after,
+    parse_server,
+    run_path,
+)
 from schedd.cli.schedctl import (
     EXIT_NOT_FOUND,
     EXIT_OK,
@@ -23,10 +33,14 @@ from schedd.cli.schedctl import (
     EXIT_UNAVAILABLE,
     EXIT_USAGE,
     ApiRequest,
+    build_parser,
     build_request,
+    completion_levels,
+    completion_script,
     main,
     parse_args,
     resolve_settings,
+    watch,
 )
 
 DEAD = "http://127.0.0.1:1"  # nothing listens on port 1
@@ -48,6 +62,7 @@ def run(argv: list[str], capsysbinary: pytest.CaptureFixture[bytes]) -> tuple[in
 # ---- command line → request ------------------------------------------------------------------
 
 POST = "POST"
+PATCH = "PATCH"
 JOBS = "/api/v1/jobs"
 
 REQUESTS: list[tuple[list[str], ApiRequest]] = [
@@ -167,6 +182,77 @@ REQUESTS: list[tuple[list[str], ApiRequest]] = [
     (["workers"], ApiRequest("GET", "/api/v1/workers")),
     # connection options are accepted after the command too
     (["get", "x", "-o", "json", "--server", DEAD], ApiRequest("GET", "/api/v1/jobs/x")),
+    # changing a job
+    (["pause", "j/1"], ApiRequest(PATCH, "/api/v1/jobs/j%2F1", body={"paused": True})),
+    (["resume", "j1"], ApiRequest(PATCH, "/api/v1/jobs/j1", body={"paused": False})),
+    (
+        ["trigger", "j1"],
+        ApiRequest(POST, "/api/v1/jobs/j1/trigger", body={"overlap": "respect"}),
+    ),
+    (
+        ["trigger", "j1", "--override", "-o", "json"],
+        ApiRequest(POST, "/api/v1/jobs/j1/trigger", body={"overlap": "override"}),
+    ),
+    (
+        ["update", "j1", "--cron", "0 3 * * *", "--tz", "Europe/Berlin"],
+        ApiRequest(
+            PATCH,
+            "/api/v1/jobs/j1",
+            body={"schedule": {"cron": "0 3 * * *", "timezone": "Europe/Berlin"}},
+        ),
+    ),
+    (
+        ["update", "j1", "--every", "10m", "--payload", '{"a": 1}', "--priority", "low"],
+        ApiRequest(
+            PATCH,
+            "/api/v1/jobs/j1",
+            body={"schedule": {"every": "10m"}, "payload": {"a": 1}, "priority": "low"},
+        ),
+    ),
+    (
+        ["update", "j1", "--max-attempts", "3", "--timeout", "30m"],
+        ApiRequest(PATCH, "/api/v1/jobs/j1", body={"retry": {"max_attempts": 3}, "timeout": "30m"}),
+    ),
+    (
+        ["update", "j1", "--at", "2026-11-25T02:00:00Z"],
+        ApiRequest(PATCH, "/api/v1/jobs/j1", body={"schedule": {"at": "2026-11-25T02:00:00Z"}}),
+    ),
+    (
+        ["update", "j1", "--in", "0s"],
+        ApiRequest(PATCH, "/api/v1/jobs/j1", body={"schedule": {"in": "0s"}}),
+    ),
+    (
+        ["update", "j1", "--payload", "null"],
+        ApiRequest(PATCH, "/api/v1/jobs/j1", body={"payload": None}),
+    ),
+    # explain: a job, or a cron expression
+    (["explain", "j1"], ApiRequest("GET", "/api/v1/jobs/j1/explain")),
+    (
+        ["explain", "j1", "--count", "5"],
+        ApiRequest("GET", "/api/v1/jobs/j1/explain", query=(("count", "5"),)),
+    ),
+    (
+        ["explain", "--cron", "30 2 * * *", "--tz", "Europe/Berlin", "--count", "3"],
+        ApiRequest(
+            "GET",
+            "/api/v1/explain",
+            query=(("cron", "30 2 * * *"), ("timezone", "Europe/Berlin"), ("count", "3")),
+        ),
+    ),
+    (
+        ["explain", "--cron", "*/5 * * * *"],
+        ApiRequest("GET", "/api/v1/explain", query=(("cron", "*/5 * * * *"),)),
+    ),
+    # the dead-letter queue: run ids hold an '@'
+    (["dlq", "list"], ApiRequest("GET", "/api/v1/dlq")),
+    (["dlq", "list", "-o", "json"], ApiRequest("GET", "/api/v1/dlq")),
+    (
+        ["dlq", "replay", "J1@1795645921727"],
+        ApiRequest(POST, "/api/v1/dlq/J1%401795645921727/replay"),
+    ),
+    (["dlq", "drop", "J1@1795645921727"], ApiRequest("DELETE", "/api/v1/dlq/J1%401795645921727")),
+    # watch's first request (it then polls the job and its runs)
+    (["watch", "j1", "--interval", "0.5"], ApiRequest("GET", "/api/v1/jobs/j1/runs")),
 ]
 
 
@@ -201,6 +287,31 @@ USAGE_ERRORS: list[tuple[list[str], str]] = [
     (["--server", "ftp://x", "cluster"], "--server: expected a URL like http://"),
     (["--token", "a", "--token-file", "b", "cluster"], "not allowed with"),
     (["--token-file", "nope.txt", "cluster"], "--token-file: cannot read 'nope.txt'"),
+    (["update", "j1"], "update: nothing to change; pass at least one of --payload"),
+    (["update", "j1", "-o", "json"], "update: nothing to change"),
+    (["update", "j1", "--tz", "UTC"], "--tz: only applies to --cron"),
+    (["update", "j1", "--every", "5x"], '--every: expected a duration like "90s"'),
+    (["update", "j1", "--timeout", "soon"], "--timeout: expected a duration"),
+    (["update", "j1", "--max-attempts", "0"], "expected a number of at least 1"),
+    (["update", "j1", "--queue", "q"], "update: --queue cannot be changed on an existing job"),
+    (["update", "j1", "--heartbeat-timeout", "5s"], "--heartbeat-timeout cannot be changed"),
+    (["update"], "required: ID"),
+    (["pause"], "required: ID"),
+    (["trigger", "j1", "--overlap", "skip"], "unrecognized arguments"),
+    (["explain"], "explain: expected a job ID, or --cron EXPR"),
+    (["explain", "--count", "3"], "explain: expected a job ID, or --cron EXPR"),
+    (["explain", "j1", "--cron", "* * * * *"], "explain: give a job ID or --cron EXPR, not both"),
+    (["explain", "j1", "--tz", "UTC"], "--tz: only applies to --cron"),
+    (["explain", "--cron", " "], "--cron: expected a cron expression"),
+    (["explain", "j1", "--count", "0"], "--count: expected a number of at least 1, got 0"),
+    (["explain", "j1", "--count", "-2"], "--count: expected a number of at least 1"),
+    (["explain", "j1", "--count", "many"], "--count: expected a whole number, got 'many'"),
+    (["dlq"], "required: DLQ_COMMAND"),
+    (["dlq", "replay"], "required: RUN_ID"),
+    (["dlq", "purge"], "invalid choice"),
+    (["watch", "j1", "--interval", "0"], "expected a positive number of seconds"),
+    (["watch"], "required: ID"),
+    (["completion", "fish"], "invalid choice: 'fish'"),
 ]
 
 
@@ -405,6 +516,258 @@ def test_table_details() -> None:
     assert "schedule:" in job and "cron 0 2 * * * (Europe/Berlin)" in job
 
 
+ULID = "01M8ADCPDZ145C4FJCBYS11A0G"
+RUN_ID = ULID + "@1795645921727"
+GAP_NOTE = (
+    "02:30 does not exist on 2026-03-29 in Europe/Berlin (clocks go from 02:00 to 03:00): "
+    "runs at 03:00 (+02:00) instead"
+)
+FIRES: list[dict[str, Any]] = [
+    {
+        "scheduled_at": "2026-03-28T01:30:00.000Z",
+        "due_at": "2026-03-28T01:30:00.000Z",
+        "local": "2026-03-28T02:30:00+01:00",
+        "note": None,
+    },
+    {
+        "scheduled_at": "2026-03-29T01:00:00.000Z",
+        "due_at": "2026-03-29T01:00:00.000Z",
+        "local": "2026-03-29T03:00:00+02:00",
+        "note": GAP_NOTE,
+    },
+]
+
+
+def _fits(text: str, width: int = 80) -> None:
+    for line in _lines(text):
+        assert render.display_width(line) <= width, line
+    assert "\x1b" not in text
+
+
+def test_fires_table_puts_long_notes_under_their_fire_whole() -> None:
+    text = render.fires_table(FIRES)
+    _fits(text)
+    lines = _lines(text)
+    assert lines[0].split() == ["SCHEDULED", "(UTC)", "LOCAL"]
+    assert lines[1] == "2026-03-28 01:30:00Z  2026-03-28 02:30:00+01:00"
+    assert lines[2] == "2026-03-29 01:00:00Z  2026-03-29 03:00:00+02:00"
+    assert all(line.startswith("    ") for line in lines[3:])
+    assert " ".join(line.strip() for line in lines[3:]) == GAP_NOTE  # wrapped, nothing cut
+    # short notes share the line
+    short = render.fires_table([{**FIRES[1], "note": "shifted +1h (DST gap)"}])
+    assert _lines(short) == [
+        "SCHEDULED (UTC)       LOCAL                      NOTE",
+        "2026-03-29 01:00:00Z  2026-03-29 03:00:00+02:00  shifted +1h (DST gap)",
+    ]
+    assert _lines(render.fires_table([FIRES[0]])) == [  # no notes: no NOTE column
+        "SCHEDULED (UTC)       LOCAL",
+        "2026-03-28 01:30:00Z  2026-03-28 02:30:00+01:00",
+    ]
+    assert render.fmt_local("2026-03-29T03:00:00.000+02:00") == "2026-03-29 03:00:00+02:00"
+    assert render.fmt_local(None) == "-"
+    assert render.fmt_local("soon\x1b") == "soon\\x1b"
+
+
+def test_dlq_table_keeps_run_ids_whole_and_errors_on_their_own_line() -> None:
+    dead = {**RUN, "id": RUN_ID, "job_id": ULID}
+    header, row, note = _lines(render.dlq_table([dead]))
+    assert header.split() == ["RUN", "JOB", "ATTEMPTS"]
+    assert row.split() == [RUN_ID, ULID, "2"]
+    assert note.startswith("  ended 2026-11-25 02:01:05Z  Traceback-free message")
+    assert note.endswith("…") and len(note) == 80
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        render.fires_table(FIRES + [{**FIRES[0], "note": LONG, "local": "x" * 100}]),
+        render.fires_table([{"scheduled_at": None, "local": None, "note": "日本語" * 60}]),
+        render.dlq_table([RUN, {**RUN, "attempts": [], "error": None}]),
+        render.runs_table([{**RUN, "state": "queued"}]),  # what trigger and dlq replay print
+        "\n".join(render.watch_lines(None, [RUN, {**RUN, "id": RUN_ID, "error": "x\x1b[2J"}])),
+    ],
+)
+def test_new_renders_fit_80_columns(text: str) -> None:
+    _fits(text)
+
+
+# ---- watch: what changed between two polls ---------------------------------------------------
+
+
+def _run(
+    rid: str, state: str, *attempts: tuple[int, int], error: str | None = None
+) -> dict[str, Any]:
+    return {
+        "id": f"{ULID}@{rid}",
+        "job_id": ULID,
+        "state": state,
+        "updated_at": "2026-11-25T02:00:05.120Z",
+        "attempts": [{"attempt": a, "fence": f, "error": None} for a, f in attempts],
+        "error": error,
+        "reason": None,
+    }
+
+
+OLD_DONE = _run("1000", "succeeded", (1, 3))
+OLDER_DONE = _run("0999", "succeeded", (1, 2))
+QUEUED = _run("2000", "queued")
+RUNNING = _run("2000", "running", (1, 7))
+RETRYING = _run("2000", "retrying", (1, 7), error="boom")
+RUNNING_AGAIN = _run("2000", "running", (1, 7), (2, 9))
+NEXT = _run("3000", "scheduled")
+
+# (previous poll, this poll, what is printed): lists newest first, as the API gives them
+WATCH: list[tuple[str, list[dict[str, Any]] | None, list[dict[str, Any]], list[str]]] = [
+    ("first poll: nothing yet", None, [], []),
+    (
+        "first poll: unfinished runs and the newest, oldest first",
+        None,
+        [RUNNING, OLD_DONE, OLDER_DONE],
+        [
+            f"02:00:05 {ULID}@2000 running   attempt 1 fence 7",
+        ],
+    ),
+    (
+        "first poll: only finished runs shows the newest",
+        None,
+        [OLD_DONE, OLDER_DONE],
+        [f"02:00:05 {ULID}@1000 succeeded attempt 1 fence 3"],
+    ),
+    (
+        "first poll: queued behind a finished one",
+        None,
+        [NEXT, OLD_DONE, QUEUED],
+        [f"02:00:05 {ULID}@2000 queued", f"02:00:05 {ULID}@3000 scheduled"],
+    ),
+    ("nothing changed", [RUNNING, OLD_DONE], [RUNNING, OLD_DONE], []),
+    (
+        "state change",
+        [QUEUED, OLD_DONE],
+        [RUNNING, OLD_DONE],
+        [f"02:00:05 {ULID}@2000 running   attempt 1 fence 7"],
+    ),
+    (
+        "a failed attempt shows its error",
+        [RUNNING],
+        [RETRYING],
+        [f"02:00:05 {ULID}@2000 retrying  attempt 1 fence 7\n         error: boom"],
+    ),
+    (
+        "queued for the retry: the same error is not repeated",
+        [RETRYING],
+        [{**RETRYING, "state": "queued"}],
+        [f"02:00:05 {ULID}@2000 queued    attempt 1 fence 7"],
+    ),
+    (
+        "a new error is shown",
+        [RETRYING],
+        [{**RETRYING, "error": "boom again"}],
+        [f"02:00:05 {ULID}@2000 retrying  attempt 1 fence 7\n         error: boom again"],
+    ),
+    (
+        "a retry between two polls: same state, new attempt and fence",
+        [RUNNING],
+        [RUNNING_AGAIN],
+        [f"02:00:05 {ULID}@2000 running   attempt 2 fence 9"],
+    ),
+    (
+        "a new run, and the old one finishing, oldest first",
+        [RUNNING],
+        [NEXT, {**RUNNING, "state": "succeeded"}],
+        [
+            f"02:00:05 {ULID}@2000 succeeded attempt 1 fence 7",
+            f"02:00:05 {ULID}@3000 scheduled",
+        ],
+    ),
+    ("a run no longer listed is not reported", [NEXT, RUNNING], [NEXT], []),
+    (
+        "progress alone (updated_at) is not a change",
+        [RUNNING],
+        [{**RUNNING, "updated_at": "2026-11-25T02:09:00Z"}],
+        [],
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("previous", "current", "expected"), [w[1:] for w in WATCH], ids=[w[0] for w in WATCH]
+)
+def test_watch_prints_a_line_per_change(
+    previous: list[dict[str, Any]] | None, current: list[dict[str, Any]], expected: list[str]
+) -> None:
+    assert render.watch_lines(previous, current) == expected
+    json_lines = render.watch_lines(previous, current, "json")
+    assert [orjson.loads(line)["id"] for line in json_lines] == [
+        line.split()[1] for line in expected
+    ]
+    assert all("\n" not in line for line in json_lines)
+
+
+def test_watch_line_without_times_or_attempts() -> None:
+    line = render.watch_line({"id": "r", "state": "cancelled", "reason": "cancelled by user"})
+    assert line == "--:--:-- r cancelled\n         error: cancelled by user"
+
+
+# ---- shell completion ------------------------------------------------------------------------
+
+COMMANDS = [
+    "submit", "get", "list", "runs", "cancel", "pause", "resume", "trigger", "update",
+    "explain", "dlq", "cluster", "workers", "watch", "completion",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("shell", ["bash", "zsh"])
+def test_completion_script_mentions_every_command_and_option(
+    shell: str, capsysbinary: pytest.CaptureFixture[bytes]
+) -> None:
+    code, out, err = run(["completion", shell], capsysbinary)
+    assert (code, err) == (EXIT_OK, "")
+    script = out.decode()
+    assert script.strip() and "schedctl" in script
+    levels = completion_levels(build_parser())
+    assert sorted(w for w, _ in levels[""].words) == sorted(COMMANDS)
+    assert sorted(w for w, _ in levels["dlq"].words) == ["drop", "list", "replay"]
+    for command in COMMANDS:
+        assert f"'{command}')" in script, command  # a case for what follows it
+    for path in ("dlq list", "dlq replay", "dlq drop"):
+        assert f"'{path}')" in script
+    for option in ("--override", "--count", "--interval", "--max-attempts", "--token-file"):
+        assert option in script
+    assert "'table json'" in script and "'high normal low'" in script
+    assert completion_script(build_parser(), shell) + "\n" == script
+    checker = shutil.which(shell)
+    if checker:  # the script parses
+        subprocess.run([checker, "-n"], input=out, check=True)
+
+
+BASH_CASES = [
+    ("", "submit get runs cancel pause resume list trigger update explain dlq cluster workers "
+     "watch completion"),
+    ("dl", "dlq"),
+    ("--server http://x:7700 dlq ", "list replay drop"),
+    ("dlq replay R --o", "--output"),
+    ("-o ", "table json"),
+    ("update j1 --priority ", "high normal low"),
+    ("explain --c", "--cron --count"),
+    ("watch j1 --", "--help --server --token --token-file --output --interval"),
+    ("completion ", "bash zsh"),
+    ("get j1 ", ""),
+]  # fmt: skip
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+@pytest.mark.parametrize(("line", "expected"), BASH_CASES, ids=[c[0] for c in BASH_CASES])
+def test_bash_completion_completes(line: str, expected: str) -> None:
+    script = completion_script(build_parser(), "bash")
+    words = ["schedctl", *line.split(" ")]
+    probe = (
+        f"{script}\nCOMP_WORDS=({' '.join(repr(w) for w in words)})\n"
+        f'COMP_CWORD={len(words) - 1}\n_schedctl\necho "${{COMPREPLY[*]}}"\n'
+    )
+    done = subprocess.run(["bash"], input=probe, capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == expected
+
+
 # ---- exit codes against real sockets ---------------------------------------------------------
 
 
@@ -459,7 +822,7 @@ def server() -> Iterator[FakeServer]:
             if canned.status != 204:
                 self.wfile.write(canned.body)
 
-        do_GET = do_POST = do_DELETE = _serve
+        do_GET = do_POST = do_DELETE = do_PATCH = _serve
 
         def log_message(self, format: str, *args: Any) -> None:
             pass
@@ -584,3 +947,162 @@ def test_unsafe_post_is_not_repeated_after_a_timeout(server: FakeServer) -> None
     with pytest.raises(Unreachable, match="may or may not have been applied"):
         client.request("POST", "/api/v1/jobs", body=b'{"task": "t"}', idempotent=False)
     assert server.hits("POST", "/api/v1/jobs") == 1
+
+
+# ---- the job and dead-letter commands against a real socket ----------------------------------
+
+JOB_J1 = b'{"id":"J1","task":"t","status":"paused","next_run_at":null,"schedule":{"every":60}}'
+RUN_J1 = orjson.dumps(_run("1795645921727", "queued"))
+
+
+def test_pause_update_and_trigger(
+    server: FakeServer, capsysbinary: pytest.CaptureFixture[bytes]
+) -> None:
+    server.routes[("PATCH", "/api/v1/jobs/J1")] = Canned(200, JOB_J1)
+    code, out, _ = run(["--server", server.url, "pause", "J1"], capsysbinary)
+    assert code == EXIT_OK
+    assert _lines(out.decode()) == ["ID  STATUS  NEXT RUN", "J1  paused  -"]
+    assert orjson.loads(server.seen[-1][3]) == {"paused": True}
+    assert server.seen[-1][2]["Content-Type"] == "application/json"
+    code, out, _ = run(["--server", server.url, "-o", "json", "resume", "J1"], capsysbinary)
+    assert (code, out) == (EXIT_OK, JOB_J1 + b"\n")
+    assert orjson.loads(server.seen[-1][3]) == {"paused": False}
+    argv = ["--server", server.url, "update", "J1", "--every", "1m", "--max-attempts", "2"]
+    code, out, _ = run(argv, capsysbinary)
+    assert code == EXIT_OK
+    assert "schedule:" in out.decode() and "every 1m" in out.decode()
+    assert orjson.loads(server.seen[-1][3]) == {
+        "schedule": {"every": "1m"},
+        "retry": {"max_attempts": 2},
+    }
+
+    conflict = b'{"error": {"code": "conflict", "message": "a run of this job is running"}}'
+    server.routes[("POST", "/api/v1/jobs/J1/trigger")] = Canned(409, conflict)
+    code, out, err = run(["--server", server.url, "trigger", "J1"], capsysbinary)
+    assert (code, out) == (EXIT_SERVER, b"")
+    assert "conflict: a run of this job is running" in err and "--override" in err
+    server.routes[("POST", "/api/v1/jobs/J1/trigger")] = Canned(201, RUN_J1)
+    code, out, _ = run(["--server", server.url, "trigger", "J1", "--override"], capsysbinary)
+    assert code == EXIT_OK
+    assert out.decode().splitlines()[1].split() == [f"{ULID}@1795645921727", "queued", "0", "-"]
+    assert orjson.loads(server.seen[-1][3]) == {"overlap": "override"}
+
+
+def test_explain_a_cron_expression(
+    server: FakeServer, capsysbinary: pytest.CaptureFixture[bytes]
+) -> None:
+    query = urlencode([("cron", "30 2 * * *"), ("timezone", "Europe/Berlin"), ("count", "2")])
+    body = orjson.dumps({"fires": FIRES})
+    server.routes[("GET", f"/api/v1/explain?{query}")] = Canned(200, body)
+    server.routes[("GET", "/api/v1/jobs/J1/explain")] = Canned(200, b'{"fires": []}')
+    argv = ["--server", server.url, "explain", "--cron", "30 2 * * *", "--tz", "Europe/Berlin"]
+    code, out, err = run([*argv, "--count", "2"], capsysbinary)
+    assert (code, err) == (EXIT_OK, "")
+    assert out.decode() == render.fires_table(FIRES) + "\n"
+    code, out, _ = run([*argv, "--count", "2", "-o", "json"], capsysbinary)
+    assert (code, out) == (EXIT_OK, body + b"\n")
+    code, out, _ = run(["--server", server.url, "explain", "J1"], capsysbinary)
+    assert (code, out) == (EXIT_OK, b"no fire times ahead\n")
+
+
+def test_dead_letter_queue(server: FakeServer, capsysbinary: pytest.CaptureFixture[bytes]) -> None:
+    path = run_path(RUN_ID, under="dlq")
+    assert path == f"/api/v1/dlq/{ULID}%401795645921727"
+    assert run_path(RUN_ID) == f"/api/v1/runs/{ULID}%401795645921727"
+    server.routes[("GET", "/api/v1/dlq")] = Canned(200, b'{"runs": []}')
+    code, out, _ = run(["--server", server.url, "dlq", "list"], capsysbinary)
+    assert (code, out) == (EXIT_OK, b"the dead-letter queue is empty\n")
+    dead = orjson.dumps({"runs": [{**RUN, "id": RUN_ID, "job_id": ULID}]})
+    server.routes[("GET", "/api/v1/dlq")] = Canned(200, dead)
+    code, out, _ = run(["--server", server.url, "dlq", "list"], capsysbinary)
+    assert _lines(out.decode())[1].split() == [RUN_ID, ULID, "2"]
+    server.routes[("POST", path + "/replay")] = Canned(200, RUN_J1)
+    code, out, _ = run(
+        ["--server", server.url, "dlq", "replay", RUN_ID, "-o", "json"], capsysbinary
+    )
+    assert (code, out) == (EXIT_OK, RUN_J1 + b"\n")
+    server.routes[("DELETE", path)] = Canned(204)
+    code, out, err = run(["--server", server.url, "dlq", "drop", RUN_ID], capsysbinary)
+    assert (code, err) == (EXIT_OK, "")
+    assert out.decode() == f"dropped run {RUN_ID} from the dead-letter queue\n"
+    code, out, err = run(
+        ["--server", server.url, "-o", "json", "dlq", "drop", RUN_ID], capsysbinary
+    )
+    assert (code, out, err) == (EXIT_OK, b"", "")
+    code, out, err = run(["--server", server.url, "dlq", "drop", "other@1"], capsysbinary)
+    assert (code, out) == (EXIT_NOT_FOUND, b"")
+
+
+def _job(status: str) -> Canned:
+    return Canned(200, orjson.dumps({"id": "J1", "status": status}))
+
+
+def _runs(*runs: dict[str, Any]) -> Canned:
+    return Canned(200, orjson.dumps({"runs": list(runs)}))
+
+
+@pytest.mark.parametrize("output", ["table", "json"])
+def test_watch_follows_the_runs_until_the_job_is_done(server: FakeServer, output: str) -> None:
+    job, runs = ("GET", "/api/v1/jobs/J1"), ("GET", "/api/v1/jobs/J1/runs")
+    # what the server answers at each poll; the sleep between polls moves to the next
+    script = [
+        (_job("active"), _runs(QUEUED, OLD_DONE)),
+        (_job("active"), _runs(RUNNING, OLD_DONE)),
+        (_job("active"), _runs(RUNNING, OLD_DONE)),
+        (_job("active"), _runs(RETRYING, OLD_DONE)),
+        (_job("done"), _runs({**RUNNING_AGAIN, "state": "running"}, OLD_DONE)),  # not yet
+        (_job("done"), _runs({**RUNNING_AGAIN, "state": "succeeded"}, OLD_DONE)),
+    ]
+    sleeps: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        sleeps.append(seconds)
+        server.routes[job], server.routes[runs] = script[len(sleeps)]
+
+    server.routes[job], server.routes[runs] = script[0]
+    out, err = io.BytesIO(), io.StringIO()
+    client = Client([parse_server(server.url)])
+    assert watch(client, "J1", 0.25, output, out, err, sleep) == EXIT_OK
+    assert sleeps == [0.25] * 5
+    if output == "json":
+        printed = [orjson.loads(line) for line in out.getvalue().splitlines()]
+        assert [(r["state"], len(r["attempts"])) for r in printed] == [
+            ("queued", 0),
+            ("running", 1),
+            ("retrying", 1),
+            ("running", 2),
+            ("succeeded", 2),
+        ]
+        assert err.getvalue() == ""
+        return
+    assert out.getvalue().decode().splitlines() == [
+        f"02:00:05 {ULID}@2000 queued",
+        f"02:00:05 {ULID}@2000 running   attempt 1 fence 7",
+        f"02:00:05 {ULID}@2000 retrying  attempt 1 fence 7",
+        "         error: boom",
+        f"02:00:05 {ULID}@2000 running   attempt 2 fence 9",
+        f"02:00:05 {ULID}@2000 succeeded attempt 2 fence 9",
+    ]
+    assert err.getvalue().splitlines() == [
+        "schedctl: watching job J1 (times UTC); Ctrl-C to stop",
+        "schedctl: job J1 is done; every run has finished",
+    ]
+
+
+def test_watch_stops_quietly_on_ctrl_c_and_exits_3_for_an_unknown_job(
+    server: FakeServer, capsysbinary: pytest.CaptureFixture[bytes]
+) -> None:
+    server.routes[("GET", "/api/v1/jobs/J1")] = _job("active")
+    server.routes[("GET", "/api/v1/jobs/J1/runs")] = _runs(RUNNING)
+
+    def interrupt(seconds: float) -> None:
+        raise KeyboardInterrupt
+
+    out, err = io.BytesIO(), io.StringIO()
+    client = Client([parse_server(server.url)])
+    assert watch(client, "J1", 1.0, "table", out, err, interrupt) == EXIT_OK
+    assert out.getvalue().decode() == f"02:00:05 {ULID}@2000 running   attempt 1 fence 7\n"
+    assert "Traceback" not in err.getvalue()
+    code, out_bytes, err_text = run(["--server", server.url, "watch", "nope"], capsysbinary)
+    assert (code, out_bytes) == (EXIT_NOT_FOUND, b"")
+    assert "not_found" in err_text
