@@ -75,13 +75,20 @@ from zoneinfo import ZoneInfo
 
 from croniter import CroniterBadDateError, croniter
 
-from schedd.core.model import Schedule, ScheduleKind
-from schedd.core.validate import DstGap, DstRepeat, Misfire, RecurringOptions
+from schedd.core.model import (
+    DstGap,
+    DstRepeat,
+    Misfire,
+    RecurringOptions,
+    Schedule,
+    ScheduleKind,
+)
 
 __all__ = [
     "NOTE_DST_REPEAT",
     "NOTE_DST_SHIFTED",
     "SKIPPED_DST_GAP",
+    "SKIPPED_MISFIRE",
     "MisfirePlan",
     "Occurrence",
     "Recurrence",

@@ -17,8 +17,8 @@ from croniter import croniter
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from schedd.core.model import DstGap, DstRepeat
 from schedd.core.recurrence import Occurrence, Recurrence, next_occurrence, occurrences
-from schedd.core.validate import DstGap, DstRepeat
 
 MIN = 60_000
 HOUR = 60 * MIN

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from schedd.core.model import Schedule, ScheduleKind
+from schedd.core.model import DstGap, DstRepeat, Misfire, RecurringOptions, Schedule, ScheduleKind
 from schedd.core.recurrence import (
     MisfirePlan,
     Occurrence,
@@ -31,7 +31,6 @@ from schedd.core.recurrence import (
     plan_misfire,
     recurrence_from,
 )
-from schedd.core.validate import DstGap, DstRepeat, Misfire, RecurringOptions
 
 SEC = 1_000
 MIN = 60 * SEC
