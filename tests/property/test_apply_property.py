@@ -8,8 +8,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from schedd.core import commands as c
-from schedd.core.model import JobSpec, RetryPolicy, Schedule, ScheduleKind
 from schedd.core.apply import apply_entry
+from schedd.core.model import JobSpec, RetryPolicy, Schedule, ScheduleKind
 from schedd.core.state import State
 
 T0 = 1_800_000_000_000

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from schedd.core import commands as c
-from schedd.core.model import JobSpec, JobStatus, RetryPolicy, RunState, Schedule, ScheduleKind
 from schedd.core.apply import apply_entry
+from schedd.core.model import JobSpec, JobStatus, RetryPolicy, RunState, Schedule, ScheduleKind
 from schedd.core.state import Ok, Rejected, State, backoff_ms
 
 T0 = 1_800_000_000_000
