@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import replace
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -171,13 +172,42 @@ async def submit_batch(request: web.Request) -> web.Response:
     rt = request.app[RUNTIME]
     body = await read_json(request)
     now = clock.wall_ms()
+    refs = _take_refs(body)
     specs = parse_batch(body, now_ms=now, defaults=defaults(rt))
-    jobs = tuple((new_job_id(now), spec) for spec in specs)
+    ids = [new_job_id(now) for _ in specs]
+    by_ref = {ref: ids[i] for i, ref in enumerate(refs) if ref is not None}
+    jobs = tuple(
+        (job_id, replace(spec, depends_on=tuple(by_ref.get(d, d) for d in spec.depends_on)))
+        for job_id, spec in zip(ids, specs, strict=True)
+    )
     res = await commit(rt, lambda rid, t: c.Submit(rid, t, jobs), request_id(request))
+    if isinstance(res, Rejected) and by_ref:  # name the batch's own jobs by their refs
+        message = res.message
+        for ref, job_id in by_ref.items():
+            message = message.replace(job_id, ref)
+        res = Rejected(res.code, message, res.field)
     created = unwrap(res)
     with rt.node.read() as st:
         views = [job_view(job, st.latest_run(job.id)) for job, _ in created]
     return json_response({"jobs": views}, 201)
+
+
+def _take_refs(body: Any) -> list[str | None]:
+    """Pop each batch item's optional ``ref``: a name other items of the same batch can use in
+    ``depends_on`` (the server assigns job ids), so a whole graph goes in one request."""
+    if not isinstance(body, dict) or not isinstance(body.get("jobs"), list):
+        return []
+    refs: list[str | None] = []
+    for i, item in enumerate(body["jobs"]):
+        ref = item.pop("ref", None) if isinstance(item, dict) else None
+        if ref is not None and (not isinstance(ref, str) or not 1 <= len(ref) <= 200):
+            raise InvalidArgument(f"jobs[{i}].ref: expected a name of 1 to 200 characters",
+                                  field=f"jobs[{i}].ref")
+        if ref is not None and ref in refs:
+            raise InvalidArgument(f"jobs[{i}].ref: {ref!r} is used twice in this batch",
+                                  field=f"jobs[{i}].ref")
+        refs.append(ref)
+    return refs
 
 
 def _int_param(request: web.Request, name: str, default: int, lo: int, hi: int) -> int:
