@@ -187,6 +187,55 @@ def _list_of(item: Parser) -> Parser:
     return parse
 
 
+def _mapping_of(item: Parser) -> Parser:
+    """A TOML table ``{ namespace = value }`` (env/flags: ``"a=1,b=2"``) → sorted pairs."""
+
+    def parse(value: object, path: str) -> tuple[tuple[str, Any], ...]:
+        if isinstance(value, str):
+            pairs = [p.partition("=") for p in _split_commas(value)]
+            if any(not sep for _, sep, _ in pairs):
+                raise _Bad(f"{path}: expected name=value pairs like \"reports=10\", "
+                           f"got {_show(value)}")
+            value = {k.strip(): _number_text(v.strip()) for k, _, v in pairs}
+        if not isinstance(value, dict):
+            raise _Bad(f"{path}: expected a table like {{ reports = 10 }}, got {_show(value)}")
+        out: list[tuple[str, Any]] = []
+        problems: list[str] = []
+        for name, v in value.items():
+            if not re.fullmatch(r"[a-z0-9_-]{1,64}", str(name)):
+                problems.append(f"{path}.{name}: expected a namespace name (a-z, 0-9, - and _)")
+                continue
+            try:
+                out.append((str(name), item(v, f"{path}.{name}")))
+            except _Bad as e:
+                problems.extend(e.problems)
+        if problems:
+            raise _Bad(*problems)
+        return tuple(sorted(out))
+
+    return parse
+
+
+def _number_text(text: str) -> object:
+    for conv in (int, float):
+        try:
+            return conv(text)
+        except ValueError:
+            continue
+    return text
+
+
+def _rate(value: object, path: str) -> float:
+    if isinstance(value, str):
+        try:
+            value = float(value)
+        except ValueError:
+            pass
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 1e9:
+        raise _Bad(f"{path}: expected a positive number of jobs per second, got {_show(value)}")
+    return float(value)
+
+
 def _url(value: object, path: str) -> str:
     expected = 'expected an http(s) URL like "http://10.0.0.1:7700"'
     if not isinstance(value, str):
@@ -359,6 +408,12 @@ class SchedulerConfig:
 @dataclass(frozen=True)
 class LimitsConfig:
     max_batch: int = _f(10_000, _int(1, 1_000_000), "int")
+    #: per namespace: the most runs leased at once (namespaces not listed: no cap)
+    concurrency: tuple[tuple[str, int], ...] = _f((), _mapping_of(_int(0, 1_000_000)), "text")
+    #: per namespace: jobs accepted per second on each node (429 with Retry-After beyond)
+    submit_rate: tuple[tuple[str, float], ...] = _f((), _mapping_of(_rate), "text")
+    #: how many jobs a namespace may submit at once above its rate
+    submit_burst: int = _f(100, _int(1, 1_000_000), "int")
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from aiohttp import web
 from schedd import auth
 from schedd.api.app import make_app
 from schedd.config import Config, read_raft_secret
+from schedd.core.fairness import TokenBucket
 from schedd.core.state import LeaderEvent
 from schedd.errors import Unavailable
 from schedd.leader.leader import Leader
@@ -28,6 +29,9 @@ class Runtime:
     def __init__(self, config: Config) -> None:
         self.config = config
         self.tokens = auth.load_tokens(config.tokens_path)
+        limits = config.limits
+        self.rate_limits = {ns: TokenBucket(rate, limits.submit_burst)
+                            for ns, rate in limits.submit_rate}
         self.leader: Leader | None = None
         self._leader_task: asyncio.Task[None] | None = None
         self._watch_task: asyncio.Task[None] | None = None
@@ -112,7 +116,8 @@ class Runtime:
 
     def _start_leader(self) -> None:
         leader = Leader(self.node, self.config.node.id, self.config.advertise_url(),
-                        tick_s=self.config.scheduler.tick_ms / 1000, on_deposed=self._deposed)
+                        tick_s=self.config.scheduler.tick_ms / 1000, on_deposed=self._deposed,
+                        caps=dict(self.config.limits.concurrency))
         self.leader = leader
         log_event(log, "leader.elected", node_id=self.config.node.id, term=self.node.term)
         self._leader_task = asyncio.create_task(leader.run())

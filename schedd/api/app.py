@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -24,6 +25,7 @@ from schedd.errors import (
     InvalidArgument,
     NotFound,
     PayloadTooLarge,
+    ResourceExhausted,
     SchedError,
     Unavailable,
     from_code,
@@ -151,12 +153,31 @@ def defaults(rt: Runtime) -> Defaults:
 
 # -- jobs ---------------------------------------------------------------------------------------
 
+def check_rate(rt: Runtime, specs: list[Any], now: int) -> None:
+    """Per-namespace submission rate limits: 429 with Retry-After when over."""
+    counts: dict[str, int] = {}
+    for spec in specs:
+        counts[spec.namespace] = counts.get(spec.namespace, 0) + 1
+    for ns, n in counts.items():
+        bucket = rt.rate_limits.get(ns)
+        if bucket is None:
+            continue
+        wait = bucket.take(now, n)
+        if wait == float("inf"):
+            raise ResourceExhausted(f"namespace {ns}: {n} jobs at once is more than its burst "
+                                    f"({rt.config.limits.submit_burst}); split the batch")
+        if wait > 0:
+            raise ResourceExhausted(f"namespace {ns} is over its submission rate; retry in "
+                                    f"{wait:.1f}s", retry_after=math.ceil(wait))
+
+
 async def submit_job(request: web.Request) -> web.Response:
     require(request, "submit")
     rt = request.app[RUNTIME]
     body = await read_json(request)
     now = clock.wall_ms()
     spec = parse_job(body, now_ms=now, defaults=defaults(rt))
+    check_rate(rt, [spec], now)
     job_id = new_job_id(now)
     res = await commit(rt, lambda rid, t: c.Submit(rid, t, ((job_id, spec),)), request_id(request))
     [(job, created)] = unwrap(res)
@@ -173,7 +194,9 @@ async def submit_batch(request: web.Request) -> web.Response:
     body = await read_json(request)
     now = clock.wall_ms()
     refs = _take_refs(body)
-    specs = parse_batch(body, now_ms=now, defaults=defaults(rt))
+    specs = parse_batch(body, now_ms=now, defaults=defaults(rt),
+                        max_jobs=rt.config.limits.max_batch)
+    check_rate(rt, specs, now)
     ids = [new_job_id(now) for _ in specs]
     by_ref = {ref: ids[i] for i, ref in enumerate(refs) if ref is not None}
     jobs = tuple(

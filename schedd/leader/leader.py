@@ -20,7 +20,7 @@ from typing import Any
 from schedd import clock
 from schedd.core import commands as c
 from schedd.core.durations import format_time
-from schedd.core.fairness import ReadyQueues
+from schedd.core.fairness import ConcurrencyCaps, ReadyQueues
 from schedd.core.model import Attempt, JobStatus, Priority, RunState
 from schedd.core.runs import is_recurring
 from schedd.core.state import STALE_LEADER, LeaderEvent, Ok, Rejected, Result
@@ -53,6 +53,7 @@ class Leader:
         http_url: str,
         tick_s: float = 0.01,
         on_deposed: Callable[[], None] = lambda: None,
+        caps: dict[str, int] | None = None,
     ) -> None:
         self.node = node
         self.node_id = node_id
@@ -63,6 +64,8 @@ class Leader:
         self.ready = asyncio.Event()  # set once claimed and rebuilt
         self.wheel = TimingWheel(clock.wall_ms())
         self.queues: dict[str, ReadyQueues] = {}  # queue name -> runs ready for a worker
+        self.caps = ConcurrencyCaps(caps or {})  # per-namespace limit on leases at once
+        self.namespace_of: dict[str, str] = {}  # run id -> namespace, for queued and leased runs
         self.leases: dict[str, LeaseInfo] = {}
         self.workers: dict[str, WorkerConn] = {}
         self._rebuilt_at = -1
@@ -129,6 +132,8 @@ class Leader:
                     self._enqueue(run.id, spec.queue, spec.priority, spec.namespace)
                 elif run.state is RunState.RUNNING and run.current is not None:
                     spec = st.jobs[run.job_id].spec
+                    self.namespace_of[run.id] = run.namespace
+                    self.caps.acquire(run.namespace)
                     hb = spec.heartbeat_timeout_ms / 1000
                     # Give the worker a full heartbeat timeout to reconnect and resume.
                     self.leases[run.id] = LeaseInfo(
@@ -163,6 +168,7 @@ class Leader:
         if lanes is None:
             self.queues[queue] = lanes = ReadyQueues()
         lanes.push(run_id, namespace, priority)
+        self.namespace_of[run_id] = namespace
 
     def _dequeue(self, run_id: str) -> None:
         for lanes in self.queues.values():
@@ -173,7 +179,10 @@ class Leader:
         self.wheel.remove(run_id)
         self._dequeue(run_id)
         info = self.leases.pop(run_id, None)
+        ns = self.namespace_of.pop(run_id, None)
         if info is not None:
+            if ns is not None:
+                self.caps.release(ns)
             conn = self.workers.get(info.worker_id)
             if conn is not None:
                 conn.leases.pop(run_id, None)
@@ -246,8 +255,9 @@ class Leader:
         for q in queues:
             lanes = self.queues.get(q)
             if lanes:
-                run_id = lanes.pop()
+                run_id = lanes.pop(self.caps.can_take)
                 if run_id is not None:
+                    self.caps.acquire(self.namespace_of.get(run_id, ""))
                     return run_id
         return None
 
@@ -268,6 +278,9 @@ class Leader:
         with self.node.read() as st:
             for (run_id, wid), r in zip(grants, res.value, strict=True):
                 if not isinstance(r, Ok):
+                    ns = self.namespace_of.pop(run_id, None)
+                    if ns is not None:
+                        self.caps.release(ns)
                     continue
                 attempt: Attempt = r.value
                 run = st.runs[run_id]
@@ -287,6 +300,9 @@ class Leader:
                 log_event(log, "run.leased", run_id=run_id, fence=attempt.fence, worker_id=wid)
 
     def _requeue(self, run_ids: list[str]) -> None:
+        for rid in run_ids:
+            if rid not in self.leases and rid in self.namespace_of:
+                self.caps.release(self.namespace_of[rid])
         with self.node.read() as st:
             for rid in run_ids:
                 run = st.runs.get(rid)

@@ -530,3 +530,17 @@ def test_local_cluster_files_form_one_cluster() -> None:
         assert set(c.raft.peers) == everyone - {c.raft.listen}
         assert c.raft_is_loopback() and c.raft.secret_file is None
         assert c.peer_http_map() == {p: urls[p] for p in c.raft.peers}
+
+
+def test_namespace_limits_from_toml_env_and_errors() -> None:
+    cfg = load_config(None, env={"SCHEDD_LIMITS_CONCURRENCY": "reports=2,billing=1"},
+                      overrides={"limits.submit_rate": {"reports": 50}})
+    assert cfg.limits.concurrency == (("billing", 1), ("reports", 2))
+    assert cfg.limits.submit_rate == (("reports", 50.0),)
+    with pytest.raises(ConfigError) as exc:
+        load_config(None, env={}, overrides={"limits.concurrency": {"Bad!": 1, "ok": -1},
+                                             "limits.submit_rate": {"x": 0}})
+    problems = exc.value.problems
+    assert any(p.startswith("limits.concurrency.Bad!: expected a namespace name") for p in problems)
+    assert any(p.startswith("limits.concurrency.ok: expected an integer") for p in problems)
+    assert any(p.startswith("limits.submit_rate.x: expected a positive number") for p in problems)

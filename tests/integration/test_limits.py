@@ -1,0 +1,59 @@
+"""Per-namespace quotas: submission rate limits (429 + Retry-After) and concurrency caps."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from schedd.protocol import messages as m
+from tests.conftest import Node, start_node
+from tests.integration.test_api import API, post
+from tests.integration.test_worker_protocol import connect
+
+
+@pytest.fixture
+async def limited(tmp_path: Path) -> AsyncIterator[Node]:
+    n = await start_node(tmp_path / "n1", limits={"submit_rate": {"slow": 1.0}, "submit_burst": 3,
+                                                  "concurrency": {"capped": 1}})
+    try:
+        yield n
+    finally:
+        await n.rt.stop()
+
+
+async def test_submission_rate_limit_is_a_429_with_retry_after(limited: Node,
+                                                               http: aiohttp.ClientSession) -> None:
+    for _ in range(3):  # the burst
+        status, _ = await post(http, limited, "/jobs", {"task": "t", "namespace": "slow",
+                                                        "schedule": {"in": "1h"}})
+        assert status == 201
+    async with http.post(limited.url + API + "/jobs", headers=limited.headers(),
+                         json={"task": "t", "namespace": "slow"}) as r:
+        assert r.status == 429 and int(r.headers["Retry-After"]) >= 1
+        assert (await r.json())["error"]["code"] == "resource_exhausted"
+    status, _ = await post(http, limited, "/jobs", {"task": "t", "schedule": {"in": "1h"}})
+    assert status == 201  # other namespaces are not limited
+    status, err = await post(http, limited, "/jobs/batch",
+                             {"jobs": [{"task": "t", "namespace": "slow"}] * 5})
+    assert status == 429 and "burst" in err["error"]["message"]
+
+
+async def test_a_namespace_concurrency_cap_holds_back_leases(limited: Node,
+                                                             http: aiohttp.ClientSession) -> None:
+    w = await connect(http, limited, "w1", capacity=5)
+    for _ in range(3):
+        await post(http, limited, "/jobs", {"task": "t", "namespace": "capped"})
+    free = await post(http, limited, "/jobs", {"task": "t", "namespace": "free"})
+    leases = [await w.expect(m.Lease), await w.expect(m.Lease)]
+    assert sorted(lease.job_id == free[1]["id"] for lease in leases) == [False, True]
+    with pytest.raises(asyncio.TimeoutError):
+        await w.expect(m.Lease, timeout=0.5)  # the capped namespace has one lease out
+    capped = next(lease for lease in leases if lease.job_id != free[1]["id"])
+    await w.send(m.Complete(run_id=capped.run_id, fence=capped.fence))
+    nxt = await w.expect(m.Lease)
+    assert nxt.run_id != capped.run_id
+    await w.ws.close()
