@@ -99,3 +99,26 @@ def test_unreachable_cluster_exits_4(tmp_path: Path) -> None:
     out = subprocess.run([str(BIN / "schedctl"), "--server", "http://127.0.0.1:1", "--token",
                           "x" * 20, "list"], capture_output=True, timeout=30, cwd=tmp_path)
     assert out.returncode == 4 and b"cannot reach" in out.stderr
+
+
+def test_lifecycle_commands_against_a_live_server(single: Cluster) -> None:
+    job = orjson.loads(ctl(single, "-o", "json", "submit", "t", "--cron", "0 3 * * *",
+                           "--tz", "Europe/Berlin").stdout)
+    paused = ctl(single, "-o", "json", "pause", job["id"])
+    assert paused.returncode == 0 and orjson.loads(paused.stdout)["status"] == "paused"
+    resumed = ctl(single, "-o", "json", "resume", job["id"])
+    assert orjson.loads(resumed.stdout)["status"] == "active"
+    updated = ctl(single, "-o", "json", "update", job["id"], "--every", "10m", "--priority", "low")
+    assert updated.returncode == 0, updated.stderr
+    assert orjson.loads(updated.stdout)["priority"] == "low"
+    trig = ctl(single, "-o", "json", "trigger", job["id"], "--override")
+    assert trig.returncode == 0 and orjson.loads(trig.stdout)["job_id"] == job["id"]
+    explain = ctl(single, "explain", "--cron", "30 2 * * *", "--tz", "Europe/Berlin", "--count", "400")
+    assert explain.returncode == 0 and b"does not exist" in explain.stdout
+    assert max(len(line) for line in explain.stdout.decode().splitlines()) <= 80
+    one = ctl(single, "-o", "json", "explain", job["id"], "--count", "2")
+    assert len(orjson.loads(one.stdout)["fires"]) == 2
+    dlq = ctl(single, "dlq", "list")
+    assert dlq.returncode == 0
+    missing = ctl(single, "dlq", "replay", "nope@1")
+    assert missing.returncode == 3

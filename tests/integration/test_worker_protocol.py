@@ -179,3 +179,27 @@ async def test_worker_needs_the_worker_role(node: Node, http: aiohttp.ClientSess
     with pytest.raises(aiohttp.WSServerHandshakeError) as exc:
         await http.ws_connect(node.url + API + "/workers/connect")
     assert exc.value.status == 401
+
+
+async def test_a_run_past_its_timeout_is_cancelled_and_counts_as_a_failed_attempt(
+    fast_node: Node, http: aiohttp.ClientSession
+) -> None:
+    node = fast_node
+    w = await connect(http, node, "w1")
+    job = await submit(http, node, {"task": "t", "timeout": "0.5s",
+                                    "retry": {"max_attempts": 2, "initial": "0.05s", "jitter": False}})
+    lease = await w.expect(m.Lease)
+    assert lease.deadline is not None
+    for _ in range(20):  # keeps heartbeating: alive, but past its deadline
+        await w.send(m.Heartbeat(leases=(m.LeaseRef(run_id=lease.run_id, fence=lease.fence),)))
+        try:
+            cancel = await w.expect(m.Cancel, timeout=0.1)
+            break
+        except TimeoutError:
+            continue
+    assert cancel.run_id == lease.run_id and cancel.fence == lease.fence
+    retry = await w.expect(m.Lease)
+    assert retry.run_id == lease.run_id and retry.attempt == 2
+    [run] = await runs(http, node, job["id"])
+    assert run["attempts"][0]["outcome"] == "timed_out"
+    await w.ws.close()
