@@ -340,32 +340,30 @@ async def trigger_job(request: web.Request) -> web.Response:
     return json_response(view, 201)
 
 
-async def cancel_run(request: web.Request) -> web.Response:
+async def _run_command(request: web.Request, make: Callable[[str, int, str], c.Command],
+                       event: str, reply: bool = True) -> web.Response:
+    """A client command about one run (cancel, replay, drop): commit, log, answer."""
     require(request, "submit")
     rt = request.app[RUNTIME]
     run_id = request.match_info["run_id"]
-    unwrap(await commit(rt, lambda rid, t: c.CancelRun(rid, t, run_id), request_id(request)))
+    unwrap(await commit(rt, lambda rid, t: make(rid, t, run_id), request_id(request)))
+    log_event(log, event, run_id=run_id)
+    if not reply:
+        return web.Response(status=204)
     with rt.node.read() as st:
         return json_response(run_view(st.runs[run_id]))
+
+
+async def cancel_run(request: web.Request) -> web.Response:
+    return await _run_command(request, c.CancelRun, "run.cancelled")
 
 
 async def replay_dead(request: web.Request) -> web.Response:
-    require(request, "submit")
-    rt = request.app[RUNTIME]
-    run_id = request.match_info["run_id"]
-    unwrap(await commit(rt, lambda rid, t: c.Replay(rid, t, run_id), request_id(request)))
-    log_event(log, "dlq.replayed", run_id=run_id)
-    with rt.node.read() as st:
-        return json_response(run_view(st.runs[run_id]))
+    return await _run_command(request, c.Replay, "dlq.replayed")
 
 
 async def drop_dead(request: web.Request) -> web.Response:
-    require(request, "submit")
-    rt = request.app[RUNTIME]
-    run_id = request.match_info["run_id"]
-    unwrap(await commit(rt, lambda rid, t: c.DropDead(rid, t, run_id), request_id(request)))
-    log_event(log, "dlq.dropped", run_id=run_id)
-    return web.Response(status=204)
+    return await _run_command(request, c.DropDead, "dlq.dropped", reply=False)
 
 
 def _fires_view(fires: list[dict[str, Any]]) -> dict[str, Any]:
