@@ -20,6 +20,7 @@ from schedd.core.state import LeaderEvent
 from schedd.errors import Unavailable
 from schedd.leader.leader import Leader
 from schedd.logs import log_event
+from schedd.metrics import Metrics
 from schedd.raft.node import Hooks, RaftNode, RaftSettings
 
 log = logging.getLogger(__name__)
@@ -40,6 +41,7 @@ class Runtime:
         self._role_changed = asyncio.Event()
         self._stopping = False
         self.hooks = Hooks()
+        self.metrics = Metrics()
         r = config.raft
         settings = RaftSettings(
             self_addr=r.listen,
@@ -74,6 +76,7 @@ class Runtime:
         self.hooks.on_applied, self.hooks.on_reset, self.hooks.on_role = on_applied, on_reset, on_role
         self.node = RaftNode(self._settings, self.hooks)
         self.node.attach(loop)
+        self.metrics.attach(self)
         self._watch_task = asyncio.create_task(self._watch_role())
         app = make_app(self)
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
@@ -117,7 +120,7 @@ class Runtime:
     def _start_leader(self) -> None:
         leader = Leader(self.node, self.config.node.id, self.config.advertise_url(),
                         tick_s=self.config.scheduler.tick_ms / 1000, on_deposed=self._deposed,
-                        caps=dict(self.config.limits.concurrency))
+                        caps=dict(self.config.limits.concurrency), metrics=self.metrics)
         self.leader = leader
         log_event(log, "leader.elected", node_id=self.config.node.id, term=self.node.term)
         self._leader_task = asyncio.create_task(leader.run())

@@ -5,12 +5,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import orjson
 from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST
 
 from schedd import auth, clock
 from schedd.api.views import job_view, run_view
@@ -80,6 +82,17 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
     except Exception:  # noqa: BLE001 - never a stack trace in a response
         log.exception("unhandled error in %s %s", request.method, request.path)
         return json_response({"error": {"code": "internal", "message": "internal error"}}, 500)
+
+
+@web.middleware
+async def metrics_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    started = time.perf_counter()
+    response = await handler(request)
+    route = request.match_info.route.resource
+    name = route.canonical if route is not None else "unmatched"
+    request.app[RUNTIME].metrics.api_latency.labels(name, request.method, str(response.status)) \
+        .observe(time.perf_counter() - started)
+    return response
 
 
 @web.middleware
@@ -453,6 +466,12 @@ async def workers(request: web.Request) -> web.Response:
     return json_response(await rt.forward_get(request, "/api/v1/workers"))
 
 
+async def metrics(request: web.Request) -> web.Response:
+    require(request, "read")
+    body = request.app[RUNTIME].metrics.exposition()
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
 async def healthz(request: web.Request) -> web.Response:
     return json_response({"status": "ok", "node_id": request.app[RUNTIME].config.node.id})
 
@@ -468,7 +487,7 @@ async def readyz(request: web.Request) -> web.Response:
 def make_app(rt: Runtime) -> web.Application:
     from schedd.api.ws import worker_connect
 
-    app = web.Application(middlewares=[errors_middleware, auth_middleware],
+    app = web.Application(middlewares=[metrics_middleware, errors_middleware, auth_middleware],
                           client_max_size=rt.config.http.max_body)
     app[RUNTIME] = rt
     r = app.router
@@ -490,6 +509,7 @@ def make_app(rt: Runtime) -> web.Application:
     r.add_get(f"{PREFIX}/cluster", cluster)
     r.add_get(f"{PREFIX}/workers", workers)
     r.add_get(f"{PREFIX}/workers/connect", worker_connect)
+    r.add_get("/metrics", metrics)
     r.add_get("/healthz", healthz)
     r.add_get("/readyz", readyz)
     return app

@@ -72,6 +72,9 @@ class State:
         self.leader_http = ""
         self.leader_term = 0
         self.applied_index = 0
+        # Counters kept in step by put_run, for metrics: "state:<s>" (runs now in that state),
+        # "skipped:<reason>", "attempt:<outcome>" (totals since the beginning).
+        self.counts: dict[str, int] = {}
 
     # -- reads ---------------------------------------------------------------------------
     def latest_run(self, job_id: str) -> Run | None:
@@ -112,8 +115,22 @@ class _DependsOn(Mapping[str, tuple[str, ...]]):
         return len(self._jobs)
 
 
+def _count(state: State, key: str, delta: int) -> None:
+    state.counts[key] = state.counts.get(key, 0) + delta
+
+
 def put_run(state: State, run: Run) -> None:
-    """Store ``run`` and keep the unfinished-runs index in step."""
+    """Store ``run`` and keep the unfinished-runs index and the counters in step."""
+    old = state.runs.get(run.id)
+    if old is None or old.state is not run.state:
+        if old is not None:
+            _count(state, f"state:{old.state.value}", -1)
+        _count(state, f"state:{run.state.value}", 1)
+        if run.state is RunState.SKIPPED:
+            _count(state, f"skipped:{run.reason}", 1)
+    if old is not None and old.attempts and old.attempts[-1].outcome is None \
+            and run.attempts and run.attempts[len(old.attempts) - 1].outcome is not None:
+        _count(state, f"attempt:{run.attempts[len(old.attempts) - 1].outcome}", 1)
     state.runs[run.id] = run
     ids = state.unfinished.get(run.job_id)
     if run.state in TERMINAL_RUN_STATES:

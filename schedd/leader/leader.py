@@ -28,6 +28,7 @@ from schedd.core.wheel import TimingWheel
 from schedd.errors import SchedError
 from schedd.leader.workers import LeaseInfo, WorkerConn
 from schedd.logs import log_event
+from schedd.metrics import Metrics
 from schedd.protocol import messages as m
 from schedd.raft.node import RaftNode
 
@@ -54,6 +55,7 @@ class Leader:
         tick_s: float = 0.01,
         on_deposed: Callable[[], None] = lambda: None,
         caps: dict[str, int] | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         self.node = node
         self.node_id = node_id
@@ -64,6 +66,7 @@ class Leader:
         self.ready = asyncio.Event()  # set once claimed and rebuilt
         self.wheel = TimingWheel(clock.wall_ms())
         self.queues: dict[str, ReadyQueues] = {}  # queue name -> runs ready for a worker
+        self.metrics = metrics or Metrics()
         self.caps = ConcurrencyCaps(caps or {})  # per-namespace limit on leases at once
         self.namespace_of: dict[str, str] = {}  # run id -> namespace, for queued and leased runs
         self.leases: dict[str, LeaseInfo] = {}
@@ -284,6 +287,7 @@ class Leader:
                     continue
                 attempt: Attempt = r.value
                 run = st.runs[run_id]
+                self.metrics.lease_lag.observe(max(0.0, (attempt.leased_ms - run.due_ms) / 1000))
                 spec = st.jobs[run.job_id].spec
                 hb = spec.heartbeat_timeout_ms / 1000
                 self.leases[run_id] = LeaseInfo(run_id, attempt.fence, wid, now_mono + hb, hb,
@@ -326,6 +330,7 @@ class Leader:
 
     def _end_lease(self, info: LeaseInfo, now: int, outcome: str, error: str) -> None:
         info.ending = True
+        self.metrics.leases_lost.labels(outcome).inc()
         cmd = c.Fail(_rid(), now, self.fence, info.run_id, info.fence, error, True, outcome,
                      random.random())
         fut = self.node.submit_nowait(cmd)
@@ -385,6 +390,7 @@ class Leader:
             res = await self.node.submit(cmd, timeout=5.0)
         except SchedError:
             return  # no ack: the worker keeps the result and re-sends it after reconnecting
+        self.metrics.results.labels("true" if isinstance(res, Ok) else "false").inc()
         if isinstance(res, Ok):
             conn.send(m.Ack(run_id=msg.run_id, accepted=True))
             log_event(log, "run.finished", run_id=msg.run_id, fence=msg.fence,

@@ -1,0 +1,119 @@
+"""Prometheus metrics (``prometheus_client``; the exposition format is never hand-written).
+
+Each node has its own registry.  Two kinds of metric:
+
+* observed where things happen: API request latency, scheduling lag (scheduled time → lease,
+  on the leader), leases lost;
+* collected at scrape time from the replicated state and the Raft node: runs by state, skipped
+  runs by reason, attempts by outcome, dead-letter depth, queue depth, workers and leases in
+  flight (leader only), Raft role, term, commit and applied index, each follower's lag.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+if TYPE_CHECKING:
+    from schedd.runtime import Runtime
+
+LAG_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
+ROLES = {0: "follower", 1: "candidate", 2: "leader"}
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.api_latency = Histogram(
+            "schedd_api_request_duration_seconds", "API request latency by route and status.",
+            ["route", "method", "status"], registry=self.registry)
+        self.lease_lag = Histogram(
+            "schedd_lease_lag_seconds",
+            "Scheduling lag: from a run's scheduled (or retry) time to its lease, on the leader.",
+            buckets=LAG_BUCKETS, registry=self.registry)
+        self.leases_lost = Counter(
+            "schedd_leases_lost_total", "Leases ended by the leader: heartbeats stopped or the "
+            "run timed out.", ["outcome"], registry=self.registry)
+        self.results = Counter(
+            "schedd_worker_results_total", "Results sent by workers, by whether they were "
+            "accepted (a stale fence is refused).", ["accepted"], registry=self.registry)
+
+    def attach(self, rt: Runtime) -> None:
+        self.registry.register(_StateCollector(rt))
+
+    def exposition(self) -> bytes:
+        return bytes(generate_latest(self.registry))
+
+
+class _StateCollector(Collector):
+    def __init__(self, rt: Runtime) -> None:
+        self.rt = rt
+
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        rt = self.rt
+        node = rt.node
+        status = node.status()
+        role = ROLES.get(int(status.get("state", 0)), "unknown")
+        g = GaugeMetricFamily("schedd_raft_role", "1 for this node's current Raft role.",
+                              labels=["role"])
+        for name in ROLES.values():
+            g.add_metric([name], 1.0 if name == role else 0.0)
+        yield g
+        yield GaugeMetricFamily("schedd_raft_term", "Current Raft term.", value=node.term)
+        yield GaugeMetricFamily("schedd_raft_commit_index", "Raft commit index.",
+                                value=node.commit_index)
+        yield GaugeMetricFamily("schedd_raft_applied_index", "Last applied Raft index.",
+                                value=node.applied_index)
+        yield GaugeMetricFamily("schedd_raft_has_quorum", "1 when this node sees a quorum.",
+                                value=1.0 if node.has_quorum() else 0.0)
+        if role == "leader":
+            lag = GaugeMetricFamily("schedd_raft_follower_lag_entries",
+                                    "Entries a follower's log is behind the leader's commit index.",
+                                    labels=["peer"])
+            for peer in rt.config.raft.peers:
+                match = status.get(f"match_idx_server_{peer}")
+                if match is not None:
+                    lag.add_metric([peer], float(max(0, node.commit_index - int(match))))
+            yield lag
+        with node.read() as st:
+            counts = dict(st.counts)
+            dlq = len(st.dlq)
+            jobs = len(st.jobs)
+        runs = GaugeMetricFamily("schedd_runs", "Runs by state.", labels=["state"])
+        skipped = CounterMetricFamily("schedd_runs_skipped", "Occurrences that did not run, by "
+                                      "reason.", labels=["reason"])
+        attempts = CounterMetricFamily("schedd_attempts", "Finished attempts by outcome.",
+                                       labels=["outcome"])
+        for key, value in sorted(counts.items()):
+            kind, _, label = key.partition(":")
+            if kind == "state":
+                runs.add_metric([label], float(value))
+            elif kind == "skipped":
+                skipped.add_metric([label], float(value))
+            elif kind == "attempt":
+                attempts.add_metric([label], float(value))
+        yield runs
+        yield skipped
+        yield attempts
+        yield GaugeMetricFamily("schedd_dead_letter_depth", "Runs in the dead-letter queue.",
+                                value=dlq)
+        yield GaugeMetricFamily("schedd_jobs", "Jobs known to the cluster.", value=jobs)
+        leader = rt.leader
+        if leader is not None and leader.ready.is_set():
+            depth = GaugeMetricFamily("schedd_queue_depth", "Runs waiting for a worker, by queue, "
+                                      "namespace and priority (leader only).",
+                                      labels=["queue", "namespace", "priority"])
+            for queue, lanes in leader.queues.items():
+                for (ns, priority), n in lanes.depth().items():
+                    depth.add_metric([queue, ns, str(priority)], float(n))
+            yield depth
+            yield GaugeMetricFamily("schedd_workers_connected", "Workers connected to the leader.",
+                                    value=len(leader.workers))
+            yield GaugeMetricFamily("schedd_leases_in_flight", "Runs leased to workers.",
+                                    value=len(leader.leases))
+            yield GaugeMetricFamily("schedd_wheel_pending", "Runs waiting in the timing wheel.",
+                                    value=len(leader.wheel))

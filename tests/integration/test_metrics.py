@@ -1,0 +1,55 @@
+"""/metrics moves as work flows: lag histogram, outcomes, skipped reasons, Raft gauges."""
+
+from __future__ import annotations
+
+import aiohttp
+from prometheus_client.parser import text_string_to_metric_families
+
+from schedd.protocol import messages as m
+from tests.conftest import Node
+from tests.integration.test_api import post
+from tests.integration.test_worker_protocol import connect
+
+
+async def scrape(http: aiohttp.ClientSession, node: Node) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    async with http.get(node.url + "/metrics", headers=node.headers()) as r:
+        assert r.status == 200 and r.headers["Content-Type"].startswith("text/plain")
+        text = await r.text()
+    out = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            out[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return out
+
+
+async def test_metrics_follow_a_run_and_a_skip(node: Node, http: aiohttp.ClientSession) -> None:
+    before = await scrape(http, node)
+    assert before[("schedd_raft_role", (("role", "leader"),))] == 1.0
+    assert before.get(("schedd_lease_lag_seconds_count", ()), 0.0) == 0.0
+    w = await connect(http, node, "w1")
+    _, job = await post(http, node, "/jobs", {"task": "t"})
+    lease = await w.expect(m.Lease)
+    await w.send(m.Complete(run_id=lease.run_id, fence=lease.fence))
+    await w.expect(m.Ack)
+    _, rec = await post(http, node, "/jobs", {"task": "t", "schedule": {"every": "1h", "overlap": "skip"}})
+    status, run = await post(http, node, f"/jobs/{rec['id']}/trigger", {"overlap": "override"})
+    await w.expect(m.Lease)  # the triggered run is running now
+    await post(http, node, f"/jobs/{rec['id']}/trigger", {"overlap": "respect"})  # skipped: overlap
+    after = await scrape(http, node)
+    assert after[("schedd_lease_lag_seconds_count", ())] >= 2
+    assert after[("schedd_runs", (("state", "succeeded"),))] == 1.0
+    assert after[("schedd_attempts_total", (("outcome", "succeeded"),))] == 1.0
+    assert after[("schedd_runs_skipped_total", (("reason", "overlap"),))] == 1.0
+    assert after[("schedd_worker_results_total", (("accepted", "true"),))] == 1.0
+    assert after[("schedd_workers_connected", ())] == 1.0
+    assert after[("schedd_leases_in_flight", ())] == 1.0
+    assert after[("schedd_raft_applied_index", ())] > before[("schedd_raft_applied_index", ())]
+    key = ("schedd_api_request_duration_seconds_count",
+           (("method", "POST"), ("route", "/api/v1/jobs"), ("status", "201")))
+    assert after[key] >= 2
+    await w.ws.close()
+
+
+async def test_metrics_need_a_token(node: Node, http: aiohttp.ClientSession) -> None:
+    async with http.get(node.url + "/metrics") as r:
+        assert r.status == 401
