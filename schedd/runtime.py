@@ -40,6 +40,7 @@ class Runtime:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._role_changed = asyncio.Event()
         self._stopping = False
+        self.draining = False
         self.hooks = Hooks()
         self.metrics = Metrics()
         r = config.raft
@@ -93,7 +94,11 @@ class Runtime:
                   raft=self.config.raft.listen, peers=list(self.config.raft.peers))
 
     async def stop(self) -> None:
+        """Graceful stop: stop taking work, hand leadership to another node when leading
+        (workers are told to reconnect), then close the API and Raft."""
         self._stopping = True
+        self.draining = True
+        await self._hand_over(self.config.scheduler.drain_time_ms / 2000)
         if self._watch_task is not None:
             self._watch_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -103,6 +108,20 @@ class Runtime:
             await self._runner.cleanup()
         self.node.close()
         log_event(log, "node.stopped", node_id=self.config.node.id)
+
+    async def _hand_over(self, timeout: float) -> None:
+        if not self.node.is_leader or not self.config.raft.peers:
+            return
+        await self._stop_leader()  # workers get a redirect hint and reconnect elsewhere
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while self.node.is_leader and loop.time() < deadline:
+            self.node.transfer_leadership()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._role_changed.wait(), 0.3)
+            self._role_changed.clear()
+        log_event(log, "leader.handed_over" if not self.node.is_leader else "leader.handover_failed",
+                  node_id=self.config.node.id, term=self.node.term)
 
     # -- leadership --------------------------------------------------------------------------
     async def _watch_role(self) -> None:

@@ -479,6 +479,8 @@ async def healthz(request: web.Request) -> web.Response:
 async def readyz(request: web.Request) -> web.Response:
     rt = request.app[RUNTIME]
     leader = rt.node.leader_addr
+    if rt.draining:
+        raise Unavailable("not ready: this node is shutting down", retry_after=1)
     if leader is None or not rt.node.is_ready():
         raise Unavailable("not ready: no known leader yet", retry_after=1)
     return json_response({"status": "ready", "leader": leader})

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import queue
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -122,6 +123,8 @@ class RaftNode:
         )
         # Built on the calling (main) thread, with the state machine complete (raft-notes #9, #13).
         self._obj = SyncObj(settings.self_addr, list(settings.peers), conf, consumers=[self._sm])
+        self._on_tick: queue.SimpleQueue[Callable[[], object]] = queue.SimpleQueue()
+        self._obj.addOnTickCallback(self._run_on_tick)
 
     # -- lifecycle ---------------------------------------------------------------------------
     def attach(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -171,7 +174,20 @@ class RaftNode:
         return bool(self._obj.isReady())
 
     def transfer_leadership(self) -> None:
-        self._obj.transferLeadership()
+        """Ask the most caught-up follower to take over (Raft TimeoutNow).  pysyncobj is not
+        thread-safe, so the request runs on the tick thread."""
+        self._on_tick.put(self._obj.transferLeadership)
+
+    def _run_on_tick(self) -> None:  # tick thread
+        while True:
+            try:
+                action = self._on_tick.get_nowait()
+            except queue.Empty:
+                return
+            try:
+                action()
+            except Exception:  # noqa: BLE001 - never break the tick thread
+                log.exception("tick action failed")
 
     # -- writes ------------------------------------------------------------------------------
     def submit_nowait(self, cmd: c.Command) -> asyncio.Future[Result]:
