@@ -35,6 +35,7 @@ from schedd.raft.node import RaftNode
 log = logging.getLogger(__name__)
 
 MAX_FIRE_PER_TICK = 5000
+REBUILD_GRACE_S = 10.0  # a new leader waits this long (at least) for workers to resume leases
 
 
 def _rid() -> str:
@@ -138,10 +139,11 @@ class Leader:
                     self.namespace_of[run.id] = run.namespace
                     self.caps.acquire(run.namespace)
                     hb = spec.heartbeat_timeout_ms / 1000
-                    # Give the worker a full heartbeat timeout to reconnect and resume.
+                    # Give the worker time to notice the new leader, reconnect and resume: at
+                    # least a heartbeat timeout, and never less than REBUILD_GRACE_S.
                     self.leases[run.id] = LeaseInfo(
-                        run.id, run.current.fence, run.current.worker_id, now_mono + hb, hb,
-                        run.current.deadline_ms,
+                        run.id, run.current.fence, run.current.worker_id,
+                        now_mono + max(hb, REBUILD_GRACE_S), hb, run.current.deadline_ms,
                     )
 
     # -- events from apply -----------------------------------------------------------------

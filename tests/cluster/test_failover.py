@@ -114,3 +114,34 @@ async def test_killed_worker_loses_its_lease_and_the_run_is_retried(tmp_path: Pa
         assert "no heartbeat" in attempts[0]["error"]
     finally:
         cluster.stop()
+
+
+async def test_sigterm_of_the_leader_hands_over_without_losing_or_duplicating(
+    tmp_path: Path, record: Path
+) -> None:
+    cluster = Cluster(tmp_path / "c", scheduler={"heartbeat_interval": "0.5s", "heartbeat_timeout": "3s"})
+    try:
+        cluster.start()
+        async with aiohttp.ClientSession() as http:
+            leader = await cluster.wait_leader(http)
+            cluster.start_worker("--import", "tests.acceptance.tasks", "--concurrency", "16")
+            ids = [await submit(http, cluster, {"task": "acc.record", "payload": {"sleep": 0.2}})
+                   for _ in range(40)]
+            leader = await cluster.wait_leader(http)  # (it may have changed under load)
+            cluster.kill(leader, signal.SIGTERM)
+            ids += [await submit(http, cluster, {"task": "acc.record", "payload": {"sleep": 0.05}})
+                    for _ in range(40)]
+            proc = cluster.nodes[leader].proc
+            assert proc is not None and proc.wait(30) == 0  # a clean exit within the drain time
+            new = await cluster.wait_leader(http, exclude=leader)
+            assert new != leader
+            await wait_states(http, cluster, ids, {"succeeded"}, timeout=90)
+        log = cluster.nodes[leader].log.read_text()
+        assert "leader.handed_over" in log
+        lines = record.read_text().splitlines()
+        runs = [ln.split()[0] for ln in lines]
+        twice = [ln for ln in lines if runs.count(ln.split()[0]) > 1]
+        assert not twice, f"executed twice: {twice}\n{cluster.logs()}"
+        assert len(set(runs)) == len(ids)
+    finally:
+        cluster.stop()
