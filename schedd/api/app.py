@@ -18,9 +18,9 @@ from schedd import auth, clock
 from schedd.api.views import job_view, run_view
 from schedd.core import commands as c
 from schedd.core.durations import format_time
-from schedd.core.model import RunState
+from schedd.core.model import JobStatus, RunState
 from schedd.core.recurrence import explain, recurrence_from
-from schedd.core.runs import is_recurring, recurrence
+from schedd.core.runs import MISFIRE_GRACE_MS, is_recurring, recurrence
 from schedd.core.state import Ok, Rejected, Result
 from schedd.core.validate import Defaults, parse_batch, parse_job, parse_patch, parse_schedule
 from schedd.errors import (
@@ -397,10 +397,26 @@ async def explain_job(request: web.Request) -> web.Response:
             raise NotFound(f"no job with id {job_id}", field="id")
     if not is_recurring(job.spec):
         at = job.next_run_at_ms
-        fires = [] if at is None else [{"scheduled_ms": at, "due_ms": at,
+        one: list[dict[str, Any]] = [] if at is None else [{"scheduled_ms": at, "due_ms": at,
                                         "local": format_time(at), "note": "one-off"}]
-        return json_response(_fires_view(fires))
-    return json_response(_fires_view(explain(recurrence(job), clock.wall_ms(), count, job.id)))
+        return json_response(_fires_view(one))
+    now = clock.wall_ms()
+    fires: list[dict[str, Any]] = explain(recurrence(job), now, count, job.id)
+    with rt.node.read() as st:
+        pending = st.runs.get(job.next_run_id) if job.next_run_id else None
+    if pending is not None and now - pending.scheduled_ms > MISFIRE_GRACE_MS:
+        opts = job.spec.schedule.options
+        policy = opts.misfire.value if opts else "run_once"
+        fires.insert(0, {"scheduled_ms": pending.scheduled_ms, "due_ms": pending.due_ms,
+                         "local": format_time(pending.scheduled_ms),
+                         "note": f"missed (more than {MISFIRE_GRACE_MS // 1000}s late): the "
+                                 f"misfire policy {policy} decides whether it and the "
+                                 f"occurrences since run when it fires"})
+    elif job.status is JobStatus.PAUSED:
+        fires = [dict(f, note=(f["note"] + "; " if f["note"] else "") + "job paused: occurrences "
+                      "missed while paused are handled by its misfire policy on resume")
+                 for f in fires]
+    return json_response(_fires_view(fires[:count]))
 
 
 async def explain_expr(request: web.Request) -> web.Response:

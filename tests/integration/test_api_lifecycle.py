@@ -88,3 +88,11 @@ async def test_a_whole_graph_in_one_batch_with_refs(node: Node, http: aiohttp.Cl
         {"ref": "b", "task": "t", "depends_on": ["a"]},
     ]})
     assert status == 409 and "a -> b -> a" in err["error"]["message"]
+
+
+async def test_explain_of_a_paused_job_says_so(node: Node, http: aiohttp.ClientSession) -> None:
+    _, job = await post(http, node, "/jobs", {"task": "t", "schedule": {"cron": "0 * * * *"}})
+    await patch(http, node, f"/jobs/{job['id']}", {"paused": True})
+    status, out = await get(http, node, f"/jobs/{job['id']}/explain?count=2")
+    assert status == 200 and len(out["fires"]) == 2
+    assert all("job paused" in f["note"] for f in out["fires"])
