@@ -503,6 +503,7 @@ async def readyz(request: web.Request) -> web.Response:
 
 
 def make_app(rt: Runtime) -> web.Application:
+    from schedd.api.openapi import openapi_json
     from schedd.api.ws import worker_connect
 
     app = web.Application(middlewares=[metrics_middleware, errors_middleware, auth_middleware],
@@ -527,6 +528,7 @@ def make_app(rt: Runtime) -> web.Application:
     r.add_get(f"{PREFIX}/cluster", cluster)
     r.add_get(f"{PREFIX}/workers", workers)
     r.add_get(f"{PREFIX}/workers/connect", worker_connect)
+    r.add_get(f"{PREFIX}/openapi.json", openapi_json)
     r.add_get("/metrics", metrics)
     r.add_get("/healthz", healthz)
     r.add_get("/readyz", readyz)
