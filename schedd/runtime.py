@@ -13,6 +13,7 @@ import orjson
 from aiohttp import web
 
 from schedd import auth
+from schedd.aio import wait_event, within
 from schedd.api.app import make_app
 from schedd.config import Config, read_raft_secret
 from schedd.core.fairness import TokenBucket
@@ -43,6 +44,7 @@ class Runtime:
         self.draining = False
         self.hooks = Hooks()
         self.metrics = Metrics()
+        self.sockets: set[web.WebSocketResponse] = set()  # open worker websockets
         r = config.raft
         settings = RaftSettings(
             self_addr=r.listen,
@@ -80,7 +82,10 @@ class Runtime:
         self.metrics.attach(self)
         self._watch_task = asyncio.create_task(self._watch_role())
         app = make_app(self)
-        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        # On stop, handlers get at most half the drain time (open worker sockets are closed
+        # first, with a reconnect hint).
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False,
+                                     shutdown_timeout=self.config.scheduler.drain_time_ms / 2000)
         await self._runner.setup()
         host, port = self.config.http.listen.rsplit(":", 1)
         ssl_ctx = None
@@ -104,6 +109,9 @@ class Runtime:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._watch_task
         await self._stop_leader()
+        for ws in list(self.sockets):
+            with contextlib.suppress(Exception):
+                await within(ws.close(code=1001, message=b"node stopping"), 1.0)
         if self._runner is not None:
             await self._runner.cleanup()
         self.node.close()
@@ -117,15 +125,14 @@ class Runtime:
         deadline = loop.time() + timeout
         while self.node.is_leader and loop.time() < deadline:
             self.node.transfer_leadership()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._role_changed.wait(), 0.3)
+            await wait_event(self._role_changed, 0.3)
             self._role_changed.clear()
         log_event(log, "leader.handed_over" if not self.node.is_leader else "leader.handover_failed",
                   node_id=self.config.node.id, term=self.node.term)
 
     # -- leadership --------------------------------------------------------------------------
     async def _watch_role(self) -> None:
-        while True:
+        while not self._stopping:
             self._role_changed.clear()
             leading = self.node.is_leader
             if leading and self._leader_task is None and not self._stopping:
@@ -133,8 +140,7 @@ class Runtime:
             elif not leading and self._leader_task is not None:
                 log_event(log, "leader.lost", node_id=self.config.node.id, term=self.node.term)
                 await self._stop_leader()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._role_changed.wait(), 0.05)
+            await wait_event(self._role_changed, 0.05)
 
     def _start_leader(self) -> None:
         leader = Leader(self.node, self.config.node.id, self.config.advertise_url(),

@@ -9,6 +9,7 @@ import logging
 from aiohttp import WSMsgType, web
 
 from schedd import clock
+from schedd.aio import within
 from schedd.api.app import RUNTIME, require
 from schedd.leader.workers import WorkerConn
 from schedd.logs import log_event
@@ -26,8 +27,17 @@ async def worker_connect(request: web.Request) -> web.StreamResponse:
     rt = request.app[RUNTIME]
     ws = web.WebSocketResponse(heartbeat=20.0, max_msg_size=MAX_FRAME)
     await ws.prepare(request)
+    rt.sockets.add(ws)
     try:
-        first = await asyncio.wait_for(ws.receive(), HELLO_TIMEOUT_S)
+        return await _serve(request, ws)
+    finally:
+        rt.sockets.discard(ws)
+
+
+async def _serve(request: web.Request, ws: web.WebSocketResponse) -> web.WebSocketResponse:
+    rt = request.app[RUNTIME]
+    try:
+        first = await within(ws.receive(), HELLO_TIMEOUT_S)
         if first.type is not WSMsgType.TEXT:
             await ws.close()
             return ws

@@ -66,12 +66,21 @@ async def serve(cfg: Config) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     loop.add_signal_handler(signal.SIGHUP, lambda: _reload(rt))
+    loop.add_signal_handler(signal.SIGUSR1, _dump_tasks)
     await stop.wait()
     log_event(log, "node.stopping", node_id=cfg.node.id)
     notifier.stopping()
     watchdog.cancel()
     await rt.stop()
     return 0
+
+
+def _dump_tasks() -> None:
+    """SIGUSR1: log every asyncio task with its stack (for a node that seems stuck)."""
+    for task in asyncio.all_tasks():
+        frames = [f"{f.f_code.co_filename}:{f.f_lineno} {f.f_code.co_name}" for f in task.get_stack()]
+        log_event(log, "debug.task", level=logging.WARNING, task=task.get_name(),
+                  coro=repr(task.get_coro()), stack=frames)
 
 
 def _reload(rt: object) -> None:

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from schedd import clock
+from schedd.aio import wait_event
 from schedd.core import commands as c
 from schedd.core.durations import format_time
 from schedd.core.fairness import ConcurrencyCaps, ReadyQueues
@@ -92,10 +93,7 @@ class Leader:
             while True:
                 self._tick()
                 self._wake.clear()
-                try:
-                    await asyncio.wait_for(self._wake.wait(), self._sleep_for())
-                except TimeoutError:
-                    pass
+                await wait_event(self._wake, self._sleep_for())
         finally:
             self.ready.clear()
             for conn in list(self.workers.values()):

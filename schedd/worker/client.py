@@ -26,6 +26,7 @@ from typing import Any
 import aiohttp
 import orjson
 
+from schedd.aio import wait_event
 from schedd.core.durations import parse_time
 from schedd.errors import InvalidArgument
 from schedd.protocol.messages import (
@@ -297,8 +298,7 @@ class Worker:
             if not held.sent:
                 await self._send_outcome(held)
         if self._held:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._idle.wait(), max(1.0, deadline - loop.time()))
+            await wait_event(self._idle, max(1.0, deadline - loop.time()))
         if self._held:
             log.warning("worker.drain_unacked run_ids=%s", ",".join(self._held))
 

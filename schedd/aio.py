@@ -1,0 +1,30 @@
+"""Small asyncio helpers.
+
+``asyncio.wait_for`` on Python 3.11 can swallow a cancellation that arrives as the awaited
+thing completes (the task then never stops: seen here as a node that did not exit on SIGTERM).
+``asyncio.timeout`` counts cancellations correctly, so waits in loops use these instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable
+from typing import TypeVar
+
+T = TypeVar("T")
+
+
+async def wait_event(event: asyncio.Event, timeout: float) -> bool:
+    """Wait for ``event`` at most ``timeout`` seconds; True when it was set."""
+    try:
+        async with asyncio.timeout(timeout):
+            await event.wait()
+        return True
+    except TimeoutError:
+        return False
+
+
+async def within(aw: Awaitable[T], timeout: float) -> T:
+    """``await aw`` with a timeout (raises ``TimeoutError``), cancellation-safe."""
+    async with asyncio.timeout(timeout):
+        return await aw
