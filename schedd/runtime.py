@@ -18,7 +18,7 @@ from schedd.api.app import make_app
 from schedd.config import Config, read_raft_secret
 from schedd.core.fairness import TokenBucket
 from schedd.core.state import LeaderEvent
-from schedd.errors import Unavailable
+from schedd.errors import Unavailable, from_code
 from schedd.leader.leader import Leader
 from schedd.logs import log_event
 from schedd.metrics import Metrics
@@ -249,6 +249,11 @@ class Runtime:
         try:
             async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=3)) as s, \
                     s.get(url + path, headers=headers) as resp:
-                return orjson.loads(await resp.read())
+                body = orjson.loads(await resp.read())
+                if resp.status != 200:
+                    error = body.get("error", {}) if isinstance(body, dict) else {}
+                    raise from_code(str(error.get("code", "unavailable")),
+                                    f"the leader at {url} answered: {error.get('message', resp.status)}")
+                return body
         except (aiohttp.ClientError, TimeoutError, orjson.JSONDecodeError) as exc:
             raise Unavailable(f"cannot reach the leader at {url}: {exc}", retry_after=1) from None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import math
 import time
@@ -74,9 +75,14 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
             raise
         code = {404: NotFound, 405: InvalidArgument}.get(exc.status, InvalidArgument)
         message = f"{request.method} {request.path}: {exc.reason}"
+        headers = None
         if exc.status == 404:
             message = f"no route for {request.method} {request.path}"
-        return json_response(code(message).to_dict(), exc.status)
+        elif isinstance(exc, web.HTTPMethodNotAllowed):
+            allowed = ", ".join(sorted(exc.allowed_methods))
+            message = f"{request.method} is not allowed on {request.path}; expected one of {allowed}"
+            headers = {"Allow": allowed}
+        return json_response(code(message).to_dict(), exc.status, headers)
     except asyncio.CancelledError:
         raise
     except Exception:  # noqa: BLE001 - never a stack trace in a response
@@ -119,11 +125,13 @@ async def read_json(request: web.Request) -> Any:
         raise InvalidArgument(f"the body is not valid JSON: {exc}") from None
 
 
-def request_id(request: web.Request) -> str:
-    """The client's ``X-Request-Id`` (scoped to its token), or a fresh one.
+async def request_id(request: web.Request) -> str:
+    """The client's ``X-Request-Id`` (scoped to its token and to this exact request), or a
+    fresh one.
 
     Commands are deduplicated by request id, so a client that repeats a write after a lost reply
-    (on this node or another) gets the first result instead of a second job.
+    (on this node or another) gets the first result instead of a second job.  The id covers the
+    method, path and body too: the same id on a different request is a different request.
     """
     given = request.headers.get("X-Request-Id")
     if given is None:
@@ -131,7 +139,9 @@ def request_id(request: web.Request) -> str:
     if not 8 <= len(given) <= 128 or not given.isascii() or not given.isprintable():
         raise InvalidArgument("X-Request-Id: expected 8 to 128 printable ASCII characters",
                               field="X-Request-Id")
-    return f"{request[TOKEN].name}:{given}"
+    digest = hashlib.sha256(f"{request.method} {request.path}\n".encode())
+    digest.update(await request.read())
+    return f"{request[TOKEN].name}:{given}:{digest.hexdigest()[:24]}"
 
 
 async def commit(rt: Runtime, make: Callable[[str, int], c.Command], rid: str | None = None) -> Result:
@@ -177,8 +187,9 @@ def check_rate(rt: Runtime, specs: list[Any], now: int) -> None:
             continue
         wait = bucket.take(now, n)
         if wait == float("inf"):
-            raise ResourceExhausted(f"namespace {ns}: {n} jobs at once is more than its burst "
-                                    f"({rt.config.limits.submit_burst}); split the batch")
+            raise InvalidArgument(f"namespace {ns}: {n} jobs at once is more than its burst "
+                                  f"({rt.config.limits.submit_burst}); expected smaller batches",
+                                  field="jobs")
         if wait > 0:
             raise ResourceExhausted(f"namespace {ns} is over its submission rate; retry in "
                                     f"{wait:.1f}s", retry_after=math.ceil(wait))
@@ -192,7 +203,7 @@ async def submit_job(request: web.Request) -> web.Response:
     spec = parse_job(body, now_ms=now, defaults=defaults(rt))
     check_rate(rt, [spec], now)
     job_id = new_job_id(now)
-    res = await commit(rt, lambda rid, t: c.Submit(rid, t, ((job_id, spec),)), request_id(request))
+    res = await commit(rt, lambda rid, t: c.Submit(rid, t, ((job_id, spec),)), await request_id(request))
     [(job, created)] = unwrap(res)
     with rt.node.read() as st:
         view = job_view(job, st.latest_run(job.id))
@@ -216,7 +227,7 @@ async def submit_batch(request: web.Request) -> web.Response:
         (job_id, replace(spec, depends_on=tuple(by_ref.get(d, d) for d in spec.depends_on)))
         for job_id, spec in zip(ids, specs, strict=True)
     )
-    res = await commit(rt, lambda rid, t: c.Submit(rid, t, jobs), request_id(request))
+    res = await commit(rt, lambda rid, t: c.Submit(rid, t, jobs), await request_id(request))
     if isinstance(res, Rejected) and by_ref:  # name the batch's own jobs by their refs
         message = res.message
         for ref, job_id in by_ref.items():
@@ -266,6 +277,9 @@ async def list_jobs(request: web.Request) -> web.Response:
     limit = _int_param(request, "limit", 100, 1, 1000)
     cursor = _int_param(request, "cursor", 0, 0, 1 << 62)
     filters = {k: request.query[k] for k in ("namespace", "queue", "status", "task") if k in request.query}
+    if "status" in filters and filters["status"] not in set(JobStatus):
+        raise InvalidArgument(f"status: expected one of {', '.join(JobStatus)}, got "
+                              f"{filters['status']!r}", field="status")
     out: list[dict[str, Any]] = []
     next_cursor: str | None = None
     with rt.node.read() as st:
@@ -307,7 +321,7 @@ async def cancel_job(request: web.Request) -> web.Response:
     require(request, "submit")
     rt = request.app[RUNTIME]
     job_id = _job_id(request)
-    unwrap(await commit(rt, lambda rid, t: c.CancelJob(rid, t, job_id), request_id(request)))
+    unwrap(await commit(rt, lambda rid, t: c.CancelJob(rid, t, job_id), await request_id(request)))
     log_event(log, "job.cancelled", job_id=job_id)
     return web.Response(status=204)
 
@@ -325,7 +339,7 @@ async def update_job(request: web.Request) -> web.Response:
         current = job.spec
     paused, spec = parse_patch(body, current, now_ms=now, defaults=defaults(rt))
     res = await commit(rt, lambda rid, t: c.UpdateJob(rid, t, job_id, paused, spec),
-                       request_id(request))
+                       await request_id(request))
     job = unwrap(res)
     with rt.node.read() as st:
         view = job_view(st.jobs[job.id], st.latest_run(job.id))
@@ -345,7 +359,7 @@ async def trigger_job(request: web.Request) -> web.Response:
         raise InvalidArgument(f'overlap: expected "respect" or "override", got {overlap!r}',
                               field="overlap")
     res = await commit(rt, lambda rid, t: c.Trigger(rid, t, job_id, overlap == "override"),
-                       request_id(request))
+                       await request_id(request))
     run = unwrap(res)
     with rt.node.read() as st:
         view = run_view(st.runs[run.id])
@@ -359,7 +373,7 @@ async def _run_command(request: web.Request, make: Callable[[str, int, str], c.C
     require(request, "submit")
     rt = request.app[RUNTIME]
     run_id = request.match_info["run_id"]
-    unwrap(await commit(rt, lambda rid, t: make(rid, t, run_id), request_id(request)))
+    unwrap(await commit(rt, lambda rid, t: make(rid, t, run_id), await request_id(request)))
     log_event(log, event, run_id=run_id)
     if not reply:
         return web.Response(status=204)

@@ -297,6 +297,18 @@ def _closed(props: dict[str, Schema], description: str | None = None,
     return out
 
 
+_RECURRING_VIEW: Final[dict[str, Schema]] = {
+    "jitter": _SECONDS,
+    "misfire": _enum(Misfire),
+    "catchup_window": {"type": ["number", "null"], "minimum": 0},
+    "overlap": _enum(Overlap),
+    "dst": {"type": "object", "additionalProperties": False, "required": ["gap", "repeat"],
+            "properties": {"gap": _enum(DstGap), "repeat": _enum(DstRepeat)}},
+    "start_at": {"type": ["string", "null"], "format": "date-time"},
+    "end_at": {"type": ["string", "null"], "format": "date-time"},
+}
+
+
 def _response_schemas() -> dict[str, Schema]:
     time_or_null = {"type": ["string", "null"], "format": "date-time"}
     return {
@@ -306,8 +318,10 @@ def _response_schemas() -> dict[str, Schema]:
             "oneOf": [
                 _closed({"at": _TIME}),
                 _closed({"in": _SECONDS, "at": _TIME}),
-                _closed({"every": _SECONDS}),
-                _closed({"cron": {"type": "string"}, "timezone": {"type": "string"}}),
+                _closed({"every": _SECONDS, "timezone": {"type": "string"},
+                         **_RECURRING_VIEW}),
+                _closed({"cron": {"type": "string"}, "timezone": {"type": "string"},
+                         **_RECURRING_VIEW}),
             ],
         },
         "RetryPolicy": _closed({

@@ -9,7 +9,15 @@ from __future__ import annotations
 from typing import Any
 
 from schedd.core.durations import format_time
-from schedd.core.model import Attempt, Job, RetryPolicy, Run, Schedule, ScheduleKind
+from schedd.core.model import (
+    Attempt,
+    Job,
+    RecurringOptions,
+    RetryPolicy,
+    Run,
+    Schedule,
+    ScheduleKind,
+)
 
 __all__ = ["attempt_view", "job_view", "retry_view", "run_view", "schedule_view", "seconds"]
 
@@ -31,10 +39,25 @@ def schedule_view(schedule: Schedule) -> dict[str, Any] | None:
     if kind is ScheduleKind.IN:
         return {"in": _opt_seconds(schedule.in_ms), "at": format_time(schedule.at_ms)}
     if kind is ScheduleKind.EVERY:
-        return {"every": _opt_seconds(schedule.every_ms)}
+        return {"every": _opt_seconds(schedule.every_ms), "timezone": schedule.timezone,
+                **_options_view(schedule)}
     if kind is ScheduleKind.CRON:
-        return {"cron": schedule.cron, "timezone": schedule.timezone}
+        return {"cron": schedule.cron, "timezone": schedule.timezone, **_options_view(schedule)}
     return None
+
+
+def _options_view(schedule: Schedule) -> dict[str, Any]:
+    """The recurring options as the API takes them (so a client reads back what it set)."""
+    o = schedule.options or RecurringOptions()
+    return {
+        "jitter": seconds(o.jitter_ms),
+        "misfire": o.misfire.value,
+        "catchup_window": _opt_seconds(o.catchup_window_ms),
+        "overlap": o.overlap.value,
+        "dst": {"gap": o.dst_gap.value, "repeat": o.dst_repeat.value},
+        "start_at": format_time(o.start_at_ms),
+        "end_at": format_time(o.end_at_ms),
+    }
 
 
 def retry_view(retry: RetryPolicy) -> dict[str, Any]:

@@ -24,6 +24,9 @@ from schedd.core.model import (
 T0 = 1_795_572_000_000  # 2026-11-25T02:00:00.000Z
 T0_TEXT = "2026-11-25T02:00:00.000Z"
 
+DEFAULT_OPTIONS = {"jitter": 0, "misfire": "run_once", "catchup_window": None, "overlap": "skip",
+                   "dst": {"gap": "shift", "repeat": "first"}, "start_at": None, "end_at": None}
+
 
 @pytest.mark.parametrize(
     ("ms", "expected"),
@@ -44,14 +47,15 @@ def test_seconds(ms: int, expected: float) -> None:
             Schedule(kind=ScheduleKind.IN, in_ms=90_500, at_ms=T0),
             {"in": 90.5, "at": T0_TEXT},
         ),
-        (Schedule(kind=ScheduleKind.EVERY, every_ms=300_000), {"every": 300}),
+        (Schedule(kind=ScheduleKind.EVERY, every_ms=300_000),
+         {"every": 300, "timezone": "UTC", **DEFAULT_OPTIONS}),
         (
             Schedule(kind=ScheduleKind.CRON, cron="0 2 * * *", timezone="Europe/Berlin"),
-            {"cron": "0 2 * * *", "timezone": "Europe/Berlin"},
+            {"cron": "0 2 * * *", "timezone": "Europe/Berlin", **DEFAULT_OPTIONS},
         ),
         (
             Schedule(kind=ScheduleKind.CRON, cron="@daily"),
-            {"cron": "@daily", "timezone": "UTC"},
+            {"cron": "@daily", "timezone": "UTC", **DEFAULT_OPTIONS},
         ),
     ],
 )
@@ -218,7 +222,7 @@ def test_job_view_full() -> None:
     )
     latest = _run(namespace="team-a")
     view = job_view(_job(spec, status=JobStatus.PAUSED, next_run_at_ms=T0 + 86_400_000), latest)
-    assert view["schedule"] == {"cron": "0 2 * * *", "timezone": "Europe/Berlin"}
+    assert view["schedule"] == {"cron": "0 2 * * *", "timezone": "Europe/Berlin", **DEFAULT_OPTIONS}
     assert view["priority"] == "high"
     assert view["retry"] == {
         "max_attempts": 5,
