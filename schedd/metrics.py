@@ -70,6 +70,11 @@ class _StateCollector(Collector):
                                 value=node.applied_index)
         yield GaugeMetricFamily("schedd_raft_has_quorum", "1 when this node sees a quorum.",
                                 value=1.0 if node.has_quorum() else 0.0)
+        age = node.snapshot_age()
+        if age is not None:
+            yield GaugeMetricFamily("schedd_raft_snapshot_age_seconds",
+                                    "Seconds since this node last wrote its Raft snapshot.",
+                                    value=age)
         if role == "leader":
             lag = GaugeMetricFamily("schedd_raft_follower_lag_entries",
                                     "Entries a follower's log is behind the leader's commit index.",

@@ -12,7 +12,7 @@ from pathlib import Path
 from schedd import auth
 from schedd.config import Config, check_files, load_config
 from schedd.errors import ConfigError
-from schedd.logs import log_event, setup_logging
+from schedd.logs import log_event, set_level, setup_logging
 from schedd.notify import Notifier
 
 log = logging.getLogger("schedd.daemon")
@@ -53,7 +53,7 @@ def build_config(args: argparse.Namespace) -> Config:
     return cfg
 
 
-async def serve(cfg: Config) -> int:
+async def serve(cfg: Config, args: argparse.Namespace) -> int:
     from schedd.runtime import Runtime
 
     notifier = Notifier()
@@ -65,7 +65,7 @@ async def serve(cfg: Config) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    loop.add_signal_handler(signal.SIGHUP, lambda: _reload(rt))
+    loop.add_signal_handler(signal.SIGHUP, lambda: _reload(rt, args))
     loop.add_signal_handler(signal.SIGUSR1, _dump_tasks)
     await stop.wait()
     log_event(log, "node.stopping", node_id=cfg.node.id)
@@ -83,7 +83,8 @@ def _dump_tasks() -> None:
                   coro=repr(task.get_coro()), stack=frames)
 
 
-def _reload(rt: object) -> None:
+def _reload(rt: object, args: argparse.Namespace) -> None:
+    """SIGHUP: reload the tokens file and the log level; anything else needs a restart."""
     from schedd.runtime import Runtime
 
     assert isinstance(rt, Runtime)
@@ -92,6 +93,13 @@ def _reload(rt: object) -> None:
         log_event(log, "tokens.reloaded", count=len(rt.tokens))
     except ConfigError as exc:
         log_event(log, "tokens.reload_failed", level=logging.ERROR, problems=exc.problems)
+    try:
+        level = build_config(args).log.level
+    except ConfigError as exc:
+        log_event(log, "config.reload_failed", level=logging.ERROR, problems=exc.problems)
+        return
+    set_level(level)
+    log_event(log, "log.level_reloaded", level_name=level)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -127,8 +135,8 @@ def main(argv: list[str] | None = None) -> int:
         try:
             import uvloop
         except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
-            return asyncio.run(serve(cfg))
-        return uvloop.run(serve(cfg))
+            return asyncio.run(serve(cfg, args))
+        return uvloop.run(serve(cfg, args))
     except ConfigError as exc:
         for problem in exc.problems:
             print(f"schedd: config: {problem}", file=sys.stderr)

@@ -22,6 +22,8 @@ from typing import Any
 
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, SyncObjConsumer, replicated
 
+from schedd import clock
+from schedd.aio import within
 from schedd.core import commands as c
 from schedd.core.apply import apply_entry
 from schedd.core.state import LeaderEvent, Rejected, Result, State
@@ -170,6 +172,14 @@ class RaftNode:
     def has_quorum(self) -> bool:
         return bool(self._obj.hasQuorum)
 
+    def snapshot_age(self) -> float | None:
+        """Seconds since the snapshot (full dump) file was last written, if there is one."""
+        try:
+            mtime = (self.settings.data_dir / "raft.dump").stat().st_mtime
+        except OSError:
+            return None
+        return max(0.0, clock.wall_ms() / 1000 - mtime)
+
     def is_ready(self) -> bool:
         return bool(self._obj.isReady())
 
@@ -207,7 +217,7 @@ class RaftNode:
     async def submit(self, cmd: c.Command, timeout: float = 5.0) -> Result:
         fut = self.submit_nowait(cmd)
         try:
-            return await asyncio.wait_for(fut, timeout)
+            return await within(fut, timeout)
         except TimeoutError:
             raise Unavailable(
                 f"no commit within {timeout:.1f}s (the cluster may be electing a leader)",
@@ -240,7 +250,8 @@ def _resolve(futures: list[asyncio.Future[Result]], res: Any, err: int) -> None:
                 fut.set_result(r)
         return
     if err == FAIL_REASON.SUCCESS:
-        error: SchedError = Unavailable("the entry was applied but its results were lost")
+        error: SchedError = Unavailable("the entry was applied but its results were lost",
+                                        retry_after=1)
     elif err == FAIL_REASON.QUEUE_FULL:
         error = ResourceExhausted(_FAIL_MESSAGES[err], retry_after=1)
     else:

@@ -56,3 +56,58 @@ def test_units_pass_systemd_analyze_verify(tmp_path: Path) -> None:
         out = subprocess.run(["systemd-analyze", "verify", str(target)], capture_output=True, text=True)
         problems = [ln for ln in out.stderr.splitlines() if unit.split("@")[0] in ln and "Unknown" in ln]
         assert not problems, out.stderr
+
+
+def test_sighup_reloads_tokens_and_log_level(tmp_path: Path) -> None:
+    import time
+    import urllib.error
+    import urllib.request
+
+    cluster = Cluster(tmp_path / "c", size=1)
+    try:
+        cluster.start()
+        url = cluster.urls[0] + "/api/v1/jobs"
+        for _ in range(100):
+            try:
+                urllib.request.urlopen(urllib.request.Request(url, headers=cluster.headers()), timeout=2)
+                break
+            except (urllib.error.URLError, ConnectionError):
+                time.sleep(0.1)
+        new = "a-freshly-added-token-0123456789"
+        tokens = tmp_path / "c" / "tokens.toml"
+        tokens.write_text(tokens.read_text() + f'\n[[token]]\nname = "new"\nsecret = "{new}"\nrole = "read"\n')
+        req = urllib.request.Request(url, headers={"Authorization": f"Bearer {new}"})
+        try:
+            urllib.request.urlopen(req, timeout=5)
+            raise AssertionError("the new token worked before the reload")
+        except urllib.error.HTTPError as exc:
+            assert exc.code == 401
+        cluster.kill(0, signal.SIGHUP)
+        for _ in range(100):
+            try:
+                with urllib.request.urlopen(req, timeout=5) as r:
+                    assert r.status == 200
+                    break
+            except urllib.error.HTTPError:
+                time.sleep(0.1)
+        else:
+            raise AssertionError("the new token never worked")
+        log = cluster.nodes[0].log.read_text()
+        assert "tokens.reloaded" in log and "log.level_reloaded" in log
+        assert new not in log  # secrets never reach the logs
+    finally:
+        cluster.stop()
+
+
+def test_make_secrets_writes_private_files(tmp_path: Path) -> None:
+    out = subprocess.run([str(REPO / "scripts" / "make-secrets"), str(tmp_path / "etc")],
+                         capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    for name in ("raft.key", "tokens.toml"):
+        path = tmp_path / "etc" / name
+        assert path.stat().st_mode & 0o777 == 0o600
+    assert len((tmp_path / "etc" / "raft.key").read_text().strip()) >= 64
+    from schedd.auth import load_tokens
+
+    assert [t.role for t in load_tokens(tmp_path / "etc" / "tokens.toml").tokens] == [
+        "admin", "submit", "read", "worker"]
