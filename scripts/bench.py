@@ -1,14 +1,22 @@
-"""schedd benchmarks against a real local three-node cluster, with the machine's ceiling measured
-in the same run (a bare aiohttp server answering the same POST with no work behind it).
+"""schedd benchmarks against a real local three-node cluster, with the machine's ceilings and the
+peers measured in the same run (issue 5).
 
-    scripts/bench [--runs N] [--quick] [--json FILE]
+    scripts/bench [--runs N] [--quick] [--no-peers] [--json FILE]
 
-Scenarios (medians of --runs, with min–max):
+Each scenario runs under its own timeout; a failure or timeout is reported, the rest still run,
+and the exit status is non-zero.  Figures are medians of --runs with min–max.
   ceiling  bare aiohttp POST, 64 concurrent clients (requests/s)
+  ceiling  bare pysyncobj three-process cluster, batched no-op entries: entries/s (1 op/entry)
+           and ops/s (100 ops/entry)  (scripts/benchlib/syncobj_node.py)
   S1       submit, 64 concurrent clients, each job committed on a majority before the reply
   S1c      one client submitting sequentially (p50/p99 latency)
   S2       dispatch + completion of no-op jobs by one schedd-worker process (jobs/s)
-  S5       leader SIGKILLed under load: time until a submit is acknowledged again (s)
+  S3       2,000 delayed jobs due at the same instant, one worker with room for all: start lag
+           (scheduled time -> handler start, worker's clock) p50/p99/max; none early, none missing
+  S5       leader SIGKILLed: time until a submit is acknowledged again (s)
+  peers    Huey (SqliteStorage) and Celery 5 + Redis (own redis-server on loopback), each in its
+           own venv under bench-results/envs/: enqueue in a tight loop (S1's work) and drain by
+           one consumer process (S2's work)  (scripts/benchlib/peers.py)
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ import sys
 import tempfile
 import time
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -323,24 +332,24 @@ async def main() -> int:
         for r in range(runs):
             await runner.run("ceiling", t["ceiling"], lambda: ceiling(n_submit))
             await runner.run("syncobj", t["syncobj"],
-                             lambda: syncobj_ceiling(tmp / f"run{r}-syncobj", n_raft, free_port))
+                             partial(syncobj_ceiling, tmp / f"run{r}-syncobj", n_raft, free_port))
             cluster = Cluster(tmp / f"run{r}")
             try:
                 cluster.start()
-                if await runner.run("cluster up", t["cluster"], lambda: _up(cluster)):
-                    await runner.run("s1", t["s1"], lambda: s1(cluster, n_submit))
-                    await runner.run("s1c", t["s1c"], lambda: _s1c(cluster, n_seq))
-                    await runner.run("s2", t["s2"], lambda: s2(cluster, n_drain))
-                    await runner.run("s3", t["s3"], lambda: s3(cluster, tmp, n_delayed, 3.0))
-                    await runner.run("s5", t["s5"], lambda: s5(cluster))
+                if await runner.run("cluster up", t["cluster"], partial(_up, cluster)):
+                    await runner.run("s1", t["s1"], partial(s1, cluster, n_submit))
+                    await runner.run("s1c", t["s1c"], partial(_s1c, cluster, n_seq))
+                    await runner.run("s2", t["s2"], partial(s2, cluster, n_drain))
+                    await runner.run("s3", t["s3"], partial(s3, cluster, tmp, n_delayed, 3.0))
+                    await runner.run("s5", t["s5"], partial(s5, cluster))
             finally:
                 cluster.stop()
             if not args.no_peers:
                 await runner.run("huey", t["huey"],
-                                 lambda: peers.huey(envs, tmp / f"run{r}-huey", n_peer, t["huey"] - 5))
+                                 partial(peers.huey, envs, tmp / f"run{r}-huey", n_peer, t["huey"] - 5))
                 await runner.run("celery", t["celery"],
-                                 lambda: peers.celery(envs, tmp / f"run{r}-celery", n_peer,
-                                                      t["celery"] - 10, free_port))
+                                 partial(peers.celery, envs, tmp / f"run{r}-celery", n_peer,
+                                         t["celery"] - 10, free_port))
             print(f"run {r + 1}/{runs} done ({time.perf_counter() - began:.0f}s)", file=sys.stderr)
     res = runner.results
     res.pop("cluster up", None)

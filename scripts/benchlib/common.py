@@ -1,5 +1,8 @@
 """Shared helpers: percentiles, summaries, and child processes that are always stopped by PID."""
 
+# Small local file operations (logs, markers) in a benchmark driver: blocking is fine here.
+# ruff: noqa: ASYNC230, ASYNC240
+
 from __future__ import annotations
 
 import asyncio

@@ -1,5 +1,8 @@
 """The peers, each in its own virtualenv under bench-results/envs/, doing schedd's S1/S2 work."""
 
+# Small local file operations (logs, markers) in a benchmark driver: blocking is fine here.
+# ruff: noqa: ASYNC230, ASYNC240
+
 from __future__ import annotations
 
 import asyncio

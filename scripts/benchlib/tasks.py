@@ -4,6 +4,9 @@
 (one line ``<start epoch seconds> <scheduled_at>``) to the file named by ``SCHEDD_BENCH_LAG``.
 """
 
+# Small local file operations (logs, markers) in a benchmark driver: blocking is fine here.
+# ruff: noqa: ASYNC230, ASYNC240
+
 from __future__ import annotations
 
 import os
