@@ -35,3 +35,13 @@ def test_parse_time_only_raises_invalid_argument(value: object) -> None:
 @given(st.integers(1, 10 * 365 * 86_400_000))
 def test_format_then_parse_round_trips(ms: int) -> None:
     assert parse_duration(format_duration(ms), "f") == ms
+
+
+@given(st.integers(0, 253_402_300_799_999))
+def test_format_time_matches_the_datetime_rendering(ms: int) -> None:
+    from datetime import UTC, datetime
+
+    from schedd.core.durations import format_time
+
+    expected = datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
+    assert format_time(ms) == expected
