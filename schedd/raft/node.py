@@ -28,6 +28,7 @@ from schedd.core import commands as c
 from schedd.core.apply import apply_entry
 from schedd.core.state import LeaderEvent, Rejected, Result, State
 from schedd.errors import ResourceExhausted, SchedError, Unavailable
+from schedd.raft.journal import durable_journal
 
 log = logging.getLogger(__name__)
 
@@ -124,7 +125,11 @@ class RaftNode:
             dynamicMembershipChange=False,
         )
         # Built on the calling (main) thread, with the state machine complete (raft-notes #9, #13).
-        self._obj = SyncObj(settings.self_addr, list(settings.peers), conf, consumers=[self._sm])
+        # Durable journal (raft-notes #7): pysyncobj's createJournal is swapped for this call only,
+        # and the transport syncs the journal before the node acknowledges (schedd/raft/journal.py).
+        with durable_journal(snapshot_path=conf.fullDumpFile) as durable:
+            self._obj = SyncObj(settings.self_addr, list(settings.peers), conf,
+                                consumers=[self._sm], transportClass=durable.transport)
         self._on_tick: queue.SimpleQueue[Callable[[], object]] = queue.SimpleQueue()
         self._obj.addOnTickCallback(self._run_on_tick)
 

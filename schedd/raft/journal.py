@@ -1,0 +1,663 @@
+"""A durable, checksummed Raft journal for pysyncobj (raft-notes #7, issue 4).
+
+pysyncobj's ``FileJournal`` is an mmap flushed only on ``destroy()``: no fsync, no checksum; a
+torn tail made a node unable to start and a flipped byte went undetected. This journal keeps
+the same in-memory list of ``(command, index, term)`` entries (so ``journal[i]`` and slices
+stay O(1) list operations) and stores them in two files:
+
+``<journalFile>``
+    A 16-byte header ``"SCHDJRNL" | version:u16 | flags:u16 | crc32(previous 12 bytes):u32``,
+    then append-only records ``length:u32 | crc:u32 | index:u64 | term:u64 | command`` where
+    ``length`` counts index, term and command and ``crc = crc32(length bytes || index || term ||
+    command)``. All integers little-endian. Version 1.
+``<journalFile>.state``
+    ``"SCHDSTAT" | version:u16 | flags:u16 | length:u32 | crc32(payload):u32`` then a JSON
+    payload ``{"commit_index", "term", "voted_for"[, "abstain_until"]}``; replaced atomically
+    (temp file, fsync, rename, fsync of the directory).
+
+Durability (where, and why that is enough)
+    ``add()`` only appends to memory; ``sync()`` writes what is pending and ``fdatasync``\\ s it.
+    ``sync()`` runs, when anything is pending, (1) in :class:`DurableTransport` before an
+    ``append_entries`` or ``next_node_idx`` message leaves the node: ``next_node_idx`` is a
+    follower's acknowledgement, which the leader turns into its match index, and pysyncobj
+    sends it right after the ``add()`` calls for one message; (2) in ``setRaftCommitIndex``
+    when the commit index passes the last synced entry: that is where a leader that counted
+    itself towards the majority (or a one-node cluster) commits, before anything is applied or
+    answered; (3) before the state file is written (a stored commit index never points past
+    the durable log), before truncation, compaction and close. So a follower syncs once per
+    ``append_entries`` message and a leader once per append-entries round, whatever the
+    number of entries: group commit.
+
+Recovery
+    At open, records are read in order and each one's length, checksum and position (index =
+    previous + 1, term never decreasing) is checked. At the first bad one the file is cut
+    there (the cut bytes are kept in ``<journalFile>.dropped.<time>`` for forensics), a
+    ``raft.journal_truncated`` event says where and how much, and the node starts with the
+    intact prefix: Raft repairs a follower's log from the leader. That is safe for a torn tail
+    (nothing after the last sync was ever acknowledged) and, for damage in synced data, only
+    because a committed entry is on a majority of nodes -- and only if this node does not help
+    elect a leader that lacks what it lost (possible when the other copy's holder is down or
+    lagging). So when the stored commit index proves acknowledged entries were cut, the node
+    abstains (:meth:`DurableJournal.may_vote`: no vote grants, a candidate log nobody accepts)
+    until its synced log is back past what it had; a torn tail after a power loss never
+    triggers this, so a cluster that lost power everywhere still elects a leader. A journal
+    in pysyncobj's FileJournal format is imported once (kept as ``<journalFile>.pysyncobj.bak``).
+    I/O errors on write or sync are fail-stop (:func:`exit_process`).
+
+Compaction (``deleteEntriesTo``) rewrites the file atomically with the kept records, after
+making the snapshot (``fullDumpFile``) that replaces the dropped head durable; pysyncobj writes
+that file with a rename but no fsync.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import struct
+import threading
+import time
+import zlib
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Final
+
+import pysyncobj.syncobj as _syncobj
+from pysyncobj.journal import Journal, MemoryJournal
+from pysyncobj.pickle import loads as _legacy_loads
+from pysyncobj.pickle import to_bytes
+from pysyncobj.transport import TCPTransport
+
+from schedd.logs import log_event
+
+log = logging.getLogger(__name__)
+
+Entry = tuple[bytes, int, int]  # (command, index, term), as pysyncobj stores them
+
+MAGIC: Final = b"SCHDJRNL"
+VERSION: Final = 1
+_HEAD: Final = struct.Struct("<8sHH")
+HEADER_SIZE: Final = _HEAD.size + 4
+_U32: Final = struct.Struct("<I")
+_REC: Final = struct.Struct("<II")  # payload length, crc
+_ENTRY: Final = struct.Struct("<QQ")  # index, term
+MAX_PAYLOAD: Final = 1 << 30
+
+STATE_MAGIC: Final = b"SCHDSTAT"
+STATE_VERSION: Final = 1
+_STATE_HEAD: Final = struct.Struct("<8sHHII")  # magic, version, flags, length, crc(payload)
+UNKNOWN_VOTE: Final = "<unknown: state file damaged>"
+
+_LEGACY_MAGIC: Final = b"PYSYNCOBJ"
+_LEGACY_FIRST: Final = 40  # name(24) + version(8) + format(4) + last record offset(4)
+
+# Messages whose meaning depends on the local log being on stable storage.
+SYNC_BEFORE: Final = frozenset({"append_entries", "next_node_idx"})
+_VOTES: Final = frozenset({"request_vote", "response_vote"})
+
+_fdatasync = getattr(os, "fdatasync", os.fsync)
+
+
+class JournalError(Exception):
+    """The journal cannot be used (written by a newer version, or its disk failed)."""
+
+
+# -- format ------------------------------------------------------------------------------------
+def encode_header(version: int = VERSION) -> bytes:
+    head = _HEAD.pack(MAGIC, version, 0)
+    return head + _U32.pack(zlib.crc32(head))
+
+
+def encode_record(command: bytes, idx: int, term: int) -> bytes:
+    payload = _ENTRY.pack(idx, term) + command
+    length = _U32.pack(len(payload))
+    return length + _U32.pack(zlib.crc32(payload, zlib.crc32(length))) + payload
+
+
+def _read_record(buf: memoryview, off: int) -> tuple[Entry, int] | str:
+    """The record at ``off`` and where it ends, or why it cannot be trusted."""
+    if len(buf) - off < _REC.size:
+        return "torn record header"
+    length, crc = _REC.unpack_from(buf, off)
+    if length < _ENTRY.size or length > MAX_PAYLOAD:
+        return f"impossible record length {length}"
+    end = off + _REC.size + length
+    if end > len(buf):
+        return "torn record (runs past the end of the file)"
+    payload = buf[off + _REC.size : end]
+    if zlib.crc32(payload, zlib.crc32(buf[off : off + 4])) != crc:
+        return "checksum mismatch"
+    idx, term = _ENTRY.unpack_from(payload)
+    return (bytes(payload[_ENTRY.size :]), idx, term), end
+
+
+def _count_records(buf: memoryview, off: int) -> int:
+    """How many records follow ``off`` by their length fields (best effort, for the log)."""
+    n = 0
+    while off < len(buf):
+        n += 1
+        if len(buf) - off < _REC.size:
+            break
+        (length,) = _U32.unpack_from(buf, off)
+        if length < _ENTRY.size or off + _REC.size + length > len(buf):
+            break
+        off += _REC.size + length
+    return n
+
+
+@dataclass(frozen=True, slots=True)
+class Damage:
+    """Where recovery cut the journal, and what it dropped."""
+
+    offset: int
+    reason: str
+    dropped_records: int  # the bad record and whatever record-shaped data followed it
+    dropped_bytes: int
+    last_kept_index: int | None
+
+
+def scan(buf: memoryview, start: int = HEADER_SIZE) -> tuple[list[Entry], list[int], Damage | None]:
+    """Entries, the end offset of each record, and the first damage found (if any)."""
+    entries: list[Entry] = []
+    ends: list[int] = []
+    off = start
+    while off < len(buf):
+        rec = _read_record(buf, off)
+        if not isinstance(rec, str):
+            entry, end = rec
+            if entries and (entry[1] != entries[-1][1] + 1 or entry[2] < entries[-1][2]):
+                rec = (f"out of sequence: index {entry[1]} term {entry[2]} after index "
+                       f"{entries[-1][1]} term {entries[-1][2]}")
+        if isinstance(rec, str):
+            last = entries[-1][1] if entries else None
+            return entries, ends, Damage(off, rec, _count_records(buf, off), len(buf) - off, last)
+        entries.append(entry)
+        ends.append(end)
+        off = end
+    return entries, ends, None
+
+
+def parse_legacy(buf: bytes) -> list[Entry]:
+    """Entries of a pysyncobj ``FileJournal`` (format 1), up to the first inconsistency."""
+    if len(buf) < _LEGACY_FIRST:
+        return []
+    last = min(_U32.unpack_from(buf, _LEGACY_FIRST - 4)[0], len(buf))
+    out: list[Entry] = []
+    off = _LEGACY_FIRST
+    while off + 4 <= last:
+        (size,) = _U32.unpack_from(buf, off)
+        end = off + 8 + size
+        if size < _ENTRY.size or end > last or _U32.unpack_from(buf, end - 4)[0] != size:
+            break
+        idx, term = _ENTRY.unpack_from(buf, off + 4)
+        if out and idx != out[-1][1] + 1:
+            break
+        out.append((bytes(buf[off + 4 + _ENTRY.size : end - 4]), idx, term))
+        off = end
+    return out
+
+
+@dataclass(slots=True)
+class RaftState:
+    term: int = 0
+    voted_for: Any = None
+    commit_index: int = 1
+    abstain_until: int | None = None  # see DurableJournal.may_vote; stored only when set
+
+    def encode(self) -> bytes:
+        d = {"commit_index": self.commit_index, "term": self.term, "voted_for": self.voted_for}
+        if self.abstain_until is not None:
+            d["abstain_until"] = self.abstain_until
+        payload = json.dumps(d, sort_keys=True).encode()
+        return _STATE_HEAD.pack(STATE_MAGIC, STATE_VERSION, 0, len(payload),
+                                zlib.crc32(payload)) + payload
+
+    @classmethod
+    def decode(cls, buf: bytes) -> RaftState:
+        """Raises ValueError (or a subclass) unless ``buf`` is an intact state file."""
+        if len(buf) < _STATE_HEAD.size:
+            raise ValueError("short state file")
+        magic, version, _, length, crc = _STATE_HEAD.unpack_from(buf)
+        payload = buf[_STATE_HEAD.size :]
+        if magic != STATE_MAGIC or version != STATE_VERSION or length != len(payload):
+            raise ValueError(f"bad state header (magic {magic!r}, version {version})")
+        if zlib.crc32(payload) != crc:
+            raise ValueError("state checksum mismatch")
+        d = json.loads(payload)
+        until = d.get("abstain_until")
+        return cls(int(d["term"]), d["voted_for"], int(d["commit_index"]),
+                   None if until is None else int(until))
+
+
+# -- file helpers ------------------------------------------------------------------------------
+def _write_all(fd: int, data: bytes, offset: int) -> None:
+    view = memoryview(data)
+    while view:
+        n = os.pwrite(fd, view, offset)
+        view, offset = view[n:], offset + n
+
+
+def _read_all(fd: int, size: int, offset: int) -> bytes:
+    chunks = []
+    while size > 0:
+        chunk = os.pread(fd, size, offset)
+        if not chunk:
+            raise OSError(f"short read at offset {offset}")
+        chunks.append(chunk)
+        size, offset = size - len(chunk), offset + len(chunk)
+    return b"".join(chunks)
+
+
+def fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path: str, data: bytes) -> None:
+    """Replace ``path`` with ``data``: temp file, fsync, rename, fsync the directory."""
+    tmp = path + ".tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        _write_all(fd, data, 0)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    fsync_dir(os.path.dirname(os.path.abspath(path)))
+
+
+def _fsync_file(path: str) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    fsync_dir(os.path.dirname(os.path.abspath(path)))
+
+
+# -- the journal -------------------------------------------------------------------------------
+def exit_process(exc: OSError) -> None:
+    """Default reaction to a failed journal write or sync: exit with status 70 (EX_SOFTWARE),
+    so the supervisor (systemd ``Restart=on-failure``) restarts the node from its disk."""
+    for handler in logging.getLogger().handlers:
+        handler.flush()
+    os._exit(70)
+
+
+class DurableJournal(Journal):  # type: ignore[misc]
+    """pysyncobj journal with checksummed records, group-committed fdatasync and recovery."""
+
+    on_io_failure: Callable[[OSError], None] = staticmethod(exit_process)
+
+    def __init__(self, path: str, snapshot_path: str | None = None) -> None:
+        self.path = path
+        self.state_path = path + ".state"
+        self.snapshot_path = snapshot_path
+        self.damage: Damage | None = None  # what recovery cut at open, for health and tests
+        self.syncs = 0  # fdatasync calls on the journal (for measurements)
+        self._entries: list[Entry] = []
+        self._ends: list[int] = []  # end offset of each record in the file
+        self._pending = bytearray()  # records added but not yet written
+        self._written = HEADER_SIZE  # the file's length; _pending goes after it
+        self._dirty = False  # written but not yet fdatasync'ed
+        self._synced_index = 0  # index of the last entry known to be on stable storage
+        self._state_dirty = False
+        self._failed: BaseException | None = None
+        self._fd = -1
+        self._state, state_ok = self._load_state()
+        self._open()
+        if not state_ok:
+            # Unknown vote: refuse to vote in the last known term rather than vote twice.
+            self._state = RaftState(max(self._state.term, self._last_term()), UNKNOWN_VOTE, 1,
+                                    self._state.abstain_until)
+            self._store_state()
+
+    # -- open and recovery ---------------------------------------------------------------------
+    def _load_state(self) -> tuple[RaftState, bool]:
+        try:
+            with open(self.state_path, "rb") as f:
+                return RaftState.decode(f.read()), True
+        except FileNotFoundError:
+            return RaftState(), True
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            log_event(log, "raft.state_damaged", logging.ERROR, path=self.state_path,
+                      error=str(exc))
+            return RaftState(), False
+
+    def _open(self) -> None:
+        if not os.path.exists(self.path) or os.path.getsize(self.path) == 0:
+            atomic_write(self.path, encode_header())
+        with open(self.path, "rb") as f:
+            data = f.read()
+        if data.startswith(_LEGACY_MAGIC):
+            data = self._import_legacy(data)
+        header_ok = len(data) >= HEADER_SIZE and data[:HEADER_SIZE] == encode_header()
+        if not header_ok:
+            self._check_newer(data)
+            log_event(log, "raft.journal_header_damaged", logging.ERROR, path=self.path,
+                      header=data[:HEADER_SIZE].hex())
+        with memoryview(data) as buf:
+            entries, ends, damage = scan(buf)
+            if damage is not None:
+                self._keep_dropped(buf[damage.offset :])
+        good_end = damage.offset if damage is not None else len(data)
+        if not header_ok:  # keep the original, rebuild the file around the intact records
+            shutil.copyfile(self.path, f"{self.path}.damaged.{time.time_ns()}")
+            atomic_write(self.path, encode_header() + data[HEADER_SIZE:good_end])
+        self._fd = os.open(self.path, os.O_RDWR)
+        if damage is not None and header_ok:
+            os.ftruncate(self._fd, good_end)
+        os.fsync(self._fd)  # after a crash of the process only, part of it may be in the cache
+        self._entries, self._ends, self._written = entries, ends, good_end
+        self._synced_index = entries[-1][1] if entries else 0
+        self.damage = damage
+        if damage is not None:
+            self._report(damage)
+
+    def _check_newer(self, data: bytes) -> None:
+        if len(data) >= HEADER_SIZE and data[:8] == MAGIC:
+            magic, version, flags = _HEAD.unpack_from(data)
+            intact = _U32.unpack_from(data, _HEAD.size)[0] == zlib.crc32(data[: _HEAD.size])
+            if intact and version > VERSION:
+                raise JournalError(f"{self.path} has journal format {version}, newer than this "
+                                   f"schedd ({VERSION}): upgrade schedd, do not delete it")
+
+    def _keep_dropped(self, tail: memoryview) -> None:
+        try:
+            with open(f"{self.path}.dropped.{time.time_ns()}", "wb") as f:
+                f.write(tail)
+        except OSError:
+            log.exception("could not keep the dropped journal bytes")
+
+    def _report(self, d: Damage) -> None:
+        last_kept = d.last_kept_index or 0
+        # The state file is written only after the log is synced, so a stored commit index past
+        # what survived means acknowledged, committed entries were lost here: not a torn write
+        # after a power loss, but damage to synced data (or an operator's edit).
+        lost_acknowledged = self._state.commit_index > last_kept
+        if lost_acknowledged:
+            self._state.abstain_until = max(self._state.abstain_until or 0,
+                                            self._state.commit_index,
+                                            last_kept + d.dropped_records)
+            self._store_state()  # until caught up, even across restarts
+        log_event(log, "raft.journal_truncated",
+                  logging.ERROR if lost_acknowledged else logging.WARNING,
+                  path=self.path, offset=d.offset, reason=d.reason,
+                  dropped_records=d.dropped_records, dropped_bytes=d.dropped_bytes,
+                  kept_records=len(self._entries), last_kept_index=d.last_kept_index,
+                  stored_commit_index=self._state.commit_index,
+                  lost_acknowledged=lost_acknowledged, abstain_until=self._state.abstain_until,
+                  note="the node re-syncs the rest from the leader")
+
+    def may_vote(self) -> bool:
+        """False while this node has lost entries it had acknowledged and has not got them back.
+
+        Such a node could otherwise help elect a leader that lacks them (if the only other
+        copy is on a node that is down or lagging): it must neither grant votes nor look like
+        a worthy candidate until its synced log reaches ``abstain_until`` again (that state is
+        stored, so it survives a restart).
+        """
+        return self._state.abstain_until is None
+
+    @property
+    def abstain_until(self) -> int | None:
+        return self._state.abstain_until
+
+    def _check_caught_up(self) -> None:
+        until = self._state.abstain_until
+        if until is not None and self._synced_index >= until:
+            self._state.abstain_until = None
+            self._store_state()
+            log_event(log, "raft.journal_caught_up", logging.WARNING, path=self.path,
+                      index=self._synced_index)
+
+    def _import_legacy(self, data: bytes) -> bytes:
+        entries = parse_legacy(data)
+        meta: dict[str, Any] = {}
+        try:
+            with open(self.path + ".meta", "rb") as f:
+                meta = dict(_legacy_loads(f.read()))  # our own file, written by FileJournal
+        except Exception:  # noqa: BLE001 - a missing or unreadable meta means defaults
+            meta = {}
+        if not os.path.exists(self.state_path):
+            self._state = RaftState(int(meta.get("currentTerm", 0)), meta.get("votedForNodeId"),
+                                    int(meta.get("raftCommitIndex", 1)))
+            atomic_write(self.state_path, self._state.encode())
+        shutil.copyfile(self.path, self.path + ".pysyncobj.bak")
+        new = encode_header() + b"".join(encode_record(*e) for e in entries)
+        atomic_write(self.path, new)
+        log_event(log, "raft.journal_imported", logging.WARNING, path=self.path,
+                  entries=len(entries), backup=self.path + ".pysyncobj.bak")
+        return new
+
+    def _last_term(self) -> int:
+        return self._entries[-1][2] if self._entries else 0
+
+    # -- durability ----------------------------------------------------------------------------
+    @contextmanager
+    def _io(self, what: str) -> Iterator[None]:
+        """Fail-stop: after a failed write or sync the process stops (``on_io_failure``). A
+        later fsync could succeed although the data is gone (the kernel drops the dirty pages
+        and reports the error once), so nothing may be acknowledged any more; the restart
+        recovers from what is really on disk."""
+        if self._failed is not None:
+            raise JournalError(f"journal {self.path} failed earlier: {self._failed}")
+        try:
+            yield
+        except OSError as exc:
+            self._failed = exc
+            log_event(log, "raft.journal_failed", logging.CRITICAL, path=self.path, op=what,
+                      error=str(exc))
+            self.on_io_failure(exc)
+            raise JournalError(f"journal {self.path}: {what} failed: {exc}") from exc
+
+    def sync(self) -> None:
+        """Write what is pending and make it durable (no-op when nothing is)."""
+        if not self._pending and not self._dirty:
+            return
+        with self._io("sync"):
+            if self._pending:
+                data, self._pending = bytes(self._pending), bytearray()
+                _write_all(self._fd, data, self._written)
+                self._written += len(data)
+                self._dirty = True
+            _fdatasync(self._fd)
+        self._dirty = False
+        self.syncs += 1
+        self._synced_index = self._entries[-1][1] if self._entries else 0
+        if self._state.abstain_until is not None:
+            self._check_caught_up()
+
+    def _sync_snapshot(self) -> None:
+        if self.snapshot_path is not None:
+            with self._io("sync snapshot"):
+                _fsync_file(self.snapshot_path)
+
+    def _store_state(self) -> None:
+        self.sync()  # the stored commit index must never point past the durable log
+        with self._io("write state"):
+            atomic_write(self.state_path, self._state.encode())
+        self._state_dirty = False
+
+    # -- pysyncobj's Journal API ---------------------------------------------------------------
+    def add(self, command: Any, idx: int, term: int) -> None:
+        data = to_bytes(command)
+        if self._entries and idx != self._entries[-1][1] + 1:
+            log_event(log, "raft.journal_gap", logging.ERROR, index=idx,
+                      after=self._entries[-1][1])
+        record = encode_record(data, idx, term)
+        self._ends.append((self._ends[-1] if self._ends else HEADER_SIZE) + len(record))
+        self._entries.append((data, idx, term))
+        self._pending += record
+
+    def clear(self) -> None:
+        self._sync_snapshot()  # the snapshot replaces everything: it must be durable first
+        self._truncate(0)
+
+    def deleteEntriesFrom(self, entryFrom: int) -> None:
+        if entryFrom < len(self._entries):
+            self._truncate(max(entryFrom, 0))
+
+    def _truncate(self, keep: int) -> None:
+        new_end = self._ends[keep - 1] if keep else HEADER_SIZE
+        del self._entries[keep:]
+        del self._ends[keep:]
+        if new_end >= self._written:  # only unwritten records go
+            del self._pending[new_end - self._written :]
+        else:
+            # Durable before any new record is written over the old ones: a crash must never
+            # leave new records mixed with the old ones they replace.
+            self._pending = bytearray()
+            with self._io("truncate"):
+                os.ftruncate(self._fd, new_end)
+                _fdatasync(self._fd)
+            self._written, self._dirty = new_end, False
+        last = self._entries[-1][1] if self._entries else 0
+        self._synced_index = min(self._synced_index, last)
+
+    def deleteEntriesTo(self, entryTo: int) -> None:
+        """Compaction: drop the head (now in the snapshot) by rewriting the file atomically."""
+        entryTo = min(entryTo, len(self._entries))
+        if entryTo <= 0:
+            return
+        self._sync_snapshot()
+        cut = self._ends[entryTo - 1]
+        with self._io("compact"):
+            if self._pending:
+                data, self._pending = bytes(self._pending), bytearray()
+                _write_all(self._fd, data, self._written)
+                self._written += len(data)
+            tail = _read_all(self._fd, self._written - cut, cut)
+            atomic_write(self.path, encode_header() + tail)
+            fd, self._fd = self._fd, os.open(self.path, os.O_RDWR)
+            os.close(fd)
+        shift = cut - HEADER_SIZE
+        self._entries = self._entries[entryTo:]
+        self._ends = [end - shift for end in self._ends[entryTo:]]
+        self._written, self._dirty = HEADER_SIZE + len(tail), False
+        self._synced_index = self._entries[-1][1] if self._entries else 0
+        if self._state.abstain_until is not None:
+            self._check_caught_up()
+
+    def __getitem__(self, item: int | slice) -> Any:
+        return self._entries[item]
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def _destroy(self) -> None:
+        if self._fd < 0:
+            return
+        try:
+            if self._failed is None:
+                self.sync()
+                if self._state_dirty:
+                    self._store_state()
+        finally:
+            os.close(self._fd)
+            self._fd = -1
+
+    def setRaftCommitIndex(self, raftCommitIndex: int) -> None:
+        if raftCommitIndex > self._synced_index:
+            # A leader counts itself towards the majority: its copy must be durable before
+            # the commit is acted upon (applied, answered, sent to followers).
+            self.sync()
+        if raftCommitIndex != self._state.commit_index:
+            self._state.commit_index = raftCommitIndex
+            self._state_dirty = True
+
+    def getRaftCommitIndex(self) -> int:
+        # Never past the log we have: after recovery cut it, the rest comes from the leader.
+        if self._entries:
+            return min(self._state.commit_index, self._entries[-1][1])
+        return self._state.commit_index
+
+    def setCurrentTerm(self, term: int, votedForNodeId: Any) -> None:
+        # Raft: term and vote are durable before any message reflecting them is sent.
+        self._state.term = term
+        self._state.voted_for = votedForNodeId
+        self._store_state()
+
+    def getCurrentTerm(self) -> int:
+        return self._state.term
+
+    def getVotedForNodeId(self) -> Any:
+        return self._state.voted_for
+
+    def onOneSecondTimer(self) -> None:
+        if self._state_dirty:
+            self._store_state()
+
+
+# -- installation ------------------------------------------------------------------------------
+class DurableTransport(TCPTransport):  # type: ignore[misc]
+    """TCPTransport that syncs the journal before a message that depends on it leaves."""
+
+    durable_journal: DurableJournal | None = None
+
+    def send(self, node: Any, message: Any) -> bool:
+        journal = self.durable_journal
+        if journal is not None and isinstance(message, dict):
+            kind = message.get("type")
+            if kind in SYNC_BEFORE:
+                journal.sync()
+            elif kind in _VOTES and not journal.may_vote():
+                if kind == "response_vote":
+                    return True  # the grant is withheld: to the candidate, a lost message
+                # Still announce the term (so the cluster moves on and this node can follow
+                # the next leader), but with a log no voter will find up to date.
+                message = {**message, "last_log_index": 0, "last_log_term": -1}
+        return bool(super().send(node, message))
+
+
+@dataclass
+class Installed:
+    transport: type[DurableTransport]
+    journals: list[DurableJournal]
+
+    @property
+    def journal(self) -> DurableJournal | None:
+        return self.journals[-1] if self.journals else None
+
+
+_INSTALL_LOCK = threading.Lock()
+
+
+@contextmanager
+def durable_journal(snapshot_path: str | None = None) -> Iterator[Installed]:
+    """While the block runs, ``SyncObj(...)`` builds a :class:`DurableJournal`; pass
+    ``.transport`` as its ``transportClass`` so the journal is synced before acknowledgements.
+
+    pysyncobj has no option for a journal: it calls the module-level ``createJournal``
+    imported into ``pysyncobj.syncobj``, so that name is swapped for the construction only.
+    """
+    journals: list[DurableJournal] = []
+
+    def create_journal(journal_file: str | None = None) -> Any:
+        if journal_file is None:
+            return MemoryJournal()
+        journal = DurableJournal(journal_file, snapshot_path=snapshot_path)
+        journals.append(journal)
+        return journal
+
+    class _Transport(DurableTransport):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            # SyncObj.__init__ creates the journal before the transport.
+            self.durable_journal = journals[-1] if journals else None
+            super().__init__(*args, **kwargs)
+
+    with _INSTALL_LOCK:
+        original = _syncobj.createJournal
+        _syncobj.createJournal = create_journal
+        try:
+            yield Installed(_Transport, journals)
+        finally:
+            _syncobj.createJournal = original
