@@ -70,6 +70,11 @@ class _StateCollector(Collector):
                                 value=node.applied_index)
         yield GaugeMetricFamily("schedd_raft_has_quorum", "1 when this node sees a quorum.",
                                 value=1.0 if node.has_quorum() else 0.0)
+        duration = node.last_snapshot_duration
+        if duration is not None:
+            yield GaugeMetricFamily("schedd_raft_snapshot_duration_seconds",
+                                    "How long this node's last Raft snapshot took to write.",
+                                    value=duration)
         age = node.snapshot_age()
         if age is not None:
             yield GaugeMetricFamily("schedd_raft_snapshot_age_seconds",

@@ -131,6 +131,8 @@ class RaftNode:
             self._obj = SyncObj(settings.self_addr, list(settings.peers), conf,
                                 consumers=[self._sm], transportClass=durable.transport)
         self._on_tick: queue.SimpleQueue[Callable[[], object]] = queue.SimpleQueue()
+        self._snapshot_started: float | None = None
+        self.last_snapshot_duration: float | None = None
         self._obj.addOnTickCallback(self._run_on_tick)
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -177,6 +179,17 @@ class RaftNode:
     def has_quorum(self) -> bool:
         return bool(self._obj.hasQuorum)
 
+    def _time_snapshot(self) -> None:
+        """Time pysyncobj's snapshot writes (a forked child while its pid is set): the only way
+        to see them is its serializer's private pid, read here on the tick thread."""
+        serializer = getattr(self._obj, "_SyncObj__serializer", None)
+        busy = getattr(serializer, "_Serializer__pid", 0) not in (0, -1, -2)
+        if busy and self._snapshot_started is None:
+            self._snapshot_started = clock.mono()
+        elif not busy and self._snapshot_started is not None:
+            self.last_snapshot_duration = clock.mono() - self._snapshot_started
+            self._snapshot_started = None
+
     def snapshot_age(self) -> float | None:
         """Seconds since the snapshot (full dump) file was last written, if there is one."""
         try:
@@ -194,6 +207,7 @@ class RaftNode:
         self._on_tick.put(self._obj.transferLeadership)
 
     def _run_on_tick(self) -> None:  # tick thread
+        self._time_snapshot()
         while True:
             try:
                 action = self._on_tick.get_nowait()

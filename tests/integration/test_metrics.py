@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
 from schedd.protocol import messages as m
-from tests.conftest import Node
+from tests.conftest import Node, start_node, wait_for
 from tests.integration.test_api import post
 from tests.integration.test_worker_protocol import connect
 
@@ -53,3 +55,22 @@ async def test_metrics_follow_a_run_and_a_skip(node: Node, http: aiohttp.ClientS
 async def test_metrics_need_a_token(node: Node, http: aiohttp.ClientSession) -> None:
     async with http.get(node.url + "/metrics") as r:
         assert r.status == 401
+
+
+async def test_snapshot_age_and_duration_are_exported(tmp_path: Path, http: aiohttp.ClientSession) -> None:
+    node = await start_node(tmp_path / "n1", raft={"log_compaction_min_entries": 20,
+                                                   "log_compaction_min_time": "1s"})
+    try:
+        for _ in range(40):
+            await post(http, node, "/jobs", {"task": "t", "schedule": {"in": "1h"}})
+
+        async def exported() -> bool:
+            m = await scrape(http, node)
+            return ("schedd_raft_snapshot_duration_seconds", ()) in m and \
+                ("schedd_raft_snapshot_age_seconds", ()) in m
+
+        await wait_for(exported, timeout=20)
+        m = await scrape(http, node)
+        assert 0 <= m[("schedd_raft_snapshot_duration_seconds", ())] < 10
+    finally:
+        await node.rt.stop()
