@@ -226,7 +226,9 @@ class Runtime:
                 "follower", "self": False, "connected": connected, "healthy": connected,
             }
             if role == "leader":
-                entry["match_index"] = status.get(f"match_idx_server_{peer}")
+                match = status.get(f"match_idx_server_{peer}")
+                entry["match_index"] = match
+                entry["lag"] = None if match is None else max(0, self.node.commit_index - int(match))
             nodes.append(entry)
         return {
             "node_id": self.config.node.id,

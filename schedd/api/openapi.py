@@ -405,7 +405,10 @@ def _response_schemas() -> dict[str, Schema]:
             "connected": {"type": "boolean", "description": "peers only"},
             "match_index": {"type": ["integer", "null"],
                             "description": "peers only, when this node leads"},
-        }, optional=("connected", "match_index")),
+            "lag": {"type": ["integer", "null"], "minimum": 0,
+                    "description": "entries behind the leader's commit index (peers only, when "
+                                   "this node leads)"},
+        }, optional=("connected", "match_index", "lag")),
         "Cluster": _closed({
             "node_id": {"type": "string"},
             "role": {"type": "string", "enum": ["leader", "follower", "candidate", "unknown"]},

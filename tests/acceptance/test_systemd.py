@@ -111,3 +111,22 @@ def test_make_secrets_writes_private_files(tmp_path: Path) -> None:
 
     assert [t.role for t in load_tokens(tmp_path / "etc" / "tokens.toml").tokens] == [
         "admin", "submit", "read", "worker"]
+
+
+def test_check_config_names_every_problem(tmp_path: Path) -> None:
+    from tests.cluster.harness import BIN
+
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[node]\ncolour = "red"\n[raft]\nlisten = "10.0.0.1:7701"\npeers = ["10.0.0.2:7701", "x"]\n'
+                   '[scheduler]\nheartbeat_timeout = "soon"\n')
+    out = subprocess.run([str(BIN / "schedd"), "--config", str(bad), "--check-config"],
+                         capture_output=True, text=True, timeout=30)
+    assert out.returncode == 2
+    problems = out.stderr.splitlines()
+    for key in ("node.colour", "raft.peers[1]", "scheduler.heartbeat_timeout", "raft.secret_file"):
+        assert any(key in line for line in problems), (key, out.stderr)
+    assert "Traceback" not in out.stderr
+    good = subprocess.run([str(BIN / "schedd"), "--config", str(REPO / "config/cluster/n1.toml"),
+                           "--check-config"], capture_output=True, text=True, timeout=30,
+                          cwd=tmp_path)
+    assert good.returncode == 0 and "config ok" in good.stdout
