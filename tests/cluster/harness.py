@@ -26,7 +26,37 @@ BIN = Path(sys.executable).parent
 
 
 def _toml(value: Any) -> str:
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_toml(v) for v in value) + "]"
     return f'"{value}"' if isinstance(value, str) else str(value).lower() if isinstance(value, bool) else str(value)
+
+
+# ``Cluster(clock_skew=True)`` starts each node through this launcher: the node's Python wall clock
+# (time.time / time.time_ns, which schedd.clock and logging read) is shifted by the number of
+# seconds in its clock file, re-read every 50 ms, so a test can step one node's clock while it
+# runs.  The kernel clock and time.monotonic (Raft and lease timers) are untouched, as with an
+# NTP step.  (libfaketime cannot do this here: with monotonic time left alone, Python 3.11's
+# time.sleep fails with EINVAL under it, and with it faked, Event.wait(timeout) hangs.)
+SKEW_LAUNCHER = r"""
+import os, sys, time
+_path = os.environ["SCHEDD_TEST_CLOCK_FILE"]
+_real_ns, _mono = time.time_ns, time.monotonic
+_cache = [0, -1.0]
+def _offset_ns():
+    now = _mono()
+    if now - _cache[1] > 0.05:
+        _cache[1] = now
+        try:
+            with open(_path) as f:
+                _cache[0] = int(float(f.read().strip() or 0) * 1e9)
+        except (OSError, ValueError):
+            pass
+    return _cache[0]
+time.time_ns = lambda: _real_ns() + _offset_ns()
+time.time = lambda: time.time_ns() / 1e9
+from schedd.cli.daemon import main
+sys.exit(main())
+"""
 
 
 def _env() -> dict[str, str]:
@@ -65,17 +95,35 @@ class Cluster:
     nodes: list[NodeProc] = field(default_factory=list)
     others: list[subprocess.Popen[bytes]] = field(default_factory=list)
     token: str = ""
+    #: Raft traffic between nodes goes through ``self.net`` (tests/cluster/proxy.py), one proxy
+    #: port per node, so tests can cut, delay and drop links.
+    proxied: bool = False
+    #: nodes start through SKEW_LAUNCHER; :meth:`set_clock_offset` shifts one node's wall clock
+    clock_skew: bool = False
+    net: Any = None
 
     def __post_init__(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
         tokens = self.root / "tokens.toml"
         self.token, _ = ensure_admin_token(tokens)
-        ports = [free_port() for _ in range(self.size)]
+        ports = [free_port() for _ in range(self.size * (2 if self.proxied else 1))]
+        if self.proxied:
+            # Node i gets (http, raft) from one pair and its proxy port from the next, every
+            # port of node i below every port of node j > i (see tests/cluster/proxy.py).
+            ports.sort()
+            proxy_ports = ports[1::2]
+            ports = ports[0::2]
+        peer_addr = [f"127.0.0.1:{proxy_ports[i] if self.proxied else p + 1}"
+                     for i, p in enumerate(ports)]
         for i, port in enumerate(ports):
             node_id = f"n{i + 1}"
-            peers = [f'"127.0.0.1:{p + 1}"' for p in ports if p != port]
+            others = [j for j in range(self.size) if j != i]
+            peers = [f'"{peer_addr[j]}"' for j in others]
+            raft_extra = dict(self.raft)
+            if self.proxied:
+                raft_extra.setdefault("peer_http", [f"http://127.0.0.1:{ports[j]}" for j in others])
             sched = "".join(f"{k} = {_toml(v)}\n" for k, v in self.scheduler.items())
-            raft = "".join(f"{k} = {_toml(v)}\n" for k, v in self.raft.items())
+            raft = "".join(f"{k} = {_toml(v)}\n" for k, v in raft_extra.items())
             cfg = self.root / f"{node_id}.toml"
             cfg.write_text(
                 f'[node]\nid = "{node_id}"\ndata_dir = "{self.root / node_id}"\n'
@@ -85,6 +133,22 @@ class Cluster:
                 f"[scheduler]\n{sched}"
             )
             self.nodes.append(NodeProc(node_id, port, port + 1, cfg, self.root / f"{node_id}.log"))
+            if self.clock_skew:
+                self.clock_file(i).write_text("0\n")
+        if self.proxied:
+            from tests.cluster.proxy import ProxyNet
+
+            self.net = ProxyNet([n.raft_port for n in self.nodes], proxy_ports)
+
+    def clock_file(self, i: int) -> Path:
+        return self.root / f"{self.nodes[i].node_id}.clock"
+
+    def set_clock_offset(self, i: int, seconds: float) -> None:
+        """Step node i's wall clock to real time + ``seconds`` (``clock_skew=True`` only)."""
+        assert self.clock_skew, "Cluster(clock_skew=True) is needed to shift a node's clock"
+        tmp = self.clock_file(i).with_suffix(".tmp")
+        tmp.write_text(f"{seconds}\n")
+        tmp.replace(self.clock_file(i))
 
     @property
     def urls(self) -> list[str]:
@@ -95,14 +159,19 @@ class Cluster:
 
     # -- processes -----------------------------------------------------------------------------
     def start(self, i: int | None = None) -> None:
-        for n in self.nodes if i is None else [self.nodes[i]]:
-            if n.alive:
+        if self.net is not None:
+            self.net.start()
+        for k, n in enumerate(self.nodes):
+            if (i is not None and k != i) or n.alive:
                 continue
+            env = _env()
+            args = [str(BIN / "schedd"), "--config", str(n.config)]
+            if self.clock_skew:
+                env["SCHEDD_TEST_CLOCK_FILE"] = str(self.clock_file(k))
+                args = [sys.executable, "-c", SKEW_LAUNCHER, "--config", str(n.config)]
             out = open(n.log, "ab")  # noqa: SIM115 - owned by the child
-            n.proc = subprocess.Popen(
-                [str(BIN / "schedd"), "--config", str(n.config)],
-                stdout=out, stderr=subprocess.STDOUT, env=_env(), cwd=self.root,
-            )
+            n.proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=env,
+                                      cwd=self.root)
             out.close()
 
     def kill(self, i: int, sig: int = signal.SIGKILL) -> None:
@@ -112,18 +181,21 @@ class Cluster:
         if sig == signal.SIGKILL:
             proc.wait(10)
 
-    def spawn(self, args: list[str], log: Path) -> subprocess.Popen[bytes]:
+    def spawn(self, args: list[str], log: Path,
+              env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
         out = open(log, "ab")  # noqa: SIM115
-        proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=_env(), cwd=REPO)
+        proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT,
+                                env={**_env(), **(env or {})}, cwd=REPO)
         out.close()
         self.others.append(proc)
         return proc
 
-    def start_worker(self, *extra: str, name: str = "worker") -> subprocess.Popen[bytes]:
+    def start_worker(self, *extra: str, name: str = "worker",
+                     env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
         args = [str(BIN / "schedd-worker"), f"--token={self.token}", "--worker-id", name]
         for url in self.urls:
             args += ["--server", url]
-        return self.spawn(args + list(extra), self.root / f"{name}.log")
+        return self.spawn(args + list(extra), self.root / f"{name}.log", env)
 
     def stop(self) -> None:
         procs = [n.proc for n in self.nodes if n.proc is not None] + self.others
@@ -138,6 +210,8 @@ class Cluster:
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait(5)
+        if self.net is not None:
+            self.net.stop()
 
     def logs(self) -> str:
         out = []

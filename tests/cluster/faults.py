@@ -1,0 +1,490 @@
+"""Seeded, replayable fault schedules against a real three-node cluster with real workers.
+
+A schedule is a list of timed steps drawn from ``random.Random(seed)``: the same seed always
+gives the same kinds, times, durations and parameters.  Which node is "the leader" is resolved
+when a step starts (a real cluster elects whom it elects), and every resolved target is written
+to the history, so a run can be read back and replayed step by step.
+
+Fault kinds (``KINDS``):
+
+=====================  =====================================================================
+kill_leader            SIGKILL the leader, restart it after 1–4 s
+kill_follower          SIGKILL a follower, restart it after 1–4 s
+pause_leader           SIGSTOP the leader for 2–5 s, then SIGCONT
+pause_follower         SIGSTOP a follower for 2–5 s, then SIGCONT
+isolate_leader         partition {leader} | {two followers} (minority leader) for 3–6 s
+isolate_follower       partition {follower} | {leader, follower} for 3–6 s
+cut_link               cut the leader ↔ one follower link only (a non-transitive partition)
+one_way_leader_out     the leader's frames to both followers are dropped; it still hears them
+one_way_leader_in      the followers' frames to the leader are dropped; it still reaches them
+flaky_link             30–120 ms delay on every link, and on one link a 2 % chance per frame
+                       that the connection is closed, for 4–8 s
+kill_all               SIGKILL all three nodes, restart them together after 1–3 s
+clock_skew             one node's wall clock stepped by ±5–45 s for 5–10 s, then stepped back
+                       (Python-level time.time/time_ns in that node; see harness.SKEW_LAUNCHER)
+worker_kill            SIGKILL a worker (mid-run: workers always hold leases under this load),
+                       restart it after 1–3 s
+worker_stall           SIGSTOP a worker for heartbeat_timeout + 1–3 s, then SIGCONT: its leases
+                       are lost and re-leased, and its late results must be refused
+=====================  =====================================================================
+
+:func:`run_schedule` starts the cluster (Raft links through tests/cluster/proxy.py), two
+workers running ``tests.acceptance.tasks`` (``acc.record`` logs every execution with its
+fence), an open-loop load of one-off jobs (some of them long) and a few ``* * * * * *`` cron
+jobs with ``overlap: allow``, plays the schedule, heals everything, lets the cluster settle and
+hands the recorded history to tests/cluster/checker.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import signal
+import subprocess
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+
+from schedd.aio import wait_event
+from tests.cluster import checker
+from tests.cluster.harness import Cluster
+
+KINDS = (
+    "kill_leader", "kill_follower", "pause_leader", "pause_follower", "isolate_leader",
+    "isolate_follower", "cut_link", "one_way_leader_out", "one_way_leader_in", "flaky_link",
+    "kill_all", "clock_skew", "worker_kill", "worker_stall",
+)
+# Faults that leave a connected majority of live nodes (one-way faults too: the two followers
+# still talk to each other both ways): writes must resume within the bound while the fault
+# lasts.  Only kill_all leaves no majority; it is measured from its heal (the restart).
+KEEPS_MAJORITY = frozenset(KINDS) - {"kill_all"}
+
+HEARTBEAT_INTERVAL_S = 0.5
+HEARTBEAT_TIMEOUT_S = 3.0
+FAILOVER_BOUND_S = 10.0
+
+
+@dataclass
+class Step:
+    at: float  # seconds after the fault phase starts
+    kind: str
+    duration: float
+    pick: float  # which follower / worker / link, resolved when the step runs
+    value: float = 0.0  # clock shift in seconds, or the delay in ms
+
+    def describe(self) -> str:
+        extra = f" value={self.value:g}" if self.value else ""
+        return f"t={self.at:5.1f}s {self.kind:<19} for {self.duration:4.1f}s pick={self.pick:.2f}{extra}"
+
+
+def _duration(kind: str, rng: random.Random) -> tuple[float, float]:
+    """(duration, value) of one step of ``kind``."""
+    if kind in ("kill_leader", "kill_follower"):
+        return rng.uniform(1, 4), 0.0
+    if kind in ("pause_leader", "pause_follower"):
+        return rng.uniform(2, 5), 0.0
+    if kind in ("isolate_leader", "isolate_follower", "cut_link"):
+        return rng.uniform(3, 6), 0.0
+    if kind.startswith("one_way"):
+        return rng.uniform(3, 5), 0.0
+    if kind == "flaky_link":
+        return rng.uniform(4, 8), rng.uniform(30, 120)
+    if kind == "kill_all":
+        return rng.uniform(1, 3), 0.0
+    if kind == "clock_skew":
+        return rng.uniform(5, 10), rng.choice((-1, 1)) * rng.uniform(5, 45)
+    if kind == "worker_kill":
+        return rng.uniform(1, 3), 0.0
+    if kind == "worker_stall":
+        return HEARTBEAT_TIMEOUT_S + rng.uniform(1, 3), 0.0
+    raise ValueError(f"unknown fault kind {kind!r}")
+
+
+def make_schedule(seed: int, duration: float = 40.0,
+                  kinds: tuple[str, ...] | list[str] = KINDS) -> list[Step]:
+    """Steps one after another (each healed before the next), with 2–4 s between them so
+    recovery can be seen; kinds come from a shuffled bag, so a long run uses all of them."""
+    rng = random.Random(seed)
+    steps: list[Step] = []
+    bag: list[str] = []
+    t = rng.uniform(2, 4)
+    while True:
+        if not bag:
+            bag = list(kinds)
+            rng.shuffle(bag)
+        kind = bag.pop()
+        dur, value = _duration(kind, rng)
+        if t + dur > duration:
+            break
+        steps.append(Step(round(t, 3), kind, round(dur, 3), round(rng.random(), 4),
+                          round(value, 3)))
+        t += dur + rng.uniform(2, 4)
+    return steps
+
+
+# -- running one schedule -------------------------------------------------------------------------
+
+@dataclass
+class Run:
+    seed: int
+    root: Path
+    cluster: Cluster
+    history: checker.History
+    http: aiohttp.ClientSession
+    rng: random.Random
+    workers: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    paused: set[int] = field(default_factory=set)
+    inflight: set[asyncio.Task[None]] = field(default_factory=set)
+    cron_ids: list[str] = field(default_factory=list)
+
+    def record_file(self, worker: str) -> Path:
+        return self.root / f"exec-{worker}.txt"
+
+    def start_worker(self, name: str) -> None:
+        self.workers[name] = self.cluster.start_worker(
+            "--import", "tests.acceptance.tasks", "--concurrency", "8", name=name,
+            env={"SCHEDD_TEST_RECORD": str(self.record_file(name))})
+
+    # -- client operations ---------------------------------------------------------------------
+    async def submit(self, op: checker.Op, deadline_s: float = 30.0) -> None:
+        """POST the job, retrying on every node with one X-Request-Id until acknowledged."""
+        h = self.history
+        body = orjson.dumps(op.body)
+        headers = {**self.cluster.headers(), "X-Request-Id": f"torture-{self.seed}-{op.op}",
+                   "Content-Type": "application/json"}
+        urls = self.cluster.urls
+        i = op.op
+        delay = 0.05
+        while h.now() - op.invoked < deadline_s:
+            node = i % len(urls)
+            i += 1
+            sent = h.now()
+            try:
+                async with self.http.post(urls[node] + "/api/v1/jobs", data=body, headers=headers,
+                                          timeout=aiohttp.ClientTimeout(total=3)) as r:
+                    data = await r.read()
+                    op.attempts.append(checker.Attempt(node, sent, h.now(), r.status,
+                                                       None if r.status < 300 else data[:200].decode(errors="replace")))
+                    if r.status in (200, 201):
+                        op.ok, op.completed = True, h.now()
+                        op.job_id = str(orjson.loads(data)["id"])
+                        return
+                    if r.status not in (429, 503):
+                        return  # refused for good (recorded; the report shows it)
+            except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+                op.attempts.append(checker.Attempt(node, sent, h.now(), None, repr(exc)[:200]))
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.4)
+        op.completed = None
+
+    def body(self, kind: str, n: int) -> dict[str, Any]:
+        payload: dict[str, Any] = {"tag": f"s{self.seed}-{n}"}
+        body: dict[str, Any] = {"task": "acc.record", "payload": payload,
+                                "retry": {"max_attempts": 10, "initial": "0.2s", "max": "2s"}}
+        if kind == "long":
+            payload["sleep"] = round(self.rng.uniform(1.0, 3.0), 2)
+        elif kind == "cron":
+            body["schedule"] = {"cron": "* * * * * *", "overlap": "allow"}
+            payload["sleep"] = 0.05
+        else:
+            payload["sleep"] = round(self.rng.uniform(0.02, 0.3), 3)
+        return body
+
+    def launch(self, kind: str) -> checker.Op:
+        op = self.history.new_op(kind, self.body(kind, len(self.history.ops)))
+        task = asyncio.create_task(self.submit(op))
+        self.inflight.add(task)
+        task.add_done_callback(self.inflight.discard)
+        return op
+
+    async def load(self, stop: asyncio.Event, rate: float, long_share: float) -> None:
+        """Open loop: a new submission every 1/rate s whatever the ones in flight are doing, so
+        the ack times of the ones started after a fault measure when writes came back."""
+        h = self.history
+        nxt = h.now()
+        while not stop.is_set():
+            if len(self.inflight) < 400:
+                self.launch("long" if self.rng.random() < long_share else "oneoff")
+            nxt += 1.0 / rate
+            await wait_event(stop, max(0.0, nxt - h.now()))
+
+    # -- cluster views ---------------------------------------------------------------------------
+    async def leader(self, timeout: float = 4.0) -> int | None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            views = [await self.cluster.view(self.http, i) if n.alive and i not in self.paused
+                     else None for i, n in enumerate(self.cluster.nodes)]
+            claims = [(v["term"], i) for i, v in enumerate(views)
+                      if v and v["role"] == "leader" and v["leader"] == self.cluster.nodes[i].node_id]
+            if claims:
+                return max(claims)[1]
+            await asyncio.sleep(0.1)
+        return None
+
+    def name(self, i: int | None) -> str:
+        return "none" if i is None else self.cluster.nodes[i].node_id
+
+    # -- faults ------------------------------------------------------------------------------------
+    async def inject(self, n: int, step: Step) -> tuple[checker.Fault, list[Any]]:
+        """Start one step; returns its fault record and the actions that heal it."""
+        size = len(self.cluster.nodes)
+        lead: int | None = None
+        follower: int | None = None
+        if step.kind not in ("worker_kill", "worker_stall", "kill_all"):
+            lead = await self.leader()
+            if lead is None:
+                lead = int(step.pick * size) % size  # no leader right now: any node
+            others = [i for i in range(size) if i != lead]
+            follower = others[int(step.pick * len(others)) % len(others)]
+        if step.kind.startswith("worker_"):
+            target, detail, heal = await self._worker_fault(step)
+        elif step.kind in ("isolate_leader", "isolate_follower", "cut_link", "flaky_link") \
+                or step.kind.startswith("one_way"):
+            assert lead is not None and follower is not None
+            target, detail, heal = self._network_fault(step, lead, follower)
+        else:
+            target, detail, heal = self._node_fault(step, lead, follower)
+        shift = step.value if step.kind == "clock_skew" else 0.0
+        fault = self.history.fault_started(n, step.kind, target, detail,
+                                           step.kind in KEEPS_MAJORITY, shift)
+        return fault, heal
+
+    def _node_fault(self, step: Step, lead: int | None,
+                    follower: int | None) -> tuple[str, str, list[Any]]:
+        c = self.cluster
+        kind = step.kind
+        if kind == "kill_all":
+            for i in range(len(c.nodes)):
+                c.kill(i, signal.SIGKILL)
+            return "n1,n2,n3", f"restart after {step.duration:.1f}s", [("start_all",)]
+        if kind == "clock_skew":
+            victim = lead if step.pick < 0.5 else follower
+            assert victim is not None
+            c.set_clock_offset(victim, step.value)
+            role = "leader" if victim == lead else "follower"
+            return self.name(victim), f"{role}, wall clock {step.value:+.1f}s", [("clock", victim)]
+        victim = lead if kind.endswith("_leader") else follower
+        assert victim is not None
+        if kind.startswith("kill_"):
+            c.kill(victim, signal.SIGKILL)
+            return self.name(victim), f"restart after {step.duration:.1f}s", [("start", victim)]
+        assert kind.startswith("pause_"), kind
+        c.kill(victim, signal.SIGSTOP)
+        self.paused.add(victim)
+        return self.name(victim), f"SIGSTOP for {step.duration:.1f}s", [("cont", victim)]
+
+    def _network_fault(self, step: Step, lead: int,
+                       follower: int) -> tuple[str, str, list[Any]]:
+        net = self.cluster.net
+        size = len(self.cluster.nodes)
+        others = [i for i in range(size) if i != lead]
+        kind = step.kind
+        if kind in ("isolate_leader", "isolate_follower"):
+            victim = lead if kind == "isolate_leader" else follower
+            net.isolate(victim)
+            return self.name(victim), "partitioned from the other two", [("heal",)]
+        if kind == "cut_link":
+            net.cut(lead, follower)
+            return f"{self.name(lead)}<->{self.name(follower)}", "only this link", [("heal",)]
+        if kind == "one_way_leader_out":
+            for o in others:
+                net.cut_one_way(lead, o)
+            return self.name(lead), "its frames to the followers dropped", [("heal",)]
+        if kind == "one_way_leader_in":
+            for o in others:
+                net.cut_one_way(o, lead)
+            return self.name(lead), "the followers' frames to it dropped", [("heal",)]
+        assert kind == "flaky_link", kind
+        for a in range(size):
+            for b in range(size):
+                if a != b:
+                    net.delay(a, b, step.value)
+        a = int(step.pick * size) % size
+        b = (a + 1) % size
+        net.drop(a, b, 0.02)
+        net.drop(b, a, 0.02)
+        return (f"all links +{step.value:.0f}ms, {self.name(a)}<->{self.name(b)} drop 2%", "",
+                [("heal",)])
+
+    async def _worker_fault(self, step: Step) -> tuple[str, str, list[Any]]:
+        names = sorted(self.workers)
+        wname = names[int(step.pick * len(names)) % len(names)]
+        proc = self.workers[wname]
+        held = await self.leases_of(wname)
+        if step.kind == "worker_kill":
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(10)
+            return (wname, f"holding {held} leases; restart after {step.duration:.1f}s",
+                    [("worker_start", wname)])
+        proc.send_signal(signal.SIGSTOP)
+        return (wname, f"holding {held} leases; SIGSTOP {step.duration:.1f}s > heartbeat timeout",
+                [("worker_cont", wname)])
+
+    async def leases_of(self, worker: str) -> int | None:
+        for url in self.cluster.urls:
+            try:
+                async with self.http.get(url + "/api/v1/workers", headers=self.cluster.headers(),
+                                         timeout=aiohttp.ClientTimeout(total=1)) as r:
+                    if r.status == 200:
+                        for w in (await r.json())["workers"]:
+                            if w["worker_id"] == worker:
+                                return int(w["leases"])
+                        return 0
+            except (aiohttp.ClientError, TimeoutError):
+                continue
+        return None
+
+    def do_heal(self, actions: list[Any]) -> None:
+        c = self.cluster
+        for action in actions:
+            what = action[0]
+            if what == "start":
+                c.start(action[1])
+            elif what == "start_all":
+                c.start()
+            elif what == "cont":
+                c.kill(action[1], signal.SIGCONT)
+                self.paused.discard(action[1])
+            elif what == "heal":
+                c.net.heal()
+            elif what == "clock":
+                c.set_clock_offset(action[1], 0)
+            elif what == "worker_start":
+                self.start_worker(action[1])
+            elif what == "worker_cont":
+                self.workers[action[1]].send_signal(signal.SIGCONT)
+
+    def heal_everything(self) -> None:
+        c = self.cluster
+        c.net.heal()
+        for i, n in enumerate(c.nodes):
+            if c.clock_skew:
+                c.set_clock_offset(i, 0)
+            if n.alive:
+                n.proc.send_signal(signal.SIGCONT)  # type: ignore[union-attr]
+        self.paused.clear()
+        c.start()
+        for name, proc in list(self.workers.items()):
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGCONT)
+            else:
+                self.start_worker(name)
+
+    async def play(self, steps: list[Step]) -> None:
+        h = self.history
+        start = h.now()
+        for n, step in enumerate(steps):
+            await asyncio.sleep(max(0.0, start + step.at - h.now()))
+            fault, heal = await self.inject(n, step)
+            await asyncio.sleep(max(0.0, fault.started + step.duration - h.now()))
+            self.do_heal(heal)
+            h.fault_healed(fault)
+
+    # -- after the schedule ------------------------------------------------------------------------
+    async def cancel_crons(self) -> None:
+        for k, job_id in enumerate(self.cron_ids):
+            headers = {**self.cluster.headers(), "X-Request-Id": f"torture-{self.seed}-cancel-{k}"}
+            for attempt in range(100):
+                url = self.cluster.urls[attempt % len(self.cluster.urls)]
+                try:
+                    async with self.http.delete(f"{url}/api/v1/jobs/{job_id}", headers=headers,
+                                                timeout=aiohttp.ClientTimeout(total=5)) as r:
+                        if r.status in (204, 404):
+                            break
+                except (aiohttp.ClientError, TimeoutError):
+                    pass
+                await asyncio.sleep(0.2)
+            self.history.note(f"cron job {job_id} cancelled")
+
+    async def active_jobs(self) -> int | None:
+        for url in self.cluster.urls:
+            try:
+                async with self.http.get(url + "/api/v1/jobs?status=active&limit=1000",
+                                         headers=self.cluster.headers(),
+                                         timeout=aiohttp.ClientTimeout(total=5)) as r:
+                    if r.status == 200:
+                        return len((await r.json())["jobs"])
+            except (aiohttp.ClientError, TimeoutError):
+                continue
+        return None
+
+    async def settle(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if await self.active_jobs() == 0:
+                self.history.note("settled: no active job")
+                return
+            await asyncio.sleep(0.5)
+        self.history.note(f"not settled after {timeout:.0f}s: {await self.active_jobs()} active jobs")
+
+
+async def run_schedule(seed: int, root: Path, *, duration: float = 40.0,
+                       kinds: tuple[str, ...] | list[str] = KINDS, rate: float = 8.0,
+                       long_share: float = 0.15, cron_jobs: int = 3,
+                       bound_s: float = FAILOVER_BOUND_S, settle_timeout: float = 60.0,
+                       compaction: tuple[int, str] = (1000, "10s")) -> dict[str, Any]:
+    """Play ``make_schedule(seed, duration, kinds)`` on a fresh cluster in ``root`` and check
+    the history.  Every process started here is stopped by PID before this returns."""
+    steps = make_schedule(seed, duration, kinds)
+    began = time.monotonic()
+    cluster = Cluster(root / "cluster", proxied=True, clock_skew=True,
+                      scheduler={"heartbeat_interval": f"{HEARTBEAT_INTERVAL_S}s",
+                                 "heartbeat_timeout": f"{HEARTBEAT_TIMEOUT_S}s"},
+                      raft={"log_compaction_min_entries": compaction[0],
+                            "log_compaction_min_time": compaction[1]})
+    history = checker.History()
+    states: list[checker.NodeState] = []
+    info: dict[str, Any] = {}
+    run: Run | None = None
+    try:
+        cluster.start()
+        async with aiohttp.ClientSession() as http:
+            run = Run(seed, root, cluster, history, http, random.Random(seed ^ 0x5EED))
+            await cluster.wait_leader(http)
+            for name in ("w1", "w2"):
+                run.start_worker(name)
+            crons = [run.launch("cron") for _ in range(cron_jobs)]
+            await asyncio.gather(*list(run.inflight))
+            run.cron_ids = [op.job_id for op in crons if op.job_id]
+            history.note(f"cluster up; schedule of {len(steps)} steps starts")
+            stop = asyncio.Event()
+            loader = asyncio.create_task(run.load(stop, rate, long_share))
+            try:
+                await run.play(steps)
+            finally:
+                run.heal_everything()
+                history.note("everything healed")
+                await asyncio.sleep(2.0)  # some load after the last heal, then stop it
+                stop.set()
+                await loader
+            await asyncio.gather(*list(run.inflight))
+            await run.cancel_crons()
+            await run.settle(settle_timeout)
+            states, info = await checker.collect(http, cluster.urls, cluster.headers())
+    finally:
+        cluster.stop()
+    workers = sorted({w for w in (run.workers if run else {})})
+    executions, malformed = checker.read_executions([root / f"exec-{w}.txt" for w in workers])
+    refusals = checker.read_refusals([root / "cluster" / f"{w}.log" for w in workers])
+    report = checker.check(history, states, info, executions, malformed, refusals,
+                           bound_s=bound_s, cron_jobs=run.cron_ids if run else [])
+    report["seed"] = seed
+    report["schedule"] = [asdict(s) | {"text": s.describe()} for s in steps]
+    report["elapsed_s"] = round(time.monotonic() - began, 1)
+    report["proxy"] = dict(cluster.net.stats) if cluster.net else {}
+    return report
+
+
+def summary_line(report: dict[str, Any]) -> str:
+    inv = report["invariants"]
+    bad = {k: n for k, n in inv.items() if n}
+    return (f"seed {report['seed']}: {'OK  ' if report['ok'] else 'FAIL'} "
+            f"{report['ops']['acknowledged']}/{report['ops']['submitted']} acked, "
+            f"{report['runs'].get('runs', 0)} runs, {report['executions']} executions, "
+            f"{len(report['faults'])} faults ({', '.join(f['kind'] for f in report['faults'])}), "
+            f"failover p50 {report['failover_p50_s']}s max {report['failover_max_s']}s, "
+            f"{report['elapsed_s']}s" + (f" VIOLATIONS {bad}" if bad else ""))
