@@ -203,3 +203,59 @@ async def test_a_run_past_its_timeout_is_cancelled_and_counts_as_a_failed_attemp
     [run] = await runs(http, node, job["id"])
     assert run["attempts"][0]["outcome"] == "timed_out"
     await w.ws.close()
+
+
+async def test_fuzzed_frames_never_wedge_the_node(node: Node, http: aiohttp.ClientSession) -> None:
+    import random
+
+    import orjson
+
+    rng = random.Random(20261125)
+    valid = [m.encode(x) for x in (
+        m.Heartbeat(leases=(m.LeaseRef(run_id="a@1", fence=1),)),
+        m.Complete(run_id="a@1", fence=1, result={"x": 1}),
+        m.Fail(run_id="a@1", fence=2, error="e", retryable=False),
+        m.Drain(),
+        m.Hello(worker_id="w", queues=("default",), capacity=1, resume=()),
+    )]
+
+    def frame() -> str | bytes:
+        kind = rng.randrange(5)
+        if kind == 0:
+            return bytes(rng.randrange(256) for _ in range(rng.randrange(1, 200)))
+        if kind == 1:
+            text = rng.choice(valid)
+            return text[: rng.randrange(len(text))]
+        if kind == 2:
+            obj = orjson.loads(rng.choice(valid))
+            key = rng.choice(list(obj))
+            obj[key] = rng.choice([None, -1, 2**62, "x" * 1000, [], {}, 1.5, True])
+            return orjson.dumps(obj).decode()
+        if kind == 3:
+            return '{"type": "' + rng.choice(["lease", "ack", "welcome", "nope", ""]) + '"}'
+        return rng.choice(valid)
+
+    for i in range(4):  # several connections, half of them past a valid hello
+        ws = await http.ws_connect(node.url + API + "/workers/connect", headers=node.headers())
+        if i % 2 == 0:
+            await ws.send_str(m.encode(m.Hello(worker_id=f"fuzz{i}", queues=("default",),
+                                               capacity=1, resume=())))
+            assert isinstance(m.decode((await ws.receive(timeout=10)).data), m.Welcome)
+        for _ in range(150):
+            f = frame()
+            if isinstance(f, bytes):
+                await ws.send_bytes(f)
+            else:
+                await ws.send_str(f)
+        await ws.close()
+    # Still serving: the API answers and a well-behaved worker gets and completes work.
+    async with http.get(node.url + "/healthz") as r:
+        assert r.status == 200
+    w = await connect(http, node, "good")
+    job = await submit(http, node, {"task": "t"})
+    lease = await w.expect(m.Lease)
+    await w.send(m.Complete(run_id=lease.run_id, fence=lease.fence))
+    assert (await w.expect(m.Ack)).accepted
+    [run] = await runs(http, node, job["id"])
+    assert run["state"] == "succeeded"
+    await w.ws.close()
