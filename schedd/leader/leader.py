@@ -336,6 +336,12 @@ class Leader:
         fut = self.node.submit_nowait(cmd)
         log_event(log, "run.lease_" + outcome, run_id=info.run_id, fence=info.fence,
                   worker_id=info.worker_id)
+        conn = self.workers.get(info.worker_id)
+        if conn is not None and outcome == "lost":
+            # A stalled worker still connected: it must drop the lease before it counts as
+            # having room again, else new leases would reach it while it is full (the cancel is
+            # ahead of them on the same socket).
+            conn.send(m.Cancel(run_id=info.run_id, fence=info.fence))
 
         def done(f: asyncio.Future[Result]) -> None:
             if f.cancelled() or f.exception() is not None:

@@ -259,3 +259,21 @@ async def test_fuzzed_frames_never_wedge_the_node(node: Node, http: aiohttp.Clie
     [run] = await runs(http, node, job["id"])
     assert run["state"] == "succeeded"
     await w.ws.close()
+
+
+async def test_a_stalled_worker_is_told_to_drop_a_lost_lease_before_new_work(
+    fast_node: Node, http: aiohttp.ClientSession
+) -> None:
+    node = fast_node
+    w = await connect(http, node, "stalled", capacity=1)
+    await submit(http, node, {"task": "t", "heartbeat_timeout": "1s",
+                              "retry": {"initial": "0.05s", "jitter": False}})
+    first = await w.expect(m.Lease)
+    # no heartbeats: the lease is lost; the cancel must come before the retry's lease
+    frames = []
+    while not any(isinstance(f, m.Lease) for f in frames):
+        frames.append(await w.recv(timeout=10))
+    kinds = [type(f).__name__ for f in frames if isinstance(f, m.Cancel | m.Lease)]
+    assert kinds == ["Cancel", "Lease"], kinds
+    assert frames[-1].run_id == first.run_id and frames[-1].fence > first.fence
+    await w.ws.close()
