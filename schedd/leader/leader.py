@@ -217,13 +217,21 @@ class Leader:
         if fut.cancelled():
             return
         exc = fut.exception()
-        if exc is not None or self._deposed(fut.result()):
-            # Not committed (or not accepted): put them back so the next tick retries.
-            with self.node.read() as st:
-                for rid in chunk:
-                    run = st.runs.get(rid)
-                    if run is not None and run.state in (RunState.SCHEDULED, RunState.RETRYING):
-                        self.wheel.add(rid, run.due_ms)
+        if exc is None and self._deposed(fut.result()):
+            return
+        # Whatever did not fire (not committed, or refused: e.g. "not due yet" when this node's
+        # wall clock stepped back) goes back into the wheel, or it would never fire.  A paused
+        # job's runs wait for resume, which schedules them again.
+        with self.node.read() as st:
+            for rid in chunk:
+                run = st.runs.get(rid)
+                if run is None or run.state not in (RunState.SCHEDULED, RunState.RETRYING):
+                    continue
+                job = st.jobs.get(run.job_id)
+                if run.state is RunState.SCHEDULED and job is not None \
+                        and job.status is JobStatus.PAUSED:
+                    continue
+                self.wheel.add(rid, run.due_ms)
         self._wake.set()
 
     def _deposed(self, res: Result) -> bool:
