@@ -347,7 +347,7 @@ def fail(state: State, run_id: str, fence: int, error: str, retryable: bool, out
         return run
     spec = state.jobs[run.job_id].spec
     attempts = _end_attempt(run, now, how, error)
-    used = len(attempts) - run.attempt_base
+    used = run.attempts_used  # the attempt just ended counts (its length is unchanged)
     if retryable and used < spec.retry.max_attempts:
         due = now + backoff_ms(spec, used, rand)
         _move(state, run, Event.RETRY, now, events, attempts=attempts, due_ms=due, error=error)

@@ -62,11 +62,10 @@ class Leader:
         self.node = node
         self.node_id = node_id
         self.http_url = http_url
-        self.tick_s = tick_s
         self.on_deposed = on_deposed
         self.fence = 0
         self.ready = asyncio.Event()  # set once claimed and rebuilt
-        self.wheel = TimingWheel(clock.wall_ms())
+        self.wheel = TimingWheel(clock.wall_ms(), tick_ms=max(1, round(tick_s * 1000)))
         self.queues: dict[str, ReadyQueues] = {}  # queue name -> runs ready for a worker
         self.metrics = metrics or Metrics()
         self.caps = ConcurrencyCaps(caps or {})  # per-namespace limit on leases at once
@@ -75,7 +74,6 @@ class Leader:
         self.workers: dict[str, WorkerConn] = {}
         self._rebuilt_at = -1
         self._wake = asyncio.Event()
-        self._firing: set[str] = set()
         self._rr = 0
         self._to_heal: list[str] = []
 
@@ -208,12 +206,10 @@ class Leader:
         due = self.wheel.advance(now)
         for start in range(0, len(due), MAX_FIRE_PER_TICK):
             chunk = tuple(due[start : start + MAX_FIRE_PER_TICK])
-            self._firing.update(chunk)
             fut = self.node.submit_nowait(c.Fire(_rid(), now, self.fence, chunk))
             fut.add_done_callback(functools.partial(self._fired, chunk=chunk))
 
     def _fired(self, fut: asyncio.Future[Result], chunk: tuple[str, ...]) -> None:
-        self._firing.difference_update(chunk)
         if fut.cancelled():
             return
         exc = fut.exception()
