@@ -9,8 +9,9 @@ held as integer milliseconds (the attribute carries an ``_ms`` suffix, the TOML 
 :func:`load_config` collects every problem and raises one :class:`~schedd.errors.ConfigError`
 with one message per problem, each naming its key path (``raft.peers[1]: expected host:port,
 got "x"``).  Indexes in key paths are 0-based.  File checks that touch the disk (secret file,
-TLS files) are kept apart in :func:`check_files`, and the Raft secret is read by
-:func:`read_raft_secret`.  Relative paths are relative to the working directory.
+TLS files) are kept apart in :func:`check_files`, the Raft secret is read by
+:func:`read_raft_secret` and the TLS contexts are built by :func:`server_ssl_context` and
+:func:`peer_ssl_context`.  Relative paths are relative to the working directory.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import ipaddress
 import json
 import os
 import re
+import ssl
 import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
@@ -44,7 +46,9 @@ __all__ = [
     "is_wildcard_host",
     "join_hostport",
     "load_config",
+    "peer_ssl_context",
     "read_raft_secret",
+    "server_ssl_context",
     "split_hostport",
     "MIN_SECRET_BYTES",
 ]
@@ -369,6 +373,9 @@ class HttpConfig:
     advertise: str | None = _f(None, _optional(_url), "optional")
     tls_cert: str | None = _f(None, _optional(_path), "optional")
     tls_key: str | None = _f(None, _optional(_path), "optional")
+    #: CA certificate(s) trusted when this node calls another node's https API; None: the
+    #: system's trusted CAs
+    tls_ca: str | None = _f(None, _optional(_path), "optional")
     max_body: int = _f(MIB, _size(KIB, 1024 * MIB), "int")
 
 
@@ -789,9 +796,7 @@ def check_files(cfg: Config) -> list[str]:
         _, problem = _read_secret(cfg.raft.secret_file)
         if problem is not None:
             problems.append(problem)
-    for key, value in (("http.tls_cert", cfg.http.tls_cert), ("http.tls_key", cfg.http.tls_key)):
-        if value is not None and not Path(value).is_file():
-            problems.append(f"{key}: file {_show(value)} not found")
+    problems.extend(_tls_problems(cfg))
     data = cfg.data_path
     if data.exists() and not data.is_dir():
         problems.append(f"node.data_dir: {_show(str(data))} exists and is not a directory")
@@ -800,3 +805,112 @@ def check_files(cfg: Config) -> list[str]:
         key = "auth.tokens_file" if cfg.auth.tokens_file is not None else "node.data_dir"
         problems.append(f"{key}: {_show(str(tokens))} exists and is not a file")
     return problems
+
+
+# --------------------------------------------------------------------------------------------
+# TLS
+
+_PEM_CERT = b"-----BEGIN CERTIFICATE-----"
+_PEM_KEY = re.compile(rb"-----BEGIN (?:[A-Z]+ )?PRIVATE KEY-----")
+_PEM_ENCRYPTED = re.compile(rb"-----BEGIN ENCRYPTED PRIVATE KEY-----|Proc-Type: 4,ENCRYPTED")
+
+
+def _read_pem(key: str, path: str) -> tuple[bytes | None, str | None]:
+    where = f"{key}: {_show(path)}"
+    try:
+        return Path(path).read_bytes(), None
+    except FileNotFoundError:
+        return None, f"{key}: file {_show(path)} not found"
+    except IsADirectoryError:
+        return None, f"{where} is a directory, expected a PEM file"
+    except OSError as e:
+        return None, f"{where} cannot be read: {e.strerror or e}"
+
+
+def _no_password() -> bytes:
+    # never let OpenSSL prompt on the terminal for an encrypted key
+    raise ValueError("encrypted")
+
+
+def _server_context(cert: str, key: str) -> tuple[ssl.SSLContext | None, list[str]]:
+    cert_pem, cert_problem = _read_pem("http.tls_cert", cert)
+    key_pem, key_problem = _read_pem("http.tls_key", key)
+    problems = [p for p in (cert_problem, key_problem) if p is not None]
+    if cert_pem is not None and _PEM_CERT not in cert_pem:
+        problems.append(f"http.tls_cert: {_show(cert)} holds no PEM certificate "
+                        '(expected a "-----BEGIN CERTIFICATE-----" block)')
+    if key_pem is not None:
+        if _PEM_ENCRYPTED.search(key_pem):
+            problems.append(f"http.tls_key: {_show(key)} is encrypted; schedd needs an "
+                            "unencrypted key (keep the file mode 0600)")
+        elif not _PEM_KEY.search(key_pem):
+            problems.append(f"http.tls_key: {_show(key)} holds no PEM private key "
+                            '(expected a "-----BEGIN PRIVATE KEY-----" block)')
+    if problems:
+        return None, problems
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        ctx.load_cert_chain(cert, key, password=_no_password)
+    except (ssl.SSLError, ValueError) as e:
+        if "KEY_VALUES_MISMATCH" in str(e):
+            return None, [f"http.tls_key: {_show(key)} is not the private key of the "
+                          f"certificate in http.tls_cert ({_show(cert)})"]
+        return None, [f"http.tls_cert, http.tls_key: cannot load the certificate and key "
+                      f"({_show(cert)}, {_show(key)}): {e}"]
+    return ctx, []
+
+
+def _ca_context(path: str) -> tuple[ssl.SSLContext | None, str | None]:
+    pem, problem = _read_pem("http.tls_ca", path)
+    if pem is None:
+        return None, problem
+    if _PEM_CERT not in pem:
+        return None, (f"http.tls_ca: {_show(path)} holds no PEM certificate "
+                      '(expected a "-----BEGIN CERTIFICATE-----" block)')
+    try:
+        return ssl.create_default_context(cafile=path), None
+    except ssl.SSLError as e:
+        return None, f"http.tls_ca: cannot load the CA certificates in {_show(path)}: {e}"
+
+
+def _tls_problems(cfg: Config) -> list[str]:
+    h = cfg.http
+    problems: list[str] = []
+    if h.tls_cert is not None and h.tls_key is not None:
+        problems.extend(_server_context(h.tls_cert, h.tls_key)[1])
+    else:  # load_config already said that both are needed
+        for key, value in (("http.tls_cert", h.tls_cert), ("http.tls_key", h.tls_key)):
+            problem = None if value is None else _read_pem(key, value)[1]
+            if problem is not None:
+                problems.append(problem)
+    if h.tls_ca is not None:
+        problem = _ca_context(h.tls_ca)[1]
+        if problem is not None:
+            problems.append(problem)
+    return problems
+
+
+def server_ssl_context(cfg: Config) -> ssl.SSLContext | None:
+    """The TLS context the API serves with (``http.tls_cert`` + ``http.tls_key``), or ``None``
+    for plain http.  Raises :class:`ConfigError` naming the key when a file cannot be used."""
+    h = cfg.http
+    if h.tls_cert is None and h.tls_key is None:
+        return None
+    if h.tls_cert is None or h.tls_key is None:
+        raise ConfigError(["http.tls_cert, http.tls_key: set both or neither"])
+    ctx, problems = _server_context(h.tls_cert, h.tls_key)
+    if ctx is None:
+        raise ConfigError(problems)
+    return ctx
+
+
+def peer_ssl_context(cfg: Config) -> ssl.SSLContext | None:
+    """The TLS context for this node's calls to another node's API: ``http.tls_ca`` as the only
+    trusted CAs, or ``None`` for the system's trusted CAs.  Raises :class:`ConfigError`."""
+    if cfg.http.tls_ca is None:
+        return None
+    ctx, problem = _ca_context(cfg.http.tls_ca)
+    if ctx is None:
+        raise ConfigError([problem or f"http.tls_ca: cannot load {_show(cfg.http.tls_ca)}"])
+    return ctx

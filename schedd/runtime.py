@@ -15,7 +15,7 @@ from aiohttp import web
 from schedd import auth
 from schedd.aio import wait_event, within
 from schedd.api.app import make_app
-from schedd.config import Config, read_raft_secret
+from schedd.config import Config, peer_ssl_context, read_raft_secret, server_ssl_context
 from schedd.core.fairness import TokenBucket
 from schedd.core.state import LeaderEvent
 from schedd.errors import Unavailable, from_code
@@ -60,6 +60,10 @@ class Runtime:
             log_compaction_min_time=r.log_compaction_min_time_ms / 1000,
         )
         self._settings = settings
+        # https when http.tls_cert/tls_key are set (a ConfigError naming the key if unusable);
+        # calls to other nodes' https API trust http.tls_ca, else the system's trusted CAs
+        self._tls = server_ssl_context(config)
+        self._peer_ssl: ssl.SSLContext | bool = peer_ssl_context(config) or True
         self.node: RaftNode  # created in start(), on the loop's (main) thread
 
     # -- start / stop ------------------------------------------------------------------------
@@ -88,11 +92,7 @@ class Runtime:
                                      shutdown_timeout=self.config.scheduler.drain_time_ms / 2000)
         await self._runner.setup()
         host, port = self.config.http.listen.rsplit(":", 1)
-        ssl_ctx = None
-        if self.config.http.tls_cert:
-            ssl_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-            ssl_ctx.load_cert_chain(self.config.http.tls_cert, self.config.http.tls_key)
-        site = web.TCPSite(self._runner, host.strip("[]"), int(port), ssl_context=ssl_ctx,
+        site = web.TCPSite(self._runner, host.strip("[]"), int(port), ssl_context=self._tls,
                            reuse_address=True)
         await site.start()
         log_event(log, "node.started", node_id=self.config.node.id, http=self.config.advertise_url(),
@@ -250,12 +250,17 @@ class Runtime:
         headers = {"Authorization": request.headers.get("Authorization", "")}
         try:
             async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=3)) as s, \
-                    s.get(url + path, headers=headers) as resp:
+                    s.get(url + path, headers=headers, ssl=self._peer_ssl) as resp:
                 body = orjson.loads(await resp.read())
                 if resp.status != 200:
                     error = body.get("error", {}) if isinstance(body, dict) else {}
                     raise from_code(str(error.get("code", "unavailable")),
                                     f"the leader at {url} answered: {error.get('message', resp.status)}")
                 return body
+        except aiohttp.ClientConnectorCertificateError as exc:
+            raise Unavailable(f"cannot reach the leader at {url}: its TLS certificate was "
+                              f"refused ({exc.certificate_error}); set http.tls_ca on this node "
+                              f"to the CA that signed the nodes' certificates",
+                              retry_after=1) from None
         except (aiohttp.ClientError, TimeoutError, orjson.JSONDecodeError) as exc:
             raise Unavailable(f"cannot reach the leader at {url}: {exc}", retry_after=1) from None

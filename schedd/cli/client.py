@@ -15,6 +15,7 @@ from __future__ import annotations
 import http.client
 import secrets
 import socket
+import ssl
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -78,13 +79,16 @@ class Server:
 
 
 def parse_server(text: str) -> Server:
-    """``http://host:port``, ``https://host``, or a bare ``host:port`` (then http on 7700)."""
+    """``http://host:port``, ``https://host``, or a bare ``host:port`` (then http on 7700).
+    A worker's ``ws://``/``wss://`` URL means the same node over ``http``/``https``."""
     raw = text.strip()
     expected = f"--server: expected a URL like {DEFAULT_SERVER}, got {text!r}"
     if not raw:
         raise UsageError(expected)
     if "://" not in raw:
         raw = "http://" + raw
+    elif raw.lower().startswith(("ws://", "wss://")):
+        raw = "http" + raw[2:]  # ws:// → http://, wss:// → https://
     try:
         parts = urlsplit(raw)
         port = parts.port
@@ -98,6 +102,23 @@ def parse_server(text: str) -> Server:
     shown_host = f"[{host}]" if ":" in host else host
     base = parts.path.rstrip("/")
     return Server(parts.scheme, host, port, base, f"{parts.scheme}://{shown_host}:{port}{base}")
+
+
+def tls_context(cafile: str, option: str = "--cacert") -> ssl.SSLContext:
+    """A TLS context for https servers that trusts only the CA certificates in ``cafile``
+    (PEM).  A file that cannot be used is a :class:`UsageError` naming ``option``."""
+    try:
+        with open(cafile, "rb") as fh:
+            pem = fh.read()
+    except OSError as exc:
+        raise UsageError(f"{option}: cannot read {cafile!r}: {exc.strerror or exc}") from None
+    if b"-----BEGIN CERTIFICATE-----" not in pem:
+        raise UsageError(f"{option}: {cafile!r} holds no PEM certificate (expected the CA "
+                         f"certificate that signed the server's, \"-----BEGIN CERTIFICATE-----\")")
+    try:
+        return ssl.create_default_context(cafile=cafile)
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"{option}: cannot load the certificates in {cafile!r}: {exc}") from None
 
 
 @dataclass(frozen=True)
@@ -153,7 +174,32 @@ class _MaybeSent(Exception):
     pass
 
 
-def _describe(exc: BaseException, timeout: float, host: str) -> str:
+# A problem that carries its own advice (after "; ") replaces the generic "is schedd running?".
+_ADVICE = "; "
+_TLS_HINT = "pass --cacert FILE or set SCHEDD_CACERT to the CA that signed the server's certificate"
+_HOSTNAME_MISMATCH = (62, 64)  # X509_V_ERR_HOSTNAME_MISMATCH, X509_V_ERR_IP_ADDRESS_MISMATCH
+
+
+def _describe_tls(exc: ssl.SSLError, scheme: str) -> str:
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        why = exc.verify_message or exc.reason or "verification failed"
+        if exc.verify_code in _HOSTNAME_MISMATCH:
+            return (f"TLS certificate refused ({why}){_ADVICE}use a URL with a host name or "
+                    f"address that the server's certificate names")
+        return f"TLS certificate not trusted ({why}){_ADVICE}{_TLS_HINT}"
+    reason = exc.reason or str(exc)
+    if reason == "WRONG_VERSION_NUMBER" and scheme == "https":
+        return f"TLS handshake failed: the server does not speak TLS{_ADVICE}use an http:// URL"
+    return f"TLS handshake failed ({reason})"
+
+
+def _describe(exc: BaseException, timeout: float, host: str, scheme: str = "http") -> str:
+    if isinstance(exc, ssl.SSLError):
+        return _describe_tls(exc, scheme)
+    if scheme == "http" and isinstance(exc, http.client.RemoteDisconnected | ConnectionResetError):
+        # also what a TLS port does with a plain-http request
+        return (f"closed the connection without answering{_ADVICE}if it serves https, use an "
+                "https:// URL")
     if isinstance(exc, ConnectionRefusedError):
         return "connection refused"
     if isinstance(exc, TimeoutError | socket.timeout):
@@ -178,6 +224,8 @@ class Client:
     max_retries: int = MAX_RETRIES
     sleep: Callable[[float], None] = time.sleep
     clock: Callable[[], float] = time.monotonic
+    #: for https servers (see :func:`tls_context`); None: the system's trusted CAs
+    ssl_context: ssl.SSLContext | None = None
     _preferred: int = field(default=0, repr=False)
 
     def request(
@@ -256,20 +304,22 @@ class Client:
     ) -> Response:
         conn: http.client.HTTPConnection
         if server.scheme == "https":
-            conn = http.client.HTTPSConnection(server.host, server.port, timeout=self.timeout)
+            conn = http.client.HTTPSConnection(
+                server.host, server.port, timeout=self.timeout, context=self.ssl_context
+            )
         else:
             conn = http.client.HTTPConnection(server.host, server.port, timeout=self.timeout)
         try:
             try:
                 conn.connect()
             except OSError as exc:
-                raise _NotSent(_describe(exc, self.timeout, server.host)) from None
+                raise _NotSent(_describe(exc, self.timeout, server.host, server.scheme)) from None
             try:
                 conn.request(method, target, body=body, headers=headers)
                 resp = conn.getresponse()
                 data = resp.read()
             except (OSError, http.client.HTTPException) as exc:
-                raise _MaybeSent(_describe(exc, self.timeout, server.host)) from None
+                raise _MaybeSent(_describe(exc, self.timeout, server.host, server.scheme)) from None
             names = {k.lower(): v for k, v in resp.getheaders()}
             return Response(server, resp.status, resp.reason, names, data)
         finally:
@@ -292,8 +342,12 @@ def _unreachable_message(failures: list[_Failure]) -> str:
     from schedd.cli.render import clean
 
     if failures and all(f.connect for f in failures):
+        if len(failures) == 1 and _ADVICE in failures[0].problem:
+            return clean(f"cannot reach {failures[0].server.url}: {failures[0].problem}")
         where = ", ".join(f"{f.server.url} ({f.problem})" for f in failures)
         prefix = "cannot reach " if len(failures) == 1 else "cannot reach any server: "
+        if any(_ADVICE in f.problem for f in failures):
+            return f"{prefix}{clean(where)}"  # the problems say what to do
         return (
             f"{prefix}{clean(where)}; is schedd running? start one with `schedd` or pass --server"
         )

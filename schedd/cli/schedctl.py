@@ -1,6 +1,7 @@
 """``schedctl``: the command line for a schedd cluster.
 
-``schedctl [--server URL]... [--token T | --token-file PATH] [-o table|json] [--timeout S] COMMAND``
+``schedctl [--server URL]... [--token T | --token-file PATH] [-o table|json] [--timeout S]
+[--cacert FILE] COMMAND``
 
 Exit codes: 0 ok · 1 error from the server · 2 usage · 3 not found · 4 cluster unavailable.
 ``-o json`` prints exactly the bytes the API answered, followed by a newline.
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import ssl
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -30,6 +32,7 @@ from schedd.cli.client import (
     job_path,
     parse_server,
     run_path,
+    tls_context,
 )
 from schedd.core.durations import parse_duration, parse_time
 from schedd.errors import InvalidArgument
@@ -374,6 +377,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="per-request HTTP timeout (default 10)",
     )
+    parser.add_argument(
+        "--cacert",
+        metavar="FILE",
+        help="PEM file with the CA certificate(s) to trust for https servers instead of the "
+        "system's [env SCHEDD_CACERT]",
+    )
     common = _Parser(add_help=False)
     _connection_options(common, "_after")
     sub = parser.add_subparsers(
@@ -685,6 +694,8 @@ class Settings:
     token: str | None
     output: str
     timeout: float
+    #: the CAs of --cacert / SCHEDD_CACERT for https servers; None: the system's trusted CAs
+    ssl_context: ssl.SSLContext | None = None
 
 
 def _split(values: Sequence[str]) -> list[str]:
@@ -744,7 +755,12 @@ def resolve_settings(
             token = read_token_file(default)
         except (OSError, UnicodeDecodeError):
             token = None
-    return Settings(servers, token, output, args.http_timeout)
+    ssl_context = None
+    if getattr(args, "cacert", None):
+        ssl_context = tls_context(args.cacert, "--cacert")
+    elif env.get("SCHEDD_CACERT"):
+        ssl_context = tls_context(env["SCHEDD_CACERT"], "SCHEDD_CACERT")
+    return Settings(servers, token, output, args.http_timeout, ssl_context)
 
 
 # ---- running a command -----------------------------------------------------------------------
@@ -924,7 +940,9 @@ def run_command(args: argparse.Namespace, settings: Settings, out: IO[bytes], er
         _write(out, completion_script(build_parser(), args.shell))
         return EXIT_OK
     req = build_request(args)
-    client = Client(settings.servers, settings.token, settings.timeout)
+    client = Client(
+        settings.servers, settings.token, settings.timeout, ssl_context=settings.ssl_context
+    )
     if command == "list":
         _run_list(client, req, args.all, settings, out, err)
         return EXIT_OK

@@ -1,6 +1,7 @@
 """``schedd-worker``: run a worker from the shell.
 
     schedd-worker --server http://10.0.0.1:7700 --queue default --concurrency 8 --import my.tasks
+    schedd-worker --server https://10.0.0.1:7700 --cacert /etc/schedd/tls/ca.pem ...
 
 Exit codes: 0 after a clean drain · 2 usage (bad flag, unreadable token file, module that
 cannot be imported).
@@ -13,6 +14,7 @@ import importlib
 import ipaddress
 import logging
 import os
+import ssl
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -20,7 +22,7 @@ from urllib.parse import urlsplit
 
 from schedd.cli.schedctl import DEFAULT_TOKENS_FILE, read_token_file
 from schedd.worker import Worker
-from schedd.worker.client import normalise_server
+from schedd.worker.client import normalise_server, tls_context
 
 DEFAULT_SERVER = "http://127.0.0.1:7700"
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -50,8 +52,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="schedd-worker",
         description="Run a schedd worker: connect to the cluster, take leases, run handlers.",
-        epilog="Environment: SCHEDD_SERVER (comma-separated URLs), SCHEDD_TOKEN. With no token "
-        "and only local servers, the admin token of a local `schedd` in ./.schedd/tokens.toml "
+        epilog="Environment: SCHEDD_SERVER (comma-separated URLs), SCHEDD_TOKEN, "
+        "SCHEDD_CACERT. With no token and only local servers, the admin token of a local `schedd` in ./.schedd/tokens.toml "
         "is used.",
     )
     p.add_argument(
@@ -66,6 +68,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--token-file",
         metavar="PATH",
         help="file holding the token (or a tokens.toml: its first admin token)",
+    )
+    p.add_argument(
+        "--cacert",
+        metavar="FILE",
+        help="PEM file with the CA certificate(s) to trust for https/wss servers instead of "
+        "the system's (default $SCHEDD_CACERT)",
     )
     p.add_argument(
         "--queue",
@@ -147,12 +155,25 @@ def _token(
     return value or None
 
 
+def _tls(parser: argparse.ArgumentParser, flag: str | None) -> ssl.SSLContext | None:
+    """--cacert, else $SCHEDD_CACERT: the CAs trusted for https/wss servers (None: the
+    system's)."""
+    cafile, what = (flag, "--cacert") if flag else (os.environ.get("SCHEDD_CACERT"), "SCHEDD_CACERT")
+    if not cafile:
+        return None
+    try:
+        return tls_context(cafile, what)
+    except ValueError as exc:
+        parser.error(str(exc))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
         servers = _servers(args.server)
         token = _token(parser, args, servers)
+        ssl_context = _tls(parser, args.cacert)
         if os.getcwd() not in sys.path:
             sys.path.insert(0, os.getcwd())  # `--import my.tasks` from the project directory
         for name in args.imports:
@@ -177,6 +198,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             worker_id=args.worker_id,
             allow_shell=args.allow_shell,
             drain_timeout=args.drain_timeout,
+            ssl_context=ssl_context,
         )
     except ValueError as exc:
         sys.stderr.write(f"{parser.prog}: error: {exc}\n")

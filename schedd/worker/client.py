@@ -18,6 +18,7 @@ import random
 import secrets
 import signal
 import socket
+import ssl
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -94,6 +95,20 @@ def normalise_server(url: str) -> str:
     return text
 
 
+def tls_context(cafile: str | os.PathLike[str], what: str = "cafile") -> ssl.SSLContext:
+    """A TLS context trusting only the CA certificates in ``cafile`` (PEM); ``ValueError``
+    naming ``what`` when the file cannot be used."""
+    try:
+        with open(cafile, "rb") as fh:
+            pem = fh.read()
+        if b"-----BEGIN CERTIFICATE-----" not in pem:
+            raise ValueError(f"{what}: {os.fspath(cafile)!r} holds no PEM certificate")
+        return ssl.create_default_context(cafile=cafile)
+    except OSError as exc:  # ssl.SSLError too
+        reason = getattr(exc, "reason", None) or exc.strerror or exc
+        raise ValueError(f"{what}: cannot load {os.fspath(cafile)!r}: {reason}") from None
+
+
 def describe(exc: BaseException) -> str:
     """``"Type: message"`` (or just ``"Type"``), bounded."""
     text = str(exc)
@@ -132,6 +147,8 @@ class Worker:
         registry: Registry | None = None,
         allow_shell: bool = False,
         drain_timeout: float = 30.0,
+        cafile: str | os.PathLike[str] | None = None,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         raw = [servers] if isinstance(servers, str) else list(servers)
         self.servers = [normalise_server(s) for s in raw if s.strip()]
@@ -156,6 +173,12 @@ class Worker:
         self.registry = default_registry if registry is None else registry
         self.allow_shell = allow_shell
         self.drain_timeout = drain_timeout
+        # https/wss: the CAs in cafile, or ssl_context as given, or the system's trusted CAs
+        if cafile is not None and ssl_context is not None:
+            raise ValueError("cafile, ssl_context: pass one or the other")
+        self._ssl: ssl.SSLContext | bool = (
+            tls_context(cafile) if cafile is not None else ssl_context or True
+        )
         self._builtins = builtin_handlers(allow_shell)
         self._held: dict[str, _Held] = {}
         self._ws: WebSocket[bool] | None = None  # set between welcome and the socket's end
@@ -361,7 +384,8 @@ class Worker:
         headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
         try:
             async with session.ws_connect(
-                url, headers=headers, heartbeat=WS_PING, max_msg_size=MAX_FRAME_BYTES * 4
+                url, headers=headers, heartbeat=WS_PING, max_msg_size=MAX_FRAME_BYTES * 4,
+                ssl=self._ssl,
             ) as ws:
                 return await self._converse(ws, target)
         except aiohttp.WSServerHandshakeError as exc:
@@ -372,6 +396,14 @@ class Worker:
                 target,
                 exc.status,
                 "(check the worker token)" if exc.status in (401, 403) else exc.message,
+            )
+        except aiohttp.ClientConnectorCertificateError as exc:
+            log.log(
+                logging.ERROR if self._loud() else logging.DEBUG,
+                "worker.connect_failed server=%s TLS certificate refused: %s (pass cafile= / "
+                "--cacert / SCHEDD_CACERT with the CA that signed the server's certificate)",
+                target,
+                exc.certificate_error,
             )
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:
             log.log(
