@@ -305,7 +305,8 @@ class Leader:
                     task=spec.task, payload=spec.payload, scheduled_at=format_time(run.scheduled_ms) or "",
                     deadline=format_time(attempt.deadline_ms), idempotency_key=spec.idempotency_key,
                 ))
-                log_event(log, "run.leased", run_id=run_id, fence=attempt.fence, worker_id=wid)
+                log_event(log, "run.leased", logging.DEBUG, run_id=run_id, fence=attempt.fence,
+                          worker_id=wid)
 
     def _requeue(self, run_ids: list[str]) -> None:
         for rid in run_ids:
@@ -403,8 +404,9 @@ class Leader:
         self.metrics.results.labels("true" if isinstance(res, Ok) else "false").inc()
         if isinstance(res, Ok):
             conn.send(m.Ack(run_id=msg.run_id, accepted=True))
-            log_event(log, "run.finished", run_id=msg.run_id, fence=msg.fence,
-                      outcome="succeeded" if isinstance(msg, m.Complete) else "failed")
+            ok = isinstance(msg, m.Complete)
+            log_event(log, "run.finished", logging.DEBUG if ok else logging.INFO,
+                      run_id=msg.run_id, fence=msg.fence, outcome="succeeded" if ok else "failed")
         else:
             self._deposed(res)
             conn.send(m.Ack(run_id=msg.run_id, accepted=False, reason=res.message))

@@ -6,6 +6,8 @@
   bridged back into futures with ``call_soon_threadsafe`` (raft-notes #5, #13).
 * The replicated state is built before the tick thread starts (a ``SyncObjConsumer``), and reads
   from the event loop take the same lock as apply (raft-notes #9, #13).
+* The leader watches each follower's match index and recovers a stalled one (raft-notes #6,
+  issue 4; see :meth:`RaftNode._watch_followers`).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, SyncObjConsumer, replicated
+from pysyncobj.pipe_notifier import PipeNotifier
 
 from schedd import clock
 from schedd.aio import within
@@ -28,12 +31,15 @@ from schedd.core import commands as c
 from schedd.core.apply import apply_entry
 from schedd.core.state import LeaderEvent, Rejected, Result, State
 from schedd.errors import ResourceExhausted, SchedError, Unavailable
+from schedd.logs import log_event
 from schedd.raft.journal import durable_journal
 
 log = logging.getLogger(__name__)
 
 MAX_COMMANDS_PER_ENTRY = 2000
 MAX_PENDING = 200_000
+FOLLOWER_CHECK_PERIOD = 0.5  # seconds between two looks at the followers' match indexes
+FOLLOWER_STALL_MAX_BACKOFF = 60.0  # longest wait between two recoveries of one stalled follower
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +55,10 @@ class RaftSettings:
     leader_fallback_timeout: float = 1.5
     log_compaction_min_entries: int = 5000
     log_compaction_min_time: float = 60.0
+    #: a connected follower whose match index has not moved for this long while it is behind
+    #: the commit index is stalled; more than pysyncobj's connectionTimeout (3.5 s), so that a
+    #: follower that merely stopped (its connection is dropped by then) never counts
+    follower_stall_timeout: float = 5.0
 
 
 class Hooks:
@@ -85,6 +95,17 @@ class _StateMachine(SyncObjConsumer):  # type: ignore[misc]
         with self.lock:
             super()._deserialize(data)
         self.hooks.on_reset()
+
+
+@dataclass(slots=True)
+class _FollowerProgress:
+    """What the leader saw of one follower (tick thread only)."""
+
+    match: int
+    since: float  # when the match index last moved, or the follower (re)connected or caught up
+    stalled: bool = False
+    next_recovery: float = 0.0
+    backoff: float = 0.0
 
 
 _FAIL_MESSAGES = {
@@ -133,6 +154,18 @@ class RaftNode:
         self._on_tick: queue.SimpleQueue[Callable[[], object]] = queue.SimpleQueue()
         self._snapshot_started: float | None = None
         self.last_snapshot_duration: float | None = None
+        # Low-latency commits (issue 5, S1c): with appendEntriesUseBatch pysyncobj picks a command
+        # up only when its poll times out (autoTickPeriod) and replicates it only at the next
+        # appendEntriesPeriod.  A pipe wakes the tick thread when commands are queued, and new
+        # entries are sent at once when no append is in flight to any follower (see
+        # _fast_append); under load appends are still batched, one round trip at a time.
+        self._woken = threading.Event()  # set while a wake-up is in the pipe
+        self._waker = PipeNotifier(self._obj._poller, callback=self._woken.clear)
+        self._followers: dict[str, _FollowerProgress] = {}  # tick thread only
+        self._followers_checked = 0.0
+        self._stall_recoveries: dict[str, int] = {}  # per peer, for the life of the process
+        # Read from other threads: a new dict is published on every change, never mutated.
+        self._stall_view: dict[str, int] = self._stall_fields()
         self._obj.addOnTickCallback(self._run_on_tick)
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -153,7 +186,12 @@ class RaftNode:
             yield self._sm.state
 
     def status(self) -> dict[str, Any]:
-        return dict(self._obj.getStatus())
+        """pysyncobj's status, plus per peer ``follower_stalled_server_<peer>`` (1 while this
+        leader sees it stalled) and ``follower_stall_recoveries_server_<peer>`` (recoveries
+        started since this process began)."""
+        status = dict(self._obj.getStatus())
+        status.update(self._stall_view)
+        return status
 
     @property
     def is_leader(self) -> bool:
@@ -206,8 +244,90 @@ class RaftNode:
         thread-safe, so the request runs on the tick thread."""
         self._on_tick.put(self._obj.transferLeadership)
 
+    # -- stalled followers (raft-notes #6) ------------------------------------------------------
+    def _watch_followers(self) -> None:  # tick thread
+        """Find a follower whose replication is stalled and recover it with a snapshot.
+
+        pysyncobj 0.3.17 can live-lock a follower: after a leader pause, the old leader comes
+        back with a tail of entries it never sent (``F`` = its last index) while the new
+        leader's ``nextIndex`` for it ran ahead.  It answers "no such prevLogIdx" with ``reset,
+        next = F + 1``; the probe at ``F`` fails on the term (``reset, next = F``), but every
+        append_entries the leader pipelined behind the probe is answered ``reset, next =
+        F + 1`` again, and the leader takes whichever answer came last.  ``nextIndex`` never
+        reaches the common prefix, ``matchIndex`` stays where it was, the connection looks
+        healthy and the follower's election timer is fed -- until the leader's log compaction
+        moves its log start past ``F`` and the follower is sent a snapshot instead.
+
+        So: a follower that is connected, behind the commit index and whose match index has not
+        moved for ``follower_stall_timeout`` seconds is stalled; it is logged, exposed in
+        :meth:`status`, and the leader compacts its log now (``forceLogCompaction``), which
+        sends the follower the snapshot at once instead of at the next scheduled compaction.
+        Repeated (with a doubling wait up to a minute) while the stall lasts.  A snapshot only
+        holds applied (committed) entries, so installing it on a follower is always safe.
+        """
+        now = clock.mono()
+        if now - self._followers_checked < FOLLOWER_CHECK_PERIOD:
+            return
+        self._followers_checked = now
+        if not self._obj._isLeader():
+            if self._followers:
+                self._followers.clear()
+                self._publish_stalls()
+            return
+        status = self._obj.getStatus()
+        commit = int(self._obj.raftCommitIndex)
+        timeout = self.settings.follower_stall_timeout
+        changed = False
+        for peer in self.settings.peers:
+            raw = status.get(f"match_idx_server_{peer}")
+            connected = status.get(f"partner_node_status_server_{peer}") == 2
+            match = None if raw is None else int(raw)
+            seen = self._followers.get(peer)
+            if match is None or not connected or match >= commit or seen is None \
+                    or match != seen.match:
+                if seen is not None and seen.stalled:
+                    changed = True
+                    log_event(log, "raft.follower_recovered", logging.WARNING, peer=peer,
+                              match_index=match, commit_index=commit, connected=connected,
+                              stalled_for=round(now - seen.since, 1))
+                self._followers[peer] = _FollowerProgress(match or 0, now)
+                continue
+            stalled_for = now - seen.since
+            if stalled_for < timeout or now < seen.next_recovery:
+                continue
+            seen.stalled = True
+            seen.backoff = min(FOLLOWER_STALL_MAX_BACKOFF, max(timeout, 2 * seen.backoff))
+            seen.next_recovery = now + seen.backoff
+            self._stall_recoveries[peer] = self._stall_recoveries.get(peer, 0) + 1
+            changed = True
+            log_event(log, "raft.follower_stalled", logging.WARNING, peer=peer,
+                      match_index=match, commit_index=commit,
+                      next_index=status.get(f"next_node_idx_server_{peer}"),
+                      stalled_for=round(stalled_for, 1),
+                      recovery="compacting the log now, so the follower is sent a snapshot",
+                      recoveries=self._stall_recoveries[peer], next_attempt_in=seen.backoff)
+            self._obj.forceLogCompaction()
+        if changed:
+            self._publish_stalls()
+
+    def _stall_fields(self) -> dict[str, int]:
+        fields: dict[str, int] = {}
+        for peer in self.settings.peers:
+            seen = self._followers.get(peer)
+            fields[f"follower_stalled_server_{peer}"] = int(seen is not None and seen.stalled)
+            fields[f"follower_stall_recoveries_server_{peer}"] = self._stall_recoveries.get(peer, 0)
+        return fields
+
+    def _publish_stalls(self) -> None:  # tick thread
+        self._stall_view = self._stall_fields()
+
     def _run_on_tick(self) -> None:  # tick thread
+        self._fast_append()
         self._time_snapshot()
+        try:
+            self._watch_followers()
+        except Exception:  # noqa: BLE001 - never break the tick thread
+            log.exception("follower watch failed")
         while True:
             try:
                 action = self._on_tick.get_nowait()
@@ -217,6 +337,38 @@ class RaftNode:
                 action()
             except Exception:  # noqa: BLE001 - never break the tick thread
                 log.exception("tick action failed")
+
+    def _fast_append(self) -> None:  # tick thread
+        """Send new log entries now instead of at the next append period, when every connected
+        follower has acknowledged everything sent to it (one append in flight per follower at
+        most, so pysyncobj never resends entries a follower already holds)."""
+        obj = self._obj
+        if not obj._isLeader():
+            return
+        cur = obj._SyncObj__getCurrentLogIndex()
+        nxt = obj._SyncObj__raftNextIndex
+        match = obj._SyncObj__raftMatchIndex
+        connected = obj._SyncObj__connectedNodes
+        behind = False
+        for node in obj._SyncObj__otherNodes:
+            if node not in connected:
+                continue
+            if match.get(node, 0) + 1 < nxt.get(node, 0):
+                return  # an append to this follower is still in flight
+            if nxt.get(node, 0) <= cur:
+                behind = True
+        if behind:
+            obj._SyncObj__newAppendEntriesTime = 0
+            self._wake()
+
+    def _wake(self) -> None:
+        """Make the tick thread's poll return now (any thread)."""
+        if not self._woken.is_set():
+            self._woken.set()
+            try:
+                self._waker.notify()
+            except BlockingIOError:  # the pipe is full: the tick thread is awake anyway
+                pass
 
     # -- writes ------------------------------------------------------------------------------
     def submit_nowait(self, cmd: c.Command) -> asyncio.Future[Result]:
@@ -251,6 +403,7 @@ class RaftNode:
             blob = c.encode_entry([cmd for cmd, _ in chunk])
             futures = [fut for _, fut in chunk]
             self._sm.apply_entry(blob, callback=self._make_callback(futures))
+        self._wake()
 
     def _make_callback(self, futures: list[asyncio.Future[Result]]) -> Callable[[Any, int], None]:
         loop = self._loop

@@ -563,7 +563,7 @@ class Worker:
             held.outcome = Fail(lease.run_id, lease.fence, why, retryable=True)
             await self._send_outcome(held)
             return
-        log.info(
+        log.debug(
             "worker.lease run_id=%s task=%s attempt=%d fence=%d",
             lease.run_id,
             lease.task,
@@ -623,7 +623,8 @@ class Worker:
         if self._held.get(held.lease.run_id) is not held:
             return  # cancelled or replaced meanwhile
         held.outcome = outcome
-        log.info(
+        log.log(
+            logging.INFO if isinstance(outcome, Fail) else logging.DEBUG,
             "worker.finished run_id=%s outcome=%s%s",
             held.lease.run_id,
             outcome.TYPE,
