@@ -4,12 +4,10 @@ total (a bad command is a :class:`Rejected` value; nothing escapes into Raft).
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from schedd.core import commands as c
 from schedd.core import runs as R
 from schedd.core.graph import find_cycle, format_cycle
-from schedd.core.model import Job, JobSpec, JobStatus
+from schedd.core.model import Job, JobSpec, JobStatus, evolve
 from schedd.core.state import (
     STALE_LEADER,
     LeaderEvent,
@@ -168,7 +166,7 @@ def _cancel_job(state: State, cmd: c.CancelJob, events: list[LeaderEvent]) -> Re
         return Rejected("not_found", f"no job with id {cmd.job_id}", "id")
     if job.status in (JobStatus.CANCELLED, JobStatus.DONE) and not state.unfinished.get(job.id):
         return Ok(job)
-    state.jobs[job.id] = replace(job, status=JobStatus.CANCELLED, updated_ms=cmd.now,
+    state.jobs[job.id] = evolve(job, status=JobStatus.CANCELLED, updated_ms=cmd.now,
                                  next_run_at_ms=None, next_run_id=None)
     for run in state.unfinished_runs(job.id):
         R.cancel_run(state, run.id, cmd.now, "job cancelled", events)
@@ -187,9 +185,9 @@ def _update_job(state: State, cmd: c.UpdateJob, events: list[LeaderEvent]) -> Re
             return problem
         job = state.jobs[job.id]
     if cmd.paused is True and job.status is JobStatus.ACTIVE:
-        state.jobs[job.id] = replace(job, status=JobStatus.PAUSED, updated_ms=cmd.now)
+        state.jobs[job.id] = evolve(job, status=JobStatus.PAUSED, updated_ms=cmd.now)
     elif cmd.paused is False and job.status is JobStatus.PAUSED:
-        state.jobs[job.id] = replace(job, status=JobStatus.ACTIVE, updated_ms=cmd.now)
+        state.jobs[job.id] = evolve(job, status=JobStatus.ACTIVE, updated_ms=cmd.now)
         R.resume(state, state.jobs[job.id], cmd.now, events)
     return Ok(state.jobs[job.id])
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Any, TypeVar
 
 JSON = Any  # a JSON value: dict, list, str, int, float, bool or None
 
@@ -202,3 +202,32 @@ class Run:
 
 def run_id_for(job_id: str, scheduled_ms: int) -> str:
     return f"{job_id}@{scheduled_ms}"
+
+
+_T = TypeVar("_T")
+_MISSING: Any = object()
+_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def evolve(obj: _T, /, **changes: Any) -> _T:
+    """``dataclasses.replace`` for the frozen, slotted records here, about twice as fast (it is
+    on every run transition that ``apply`` makes).  No ``__post_init__`` or ``init=False`` field
+    exists on them; an unknown field name raises ``TypeError`` like ``replace`` does."""
+    cls = type(obj)
+    names = _FIELDS.get(cls)
+    if names is None:
+        names = _FIELDS[cls] = tuple(cls.__dataclass_fields__)  # type: ignore[attr-defined]
+    new = object.__new__(cls)
+    found = 0
+    for name in names:
+        value = changes.get(name, _MISSING)
+        if value is _MISSING:
+            value = getattr(obj, name)
+        else:
+            found += 1
+        object.__setattr__(new, name, value)
+    if found != len(changes):
+        unknown = sorted(set(changes) - set(names))
+        raise TypeError(f"{cls.__name__} has no field(s) {', '.join(unknown)}")
+    return new
+

@@ -21,8 +21,6 @@ to users, in one place:
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from schedd.core.lifecycle import BadTransition, Event, next_state
 from schedd.core.model import (
     TERMINAL_RUN_STATES,
@@ -36,6 +34,7 @@ from schedd.core.model import (
     Run,
     RunState,
     ScheduleKind,
+    evolve,
     run_id_for,
 )
 from schedd.core.recurrence import (
@@ -101,7 +100,7 @@ def _move(state: State, run: Run, event: Event, now: int, events: list[LeaderEve
     target = next_state(run.state, event)
     if isinstance(target, BadTransition):
         return Rejected("conflict", f"run {run.id}: {target.message}")
-    moved = replace(run, state=target, updated_ms=now, **changes)  # type: ignore[arg-type]
+    moved = evolve(run, state=target, updated_ms=now, **changes)
     _store(state, moved, events)
     if target in TERMINAL_RUN_STATES:
         settle(state, moved, now, events)
@@ -121,7 +120,7 @@ def _new_run(state: State, job: Job, scheduled_ms: int, due_ms: int, now: int,
     run = Run(id=run_id, job_id=job.id, namespace=job.spec.namespace, scheduled_ms=scheduled_ms,
               due_ms=due_ms, state=run_state, created_ms=now, updated_ms=now, origin=origin,
               reason=reason)
-    state.jobs[job.id] = replace(state.jobs[job.id], last_run_id=run.id, updated_ms=now)
+    state.jobs[job.id] = evolve(state.jobs[job.id], last_run_id=run.id, updated_ms=now)
     return _store(state, run, events, new=True)
 
 
@@ -134,7 +133,7 @@ def schedule_first(state: State, job: Job, now: int, events: list[LeaderEvent]) 
         return
     first = job.spec.schedule.at_ms if job.spec.schedule.at_ms is not None else now
     run = _new_run(state, job, first, first, now, events)
-    state.jobs[job.id] = replace(state.jobs[job.id], next_run_at_ms=first, next_run_id=run.id)
+    state.jobs[job.id] = evolve(state.jobs[job.id], next_run_at_ms=first, next_run_id=run.id)
 
 
 def materialize_next(state: State, job_id: str, after_ms: int, now: int,
@@ -146,10 +145,10 @@ def materialize_next(state: State, job_id: str, after_ms: int, now: int,
     for _ in range(MAX_SKIPPED_PER_STEP):
         occ = next_occurrence(rec, after_ms, job_id)
         if occ is None:
-            state.jobs[job_id] = replace(state.jobs[job_id], next_run_id=None,
+            state.jobs[job_id] = evolve(state.jobs[job_id], next_run_id=None,
                                          next_run_at_ms=None, updated_ms=now)
             if job.status is JobStatus.ACTIVE:
-                state.jobs[job_id] = replace(state.jobs[job_id], status=JobStatus.DONE)
+                state.jobs[job_id] = evolve(state.jobs[job_id], status=JobStatus.DONE)
             return None
         if occ.skipped is not None:
             _new_run(state, job, occ.scheduled_ms, occ.scheduled_ms, now, events,
@@ -160,7 +159,7 @@ def materialize_next(state: State, job_id: str, after_ms: int, now: int,
             after_ms = occ.scheduled_ms
             continue
         run = _new_run(state, job, occ.scheduled_ms, occ.due_ms, now, events)
-        state.jobs[job_id] = replace(state.jobs[job_id], next_run_id=run.id,
+        state.jobs[job_id] = evolve(state.jobs[job_id], next_run_id=run.id,
                                      next_run_at_ms=occ.due_ms)
         return run
     return None
@@ -296,7 +295,7 @@ def lease(state: State, run_id: str, worker_id: str, now: int, fence: int,
     timeout = state.jobs[run.job_id].spec.timeout_ms
     attempt = Attempt(number=len(run.attempts) + 1, fence=fence, worker_id=worker_id,
                       leased_ms=now, deadline_ms=now + timeout if timeout else None)
-    put_run(state, replace(run, state=target, updated_ms=now, attempts=run.attempts + (attempt,)))
+    put_run(state, evolve(run, state=target, updated_ms=now, attempts=run.attempts + (attempt,)))
     events.append(("leased", run_id))
     return Ok(attempt)
 
@@ -323,7 +322,7 @@ def _running(state: State, run_id: str, fence: int, outcome: str) -> Run | Resul
 
 def _end_attempt(run: Run, now: int, outcome: AttemptOutcome, error: str | None) -> tuple[Attempt, ...]:
     assert run.current is not None
-    return run.attempts[:-1] + (replace(run.current, ended_ms=now, outcome=outcome, error=error),)
+    return run.attempts[:-1] + (evolve(run.current, ended_ms=now, outcome=outcome, error=error),)
 
 
 def complete(state: State, run_id: str, fence: int, result: object, now: int,
@@ -352,7 +351,7 @@ def fail(state: State, run_id: str, fence: int, error: str, retryable: bool, out
         due = now + backoff_ms(spec, used, rand)
         _move(state, run, Event.RETRY, now, events, attempts=attempts, due_ms=due, error=error)
         if state.jobs[run.job_id].next_run_id == run.id:
-            state.jobs[run.job_id] = replace(state.jobs[run.job_id], next_run_at_ms=due)
+            state.jobs[run.job_id] = evolve(state.jobs[run.job_id], next_run_at_ms=due)
         return Ok(run_id)
     state.dlq[run_id] = None
     _move(state, run, Event.GIVE_UP, now, events, attempts=attempts, error=error)
@@ -393,7 +392,7 @@ def replay(state: State, run_id: str, now: int, events: list[LeaderEvent]) -> Re
     del state.dlq[run_id]
     job = state.jobs[run.job_id]
     if job.status is JobStatus.DONE:
-        state.jobs[job.id] = replace(job, status=JobStatus.ACTIVE, updated_ms=now)
+        state.jobs[job.id] = evolve(job, status=JobStatus.ACTIVE, updated_ms=now)
     moved = _move(state, run, Event.REPLAY, now, events, attempt_base=len(run.attempts),
                   error=None)
     return moved if isinstance(moved, Rejected) else Ok(state.runs[run_id])
@@ -408,15 +407,15 @@ def change_spec(state: State, job: Job, spec: JobSpec, now: int,
         if first is None or first.state not in (RunState.SCHEDULED, RunState.BLOCKED):
             return Rejected("conflict", f"job {job.id}: its run already started; an update "
                             "applies only to runs not yet started")
-    state.jobs[job.id] = replace(job, spec=spec, updated_ms=now)
+    state.jobs[job.id] = evolve(job, spec=spec, updated_ms=now)
     if spec.schedule == job.spec.schedule:
         return None
     pending = state.runs.get(job.next_run_id) if job.next_run_id else None
     if pending is not None and pending.state in (RunState.SCHEDULED, RunState.BLOCKED):
         cancel_run(state, pending.id, now, "rescheduled", events)
-    state.jobs[job.id] = replace(state.jobs[job.id], next_run_id=None, next_run_at_ms=None)
+    state.jobs[job.id] = evolve(state.jobs[job.id], next_run_id=None, next_run_at_ms=None)
     if is_recurring(spec):
-        state.jobs[job.id] = replace(state.jobs[job.id], anchor_ms=now)  # re-anchor `every`
+        state.jobs[job.id] = evolve(state.jobs[job.id], anchor_ms=now)  # re-anchor `every`
         materialize_next(state, job.id, now, now, events)
     else:
         schedule_first(state, state.jobs[job.id], now, events)
@@ -448,7 +447,7 @@ def settle(state: State, run: Run, now: int, events: list[LeaderEvent]) -> None:
         job = state.jobs[finished.job_id]
         if not is_recurring(job.spec) and job.status is JobStatus.ACTIVE \
                 and not state.unfinished.get(job.id):
-            state.jobs[job.id] = replace(job, status=JobStatus.DONE, updated_ms=now,
+            state.jobs[job.id] = evolve(job, status=JobStatus.DONE, updated_ms=now,
                                          next_run_at_ms=None)
         unfinished = state.unfinished_runs(job.id)
         if not any(r.state in ACTIVE_STATES for r in unfinished):
@@ -466,7 +465,7 @@ def settle(state: State, run: Run, now: int, events: list[LeaderEvent]) -> None:
                 if status == "ok":
                     _unblock(state, r, now, events)
                 elif status == "failed":
-                    skipped = replace(r, state=RunState.SKIPPED, updated_ms=now,
+                    skipped = evolve(r, state=RunState.SKIPPED, updated_ms=now,
                                       reason="upstream_failed")
                     _store(state, skipped, events)
                     work.append(skipped)
@@ -475,4 +474,4 @@ def settle(state: State, run: Run, now: int, events: list[LeaderEvent]) -> None:
 def _unblock(state: State, run: Run, now: int, events: list[LeaderEvent]) -> None:
     target = next_state(run.state, Event.UNBLOCK)
     if not isinstance(target, BadTransition):
-        _store(state, replace(run, state=target, updated_ms=now, reason=None), events)
+        _store(state, evolve(run, state=target, updated_ms=now, reason=None), events)

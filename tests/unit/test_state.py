@@ -264,3 +264,32 @@ def test_leader_commands_are_not_kept_in_the_dedup_table() -> None:
     h.submit()
     h.one(c.Fire("fire-1", T0, lf, (f"J1@{T0}",)))
     assert "fire-1" not in h.state.recent and len(h.state.recent) == 1  # only the submit
+
+
+# -- evolve: the fast dataclasses.replace used by apply ----------------------------------------
+
+def test_evolve_matches_dataclasses_replace_on_every_record() -> None:
+    import dataclasses
+
+    from schedd.core.model import Attempt, Run, RunState, evolve
+
+    run = Run(id="j@1", job_id="j", namespace="default", scheduled_ms=1, due_ms=2,
+              state=RunState.SCHEDULED, created_ms=1, updated_ms=1)
+    for changes in ({}, {"state": RunState.QUEUED, "updated_ms": 5}, {"reason": "x", "due_ms": 9}):
+        got = evolve(run, **changes)
+        assert got == dataclasses.replace(run, **changes)  # type: ignore[arg-type]
+        assert got is not run
+    att = Attempt(number=1, fence=7, worker_id="w", leased_ms=3)
+    assert evolve(att, ended_ms=4) == dataclasses.replace(att, ended_ms=4)
+    assert run.state is RunState.SCHEDULED  # the original is untouched
+
+
+def test_evolve_refuses_an_unknown_field() -> None:
+    import pytest
+
+    from schedd.core.model import Run, RunState, evolve
+
+    run = Run(id="j@1", job_id="j", namespace="default", scheduled_ms=1, due_ms=2,
+              state=RunState.SCHEDULED, created_ms=1, updated_ms=1)
+    with pytest.raises(TypeError, match="no field"):
+        evolve(run, stat=RunState.QUEUED)
