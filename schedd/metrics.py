@@ -6,13 +6,14 @@ Each node has its own registry.  Two kinds of metric:
   on the leader), leases lost;
 * collected at scrape time from the replicated state and the Raft node: runs by state, skipped
   runs by reason, attempts by outcome, dead-letter depth, queue depth, workers and leases in
-  flight (leader only), Raft role, term, commit and applied index, each follower's lag.
+  flight (leader only), Raft role, term, commit and applied index, each follower's lag, stalled
+  followers and their recoveries.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -80,15 +81,7 @@ class _StateCollector(Collector):
             yield GaugeMetricFamily("schedd_raft_snapshot_age_seconds",
                                     "Seconds since this node last wrote its Raft snapshot.",
                                     value=age)
-        if role == "leader":
-            lag = GaugeMetricFamily("schedd_raft_follower_lag_entries",
-                                    "Entries a follower's log is behind the leader's commit index.",
-                                    labels=["peer"])
-            for peer in rt.config.raft.peers:
-                match = status.get(f"match_idx_server_{peer}")
-                if match is not None:
-                    lag.add_metric([peer], float(max(0, node.commit_index - int(match))))
-            yield lag
+        yield from self._followers(status, leader=role == "leader")
         with node.read() as st:
             counts = dict(st.counts)
             dlq = len(st.dlq)
@@ -127,3 +120,33 @@ class _StateCollector(Collector):
                                     value=len(leader.leases))
             yield GaugeMetricFamily("schedd_wheel_pending", "Runs waiting in the timing wheel.",
                                     value=len(leader.wheel))
+
+    def _followers(
+        self, status: dict[str, Any], *, leader: bool
+    ) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        rt = self.rt
+        peers = rt.config.raft.peers
+        if leader:
+            lag = GaugeMetricFamily("schedd_raft_follower_lag_entries",
+                                    "Entries a follower's log is behind the leader's commit index.",
+                                    labels=["peer"])
+            for peer in peers:
+                match = status.get(f"match_idx_server_{peer}")
+                if match is not None:
+                    lag.add_metric([peer], float(max(0, rt.node.commit_index - int(match))))
+            yield lag
+            stalled = GaugeMetricFamily(
+                "schedd_raft_follower_stalled",
+                "1 while a follower answers the leader but its match index has not moved for "
+                "follower_stall_timeout although it is behind (raft-notes #6).", labels=["peer"])
+            for peer in peers:
+                stalled.add_metric([peer], float(status.get(f"follower_stalled_server_{peer}", 0)))
+            yield stalled
+        recoveries = CounterMetricFamily(
+            "schedd_raft_follower_stall_recoveries",
+            "Stalled followers this node, as leader, recovered by compacting its log at once "
+            "(the follower is sent a snapshot).", labels=["peer"])
+        for peer in peers:
+            recoveries.add_metric(
+                [peer], float(status.get(f"follower_stall_recoveries_server_{peer}", 0)))
+        yield recoveries

@@ -39,6 +39,7 @@ log = logging.getLogger(__name__)
 MAX_COMMANDS_PER_ENTRY = 2000
 MAX_PENDING = 200_000
 FOLLOWER_CHECK_PERIOD = 0.5  # seconds between two looks at the followers' match indexes
+FOLLOWER_ANSWERED_WITHIN = 1.0  # a follower that answered the leader this recently is alive
 FOLLOWER_STALL_MAX_BACKOFF = 60.0  # longest wait between two recoveries of one stalled follower
 
 
@@ -55,10 +56,9 @@ class RaftSettings:
     leader_fallback_timeout: float = 1.5
     log_compaction_min_entries: int = 5000
     log_compaction_min_time: float = 60.0
-    #: a connected follower whose match index has not moved for this long while it is behind
-    #: the commit index is stalled; more than pysyncobj's connectionTimeout (3.5 s), so that a
-    #: follower that merely stopped (its connection is dropped by then) never counts
-    follower_stall_timeout: float = 5.0
+    #: a follower that keeps answering the leader but whose match index has not moved for this
+    #: long while it is behind the commit index is stalled (raft-notes #6)
+    follower_stall_timeout: float = 3.0
 
 
 class Hooks:
@@ -102,7 +102,7 @@ class _FollowerProgress:
     """What the leader saw of one follower (tick thread only)."""
 
     match: int
-    since: float  # when the match index last moved, or the follower (re)connected or caught up
+    since: float  # since when it has answered without its match index moving while behind
     stalled: bool = False
     next_recovery: float = 0.0
     backoff: float = 0.0
@@ -258,8 +258,10 @@ class RaftNode:
         healthy and the follower's election timer is fed -- until the leader's log compaction
         moves its log start past ``F`` and the follower is sent a snapshot instead.
 
-        So: a follower that is connected, behind the commit index and whose match index has not
-        moved for ``follower_stall_timeout`` seconds is stalled; it is logged, exposed in
+        So: a follower that is connected and keeps answering (pysyncobj's last response time
+        from it is recent: a follower that is down, stopped or receiving a snapshot does not
+        answer), is behind the commit index, and whose match index has not moved for
+        ``follower_stall_timeout`` seconds of that, is stalled.  It is logged, exposed in
         :meth:`status`, and the leader compacts its log now (``forceLogCompaction``), which
         sends the follower the snapshot at once instead of at the next scheduled compaction.
         Repeated (with a doubling wait up to a minute) while the stall lasts.  A snapshot only
@@ -276,20 +278,25 @@ class RaftNode:
             return
         status = self._obj.getStatus()
         commit = int(self._obj.raftCommitIndex)
+        # Read-only, on the tick thread: when each follower last answered an append_entries.
+        answered = {str(node.id): float(t)
+                    for node, t in self._obj._SyncObj__lastResponseTime.items()}
         timeout = self.settings.follower_stall_timeout
         changed = False
         for peer in self.settings.peers:
             raw = status.get(f"match_idx_server_{peer}")
             connected = status.get(f"partner_node_status_server_{peer}") == 2
+            alive = connected and now - answered.get(peer, -1e9) < FOLLOWER_ANSWERED_WITHIN
             match = None if raw is None else int(raw)
             seen = self._followers.get(peer)
-            if match is None or not connected or match >= commit or seen is None \
+            if match is None or not alive or match >= commit or seen is None \
                     or match != seen.match:
                 if seen is not None and seen.stalled:
                     changed = True
-                    log_event(log, "raft.follower_recovered", logging.WARNING, peer=peer,
-                              match_index=match, commit_index=commit, connected=connected,
-                              stalled_for=round(now - seen.since, 1))
+                    moved = match is not None and (match != seen.match or match >= commit)
+                    log_event(log, "raft.follower_recovered" if moved else "raft.follower_silent",
+                              logging.WARNING, peer=peer, match_index=match, commit_index=commit,
+                              answering=alive, stalled_for=round(now - seen.since, 1))
                 self._followers[peer] = _FollowerProgress(match or 0, now)
                 continue
             stalled_for = now - seen.since
