@@ -29,6 +29,7 @@ from typing import Any, Final
 from urllib.parse import urlsplit
 
 from schedd.core.durations import parse_duration
+from schedd.core.runs import FIRE_AHEAD_MAX_MS
 from schedd.errors import ConfigError, InvalidArgument
 
 __all__ = [
@@ -360,6 +361,13 @@ def _dur(default_ms: int) -> Any:
     return _f(default_ms, _duration)
 
 
+def _duration_or_zero(value: object, path: str) -> int:
+    try:
+        return parse_duration(value, path, allow_zero=True)
+    except InvalidArgument as e:
+        raise _Bad(e.message) from None
+
+
 @dataclass(frozen=True)
 class NodeConfig:
     id: str = _f("n1", _node_id)
@@ -410,6 +418,9 @@ class SchedulerConfig:
     default_max_attempts: int = _f(3, _int(1, 1000), "int")
     tick_ms: int = _dur(10)
     drain_time_ms: int = _dur(10_000)
+    #: one-off runs (and recurring ones with overlap "allow") are fired and leased this long
+    #: before they are due; the worker starts the handler at the due time (0: at the due time)
+    dispatch_ahead_ms: int = _f(1_000, _duration_or_zero, key="dispatch_ahead")
 
 
 @dataclass(frozen=True)
@@ -667,6 +678,11 @@ def _check_order(cfg: Config, ok: Callable[..., bool], problems: list[str]) -> N
         problems.append(
             f"scheduler.heartbeat_interval: expected less than scheduler.heartbeat_timeout "
             f"({s.heartbeat_timeout_ms}ms), got {s.heartbeat_interval_ms}ms"
+        )
+    if ok("scheduler.dispatch_ahead") and s.dispatch_ahead_ms > FIRE_AHEAD_MAX_MS:
+        problems.append(
+            f"scheduler.dispatch_ahead: expected at most {FIRE_AHEAD_MAX_MS}ms, "
+            f"got {s.dispatch_ahead_ms}ms"
         )
     if ok("scheduler.max_payload", "http.max_body") and s.max_payload > h.max_body:
         problems.append(

@@ -145,7 +145,8 @@ class Runtime:
     def _start_leader(self) -> None:
         leader = Leader(self.node, self.config.node.id, self.config.advertise_url(),
                         tick_s=self.config.scheduler.tick_ms / 1000, on_deposed=self._deposed,
-                        caps=dict(self.config.limits.concurrency), metrics=self.metrics)
+                        caps=dict(self.config.limits.concurrency), metrics=self.metrics,
+                        ahead_s=self.config.scheduler.dispatch_ahead_ms / 1000)
         self.leader = leader
         log_event(log, "leader.elected", node_id=self.config.node.id, term=self.node.term)
         self._leader_task = asyncio.create_task(leader.run())

@@ -162,6 +162,8 @@ class Attempt:
     number: int  # 1-based
     fence: int
     worker_id: str
+    #: when the attempt starts: its lease, or the run's due time if it was leased ahead of it
+    #: (``scheduler.dispatch_ahead``: the worker waits for that instant)
     leased_ms: int
     deadline_ms: int | None = None  # leased_ms + timeout, when the job has a timeout
     ended_ms: int | None = None

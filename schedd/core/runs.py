@@ -61,6 +61,11 @@ MISFIRE_GRACE_MS = 30_000  # later than this, a recurring fire is a misfire
 CATCHUP_SPACING_MS = 200  # catch-up runs are spread this far apart
 MAX_CATCHUP = 1000  # occurrences considered in one misfire decision
 MAX_SKIPPED_PER_STEP = 1000  # dst_gap-skipped occurrences recorded while materialising
+#: A run may be fired (and leased) at most this long before it is due, when ``may_fire_ahead``
+#: allows it: the worker holds the lease and starts the handler at the due time by its own clock
+#: (``lease.not_before``), so the handler starts on time instead of after the fire and lease
+#: round trips.  The leader's ``scheduler.dispatch_ahead`` is at most this.
+FIRE_AHEAD_MAX_MS = 2_000
 RECURRING = (ScheduleKind.EVERY, ScheduleKind.CRON)
 
 
@@ -77,9 +82,20 @@ def recurrence(job: Job) -> Recurrence:
     return recurrence_from(s, options, anchor)
 
 
+def may_fire_ahead(spec: JobSpec, run: Run) -> bool:
+    """Whether ``run`` may fire before it is due (up to ``FIRE_AHEAD_MAX_MS``).  Not when firing
+    decides something that the intervening time could change: the overlap policy of a recurring
+    job (unless ``allow``), a triggered run's overlap, dependencies."""
+    if spec.depends_on or run.origin == "trigger":
+        return False
+    if is_recurring(spec):
+        return (spec.schedule.options or RecurringOptions()).overlap is Overlap.ALLOW
+    return True
+
+
 def _event_for(run: Run, spec: JobSpec) -> LeaderEvent | None:
     if run.state in (RunState.SCHEDULED, RunState.RETRYING):
-        return ("due", run.id, run.due_ms)
+        return ("due", run.id, run.due_ms, may_fire_ahead(spec, run))
     if run.state is RunState.QUEUED:
         return ("ready", run.id, spec.queue, spec.priority, spec.namespace)
     if run.state in TERMINAL_RUN_STATES or run.state is RunState.BLOCKED:
@@ -183,7 +199,8 @@ def fire(state: State, run_id: str, now: int, events: list[LeaderEvent]) -> Resu
     run = state.runs.get(run_id)
     if run is None:
         return Rejected("not_found", f"no run {run_id}")
-    if run.due_ms > now:
+    if run.due_ms > now and (run.due_ms - now > FIRE_AHEAD_MAX_MS
+                             or not may_fire_ahead(state.jobs[run.job_id].spec, run)):
         return Rejected("conflict", f"run {run_id} is not due before {run.due_ms}")
     if run.state is RunState.RETRYING:
         moved = _move(state, run, Event.FIRE, now, events)
@@ -293,8 +310,9 @@ def lease(state: State, run_id: str, worker_id: str, now: int, fence: int,
     if isinstance(target, BadTransition):
         return Rejected("conflict", target.message)
     timeout = state.jobs[run.job_id].spec.timeout_ms
+    start = max(now, run.due_ms)  # a run leased ahead starts when it is due (lease.not_before)
     attempt = Attempt(number=len(run.attempts) + 1, fence=fence, worker_id=worker_id,
-                      leased_ms=now, deadline_ms=now + timeout if timeout else None)
+                      leased_ms=start, deadline_ms=start + timeout if timeout else None)
     put_run(state, evolve(run, state=target, updated_ms=now, attempts=run.attempts + (attempt,)))
     events.append(("leased", run_id))
     return Ok(attempt)
@@ -433,7 +451,7 @@ def resume(state: State, job: Job, now: int, events: list[LeaderEvent]) -> None:
     if is_recurring(job.spec) and now - pending.scheduled_ms > MISFIRE_GRACE_MS:
         _misfire(state, job, pending, now, "paused", events)
     else:
-        events.append(("due", pending.id, pending.due_ms))
+        events.append(("due", pending.id, pending.due_ms, may_fire_ahead(job.spec, pending)))
 
 
 # -- after a run finished -------------------------------------------------------------------------

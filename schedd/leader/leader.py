@@ -23,7 +23,7 @@ from schedd.core import commands as c
 from schedd.core.durations import format_time
 from schedd.core.fairness import ConcurrencyCaps, ReadyQueues
 from schedd.core.model import Attempt, JobStatus, Priority, RunState
-from schedd.core.runs import is_recurring
+from schedd.core.runs import FIRE_AHEAD_MAX_MS, is_recurring, may_fire_ahead
 from schedd.core.state import STALE_LEADER, LeaderEvent, Ok, Rejected, Result
 from schedd.core.wheel import TimingWheel
 from schedd.errors import SchedError
@@ -58,8 +58,12 @@ class Leader:
         on_deposed: Callable[[], None] = lambda: None,
         caps: dict[str, int] | None = None,
         metrics: Metrics | None = None,
+        ahead_s: float = 0.0,
     ) -> None:
         self.node = node
+        # Runs that may fire ahead (core.runs.may_fire_ahead) are fired and leased this long
+        # before they are due; the worker starts them on time (lease.not_before).
+        self.ahead_ms = min(FIRE_AHEAD_MAX_MS, max(0, round(ahead_s * 1000)))
         self.node_id = node_id
         self.http_url = http_url
         self.on_deposed = on_deposed
@@ -126,7 +130,8 @@ class Leader:
                 raise RuntimeError("another leader claimed after us")
             for run in st.pending_runs():
                 if run.state in (RunState.SCHEDULED, RunState.RETRYING):
-                    self.wheel.add(run.id, run.due_ms)
+                    ahead = may_fire_ahead(st.jobs[run.job_id].spec, run)
+                    self.wheel.add(run.id, self._fire_at(run.due_ms, ahead))
                 elif run.state is RunState.QUEUED:
                     spec = st.jobs[run.job_id].spec
                     self._enqueue(run.id, spec.queue, spec.priority, spec.namespace)
@@ -159,10 +164,13 @@ class Leader:
                     conn.send(m.Cancel(run_id=run_id, fence=int(ev[2])))
             self._forget(run_id)
             if kind == "due":
-                self.wheel.add(run_id, int(ev[2]))
+                self.wheel.add(run_id, self._fire_at(int(ev[2]), bool(ev[3])))
             elif kind == "ready":
                 self._enqueue(run_id, ev[2], Priority(ev[3]), ev[4])
         self._wake.set()
+
+    def _fire_at(self, due_ms: int, ahead: bool) -> int:
+        return due_ms - self.ahead_ms if ahead else due_ms
 
     def _enqueue(self, run_id: str, queue: str, priority: Priority, namespace: str) -> None:
         lanes = self.queues.get(queue)
@@ -281,7 +289,7 @@ class Leader:
         if self._deposed(res) or not isinstance(res, Ok):
             self._requeue([rid for rid, _ in grants])
             return
-        now_mono = clock.mono()
+        now_mono, now_ms = clock.mono(), clock.wall_ms()
         with self.node.read() as st:
             for (run_id, wid), r in zip(grants, res.value, strict=True):
                 if not isinstance(r, Ok):
@@ -304,6 +312,7 @@ class Leader:
                     run_id=run_id, job_id=run.job_id, attempt=attempt.number, fence=attempt.fence,
                     task=spec.task, payload=spec.payload, scheduled_at=format_time(run.scheduled_ms) or "",
                     deadline=format_time(attempt.deadline_ms), idempotency_key=spec.idempotency_key,
+                    not_before=format_time(run.due_ms) if run.due_ms > now_ms else None,
                 ))
                 log_event(log, "run.leased", logging.DEBUG, run_id=run_id, fence=attempt.fence,
                           worker_id=wid)

@@ -110,6 +110,8 @@ class Lease:
     scheduled_at: str
     deadline: str | None = None
     idempotency_key: str | None = None
+    #: leased ahead of its due time: start the handler at this time (worker's clock), not before
+    not_before: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -293,6 +295,7 @@ _SPECS: dict[type[Any], Spec] = {
         ("scheduled_at", _str, _REQUIRED),  # informational: any string
         ("deadline", _opt_time, None),
         ("idempotency_key", _opt_str, None),
+        ("not_before", _opt_time, None),
     ),
     Ack: (("run_id", _id, _REQUIRED), ("accepted", _bool, _REQUIRED), ("reason", _opt_str, None)),
     Cancel: (("run_id", _id, _REQUIRED), ("fence", _fence, _REQUIRED)),

@@ -619,7 +619,11 @@ class Worker:
     # -- running handlers ------------------------------------------------------------------
 
     async def _run(self, held: _Held) -> None:
+        await _until(held.lease.not_before)
         outcome = await self.execute(held.lease, held.ctx)
+        # Let other handlers due at the same instant start before this result is sent: sending
+        # costs more than a short handler, and many runs leased ahead wake up together.
+        await asyncio.sleep(0)
         if self._held.get(held.lease.run_id) is not held:
             return  # cancelled or replaced meanwhile
         held.outcome = outcome
@@ -723,3 +727,16 @@ def _failure(run_id: str, fence: int, exc: BaseException) -> Fail:
     else:
         log.warning("worker.task_raised run_id=%s", run_id, exc_info=exc)
     return Fail(run_id, fence, describe(exc), retryable=retryable)
+
+
+async def _until(not_before: str | None) -> None:
+    """Wait until ``not_before`` (a lease handed out ahead of its due time) on this worker's
+    clock; never return before it."""
+    if not_before is None:
+        return
+    start = parse_time(not_before, "lease.not_before") / 1000
+    # A wall-clock instant, not an event: sleep, and again if the loop's monotonic timer woke a
+    # little before the wall clock got there.
+    while (wait := start - time.time()) > 0:  # noqa: ASYNC110
+        await asyncio.sleep(wait)
+

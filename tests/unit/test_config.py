@@ -544,3 +544,11 @@ def test_namespace_limits_from_toml_env_and_errors() -> None:
     assert any(p.startswith("limits.concurrency.Bad!: expected a namespace name") for p in problems)
     assert any(p.startswith("limits.concurrency.ok: expected an integer") for p in problems)
     assert any(p.startswith("limits.submit_rate.x: expected a positive number") for p in problems)
+
+
+def test_dispatch_ahead_is_bounded_and_may_be_zero() -> None:
+    assert load_config(None, env={}).scheduler.dispatch_ahead_ms == 1000
+    zero = load_config(None, env={}, overrides={"scheduler.dispatch_ahead": "0s"})
+    assert zero.scheduler.dispatch_ahead_ms == 0
+    with pytest.raises(ConfigError, match=r"scheduler\.dispatch_ahead: expected at most 2000ms, got 3000ms"):
+        load_config(None, env={}, overrides={"scheduler.dispatch_ahead": "3s"})

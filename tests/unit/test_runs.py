@@ -203,7 +203,7 @@ def test_one_off_pause_and_resume() -> None:
     assert isinstance(fire(h, lf, run_id, T0 + 20), Rejected)
     h.events.clear()
     h.one(c.UpdateJob(h.rid(), T0 + 30, "J1", paused=False))
-    assert ("due", run_id, T0 + 10) in h.events
+    assert ("due", run_id, T0 + 10, True) in h.events
     assert isinstance(fire(h, lf, run_id, T0 + 40), Ok)
 
 
@@ -327,3 +327,60 @@ def test_heal_recreates_a_missing_next_occurrence() -> None:
     res = h.one(c.Heal(h.rid(), T0 + 2, lf, "J1"))
     assert isinstance(res, Ok) and res.value is not None
     assert h.state.runs[res.value].state is RunState.SCHEDULED
+
+
+# -- firing ahead (scheduler.dispatch_ahead) -------------------------------------------------------
+
+def test_a_one_off_run_may_fire_and_lease_ahead_but_not_more_than_the_limit() -> None:
+    from schedd.core.runs import FIRE_AHEAD_MAX_MS
+
+    h = Harness()
+    lf = h.claim()
+    due = T0 + 10_000
+    h.submit(spec=JobSpec(task="t", timeout_ms=5_000,
+                          schedule=Schedule(kind=ScheduleKind.AT, at_ms=due)))
+    rid = f"J1@{due}"
+    assert ("due", rid, due, True) in h.events
+    assert isinstance(fire(h, lf, rid, due - FIRE_AHEAD_MAX_MS - 1), Rejected)
+    assert h.state.runs[rid].state is RunState.SCHEDULED
+    assert fire(h, lf, rid, due - FIRE_AHEAD_MAX_MS) == Ok(rid)
+    lease(h, lf, rid, due - 1_500)
+    attempt = h.state.runs[rid].attempts[-1]
+    assert attempt.leased_ms == due  # the attempt starts at the due time, on the worker
+    assert attempt.deadline_ms == due + 5_000  # the timeout counts from the due time
+
+
+@pytest.mark.parametrize("spec", [
+    every(MIN, overlap=Overlap.SKIP),
+    cron(overlap=Overlap.BUFFER_ONE),
+    JobSpec(task="t", depends_on=("J0",), schedule=Schedule(kind=ScheduleKind.AT, at_ms=T0 + 5000)),
+])
+def test_runs_whose_fire_decides_on_live_state_never_fire_ahead(spec: JobSpec) -> None:
+    h = Harness()
+    lf = h.claim()
+    h.submit("J0", JobSpec(task="t", schedule=Schedule(kind=ScheduleKind.AT, at_ms=T0 + MIN)))
+    h.events.clear()
+    h.submit("J1", spec)
+    rid = next_id(h) if spec.schedule.kind in (ScheduleKind.EVERY, ScheduleKind.CRON) \
+        else f"J1@{T0 + 5000}"
+    run = h.state.runs[rid]
+    assert run.state is RunState.SCHEDULED
+    assert ("due", rid, run.due_ms, False) in h.events
+    assert isinstance(fire(h, lf, rid, run.due_ms - 1), Rejected)
+    assert h.state.runs[rid].state is RunState.SCHEDULED
+    assert fire(h, lf, rid, run.due_ms) == Ok(rid)
+
+
+def test_every_allow_fires_ahead_and_a_retry_waits_for_its_backoff_on_the_worker() -> None:
+    h = Harness()
+    lf = h.claim()
+    h.submit(spec=every(MIN, overlap=Overlap.ALLOW))
+    rid = next_id(h)
+    due = h.state.runs[rid].due_ms
+    assert fire(h, lf, rid, due - 1_000) == Ok(rid)
+    fence = lease(h, lf, rid, due - 1_000)
+    h.events.clear()
+    assert h.one(c.Fail(h.rid(), due + 50, lf, rid, fence, "boom", True, rand=0.5)) == Ok(rid)
+    retry_due = h.state.runs[rid].due_ms
+    assert retry_due > due + 50
+    assert ("due", rid, retry_due, True) in h.events

@@ -63,7 +63,7 @@ def test_submit_creates_job_and_scheduled_run_with_due_event() -> None:
     assert created and job.status is JobStatus.ACTIVE
     run = h.state.latest_run("J1")
     assert run is not None and run.id == f"J1@{T0}" and run.state is RunState.SCHEDULED
-    assert ("due", run.id, T0) in h.events
+    assert ("due", run.id, T0, True) in h.events
 
 
 def test_at_schedule_uses_its_time_for_the_run_id() -> None:
@@ -139,7 +139,7 @@ def test_failure_retries_with_backoff_then_dead_letters() -> None:
     assert h.one(c.Fail(h.rid(), T0 + 100, lf, rid, fence, "boom", True)) == Ok(rid)
     run = h.state.runs[rid]
     assert run.state is RunState.RETRYING and run.due_ms == T0 + 100 + 1000
-    assert ("due", rid, T0 + 1100) in h.events
+    assert ("due", rid, T0 + 1100, True) in h.events
     fence2 = lease_one(h, lf, rid, now=T0 + 1100)
     assert fence2 > fence
     h.one(c.Fail(h.rid(), T0 + 1200, lf, rid, fence2, "boom again", True, "lost"))
