@@ -23,6 +23,8 @@ if TYPE_CHECKING:
     from schedd.runtime import Runtime
 
 LAG_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
+FIRE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1, 1.5,
+                2, 2.5, 5, 10, 30, 60, 300)
 ROLES = {0: "follower", 1: "candidate", 2: "leader"}
 
 
@@ -36,6 +38,11 @@ class Metrics:
             "schedd_lease_lag_seconds",
             "Scheduling lag: from a run's scheduled (or retry) time to its lease, on the leader.",
             buckets=LAG_BUCKETS, registry=self.registry)
+        self.fire_lag = Histogram(
+            "schedd_fire_lag_seconds",
+            "From a run's due time to the commit of its fire, on the leader (a fire committed "
+            "ahead of the due time, see scheduler.dispatch_ahead, counts as 0).",
+            buckets=FIRE_BUCKETS, registry=self.registry)
         self.leases_lost = Counter(
             "schedd_leases_lost_total", "Leases ended by the leader: heartbeats stopped or the "
             "run timed out.", ["outcome"], registry=self.registry)

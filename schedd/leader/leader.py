@@ -223,6 +223,8 @@ class Leader:
         exc = fut.exception()
         if exc is None and self._deposed(fut.result()):
             return
+        if exc is None:
+            self._observe_fire_lag(fut.result(), chunk)
         # Whatever did not fire (not committed, or refused: e.g. "not due yet" when this node's
         # wall clock stepped back) goes back into the wheel, or it would never fire.  A paused
         # job's runs wait for resume, which schedules them again.
@@ -237,6 +239,16 @@ class Leader:
                     continue
                 self.wheel.add(rid, run.due_ms)
         self._wake.set()
+
+    def _observe_fire_lag(self, res: Result, chunk: tuple[str, ...]) -> None:
+        if not isinstance(res, Ok):
+            return
+        now = clock.wall_ms()
+        with self.node.read() as st:
+            for rid, r in zip(chunk, res.value, strict=False):
+                run = st.runs.get(rid) if isinstance(r, Ok) else None
+                if run is not None:
+                    self.metrics.fire_lag.observe(max(0, now - run.due_ms) / 1000)
 
     def _deposed(self, res: Result) -> bool:
         if isinstance(res, Rejected) and res.code == STALE_LEADER:

@@ -132,3 +132,27 @@ async def test_a_run_cancelled_while_it_waits_on_the_worker_never_starts(
         assert run["state"] == "cancelled"
 
     await _with_worker(node, registry, body)
+
+
+async def _metric(http: aiohttp.ClientSession, node: Node, name: str) -> float:
+    async with http.get(node.url + "/metrics", headers=node.headers()) as r:
+        text = await r.text()
+    values = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name + " ")]
+    return values[0] if values else 0.0
+
+
+@pytest.mark.parametrize("ahead", [True, False])
+async def test_fire_lag_is_measured_and_a_fire_ahead_counts_as_zero(
+        tmp_path: Path, http: aiohttp.ClientSession, ahead: bool) -> None:
+    n = await start_node(tmp_path / "n1", dispatch_ahead="1s" if ahead else "0s")
+    try:
+        await submit(http, n, {"task": "t", "schedule": {"in": "1200ms"}})
+        await wait_for(lambda: _metric(http, n, "schedd_fire_lag_seconds_count"), timeout=10)
+        assert await _metric(http, n, "schedd_fire_lag_seconds_count") == 1.0
+        lag = await _metric(http, n, "schedd_fire_lag_seconds_sum")
+        if ahead:
+            assert lag == 0.0  # committed before it was due
+        else:
+            assert 0.0 < lag < 5.0  # committed after it was due
+    finally:
+        await n.rt.stop()
