@@ -23,7 +23,14 @@ from schedd.core.model import JobStatus, RunState
 from schedd.core.recurrence import explain, recurrence_from
 from schedd.core.runs import MISFIRE_GRACE_MS, is_recurring, recurrence
 from schedd.core.state import Ok, Rejected, Result
-from schedd.core.validate import Defaults, parse_batch, parse_job, parse_patch, parse_schedule
+from schedd.core.validate import (
+    Defaults,
+    parse_batch,
+    parse_ident,
+    parse_job,
+    parse_patch,
+    parse_schedule,
+)
 from schedd.errors import (
     InvalidArgument,
     NotFound,
@@ -277,6 +284,9 @@ async def list_jobs(request: web.Request) -> web.Response:
     limit = _int_param(request, "limit", 100, 1, 1000)
     cursor = _int_param(request, "cursor", 0, 0, 1 << 62)
     filters = {k: request.query[k] for k in ("namespace", "queue", "status", "task") if k in request.query}
+    for key in ("namespace", "queue"):
+        if key in filters:
+            parse_ident(filters[key], key)
     if "status" in filters and filters["status"] not in set(JobStatus):
         raise InvalidArgument(f"status: expected one of {', '.join(JobStatus)}, got "
                               f"{filters['status']!r}", field="status")

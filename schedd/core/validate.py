@@ -207,6 +207,11 @@ def _task(value: object, field: str) -> str:
     return value
 
 
+def parse_ident(value: str, field: str) -> str:
+    """A namespace or queue name as a filter (raises ``InvalidArgument`` naming ``field``)."""
+    return _ident(value, field)
+
+
 def _ident(value: object, field: str) -> str:
     if value is None:
         return "default"
