@@ -1,7 +1,8 @@
 """schedd bench tasks (``schedd-worker --import scripts.benchlib.tasks``).
 
-``bench.lag`` records, at handler start, the worker's ``time.time()`` and the job's scheduled time
-(one line ``<start epoch seconds> <scheduled_at>``) to the file named by ``SCHEDD_BENCH_LAG``.
+``bench.lag`` records, at handler start, the worker's ``time.time()``, the job's scheduled time and
+the job id (one line ``<start epoch seconds> <scheduled_at> <job id>``) to the file named by
+``SCHEDD_BENCH_LAG``.
 The lines are buffered and written every 50 ms, so one handler's file write does not delay the
 start of the next one (start lag measures the scheduler, not this file).
 """
@@ -34,7 +35,7 @@ async def lag(ctx: Context, payload: Any) -> None:
     started = time.time()
     if not _buffer:
         asyncio.get_running_loop().call_later(0.05, _flush)
-    _buffer.append(f"{started!r} {ctx.scheduled_at}\n")
+    _buffer.append(f"{started!r} {ctx.scheduled_at} {ctx.job_id}\n")
 
 
 @task("bench.noop")

@@ -1,0 +1,181 @@
+"""Talking to a bench cluster (tests/cluster/harness.py ``Cluster``): the leader, workers,
+batched submits, Prometheus scrapes and process memory."""
+
+# Small local file reads (/proc) in a benchmark driver: blocking is fine here.
+# ruff: noqa: ASYNC230, ASYNC240
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.cluster.harness import Cluster
+
+
+async def leader_url(cluster: Cluster) -> tuple[int, str]:
+    """(index, URL) of the node that reports itself leader (see :func:`find_leader`)."""
+    async with aiohttp.ClientSession() as http:
+        i = await find_leader(http, cluster)
+    return i, cluster.urls[i]
+
+
+async def find_leader(http: aiohttp.ClientSession, cluster: Cluster,
+                      timeout: float = 30.0) -> int:
+    """Index of the node that reports the Raft role leader (the highest term if two do).
+
+    Unlike ``Cluster.wait_leader`` this does not need the node's leader claim to be committed
+    for the current term: a node that lost and regained leadership between two looks of its
+    role watcher keeps its claim from the earlier term, and is still the leader."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        best: tuple[int, int] | None = None
+        for i, node in enumerate(cluster.nodes):
+            if not node.alive:
+                continue
+            view = await cluster_view(http, node.url, cluster.headers())
+            if view and view["role"] == "leader" and (best is None or view["term"] > best[0]):
+                best = (view["term"], i)
+        if best is not None:
+            return best[1]
+        await asyncio.sleep(0.1)
+    raise RuntimeError(f"no node reports itself leader within {timeout}s")
+
+
+async def wait_worker(http: aiohttp.ClientSession, url: str, cluster: Cluster, name: str) -> None:
+    """Until the leader lists the worker ``name`` as connected."""
+    while True:
+        async with http.get(url + "/api/v1/workers", headers=cluster.headers()) as r:
+            if r.status == 200 and any(w.get("worker_id") == name for w in (await r.json())["workers"]):
+                return
+        await asyncio.sleep(0.1)
+
+
+# A batch answered 503 (no commit in time: an election) or 429 is sent again with the same
+# X-Request-Id, which the server deduplicates (the first result, never a second set of jobs).
+RETRY_STATUS = (429, 503)
+MAX_TRIES = 6
+
+
+async def post_batches(http: aiohttp.ClientSession, url: str, headers: dict[str, str],
+                       bodies: Sequence[bytes], clients: int,
+                       retries: list[int] | None = None) -> float:
+    """POST each body (``{"jobs": [...]}``) to ``/api/v1/jobs/batch`` with ``clients`` concurrent
+    clients, each batch committed before its reply; seconds taken.  The replies (every created
+    job's view) are read but not parsed.  Retried batches are counted in ``retries[0]``."""
+    todo = iter(enumerate(bodies))
+    run = uuid.uuid4().hex[:12]
+
+    async def client() -> None:
+        for k, body in todo:
+            hdrs = {**headers, "X-Request-Id": f"bench-{run}-{k}"}
+            for attempt in range(MAX_TRIES):
+                try:
+                    async with http.post(url + "/api/v1/jobs/batch", data=body,
+                                         headers=hdrs) as r:
+                        await r.read()
+                        if r.status == 201:
+                            break
+                        if r.status not in RETRY_STATUS or attempt == MAX_TRIES - 1:
+                            raise RuntimeError(
+                                f"batch submit: {r.status}: {(await r.text())[:500]}")
+                except aiohttp.ClientConnectionError:
+                    if attempt == MAX_TRIES - 1:
+                        raise
+                if retries is not None:
+                    retries[0] += 1
+                await asyncio.sleep(0.2 * (attempt + 1))
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(client() for _ in range(clients)))
+    return time.perf_counter() - t0
+
+
+async def scrape(http: aiohttp.ClientSession, url: str,
+                 headers: dict[str, str]) -> dict[str, list[tuple[str, dict[str, str], float]]]:
+    """``GET /metrics`` parsed: family name -> [(sample name, labels, value)]."""
+    async with http.get(url + "/metrics", headers=headers,
+                        timeout=aiohttp.ClientTimeout(total=10)) as r:
+        if r.status != 200:
+            raise RuntimeError(f"/metrics: {r.status}: {(await r.text())[:300]}")
+        text = await r.text()
+    out: dict[str, list[tuple[str, dict[str, str], float]]] = {}
+    for fam in text_string_to_metric_families(text):
+        out[fam.name] = [(s.name, dict(s.labels), float(s.value)) for s in fam.samples]
+    return out
+
+
+def gauge(metrics: dict[str, list[tuple[str, dict[str, str], float]]], name: str) -> float | None:
+    samples = metrics.get(name)
+    return samples[0][2] if samples else None
+
+
+def buckets(metrics: dict[str, list[tuple[str, dict[str, str], float]]],
+            name: str) -> list[tuple[float, float]]:
+    """A histogram's cumulative buckets ``[(le, count)]`` in ``le`` order (``+Inf`` last)."""
+    out = [(float(labels["le"]), value) for sample, labels, value in metrics.get(name, [])
+           if sample == name + "_bucket"]
+    return sorted(out)
+
+
+def bucket_diff(after: list[tuple[float, float]],
+                before: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """What was observed between two scrapes of the same histogram."""
+    prev = dict(before)
+    return [(le, count - prev.get(le, 0.0)) for le, count in after]
+
+
+def histogram_quantile(cumulative: list[tuple[float, float]], q: float) -> float:
+    """Prometheus' ``histogram_quantile``: the bucket holding rank ``q * total``, linearly
+    interpolated between its lower and upper bound (the first bucket's lower bound is 0; a
+    rank in the ``+Inf`` bucket returns the highest finite bound)."""
+    if not cumulative or cumulative[-1][1] <= 0:
+        return math.nan
+    rank = q * cumulative[-1][1]
+    lower, below = 0.0, 0.0
+    for le, count in cumulative:
+        if count >= rank:
+            if math.isinf(le):
+                return lower
+            if count == below:
+                return le
+            return lower + (le - lower) * (rank - below) / (count - below)
+        lower, below = le, count
+    return lower
+
+
+def rss_bytes(pid: int) -> int:
+    """``VmRSS`` of a process from ``/proc/<pid>/status``."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError(f"no VmRSS for pid {pid}")
+
+
+def mem_available() -> int:
+    """The machine's ``MemAvailable`` in bytes."""
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError("no MemAvailable in /proc/meminfo")
+
+
+async def cluster_view(http: aiohttp.ClientSession, url: str, headers: dict[str, str],
+                       timeout: float = 2.0) -> dict[str, Any] | None:
+    """``GET /api/v1/cluster`` of one node, or None when it does not answer."""
+    try:
+        async with http.get(url + "/api/v1/cluster", headers=headers,
+                            timeout=aiohttp.ClientTimeout(total=timeout)) as r:
+            if r.status == 200:
+                data: dict[str, Any] = await r.json()
+                return data
+    except (aiohttp.ClientError, TimeoutError):
+        pass
+    return None

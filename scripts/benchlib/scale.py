@@ -1,0 +1,480 @@
+"""Issue 5's scale scenarios: S1b (batch submit), S3b (100,000 one-off jobs due within one
+second) and S4 (1,000,000 pending jobs: memory, Raft stalls while snapshotting, follower
+catch-up).  S3b and S4 each start their own three-node cluster; S1b uses the caller's."""
+
+# Small local file reads (worker records, /proc, stat of snapshot files): blocking is fine here.
+# ruff: noqa: ASYNC230, ASYNC240
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import signal
+import sys
+import time
+from collections.abc import Awaitable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TypeVar
+
+import aiohttp
+import orjson
+
+from tests.cluster.harness import Cluster
+
+from .clusterops import (
+    bucket_diff,
+    buckets,
+    cluster_view,
+    find_leader,
+    gauge,
+    histogram_quantile,
+    leader_url,
+    mem_available,
+    post_batches,
+    rss_bytes,
+    scrape,
+    wait_worker,
+)
+from .common import pct, stop_pid
+
+T = TypeVar("T")
+
+NOOP = {"task": "bench.noop", "schedule": {"in": "1h"}}
+S1B_CLIENTS = 4
+
+
+def _batch_body(jobs: list[dict[str, Any]]) -> bytes:
+    return orjson.dumps({"jobs": jobs})
+
+
+# -- S1b ------------------------------------------------------------------------------------------
+
+async def s1b(cluster: Cluster, batch: int, total: int,
+              clients: int = S1B_CLIENTS) -> dict[str, float]:
+    """``clients`` concurrent clients POST batches of ``batch`` one-hour-delayed no-op jobs to
+    ``/api/v1/jobs/batch`` (each batch committed on a majority before its reply) until ``total``
+    jobs are in: jobs/s, and how many leader elections happened meanwhile (term changes)."""
+    _, url = await leader_url(cluster)
+    count = max(clients, total // batch)
+    body = _batch_body([NOOP] * batch)
+    key = "s1b" if batch == 5000 else f"s1b_{batch}"
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=clients + 1)) as http:
+        term0 = await _term(http, url, cluster.headers())
+        retries = [0]
+        elapsed = await post_batches(http, url, cluster.headers(), [body] * count, clients,
+                                     retries)
+        term1 = await _term(http, url, cluster.headers())
+    return {key: count * batch / elapsed, f"{key}_elections": term1 - term0,
+            f"{key}_retries": float(retries[0])}
+
+
+async def _term(http: aiohttp.ClientSession, url: str, headers: dict[str, str]) -> float:
+    """The Raft term ``url`` reports (any node: all agree once an election is over)."""
+    view = await cluster_view(http, url, headers, timeout=10)
+    if view is None:
+        raise RuntimeError(f"{url} does not answer /api/v1/cluster")
+    return float(view["term"])
+
+
+async def current_leader(http: aiohttp.ClientSession, cluster: Cluster) -> str:
+    """The URL of the node that now reports itself leader."""
+    return cluster.urls[await find_leader(http, cluster)]
+
+
+async def settle(cluster: Cluster, timeout: float = 30.0) -> None:
+    """Until every node's applied index reaches the leader's commit index (after S5 restarted a
+    node, so the next scenario does not share the machine with its catch-up)."""
+    deadline = time.monotonic() + timeout
+    async with aiohttp.ClientSession() as http:
+        while time.monotonic() < deadline:
+            i = await find_leader(http, cluster)
+            lead = await cluster_view(http, cluster.urls[i], cluster.headers())
+            views = [await cluster_view(http, u, cluster.headers()) for u in cluster.urls]
+            if lead and all(v and v["applied_index"] >= lead["commit_index"] for v in views):
+                return
+            await asyncio.sleep(0.2)
+    raise RuntimeError(f"nodes not caught up with the leader within {timeout}s")
+
+
+# -- S3b ------------------------------------------------------------------------------------------
+
+S3B_WORKERS = 2
+S3B_BATCH = 5000
+S3B_CLIENTS = 4
+DISPATCH_AHEAD = 1.0  # scheduler.dispatch_ahead's default: fires start this long before due
+
+
+def _read_lags(paths: list[Path]) -> tuple[list[float], int]:
+    """(start lag of each job's first start, number of repeated starts) from the ``bench.lag``
+    records (``<start epoch> <scheduled_at> <job id>``) in ``paths``."""
+    first: dict[str, tuple[float, float]] = {}
+    starts = 0
+    for path in paths:
+        if not path.exists():
+            continue
+        for line in _lines(path):
+            started, sched, job = line.split(" ")
+            starts += 1
+            t = float(started)
+            if job not in first or t < first[job][0]:
+                first[job] = (t, datetime.fromisoformat(sched).timestamp())
+    return [t - sched for t, sched in first.values()], starts - len(first)
+
+
+def _lines(path: Path) -> list[str]:
+    """Complete lines only: the worker may be writing the last one."""
+    return path.read_text().split("\n")[:-1]
+
+
+def _last_start(paths: list[Path]) -> float:
+    return max((float(line.split(" ", 1)[0]) for p in paths if p.exists()
+                for line in _lines(p)), default=math.nan)
+
+
+async def _fire_histograms(http: aiohttp.ClientSession,
+                           cluster: Cluster) -> list[list[tuple[float, float]]]:
+    """Every node's ``schedd_fire_lag_seconds`` buckets (a node observes the fires it commits
+    while leading: after an election the fires are split between nodes)."""
+    return [buckets(await scrape(http, url, cluster.headers()), "schedd_fire_lag_seconds")
+            for url in cluster.urls]
+
+
+async def s3b(root: Path, n: int, submit_rate: float, bound: float, concurrency: int,
+              s2_rate: float | None = None) -> dict[str, float]:
+    """``n`` one-off ``bench.lag`` jobs due at instants spread evenly over one second ``[D, D+1)``,
+    all submitted (batches of 5,000, 4 clients) before ``D - dispatch_ahead``; two worker
+    processes with ``concurrency`` each.  ``D`` is chosen from ``submit_rate`` (an estimate of
+    batch-submit jobs/s): twice the expected submit time plus margins.
+
+    * fire lag p50/p99: the leader's ``schedd_fire_lag_seconds`` histogram (due -> fire
+      committed; fires committed ahead of due count as 0), scraped before and after and
+      differenced, quantiles interpolated linearly within buckets;
+    * start lag p50/p99/max: handler start on the worker's clock - scheduled time;
+    * early: starts before the scheduled time (must be 0); missing: not started within
+      ``bound`` seconds after ``D + 1``;
+    * drain: started jobs / (last start - D).
+    """
+    cluster = Cluster(root)
+    cluster.start()
+    workers = []
+    try:
+        i, url = await leader_url(cluster)
+        headers = cluster.headers()
+        records = [root / f"w{k}.lag" for k in range(S3B_WORKERS)]
+        names = [f"bench-s3b-{k}-{time.monotonic_ns()}" for k in range(S3B_WORKERS)]
+        for name, record in zip(names, records, strict=True):
+            workers.append(cluster.start_worker(
+                "--import", "scripts.benchlib.tasks", "--concurrency", str(concurrency),
+                name=name, env={"SCHEDD_BENCH_LAG": str(record)}))
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=8)) as http:
+            for name in names:
+                await wait_worker(http, url, cluster, name)
+            term0 = await _term(http, url, headers)
+            expected = n / max(submit_rate, 200.0)
+            lead = 2 * expected + DISPATCH_AHEAD + 3.0
+            due = math.ceil(time.time() + lead)
+            bodies = []
+            for start in range(0, n, S3B_BATCH):
+                jobs = []
+                for k in range(start, min(n, start + S3B_BATCH)):
+                    at = datetime.fromtimestamp(due + (k * 1000 // n) / 1000, UTC)
+                    jobs.append({"task": "bench.lag", "payload": k, "schedule": {
+                        "at": at.isoformat(timespec="milliseconds").replace("+00:00", "Z")}})
+                bodies.append(_batch_body(jobs))
+            t_submit = time.time()
+            retries = [0]
+            await post_batches(http, url, headers, bodies, S3B_CLIENTS, retries)
+            submitted = time.time()
+            margin = due - submitted
+            # the fires start at due - dispatch_ahead: scrape the histograms before that
+            before = await _fire_histograms(http, cluster)
+            if margin <= 0:
+                raise RuntimeError(
+                    f"submitting {n} jobs took {submitted - t_submit:.1f}s and ended "
+                    f"{-margin:.1f}s into the due second (lead was {lead:.1f}s from an "
+                    f"estimated {submit_rate:.0f} jobs/s): the scenario is void")
+            deadline = due + 1 + bound
+            while time.time() < deadline:
+                await asyncio.sleep(0.5)
+                if sum(p.read_bytes().count(b"\n") for p in records if p.exists()) >= n:
+                    break
+            lags, repeated = _read_lags(records)
+            last = _last_start(records)
+            await asyncio.sleep(0.3)  # the last fire's histogram observation
+            after = await _fire_histograms(http, cluster)
+            term1 = await _term(http, cluster.urls[await find_leader(http, cluster)], headers)
+        if not lags:
+            raise RuntimeError("no bench.lag job started")
+        # summed over the nodes: complete even when the leader changed
+        fires: list[tuple[float, float]] = []
+        for b, a in zip(before, after, strict=True):
+            diff = bucket_diff(a, b)
+            fires = diff if not fires else [(le, c + d) for (le, c), (_, d)
+                                            in zip(fires, diff, strict=True)]
+        out = {
+            "s3b_fire_p50": histogram_quantile(fires, 0.5) * 1000,
+            "s3b_fire_p99": histogram_quantile(fires, 0.99) * 1000,
+            "s3b_fires": fires[-1][1] if fires else 0.0,
+            "s3b_p50": pct(lags, 0.5) * 1000, "s3b_p99": pct(lags, 0.99) * 1000,
+            "s3b_max": max(lags) * 1000, "s3b_early": float(sum(1 for x in lags if x < 0)),
+            "s3b_missing": float(n - len(lags)),
+            "s3b_repeated": float(repeated),
+            "s3b_drain": len(lags) / max(1e-3, last - due),
+            "s3b_submit_margin": margin,
+            "s3b_submit_rate": n / (submitted - t_submit),
+            "s3b_elections": term1 - term0,
+            "s3b_retries": float(retries[0]),
+        }
+        if s2_rate:
+            out["s3b_drain_vs_s2"] = out["s3b_drain"] / s2_rate
+        return out
+    finally:
+        for w in workers:
+            stop_pid(w, grace=20)
+        cluster.stop()
+
+
+# -- S4 -------------------------------------------------------------------------------------------
+
+S4_BATCH = 5000
+S4_CLIENTS = 4
+PROBE_PERIOD = 0.05
+MIN_AVAILABLE = 2 << 30  # abort S4 if the machine has less than this left (bytes)
+
+
+@dataclass
+class _Probe:
+    """One job submitted every ``PROBE_PERIOD`` seconds, sequentially; (start, latency, ok)."""
+
+    url: str
+    headers: dict[str, str]
+    samples: list[tuple[float, float, bool]] = field(default_factory=list)
+
+    async def run(self, http: aiohttp.ClientSession) -> None:
+        body = orjson.dumps({"task": "bench.noop", "payload": {"n": 1},
+                             "schedule": {"in": "6h"}})
+        nxt = time.monotonic()
+        while True:
+            t0 = time.monotonic()
+            ok = False
+            try:
+                async with http.post(self.url + "/api/v1/jobs", data=body, headers=self.headers,
+                                     timeout=aiohttp.ClientTimeout(total=30)) as r:
+                    await r.read()
+                    ok = r.status == 201
+            except (aiohttp.ClientError, TimeoutError):
+                pass
+            self.samples.append((t0, time.monotonic() - t0, ok))
+            nxt = max(nxt + PROBE_PERIOD, time.monotonic())
+            await asyncio.sleep(nxt - time.monotonic())
+
+    def window(self, lo: float, hi: float) -> list[float]:
+        return [lat for t, lat, _ in self.samples if lo <= t < hi]
+
+
+@dataclass
+class _Snapshots:
+    """Watches each node's snapshot file (``raft.dump``): every rewrite is one snapshot; its
+    duration is read from that node's ``schedd_raft_snapshot_duration_seconds`` gauge.  Also
+    points the probe at the new leader after an election, and aborts the scenario when the
+    machine runs short of memory."""
+
+    cluster: Cluster
+    probe: _Probe
+    seen: dict[int, float] = field(default_factory=dict)  # node -> dump mtime (wall clock)
+    gauges: dict[int, float] = field(default_factory=dict)  # node -> last duration read
+    done: list[tuple[int, float, float]] = field(default_factory=list)  # (node, end mono, s)
+
+    def dump(self, k: int) -> Path:
+        return self.cluster.root / self.cluster.nodes[k].node_id / "raft" / "raft.dump"
+
+    def mtime(self, k: int) -> float:
+        try:
+            return self.dump(k).stat().st_mtime
+        except OSError:
+            return 0.0
+
+    async def run(self, http: aiohttp.ClientSession) -> None:
+        for k in range(len(self.cluster.nodes)):
+            self.seen[k] = self.mtime(k)
+        checked = time.monotonic()
+        while True:
+            await asyncio.sleep(0.2)
+            if time.monotonic() - checked > 1.0:
+                checked = time.monotonic()
+                view = await cluster_view(http, self.probe.url, self.cluster.headers())
+                if view is None or view["role"] != "leader":
+                    self.probe.url = await current_leader(http, self.cluster)
+            avail = mem_available()
+            if avail < MIN_AVAILABLE:
+                raise RuntimeError(f"S4 aborted: only {avail >> 20} MiB of memory left")
+            for k, node in enumerate(self.cluster.nodes):
+                m = self.mtime(k)
+                if m == self.seen.get(k) or not node.alive:
+                    continue
+                self.seen[k] = m
+                end = time.monotonic() - max(0.0, time.time() - m)
+                # the tick thread notes the child's end (and sets the gauge) a tick or so later
+                duration = math.nan
+                for _ in range(20):
+                    await asyncio.sleep(0.1)
+                    with contextlib.suppress(aiohttp.ClientError, TimeoutError, RuntimeError):
+                        value = gauge(await scrape(http, node.url, self.cluster.headers()),
+                                      "schedd_raft_snapshot_duration_seconds")
+                        if value is not None and value != self.gauges.get(k):
+                            self.gauges[k] = duration = value
+                            break
+                self.done.append((k, end, duration))
+
+    def since(self, t: float, nodes: set[int]) -> set[int]:
+        return {k for k, end, _ in self.done if end >= t and k in nodes}
+
+
+async def _guarded(coro: Awaitable[T], guard: asyncio.Task[None]) -> T:
+    """``await coro``, but raise at once if ``guard`` (a watcher that never returns) fails."""
+    task = asyncio.ensure_future(coro)
+    await asyncio.wait({task, guard}, return_when=asyncio.FIRST_COMPLETED)
+    if guard.done() and not task.done():
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        guard.result()
+    return task.result()
+
+
+def _ms(values: list[float], p: float) -> float:
+    return pct(values, p) * 1000 if values else math.nan
+
+
+async def s4(root: Path, n: int, compaction: float, quiet_cap: float,
+             catchup_timeout: float) -> dict[str, float]:
+    """``n`` pending delayed no-op jobs (due in 6 h, payload ``{"n": 1}``) submitted in batches
+    of 5,000 by 4 clients to a fresh cluster whose nodes snapshot every ``compaction`` seconds
+    (``raft.log_compaction_min_time``; batches never reach ``log_compaction_min_entries``).
+
+    (a) leader memory per pending job: leader VmRSS after the quiet period - before the load,
+        over the jobs submitted in between (followers' max reported too);
+    (b) probe submits, one job every 50 ms sequentially to the leader, during the load and
+        during a quiet period afterwards that lasts until every node has written a snapshot
+        (at most ``quiet_cap`` s): p99/max latency of each, max over probes that overlapped a
+        leader snapshot, and the longest snapshot any node reported;
+    (c) catch-up: a follower is SIGKILLed, 1 % of ``n`` more jobs go in, it is restarted, and
+        the time from its restart until its applied index reaches the leader's commit index.
+    """
+    cluster = Cluster(root, raft={"log_compaction_min_time": f"{compaction}s"})
+    cluster.start()
+    try:
+        i, url = await leader_url(cluster)
+        headers = cluster.headers()
+        job = {"task": "bench.noop", "payload": {"n": 1}, "schedule": {"in": "6h"}}
+        body = _batch_body([job] * S4_BATCH)
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=16)) as http:
+            # warm-up (code paths, buffers) outside the measurement
+            await post_batches(http, url, headers, [_batch_body([job] * 1000)], 1)
+            await asyncio.sleep(1.0)
+            rss0 = {k: rss_bytes(cluster.nodes[k].proc.pid)  # type: ignore[union-attr]
+                    for k in range(len(cluster.nodes))}
+            view0 = await cluster_view(http, url, headers)
+            probe = _Probe(url, headers)
+            snaps = _Snapshots(cluster, probe)
+            guard = asyncio.create_task(snaps.run(http))
+            probing = asyncio.create_task(probe.run(http))
+            try:
+                load_start = time.monotonic()
+                batches = max(1, n // S4_BATCH)
+                retries = [0]
+                load_s = await _guarded(
+                    post_batches(http, url, headers, [body] * batches, S4_CLIENTS, retries),
+                    guard)
+                load_end = time.monotonic()
+                print(f"    s4: {batches * S4_BATCH} jobs in {load_s:.1f}s, quiet period...",
+                      file=sys.stderr, flush=True)
+                everyone = set(range(len(cluster.nodes)))
+
+                async def quiet() -> None:
+                    while snaps.since(load_end, everyone) != everyone \
+                            and time.monotonic() - load_end < quiet_cap:
+                        await asyncio.sleep(0.2)
+                    await asyncio.sleep(1.0)
+
+                await _guarded(quiet(), guard)
+                quiet_end = time.monotonic()
+                probing.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await probing
+                # the leader now (after an election during the load, the node that holds the
+                # leader's structures at the end)
+                url = await current_leader(http, cluster)
+                i = cluster.urls.index(url)
+                followers = [k for k in range(len(cluster.nodes)) if k != i]
+                snapped = snaps.since(load_end, everyone)
+                if i not in snapped:
+                    raise RuntimeError(f"no leader snapshot within {quiet_cap}s of quiet "
+                                       f"(snapshots every {compaction}s): nothing to measure")
+                submitted = batches * S4_BATCH + sum(1 for *_, ok in probe.samples if ok)
+                rss1 = {k: rss_bytes(cluster.nodes[k].proc.pid)  # type: ignore[union-attr]
+                        for k in range(len(cluster.nodes))}
+                view1 = await cluster_view(http, url, headers)
+                if not view0 or not view1:
+                    raise RuntimeError("the leader does not answer /api/v1/cluster")
+                # probes that overlapped a snapshot on the leader (start, end in monotonic time)
+                windows = [(end - d, end) for k, end, d in snaps.done if k == i and d == d]
+                during = [lat for t, lat, _ in probe.samples
+                          if any(t < hi and t + lat > lo for lo, hi in windows)]
+                load = probe.window(load_start, load_end)
+                calm = probe.window(load_end, quiet_end)
+                out = {
+                    "s4_submit_rate": batches * S4_BATCH / load_s,
+                    "s4_bytes_per_job": (rss1[i] - rss0[i]) / submitted,
+                    "s4_follower_bytes_per_job": max((rss1[k] - rss0[k]) / submitted
+                                                     for k in followers),
+                    "s4_leader_rss_mib": rss1[i] / 2**20,
+                    "s4_load_probe_p99": _ms(load, 0.99), "s4_load_probe_max": _ms(load, 1.0),
+                    "s4_quiet_probe_p99": _ms(calm, 0.99), "s4_quiet_probe_max": _ms(calm, 1.0),
+                    "s4_snapshot_probe_max": max(during, default=math.nan) * 1000,
+                    "s4_probe_errors": float(sum(1 for *_, ok in probe.samples if not ok)),
+                    "s4_snapshots": float(len(snaps.done)),
+                    "s4_snapshot_max": max((d for *_, d in snaps.done if d == d),
+                                           default=math.nan),
+                    "s4_elections": float(view1["term"] - view0["term"]),
+                    "s4_retries": float(retries[0]),
+                }
+                out.update(await _guarded(
+                    _catchup(cluster, http, url, followers[0], max(1000, n // 100),
+                             catchup_timeout), guard))
+                return out
+            finally:
+                for task in (probing, guard):
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError, RuntimeError):
+                        await task
+    finally:
+        cluster.stop()
+
+
+async def _catchup(cluster: Cluster, http: aiohttp.ClientSession, url: str, j: int, extra: int,
+                   timeout: float) -> dict[str, float]:
+    """SIGKILL follower ``j``, submit ``extra`` jobs, restart it: seconds until it answers and
+    until its applied index reaches the leader's commit index."""
+    headers = cluster.headers()
+    cluster.kill(j, signal.SIGKILL)
+    job = {"task": "bench.noop", "payload": {"n": 1}, "schedule": {"in": "6h"}}
+    await post_batches(http, url, headers, [_batch_body([job] * 1000)] * max(1, extra // 1000), 2)
+    t0 = time.monotonic()
+    cluster.start(j)
+    answered: float | None = None
+    deadline = t0 + timeout
+    while time.monotonic() < deadline:
+        lead = await cluster_view(http, url, headers)
+        mine = await cluster_view(http, cluster.urls[j], headers)
+        if mine is not None and answered is None:
+            answered = time.monotonic() - t0
+        if lead and mine and mine["applied_index"] >= lead["commit_index"]:
+            return {"s4_catchup": time.monotonic() - t0,
+                    "s4_restart_answer": answered if answered is not None else math.nan}
+        await asyncio.sleep(0.1)
+    raise RuntimeError(f"the restarted follower did not catch up within {timeout}s")
+
