@@ -11,6 +11,7 @@ import math
 import time
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -58,44 +59,61 @@ async def wait_worker(http: aiohttp.ClientSession, url: str, cluster: Cluster, n
         await asyncio.sleep(0.1)
 
 
-# A batch answered 503 (no commit in time: an election) or 429 is sent again with the same
-# X-Request-Id, which the server deduplicates (the first result, never a second set of jobs).
+# A batch answered 503 (no commit in time: an election) or 429, or whose connection failed, is
+# sent again with the same X-Request-Id, which the server deduplicates (the first result, never
+# a second set of jobs), for up to RETRY_FOR seconds.
 RETRY_STATUS = (429, 503)
-MAX_TRIES = 6
+RETRY_FOR = 60.0
+
+
+@dataclass
+class Batches:
+    """What :func:`post_batches` did."""
+
+    elapsed: float = 0.0
+    done: int = 0  # batches committed
+    retries: int = 0  # batches sent again
 
 
 async def post_batches(http: aiohttp.ClientSession, url: str, headers: dict[str, str],
                        bodies: Sequence[bytes], clients: int,
-                       retries: list[int] | None = None) -> float:
+                       stop_after: float | None = None) -> Batches:
     """POST each body (``{"jobs": [...]}``) to ``/api/v1/jobs/batch`` with ``clients`` concurrent
-    clients, each batch committed before its reply; seconds taken.  The replies (every created
-    job's view) are read but not parsed.  Retried batches are counted in ``retries[0]``."""
+    clients, each batch committed before its reply.  The replies (every created job's view) are
+    read but not parsed.  With ``stop_after`` (seconds), no batch is started after that."""
     todo = iter(enumerate(bodies))
     run = uuid.uuid4().hex[:12]
+    out = Batches()
+    t0 = time.perf_counter()
 
     async def client() -> None:
         for k, body in todo:
+            if stop_after is not None and time.perf_counter() - t0 > stop_after:
+                return
             hdrs = {**headers, "X-Request-Id": f"bench-{run}-{k}"}
-            for attempt in range(MAX_TRIES):
+            give_up = time.monotonic() + RETRY_FOR
+            wait = 0.1
+            while True:
                 try:
                     async with http.post(url + "/api/v1/jobs/batch", data=body,
                                          headers=hdrs) as r:
                         await r.read()
                         if r.status == 201:
+                            out.done += 1
                             break
-                        if r.status not in RETRY_STATUS or attempt == MAX_TRIES - 1:
+                        if r.status not in RETRY_STATUS or time.monotonic() > give_up:
                             raise RuntimeError(
                                 f"batch submit: {r.status}: {(await r.text())[:500]}")
                 except aiohttp.ClientConnectionError:
-                    if attempt == MAX_TRIES - 1:
+                    if time.monotonic() > give_up:
                         raise
-                if retries is not None:
-                    retries[0] += 1
-                await asyncio.sleep(0.2 * (attempt + 1))
+                out.retries += 1
+                await asyncio.sleep(wait)
+                wait = min(1.0, wait * 2)
 
-    t0 = time.perf_counter()
     await asyncio.gather(*(client() for _ in range(clients)))
-    return time.perf_counter() - t0
+    out.elapsed = time.perf_counter() - t0
+    return out
 
 
 async def scrape(http: aiohttp.ClientSession, url: str,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import math
 import signal
 import sys
@@ -44,6 +45,10 @@ T = TypeVar("T")
 
 NOOP = {"task": "bench.noop", "schedule": {"in": "1h"}}
 S1B_CLIENTS = 4
+# S1b's main figure: 1,000 jobs per batch was faster than 5,000 on the 2-core machine, and
+# 5,000-job entries cost leader elections (each node applies one on its Raft tick thread for
+# ~0.2-0.4 s, near raft_min_timeout = 0.4 s).  S3b and S4 submit in the same batches.
+S1B_MAIN_BATCH = 1000
 
 
 def _batch_body(jobs: list[dict[str, Any]]) -> bytes:
@@ -60,15 +65,14 @@ async def s1b(cluster: Cluster, batch: int, total: int,
     _, url = await leader_url(cluster)
     count = max(clients, total // batch)
     body = _batch_body([NOOP] * batch)
-    key = "s1b" if batch == 5000 else f"s1b_{batch}"
+    key = "s1b" if batch == S1B_MAIN_BATCH else f"s1b_{batch}"
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=clients + 1)) as http:
         term0 = await _term(http, url, cluster.headers())
-        retries = [0]
-        elapsed = await post_batches(http, url, cluster.headers(), [body] * count, clients,
-                                     retries)
+        sent = await post_batches(http, url, cluster.headers(), [body] * count, clients)
+        url = await current_leader(http, cluster)
         term1 = await _term(http, url, cluster.headers())
-    return {key: count * batch / elapsed, f"{key}_elections": term1 - term0,
-            f"{key}_retries": float(retries[0])}
+    return {key: count * batch / sent.elapsed, f"{key}_elections": term1 - term0,
+            f"{key}_retries": float(sent.retries)}
 
 
 async def _term(http: aiohttp.ClientSession, url: str, headers: dict[str, str]) -> float:
@@ -102,7 +106,7 @@ async def settle(cluster: Cluster, timeout: float = 30.0) -> None:
 # -- S3b ------------------------------------------------------------------------------------------
 
 S3B_WORKERS = 2
-S3B_BATCH = 5000
+S3B_BATCH = S1B_MAIN_BATCH
 S3B_CLIENTS = 4
 DISPATCH_AHEAD = 1.0  # scheduler.dispatch_ahead's default: fires start this long before due
 
@@ -145,7 +149,7 @@ async def _fire_histograms(http: aiohttp.ClientSession,
 async def s3b(root: Path, n: int, submit_rate: float, bound: float, concurrency: int,
               s2_rate: float | None = None) -> dict[str, float]:
     """``n`` one-off ``bench.lag`` jobs due at instants spread evenly over one second ``[D, D+1)``,
-    all submitted (batches of 5,000, 4 clients) before ``D - dispatch_ahead``; two worker
+    all submitted (batches of 1,000, 4 clients) before ``D - dispatch_ahead``; two worker
     processes with ``concurrency`` each.  ``D`` is chosen from ``submit_rate`` (an estimate of
     batch-submit jobs/s): twice the expected submit time plus margins.
 
@@ -185,8 +189,7 @@ async def s3b(root: Path, n: int, submit_rate: float, bound: float, concurrency:
                         "at": at.isoformat(timespec="milliseconds").replace("+00:00", "Z")}})
                 bodies.append(_batch_body(jobs))
             t_submit = time.time()
-            retries = [0]
-            await post_batches(http, url, headers, bodies, S3B_CLIENTS, retries)
+            sent = await post_batches(http, url, headers, bodies, S3B_CLIENTS)
             submitted = time.time()
             margin = due - submitted
             # the fires start at due - dispatch_ahead: scrape the histograms before that
@@ -226,7 +229,7 @@ async def s3b(root: Path, n: int, submit_rate: float, bound: float, concurrency:
             "s3b_submit_margin": margin,
             "s3b_submit_rate": n / (submitted - t_submit),
             "s3b_elections": term1 - term0,
-            "s3b_retries": float(retries[0]),
+            "s3b_retries": float(sent.retries),
         }
         if s2_rate:
             out["s3b_drain_vs_s2"] = out["s3b_drain"] / s2_rate
@@ -239,7 +242,7 @@ async def s3b(root: Path, n: int, submit_rate: float, bound: float, concurrency:
 
 # -- S4 -------------------------------------------------------------------------------------------
 
-S4_BATCH = 5000
+S4_BATCH = S1B_MAIN_BATCH
 S4_CLIENTS = 4
 PROBE_PERIOD = 0.05
 MIN_AVAILABLE = 2 << 30  # abort S4 if the machine has less than this left (bytes)
@@ -276,24 +279,35 @@ class _Probe:
 
 
 @dataclass
+class _Snapshot:
+    node: int
+    start: float  # monotonic; NaN when it began before the watcher looked
+    end: float = math.nan  # monotonic (the dump's mtime); NaN while running
+    duration: float = math.nan  # the node's schedd_raft_snapshot_duration_seconds
+
+
+@dataclass
 class _Snapshots:
-    """Watches each node's snapshot file (``raft.dump``): every rewrite is one snapshot; its
-    duration is read from that node's ``schedd_raft_snapshot_duration_seconds`` gauge.  Also
-    points the probe at the new leader after an election, and aborts the scenario when the
-    machine runs short of memory."""
+    """Watches each node's snapshot files: ``raft.dump.tmp`` exists while pysyncobj's forked
+    child writes a snapshot, and ``raft.dump`` is replaced when it is done; the duration the node
+    reports (``schedd_raft_snapshot_duration_seconds``) is read after each.  Also points the
+    probe at the new leader after an election, and aborts the scenario when the machine runs
+    short of memory."""
 
     cluster: Cluster
     probe: _Probe
-    seen: dict[int, float] = field(default_factory=dict)  # node -> dump mtime (wall clock)
+    running: dict[int, _Snapshot] = field(default_factory=dict)
+    done: list[_Snapshot] = field(default_factory=list)
+    seen: dict[int, float] = field(default_factory=dict)  # node -> raft.dump mtime
     gauges: dict[int, float] = field(default_factory=dict)  # node -> last duration read
-    done: list[tuple[int, float, float]] = field(default_factory=list)  # (node, end mono, s)
+    _reads: set[asyncio.Task[None]] = field(default_factory=set)
 
-    def dump(self, k: int) -> Path:
-        return self.cluster.root / self.cluster.nodes[k].node_id / "raft" / "raft.dump"
+    def path(self, k: int, name: str) -> Path:
+        return self.cluster.root / self.cluster.nodes[k].node_id / "raft" / name
 
     def mtime(self, k: int) -> float:
         try:
-            return self.dump(k).stat().st_mtime
+            return self.path(k, "raft.dump").stat().st_mtime
         except OSError:
             return 0.0
 
@@ -302,9 +316,10 @@ class _Snapshots:
             self.seen[k] = self.mtime(k)
         checked = time.monotonic()
         while True:
-            await asyncio.sleep(0.2)
-            if time.monotonic() - checked > 1.0:
-                checked = time.monotonic()
+            await asyncio.sleep(0.1)
+            now = time.monotonic()
+            if now - checked > 1.0:
+                checked = now
                 view = await cluster_view(http, self.probe.url, self.cluster.headers())
                 if view is None or view["role"] != "leader":
                     self.probe.url = await current_leader(http, self.cluster)
@@ -312,25 +327,51 @@ class _Snapshots:
             if avail < MIN_AVAILABLE:
                 raise RuntimeError(f"S4 aborted: only {avail >> 20} MiB of memory left")
             for k, node in enumerate(self.cluster.nodes):
-                m = self.mtime(k)
-                if m == self.seen.get(k) or not node.alive:
+                if not node.alive:
+                    self.running.pop(k, None)
                     continue
-                self.seen[k] = m
-                end = time.monotonic() - max(0.0, time.time() - m)
-                # the tick thread notes the child's end (and sets the gauge) a tick or so later
-                duration = math.nan
-                for _ in range(20):
-                    await asyncio.sleep(0.1)
-                    with contextlib.suppress(aiohttp.ClientError, TimeoutError, RuntimeError):
-                        value = gauge(await scrape(http, node.url, self.cluster.headers()),
-                                      "schedd_raft_snapshot_duration_seconds")
-                        if value is not None and value != self.gauges.get(k):
-                            self.gauges[k] = duration = value
-                            break
-                self.done.append((k, end, duration))
+                busy = self.path(k, "raft.dump.tmp").exists()
+                m = self.mtime(k)
+                if m != self.seen[k]:
+                    self.seen[k] = m
+                    snap = self.running.pop(k, None) or _Snapshot(k, math.nan)
+                    snap.end = now - max(0.0, time.time() - m)
+                    self.done.append(snap)
+                    task = asyncio.create_task(self._duration(http, snap))
+                    self._reads.add(task)
+                    task.add_done_callback(self._reads.discard)
+                if busy and k not in self.running:
+                    self.running[k] = _Snapshot(k, now)
+                elif not busy and k in self.running:
+                    self.running.pop(k)  # the child failed: no new raft.dump
 
-    def since(self, t: float, nodes: set[int]) -> set[int]:
-        return {k for k, end, _ in self.done if end >= t and k in nodes}
+    async def _duration(self, http: aiohttp.ClientSession, snap: _Snapshot) -> None:
+        """The tick thread notes the child's end (and sets the gauge) a tick or so later."""
+        node = self.cluster.nodes[snap.node]
+        for _ in range(30):
+            await asyncio.sleep(0.1)
+            with contextlib.suppress(aiohttp.ClientError, TimeoutError, RuntimeError):
+                value = gauge(await scrape(http, node.url, self.cluster.headers()),
+                              "schedd_raft_snapshot_duration_seconds")
+                if value is not None and value != self.gauges.get(snap.node):
+                    self.gauges[snap.node] = snap.duration = value
+                    return
+
+    def completed_since(self, t: float) -> set[int]:
+        """Nodes that wrote a whole snapshot (begun and finished) after ``t``."""
+        return {s.node for s in self.done if s.start >= t}
+
+    def windows(self, k: int, until: float) -> list[tuple[float, float]]:
+        """Node ``k``'s snapshot intervals (monotonic), the running one up to ``until``."""
+        out = []
+        for s in self.done:
+            if s.node == k:
+                start = s.start if s.start == s.start else s.end - (
+                    s.duration if s.duration == s.duration else 0.0)
+                out.append((start, s.end))
+        if k in self.running:
+            out.append((self.running[k].start, until))
+        return out
 
 
 async def _guarded(coro: Awaitable[T], guard: asyncio.Task[None]) -> T:
@@ -349,20 +390,25 @@ def _ms(values: list[float], p: float) -> float:
     return pct(values, p) * 1000 if values else math.nan
 
 
-async def s4(root: Path, n: int, compaction: float, quiet_cap: float,
-             catchup_timeout: float) -> dict[str, float]:
+async def s4(root: Path, n: int, compaction: float, load_cap: float, quiet_cap: float,
+             catchup_timeout: float, detail: Path | None = None) -> dict[str, float]:
     """``n`` pending delayed no-op jobs (due in 6 h, payload ``{"n": 1}``) submitted in batches
-    of 5,000 by 4 clients to a fresh cluster whose nodes snapshot every ``compaction`` seconds
-    (``raft.log_compaction_min_time``; batches never reach ``log_compaction_min_entries``).
+    of 1,000 by 4 clients to a fresh cluster whose nodes snapshot every ``compaction`` seconds
+    (``raft.log_compaction_min_time``; batches never reach ``log_compaction_min_entries``).  No
+    batch is started after ``load_cap`` seconds (``s4_jobs`` says how many went in).
 
     (a) leader memory per pending job: leader VmRSS after the quiet period - before the load,
         over the jobs submitted in between (followers' max reported too);
     (b) probe submits, one job every 50 ms sequentially to the leader, during the load and
-        during a quiet period afterwards that lasts until every node has written a snapshot
-        (at most ``quiet_cap`` s): p99/max latency of each, max over probes that overlapped a
-        leader snapshot, and the longest snapshot any node reported;
+        during a quiet period afterwards that lasts until every node has written a whole
+        snapshot (begun after the load), at most ``quiet_cap`` s (the leader must at least have
+        been snapshotting in it): p99/max latency of each, max over probes in flight while the
+        leader was snapshotting (``raft.dump.tmp`` exists while pysyncobj's forked child writes
+        it), and the longest snapshot any node reported;
     (c) catch-up: a follower is SIGKILLed, 1 % of ``n`` more jobs go in, it is restarted, and
         the time from its restart until its applied index reaches the leader's commit index.
+
+    ``detail``: the probes and snapshot intervals, as JSON, for a closer look.
     """
     cluster = Cluster(root, raft={"log_compaction_min_time": f"{compaction}s"})
     cluster.start()
@@ -384,18 +430,17 @@ async def s4(root: Path, n: int, compaction: float, quiet_cap: float,
             probing = asyncio.create_task(probe.run(http))
             try:
                 load_start = time.monotonic()
-                batches = max(1, n // S4_BATCH)
-                retries = [0]
-                load_s = await _guarded(
-                    post_batches(http, url, headers, [body] * batches, S4_CLIENTS, retries),
-                    guard)
+                sent = await _guarded(post_batches(
+                    http, url, headers, [body] * max(1, n // S4_BATCH), S4_CLIENTS,
+                    stop_after=load_cap), guard)
                 load_end = time.monotonic()
-                print(f"    s4: {batches * S4_BATCH} jobs in {load_s:.1f}s, quiet period...",
+                jobs = sent.done * S4_BATCH
+                print(f"    s4: {jobs} jobs in {sent.elapsed:.1f}s, quiet period...",
                       file=sys.stderr, flush=True)
                 everyone = set(range(len(cluster.nodes)))
 
                 async def quiet() -> None:
-                    while snaps.since(load_end, everyone) != everyone \
+                    while snaps.completed_since(load_end) != everyone \
                             and time.monotonic() - load_end < quiet_cap:
                         await asyncio.sleep(0.2)
                     await asyncio.sleep(1.0)
@@ -410,38 +455,52 @@ async def s4(root: Path, n: int, compaction: float, quiet_cap: float,
                 url = await current_leader(http, cluster)
                 i = cluster.urls.index(url)
                 followers = [k for k in range(len(cluster.nodes)) if k != i]
-                snapped = snaps.since(load_end, everyone)
-                if i not in snapped:
-                    raise RuntimeError(f"no leader snapshot within {quiet_cap}s of quiet "
-                                       f"(snapshots every {compaction}s): nothing to measure")
-                submitted = batches * S4_BATCH + sum(1 for *_, ok in probe.samples if ok)
+                windows = snaps.windows(i, quiet_end)
+                if not any(hi > load_end for _, hi in windows):
+                    raise RuntimeError(f"the leader did not snapshot within {quiet_cap}s of "
+                                       f"quiet (snapshots every {compaction}s)")
+                submitted = jobs + sum(1 for *_, ok in probe.samples if ok)
                 rss1 = {k: rss_bytes(cluster.nodes[k].proc.pid)  # type: ignore[union-attr]
                         for k in range(len(cluster.nodes))}
                 view1 = await cluster_view(http, url, headers)
                 if not view0 or not view1:
                     raise RuntimeError("the leader does not answer /api/v1/cluster")
-                # probes that overlapped a snapshot on the leader (start, end in monotonic time)
-                windows = [(end - d, end) for k, end, d in snaps.done if k == i and d == d]
+                # probes in flight while the leader was snapshotting
                 during = [lat for t, lat, _ in probe.samples
                           if any(t < hi and t + lat > lo for lo, hi in windows)]
                 load = probe.window(load_start, load_end)
                 calm = probe.window(load_end, quiet_end)
+                durations = [x.duration for x in snaps.done if x.duration == x.duration]
                 out = {
-                    "s4_submit_rate": batches * S4_BATCH / load_s,
+                    "s4_submit_rate": jobs / sent.elapsed,
+                    "s4_jobs": float(jobs),
                     "s4_bytes_per_job": (rss1[i] - rss0[i]) / submitted,
                     "s4_follower_bytes_per_job": max((rss1[k] - rss0[k]) / submitted
                                                      for k in followers),
                     "s4_leader_rss_mib": rss1[i] / 2**20,
                     "s4_load_probe_p99": _ms(load, 0.99), "s4_load_probe_max": _ms(load, 1.0),
+                    "s4_load_probes": float(len(load)),
                     "s4_quiet_probe_p99": _ms(calm, 0.99), "s4_quiet_probe_max": _ms(calm, 1.0),
+                    "s4_quiet_s": quiet_end - load_end,
+                    "s4_quiet_snapshots_done": float(len(snaps.completed_since(load_end))),
                     "s4_snapshot_probe_max": max(during, default=math.nan) * 1000,
                     "s4_probe_errors": float(sum(1 for *_, ok in probe.samples if not ok)),
                     "s4_snapshots": float(len(snaps.done)),
-                    "s4_snapshot_max": max((d for *_, d in snaps.done if d == d),
-                                           default=math.nan),
+                    "s4_snapshot_max": max(durations, default=math.nan),
                     "s4_elections": float(view1["term"] - view0["term"]),
-                    "s4_retries": float(retries[0]),
+                    "s4_retries": float(sent.retries),
                 }
+                if detail is not None:
+                    detail.write_text(json.dumps({
+                        "n": n, "leader": i, "load": [0.0, load_end - load_start],
+                        "quiet_end": quiet_end - load_start,
+                        "probes": [(round(t - load_start, 3), round(lat, 4), ok)
+                                   for t, lat, ok in probe.samples],
+                        "snapshots": [(x.node, round(x.start - load_start, 2),
+                                       round(x.end - load_start, 2), x.duration)
+                                      for x in snaps.done],
+                        "running": [(k, round(x.start - load_start, 2))
+                                    for k, x in snaps.running.items()]}))
                 out.update(await _guarded(
                     _catchup(cluster, http, url, followers[0], max(1000, n // 100),
                              catchup_timeout), guard))

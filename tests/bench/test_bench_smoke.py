@@ -24,7 +24,7 @@ pytestmark = [pytest.mark.cluster, pytest.mark.timeout(RUN_TIMEOUT + 60)]
 SCENARIO_KEYS = [
     "ceiling", "syncobj_entries", "syncobj_ops",                      # ceilings
     "s1", "s1_vs_ceiling", "s1_vs_syncobj",                           # S1
-    "s1b_1000", "s1b", "s1b_vs_syncobj_ops",                          # S1b
+    "s1b", "s1b_5000", "s1b_vs_syncobj_ops",                          # S1b
     "s1c_p50", "s1c_p99",                                             # S1c
     "s2", "s2_2w", "s2_2w_vs_s2",                                     # S2, 1 and 2 workers
     "s3_p50", "s3_p99", "s3_max", "s3_bad",                           # S3
