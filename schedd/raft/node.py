@@ -159,6 +159,7 @@ class RaftNode:
         # appendEntriesPeriod.  A pipe wakes the tick thread when commands are queued, and new
         # entries are sent at once when no append is in flight to any follower (see
         # _fast_append); under load appends are still batched, one round trip at a time.
+        guard_snapshot_commit(self._obj)
         self._woken = threading.Event()  # set while a wake-up is in the pipe
         self._waker = PipeNotifier(self._obj._poller, callback=self._woken.clear)
         self._followers: dict[str, _FollowerProgress] = {}  # tick thread only
@@ -420,6 +421,40 @@ class RaftNode:
             loop.call_soon_threadsafe(_resolve, futures, res, err)
 
         return callback
+
+
+def guard_snapshot_commit(obj: SyncObj) -> None:
+    """Work around a pysyncobj 0.3.17 bug that acknowledged writes which were then lost.
+
+    A follower handles an ``append_entries`` message that carries a snapshot chunk (no
+    ``prevLogIdx``; ``serialized`` is a chunk, or None while the leader is still writing the
+    snapshot) by falling through to ``commitIndex = min(leaderCommit, own last index)`` without
+    the log-matching check.  A deposed leader holding uncommitted entries of its own (client
+    writes it accepted while cut off) thus "commits" and applies them, answers the clients that
+    sent them, and then loads the snapshot, which does not have them: an acknowledged job lost
+    (found by the fault suite: seed 3017, one_way_leader_in).  Only installing the snapshot may
+    move the commit index on such a message; otherwise it is put back.  Runs on the tick thread
+    (the transport's message callback)."""
+    transport = obj._SyncObj__transport
+    inner = transport._onMessageReceivedCallback
+
+    def on_message(node: Any, message: Any) -> None:
+        if not (isinstance(message, dict) and message.get("type") == "append_entries"
+                and "prevLogIdx" not in message):
+            inner(node, message)
+            return
+        commit = obj._SyncObj__raftCommitIndex
+        applied = obj._SyncObj__raftLastApplied
+        raft_log = obj._SyncObj__raftLog
+        first = raft_log[0] if len(raft_log) else None
+        inner(node, message)
+        installed = obj._SyncObj__raftLastApplied != applied or (
+            (raft_log[0] if len(raft_log) else None) != first)
+        if not installed and obj._SyncObj__raftCommitIndex > commit:
+            obj._SyncObj__raftCommitIndex = commit
+            raft_log.setRaftCommitIndex(commit)
+
+    transport.setOnMessageReceivedCallback(on_message)
 
 
 def _resolve(futures: list[asyncio.Future[Result]], res: Any, err: int) -> None:
