@@ -55,7 +55,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from scripts.benchlib import peers, scale  # noqa: E402
-from scripts.benchlib.clusterops import leader_url, wait_worker  # noqa: E402
+from scripts.benchlib.clusterops import leader_url, stop_cluster, wait_worker  # noqa: E402
 from scripts.benchlib.common import pct, stop_pid, summary  # noqa: E402
 from scripts.benchlib.syncobj_ceiling import syncobj_ceiling  # noqa: E402
 from tests.cluster.harness import Cluster  # noqa: E402
@@ -283,6 +283,8 @@ ROWS: list[tuple[str, str, str]] = [
     ("S1 / Celery enqueue", "ratio", "s1_vs_celery"),
     ("S1b batch submit, 4 clients x 1,000/batch (main)", "jobs/s", "s1b"),
     ("S1b batch submit, 4 clients x 5,000/batch", "jobs/s", "s1b_5000"),
+    ("S1b x1,000: elections (Raft term increments)", "count", "s1b_elections"),
+    ("S1b x5,000: elections (Raft term increments)", "count", "s1b_5000_elections"),
     ("S1b (x1,000) / pysyncobj ops/s", "ratio", "s1b_vs_syncobj_ops"),
     ("S1b (x1,000) / Huey enqueue", "ratio", "s1b_vs_huey"),
     ("S1b (x1,000) / Celery enqueue", "ratio", "s1b_vs_celery"),
@@ -307,16 +309,22 @@ ROWS: list[tuple[str, str, str]] = [
     ("S3b drain / S2 2 workers", "ratio", "s3b_drain_vs_s2"),
     ("S3b batch submit of all jobs", "jobs/s", "s3b_submit_rate"),
     ("S3b submit done before the due second by", "s", "s3b_submit_margin"),
+    ("S3b elections (Raft term increments)", "count", "s3b_elections"),
     ("S4 {s4_n} pending: batch submit (x1,000)", "jobs/s", "s4_submit_rate"),
+    ("S4 jobs submitted within the load cap", "jobs", "s4_jobs"),
+    ("S4 elections during load + quiet (term increments)", "count", "s4_elections"),
     ("S4 leader memory per pending job (VmRSS)", "bytes", "s4_bytes_per_job"),
     ("S4 follower memory per pending job (max)", "bytes", "s4_follower_bytes_per_job"),
     ("S4 probe submit every 50 ms, under load: p99", "ms", "s4_load_probe_p99"),
     ("S4 probe submit under load: max", "ms", "s4_load_probe_max"),
     ("S4 probe submit, quiet + snapshots: p99", "ms", "s4_quiet_probe_p99"),
     ("S4 probe submit, quiet + snapshots: max", "ms", "s4_quiet_probe_max"),
-    ("S4 probe max overlapping a leader snapshot", "ms", "s4_snapshot_probe_max"),
+    ("S4 quiet: probe max while the leader snapshots", "ms", "s4_snapshot_probe_max"),
+    ("S4 quiet: whole snapshots written in it (all nodes)", "count", "s4_quiet_snapshots_done"),
     ("S4 snapshots written (all nodes)", "count", "s4_snapshots"),
     ("S4 longest snapshot write (any node)", "s", "s4_snapshot_max"),
+    ("S4 follower SIGKILL, restarts that exited at once", "count", "s4_restart_failures"),
+    ("S4 follower SIGKILL, restart -> answers HTTP", "s", "s4_restart_answer"),
     ("S4 follower SIGKILL, restart -> caught up", "s", "s4_catchup"),
     ("S5 leader SIGKILL -> next ack", "s", "s5"),
     ("peer: Huey (SQLite) enqueue, tight loop", "jobs/s", "huey_enqueue"),
@@ -345,7 +353,8 @@ def table(out: dict[str, dict[str, float]], markdown: bool = False,
         if s is None:
             continue
         name = name.format(**(labels or {}))
-        fmt = ",.2f" if unit == "ratio" or s["median"] < 100 else ",.0f"
+        fmt = ",.4f" if unit == "ratio" and s["median"] < 0.1 else \
+            ",.2f" if unit == "ratio" or s["median"] < 100 else ",.0f"
         cells = [format(s[c], fmt) for c in ("median", "min", "max")]
         if markdown:
             lines.append(f"| {name} | {unit} | " + " | ".join(cells) + " |")
@@ -397,7 +406,7 @@ async def main() -> int:
     # longest quiet period waiting for every node's snapshot, follower catch-up limit (s).
     s3b_bound = max(30.0, n_s3b / 700)
     s4_compaction, s4_load, s4_quiet, s4_catchup = \
-        (3.0, 60.0, 30.0, 60.0) if args.quick else (30.0, 300.0, 90.0, 120.0)
+        (3.0, 60.0, 30.0, 60.0) if args.quick else (30.0, 200.0, 60.0, 90.0)
     # Per-scenario timeouts (s): generous multiples of a normal run on a busy 2-core machine.
     t = {"ceiling": 30, "syncobj": 60, "cluster": 45, "s1": 60, "s1c": 60, "s2": 90, "s3": 60,
          "s5": 30, "install": 600, "huey": 90, "celery": 120, "settle": 30, "s1b": 60,
@@ -434,7 +443,7 @@ async def main() -> int:
                         await runner.run("s1b_5000", t["s1b"],
                                          partial(scale.s1b, cluster, 5000, n_batch))
             finally:
-                cluster.stop()
+                stop_cluster(cluster)
             if not args.no_peers:
                 await runner.run("huey", t["huey"],
                                  partial(peers.huey, envs, tmp / f"run{r}-huey", n_peer, t["huey"] - 5))
@@ -461,6 +470,14 @@ async def main() -> int:
             f"s4: only {res['s4_jobs'][0]:,.0f} of {n_s4:,} jobs submitted within {s4_load:.0f}s "
             f"({res['s4_elections'][0]:.0f} elections, {res['s4_retries'][0]:.0f} batches re-sent); "
             "the figures are for those")
+    if res.get("s4_catchup_timeout"):
+        behind = res.get("s4_catchup_behind")
+        failed = res.get("s4_restart_failures", [0.0])[0]
+        runner.failures.append(
+            f"s4: the restarted follower did not catch up within {s4_catchup:.0f}s ("
+            + (f"{behind[0]:,.0f} entries behind the leader's commit index then"
+               if behind else "it never answered HTTP")
+            + (f"; {failed:.0f} restarts exited at once" if failed else "") + ")")
     _check_bad(res, runner.failures, "s3b", f"{s3b_bound:.0f} s after the due second")
     out = {k: summary(v) for k, v in res.items()}
     labels = {"s3b_n": f"{n_s3b:,}", "s4_n": f"{n_s4:,}"}
