@@ -36,6 +36,7 @@ class Runtime:
                             for ns, rate in limits.submit_rate}
         self.leader: Leader | None = None
         self._leader_task: asyncio.Task[None] | None = None
+        self._leader_term = -1  # the Raft term the running leader task was started in
         self._watch_task: asyncio.Task[None] | None = None
         self._runner: web.AppRunner | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -135,6 +136,12 @@ class Runtime:
         while not self._stopping:
             self._role_changed.clear()
             leading = self.node.is_leader
+            if leading and self._leader_task is not None and self.node.term != self._leader_term:
+                # Lost and won again between two looks (leader -> follower -> leader): the
+                # running leader's claim belongs to the old term, so start over with a new one.
+                log_event(log, "leader.lost", node_id=self.config.node.id, term=self._leader_term,
+                          reelected_in=self.node.term)
+                await self._stop_leader()
             if leading and self._leader_task is None and not self._stopping:
                 self._start_leader()
             elif not leading and self._leader_task is not None:
@@ -148,7 +155,8 @@ class Runtime:
                         caps=dict(self.config.limits.concurrency), metrics=self.metrics,
                         ahead_s=self.config.scheduler.dispatch_ahead_ms / 1000)
         self.leader = leader
-        log_event(log, "leader.elected", node_id=self.config.node.id, term=self.node.term)
+        self._leader_term = self.node.term
+        log_event(log, "leader.elected", node_id=self.config.node.id, term=self._leader_term)
         self._leader_task = asyncio.create_task(leader.run())
         self._leader_task.add_done_callback(self._leader_done)
 
