@@ -28,7 +28,6 @@ import re
 import signal
 import time
 from pathlib import Path
-from typing import Any
 
 import aiohttp
 import orjson
@@ -42,18 +41,6 @@ pytestmark = [pytest.mark.cluster, pytest.mark.timeout(150)]
 PAUSE = 5.0  # > pysyncobj's connectionTimeout (3.5 s): the connections die during the pause
 UNSENT = 0.2  # the leader's frames are dropped this long before the pause (< raft_min_timeout)
 RECOVERY_BOUND = 10.0  # from SIGCONT until the paused node has applied the leader's commit index
-
-
-async def _view(http: aiohttp.ClientSession, cluster: Cluster, i: int) -> dict[str, Any] | None:
-    try:
-        async with http.get(cluster.nodes[i].url + "/api/v1/cluster", headers=cluster.headers(),
-                            timeout=aiohttp.ClientTimeout(total=1)) as r:
-            if r.status == 200:
-                data: dict[str, Any] = await r.json()
-                return data
-    except (aiohttp.ClientError, TimeoutError):
-        pass
-    return None
 
 
 async def _post(http: aiohttp.ClientSession, cluster: Cluster, i: int, body: bytes) -> None:
@@ -111,7 +98,7 @@ async def test_raft_follower_stalled_by_a_leader_pause_catches_up_within_seconds
 
             # The leader appends what it is sent but its frames go nowhere, then it stops.
             leader = await cluster.wait_leader(http)  # (it may have changed under load)
-            before = await _view(http, cluster, leader)
+            before = await cluster.view(http, leader)
             assert before is not None
             for i in range(cluster.size):
                 if i != leader:
@@ -136,8 +123,8 @@ async def test_raft_follower_stalled_by_a_leader_pause_catches_up_within_seconds
             caught_up = None
             trace: list[tuple[float, int, int, str]] = []
             while time.monotonic() < resumed + RECOVERY_BOUND:
-                lv, fv = await asyncio.gather(_view(http, cluster, new_leader),
-                                              _view(http, cluster, leader))
+                lv, fv = await asyncio.gather(cluster.view(http, new_leader),
+                                              cluster.view(http, leader))
                 if lv is not None and fv is not None:
                     trace.append((round(time.monotonic() - resumed, 1), lv["commit_index"],
                                   fv["applied_index"], fv["role"]))
