@@ -17,12 +17,11 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.cluster.harness import Cluster
+from tests.cluster.harness import Cluster, cluster_view
 
 
 async def leader_url(cluster: Cluster) -> tuple[int, str]:
@@ -212,17 +211,3 @@ def mem_available() -> int:
         if line.startswith("MemAvailable:"):
             return int(line.split()[1]) * 1024
     raise RuntimeError("no MemAvailable in /proc/meminfo")
-
-
-async def cluster_view(http: aiohttp.ClientSession, url: str, headers: dict[str, str],
-                       timeout: float = 2.0) -> dict[str, Any] | None:
-    """``GET /api/v1/cluster`` of one node, or None when it does not answer."""
-    try:
-        async with http.get(url + "/api/v1/cluster", headers=headers,
-                            timeout=aiohttp.ClientTimeout(total=timeout)) as r:
-            if r.status == 200:
-                data: dict[str, Any] = await r.json()
-                return data
-    except (aiohttp.ClientError, TimeoutError):
-        pass
-    return None

@@ -221,15 +221,7 @@ class Cluster:
 
     # -- API helpers -----------------------------------------------------------------------------
     async def view(self, http: aiohttp.ClientSession, i: int) -> dict[str, Any] | None:
-        try:
-            async with http.get(self.nodes[i].url + "/api/v1/cluster", headers=self.headers(),
-                                timeout=aiohttp.ClientTimeout(total=2)) as r:
-                if r.status == 200:
-                    data: dict[str, Any] = await r.json()
-                    return data
-        except (aiohttp.ClientError, TimeoutError):
-            pass
-        return None
+        return await cluster_view(http, self.nodes[i].url, self.headers())
 
     async def wait_leader(self, http: aiohttp.ClientSession, timeout: float = 30.0,
                           exclude: int | None = None) -> int:
@@ -244,3 +236,17 @@ class Cluster:
                     return i
             await asyncio.sleep(0.1)
         raise AssertionError(f"no leader within {timeout}s\n{self.logs()}")
+
+
+async def cluster_view(http: aiohttp.ClientSession, url: str, headers: dict[str, str],
+                       timeout: float = 2.0) -> dict[str, Any] | None:
+    """``GET /api/v1/cluster`` of the node at ``url``, or None when it does not answer."""
+    try:
+        async with http.get(url + "/api/v1/cluster", headers=headers,
+                            timeout=aiohttp.ClientTimeout(total=timeout)) as r:
+            if r.status == 200:
+                data: dict[str, Any] = await r.json()
+                return data
+    except (aiohttp.ClientError, TimeoutError):
+        pass
+    return None
