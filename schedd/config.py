@@ -372,6 +372,10 @@ def _duration_or_zero(value: object, path: str) -> int:
 class NodeConfig:
     id: str = _f("n1", _node_id)
     data_dir: str = _f("./.schedd", _path)
+    #: move long-lived objects out of the garbage collector's reach this often (0s: never),
+    #: and (not while leading) collect everything once this often; see schedd/gcpolicy.py
+    gc_freeze_interval_ms: int = _f(10_000, _duration_or_zero, key="gc_freeze_interval")
+    gc_thaw_interval_ms: int = _f(3_600_000, _duration_or_zero, key="gc_thaw_interval")
 
 
 @dataclass(frozen=True)

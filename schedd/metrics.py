@@ -12,6 +12,7 @@ Each node has its own registry.  Two kinds of metric:
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
 LAG_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
 FIRE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1, 1.5,
                 2, 2.5, 5, 10, 30, 60, 300)
+GC_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.4, 0.8, 1.6, 3.2, 6.4)
 ROLES = {0: "follower", 1: "candidate", 2: "leader"}
 
 
@@ -46,9 +48,22 @@ class Metrics:
         self.leases_lost = Counter(
             "schedd_leases_lost_total", "Leases ended by the leader: heartbeats stopped or the "
             "run timed out.", ["outcome"], registry=self.registry)
+        self.gc_pause = Histogram(
+            "schedd_gc_pause_seconds", "Garbage collection pauses of this process by generation "
+            "(see node.gc_freeze_interval).", ["generation"], buckets=GC_BUCKETS,
+            registry=self.registry)
+        self.gc_collected = Counter(
+            "schedd_gc_collected_objects_total", "Unreachable objects found by the garbage "
+            "collector, by generation.", ["generation"], registry=self.registry)
         self.results = Counter(
             "schedd_worker_results_total", "Results sent by workers, by whether they were "
             "accepted (a stale fence is refused).", ["accepted"], registry=self.registry)
+
+    def observe_gc(self, generation: int, seconds: float, collected: int) -> None:
+        gen = str(generation)
+        self.gc_pause.labels(gen).observe(seconds)
+        if collected:
+            self.gc_collected.labels(gen).inc(collected)
 
     def attach(self, rt: Runtime) -> None:
         self.registry.register(_StateCollector(rt))
@@ -78,6 +93,9 @@ class _StateCollector(Collector):
                                 value=node.applied_index)
         yield GaugeMetricFamily("schedd_raft_has_quorum", "1 when this node sees a quorum.",
                                 value=1.0 if node.has_quorum() else 0.0)
+        yield GaugeMetricFamily("schedd_gc_frozen_objects", "Objects in the garbage collector's "
+                                "permanent generation (never scanned; see node.gc_freeze_interval).",
+                                value=gc.get_freeze_count())
         duration = node.last_snapshot_duration
         if duration is not None:
             yield GaugeMetricFamily("schedd_raft_snapshot_duration_seconds",

@@ -19,10 +19,12 @@ from schedd.config import Config, peer_ssl_context, read_raft_secret, server_ssl
 from schedd.core.fairness import TokenBucket
 from schedd.core.state import LeaderEvent
 from schedd.errors import Unavailable, from_code
+from schedd.gcpolicy import GcPolicy
 from schedd.leader.leader import Leader
 from schedd.logs import log_event
 from schedd.metrics import Metrics
 from schedd.raft.node import Hooks, RaftNode, RaftSettings
+from schedd.raft.pauses import read_before_judging
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +40,8 @@ class Runtime:
         self._leader_task: asyncio.Task[None] | None = None
         self._leader_term = -1  # the Raft term the running leader task was started in
         self._watch_task: asyncio.Task[None] | None = None
+        self._gc_task: asyncio.Task[None] | None = None
+        self.gc: GcPolicy | None = None
         self._runner: web.AppRunner | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._role_changed = asyncio.Event()
@@ -85,6 +89,12 @@ class Runtime:
         self.node = RaftNode(self._settings, self.hooks)
         self.node.attach(loop)
         self.metrics.attach(self)
+        n = self.config.node
+        self.gc = GcPolicy(n.gc_freeze_interval_ms / 1000, n.gc_thaw_interval_ms / 1000,
+                           observe=self.metrics.observe_gc)
+        self.gc.install()
+        read_before_judging(self.node._obj)  # a pause (a collection, say) deposes no one
+        self._gc_task = asyncio.create_task(self.gc.run(lambda: self.node.is_leader))
         self._watch_task = asyncio.create_task(self._watch_role())
         app = make_app(self)
         # On stop, handlers get at most half the drain time (open worker sockets are closed
@@ -110,6 +120,12 @@ class Runtime:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._watch_task
         await self._stop_leader()
+        if self._gc_task is not None:
+            self._gc_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._gc_task
+        if self.gc is not None:
+            self.gc.uninstall()
         for ws in list(self.sockets):
             with contextlib.suppress(Exception):
                 await within(ws.close(code=1001, message=b"node stopping"), 1.0)

@@ -159,7 +159,7 @@ a = 1
     expect = [
         r"^colour: unknown section \(expected one of: node, http, raft, auth, scheduler, limits, log\)$",
         r"^extras: unknown section",
-        r"^node\.colour: unknown key \(expected one of: id, data_dir\)$",
+        r"^node\.colour: unknown key \(expected one of: id, data_dir, gc_freeze_interval, gc_thaw_interval\)$",
         r'^node\.id: expected 1 to 63 letters.*got ""$',
         r'^http\.listen: expected host:port, got "localhost"$',
         r'^http\.advertise: expected an http\(s\) URL.*got "ftp://x"$',
@@ -356,9 +356,9 @@ def test_env_and_override_problems_name_key_and_source() -> None:
         for g in got
     )
     assert any(g.startswith("scheduler.max_payload: expected a size") for g in got)
-    assert "SCHEDD_NODE_COLOUR: unknown key node.colour (expected one of: id, data_dir)" in got
+    assert "SCHEDD_NODE_COLOUR: unknown key node.colour (expected one of: id, data_dir, gc_freeze_interval, gc_thaw_interval)" in got
     assert 'http.listen: expected host:port, got "nope" (from the command line)' in got
-    assert "node.colour: unknown key (expected one of: id, data_dir)" in got
+    assert "node.colour: unknown key (expected one of: id, data_dir, gc_freeze_interval, gc_thaw_interval)" in got
     assert any(g.startswith("bogus.key: unknown section") for g in got)
     assert len(got) == 7, got
 

@@ -1,0 +1,112 @@
+"""schedd/raft/pauses.py on three real pysyncobj nodes (real sockets), ticked by hand so that one
+of them can be paused exactly: not ticked for longer than its election timeout while the others
+go on, which is what a long garbage collection or a starved tick thread does to a node."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from pysyncobj import SyncObj, SyncObjConf
+
+from schedd.raft.pauses import read_before_judging
+from tests.conftest import free_port
+
+MIN_TIMEOUT, MAX_TIMEOUT = 0.3, 0.6
+
+
+@pytest.fixture
+def nodes(tmp_path: Path) -> Iterator[list[SyncObj]]:
+    ports = [free_port() for _ in range(3)]
+    addrs = [f"127.0.0.1:{p}" for p in ports]
+    made = []
+    try:
+        for i, addr in enumerate(addrs):
+            conf = SyncObjConf(autoTick=False, raftMinTimeout=MIN_TIMEOUT,
+                               raftMaxTimeout=MAX_TIMEOUT, leaderFallbackTimeout=MAX_TIMEOUT,
+                               appendEntriesPeriod=0.05, journalFile=str(tmp_path / f"j{i}"),
+                               fullDumpFile=str(tmp_path / f"d{i}"))
+            made.append(SyncObj(addr, [a for a in addrs if a != addr], conf))
+        yield made
+    finally:
+        for n in made:
+            n.destroy()
+
+
+def tick(nodes: list[SyncObj], seconds: float, skip: SyncObj | None = None) -> None:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        for n in nodes:
+            if n is not skip:
+                n.doTick(0.002)
+
+
+def settled(nodes: list[SyncObj]) -> tuple[int, SyncObj]:
+    """Tick until one leader every node follows has lasted a whole election timeout."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        tick(nodes, MAX_TIMEOUT)
+        leaders = [n for n in nodes if n._isLeader()]
+        terms = {n.raftCurrentTerm for n in nodes}
+        if len(leaders) == 1 and len(terms) == 1 and all(n._getLeader() for n in nodes):
+            term = terms.pop()
+            tick(nodes, MAX_TIMEOUT)
+            if leaders[0]._isLeader() and {n.raftCurrentTerm for n in nodes} == {term}:
+                return term, leaders[0]
+    raise AssertionError("no stable leader within 30 s")
+
+
+@pytest.mark.parametrize("wrapped", [False, True])
+def test_a_paused_follower_reads_the_heartbeats_before_its_election_deadline(
+        nodes: list[SyncObj], wrapped: bool) -> None:
+    if wrapped:
+        for n in nodes:
+            read_before_judging(n)
+    term, leader = settled(nodes)
+    follower = next(n for n in nodes if n is not leader)
+    tick(nodes, 2 * MAX_TIMEOUT, skip=follower)  # the follower's thread does not run
+    follower.doTick(0.002)  # its first tick after the pause
+    if wrapped:
+        assert follower.raftCurrentTerm == term and follower._getLeader() is not None
+        tick(nodes, 2 * MAX_TIMEOUT)
+        assert leader._isLeader() and {n.raftCurrentTerm for n in nodes} == {term}
+    else:  # pysyncobj alone: the heartbeats wait in its socket, it calls an election
+        assert follower.raftCurrentTerm == term + 1
+
+
+def test_a_follower_whose_leader_died_meanwhile_still_calls_an_election(
+        nodes: list[SyncObj]) -> None:
+    for n in nodes:
+        read_before_judging(n)
+    term, leader = settled(nodes)
+    follower = next(n for n in nodes if n is not leader)
+    others = [n for n in nodes if n is not leader]
+    leader.destroy()  # gone while the follower was paused: nothing waits in its socket
+    nodes.remove(leader)
+    tick(others, 2 * MAX_TIMEOUT, skip=follower)
+    deadline = time.monotonic() + 10
+    while follower.raftCurrentTerm == term and time.monotonic() < deadline:
+        tick(others, 0.05)
+    assert follower.raftCurrentTerm > term
+
+
+def test_a_wrapped_node_still_writes_snapshots(tmp_path: Path) -> None:
+    """pysyncobj pickles the SyncObj's own attributes into snapshots: the wrapper must not be
+    one of them (a closure does not pickle, and every snapshot write failed)."""
+    conf = SyncObjConf(autoTick=False, journalFile=str(tmp_path / "j"),
+                       fullDumpFile=str(tmp_path / "d"), logCompactionMinEntries=2,
+                       logCompactionMinTime=0.01)
+    obj = SyncObj(f"127.0.0.1:{free_port()}", [], conf)
+    try:
+        read_before_judging(obj)
+        deadline = time.monotonic() + 10
+        while not obj._isLeader() and time.monotonic() < deadline:
+            obj.doTick(0.01)
+        obj.forceLogCompaction()
+        while not (tmp_path / "d").exists() and time.monotonic() < deadline:
+            obj.doTick(0.01)
+        assert (tmp_path / "d").exists(), "no snapshot was written"
+    finally:
+        obj.destroy()
