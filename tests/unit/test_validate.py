@@ -656,3 +656,21 @@ def test_spec_dict_round_trips_everything() -> None:
 def test_spec_from_dict_rejects_malformed(bad: dict[str, Any]) -> None:
     with pytest.raises(ValueError):
         spec_from_dict(bad)
+
+
+def test_decoded_specs_share_their_equal_records_and_names() -> None:
+    """The replicated form decodes to one instance of each equal retry policy and recurring
+    schedule, and one string per task/namespace/queue name (memory per pending job)."""
+    def decoded(payload: int, schedule: dict[str, Any]) -> JobSpec:
+        body = {"task": "t.share", "namespace": "ns1", "queue": "q1", "payload": payload,
+                "schedule": schedule, "retry": {"max_attempts": 7}}
+        return spec_from_dict(orjson.loads(orjson.dumps(spec_to_dict(parse_job(body, now_ms=0)))))
+
+    a, b = decoded(1, {"every": "5m"}), decoded(2, {"every": "5m"})
+    assert a.retry is b.retry and a.retry.max_attempts == 7
+    assert a.schedule is b.schedule and a.schedule.every_ms == 300_000
+    assert a.task is b.task and a.namespace is b.namespace and a.queue is b.queue
+    c, d = decoded(3, {"in": "1h"}), decoded(4, {"in": "1h"})
+    assert c.retry is a.retry
+    assert c.schedule == d.schedule  # equal (same submit time) but one-off: not shared
+    assert a.payload == 1 and b.payload == 2
