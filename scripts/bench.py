@@ -1,7 +1,8 @@
 """schedd benchmarks against a real local three-node cluster, with the machine's ceilings and the
 peers measured in the same run (issue 5).
 
-    scripts/bench [--runs N] [--quick] [--no-peers] [--json FILE] [--s3b-jobs N] [--s4-jobs N]
+    scripts/bench [--runs N] [--quick] [--no-peers] [--json FILE] [--only S5,S3,...]
+                  [--s3b-jobs N] [--s4-jobs N] [--s5-kills N] [--s5-rate R]
 
 Each scenario runs under its own timeout; a failure or timeout is reported, the rest still run,
 and the exit status is non-zero.  Figures are medians of --runs with min–max.
@@ -16,7 +17,6 @@ and the exit status is non-zero.  Figures are medians of --runs with min–max.
   S2       dispatch + completion of no-op jobs by one, then by two schedd-worker processes
   S3       2,000 delayed jobs due at the same instant, one worker with room for all: start lag
            (scheduled time -> handler start, worker's clock) p50/p99/max; none early, none missing
-  S5       leader SIGKILLed: time until a submit is acknowledged again (s)
   peers    Huey (SqliteStorage) and Celery 5 + Redis (own redis-server on loopback), each in its
            own venv under bench-results/envs/: enqueue in a tight loop (S1's work) and drain by
            one consumer process (S2's work)  (scripts/benchlib/peers.py)
@@ -28,7 +28,14 @@ Once per invocation (not per --runs), each on a fresh cluster (scripts/benchlib/
   S4       1,000,000 pending delayed jobs: leader memory per job (VmRSS), latency of a probe
            submit every 50 ms during the load and during a quiet period with snapshots, the
            longest snapshot, follower SIGKILL + restart -> caught up (s)
---quick: S3b 10,000 jobs, S4 20,000.
+  S5       the leader SIGKILLed under load (a worker connected, ~200 run-now submits/s spread
+           over the nodes that are up), 5 times, each time restarted and caught up: kill ->
+           first handler start of a run leased by the new leader (its lease fence is above the
+           new leader's claim index) p50/p99/max, kill -> first ack of a submit sent after the
+           kill, and acknowledged jobs never started (must be 0)  (scripts/benchlib/failover.py)
+--quick: S3b 10,000 jobs, S4 20,000, S5 1 kill.
+--only: scenarios to run, comma-separated: ceiling, syncobj, S1, S1c, S2, S3, S1b, peers, S3b,
+S4, S5 (default: all).
 """
 
 from __future__ import annotations
@@ -37,12 +44,12 @@ import argparse
 import asyncio
 import json
 import os
-import signal
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from functools import partial
 from pathlib import Path
@@ -54,7 +61,7 @@ import orjson
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from scripts.benchlib import peers, scale  # noqa: E402
+from scripts.benchlib import failover, peers, scale  # noqa: E402
 from scripts.benchlib.clusterops import leader_url, stop_cluster, wait_worker  # noqa: E402
 from scripts.benchlib.common import pct, stop_pid, summary  # noqa: E402
 from scripts.benchlib.syncobj_ceiling import syncobj_ceiling  # noqa: E402
@@ -177,27 +184,6 @@ async def s2(cluster: Cluster, n: int, workers: int = 1) -> float:
     finally:
         for proc in procs:
             stop_pid(proc, grace=20)
-
-
-async def s5(cluster: Cluster) -> float:
-    i, _ = await leader_url(cluster)
-    body = orjson.dumps({"task": "bench.noop", "schedule": {"in": "1h"}})
-    others = [u for j, u in enumerate(cluster.urls) if j != i]
-    cluster.kill(i, signal.SIGKILL)
-    t0 = time.perf_counter()
-    async with aiohttp.ClientSession() as http:
-        while True:
-            for u in others:
-                try:
-                    async with http.post(u + "/api/v1/jobs", data=body, headers=cluster.headers(),
-                                         timeout=aiohttp.ClientTimeout(total=5)) as r:
-                        if r.status == 201:
-                            elapsed = time.perf_counter() - t0
-                            cluster.start(i)
-                            return elapsed
-                except (aiohttp.ClientError, TimeoutError):
-                    pass
-            await asyncio.sleep(0.02)
 
 
 async def s3(cluster: Cluster, root: Path, n: int, lead: float) -> dict[str, float]:
@@ -326,7 +312,20 @@ ROWS: list[tuple[str, str, str]] = [
     ("S4 follower SIGKILL, restarts that exited at once", "count", "s4_restart_failures"),
     ("S4 follower SIGKILL, restart -> answers HTTP", "s", "s4_restart_answer"),
     ("S4 follower SIGKILL, restart -> caught up", "s", "s4_catchup"),
-    ("S5 leader SIGKILL -> next ack", "s", "s5"),
+    ("S5 {s5_kills} leader SIGKILLs under load: first dispatch p50", "s", "s5_dispatch_p50"),
+    ("S5 first dispatch p99 (of the kills)", "s", "s5_dispatch_p99"),
+    ("S5 first dispatch max", "s", "s5_dispatch_max"),
+    ("S5 leader SIGKILL -> next ack p50", "s", "s5_ack_p50"),
+    ("S5 leader SIGKILL -> next ack max", "s", "s5_ack_max"),
+    ("S5 kill -> leader.elected p50 (node log)", "s", "s5_elected_p50"),
+    ("S5 kill -> new leader ready p50 (node log)", "s", "s5_ready_p50"),
+    ("S5 kill -> worker welcomed by new leader p50", "s", "s5_welcome_p50"),
+    ("S5 acknowledged jobs lost (never started)", "jobs", "s5_lost"),
+    ("S5 acknowledged -> started, slowest job", "s", "s5_ack_to_start_max"),
+    ("S5 longest time without a handler start", "s", "s5_max_start_gap"),
+    ("S5 leader changes besides the kills", "count", "s5_extra_leader_changes"),
+    ("S5 killed node restarted -> caught up p50", "s", "s5_restart_p50"),
+    ("S5 submit load (acknowledged jobs / load time)", "jobs/s", "s5_load_rate"),
     ("peer: Huey (SQLite) enqueue, tight loop", "jobs/s", "huey_enqueue"),
     ("peer: Huey drain, 1 consumer (1 thread)", "jobs/s", "huey_drain"),
     ("peer: Celery 5 + Redis enqueue, tight loop", "jobs/s", "celery_enqueue"),
@@ -380,7 +379,7 @@ def _median(res: dict[str, list[float]], key: str) -> float | None:
     return statistics.median(values) if values else None
 
 
-async def main() -> int:
+def _parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="scripts/bench", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=3)
@@ -392,7 +391,21 @@ async def main() -> int:
                     help="S3b's job count (default 100,000; --quick: 10,000)")
     ap.add_argument("--s4-jobs", type=int, default=None,
                     help="S4's pending job count (default 1,000,000; --quick: 20,000)")
-    args = ap.parse_args()
+    ap.add_argument("--s5-kills", type=int, default=None,
+                    help="S5's leader SIGKILLs (default 5; --quick: 1)")
+    ap.add_argument("--s5-rate", type=float, default=200.0,
+                    help="S5's submit load, requests/s (default 200)")
+    ap.add_argument("--only", type=_scenarios, default=None, metavar="S5,S3,...",
+                    help="run only these scenarios (" + ", ".join(SCENARIOS) + ")")
+    return ap.parse_args()
+
+
+async def main() -> int:
+    args = _parse_args()
+
+    def on(scenario: str) -> bool:
+        return args.only is None or scenario in args.only
+
     runs = 1 if args.quick else args.runs
     if args.quick:
         n_submit, n_seq, n_drain, n_delayed, n_raft, n_peer = 300, 100, 300, 2000, 2000, 1000
@@ -402,49 +415,42 @@ async def main() -> int:
         n_batch, n_s3b, n_s4 = 40_000, 100_000, 1_000_000
     n_s3b = args.s3b_jobs or n_s3b
     n_s4 = args.s4_jobs or n_s4
+    n_s5 = args.s5_kills or (1 if args.quick else 5)
     # S3b: jobs not started this long after the due second are missing; S4: snapshot period,
     # longest quiet period waiting for every node's snapshot, follower catch-up limit (s).
     s3b_bound = max(30.0, n_s3b / 700)
+    # S5: an acknowledged job not started this long after the load stopped is lost (s).
+    s5_bound = 30.0
     s4_compaction, s4_load, s4_quiet, s4_catchup = \
         (3.0, 60.0, 30.0, 60.0) if args.quick else (30.0, 200.0, 60.0, 90.0)
     # Per-scenario timeouts (s): generous multiples of a normal run on a busy 2-core machine.
     t = {"ceiling": 30, "syncobj": 60, "cluster": 45, "s1": 60, "s1c": 60, "s2": 90, "s3": 60,
-         "s5": 30, "install": 600, "huey": 90, "celery": 120, "settle": 30, "s1b": 60,
-         "s3b": 60 + s3b_bound + n_s3b / 500, "s4": 120 + s4_load + s4_quiet + s4_catchup}
+         "install": 600, "huey": 90, "celery": 120, "settle": 30, "s1b": 60,
+         "s3b": 60 + s3b_bound + n_s3b / 500, "s4": 120 + s4_load + s4_quiet + s4_catchup,
+         "s5": 60 + 90 * n_s5 + 2 * s5_bound}
     if args.quick:
-        t.update(ceiling=15, syncobj=30, s1=20, s1c=20, s2=30, s3=40, s5=20, huey=40, celery=40,
-                 s1b=30)
+        t.update(ceiling=15, syncobj=30, s1=20, s1c=20, s2=30, s3=40, huey=40, celery=40, s1b=30)
     envs = REPO / "bench-results" / "envs"
     runner = Runner()
     began = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="schedd-bench-") as tmp_s:
         tmp = Path(tmp_s)
         os.environ.setdefault("SCHEDD_TEST_RECORD", str(tmp / "record"))
-        if not args.no_peers:
+        peering = on("peers") and not args.no_peers
+        if peering:
             # installed once, outside the timed runs (a no-op when already there)
             await runner.run("install peers", t["install"], lambda: _install(envs))
-        for r in range(runs):
-            await runner.run("ceiling", t["ceiling"], lambda: ceiling(n_submit))
-            await runner.run("syncobj", t["syncobj"],
-                             partial(syncobj_ceiling, tmp / f"run{r}-syncobj", n_raft, free_port))
-            cluster = Cluster(tmp / f"run{r}")
-            try:
-                cluster.start()
-                if await runner.run("cluster up", t["cluster"], partial(_up, cluster)):
-                    await runner.run("s1", t["s1"], partial(s1, cluster, n_submit))
-                    await runner.run("s1c", t["s1c"], partial(_s1c, cluster, n_seq))
-                    await runner.run("s2", t["s2"], partial(s2, cluster, n_drain))
-                    await runner.run("s2_2w", t["s2"], partial(s2, cluster, n_drain, 2))
-                    await runner.run("s3", t["s3"], partial(s3, cluster, tmp, n_delayed, 3.0))
-                    await runner.run("s5", t["s5"], partial(s5, cluster))
-                    # last on this cluster: its pending jobs would weigh on the scenarios above
-                    if await runner.run("settle", t["settle"], partial(_settle, cluster)):
-                        await runner.run("s1b", t["s1b"], partial(scale.s1b, cluster, 1000, n_batch))
-                        await runner.run("s1b_5000", t["s1b"],
-                                         partial(scale.s1b, cluster, 5000, n_batch))
-            finally:
-                stop_cluster(cluster)
-            if not args.no_peers:
+        per_run = ("ceiling", "syncobj", "s1", "s1c", "s2", "s3", "s1b")
+        for r in range(runs if any(map(on, per_run)) or peering else 0):
+            if on("ceiling"):
+                await runner.run("ceiling", t["ceiling"], lambda: ceiling(n_submit))
+            if on("syncobj"):
+                await runner.run("syncobj", t["syncobj"], partial(
+                    syncobj_ceiling, tmp / f"run{r}-syncobj", n_raft, free_port))
+            if any(map(on, ("s1", "s1c", "s2", "s3", "s1b"))):
+                await _on_cluster(runner, on, t, tmp, Cluster(tmp / f"run{r}"),
+                                  (n_submit, n_seq, n_drain, n_delayed, n_batch))
+            if peering:
                 await runner.run("huey", t["huey"],
                                  partial(peers.huey, envs, tmp / f"run{r}-huey", n_peer, t["huey"] - 5))
                 await runner.run("celery", t["celery"],
@@ -453,34 +459,27 @@ async def main() -> int:
             print(f"run {r + 1}/{runs} done ({time.perf_counter() - began:.0f}s)", file=sys.stderr)
         # Once per invocation, each on its own fresh cluster.
         res = runner.results
-        await runner.run("s3b", t["s3b"], partial(
-            scale.s3b, tmp / "s3b", n_s3b, _median(res, "s1b") or 2000.0, s3b_bound,
-            min(MAX_WORKER_CAPACITY, max(S2_CONCURRENCY, n_s3b // 20)), _median(res, "s2_2w")))
-        await runner.run("s4", t["s4"], partial(
-            scale.s4, tmp / "s4", n_s4, s4_compaction, s4_load, s4_quiet, s4_catchup,
-            args.json.with_name(args.json.stem + "-s4.json")))
+        once = {
+            "s5": partial(failover.s5, tmp / "s5", n_s5, args.s5_rate, s5_bound,
+                          detail=args.json.with_name(args.json.stem + "-s5.json")),
+            "s3b": partial(scale.s3b, tmp / "s3b", n_s3b, _median(res, "s1b") or 2000.0,
+                           s3b_bound, min(MAX_WORKER_CAPACITY, max(S2_CONCURRENCY, n_s3b // 20)),
+                           _median(res, "s2_2w")),
+            "s4": partial(scale.s4, tmp / "s4", n_s4, s4_compaction, s4_load, s4_quiet,
+                          s4_catchup, args.json.with_name(args.json.stem + "-s4.json")),
+        }
+        for name, fn in once.items():
+            if on(name):
+                await runner.run(name, t[name], fn)
     for key in ("cluster up", "install peers", "settle"):
         res.pop(key, None)
-    for key, (a, b) in RATIOS.items():
-        if len(res.get(a, [])) == len(res.get(b, [])) > 0:
-            res[key] = [x / y for x, y in zip(res[a], res[b], strict=True)]
+    _ratios(res)
     _check_bad(res, runner.failures, "s3", "30 s")
-    if res.get("s4_jobs") and res["s4_jobs"][0] < n_s4:
-        runner.failures.append(
-            f"s4: only {res['s4_jobs'][0]:,.0f} of {n_s4:,} jobs submitted within {s4_load:.0f}s "
-            f"({res['s4_elections'][0]:.0f} elections, {res['s4_retries'][0]:.0f} batches re-sent); "
-            "the figures are for those")
-    if res.get("s4_catchup_timeout"):
-        behind = res.get("s4_catchup_behind")
-        failed = res.get("s4_restart_failures", [0.0])[0]
-        runner.failures.append(
-            f"s4: the restarted follower did not catch up within {s4_catchup:.0f}s ("
-            + (f"{behind[0]:,.0f} entries behind the leader's commit index then"
-               if behind else "it never answered HTTP")
-            + (f"; {failed:.0f} restarts exited at once" if failed else "") + ")")
+    _check_s4(res, runner.failures, n_s4, s4_load, s4_catchup)
     _check_bad(res, runner.failures, "s3b", f"{s3b_bound:.0f} s after the due second")
+    _check_s5(res, runner.failures, s5_bound)
     out = {k: summary(v) for k, v in res.items()}
-    labels = {"s3b_n": f"{n_s3b:,}", "s4_n": f"{n_s4:,}"}
+    labels = {"s3b_n": f"{n_s3b:,}", "s4_n": f"{n_s4:,}", "s5_kills": str(n_s5)}
     print("\n" + table(out, labels=labels))
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps({
@@ -488,7 +487,8 @@ async def main() -> int:
         "elapsed_s": time.perf_counter() - began, "results": out, "raw": res,
         "counts": {"s1b_jobs": n_batch, "s3b_jobs": n_s3b, "s4_jobs": n_s4,
                    "s4_compaction_s": s4_compaction, "s4_load_cap_s": s4_load,
-                   "s3b_missing_after_s": s3b_bound},
+                   "s3b_missing_after_s": s3b_bound, "s5_kills": n_s5,
+                   "s5_rate": args.s5_rate, "s5_lost_after_s": s5_bound},
         "failures": runner.failures, "markdown": table(out, markdown=True, labels=labels)},
         indent=2))
     print(f"\nJSON: {args.json}   ({time.perf_counter() - began:.0f}s)")
@@ -496,6 +496,74 @@ async def main() -> int:
         print("\nFAILED:\n  " + "\n  ".join(runner.failures), file=sys.stderr)
         return 1
     return 0
+
+
+async def _on_cluster(runner: Runner, on: Callable[[str], bool], t: dict[str, float], tmp: Path,
+                      cluster: Cluster, n: tuple[int, int, int, int, int]) -> None:
+    """The scenarios that share one run's cluster, in order."""
+    n_submit, n_seq, n_drain, n_delayed, n_batch = n
+    try:
+        cluster.start()
+        if not await runner.run("cluster up", t["cluster"], partial(_up, cluster)):
+            return
+        if on("s1"):
+            await runner.run("s1", t["s1"], partial(s1, cluster, n_submit))
+        if on("s1c"):
+            await runner.run("s1c", t["s1c"], partial(_s1c, cluster, n_seq))
+        if on("s2"):
+            await runner.run("s2", t["s2"], partial(s2, cluster, n_drain))
+            await runner.run("s2_2w", t["s2"], partial(s2, cluster, n_drain, 2))
+        if on("s3"):
+            await runner.run("s3", t["s3"], partial(s3, cluster, tmp, n_delayed, 3.0))
+        # last on this cluster: its pending jobs would weigh on the scenarios above
+        if on("s1b") and await runner.run("settle", t["settle"], partial(_settle, cluster)):
+            await runner.run("s1b", t["s1b"], partial(scale.s1b, cluster, 1000, n_batch))
+            await runner.run("s1b_5000", t["s1b"], partial(scale.s1b, cluster, 5000, n_batch))
+    finally:
+        stop_cluster(cluster)
+
+
+def _check_s4(res: dict[str, list[float]], failures: list[str], n_s4: int, s4_load: float,
+              s4_catchup: float) -> None:
+    if res.get("s4_jobs") and res["s4_jobs"][0] < n_s4:
+        failures.append(
+            f"s4: only {res['s4_jobs'][0]:,.0f} of {n_s4:,} jobs submitted within {s4_load:.0f}s "
+            f"({res['s4_elections'][0]:.0f} elections, {res['s4_retries'][0]:.0f} batches re-sent); "
+            "the figures are for those")
+    if res.get("s4_catchup_timeout"):
+        behind = res.get("s4_catchup_behind")
+        failed = res.get("s4_restart_failures", [0.0])[0]
+        failures.append(
+            f"s4: the restarted follower did not catch up within {s4_catchup:.0f}s ("
+            + (f"{behind[0]:,.0f} entries behind the leader's commit index then"
+               if behind else "it never answered HTTP")
+            + (f"; {failed:.0f} restarts exited at once" if failed else "") + ")")
+
+
+def _ratios(res: dict[str, list[float]]) -> None:
+    for key, (a, b) in RATIOS.items():
+        if len(res.get(a, [])) == len(res.get(b, [])) > 0:
+            res[key] = [x / y for x, y in zip(res[a], res[b], strict=True)]
+
+
+def _check_s5(res: dict[str, list[float]], failures: list[str], bound: float) -> None:
+    if res.get("s5_lost") and res["s5_lost"][0]:
+        failures.append(
+            f"s5: {res['s5_lost'][0]:.0f} of {res['s5_acked'][0]:.0f} acknowledged jobs did not "
+            f"start within {bound:.0f}s of the load's end (job ids in the -s5.json file)")
+
+
+SCENARIOS = ("ceiling", "syncobj", "S1", "S1c", "S2", "S3", "S1b", "peers", "S3b", "S4", "S5")
+
+
+def _scenarios(text: str) -> set[str]:
+    """``--only``: comma-separated scenario names, any case."""
+    names = {x.strip().lower() for x in text.split(",") if x.strip()}
+    unknown = names - {s.lower() for s in SCENARIOS}
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(
+            f"expected some of {', '.join(SCENARIOS)}, got {text!r}")
+    return names
 
 
 async def _up(cluster: Cluster) -> dict[str, float]:

@@ -32,7 +32,8 @@ SCENARIO_KEYS = [
     "s3b_bad", "s3b_drain", "s3b_drain_vs_s2",
     "s4_bytes_per_job", "s4_load_probe_p99", "s4_load_probe_max",     # S4
     "s4_quiet_probe_p99", "s4_quiet_probe_max", "s4_snapshot_max", "s4_catchup",
-    "s5",                                                             # S5
+    "s5_dispatch_p50", "s5_dispatch_p99", "s5_dispatch_max",          # S5: 1 kill under load
+    "s5_ack_p50", "s5_lost",
 ]
 
 
