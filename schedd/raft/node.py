@@ -8,6 +8,8 @@
   from the event loop take the same lock as apply (raft-notes #9, #13).
 * The leader watches each follower's match index and recovers a stalled one (raft-notes #6,
   issue 4; see :meth:`RaftNode._watch_followers`).
+* pysyncobj's forked snapshot writer drops the daemon's sockets and dies with it
+  (schedd/raft/forksafe.py), and the nodes compact in turn (``logCompactionSplit``).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from schedd.core.apply import apply_entry
 from schedd.core.state import LeaderEvent, Rejected, Result, State
 from schedd.errors import ResourceExhausted, SchedError, Unavailable
 from schedd.logs import log_event
+from schedd.raft.forksafe import guard_snapshot_fork
 from schedd.raft.journal import durable_journal
 
 log = logging.getLogger(__name__)
@@ -140,6 +143,20 @@ class RaftNode:
             leaderFallbackTimeout=settings.leader_fallback_timeout,
             logCompactionMinEntries=settings.log_compaction_min_entries,
             logCompactionMinTime=settings.log_compaction_min_time,
+            # Compact in turn, not all three at once (they apply the same entries at about the
+            # same moment and started together, so their logCompactionMinEntries/MinTime
+            # triggers fired together and, at scale, three forked writers competed for the CPU
+            # while every node's tick thread paid for its own snapshot: BENCHMARKS.md).  pysyncobj 0.3.17: the period
+            # logCompactionMinTime is cut into one slot per node (node ids sorted, the same on
+            # every node; time.monotonic, so the slots are disjoint on one host and of random
+            # phase across hosts) and a node starts a compaction only in the first 30 % of its
+            # slot (6 s of every 60 s by default), when one is due (more than
+            # logCompactionMinEntries entries or logCompactionMinTime since the last).  So a
+            # node compacts about once a period, the in-memory journal holds up to a period of
+            # entries and a restart replays up to that much.  The slot also holds back
+            # forceLogCompaction (up to a whole period): the stalled-follower recovery lifts the
+            # split for its one forced compaction (_force_compaction).
+            logCompactionSplit=True,
             commandsWaitLeader=False,
             commandsQueueSize=MAX_PENDING,
             onStateChanged=self._on_state_changed,
@@ -148,9 +165,20 @@ class RaftNode:
         # Built on the calling (main) thread, with the state machine complete (raft-notes #9, #13).
         # Durable journal (raft-notes #7): pysyncobj's createJournal is swapped for this call only,
         # and the transport syncs the journal before the node acknowledges (schedd/raft/journal.py).
+        # The snapshot writer pysyncobj forks releases the inherited sockets (the Raft and HTTP
+        # listening ports) and dies with the tick thread, so a killed node restarts at once
+        # and leaves no orphaned writer behind (schedd/raft/forksafe.py).  Guarded when the
+        # transport is built: SyncObj.__init__ has made its serializer by then and starts the
+        # tick thread (which may compact at once with a long journal) only afterwards.
         with durable_journal(snapshot_path=conf.fullDumpFile) as durable:
+
+            def transport(sync_obj: SyncObj, *args: Any) -> Any:
+                guard_snapshot_fork(sync_obj)
+                return durable.transport(sync_obj, *args)
+
             self._obj = SyncObj(settings.self_addr, list(settings.peers), conf,
-                                consumers=[self._sm], transportClass=durable.transport)
+                                consumers=[self._sm], transportClass=transport)
+        self._conf = conf  # the SyncObj reads this object (logCompactionSplit on every tick)
         self._on_tick: queue.SimpleQueue[Callable[[], object]] = queue.SimpleQueue()
         self._snapshot_started: float | None = None
         self.last_snapshot_duration: float | None = None
@@ -314,9 +342,20 @@ class RaftNode:
                       stalled_for=round(stalled_for, 1),
                       recovery="compacting the log now, so the follower is sent a snapshot",
                       recoveries=self._stall_recoveries[peer], next_attempt_in=seen.backoff)
-            self._obj.forceLogCompaction()
+            self._force_compaction()
         if changed:
             self._publish_stalls()
+
+    def _force_compaction(self) -> None:  # tick thread
+        """Compact the log at the next tick, outside this node's logCompactionSplit slot:
+        pysyncobj checks the slot after the force flag, so the split is lifted until the flag
+        has been taken (:meth:`_restore_split`)."""
+        self._conf.logCompactionSplit = False
+        self._obj.forceLogCompaction()
+
+    def _restore_split(self) -> None:  # tick thread, after this tick's __tryLogCompaction
+        if not self._conf.logCompactionSplit and not self._obj._SyncObj__forceLogCompaction:
+            self._conf.logCompactionSplit = True
 
     def _stall_fields(self) -> dict[str, int]:
         fields: dict[str, int] = {}
@@ -332,6 +371,7 @@ class RaftNode:
     def _run_on_tick(self) -> None:  # tick thread
         self._fast_append()
         self._time_snapshot()
+        self._restore_split()
         try:
             self._watch_followers()
         except Exception:  # noqa: BLE001 - never break the tick thread
