@@ -24,7 +24,6 @@ from schedd.leader.leader import Leader
 from schedd.logs import log_event
 from schedd.metrics import Metrics
 from schedd.raft.node import Hooks, RaftNode, RaftSettings
-from schedd.raft.pauses import read_before_judging
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +92,6 @@ class Runtime:
         self.gc = GcPolicy(n.gc_freeze_interval_ms / 1000, n.gc_thaw_interval_ms / 1000,
                            observe=self.metrics.observe_gc)
         self.gc.install()
-        read_before_judging(self.node._obj)  # a pause (a collection, say) deposes no one
         self._gc_task = asyncio.create_task(self.gc.run(lambda: self.node.is_leader))
         self._watch_task = asyncio.create_task(self._watch_role())
         app = make_app(self)

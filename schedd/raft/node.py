@@ -36,6 +36,7 @@ from schedd.errors import ResourceExhausted, SchedError, Unavailable
 from schedd.logs import log_event
 from schedd.raft.forksafe import guard_snapshot_fork
 from schedd.raft.journal import durable_journal
+from schedd.raft.pauses import bound_apply, read_before_judging
 
 log = logging.getLogger(__name__)
 
@@ -188,6 +189,11 @@ class RaftNode:
         # entries are sent at once when no append is in flight to any follower (see
         # _fast_append); under load appends are still batched, one round trip at a time.
         guard_snapshot_commit(self._obj)
+        # A pause of the tick thread (a garbage collection, the event loop holding the GIL)
+        # deposes no one whose messages wait in the sockets, and one tick applies at most
+        # ~50 ms of entries before it sends heartbeats and reads again (schedd/raft/pauses.py).
+        read_before_judging(self._obj)
+        bound_apply(self._obj)
         self._woken = threading.Event()  # set while a wake-up is in the pipe
         self._waker = PipeNotifier(self._obj._poller, callback=self._woken.clear)
         self._followers: dict[str, _FollowerProgress] = {}  # tick thread only

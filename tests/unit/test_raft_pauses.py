@@ -1,6 +1,7 @@
-"""schedd/raft/pauses.py on three real pysyncobj nodes (real sockets), ticked by hand so that one
-of them can be paused exactly: not ticked for longer than its election timeout while the others
-go on, which is what a long garbage collection or a starved tick thread does to a node."""
+"""schedd/raft/pauses.py on real pysyncobj nodes (real sockets), ticked by hand: one of three can
+be paused exactly (not ticked for longer than its election timeout while the others go on, which
+is what a long garbage collection or a starved tick thread does to a node), and one tick's
+applies can be counted."""
 
 from __future__ import annotations
 
@@ -9,9 +10,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from pysyncobj import SyncObj, SyncObjConf
+from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, replicated
 
-from schedd.raft.pauses import read_before_judging
+from schedd.raft.pauses import bound_apply, read_before_judging
 from tests.conftest import free_port
 
 MIN_TIMEOUT, MAX_TIMEOUT = 0.3, 0.6
@@ -108,5 +109,48 @@ def test_a_wrapped_node_still_writes_snapshots(tmp_path: Path) -> None:
         while not (tmp_path / "d").exists() and time.monotonic() < deadline:
             obj.doTick(0.01)
         assert (tmp_path / "d").exists(), "no snapshot was written"
+    finally:
+        obj.destroy()
+
+
+class Slow(SyncObj):
+    """A replicated method that takes a while to apply, like an entry of a thousand jobs."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)
+        self.applied: list[int] = []
+
+    @replicated
+    def work(self, n: int) -> int:
+        time.sleep(0.02)
+        self.applied.append(n)
+        return n
+
+
+@pytest.mark.parametrize("bounded", [False, True])
+def test_one_tick_applies_at_most_its_budget_of_entries(tmp_path: Path, bounded: bool) -> None:
+    conf = SyncObjConf(autoTick=False, journalFile=str(tmp_path / "j"),
+                       fullDumpFile=str(tmp_path / "d"))
+    obj = Slow(f"127.0.0.1:{free_port()}", [], conf)
+    try:
+        if bounded:
+            bound_apply(obj, budget=0.05)
+        deadline = time.monotonic() + 10
+        while not obj._isLeader() and time.monotonic() < deadline:
+            obj.doTick(0.01)
+        results: list[tuple[object, int]] = []
+        for n in range(10):
+            obj.work(n, callback=lambda res, err: results.append((res, err)))
+        per_tick = []  # entries applied by each tick
+        while len(obj.applied) < 10 and time.monotonic() < deadline:
+            before = len(obj.applied)
+            obj.doTick(0)
+            per_tick.append(len(obj.applied) - before)
+        if bounded:  # what fits in 50 ms of 20 ms entries, over several ticks
+            assert 1 <= max(per_tick) <= 4 and sum(1 for k in per_tick if k) >= 3
+        else:  # pysyncobj alone: everything committed, in one tick
+            assert max(per_tick) == 10
+        assert obj.applied == list(range(10))  # all of them, in order, each once
+        assert results == [(n, FAIL_REASON.SUCCESS) for n in range(10)]
     finally:
         obj.destroy()
