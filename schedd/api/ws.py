@@ -5,6 +5,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import random
+import weakref
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import WSMsgType, web
 
@@ -16,10 +19,26 @@ from schedd.logs import log_event
 from schedd.protocol import messages as m
 from schedd.protocol.messages import ProtocolError
 
+if TYPE_CHECKING:
+    from schedd.leader.leader import Leader
+
 log = logging.getLogger(__name__)
 
 HELLO_TIMEOUT_S = 10.0
 MAX_FRAME = 1 << 20
+# A hello that reaches a node which neither leads nor knows a leader it can reach (an election
+# is going on: the leader died, or this node is the new leader still rebuilding) is held up to
+# this long until it does, then answered: welcome, or a redirect to the new leader.  So a fleet
+# of workers that lost its leader waits on the followers, one connection each, instead of
+# polling them, and reconnects the moment a leader is known.  Well under the SDK's handshake
+# timeout (10 s).
+HOLD_S = 3.0
+LOOK_EVERY_S = 0.02  # one look at "who leads" per period, shared by every hello held
+# Workers held through an election are released at once when a leader is known; each waits a
+# random part of (held x SPREAD_PER_HELD_S, at most SPREAD_MAX_S) first, so hundreds of
+# reconnections do not reach the new leader in the same millisecond (its listen backlog).
+SPREAD_PER_HELD_S = 0.001
+SPREAD_MAX_S = 0.5
 
 
 async def worker_connect(request: web.Request) -> web.StreamResponse:
@@ -49,9 +68,10 @@ async def _serve(request: web.Request, ws: web.WebSocketResponse) -> web.WebSock
         await ws.close()
         return ws
 
-    leader = await rt.wait_leader_ready(timeout=3.0)
+    leader, url = await _place(rt, ws)
     if leader is None:
-        await ws.send_str(m.encode(m.Redirect(leader=rt.leader_url())))
+        with contextlib.suppress(ConnectionError, RuntimeError):
+            await ws.send_str(m.encode(m.Redirect(leader=url)))
         await ws.close()
         return ws
 
@@ -97,6 +117,82 @@ async def _serve(request: web.Request, ws: web.WebSocketResponse) -> web.WebSock
         if not ws.closed:
             await ws.close()
     return ws
+
+
+async def _place(rt: Any, ws: web.WebSocketResponse) -> tuple[Leader | None, str | None]:
+    """Where a worker's hello goes: (this node's leader once ready, None), or (None, the URL of
+    the leader to redirect to, None when none is known), holding it up to ``HOLD_S`` while
+    this node neither leads nor reaches a leader it can name."""
+    leader, url, settled = _look(rt)
+    if settled or rt.draining:
+        return leader, url
+    looks = _LOOKS.get(rt)
+    if looks is None:
+        looks = _LOOKS[rt] = _Looks(rt)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + HOLD_S
+    looks.held += 1
+    try:
+        while not settled:
+            if loop.time() >= deadline or ws.closed or rt.draining:
+                return None, rt.leader_url()
+            leader, url, settled = await looks.next()
+        held = looks.held
+    finally:
+        looks.held -= 1
+    if leader is None and held > 1:
+        await asyncio.sleep(random.uniform(0.0, min(SPREAD_MAX_S, held * SPREAD_PER_HELD_S)))
+    return leader, url
+
+
+def _look(rt: Any) -> tuple[Leader | None, str | None, bool]:
+    """(this node's ready leader, None, True) · (None, a leader URL this node reaches, True) ·
+    (None, the leader URL it last heard of, False) while that is not settled."""
+    leader = rt.leader
+    if leader is not None and leader.ready.is_set():
+        return leader, None, True
+    if leader is not None or rt.node.is_leader:
+        return None, None, False  # elected here: claiming and rebuilding
+    url = rt.leader_url()
+    addr = rt.node.leader_addr
+    if url is None or addr is None:
+        return None, url, False
+    # A follower names its leader until its own election timeout runs out, also one that
+    # died: only a leader its Raft connection still reaches is named without waiting.
+    try:
+        status = rt.node.status()
+    except RuntimeError:  # read while the Raft thread changed it: look again next time
+        return None, url, False
+    return None, url, status.get(f"partner_node_status_server_{addr}", 0) == 2
+
+
+class _Looks:
+    """``_look`` once per ``LOOK_EVERY_S`` for all the hellos held on this node."""
+
+    def __init__(self, rt: Any) -> None:
+        self.rt = rt
+        self.held = 0
+        self._next: asyncio.Future[tuple[Leader | None, str | None, bool]] | None = None
+
+    async def next(self) -> tuple[Leader | None, str | None, bool]:
+        fut = self._next
+        if fut is None or fut.done():
+            loop = asyncio.get_running_loop()
+            fut = self._next = loop.create_future()
+            loop.call_later(LOOK_EVERY_S, self._resolve, fut)
+        return await asyncio.shield(fut)
+
+    def _resolve(self, fut: asyncio.Future[tuple[Leader | None, str | None, bool]]) -> None:
+        if fut.done():
+            return
+        try:
+            fut.set_result(_look(self.rt))
+        except Exception:  # noqa: BLE001 - a look that failed is "not settled yet"
+            log.debug("ws.look_failed", exc_info=True)
+            fut.set_result((None, None, False))
+
+
+_LOOKS: weakref.WeakKeyDictionary[Any, _Looks] = weakref.WeakKeyDictionary()
 
 
 async def _write(ws: web.WebSocketResponse, conn: WorkerConn) -> None:

@@ -81,6 +81,7 @@ class Leader:
         self.caps = ConcurrencyCaps(caps or {})  # per-namespace limit on leases at once
         self.namespace_of: dict[str, str] = {}  # run id -> namespace, for queued and leased runs
         self.leases: dict[str, LeaseInfo] = {}
+        self.by_worker: dict[str, set[str]] = {}  # worker id -> run ids of its leases (above)
         self.workers: dict[str, WorkerConn] = {}
         self._rebuilt_at = -1
         self._wake = asyncio.Event()
@@ -148,10 +149,10 @@ class Leader:
                     hb = spec.heartbeat_timeout_ms / 1000
                     # Give the worker time to notice the new leader, reconnect and resume: at
                     # least a heartbeat timeout, and never less than REBUILD_GRACE_S.
-                    self.leases[run.id] = LeaseInfo(
+                    self._track(LeaseInfo(
                         run.id, run.current.fence, run.current.worker_id,
                         now_mono + max(hb, REBUILD_GRACE_S), hb, run.current.deadline_ms,
-                    )
+                    ))
 
     # -- events from apply -----------------------------------------------------------------
     def on_events(self, index: int, events: list[LeaderEvent]) -> None:
@@ -196,12 +197,28 @@ class Leader:
         info = self.leases.pop(run_id, None)
         ns = self.namespace_of.pop(run_id, None)
         if info is not None:
+            self._untrack(info)
             if ns is not None:
                 self.caps.release(ns)
             conn = self.workers.get(info.worker_id)
             if conn is not None:
                 conn.leases.pop(run_id, None)
             self._wake.set()
+
+    def _track(self, info: LeaseInfo) -> None:
+        """Record a lease (replacing any other of its run) under its worker id."""
+        old = self.leases.get(info.run_id)
+        if old is not None:
+            self._untrack(old)
+        self.leases[info.run_id] = info
+        self.by_worker.setdefault(info.worker_id, set()).add(info.run_id)
+
+    def _untrack(self, info: LeaseInfo) -> None:
+        runs = self.by_worker.get(info.worker_id)
+        if runs is not None:
+            runs.discard(info.run_id)
+            if not runs:
+                del self.by_worker[info.worker_id]
 
     # -- the loop --------------------------------------------------------------------------
     def _sleep_for(self) -> float:
@@ -265,6 +282,7 @@ class Leader:
 
     def _dispatch(self, now: int) -> None:
         grants: list[tuple[str, str]] = []
+        reserved: list[WorkerConn] = []
         conns = list(self.workers.values())
         if len(conns) > 1:  # rotate, so the first-connected worker is not always served first
             self._rr = (self._rr + 1) % len(conns)
@@ -276,12 +294,13 @@ class Leader:
                 if run_id is None:
                     break
                 grants.append((run_id, conn.worker_id))
+                reserved.append(conn)
                 conn.reserved += 1
                 room -= 1
         if not grants:
             return
         fut = self.node.submit_nowait(c.Lease(_rid(), now, self.fence, tuple(grants)))
-        fut.add_done_callback(functools.partial(self._leased, grants=grants))
+        fut.add_done_callback(functools.partial(self._leased, grants=grants, reserved=reserved))
 
     def _pop_ready(self, queues: tuple[str, ...]) -> str | None:
         """Priorities by weight and namespaces by deficit round robin (core.fairness)."""
@@ -294,11 +313,13 @@ class Leader:
                     return run_id
         return None
 
-    def _leased(self, fut: asyncio.Future[Result], grants: list[tuple[str, str]]) -> None:
-        for _, wid in grants:
-            conn = self.workers.get(wid)
-            if conn is not None:
-                conn.reserved -= 1
+    def _leased(self, fut: asyncio.Future[Result], grants: list[tuple[str, str]],
+                reserved: list[WorkerConn]) -> None:
+        # On the connections that reserved the room: a worker that reconnected meanwhile has a
+        # new connection object, whose count must not go below zero (it would take one lease
+        # more than its capacity, which the worker refuses, costing the run an attempt).
+        for held in reserved:
+            held.reserved -= 1
         self._wake.set()
         if fut.cancelled() or fut.exception() is not None:
             self._requeue([rid for rid, _ in grants])
@@ -320,8 +341,8 @@ class Leader:
                 self.metrics.lease_lag.observe(max(0.0, (attempt.leased_ms - run.due_ms) / 1000))
                 spec = st.jobs[run.job_id].spec
                 hb = spec.heartbeat_timeout_ms / 1000
-                self.leases[run_id] = LeaseInfo(run_id, attempt.fence, wid, now_mono + hb, hb,
-                                                attempt.deadline_ms)
+                self._track(LeaseInfo(run_id, attempt.fence, wid, now_mono + hb, hb,
+                                      attempt.deadline_ms))
                 conn = self.workers.get(wid)
                 if conn is None:
                     continue  # it reconnects and resumes, or the lease expires
@@ -385,22 +406,60 @@ class Leader:
 
     # -- workers ---------------------------------------------------------------------------
     def connect(self, conn: WorkerConn, resume: tuple[m.LeaseRef, ...]) -> None:
-        old = self.workers.get(conn.worker_id)
+        wid = conn.worker_id
+        old = self.workers.get(wid)
         if old is not None and old is not conn:
-            old.close()
-        self.workers[conn.worker_id] = conn
-        now_mono = clock.mono()
+            if not old.closed:
+                log_event(log, "worker.replaced", worker_id=wid,
+                          hint="a new connection said hello with the id of a connected worker: "
+                               "a reconnect, or two workers with one id (ids must be unique)")
+            old.close(discard=True)
+        self.workers[wid] = conn
+        now_mono, now = clock.mono(), clock.wall_ms()
+        listed: set[str] = set()
         for ref in resume:
             info = self.leases.get(ref.run_id)
-            if info is not None and info.fence == ref.fence:
-                info.worker_id = conn.worker_id
+            if info is not None and info.fence == ref.fence and not info.ending:
+                if info.worker_id != wid:
+                    self._untrack(info)
+                    info.worker_id = wid
+                    self.by_worker.setdefault(wid, set()).add(info.run_id)
                 info.expires = now_mono + info.heartbeat_timeout
                 conn.leases[ref.run_id] = ref.fence
+                listed.add(ref.run_id)
             else:
-                # Not a live lease any more: the worker must stop it (a finished result is still
-                # sent and refused by fence, never applied).
+                # Not a live lease any more (or one being ended): the worker must stop it (a
+                # finished result is still sent and refused by fence, never applied).
                 conn.send(m.Cancel(run_id=ref.run_id, fence=ref.fence))
-        log_event(log, "worker.connected", worker_id=conn.worker_id, queues=list(conn.queues),
+        # The leases recorded for this worker id that its hello does not list never reached
+        # it, and never will: end them now (lost: retried with backoff and a new fence, as an
+        # expired lease is) instead of after max(heartbeat timeout, REBUILD_GRACE_S) - and
+        # every leader change restarted that wait.  Why nothing the worker holds is ended:
+        # * ``resume`` lists every lease the worker holds: from the frame's arrival until the
+        #   result is acked or the lease cancelled (schedd/worker/client.py, ``_held``),
+        #   including leases waiting for ``not_before``, refused ones whose fail is unacked,
+        #   and finished ones whose result is unacked.  Its heartbeats list the same set, so
+        #   a lease missing here would never be heartbeated: it would expire all the same.
+        # * A worker's socket is one connection at a time: the SDK closes a socket before it
+        #   opens the next and builds the hello when the new one is open, so no lease frame of
+        #   an earlier connection can arrive after it.  Frames still queued for a replaced
+        #   connection are dropped above (``close(discard=True)``), and each lease ended here
+        #   is followed by a cancel on this connection, so even a worker that overlapped two
+        #   sockets (not the SDK) would drop one that reached it late.
+        # * Every lease in ``self.leases`` was sent, if at all, on an earlier connection or by
+        #   an earlier leader: ``_leased`` records a lease and sends it on the worker's current
+        #   connection in one step, and grants committed from now on go to this connection.
+        # * A result the worker had acked is already applied here: ``_forget`` runs (from the
+        #   apply) before the ack is sent; if a Complete and this end race anyway, the fenced
+        #   apply keeps the first and refuses the other.
+        # * Two live workers sharing one id already displace each other's connection on every
+        #   hello (above); that misconfiguration is logged, not supported.
+        for run_id in sorted(self.by_worker.get(wid, set()) - listed):
+            info = self.leases[run_id]
+            if not info.ending:
+                self._end_lease(info, now, "lost",
+                                "lease lost: the worker reconnected without it (never delivered)")
+        log_event(log, "worker.connected", worker_id=wid, queues=list(conn.queues),
                   capacity=conn.capacity, resumed=len(conn.leases))
         self._wake.set()
 

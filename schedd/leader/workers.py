@@ -30,10 +30,15 @@ class WorkerConn:
         if not self.closed:
             self.outbox.put_nowait(m.encode(msg))
 
-    def close(self) -> None:
-        """Ask the connection's writer to close the socket."""
+    def close(self, discard: bool = False) -> None:
+        """Ask the connection's writer to close the socket, after the frames queued for it or,
+        with ``discard``, dropping them (a connection replaced by a newer one of the same
+        worker: what it has not sent yet must never reach the worker)."""
         if not self.closed:
             self.closed = True
+            if discard:
+                while not self.outbox.empty():
+                    self.outbox.get_nowait()
             self.outbox.put_nowait(None)
 
 

@@ -5,6 +5,10 @@ Held leases are listed in every ``hello.resume`` and every heartbeat; a result w
 came is sent again, with the same fence, after the next ``welcome``.  So a worker that loses its
 socket keeps its handlers running, reconnects (the same server first, then the others, or the
 leader a follower points to) and nothing it finished is run again.
+
+One connection at a time: a socket is closed and done with before the next one is opened, so a
+``hello.resume`` lists every lease this worker will ever get from its earlier connections (the
+leader ends at once the leases it recorded for this worker id that are not listed).
 """
 
 from __future__ import annotations
@@ -66,6 +70,23 @@ log = logging.getLogger(__name__)
 CONNECT_PATH = "/api/v1/workers/connect"
 BACKOFF_MIN = 0.1
 BACKOFF_MAX = 2.0
+# After a "no leader yet" answer (a redirect naming no leader, or naming one that cannot be
+# reached, or a 503): the cluster answers but is electing a leader, which takes about a Raft
+# election timeout.  Retry soon, jittered, without growing the backoff, for NO_LEADER_QUICK_FOR
+# seconds of such answers in a row; then the backoff grows as for any failure (a cluster that
+# lost its quorum is not polled this often by every worker of a fleet forever).  A server holds
+# a hello up to HOLD_S (3 s, schedd/api/ws.py) until it knows a leader, so against a
+# current server these retries are rare: one connection per worker per hold, not 5-10 a second.
+NO_LEADER_RETRY = (0.1, 0.2)  # seconds: uniform
+NO_LEADER_QUICK_FOR = 5.0
+# A server that could not be reached (refused, timed out) is passed over for this long while
+# another may answer: the rotation skips it and a redirect to it is not followed (an older
+# follower names the dead leader until its own election timeout runs out, 0.4-1.4 s by
+# default).  Short, because a node that was down may come back and be elected (or, at start,
+# be the leader before its HTTP port listens): then this is what its first workers lose.
+DOWN_FOR = 1.0
+NEXT_SERVER_MAX = 0.1  # seconds (uniform from 0) before trying the next server after one is down
+CONNECT_TIMEOUT = 3.0  # the TCP connect: a dead host answers nothing, not even a refusal
 HANDSHAKE_TIMEOUT = 10.0  # from the upgrade to welcome / redirect
 WS_PING = 15.0  # websocket-level ping: notices a dead peer between protocol frames
 MAX_REDIRECTS = 5  # in a row, before backing off
@@ -83,6 +104,12 @@ def backoff_delay(failures: int, rand: float) -> float:
     with "equal jitter" (``rand`` in [0, 1) picks a point in the upper half of the step)."""
     base = min(BACKOFF_MAX, BACKOFF_MIN * 2.0 ** max(0, min(failures - 1, 16)))
     return base * (0.5 + rand / 2)
+
+
+def no_leader_delay(rand: float) -> float:
+    """Seconds to wait after a "no leader yet" answer (``rand`` in [0, 1)): 0.1-0.2 s."""
+    low, high = NO_LEADER_RETRY
+    return low + (high - low) * rand
 
 
 def normalise_server(url: str) -> str:
@@ -129,7 +156,9 @@ class _Held:
 class _End:
     """How one connection ended."""
 
-    kind: str  # "failed" (never welcomed) | "dropped" (after welcome) | "redirect"
+    # "unreachable" (no answer: refused, timed out) | "failed" (answered, never welcomed) |
+    # "dropped" (after welcome) | "redirect" (``leader`` None: no leader yet; a 503 too)
+    kind: str
     welcomed: bool = False
     leader: str | None = None
 
@@ -280,7 +309,7 @@ class Worker:
             ",".join(sorted({*self.registry.names(), *self._builtins})),
         )
         timeout = aiohttp.ClientTimeout(
-            total=None, connect=HANDSHAKE_TIMEOUT, sock_connect=HANDSHAKE_TIMEOUT
+            total=None, connect=HANDSHAKE_TIMEOUT, sock_connect=CONNECT_TIMEOUT
         )
         async with aiohttp.ClientSession(timeout=timeout) as session:
             conn = asyncio.create_task(self._connect_loop(session), name="schedd-worker-conn")
@@ -339,45 +368,113 @@ class Worker:
     # -- connection ------------------------------------------------------------------------
 
     async def _connect_loop(self, session: aiohttp.ClientSession) -> None:
-        target = self.servers[0]
-        failures = 0
-        redirects = 0
+        """Connect, and reconnect whenever the socket ends.  How soon, by how it ended:
+
+        * welcomed, then dropped: the same server again after ``backoff_delay`` (50-100 ms
+          after a session that lasted ``STABLE_SESSION``; growing while sessions end sooner);
+        * redirected: at once to the leader named (up to ``MAX_REDIRECTS`` in a row), unless it
+          could not be reached within the last ``DOWN_FOR`` seconds;
+        * "no leader yet": a redirect naming no (usable) leader, a 503, or a leader named by a
+          redirect that cannot be reached.  The cluster answers but is electing: the next
+          server after ``no_leader_delay`` (0.1-0.2 s), the backoff not growing, for
+          ``NO_LEADER_QUICK_FOR`` seconds of such answers in a row; then the backoff grows;
+        * unreachable: the next server not found unreachable within ``DOWN_FOR`` after 0-0.1 s;
+          when every server is unreachable, the backoff grows (to ``BACKOFF_MAX``);
+        * failed otherwise (401/403 at the upgrade, no welcome in time, ...): the backoff grows,
+          the next server.
+        """
         loop = asyncio.get_running_loop()
+        target = origin = self.servers[0]  # origin: the last server of the rotation tried
+        failures = 0  # attempts in a row that failed: the backoff's exponent
+        redirects = 0
+        leaderless_since: float | None = None  # the first "no leader yet" of a streak
+        leaderless = 0
+        down: dict[str, float] = {}  # server -> when it last could not be reached
         while True:
             began = loop.time()
             end = await self._session(session, target)
-            if end.welcomed and loop.time() - began >= STABLE_SESSION:
-                failures = self._failures = 0
+            now = loop.time()
+            if end.kind == "unreachable":
+                down[target] = now
+            else:
+                down.pop(target, None)
+            if end.welcomed:
+                leaderless_since, leaderless = None, 0
+                if now - began >= STABLE_SESSION:
+                    failures = self._failures = 0
             leader = None
             with contextlib.suppress(ValueError):
                 leader = normalise_server(end.leader) if end.leader else None
-            if end.kind == "redirect" and leader and leader != target and redirects < MAX_REDIRECTS:
+            if (
+                end.kind == "redirect"
+                and leader
+                and leader != target
+                and redirects < MAX_REDIRECTS
+                and not _is_down(down, leader, now)
+            ):
                 log.info("worker.redirect from=%s to=%s", target, leader)
                 target, redirects = leader, redirects + 1
                 continue
+            no_leader = end.kind == "redirect" or (end.kind == "unreachable" and redirects > 0)
             redirects = 0
-            if end.kind == "redirect":
-                log.info(
-                    "worker.no_leader server=%s leader=%s: trying the others",
+            if no_leader:
+                if leaderless_since is None:
+                    leaderless_since = now
+                leaderless += 1
+                quick = now - leaderless_since < NO_LEADER_QUICK_FOR
+                log.log(
+                    logging.INFO if leaderless < 3 or leaderless % 30 == 0 else logging.DEBUG,
+                    "worker.no_leader server=%s leader=%s answers=%d: trying %s",
                     target,
                     leader or "unknown",
+                    leaderless,
+                    "again soon" if quick else "again with backoff",
                 )
-            failures += 1
+                if quick:
+                    delay = no_leader_delay(random.random())
+                else:
+                    failures += 1
+                    delay = backoff_delay(failures, random.random())
+                # on from the server that answered, not from a leader it named that is gone
+                target = origin = self._next_server(origin, down, now)[0]
+            elif end.kind == "unreachable":
+                nxt, fresh = self._next_server(target, down, now)
+                if fresh:  # another server may answer: no backoff for this one
+                    delay = random.uniform(0.0, NEXT_SERVER_MAX)
+                else:
+                    failures += 1
+                    delay = backoff_delay(failures, random.random())
+                target = origin = nxt
+            else:  # dropped, or failed
+                failures += 1
+                delay = backoff_delay(failures, random.random())
+                if end.kind != "dropped":  # after a drop: the same server first
+                    target = origin = self._next_server(target, down, now)[0]
             self._failures = failures
-            delay = backoff_delay(failures, random.random())
-            if end.kind != "dropped":  # after a drop: the same server first
-                target = self._next_server(target)
-            log.debug("worker.reconnect target=%s in=%.2fs", target, delay)
+            log.debug(
+                "worker.reconnect target=%s in=%.3fs after=%s failures=%d",
+                target,
+                delay,
+                "no_leader" if no_leader else end.kind,
+                failures,
+            )
             await asyncio.sleep(delay)
 
     def _loud(self) -> bool:
         """Log connection trouble for the first attempts of a streak and now and then after."""
         return self._failures < 3 or self._failures % 30 == 0
 
-    def _next_server(self, current: str) -> str:
-        if current in self.servers:
-            return self.servers[(self.servers.index(current) + 1) % len(self.servers)]
-        return self.servers[0]
+    def _next_server(self, current: str, down: dict[str, float], now: float) -> tuple[str, bool]:
+        """The server after ``current`` in the rotation that has not been found unreachable
+        within ``DOWN_FOR`` (and True), or, when there is none, simply the next one (and False).
+        A ``current`` outside the list (a leader named by a redirect) rotates from the start."""
+        n = len(self.servers)
+        first = (self.servers.index(current) + 1) % n if current in self.servers else 0
+        order = [self.servers[(first + k) % n] for k in range(n)]
+        for url in order:
+            if not _is_down(down, url, now):
+                return url, True
+        return order[0], False
 
     async def _session(self, session: aiohttp.ClientSession, target: str) -> _End:
         url = target + CONNECT_PATH
@@ -389,6 +486,14 @@ class Worker:
             ) as ws:
                 return await self._converse(ws, target)
         except aiohttp.WSServerHandshakeError as exc:
+            if exc.status == 503:  # no quorum / no leader yet: the server answers, try soon
+                log.log(
+                    logging.INFO if self._loud() else logging.DEBUG,
+                    "worker.connect_refused server=%s status=503 %s",
+                    target,
+                    exc.message,
+                )
+                return _End("redirect")
             level = logging.ERROR if exc.status in (401, 403) else logging.WARNING
             log.log(
                 level if self._loud() else logging.DEBUG,
@@ -413,6 +518,7 @@ class Worker:
                 self._failures + 1,
                 describe(exc),
             )
+            return _End("unreachable")
         return _End("failed")
 
     async def _converse(self, ws: WebSocket[bool], target: str) -> _End:
@@ -706,6 +812,12 @@ class Worker:
                 retryable=False,
             )
         return Complete(run_id, fence, orjson.loads(raw))
+
+
+def _is_down(down: dict[str, float], url: str, now: float) -> bool:
+    """``url`` could not be reached within the last ``DOWN_FOR`` seconds."""
+    when = down.get(url)
+    return when is not None and now - when < DOWN_FOR
 
 
 async def _call(handler: Handler, ctx: Context, payload: Any) -> Any:
