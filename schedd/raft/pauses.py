@@ -72,7 +72,6 @@ def bound_apply(obj: Any, budget: float = DEFAULT_APPLY_BUDGET_S) -> None:
     the same code as pysyncobj 0.3.17's, which this must be kept in step with."""
     do_apply = obj._SyncObj__doApplyCommand
     get_entries = obj._SyncObj__getEntries
-    waiting = obj._SyncObj__commandsWaitingCommit
     batch = obj._SyncObj__conf.appendEntriesUseBatch
 
     def apply_log_entries() -> bool:
@@ -80,6 +79,7 @@ def bound_apply(obj: Any, budget: float = DEFAULT_APPLY_BUDGET_S) -> None:
         if commit <= applied:
             return False
         stop_at = raft_clock() + budget
+        waiting = obj._SyncObj__commandsWaitingCommit  # looked up each time: never a stale copy
         for entry in get_entries(applied + 1, commit - applied):
             try:
                 term = entry[2]
