@@ -192,15 +192,19 @@ _FENCE = re.compile(r"\bfence[\"=:\s]+(\d+)")
 _WELCOME = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) .*\bworker\.welcome node=(\S+)")
 
 
+def _lines(path: Path) -> list[str]:
+    """The lines of a log that may not exist yet."""
+    try:
+        return path.read_text(errors="replace").splitlines()
+    except OSError:
+        return []
+
+
 def _node_events(path: Path, event: str, since: float) -> list[tuple[float, str]]:
     """(time, line) of a node log's ``event`` lines (text or JSON format) logged at or after
     ``since`` (the log's timestamps are truncated to the millisecond), in time order."""
-    try:
-        text = path.read_text(errors="replace")
-    except OSError:
-        return []
     out = []
-    for line in text.splitlines():
+    for line in _lines(path):
         if event not in line:
             continue
         m = _ISO.search(line)
@@ -215,12 +219,8 @@ def _node_events(path: Path, event: str, since: float) -> list[tuple[float, str]
 def _welcomes(path: Path, since: float) -> list[tuple[float, str]]:
     """(time, node id) of the worker's ``worker.welcome`` lines at or after ``since`` (its log
     uses logging's default local-time ``asctime``)."""
-    try:
-        text = path.read_text(errors="replace")
-    except OSError:
-        return []
     out = []
-    for line in text.splitlines():
+    for line in _lines(path):
         m = _WELCOME.match(line)
         if m is None:
             continue
