@@ -361,9 +361,18 @@ async def test_cluster_forwarding_and_worker_redirects_over_https(
 ) -> None:
     nodes = await start_tls_nodes(pki, tmp_path, size=3, **{"http.tls_ca": str(pki.ca)})
     try:
-        leader = next(n for n in nodes if n.rt.leader is not None)
+        def settled() -> Node | None:
+            # one ready leader every other node names (a first election can be followed by a
+            # second one right after the start, so the first leader seen may not be the one)
+            ready = [n for n in nodes if n.rt.leader is not None and n.rt.leader.ready.is_set()]
+            if len(ready) != 1:
+                return None
+            lead = ready[0]
+            return lead if all(n.rt.leader_url() == lead.url for n in nodes if n is not lead) \
+                else None
+
+        leader = await wait_for(settled, timeout=20)
         followers = [n for n in nodes if n is not leader]
-        await wait_for(lambda: all(f.rt.leader_url() == leader.url for f in followers), timeout=10)
         # GET /workers on a follower is answered by the leader, over https, trusting http.tls_ca
         for f in followers:
             async with https.get(f.url + API + "/workers", headers=f.headers()) as r:
