@@ -83,6 +83,21 @@ async def start_node(tmp: Path, limits: dict[str, Any] | None = None,
     return Node(rt, f"http://127.0.0.1:{port}", token, tmp)
 
 
+
+async def restart_leader_in_new_term(rt: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """Make a single node's role watcher see it still leading but in a later term (what a
+    leader -> follower -> leader flap, or a failover, looks like from there) and wait until it
+    has started a new leader with a new claim; returns the old leader."""
+    from schedd.raft.node import RaftNode
+
+    old_leader = rt.leader
+    real_term = RaftNode.term.fget  # type: ignore[attr-defined]
+    monkeypatch.setattr(RaftNode, "term", property(lambda self: real_term(self) + 5))
+    rt._role_changed.set()
+    await wait_for(lambda: rt.leader is not None and rt.leader is not old_leader
+                   and rt.leader.ready.is_set(), timeout=10)
+    return old_leader
+
 @pytest.fixture
 async def node(tmp_path: Path) -> AsyncIterator[Node]:
     n = await start_node(tmp_path / "n1")

@@ -12,8 +12,7 @@ import aiohttp
 import pytest
 
 from schedd.protocol import messages as m
-from schedd.raft.node import RaftNode
-from tests.conftest import Node, wait_for
+from tests.conftest import Node, restart_leader_in_new_term
 from tests.integration.test_worker_protocol import connect, runs, submit
 
 # The default heartbeat timeout (60 s) and so the rebuild grace (60 s) are far above this: a
@@ -66,12 +65,7 @@ async def test_a_new_leader_ends_only_the_leases_the_worker_does_not_resume(
 
     # A new leader (a new claim in a new term, rebuilt from the state): as after a failover.
     rt: Any = node.rt
-    old_leader = rt.leader
-    real_term = RaftNode.term.fget  # type: ignore[attr-defined]
-    monkeypatch.setattr(RaftNode, "term", property(lambda self: real_term(self) + 5))
-    rt._role_changed.set()
-    await wait_for(lambda: rt.leader is not None and rt.leader is not old_leader
-                   and rt.leader.ready.is_set(), timeout=10)
+    await restart_leader_in_new_term(rt, monkeypatch)
     assert len(rt.leader.leases) == 3  # all three rebuilt, each with the 60 s grace
 
     again = await connect(http, node, "w1", capacity=2,

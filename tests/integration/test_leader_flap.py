@@ -11,8 +11,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from schedd.raft.node import RaftNode
-from tests.conftest import start_node, wait_for
+from tests.conftest import restart_leader_in_new_term, start_node, wait_for
 from tests.integration.test_worker_protocol import API
 
 
@@ -21,14 +20,8 @@ async def test_a_term_change_while_leading_restarts_the_leader_with_a_new_claim(
     n = await start_node(tmp_path / "n1")
     try:
         rt: Any = n.rt
-        old_leader, old_term = rt.leader, rt.node.term
-        old_fence = old_leader.fence
-        real_term = RaftNode.term.fget  # type: ignore[attr-defined]
-        # what a flap looks like from the watcher: still leading, but in a later term
-        monkeypatch.setattr(RaftNode, "term", property(lambda self: real_term(self) + 5))
-        rt._role_changed.set()
-        await wait_for(lambda: rt.leader is not None and rt.leader is not old_leader
-                       and rt.leader.ready.is_set(), timeout=10)
+        old_term, old_fence = rt.node.term, rt.leader.fence
+        await restart_leader_in_new_term(rt, monkeypatch)
         assert rt.leader.fence > old_fence  # a new claim was committed
         async with http.get(n.url + API + "/cluster", headers=n.headers()) as r:
             body = await r.json()
