@@ -162,8 +162,9 @@ class _StateCollector(Collector):
             yield lag
             stalled = GaugeMetricFamily(
                 "schedd_raft_follower_stalled",
-                "1 while a follower answers the leader but its match index has not moved for "
-                "follower_stall_timeout although it is behind (raft-notes #6).", labels=["peer"])
+                "1 while a follower answers the leader but its match index has not moved for 3 s "
+                "although it is behind the commit index: a stalled follower, which the leader "
+                "recovers by sending it a snapshot (see docs/operations.md).", labels=["peer"])
             for peer in peers:
                 stalled.add_metric([peer], float(status.get(f"follower_stalled_server_{peer}", 0)))
             yield stalled

@@ -41,7 +41,7 @@ def apply(state: State, cmd: c.Command | c.Undecodable, index: int, events: list
     mark = len(events)
     try:
         result = _dispatch(state, cmd, index, events)
-    except Exception as exc:  # noqa: BLE001 - apply must be total (raft-notes #1)
+    except Exception as exc:  # noqa: BLE001 - apply must be total: an exception would wedge Raft
         del events[mark:]
         result = Rejected("internal", f"{type(cmd).__name__} failed: {type(exc).__name__}: {exc}")
     if cmd.rid and isinstance(cmd, CLIENT_COMMANDS):
