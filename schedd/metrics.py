@@ -107,6 +107,13 @@ class _StateCollector(Collector):
                                     "Seconds since this node last wrote its Raft snapshot.",
                                     value=age)
         yield from self._followers(status, leader=role == "leader")
+        refused = CounterMetricFamily(
+            "schedd_raft_peer_refused", "Raft connections this node refused, by reason: "
+            "wrong_secret (another raft.secret_file, or none) or not_in_peers (a node that "
+            "raft.peers does not list).", labels=["reason"])
+        for reason, count in sorted(node.peer_refusals().items()):
+            refused.add_metric([reason], float(count))
+        yield refused
         with node.read() as st:
             counts = dict(st.counts)
             dlq = len(st.dlq)

@@ -45,6 +45,9 @@ class Runtime:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._role_changed = asyncio.Event()
         self._stopping = False
+        #: set when this node cannot go on as configured; :attr:`failure` says why
+        self.failed = asyncio.Event()
+        self.failure: str | None = None
         self.draining = False
         self.hooks = Hooks()
         self.metrics = Metrics()
@@ -84,7 +87,11 @@ class Runtime:
         def on_role(role: int) -> None:
             loop.call_soon_threadsafe(self._role_changed.set)
 
+        def on_fatal(message: str) -> None:
+            loop.call_soon_threadsafe(self._fail, message)
+
         self.hooks.on_applied, self.hooks.on_reset, self.hooks.on_role = on_applied, on_reset, on_role
+        self.hooks.on_fatal = on_fatal
         self.node = RaftNode(self._settings, self.hooks)
         self.node.attach(loop)
         self.metrics.attach(self)
@@ -106,6 +113,13 @@ class Runtime:
         await site.start()
         log_event(log, "node.started", node_id=self.config.node.id, http=self.config.advertise_url(),
                   raft=self.config.raft.listen, peers=list(self.config.raft.peers))
+
+    def _fail(self, message: str) -> None:
+        if self.failure is None:
+            self.failure = message
+            log_event(log, "node.failed", level=logging.ERROR, node_id=self.config.node.id,
+                      reason=message)
+        self.failed.set()
 
     async def stop(self) -> None:
         """Graceful stop: stop taking work, hand leadership to another node when leading

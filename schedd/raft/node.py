@@ -1,13 +1,13 @@
 """The Raft node: the only module that imports pysyncobj.
 
 * One replicated entry point, ``apply_entry(bytes)``; the command codec inside is ours
-  (raft-notes #2).
+  (docs/pysyncobj.md #2).
 * Commands submitted from asyncio are batched into one entry per loop turn and their results
-  bridged back into futures with ``call_soon_threadsafe`` (raft-notes #5, #13).
+  bridged back into futures with ``call_soon_threadsafe`` (docs/pysyncobj.md #5, #13).
 * The replicated state is built before the tick thread starts (a ``SyncObjConsumer``), and reads
-  from the event loop take the same lock as apply (raft-notes #9, #13).
-* The leader watches each follower's match index and recovers a stalled one (raft-notes #6,
-  issue 4; see :meth:`RaftNode._watch_followers`).
+  from the event loop take the same lock as apply (docs/pysyncobj.md #9, #13).
+* The leader watches each follower's match index and recovers a stalled one (docs/pysyncobj.md #6;
+  see :meth:`RaftNode._watch_followers`).
 * pysyncobj's forked snapshot writer drops the daemon's sockets and dies with it
   (schedd/raft/forksafe.py), and the nodes compact in turn (``logCompactionSplit``).
 """
@@ -37,6 +37,7 @@ from schedd.logs import log_event
 from schedd.raft.forksafe import guard_snapshot_fork
 from schedd.raft.journal import durable_journal
 from schedd.raft.pauses import bound_apply, read_before_judging
+from schedd.raft.peerguard import PeerGuard
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +62,7 @@ class RaftSettings:
     log_compaction_min_entries: int = 5000
     log_compaction_min_time: float = 60.0
     #: a follower that keeps answering the leader but whose match index has not moved for this
-    #: long while it is behind the commit index is stalled (raft-notes #6)
+    #: long while it is behind the commit index is stalled (docs/pysyncobj.md #6)
     follower_stall_timeout: float = 3.0
 
 
@@ -72,6 +73,8 @@ class Hooks:
         self.on_applied: Callable[[int, list[LeaderEvent]], None] = lambda i, e: None
         self.on_reset: Callable[[], None] = lambda: None
         self.on_role: Callable[[int], None] = lambda r: None
+        #: this node cannot join any cluster as configured (the message says why)
+        self.on_fatal: Callable[[str], None] = lambda m: None
 
 
 class _StateMachine(SyncObjConsumer):  # type: ignore[misc]
@@ -91,7 +94,7 @@ class _StateMachine(SyncObjConsumer):  # type: ignore[misc]
             if events:
                 self.hooks.on_applied(index, events)
             return results
-        except Exception as exc:  # noqa: BLE001 - never let anything escape (raft-notes #1)
+        except Exception as exc:  # noqa: BLE001 - never let anything escape (docs/pysyncobj.md #1)
             log.exception("apply failed")
             return [Rejected("internal", f"apply failed: {exc}")]
 
@@ -163,19 +166,25 @@ class RaftNode:
             onStateChanged=self._on_state_changed,
             dynamicMembershipChange=False,
         )
-        # Built on the calling (main) thread, with the state machine complete (raft-notes #9, #13).
-        # Durable journal (raft-notes #7): pysyncobj's createJournal is swapped for this call only,
+        self._transport: PeerGuard  # built by SyncObj.__init__ through transportClass
+        # Built on the calling (main) thread, with the state machine complete (docs/pysyncobj.md #9, #13).
+        # Durable journal (docs/pysyncobj.md #7): pysyncobj's createJournal is swapped for this call only,
         # and the transport syncs the journal before the node acknowledges (schedd/raft/journal.py).
         # The snapshot writer pysyncobj forks releases the inherited sockets (the Raft and HTTP
         # listening ports) and dies with the tick thread, so a killed node restarts at once
         # and leaves no orphaned writer behind (schedd/raft/forksafe.py).  Guarded when the
         # transport is built: SyncObj.__init__ has made its serializer by then and starts the
         # tick thread (which may compact at once with a long journal) only afterwards.
+        # The transport also reports the peers it refuses (another Raft secret, an address not
+        # in raft.peers), which pysyncobj drops without a word (schedd/raft/peerguard.py).
         with durable_journal(snapshot_path=conf.fullDumpFile) as durable:
+            guarded = type("GuardedTransport", (PeerGuard, durable.transport),
+                           {"on_fatal": staticmethod(lambda message: hooks.on_fatal(message))})
 
             def transport(sync_obj: SyncObj, *args: Any) -> Any:
                 guard_snapshot_fork(sync_obj)
-                return durable.transport(sync_obj, *args)
+                self._transport = guarded(sync_obj, *args)
+                return self._transport
 
             self._obj = SyncObj(settings.self_addr, list(settings.peers), conf,
                                 consumers=[self._sm], transportClass=transport)
@@ -183,7 +192,7 @@ class RaftNode:
         self._on_tick: queue.SimpleQueue[Callable[[], object]] = queue.SimpleQueue()
         self._snapshot_started: float | None = None
         self.last_snapshot_duration: float | None = None
-        # Low-latency commits (issue 5, S1c): with appendEntriesUseBatch pysyncobj picks a command
+        # Low-latency commits (BENCHMARKS.md, S1c): with appendEntriesUseBatch pysyncobj picks a command
         # up only when its poll times out (autoTickPeriod) and replicates it only at the next
         # appendEntriesPeriod.  A pipe wakes the tick thread when commands are queued, and new
         # entries are sent at once when no append is in flight to any follower (see
@@ -271,6 +280,15 @@ class RaftNode:
             return None
         return max(0.0, clock.wall_ms() / 1000 - mtime)
 
+    def peer_refusals(self) -> dict[str, int]:
+        """Connections this node refused since it started, by reason (see PeerGuard)."""
+        return dict(self._transport.refusals)
+
+    @property
+    def fatal(self) -> str | None:
+        """Why this node cannot join any cluster as configured, once that is known."""
+        return self._transport.fatal
+
     def is_ready(self) -> bool:
         return bool(self._obj.isReady())
 
@@ -279,7 +297,7 @@ class RaftNode:
         thread-safe, so the request runs on the tick thread."""
         self._on_tick.put(self._obj.transferLeadership)
 
-    # -- stalled followers (raft-notes #6) ------------------------------------------------------
+    # -- stalled followers (docs/pysyncobj.md #6) ------------------------------------------------------
     def _watch_followers(self) -> None:  # tick thread
         """Find a follower whose replication is stalled and recover it with a snapshot.
 

@@ -92,6 +92,8 @@ class Cluster:
     size: int = 3
     scheduler: dict[str, Any] = field(default_factory=dict)
     raft: dict[str, Any] = field(default_factory=dict)
+    #: per node index, [raft] keys that replace the shared ones (``peers`` included)
+    node_raft: dict[int, dict[str, Any]] = field(default_factory=dict)
     nodes: list[NodeProc] = field(default_factory=list)
     others: list[subprocess.Popen[bytes]] = field(default_factory=list)
     token: str = ""
@@ -100,13 +102,15 @@ class Cluster:
     proxied: bool = False
     #: nodes start through SKEW_LAUNCHER; :meth:`set_clock_offset` shifts one node's wall clock
     clock_skew: bool = False
+    #: node i's HTTP port (its Raft port is the next one); free ports when empty
+    http_ports: list[int] = field(default_factory=list)
     net: Any = None
 
     def __post_init__(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
         tokens = self.root / "tokens.toml"
         self.token, _ = ensure_admin_token(tokens)
-        ports = [free_port() for _ in range(self.size * (2 if self.proxied else 1))]
+        ports = list(self.http_ports) or [free_port() for _ in range(self.size * (2 if self.proxied else 1))]
         if self.proxied:
             # Node i gets (http, raft) from one pair and its proxy port from the next, every
             # port of node i below every port of node j > i (see tests/cluster/proxy.py).
@@ -118,8 +122,8 @@ class Cluster:
         for i, port in enumerate(ports):
             node_id = f"n{i + 1}"
             others = [j for j in range(self.size) if j != i]
-            peers = [f'"{peer_addr[j]}"' for j in others]
-            raft_extra = dict(self.raft)
+            raft_extra = {**self.raft, **self.node_raft.get(i, {})}
+            peers = [_toml(a) for a in raft_extra.pop("peers", [peer_addr[j] for j in others])]
             if self.proxied:
                 raft_extra.setdefault("peer_http", [f"http://127.0.0.1:{ports[j]}" for j in others])
             sched = "".join(f"{k} = {_toml(v)}\n" for k, v in self.scheduler.items())

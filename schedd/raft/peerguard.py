@@ -1,0 +1,236 @@
+"""Who may talk to this node's Raft port, and saying so when someone may not.
+
+pysyncobj drops two kinds of connection without a word:
+
+* one whose messages do not authenticate with this node's Raft secret (``raft.secret_file``):
+  a node with another secret, a node with none, or something that is not a schedd node;
+* one from a node that names itself by an address that is not in ``raft.peers``.
+
+Both are configuration mistakes that leave a node out of its cluster, so an operator must see
+them.  :class:`PeerGuard` (mixed into the node's transport) logs each refusal as one
+``raft.peer_refused`` line (at most once a minute per remote host and reason, with the number
+of refusals since the last line), counts them by reason for ``/metrics``, and tells a node it
+refuses as a non-member why, so that node logs ``raft.not_a_member`` too.  A node that every
+peer has refused as a non-member before it ever saw a leader cannot join any cluster with its
+configuration: :attr:`PeerGuard.fatal` then says why (and ``on_fatal`` is called with it), and
+the daemon exits with that line.
+
+Everything here runs on pysyncobj's tick thread, like the transport it extends.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from schedd import clock
+from schedd.logs import log_event
+
+log = logging.getLogger(__name__)
+
+#: the first element of the notice a node sends before it closes a non-member's connection
+NOT_A_MEMBER = "schedd.not_a_member"
+WRONG_SECRET = "wrong_secret"
+NOT_IN_PEERS = "not_in_peers"
+REPORT_EVERY = 60.0  # seconds between two lines for the same remote host and reason
+
+CLOSE_GRACE = 1.0  # seconds a refused connection stays open after the notice, read and ignored
+
+_HANDSHAKE_HINT = (
+    "it closed the connection during the encryption handshake: it does not accept this node's "
+    "raft.secret_file (another secret, or none); every node must use the same secret file"
+)
+_WRONG_SECRET_HINT = (
+    "its messages do not authenticate with this node's raft.secret_file: every node must use "
+    "the same secret file (or, on loopback only, none)"
+)
+
+
+def _remote(conn: Any) -> str:
+    """``host:port`` of the other end of a pysyncobj connection, or ``"?"``."""
+    sock: Any = getattr(conn, "_TcpConnection__socket", None)
+    try:
+        host, port = sock.getpeername()[:2]
+    except (AttributeError, OSError, TypeError, ValueError):
+        return "?"
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+class _Authenticating:
+    """A connection's Fernet encryptor that reports a message failing authentication.
+
+    pysyncobj calls ``extract_timestamp`` (which checks the token's HMAC) and then ``decrypt``
+    on every message it reads, and drops the connection when either raises."""
+
+    def __init__(self, fernet: Any, refused: Callable[[], None]) -> None:
+        self._fernet = fernet
+        self._refused = refused
+
+    def encrypt_at_time(self, data: bytes, current_time: int) -> bytes:
+        return bytes(self._fernet.encrypt_at_time(data, current_time))
+
+    def extract_timestamp(self, token: bytes) -> int:
+        try:
+            return int(self._fernet.extract_timestamp(token))
+        except Exception:
+            self._refused()
+            raise
+
+    def decrypt(self, token: bytes) -> bytes:
+        try:
+            return bytes(self._fernet.decrypt(token))
+        except Exception:
+            self._refused()
+            raise
+
+
+class PeerGuard:
+    """Mixed into pysyncobj's ``TCPTransport`` (before it in the bases)."""
+
+    _selfNode: Any
+    _nodes: set[Any]
+    _nodeAddrToNode: dict[str, Any]
+    _unknownConnections: set[Any]
+    _connections: dict[Any, Any]
+    _syncObj: Any
+
+    @staticmethod
+    def on_fatal(message: str) -> None:
+        """Called once, on the tick thread, when :attr:`fatal` is set (replaced by the node)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._guard_lock = threading.Lock()
+        self._reported: dict[tuple[str, str], tuple[float, int]] = {}
+        #: refusals since start, by reason (read by /metrics from other threads)
+        self.refusals: dict[str, int] = {WRONG_SECRET: 0, NOT_IN_PEERS: 0}
+        self._handshakes: dict[Any, float] = {}  # outgoing connection -> when it connected
+        self._closing: list[tuple[float, Any]] = []  # refused connections, closed after a grace
+        self._refused_by: dict[str, list[str]] = {}  # peer -> the peer list it holds
+        self._saw_leader = False
+        #: why this node cannot join any cluster as configured (set once, never cleared)
+        self.fatal: str | None = None
+        super().__init__(*args, **kwargs)
+
+    # -- pysyncobj hooks ------------------------------------------------------------------------
+    def _onNewIncomingConnection(self, conn: Any) -> None:
+        super()._onNewIncomingConnection(conn)  # type: ignore[misc]
+        if conn.encryptor is not None:
+            remote = _remote(conn)
+            conn.encryptor = _Authenticating(
+                conn.encryptor, lambda: self._refused(WRONG_SECRET, remote, _WRONG_SECRET_HINT))
+
+    def addNode(self, node: Any) -> None:
+        super().addNode(node)  # type: ignore[misc]
+        conn = self._connections.get(node)
+        if conn is not None and conn.encryptor is not None:
+            address = str(node.address)
+            conn.encryptor = _Authenticating(
+                conn.encryptor,
+                lambda: self._refused(WRONG_SECRET, address, _WRONG_SECRET_HINT, peer=address))
+
+    def _onOutgoingConnected(self, conn: Any) -> None:
+        if self._syncObj.encryptor is not None:
+            self._handshakes[conn] = clock.mono()
+        super()._onOutgoingConnected(conn)  # type: ignore[misc]
+
+    def _onOutgoingMessageReceived(self, conn: Any, message: Any) -> None:
+        self._handshakes.pop(conn, None)
+        super()._onOutgoingMessageReceived(conn, message)  # type: ignore[misc]
+
+    def _onDisconnected(self, conn: Any) -> None:
+        connected_at = self._handshakes.pop(conn, None)
+        # Closed by the peer during the encryption handshake (not timed out, which a stopped
+        # or unreachable peer does): it could not authenticate this node's first message.
+        if connected_at is not None and clock.mono() - connected_at < self._handshake_timeout():
+            node = self._connToNode(conn)  # type: ignore[attr-defined]
+            address = "?" if node is None else str(node.address)
+            self._refused(WRONG_SECRET, address, _HANDSHAKE_HINT, peer=address)
+        super()._onDisconnected(conn)  # type: ignore[misc]
+
+    def _onIncomingMessageReceived(self, conn: Any, message: Any) -> None:
+        handshake = self._syncObj.encryptor is not None and not conn.sendRandKey
+        if (handshake or not isinstance(message, str) or message == "readonly"
+                or message in self._nodeAddrToNode):
+            super()._onIncomingMessageReceived(conn, message)  # type: ignore[misc]
+            return
+        self._refused(
+            NOT_IN_PEERS, _remote(conn),
+            f"a node that calls itself {message} connected, but raft.peers does not list it: "
+            "every node must list the others by the address each sets in raft.listen",
+            peer=message)
+        # Tell it why, then read and ignore what it sends until the connection is closed a
+        # moment later (closing a socket with unread data resets it, and the notice with it).
+        conn.send([NOT_A_MEMBER, str(self._selfNode.address), self._peer_list()])
+        conn.setOnMessageReceivedCallback(_ignore)
+        self._closing.append((clock.mono() + CLOSE_GRACE, conn))
+
+    def _onMessageReceived(self, node: Any, message: Any) -> None:
+        if isinstance(message, list) and message and message[0] == NOT_A_MEMBER:
+            self._not_a_member(message)
+            return
+        if not self._saw_leader and self._syncObj._getLeader() is not None:
+            self._saw_leader = True
+        super()._onMessageReceived(node, message)  # type: ignore[misc]
+
+    def _onTick(self) -> None:
+        super()._onTick()  # type: ignore[misc]
+        if self._closing:
+            now = clock.mono()
+            due = [conn for at, conn in self._closing if at <= now]
+            self._closing = [(at, conn) for at, conn in self._closing if at > now]
+            for conn in due:
+                self._unknownConnections.discard(conn)
+                conn.disconnect()
+
+    # -- reporting ------------------------------------------------------------------------------
+    def _handshake_timeout(self) -> float:
+        return float(self._syncObj.conf.connectionTimeout) / 2
+
+    def _peer_list(self) -> list[str]:
+        return sorted(str(n.address) for n in self._nodes)
+
+    def _refused(self, reason: str, remote: str, hint: str, peer: str | None = None) -> None:
+        key = (reason, peer or remote.rsplit(":", 1)[0])  # a connecting port changes each time
+        now = clock.mono()
+        with self._guard_lock:
+            self.refusals[reason] = self.refusals.get(reason, 0) + 1
+            last, suppressed = self._reported.get(key, (-REPORT_EVERY, 0))
+            if now - last < REPORT_EVERY:
+                self._reported[key] = (last, suppressed + 1)
+                return
+            self._reported[key] = (now, 0)
+        fields: dict[str, Any] = {"reason": reason, "remote": remote}
+        if peer is not None:
+            fields["peer"] = peer
+        if suppressed:
+            fields["refused_since_last_report"] = suppressed
+        log_event(log, "raft.peer_refused", level=logging.ERROR, node=str(self._selfNode.address),
+                  hint=hint, **fields)
+
+    def _not_a_member(self, message: list[Any]) -> None:
+        refuser = str(message[1]) if len(message) > 1 else "?"
+        their_peers = [str(p) for p in message[2]] if len(message) > 2 else []
+        me = str(self._selfNode.address)
+        with self._guard_lock:
+            first = refuser not in self._refused_by
+            self._refused_by[refuser] = their_peers
+            everyone = {str(n.address) for n in self._nodes} <= set(self._refused_by)
+        if first:
+            log_event(log, "raft.not_a_member", level=logging.ERROR, node=me, peer=refuser,
+                      its_peers=their_peers,
+                      hint=f"{refuser} does not list this node's raft.listen ({me}) in its "
+                           "raft.peers: every node must list the others by the address each "
+                           "sets in raft.listen")
+        if everyone and not self._saw_leader and self.fatal is None:
+            listed = "; ".join(f"{p} lists {', '.join(ps) or 'no peers'}"
+                               for p, ps in sorted(self._refused_by.items()))
+            self.fatal = (f"raft.listen: no peer lists this node's address {me} in its "
+                          f"raft.peers ({listed}); every node must list the others by the "
+                          "address each sets in raft.listen")
+            self.on_fatal(self.fatal)
+
+
+def _ignore(message: Any) -> None:
+    """Message callback of a refused connection waiting to be closed."""
