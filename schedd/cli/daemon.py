@@ -1,148 +1,29 @@
-"""``schedd``: one node of a schedd cluster.  With no arguments, a working single-node cluster."""
+"""``schedd``: one node of a schedd cluster.  With no arguments, a working single-node cluster.
+
+This entry point imports only the standard library itself, so that an installation missing one
+of schedd's dependencies is reported as one line naming the module, not as a traceback.  The
+node is :mod:`schedd.cli.node`.
+"""
 
 from __future__ import annotations
 
-import argparse
-import asyncio
-import logging
-import signal
 import sys
-from pathlib import Path
-
-from schedd import auth
-from schedd.config import Config, check_files, load_config
-from schedd.errors import ConfigError
-from schedd.logs import log_event, set_level, setup_logging
-from schedd.notify import Notifier
-
-log = logging.getLogger("schedd.daemon")
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(
-        prog="schedd",
-        description="A schedd node. With no arguments: a single-node cluster on loopback, "
-        "data in ./.schedd.",
-    )
-    p.add_argument("--config", "-c", help="TOML config file (see config/schedd.example.toml)")
-    p.add_argument("--node-id", help="this node's id (node.id)")
-    p.add_argument("--data-dir", help="where Raft journal, snapshots and tokens live (node.data_dir)")
-    p.add_argument("--http", help="HTTP API listen address host:port (http.listen)")
-    p.add_argument("--raft", help="Raft listen address host:port (raft.listen)")
-    p.add_argument("--peer", action="append", default=None,
-                   help="another node's Raft host:port (repeatable; raft.peers)")
-    p.add_argument("--log-level", help="debug | info | warning | error (log.level)")
-    p.add_argument("--check-config", action="store_true",
-                   help="validate the configuration, print problems, and exit")
-    return p.parse_args(argv)
-
-
-def build_config(args: argparse.Namespace) -> Config:
-    overrides: dict[str, object] = {
-        "node.id": args.node_id,
-        "node.data_dir": args.data_dir,
-        "http.listen": args.http,
-        "raft.listen": args.raft,
-        "raft.peers": args.peer,
-        "log.level": args.log_level,
-    }
-    cfg = load_config(args.config, overrides={k: v for k, v in overrides.items() if v is not None})
-    problems = check_files(cfg)
-    if problems:
-        raise ConfigError(problems)
-    return cfg
-
-
-async def serve(cfg: Config, args: argparse.Namespace) -> int:
-    from schedd.runtime import Runtime
-
-    notifier = Notifier()
-    rt = Runtime(cfg)
-    await rt.start()
-    notifier.ready(f"node {cfg.node.id} serving {cfg.advertise_url()}")
-    watchdog = asyncio.create_task(notifier.watchdog())
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    loop.add_signal_handler(signal.SIGHUP, lambda: _reload(rt, args))
-    loop.add_signal_handler(signal.SIGUSR1, _dump_tasks)
-    await stop.wait()
-    log_event(log, "node.stopping", node_id=cfg.node.id)
-    notifier.stopping()
-    watchdog.cancel()
-    await rt.stop()
-    return 0
-
-
-def _dump_tasks() -> None:
-    """SIGUSR1: log every asyncio task with its stack (for a node that seems stuck)."""
-    for task in asyncio.all_tasks():
-        frames = [f"{f.f_code.co_filename}:{f.f_lineno} {f.f_code.co_name}" for f in task.get_stack()]
-        log_event(log, "debug.task", level=logging.WARNING, task=task.get_name(),
-                  coro=repr(task.get_coro()), stack=frames)
-
-
-def _reload(rt: object, args: argparse.Namespace) -> None:
-    """SIGHUP: reload the tokens file and the log level; anything else needs a restart."""
-    from schedd.runtime import Runtime
-
-    assert isinstance(rt, Runtime)
-    try:
-        rt.tokens = auth.load_tokens(rt.config.tokens_path)
-        log_event(log, "tokens.reloaded", count=len(rt.tokens))
-    except ConfigError as exc:
-        log_event(log, "tokens.reload_failed", level=logging.ERROR, problems=exc.problems)
-    try:
-        level = build_config(args).log.level
-    except ConfigError as exc:
-        log_event(log, "config.reload_failed", level=logging.ERROR, problems=exc.problems)
-        return
-    set_level(level)
-    log_event(log, "log.level_reloaded", level_name=level)
+def missing_module(exc: ImportError) -> str:
+    """One line for a dependency that cannot be imported."""
+    what = f"the Python module '{exc.name}'" if exc.name else "a Python module schedd needs"
+    return (f"schedd: cannot start: {what} cannot be imported ({exc}); install schedd with its "
+            "dependencies (pip install schedd)")
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
     try:
-        cfg = build_config(args)
-    except ConfigError as exc:
-        for problem in exc.problems:
-            print(f"schedd: config: {problem}", file=sys.stderr)
-        return 2
-    if args.check_config:
-        print("config ok")
-        return 0
-    setup_logging(cfg.log.level, cfg.log.format)
-    Path(cfg.node.data_dir).mkdir(parents=True, exist_ok=True)
-    try:
-        secret, created = auth.ensure_admin_token(cfg.tokens_path)
-    except (ConfigError, OSError) as exc:
-        print(f"schedd: cannot prepare the tokens file {cfg.tokens_path}: {exc}", file=sys.stderr)
-        return 2
-    url = cfg.advertise_url()
-    print(f"schedd node {cfg.node.id}: API {url}  raft {cfg.raft.listen}"
-          + (f"  peers {', '.join(cfg.raft.peers)}" if cfg.raft.peers else "  (single-node cluster)"),
-          file=sys.stderr)
-    print(f"  tokens: {cfg.tokens_path}" + (" (admin token created)" if created else ""),
-          file=sys.stderr)
-    print(f"  try:    SCHEDD_SERVER={url} schedctl submit demo.echo --payload '{{\"hi\": 1}}'\n"
-          f"          schedd-worker --server {url} --import schedd.worker.demo_tasks\n"
-          f"  (schedctl and schedd-worker run here read the admin token from ./.schedd/tokens.toml; "
-          f"otherwise pass --token-file {cfg.tokens_path} or set SCHEDD_TOKEN)", file=sys.stderr)
-    del secret
-    try:
-        try:
-            import uvloop
-        except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
-            return asyncio.run(serve(cfg, args))
-        return uvloop.run(serve(cfg, args))
-    except ConfigError as exc:
-        for problem in exc.problems:
-            print(f"schedd: config: {problem}", file=sys.stderr)
-        return 2
-    except OSError as exc:
-        print(f"schedd: cannot start: {exc}", file=sys.stderr)
+        from schedd.cli.node import main as node_main
+
+        return node_main(argv)
+    except ImportError as exc:
+        print(missing_module(exc), file=sys.stderr)
         return 1
 
 

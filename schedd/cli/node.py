@@ -1,0 +1,191 @@
+"""One schedd node: the config, the start-up checks, the runtime and its signals.
+
+Started by the ``schedd`` command (:mod:`schedd.cli.daemon`).  Every start-up failure an operator
+can cause is one line on stderr naming the key or path, and a non-zero exit: 2 for the config
+(and for a node that no peer accepts as configured), 1 for the machine (a port in use, a data
+directory the service user cannot write, a missing package).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+
+from schedd import auth, preflight
+from schedd.cli.schedctl import DEFAULT_TOKENS_FILE
+from schedd.config import Config, check_files, load_config
+from schedd.errors import ConfigError
+from schedd.logs import log_event, set_level, setup_logging
+from schedd.notify import Notifier
+
+log = logging.getLogger("schedd.daemon")
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="schedd",
+        description="A schedd node. With no arguments: a single-node cluster on loopback, "
+        "data in ./.schedd.",
+    )
+    p.add_argument("--config", "-c", help="TOML config file (see config/schedd.example.toml)")
+    p.add_argument("--node-id", help="this node's id (node.id)")
+    p.add_argument("--data-dir", help="where Raft journal, snapshots and tokens live (node.data_dir)")
+    p.add_argument("--http", help="HTTP API listen address host:port (http.listen)")
+    p.add_argument("--raft", help="Raft listen address host:port (raft.listen)")
+    p.add_argument("--peer", action="append", default=None,
+                   help="another node's Raft host:port (repeatable; raft.peers)")
+    p.add_argument("--log-level", help="debug | info | warning | error (log.level)")
+    p.add_argument("--check-config", action="store_true",
+                   help="validate the configuration, print problems, and exit")
+    return p.parse_args(argv)
+
+
+def build_config(args: argparse.Namespace) -> Config:
+    overrides: dict[str, object] = {
+        "node.id": args.node_id,
+        "node.data_dir": args.data_dir,
+        "http.listen": args.http,
+        "raft.listen": args.raft,
+        "raft.peers": args.peer,
+        "log.level": args.log_level,
+    }
+    cfg = load_config(args.config, overrides={k: v for k, v in overrides.items() if v is not None})
+    problems = check_files(cfg)
+    if problems:
+        raise ConfigError(problems)
+    return cfg
+
+
+async def serve(cfg: Config, args: argparse.Namespace) -> int:
+    from schedd.runtime import Runtime
+
+    notifier = Notifier()
+    rt = Runtime(cfg)
+    await rt.start()
+    notifier.ready(f"node {cfg.node.id} serving {cfg.advertise_url()}")
+    watchdog = asyncio.create_task(notifier.watchdog())
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    loop.add_signal_handler(signal.SIGHUP, lambda: _reload(rt, args))
+    loop.add_signal_handler(signal.SIGUSR1, _dump_tasks)
+    waits = {asyncio.create_task(stop.wait()), asyncio.create_task(rt.failed.wait())}
+    _, pending = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    for task in pending:
+        task.cancel()
+    log_event(log, "node.stopping", node_id=cfg.node.id)
+    notifier.stopping()
+    watchdog.cancel()
+    await rt.stop()
+    if rt.failure is not None:
+        print(f"schedd: {rt.failure}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _dump_tasks() -> None:
+    """SIGUSR1: log every asyncio task with its stack (for a node that seems stuck)."""
+    for task in asyncio.all_tasks():
+        frames = [f"{f.f_code.co_filename}:{f.f_lineno} {f.f_code.co_name}" for f in task.get_stack()]
+        log_event(log, "debug.task", level=logging.WARNING, task=task.get_name(),
+                  coro=repr(task.get_coro()), stack=frames)
+
+
+def _reload(rt: object, args: argparse.Namespace) -> None:
+    """SIGHUP: reload the tokens file and the log level; anything else needs a restart."""
+    from schedd.runtime import Runtime
+
+    assert isinstance(rt, Runtime)
+    try:
+        rt.tokens = auth.load_tokens(rt.config.tokens_path)
+        log_event(log, "tokens.reloaded", count=len(rt.tokens))
+    except ConfigError as exc:
+        log_event(log, "tokens.reload_failed", level=logging.ERROR, problems=exc.problems)
+    try:
+        level = build_config(args).log.level
+    except ConfigError as exc:
+        log_event(log, "config.reload_failed", level=logging.ERROR, problems=exc.problems)
+        return
+    set_level(level)
+    log_event(log, "log.level_reloaded", level_name=level)
+
+
+def _print_problems(problems: list[str], prefix: str = "schedd: ") -> None:
+    for problem in problems:
+        print(f"{prefix}{problem}", file=sys.stderr)
+
+
+def _prepare_tokens(cfg: Config) -> tuple[bool, list[str]]:
+    """Create the tokens file with an admin token when there is none: (created, problems)."""
+    key = "auth.tokens_file" if cfg.auth.tokens_file is not None else "node.data_dir"
+    try:
+        _, created = auth.ensure_admin_token(cfg.tokens_path)
+    except ConfigError as exc:
+        return False, exc.problems
+    except OSError as exc:
+        return False, [f"{key}: cannot read or create the tokens file \"{cfg.tokens_path}\": "
+                       f"{exc.strerror or exc} (schedd runs as {preflight.run_as()})"]
+    return created, []
+
+
+def _banner(cfg: Config, created: bool) -> None:
+    url = cfg.advertise_url()
+    print(f"schedd node {cfg.node.id}: API {url}  raft {cfg.raft.listen}"
+          + (f"  peers {', '.join(cfg.raft.peers)}" if cfg.raft.peers else "  (single-node cluster)"),
+          file=sys.stderr)
+    print(f"  tokens: {cfg.tokens_path}" + (" (admin token created)" if created else ""),
+          file=sys.stderr)
+    if cfg.tokens_path.resolve() == DEFAULT_TOKENS_FILE.resolve():
+        how = "schedctl and schedd-worker run here read the admin token from ./.schedd/tokens.toml"
+    else:
+        how = (f"give schedctl and schedd-worker a token: --token-file {cfg.tokens_path} "
+               "or SCHEDD_TOKEN")
+    print(f"  try:    SCHEDD_SERVER={url} schedctl submit demo.echo --payload '{{\"hi\": 1}}'\n"
+          f"          schedd-worker --server {url} --import schedd.worker.demo_tasks\n"
+          f"  ({how})", file=sys.stderr)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        cfg = build_config(args)
+    except ConfigError as exc:
+        _print_problems(exc.problems, "schedd: config: ")
+        return 2
+    if args.check_config:
+        problems = preflight.check_modules(cfg)
+        if problems:
+            _print_problems(problems, "schedd: config: ")
+            return 2
+        print("config ok")
+        return 0
+    setup_logging(cfg.log.level, cfg.log.format)
+    problems = preflight.check(cfg)
+    if problems:
+        _print_problems(problems)
+        return 1
+    created, problems = _prepare_tokens(cfg)
+    if problems:
+        _print_problems(problems)
+        return 2
+    _banner(cfg, created)
+    try:
+        try:
+            import uvloop
+        except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
+            return asyncio.run(serve(cfg, args))
+        return uvloop.run(serve(cfg, args))
+    except ConfigError as exc:
+        _print_problems(exc.problems, "schedd: config: ")
+        return 2
+    except OSError as exc:
+        print(f"schedd: cannot start: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
