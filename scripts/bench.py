@@ -1,5 +1,5 @@
 """schedd benchmarks against a real local three-node cluster, with the machine's ceilings and the
-peers measured in the same run (issue 5).
+peers measured in the same run.
 
     scripts/bench [--runs N] [--quick] [--no-peers] [--json FILE] [--only S5,S3,...]
                   [--s3b-jobs N] [--s4-jobs N] [--s5-kills N] [--s5-rate R]

@@ -20,7 +20,7 @@ _used: set[int] = set()
 
 
 def free_port() -> int:
-    """A free TCP port below the ephemeral range (raft-notes #14)."""
+    """A free TCP port below the ephemeral range (docs/pysyncobj.md #14)."""
     for _ in range(200):
         port = random.randrange(20000, 32000)
         if port in _used or port + 1 in _used:

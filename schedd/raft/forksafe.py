@@ -131,7 +131,7 @@ def release_sockets() -> None:
       every descriptor of the registered open file description is closed, and the parent
       still holds its own; the child never calls ``epoll_ctl`` or runs the loop.
     * The child's own work (pickle the state, write ``<fullDumpFile>.tmp``, rename, ``_exit``)
-      uses no socket; the replicated state holds none (raft-notes #9).
+      uses no socket; the replicated state holds none (docs/pysyncobj.md #9).
 
     Each socket descriptor is replaced with /dev/null (``dup2``, which closes the socket
     atomically) rather than just closed, so its number stays taken and the snapshot file

@@ -1,4 +1,4 @@
-"""A durable, checksummed Raft journal for pysyncobj (raft-notes #7, issue 4).
+"""A durable, checksummed Raft journal for pysyncobj (docs/pysyncobj.md #7).
 
 pysyncobj's ``FileJournal`` is an mmap flushed only on ``destroy()``: no fsync, no checksum; a
 torn tail made a node unable to start and a flipped byte went undetected. This journal keeps

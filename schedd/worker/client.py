@@ -164,7 +164,7 @@ class _End:
 
 
 class Worker:
-    """A schedd worker.  See the module docstring and ``contract.md`` (Worker protocol)."""
+    """A schedd worker.  See the module docstring and ``docs/worker-protocol.md``."""
 
     def __init__(
         self,

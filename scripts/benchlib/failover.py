@@ -1,4 +1,4 @@
-"""S5 (issue 5): the leader SIGKILLed under load.  Target: "the new leader's first dispatch p99
+"""S5: the leader SIGKILLed under load.  Target: "the new leader's first dispatch p99
 ≤ 2 s; no acknowledged job lost".  Its own three-node cluster, once per invocation.
 
 Load, for the whole scenario: one ``schedd-worker`` process (``bench.failover`` from

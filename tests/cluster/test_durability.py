@@ -1,6 +1,6 @@
 """Journal damage on one node after all three are killed: the damaged node cuts its journal at
 the damage, says so in its log, starts, abstains from elections until it has re-synced from the
-leader, and no acknowledged job is lost on any node (issue 4, durability)."""
+leader, and no acknowledged job is lost on any node (durability)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""raft-notes #6 (issue 4): after a leader pause under load, the paused node comes back as a
+"""docs/pysyncobj.md #6: after a leader pause under load, the paused node comes back as a
 follower whose replication live-locks.  The new leader must notice and recover it within
 seconds, not at its next log compaction (``log_compaction_min_time``: 300 s here, so that
 nothing but the recovery in schedd/raft/node.py can help; 60 s by default).
