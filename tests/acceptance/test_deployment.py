@@ -26,8 +26,12 @@ systemd does not run here; what its units ask for is emulated:
     journal stream's, so the nodes log JSON lines as they do under systemd.
   * ``EnvironmentFile=`` and ExecStart's ``%H``, ``%i`` and ``$WORKER_ARGS`` (a whole word,
     split on whitespace) for the worker.
-  * Not emulated: ``Restart=`` (the killed leader must stay dead), ``ProtectSystem=``,
-    ``PrivateTmp=``, ``MemoryDenyWriteExecute=``, the other sandboxing options, ``LimitNOFILE=``.
+  * ``ProtectSystem=strict``: each node runs in its own mount namespace in which every file
+    system is read-only but its data dir (``StateDirectory=``), so a write anywhere else fails.
+  * ``MemoryDenyWriteExecute=yes``: the kernel's equivalent per process, ``PR_SET_MDWE``
+    (Linux >= 6.3; noted and skipped on an older kernel).
+  * Not emulated: ``Restart=`` (the killed leader must stay dead), ``PrivateTmp=`` (the test's
+    /opt lives in /tmp), the other sandboxing options, ``LimitNOFILE=``.
 """
 
 from __future__ import annotations
@@ -183,6 +187,27 @@ def system_python() -> str:
                           env=clean_env(), cwd="/", timeout=30).returncode == 0:
             return cand
     raise AssertionError(f"no python3 >= 3.11 with venv that uid {SERVICE_UID} can run: {tried}")
+
+
+# ProtectSystem=strict with StateDirectory=: in a private mount namespace, the data dir ($1)
+# stays writable and everything else becomes read-only, then the rest of the command line runs.
+PROTECT_SYSTEM = 'mount --bind "$1" "$1" && mount -o remount,bind,ro / && shift && exec "$@"'
+# MemoryDenyWriteExecute=yes: PR_SET_MDWE (65) with PR_MDWE_REFUSE_EXEC_GAIN (1), kept across
+# fork and execve, then the rest of the command line.
+DENY_WRITE_EXECUTE = """
+import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+if libc.prctl(65, 1, 0, 0, 0) != 0:
+    print(f"PR_SET_MDWE not applied (errno {ctypes.get_errno()}): kernel older than 6.3?",
+          file=sys.stderr)
+os.execvp(sys.argv[1], sys.argv[1:])
+"""
+
+
+def sandboxed(argv: list[str], data: Path) -> list[str]:
+    """``argv`` under the node unit's ProtectSystem=strict and MemoryDenyWriteExecute=yes."""
+    return ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", PROTECT_SYSTEM,
+            "sh", str(data), sys.executable, "-c", DENY_WRITE_EXECUTE, *argv]
 
 
 def check_run(argv: list[str], what: str, timeout: float, **kw: Any) -> str:
@@ -456,7 +481,8 @@ def start_nodes(dep: Deployment) -> None:
             NOTIFY_SOCKET=n.notify.getsockname(), WATCHDOG_USEC=str(watchdog_usec),
             JOURNAL_STREAM=f"{st.st_dev}:{st.st_ino}", INVOCATION_ID=os.urandom(16).hex(),
             STATE_DIRECTORY=str(n.data), CONFIGURATION_DIRECTORY=str(n.etc))
-        n.proc = dep.spawn(n.name, as_service_user(argv, n.ns), env)
+        n.proc = dep.spawn(n.name, ["ip", "netns", "exec", n.ns,
+                                    *sandboxed(as_service_user(argv), n.data)], env)
     deadline = time.monotonic() + 60
     pending = {n.notify: n for n in dep.nodes}
     while pending:
@@ -477,6 +503,9 @@ def start_nodes(dep: Deployment) -> None:
         status = proc_status(n.proc.pid)  # the PID is schedd's own (ip and setpriv exec it)
         assert status["Uid"].split() == [str(SERVICE_UID)] * 4, status["Uid"]
         assert status["NoNewPrivs"] == "1" and int(status["CapEff"], 16) == 0, status
+        mounts = {f[1]: f[3].split(",") for f in (ln.split() for ln in
+                  Path(f"/proc/{n.proc.pid}/mounts").read_text().splitlines())}
+        assert "ro" in mounts["/"] and "rw" in mounts[str(n.data)], "ProtectSystem=strict"
         assert str(dep.prefix / "bin" / "schedd").encode() in \
             Path(f"/proc/{n.proc.pid}/cmdline").read_bytes().split(b"\0")
     dep.note("READY=1 from every node")
