@@ -453,10 +453,13 @@ def configure_nodes(dep: Deployment) -> None:
         data.chmod(0o700)
         os.chown(data, SERVICE_UID, SERVICE_UID)
         ns = dep.lab.add_host(f"n{k}", k)
-        # "schedd --config /etc/schedd/schedd.toml --check-config", by the operator (root) on the VM
-        out = check_run(["ip", "netns", "exec", ns, str(dep.prefix / "bin" / "schedd"), "--config",
-                         str(etc / "schedd.toml"), "--check-config"],
-                        "README step 3 --check-config", 60, env=clean_env(), cwd="/")
+        # README step 3: "sudo -u schedd /opt/schedd/bin/schedd --config … --check-config"
+        check = re.search(r"`sudo -u schedd ([^`]*--check-config)`", readme_step(3))
+        assert check, "README step 3: the --check-config command run as the service user"
+        argv = shlex.split(check.group(1).replace(README_PREFIX, str(dep.prefix))
+                           .replace(README_ETC, str(etc)))
+        out = check_run(as_service_user(argv, ns), "README step 3 --check-config", 60,
+                        env=clean_env(), cwd="/")
         assert "config ok" in out, out
         path = run_dir / f"notify-n{k}.sock"
         notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
