@@ -18,7 +18,7 @@ from schedd import auth, preflight
 from schedd.cli.schedctl import DEFAULT_TOKENS_FILE
 from schedd.config import Config, check_files, load_config
 from schedd.errors import ConfigError
-from schedd.logs import log_event, set_level, setup_logging
+from schedd.logs import JsonFormatter, log_event, set_level, setup_logging
 from schedd.notify import Notifier
 
 log = logging.getLogger("schedd.daemon")
@@ -163,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         print("config ok")
         return 0
-    setup_logging(cfg.log.level, cfg.log.format)
+    json_logs = isinstance(setup_logging(cfg.log.level, cfg.log.format).formatter, JsonFormatter)
     problems = preflight.check(cfg)
     if problems:
         _print_problems(problems)
@@ -172,7 +172,10 @@ def main(argv: list[str] | None = None) -> int:
     if problems:
         _print_problems(problems)
         return 2
-    _banner(cfg, created)
+    if json_logs:  # under systemd: the journal gets JSON lines, not a banner for a terminal
+        log_event(log, "tokens.ready", path=str(cfg.tokens_path), created=created)
+    else:
+        _banner(cfg, created)
     try:
         try:
             import uvloop

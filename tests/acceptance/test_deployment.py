@@ -645,6 +645,9 @@ def _deploy_and_run(dep: Deployment) -> None:
         assert executions.get(run["id"]) == [(won["fence"], won["attempt"])], \
             f"{run['id']} started as {executions.get(run['id'])}; history {run['attempts']}"
     assert set(executions) == run_ids, set(executions) ^ run_ids
+    for n in dep.nodes:  # under systemd (JOURNAL_STREAM) a node logs JSON lines only
+        text = [ln for ln in n.log.read_text(errors="replace").splitlines() if ln.strip()]
+        assert all(ln.startswith("{") for ln in text), [ln for ln in text if ln[:1] != "{"]
     elections = [(e["node_id"], e["term"]) for _, e in dep.events()
                  if e.get("event") == "leader.elected"]
     dep.note(f"done; elections (node, term): {sorted(elections, key=lambda e: e[1])}")
