@@ -181,7 +181,8 @@ class Runtime:
         leader = Leader(self.node, self.config.node.id, self.config.advertise_url(),
                         tick_s=self.config.scheduler.tick_ms / 1000, on_deposed=self._deposed,
                         caps=dict(self.config.limits.concurrency), metrics=self.metrics,
-                        ahead_s=self.config.scheduler.dispatch_ahead_ms / 1000)
+                        ahead_s=self.config.scheduler.dispatch_ahead_ms / 1000,
+                        heartbeat_interval_s=self.config.scheduler.heartbeat_interval_ms / 1000)
         self.leader = leader
         self._leader_term = self.node.term
         log_event(log, "leader.elected", node_id=self.config.node.id, term=self._leader_term)

@@ -65,8 +65,12 @@ class Leader:
         caps: dict[str, int] | None = None,
         metrics: Metrics | None = None,
         ahead_s: float = 0.0,
+        heartbeat_interval_s: float = 5.0,
     ) -> None:
         self.node = node
+        # Workers heartbeat every heartbeat_interval_s (welcome); a lease whose job allows less
+        # than three of those between heartbeats asks for a third of its timeout instead.
+        self.heartbeat_interval_s = heartbeat_interval_s
         # Runs that may fire ahead (core.runs.may_fire_ahead) are fired and leased this long
         # before they are due; the worker starts them on time (lease.not_before).
         self.ahead_ms = min(FIRE_AHEAD_MAX_MS, max(0, round(ahead_s * 1000)))
@@ -352,6 +356,7 @@ class Leader:
                     task=spec.task, payload=spec.payload, scheduled_at=format_time(run.scheduled_ms) or "",
                     deadline=format_time(attempt.deadline_ms), idempotency_key=spec.idempotency_key,
                     not_before=format_time(run.due_ms) if run.due_ms > now_ms else None,
+                    heartbeat_interval=hb / 3 if hb / 3 < self.heartbeat_interval_s else None,
                 ))
                 log_event(log, "run.leased", logging.DEBUG, run_id=run_id, fence=attempt.fence,
                           worker_id=wid)

@@ -112,6 +112,9 @@ class Lease:
     idempotency_key: str | None = None
     #: leased ahead of its due time: start the handler at this time (worker's clock), not before
     not_before: str | None = None
+    #: heartbeat at least this often (seconds) while holding this lease: set when the job's
+    #: heartbeat timeout is too short for the ``welcome.heartbeat_interval``
+    heartbeat_interval: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,6 +229,10 @@ def _opt_time(value: Any, path: str) -> str | None:
     return None if value is None else _time(value, path)
 
 
+def _opt_seconds(value: Any, path: str) -> float | None:
+    return None if value is None else _seconds(value, path)
+
+
 def _url(value: Any, path: str) -> str | None:
     if value is None:
         return None
@@ -296,6 +303,7 @@ _SPECS: dict[type[Any], Spec] = {
         ("deadline", _opt_time, None),
         ("idempotency_key", _opt_str, None),
         ("not_before", _opt_time, None),
+        ("heartbeat_interval", _opt_seconds, None),
     ),
     Ack: (("run_id", _id, _REQUIRED), ("accepted", _bool, _REQUIRED), ("reason", _opt_str, None)),
     Cancel: (("run_id", _id, _REQUIRED), ("fence", _fence, _REQUIRED)),

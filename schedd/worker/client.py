@@ -214,6 +214,7 @@ class Worker:
         self._send_lock = asyncio.Lock()
         self._idle = asyncio.Event()
         self._idle.set()
+        self._beat_sooner = asyncio.Event()  # a lease asks for more frequent heartbeats
         self._draining = False
         self._failures = 0  # connection attempts in a row that did not reach welcome
         self.node_id: str | None = None  # the node that welcomed us last
@@ -592,9 +593,24 @@ class Worker:
             await self._send_outcome(held)
         return beats
 
+    def _beat_period(self, interval: float) -> float:
+        """Seconds between heartbeats: the welcome's interval, or less when a lease held asks
+        for less (its job's heartbeat timeout is short)."""
+        asked = [h.lease.heartbeat_interval for h in self._held.values()
+                 if h.lease.heartbeat_interval is not None]
+        return max(0.05, min([interval, *asked]))
+
     async def _heartbeats(self, interval: float) -> None:
+        loop = asyncio.get_running_loop()
+        last = loop.time()
         while True:
-            await asyncio.sleep(interval)
+            wait = last + self._beat_period(interval) - loop.time()
+            if wait > 0:
+                self._beat_sooner.clear()
+                # woken early by a lease that asks for a shorter period: measure again
+                await wait_event(self._beat_sooner, wait)
+                continue
+            last = loop.time()
             await self._send(Heartbeat(self.leases))
 
     async def _send_on(self, ws: WebSocket[bool], msg: Message) -> bool:
@@ -658,6 +674,8 @@ class Worker:
         )
         held = _Held(lease, ctx)
         self._held[lease.run_id] = held
+        if lease.heartbeat_interval is not None:
+            self._beat_sooner.set()
         self._idle.clear()
         if self._draining or len(self._held) > self.concurrency:
             why = (
