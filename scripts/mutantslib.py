@@ -68,6 +68,9 @@ SKIP = {"mutants", ".venv"}  # mutmut's own work dir (a direct `mutmut run`), th
 CLASS_SEP = "ǁ"  # mutmut's separator in mangled method names: xǁClassǁmethod
 
 # mutmut's exit codes per mutant (mutmut.stats.status_by_exit_code in the pinned version).
+# Any other code is the test process ending abnormally because of the mutant (e.g. 70, the
+# journal's exit on a failed write): "crashed", which counts as killed (mutmut says
+# "suspicious").
 STATUS_BY_EXIT_CODE: dict[int | None, str] = {
     1: "killed", 3: "killed", 0: "survived", 5: "no tests", 33: "no tests", 34: "skipped",
     35: "suspicious", 36: "timeout", 37: "killed", -24: "timeout", 24: "timeout", 152: "timeout",
@@ -409,7 +412,7 @@ def load_results(work: Path, files: Sequence[str], only: set[str] | None) -> lis
         codes = json.loads(meta.read_text("utf-8"))["exit_code_by_key"]
         for name, code in codes.items():
             if only is None or name in only:
-                out.append(Mutant(name, f, STATUS_BY_EXIT_CODE.get(code, "suspicious")))
+                out.append(Mutant(name, f, STATUS_BY_EXIT_CODE.get(code, "crashed")))
     return out
 
 
@@ -523,9 +526,14 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         epilog="""\
 CI: use the bounded mode
     scripts/mutants --sample 200 --budget 600
-(a fixed-seed sample, about 5-8 min on 2 cores: ~2 min of set-up and stats, then the mutants), or
-on a branch  scripts/mutants --changed BASE --budget 600  (only the functions changed since BASE).
-The full run (no options) takes about an hour on 2 cores; run it as a habit, not on every push.
+a fixed-seed sample of 200 of the ~6,260 mutants: 3.5 min on 2 cores (about a minute of copy,
+mutant generation and mutmut's stats run of both tiers, then over 1 mutant/s); the score of
+the sample tracks the full one (78.5 % against 79.0 %). On a branch with a known base,
+    scripts/mutants --changed BASE --budget 600
+tests only the functions changed since BASE (the same set-up, plus their mutants). The budget
+is the backstop: when it is spent mutmut is stopped and the report says how many were not
+checked. The full run (no options) takes about 52 min on 2 cores (core 44 min, journal and
+auth 8 min): run it as a habit (nightly, or before a release), not on every push.
 
 Examples:
     scripts/mutants                                 # everything in scope
