@@ -22,6 +22,8 @@ from schedd.core.state import (
 # Leader commands are not (they are fenced, and a repeat is judged on the run's state).
 CLIENT_COMMANDS = (c.Submit, c.CancelJob, c.UpdateJob, c.Trigger, c.CancelRun, c.Replay,
                    c.DropDead)
+ClientCommand = (c.Submit | c.CancelJob | c.UpdateJob | c.Trigger | c.CancelRun | c.Replay
+                 | c.DropDead)
 
 
 def apply_entry(state: State, blob: object, index: int) -> tuple[list[Result], list[LeaderEvent]]:
@@ -78,7 +80,7 @@ def _dispatch(state: State, cmd: c.Command, index: int, events: list[LeaderEvent
                   cmd.now, events)
 
 
-def _client(state: State, cmd: c.Command, events: list[LeaderEvent]) -> Result:
+def _client(state: State, cmd: ClientCommand, events: list[LeaderEvent]) -> Result:
     if isinstance(cmd, c.Submit):
         return _submit(state, cmd, events)
     if isinstance(cmd, c.CancelJob):
@@ -91,13 +93,12 @@ def _client(state: State, cmd: c.Command, events: list[LeaderEvent]) -> Result:
         return R.cancel_run(state, cmd.run_id, cmd.now, "cancelled", events)
     if isinstance(cmd, c.Replay):
         return R.replay(state, cmd.run_id, cmd.now, events)
-    if isinstance(cmd, c.DropDead):
-        if cmd.run_id not in state.dlq:
-            return Rejected("not_found", f"run {cmd.run_id} is not in the dead-letter queue",
-                            "run_id")
-        del state.dlq[cmd.run_id]
-        return Ok(cmd.run_id)
-    return Rejected("invalid_argument", f"not a client command: {type(cmd).__name__}")
+    # DropDead, the last of CLIENT_COMMANDS (mypy checks that ClientCommand has no other)
+    if cmd.run_id not in state.dlq:
+        return Rejected("not_found", f"run {cmd.run_id} is not in the dead-letter queue",
+                        "run_id")
+    del state.dlq[cmd.run_id]
+    return Ok(cmd.run_id)
 
 
 # -- submission, update, cancellation ---------------------------------------------------------

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 
 import pytest
 
@@ -115,6 +115,40 @@ def test_long_chain_in_one_batch() -> None:
     assert order == [f"j{i}" for i in range(n, -1, -1)]
 
 
+class ReadOnceGraph(Mapping[str, list[str]]):
+    """Existing jobs whose dependencies may each be read once (fails at once on a second)."""
+
+    def __init__(self, edges: dict[str, list[str]]) -> None:
+        self.edges = edges
+        self.read: set[str] = set()
+
+    def __getitem__(self, job: str) -> list[str]:
+        assert job not in self.read, f"the dependencies of {job} are read twice"
+        self.read.add(job)
+        return self.edges[job]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.edges)
+
+    def __len__(self) -> int:
+        return len(self.edges)
+
+
+def test_each_existing_job_is_explored_once_even_through_many_diamonds() -> None:
+    # A submission depending on a chain of 40 diamonds (d0 -> l0, r0 -> d1 -> ...) has 2**40
+    # paths: exploring a job again on each path would stall apply, and with it the cluster.
+    n = 40
+    edges: dict[str, list[str]] = {}
+    for i in range(n):
+        edges[f"d{i}"] = [f"l{i}", f"r{i}"]
+        edges[f"l{i}"] = [f"d{i + 1}"]
+        edges[f"r{i}"] = [f"d{i + 1}"]
+    edges[f"d{n}"] = []
+    graph = ReadOnceGraph(edges)
+    assert find_cycle(graph, {"new": ["d0"]}) is None
+    assert graph.read == set(edges)
+
+
 def test_message_friendly_path() -> None:
     cycle = find_cycle({"report": ["extract"]}, {"extract": ["load"], "load": ["report"]})
     assert cycle == ["extract", "load", "report", "extract"]
@@ -167,3 +201,9 @@ def test_topological_order_refuses_a_cycle() -> None:
     assert "a -> b -> a" in str(err.value)
     with pytest.raises(ValueError):
         topological_order({"a": ["a"]})
+
+
+def test_topological_order_names_the_cycle_of_a_batch_that_also_depends_on_existing_jobs() -> None:
+    with pytest.raises(CycleError) as err:
+        topological_order({"a": ["x", "b"], "b": ["y", "a"]})
+    assert err.value.cycle == ["a", "b", "a"]

@@ -3,14 +3,23 @@
 from __future__ import annotations
 
 import pickle
+from collections import Counter
 from typing import Any
 
 import pytest
 
 from schedd.core import commands as c
 from schedd.core.apply import apply_entry
-from schedd.core.model import JobSpec, JobStatus, RetryPolicy, RunState, Schedule, ScheduleKind
-from schedd.core.state import Ok, Rejected, State, backoff_ms
+from schedd.core.model import (
+    JobSpec,
+    JobStatus,
+    RecurringOptions,
+    RetryPolicy,
+    RunState,
+    Schedule,
+    ScheduleKind,
+)
+from schedd.core.state import DEDUP_WINDOW_MS, Ok, Rejected, State, backoff_ms
 
 T0 = 1_800_000_000_000
 
@@ -125,8 +134,15 @@ def test_claim_for_an_older_term_is_rejected() -> None:
     h = Harness()
     h.claim("n1", 5)
     res = h.one(c.Claim(h.rid(), T0, "n2", 4))
-    assert isinstance(res, Rejected)
+    assert isinstance(res, Rejected) and res.code == "stale_leader"
     assert h.state.leader_node == "n1"
+
+
+def test_a_fresh_state_names_no_leader() -> None:
+    # /cluster (the leader's id) and the leader URL a follower forwards to are read from these
+    # when their term is the node's current term: before any claim, no elected term (>= 1) is.
+    state = State()
+    assert (state.leader_node, state.leader_http, state.leader_term) == ("", "", 0)
 
 
 def test_failure_retries_with_backoff_then_dead_letters() -> None:
@@ -169,6 +185,8 @@ def test_non_retryable_failure_goes_straight_to_the_dead_letter_queue() -> None:
         (1, 0.0, True, 500),  # equal jitter: between half and the full delay
         (1, 1.0, True, 1000),
         (2, 0.5, True, 1500),
+        (1, 1.5, True, 1000),  # a jitter draw outside [0, 1] never stretches the delay ...
+        (1, -0.5, True, 500),  # ... nor shortens it below half
     ],
 )
 def test_backoff(attempt: int, rand: float, jitter: bool, expected: int) -> None:
@@ -183,6 +201,16 @@ def test_request_ids_are_deduplicated() -> None:
     again = h.one(c.Submit("same", T0, (("J2", JobSpec(task="t")),)))
     assert again == first
     assert list(h.state.jobs) == ["J1"]
+
+
+def test_a_request_id_is_remembered_for_the_whole_window() -> None:
+    # The API promises: a repeated X-Request-Id is answered from the first request for at
+    # least 15 minutes.  Exactly 15 minutes later still counts.
+    h = Harness()
+    first = h.one(c.Submit("R1", T0, (("J1", JobSpec(task="t")),)))
+    h.submit("J-other", now=T0 + DEDUP_WINDOW_MS)  # other traffic, when old entries are dropped
+    assert h.one(c.Submit("R1", T0 + DEDUP_WINDOW_MS, (("J2", JobSpec(task="t")),))) == first
+    assert sorted(h.state.jobs) == ["J-other", "J1"]
 
 
 def test_idempotency_key_returns_the_existing_job() -> None:
@@ -291,5 +319,83 @@ def test_evolve_refuses_an_unknown_field() -> None:
 
     run = Run(id="j@1", job_id="j", namespace="default", scheduled_ms=1, due_ms=2,
               state=RunState.SCHEDULED, created_ms=1, updated_ms=1)
-    with pytest.raises(TypeError, match="no field"):
-        evolve(run, stat=RunState.QUEUED)
+    with pytest.raises(TypeError, match=r"^Run has no field\(s\) stat, stats$"):
+        evolve(run, stat=RunState.QUEUED, stats=1, state=RunState.QUEUED)
+
+
+# -- reads and counters --------------------------------------------------------------------------
+
+MIN = 60_000
+
+
+def every_minute(**opts: Any) -> JobSpec:
+    return JobSpec(task="t", schedule=Schedule(kind=ScheduleKind.EVERY, every_ms=MIN,
+                                               options=RecurringOptions(**opts)))
+
+
+def test_a_recurring_job_whose_schedule_is_already_over_is_done_without_runs() -> None:
+    # GET /jobs/J1 shows it with "latest_run": null; GET /jobs/J1/runs is empty.
+    h = Harness()
+    h.submit(spec=every_minute(end_at_ms=T0 - MIN), now=T0)
+    job = h.state.jobs["J1"]
+    assert job.status is JobStatus.DONE and job.next_run_id is None
+    assert h.state.latest_run("J1") is None
+    assert h.state.runs_of("J1") == []
+
+
+def test_a_jobs_run_history_is_newest_first() -> None:
+    h = Harness()
+    lf = h.claim()
+    h.submit(spec=every_minute(), now=T0)
+    for minute in (1, 2, 3):
+        h.one(c.Fire(h.rid(), T0 + minute * MIN, lf, (f"J1@{T0 + minute * MIN}",)))
+    assert [r.id for r in h.state.runs_of("J1")] == [f"J1@{T0 + m * MIN}" for m in (4, 3, 2, 1)]
+    latest = h.state.latest_run("J1")
+    assert latest is not None and latest.id == f"J1@{T0 + 4 * MIN}"
+
+
+def recount(state: State) -> dict[str, int]:
+    """What the metrics' counters must say, counted from the runs themselves."""
+    counts: Counter[str] = Counter()
+    for run in state.runs.values():
+        counts[f"state:{run.state}"] += 1
+        if run.state is RunState.SKIPPED:
+            counts[f"skipped:{run.reason}"] += 1
+        counts.update(f"attempt:{a.outcome}" for a in run.attempts if a.outcome is not None)
+    return dict(counts)
+
+
+def test_the_metrics_counters_stay_in_step_with_the_runs() -> None:
+    # schedd_runs{state}, schedd_runs_skipped{reason} and schedd_attempts{outcome} are read
+    # from state.counts, which put_run keeps in step without a recount.
+    h = Harness()
+    lf = h.claim()
+    retry = RetryPolicy(max_attempts=2, initial_ms=1000, jitter=False)
+    h.submit("A", JobSpec(task="t", retry=retry))  # fails once, then succeeds
+    h.submit("B", JobSpec(task="t", retry=retry))  # fails for good
+    h.submit("C", JobSpec(task="t"))  # cancelled while running
+    h.submit("R", every_minute(), now=T0)  # misfires while its previous run still runs
+    a, b, cc, r1 = f"A@{T0}", f"B@{T0}", f"C@{T0}", f"R@{T0 + MIN}"
+    steps = [
+        lambda: lease_one(h, lf, a),
+        lambda: h.one(c.Fail(h.rid(), T0 + 1, lf, a, h.state.runs[a].fence, "boom", True)),
+        lambda: lease_one(h, lf, a, now=T0 + 1001),
+        lambda: h.one(c.Complete(h.rid(), T0 + 1002, lf, a, h.state.runs[a].fence, None)),
+        lambda: lease_one(h, lf, b),
+        lambda: h.one(c.Fail(h.rid(), T0 + 2, lf, b, h.state.runs[b].fence, "bad", False)),
+        lambda: lease_one(h, lf, cc),
+        lambda: h.one(c.CancelRun(h.rid(), T0 + 3, cc)),
+        lambda: lease_one(h, lf, r1, now=T0 + MIN),
+        # the next occurrence fires 4 minutes late: it and the ones missed since are skipped
+        # but the latest, while the first run still holds its lease
+        lambda: h.one(c.Fire(h.rid(), T0 + 6 * MIN, lf, (f"R@{T0 + 2 * MIN}",))),
+        lambda: h.one(c.Complete(h.rid(), T0 + 6 * MIN, lf, r1, h.state.runs[r1].fence, None)),
+    ]
+    for step in steps:
+        step()
+        assert {k: v for k, v in h.state.counts.items() if v} == recount(h.state)
+    assert recount(h.state) == {
+        "state:succeeded": 2, "state:failed": 1, "state:cancelled": 1, "state:skipped": 4,
+        "state:scheduled": 2, "skipped:misfire": 4,
+        "attempt:failed": 2, "attempt:succeeded": 2, "attempt:cancelled": 1,
+    }
