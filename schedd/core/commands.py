@@ -164,7 +164,9 @@ class Barrier:
 
 @dataclass(frozen=True, slots=True)
 class Undecodable:
-    rid: str
+    """A command (or a whole entry) that does not decode; ``reason`` says why, for the
+    rejection that ``apply`` returns in its place."""
+
     reason: str
 
 
@@ -206,13 +208,11 @@ def _to_wire(cmd: Command) -> dict[str, Any]:
 
 def _from_wire(obj: Any) -> Command | Undecodable:
     if not isinstance(obj, dict):
-        return Undecodable("", "a command must be an object")
-    rid = obj.get("rid")
-    rid = rid if isinstance(rid, str) else ""
+        return Undecodable("a command must be an object")
     tag = obj.get("t")
     cls = _BY_TAG.get(tag) if isinstance(tag, str) else None
     if cls is None:
-        return Undecodable(rid, f"unknown command type {obj.get('t')!r}")
+        return Undecodable(f"unknown command type {obj.get('t')!r}")
     kwargs = {k: v for k, v in obj.items() if k != "t"}
     try:
         if cls is Submit:
@@ -225,9 +225,9 @@ def _from_wire(obj: Any) -> Command | Undecodable:
             kwargs["grants"] = tuple((str(r), str(w)) for r, w in kwargs["grants"])
         cmd: Command = cls(**kwargs)
     except Exception as exc:  # noqa: BLE001 - a decode error is a value, never an escape
-        return Undecodable(rid, f"malformed {cls.__name__}: {exc}")
+        return Undecodable(f"malformed {cls.__name__}: {exc}")
     if not isinstance(cmd.rid, str) or not isinstance(cmd.now, int):
-        return Undecodable(rid, f"malformed {cls.__name__}: rid and now are required")
+        return Undecodable(f"malformed {cls.__name__}: rid and now are required")
     return cmd
 
 
@@ -240,8 +240,8 @@ def decode_entry(blob: object) -> list[Command | Undecodable]:
     try:
         obj = orjson.loads(blob)  # type: ignore[arg-type]
     except Exception:  # noqa: BLE001
-        return [Undecodable("", "entry is not valid JSON")]
+        return [Undecodable("entry is not valid JSON")]
     if not isinstance(obj, dict) or obj.get("v") != CODEC_VERSION or not isinstance(obj.get("c"), list):
         version = obj.get("v") if isinstance(obj, dict) else None
-        return [Undecodable("", f"unsupported entry (version {version!r}, expected {CODEC_VERSION})")]
+        return [Undecodable(f"unsupported entry (version {version!r}, expected {CODEC_VERSION})")]
     return [_from_wire(c) for c in obj["c"]]
