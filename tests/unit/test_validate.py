@@ -170,6 +170,38 @@ VALID: list[tuple[str, Any, Check]] = [
         lambda s: len(s.depends_on) == 100,
     ),
     ("idempotency-key", t(idempotency_key="k-1"), lambda s: s.idempotency_key == "k-1"),
+    # the exact limits are inside
+    ("name-200", t(name="n" * 200), lambda s: s.name == "n" * 200),
+    (
+        "cron-200-chars",
+        t(schedule={"cron": "0 2 * * *" + " " * 191}),
+        lambda s: s.schedule.cron == "0 2 * * *",
+    ),
+    ("timeout-1ms", t(timeout="1ms"), lambda s: s.timeout_ms == 1),
+    ("timeout-64-chars", t(timeout="0" * 62 + "1s"), lambda s: s.timeout_ms == 1000),
+    ("retry-initial-1ms", t(retry={"initial": "1ms"}), lambda s: s.retry.initial_ms == 1),
+    ("multiplier-1", t(retry={"multiplier": 1}), lambda s: s.retry.multiplier == 1.0),
+    ("multiplier-10", t(retry={"multiplier": 10}), lambda s: s.retry.multiplier == 10.0),
+    ("at-epoch", t(schedule={"at": "1970-01-01T00:00:00Z"}), lambda s: s.schedule.at_ms == 0),
+    (
+        "at-last-ms",
+        t(schedule={"at": "9999-12-31T23:59:59.999Z"}),
+        lambda s: s.schedule.at_ms == 253_402_300_799_999,
+    ),
+    (
+        "jitter-zero",
+        t(schedule={"every": "1m", "jitter": 0}),
+        lambda s: s.schedule.options is not None and s.schedule.options.jitter_ms == 0,
+    ),
+    (
+        "dst-gap-only",
+        t(schedule={"cron": "0 2 * * *", "dst": {"gap": "skip"}}),
+        lambda s: (
+            s.schedule.options is not None
+            and (s.schedule.options.dst_gap, s.schedule.options.dst_repeat)
+            == (DstGap.SKIP, DstRepeat.FIRST)
+        ),
+    ),
     (
         "contract-example",
         CONTRACT_EXAMPLE,
@@ -636,26 +668,48 @@ def test_spec_dict_round_trips_everything() -> None:
     assert spec_from_dict(d).retry.multiplier.__class__ is float
 
 
+SPEC = {"v": 1, "task": "t"}
+
+# A malformed replicated spec (a version skew, a damaged journal) raises ValueError; its text
+# ends up in the rejection of the command ("undecodable command: malformed Submit: <this>").
+MALFORMED_SPECS: list[tuple[dict[str, Any], str]] = [
+    ({"task": "t"}, "job spec: expected an object with v=1"),
+    ({"v": 2, "task": "t"}, "job spec: expected an object with v=1"),
+    ({"v": 1}, "job spec: missing task or unknown keys []"),
+    ({"v": 1, "task": 5}, "job spec: missing task or unknown keys []"),
+    ({**SPEC, "what": 1, "1": 2}, "job spec: missing task or unknown keys ['1', 'what']"),
+    ({**SPEC, "sched": {"kind": "sometimes"}}, "'sometimes' is not a valid ScheduleKind"),
+    ({**SPEC, "sched": {"kind": "at", "zone": "UTC"}}, "job spec: unknown keys in 'sched': ['zone']"),
+    ({**SPEC, "sched": []}, "job spec: 'sched' must be an object"),
+    ({**SPEC, "sched": {"kind": "every", "opts": []}}, "job spec: 'opts' must be an object"),
+    (
+        {**SPEC, "sched": {"kind": "every", "opts": {"fold": 1, "jitter_ms": 5}}},
+        "job spec: unknown keys in 'opts': ['fold']",
+    ),
+    ({**SPEC, "sched": {"kind": "every", "opts": {"misfire": "later"}}},
+     "'later' is not a valid Misfire"),
+    ({**SPEC, "retry": {"tries": 1}}, "job spec: unknown keys in 'retry': ['tries']"),
+    ({**SPEC, "prio": "max"}, "'max' is not a valid Priority"),
+    ({**SPEC, "deps": "a"}, "job spec: 'deps' must be a list of strings"),
+    ({**SPEC, "deps": [1]}, "job spec: 'deps' must be a list of strings"),
+]
+
+
 @pytest.mark.parametrize(
-    "bad",
-    [
-        {"task": "t"},
-        {"v": 2, "task": "t"},
-        {"v": 1},
-        {"v": 1, "task": 5},
-        {"v": 1, "task": "t", "what": 1},
-        {"v": 1, "task": "t", "sched": {"kind": "sometimes"}},
-        {"v": 1, "task": "t", "sched": {"kind": "at", "zone": "UTC"}},
-        {"v": 1, "task": "t", "sched": []},
-        {"v": 1, "task": "t", "retry": {"tries": 1}},
-        {"v": 1, "task": "t", "prio": "max"},
-        {"v": 1, "task": "t", "deps": "a"},
-        {"v": 1, "task": "t", "deps": [1]},
-    ],
+    ("bad", "message"), MALFORMED_SPECS, ids=[repr(m[0])[:50] for m in MALFORMED_SPECS]
 )
-def test_spec_from_dict_rejects_malformed(bad: dict[str, Any]) -> None:
-    with pytest.raises(ValueError):
+def test_spec_from_dict_rejects_malformed(bad: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError) as info:
         spec_from_dict(bad)
+    assert str(info.value) == message
+
+
+def test_a_decoded_multiplier_is_a_float_however_it_is_written() -> None:
+    """An encoder that writes 2.0 as 2 (JavaScript, jq) must not change the decoded spec: the
+    job view shows ``"multiplier": 3.0`` either way."""
+    retry = spec_from_dict({**SPEC, "retry": {"mult": 3}}).retry
+    assert retry == RetryPolicy(multiplier=3.0)
+    assert type(retry.multiplier) is float
 
 
 def test_decoded_specs_share_their_equal_records_and_names() -> None:
