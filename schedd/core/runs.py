@@ -75,11 +75,9 @@ def is_recurring(spec: JobSpec) -> bool:
 
 def recurrence(job: Job) -> Recurrence:
     s = job.spec.schedule
-    options = s.options or RecurringOptions()
-    anchor = options.start_at_ms
-    if anchor is None:
-        anchor = job.anchor_ms if job.anchor_ms is not None else job.created_ms
-    return recurrence_from(s, options, anchor)
+    # recurrence_from anchors an `every` with a start_at there itself
+    anchor = job.anchor_ms if job.anchor_ms is not None else job.created_ms
+    return recurrence_from(s, s.options or RecurringOptions(), anchor)
 
 
 def may_fire_ahead(spec: JobSpec, run: Run) -> bool:
@@ -136,7 +134,7 @@ def _new_run(state: State, job: Job, scheduled_ms: int, due_ms: int, now: int,
     run = Run(id=run_id, job_id=job.id, namespace=job.spec.namespace, scheduled_ms=scheduled_ms,
               due_ms=due_ms, state=run_state, created_ms=now, updated_ms=now, origin=origin,
               reason=reason)
-    state.jobs[job.id] = evolve(state.jobs[job.id], last_run_id=run.id, updated_ms=now)
+    state.jobs[job.id] = evolve(state.jobs[job.id], updated_ms=now)
     return _store(state, run, events, new=True)
 
 
@@ -166,12 +164,12 @@ def materialize_next(state: State, job_id: str, after_ms: int, now: int,
             if job.status is JobStatus.ACTIVE:
                 state.jobs[job_id] = evolve(state.jobs[job_id], status=JobStatus.DONE)
             return None
+        if run_id_for(job_id, occ.scheduled_ms) in state.runs:  # a trigger, or recorded before
+            after_ms = occ.scheduled_ms
+            continue
         if occ.skipped is not None:
             _new_run(state, job, occ.scheduled_ms, occ.scheduled_ms, now, events,
                      run_state=RunState.SKIPPED, reason=occ.skipped)
-            after_ms = occ.scheduled_ms
-            continue
-        if run_id_for(job_id, occ.scheduled_ms) in state.runs:  # already exists (e.g. trigger)
             after_ms = occ.scheduled_ms
             continue
         run = _new_run(state, job, occ.scheduled_ms, occ.due_ms, now, events)
@@ -227,7 +225,6 @@ def _misfire(state: State, job: Job, run: Run, now: int, reason: str,
     missed = [own] + occurrences(rec, run.scheduled_ms, now, job.id, MAX_CATCHUP)
     plan = plan_misfire(opts.misfire, missed, now, opts.catchup_window_ms)
     to_run = {o.scheduled_ms for o in plan.run}
-    last = missed[-1].scheduled_ms
     if run.scheduled_ms in to_run:
         _start(state, job, run, now, events, respect_overlap=True)
     else:
@@ -242,7 +239,7 @@ def _misfire(state: State, job: Job, run: Run, now: int, reason: str,
         else:
             _new_run(state, job, occ.scheduled_ms, occ.scheduled_ms, now, events,
                      run_state=RunState.SKIPPED, reason=occ.skipped or reason)
-    materialize_next(state, job.id, max(now, last), now, events)
+    materialize_next(state, job.id, now, now, events)  # every missed one is <= now
     return Ok(run.id)
 
 
@@ -369,7 +366,8 @@ def fail(state: State, run_id: str, fence: int, error: str, retryable: bool, out
         due = now + backoff_ms(spec, used, rand)
         _move(state, run, Event.RETRY, now, events, attempts=attempts, due_ms=due, error=error)
         if state.jobs[run.job_id].next_run_id == run.id:
-            state.jobs[run.job_id] = evolve(state.jobs[run.job_id], next_run_at_ms=due)
+            state.jobs[run.job_id] = evolve(state.jobs[run.job_id], next_run_at_ms=due,
+                                             updated_ms=now)
         return Ok(run_id)
     state.dlq[run_id] = None
     _move(state, run, Event.GIVE_UP, now, events, attempts=attempts, error=error)
@@ -431,7 +429,9 @@ def change_spec(state: State, job: Job, spec: JobSpec, now: int,
     pending = state.runs.get(job.next_run_id) if job.next_run_id else None
     if pending is not None and pending.state in (RunState.SCHEDULED, RunState.BLOCKED):
         cancel_run(state, pending.id, now, "rescheduled", events)
-    state.jobs[job.id] = evolve(state.jobs[job.id], next_run_id=None, next_run_at_ms=None)
+    # a one-off job whose only run was just cancelled is not done: its new run follows
+    state.jobs[job.id] = evolve(state.jobs[job.id], status=job.status, next_run_id=None,
+                                next_run_at_ms=None)
     if is_recurring(spec):
         state.jobs[job.id] = evolve(state.jobs[job.id], anchor_ms=now)  # re-anchor `every`
         materialize_next(state, job.id, now, now, events)

@@ -10,7 +10,7 @@ import pytest
 from schedd.core import commands as c
 from schedd.core.model import JobSpec, JobStatus, Overlap, RetryPolicy, RunState
 from schedd.core.state import Ok
-from tests.unit.test_runs import MIN, T0, cron, fire, lease, next_id, states
+from tests.unit.test_runs import MIN, T0, Checked, cron, fire, lease, next_id, states
 from tests.unit.test_state import Harness
 
 SEC = 1_000
@@ -28,7 +28,7 @@ SEC = 1_000
 )
 def test_a_repeated_request_id_gets_the_first_answer_for_fifteen_minutes(
         traffic_at: int, repeat_at: int, deduplicated: bool) -> None:
-    h = Harness()
+    h = Checked()
     first = h.one(c.Submit("R-submit", T0, (("J1", JobSpec(task="t")),)))
     assert isinstance(first, Ok)
     h.submit("J-other", now=T0 + traffic_at)  # another client's request in between
@@ -45,7 +45,7 @@ def test_a_repeated_request_id_gets_the_first_answer_for_fifteen_minutes(
 # -- replay from the dead-letter queue: a fresh set of attempts -------------------------------
 
 def test_a_replayed_run_retries_a_failure_and_dead_letters_only_after_max_attempts_more() -> None:
-    h = Harness()
+    h = Checked()
     lf = h.claim()
     h.submit(spec=JobSpec(task="t", retry=RetryPolicy(max_attempts=2, initial_ms=SEC, jitter=False)))
     rid = f"J1@{T0}"
@@ -97,7 +97,7 @@ REPLACED = "cancelled:replaced by a newer run (overlap)"
 )
 def test_overlap_counts_a_queued_or_retrying_previous_run_as_live(
         previous: Callable[[Harness, int, str], None], policy: Overlap, expected: list[str]) -> None:
-    h = Harness()
+    h = Checked()
     lf = h.claim()
     h.submit(spec=JobSpec(task="t", schedule=cron(overlap=policy).schedule,
                           retry=RetryPolicy(initial_ms=5 * MIN, jitter=False)), now=T0)

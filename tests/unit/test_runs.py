@@ -15,6 +15,7 @@ from schedd.core.model import (
     Overlap,
     RecurringOptions,
     RetryPolicy,
+    Run,
     RunState,
     Schedule,
     ScheduleKind,
@@ -25,6 +26,125 @@ from tests.unit.test_state import Harness
 
 MIN = 60_000
 T0 = 1_800_000_000_000 - (1_800_000_000_000 % MIN)  # a whole minute
+WAITING = (RunState.SCHEDULED, RunState.RETRYING)
+
+
+class Checked(Harness):
+    """A :class:`Harness` that holds, after every entry, what every command promises whatever
+    it does:
+
+    * it does not fail inside ``apply`` (a bug there is a 500, or a half-applied entry whose
+      leader events are dropped);
+    * what it changes carries its time: a new run or job is created at ``now``, a changed run or
+      job is updated at ``now``, an attempt it ends ends at ``now`` (``created_at``,
+      ``updated_at``, ``ended_at`` in the API: times, never null);
+    * a job's ``next_run_at`` is its pending run's due time, and a finished job has none;
+    * the leader's timing wheel and ready queues, rebuilt only from the events the way the leader
+      does (``Leader.on_events``, ``Leader._fired``), agree with the state: a due or retrying
+      run waits in the wheel at its due time, a queued run is in the ready queue of its queue,
+      priority and namespace, and nothing else is in either.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.wheel: dict[str, int] = {}  # run id -> due ms, as the leader's timing wheel holds it
+        self.ready: dict[str, tuple[str, str, str]] = {}  # run id -> (queue, priority, namespace)
+
+    def apply(self, *cmds: c.Command) -> list[Any]:
+        runs, jobs, mark = dict(self.state.runs), dict(self.state.jobs), len(self.events)
+        fired = cmds[0].run_ids if len(cmds) == 1 and isinstance(cmds[0], c.Fire) else ()
+        for rid in fired:  # the leader's wheel hands out what it fires
+            self.wheel.pop(rid, None)
+        results = super().apply(*cmds)
+        for res in results:
+            for one in res.value if isinstance(res, Ok) and isinstance(res.value, list) else [res]:
+                assert not (isinstance(one, Rejected) and one.code == "internal"), one
+        self._follow(self.events[mark:])
+        for rid in fired:  # Leader._fired: what did not fire goes back, unless its job is paused
+            run = self.state.runs.get(rid)
+            if run is not None and run.state in WAITING and not (
+                    run.state is RunState.SCHEDULED
+                    and self.state.jobs[run.job_id].status is JobStatus.PAUSED):
+                self.wheel[rid] = run.due_ms
+        if len(cmds) == 1:
+            self._check_times(cmds[0].now, runs, jobs)
+        self._check_next_run()
+        self._check_leader_indexes()
+        return results
+
+    def _follow(self, events: list[tuple[Any, ...]]) -> None:
+        for ev in events:
+            kind, rid = ev[0], ev[1]
+            self.wheel.pop(rid, None)
+            self.ready.pop(rid, None)
+            if kind == "due":
+                self.wheel[rid] = ev[2]
+            elif kind == "ready":
+                self.ready[rid] = (ev[2], ev[3], ev[4])
+            else:
+                assert kind in ("leased", "gone", "stop"), ev
+
+    def _check_times(self, now: int, runs: dict[str, Run], jobs: dict[str, Any]) -> None:
+        for rid, run in self.state.runs.items():
+            old = runs.get(rid)
+            if old is None:
+                assert (run.created_ms, run.updated_ms) == (now, now), run
+            elif run != old:
+                assert run.updated_ms == now, run
+            for i, a in enumerate(run.attempts):
+                before = old.attempts[i] if old is not None and i < len(old.attempts) else None
+                if a.outcome is not None and (before is None or before.outcome is None):
+                    assert a.ended_ms == now, run
+            times = (run.scheduled_ms, run.due_ms, run.created_ms, run.updated_ms)
+            assert all(type(t) is int for t in times), run
+        for job_id, job in self.state.jobs.items():
+            old = jobs.get(job_id)
+            if old is None:
+                assert (job.created_ms, job.updated_ms) == (now, now), job
+            elif job != old:
+                assert job.updated_ms == now, job
+
+    def _check_next_run(self) -> None:
+        for job in self.state.jobs.values():
+            if job.status in (JobStatus.DONE, JobStatus.CANCELLED):
+                assert job.next_run_at_ms is None, job
+            pending = self.state.runs.get(job.next_run_id) if job.next_run_id else None
+            if pending is not None and pending.state in WAITING:
+                assert job.next_run_at_ms == pending.due_ms, job
+
+    def _check_leader_indexes(self) -> None:
+        for rid, run in self.state.runs.items():
+            job = self.state.jobs[run.job_id]
+            spec = job.spec
+            if run.state is RunState.QUEUED:
+                assert self.ready.get(rid) == (spec.queue, spec.priority, spec.namespace), run
+                assert rid not in self.wheel, run
+            elif run.state in WAITING:
+                assert rid not in self.ready, run
+                if job.status is not JobStatus.PAUSED or run.state is RunState.RETRYING:
+                    assert self.wheel.get(rid) == run.due_ms, run
+            else:
+                assert rid not in self.wheel and rid not in self.ready, run
+
+    # -- steps -------------------------------------------------------------------------------
+    def fire(self, lf: int, run_id: str, now: int) -> Any:
+        [res] = self.one(c.Fire(self.rid(), now, lf, (run_id,))).value
+        return res
+
+    def lease(self, lf: int, run_id: str, now: int, worker: str = "w") -> int:
+        [res] = self.one(c.Lease(self.rid(), now, lf, ((run_id, worker),))).value
+        assert isinstance(res, Ok), res
+        return int(res.value.fence)
+
+    def start(self, lf: int, run_id: str, now: int, worker: str = "w") -> int:
+        """Fire and lease: the run is running."""
+        assert self.fire(lf, run_id, now) == Ok(run_id)
+        return self.lease(lf, run_id, now, worker)
+
+    def trigger(self, now: int, job_id: str = "J1", override: bool = False) -> Run:
+        res = self.one(c.Trigger(self.rid(), now, job_id, override))
+        assert isinstance(res, Ok), res
+        return self.state.runs[res.value.id]
 
 
 def cron(expr: str = "* * * * *", **opts: Any) -> JobSpec:
@@ -60,7 +180,7 @@ def lease(h: Harness, lf: int, run_id: str, now: int) -> int:
 
 
 def test_cron_materialises_only_the_next_occurrence_and_fire_creates_the_one_after() -> None:
-    h = Harness()
+    h = Checked()
     lf = h.claim()
     h.submit(spec=cron(), now=T0 + 5)
     assert states(h) == [(MIN, "scheduled", None)]
@@ -74,7 +194,7 @@ def test_cron_materialises_only_the_next_occurrence_and_fire_creates_the_one_aft
 
 
 def test_every_counts_from_submission_and_ignores_dst() -> None:
-    h = Harness()
+    h = Checked()
     lf = h.claim()
     h.submit(spec=every(90_000), now=T0)
     assert states(h) == [(90_000, "scheduled", None)]
@@ -85,13 +205,13 @@ def test_every_counts_from_submission_and_ignores_dst() -> None:
 def test_jitter_spreads_due_times_stably_within_the_window() -> None:
     dues = []
     for i in range(40):
-        h = Harness()
+        h = Checked()
         h.submit(f"J{i}", cron(jitter_ms=30_000), now=T0)
         run = h.state.runs[next_id(h, f"J{i}")]
         assert 0 <= run.due_ms - run.scheduled_ms < 30_000
         dues.append(run.due_ms)
     assert len(set(dues)) > 30  # spread, not all on the same millisecond
-    h1, h2 = Harness(), Harness()
+    h1, h2 = Checked(), Checked()
     h1.submit("JX", cron(jitter_ms=30_000), now=T0)
     h2.submit("JX", cron(jitter_ms=30_000), now=T0 + 7)
     assert h1.state.runs[next_id(h1, "JX")].due_ms == h2.state.runs[next_id(h2, "JX")].due_ms
@@ -108,7 +228,7 @@ def test_jitter_spreads_due_times_stably_within_the_window() -> None:
 )
 def test_misfire_after_an_outage(policy: Misfire, window: int | None, expected_run: list[int],
                                  expected_skip: list[int]) -> None:
-    h = Harness()
+    h = Checked()
     lf = h.claim()
     h.submit(spec=cron(misfire=policy, catchup_window_ms=window, overlap=Overlap.ALLOW), now=T0)
     outage_end = T0 + 10 * MIN + 30_001  # the cluster was down; minute 1..10 passed unfired
@@ -126,7 +246,7 @@ def test_misfire_after_an_outage(policy: Misfire, window: int | None, expected_r
 
 
 def test_a_late_fire_within_grace_is_not_a_misfire() -> None:
-    h = Harness()
+    h = Checked()
     lf = h.claim()
     h.submit(spec=cron(misfire=Misfire.SKIP), now=T0)
     fire(h, lf, next_id(h), T0 + MIN + MISFIRE_GRACE_MS - 1)
@@ -143,14 +263,14 @@ def test_a_late_fire_within_grace_is_not_a_misfire() -> None:
     ],
 )
 def test_overlap_is_judged_on_live_runs(policy: Overlap, expected: list[str]) -> None:
-    h = Harness()
+    h = Checked()
     lf = h.claim()
     h.submit(spec=cron(overlap=policy), now=T0)
     first = next_id(h)
     fire(h, lf, first, T0 + MIN)
     fence = lease(h, lf, first, T0 + MIN)
     second = next_id(h)
-    fire(h, lf, second, T0 + 2 * MIN)
+    assert fire(h, lf, second, T0 + 2 * MIN) == Ok(second)  # handled, whatever the policy
     got = [f"{s}:{r}" if r else s for _, s, r in states(h)][:2]
     assert got == expected
     if policy is Overlap.CANCEL_OTHER:
@@ -164,7 +284,7 @@ def test_overlap_is_judged_on_live_runs(policy: Overlap, expected: list[str]) ->
 
 
 def test_a_crashed_worker_does_not_block_the_job_forever() -> None:
-    h = Harness()
+    h = Checked()
     lf = h.claim()
     h.submit(spec=cron(overlap=Overlap.SKIP), now=T0)
     first = next_id(h)
@@ -178,7 +298,7 @@ def test_a_crashed_worker_does_not_block_the_job_forever() -> None:
 
 
 def test_pause_then_resume_records_occurrences_missed_while_paused() -> None:
-    h = Harness()
+    h = Checked()
     lf = h.claim()
     h.submit(spec=cron(misfire=Misfire.RUN_ONCE), now=T0)
     assert isinstance(h.one(c.UpdateJob(h.rid(), T0 + 1, "J1", paused=True)), Ok)
@@ -195,7 +315,7 @@ def test_pause_then_resume_records_occurrences_missed_while_paused() -> None:
 
 
 def test_one_off_pause_and_resume() -> None:
-    h = Harness()
+    h = Checked()
     lf = h.claim()
     h.submit(spec=JobSpec(task="t", schedule=Schedule(kind=ScheduleKind.AT, at_ms=T0 + 10)))
     h.one(c.UpdateJob(h.rid(), T0, "J1", paused=True))
@@ -208,7 +328,7 @@ def test_one_off_pause_and_resume() -> None:
 
 
 def test_dependency_chain_runs_in_order_and_failure_skips_dependants() -> None:
-    h = Harness()
+    h = Checked()
     lf = h.claim()
     res = h.one(c.Submit(h.rid(), T0, (
         ("A", JobSpec(task="a", retry=RetryPolicy(max_attempts=1))),
@@ -240,14 +360,14 @@ def test_dependency_chain_runs_in_order_and_failure_skips_dependants() -> None:
 )
 def test_cycles_are_rejected_naming_the_cycle(jobs: tuple[tuple[str, tuple[str, ...]], ...],
                                               cycle: str) -> None:
-    h = Harness()
+    h = Checked()
     res = h.one(c.Submit(h.rid(), T0, tuple((j, JobSpec(task="t", depends_on=d)) for j, d in jobs)))
     assert isinstance(res, Rejected) and res.code == "conflict" and cycle in res.message
     assert h.state.jobs == {}
 
 
 def test_dependencies_must_exist_in_the_same_namespace() -> None:
-    h = Harness()
+    h = Checked()
     res = h.submit("B", JobSpec(task="t", depends_on=("nope",)))
     assert isinstance(res, Rejected) and res.code == "not_found" and res.field == "depends_on[0]"
     h.submit("A", JobSpec(task="t", namespace="other"))
@@ -256,7 +376,7 @@ def test_dependencies_must_exist_in_the_same_namespace() -> None:
 
 
 def test_trigger_respects_or_overrides_overlap() -> None:
-    h = Harness()
+    h = Checked()
     lf = h.claim()
     h.submit(spec=cron(overlap=Overlap.SKIP), now=T0)
     t1 = h.one(c.Trigger(h.rid(), T0 + 10, "J1", override=False))
@@ -269,7 +389,7 @@ def test_trigger_respects_or_overrides_overlap() -> None:
 
 
 def test_replay_from_the_dead_letter_queue_gets_fresh_attempts() -> None:
-    h = Harness()
+    h = Checked()
     lf = h.claim()
     h.submit(spec=JobSpec(task="t", retry=RetryPolicy(max_attempts=1)))
     rid = f"J1@{T0}"
@@ -287,7 +407,7 @@ def test_replay_from_the_dead_letter_queue_gets_fresh_attempts() -> None:
 
 
 def test_drop_from_the_dead_letter_queue_keeps_history() -> None:
-    h = Harness()
+    h = Checked()
     lf = h.claim()
     h.submit(spec=JobSpec(task="t", retry=RetryPolicy(max_attempts=1)))
     rid = f"J1@{T0}"
@@ -298,7 +418,7 @@ def test_drop_from_the_dead_letter_queue_keeps_history() -> None:
 
 
 def test_update_reschedules_the_pending_occurrence() -> None:
-    h = Harness()
+    h = Checked()
     h.claim()
     h.submit(spec=cron("0 * * * *"), now=T0 + 1)
     old = next_id(h)
@@ -309,7 +429,7 @@ def test_update_reschedules_the_pending_occurrence() -> None:
 
 
 def test_update_of_a_started_one_off_run_is_a_conflict() -> None:
-    h = Harness()
+    h = Checked()
     lf = h.claim()
     h.submit()
     rid = f"J1@{T0}"
@@ -320,13 +440,14 @@ def test_update_of_a_started_one_off_run_is_a_conflict() -> None:
 
 
 def test_heal_recreates_a_missing_next_occurrence() -> None:
-    h = Harness()
+    h = Checked()
     lf = h.claim()
     h.submit(spec=cron(), now=T0)
     h.one(c.CancelRun(h.rid(), T0 + 1, next_id(h)))  # the pending occurrence is gone
     res = h.one(c.Heal(h.rid(), T0 + 2, lf, "J1"))
-    assert isinstance(res, Ok) and res.value is not None
-    assert h.state.runs[res.value].state is RunState.SCHEDULED
+    # the cancelled occurrence stays cancelled (not run, nor twinned a millisecond later)
+    assert res == Ok(f"J1@{T0 + 2 * MIN}") and next_id(h) == res.value
+    assert states(h) == [(MIN, "cancelled", "cancelled"), (2 * MIN, "scheduled", None)]
 
 
 # -- firing ahead (scheduler.dispatch_ahead) -------------------------------------------------------
@@ -334,7 +455,7 @@ def test_heal_recreates_a_missing_next_occurrence() -> None:
 def test_a_one_off_run_may_fire_and_lease_ahead_but_not_more_than_the_limit() -> None:
     from schedd.core.runs import FIRE_AHEAD_MAX_MS
 
-    h = Harness()
+    h = Checked()
     lf = h.claim()
     due = T0 + 10_000
     h.submit(spec=JobSpec(task="t", timeout_ms=5_000,
@@ -356,7 +477,7 @@ def test_a_one_off_run_may_fire_and_lease_ahead_but_not_more_than_the_limit() ->
     JobSpec(task="t", depends_on=("J0",), schedule=Schedule(kind=ScheduleKind.AT, at_ms=T0 + 5000)),
 ])
 def test_runs_whose_fire_decides_on_live_state_never_fire_ahead(spec: JobSpec) -> None:
-    h = Harness()
+    h = Checked()
     lf = h.claim()
     h.submit("J0", JobSpec(task="t", schedule=Schedule(kind=ScheduleKind.AT, at_ms=T0 + MIN)))
     h.events.clear()
@@ -372,7 +493,7 @@ def test_runs_whose_fire_decides_on_live_state_never_fire_ahead(spec: JobSpec) -
 
 
 def test_every_allow_fires_ahead_and_a_retry_waits_for_its_backoff_on_the_worker() -> None:
-    h = Harness()
+    h = Checked()
     lf = h.claim()
     h.submit(spec=every(MIN, overlap=Overlap.ALLOW))
     rid = next_id(h)
