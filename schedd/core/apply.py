@@ -90,7 +90,7 @@ def _client(state: State, cmd: ClientCommand, events: list[LeaderEvent]) -> Resu
     if isinstance(cmd, c.Trigger):
         return R.trigger(state, cmd.job_id, cmd.now, cmd.override, events)
     if isinstance(cmd, c.CancelRun):
-        return R.cancel_run(state, cmd.run_id, cmd.now, "cancelled", events)
+        return R.cancel_by_client(state, cmd.run_id, cmd.now, events)
     if isinstance(cmd, c.Replay):
         return R.replay(state, cmd.run_id, cmd.now, events)
     # DropDead, the last of CLIENT_COMMANDS (mypy checks that ClientCommand has no other)

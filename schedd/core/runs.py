@@ -390,6 +390,21 @@ def cancel_run(state: State, run_id: str, now: int, reason: str, events: list[Le
     return moved if isinstance(moved, Rejected) else Ok(run_id)
 
 
+def cancel_by_client(state: State, run_id: str, now: int, events: list[LeaderEvent]) -> Result:
+    """``POST /runs/{id}/cancel``: that run only.  When it is the pending occurrence of a
+    recurring job that goes on, the job's next occurrence after it is created at once (a
+    cancelled occurrence is skipped, not the rest of the schedule)."""
+    run = state.runs.get(run_id)
+    result = cancel_run(state, run_id, now, "cancelled", events)
+    if run is None or run.state in TERMINAL_RUN_STATES or isinstance(result, Rejected):
+        return result
+    job = state.jobs[run.job_id]
+    if job.next_run_id == run_id and is_recurring(job.spec) \
+            and job.status in (JobStatus.ACTIVE, JobStatus.PAUSED):
+        materialize_next(state, job.id, run.scheduled_ms, now, events)
+    return result
+
+
 def trigger(state: State, job_id: str, now: int, override: bool, events: list[LeaderEvent]) -> Result:
     job = state.jobs.get(job_id)
     if job is None:

@@ -225,6 +225,36 @@ def test_cancelling_a_run_waiting_for_its_retry_keeps_its_attempts_and_stops_no_
     assert h.events == [("gone", rid)]
 
 
+@pytest.mark.parametrize("paused", [False, True])
+def test_cancelling_the_next_occurrence_of_a_recurring_job_schedules_the_one_after_it(
+        paused: bool) -> None:
+    h = Checked()
+    h.claim()
+    h.submit(spec=cron(), now=T0)
+    if paused:
+        h.one(c.UpdateJob(h.rid(), T0, "J1", paused=True))
+    rid = next_id(h)
+    assert h.one(c.CancelRun(h.rid(), T0 + 1, rid)) == Ok(rid)
+    # that occurrence only: the schedule goes on (a paused job keeps its next one, unfired)
+    assert states(h) == [(MIN, "cancelled", "cancelled"), (2 * MIN, "scheduled", None)]
+    job = h.state.jobs["J1"]
+    assert (job.next_run_id, job.next_run_at_ms) == (f"J1@{T0 + 2 * MIN}", T0 + 2 * MIN)
+    assert job.status is (JobStatus.PAUSED if paused else JobStatus.ACTIVE)
+
+
+def test_cancelling_a_recurring_job_s_fired_run_leaves_its_next_occurrence_alone() -> None:
+    h = Checked()
+    lf = h.claim()
+    h.submit(spec=cron(), now=T0)
+    fired = next_id(h)
+    h.start(lf, fired, T0 + MIN)  # firing it materialised the next one
+    pending = next_id(h)
+    assert pending != fired
+    assert h.one(c.CancelRun(h.rid(), T0 + MIN + 1, fired)) == Ok(fired)
+    assert next_id(h) == pending and h.state.runs[pending].state is RunState.SCHEDULED
+    assert len(h.state.runs) == 2
+
+
 # -- trigger --------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize(
@@ -330,11 +360,9 @@ def test_healing_a_job_that_has_its_next_occurrence_changes_nothing() -> None:
     assert states(h) == [(MIN, "scheduled", None)]
 
 
-def lose_next_occurrence(h: Harness, now: int) -> str:
-    """Cancel the job's pending occurrence: the job has none until a leader heals it."""
-    rid = next_id(h)
-    assert h.one(c.CancelRun(h.rid(), now, rid)) == Ok(rid)
-    return rid
+def lose_next_occurrence(h: Checked, now: int) -> str:
+    """Lose J1's pending occurrence: the job has none until a leader heals it."""
+    return h.lose_next_occurrence("J1", now)
 
 
 @pytest.mark.parametrize("change", ["paused", "cancelled", "unknown"])
