@@ -317,9 +317,6 @@ class ConcurrencyCaps:
     def in_use(self, namespace: str) -> int:
         return self._in_use.get(namespace, 0)
 
-    def cap(self, namespace: str) -> int | None:
-        return self._caps.get(namespace)
-
 
 class TokenBucket:
     """A token bucket: ``burst`` tokens, refilled at ``rate_per_s``; starts full.

@@ -353,6 +353,7 @@ class TimingWheel:
         self._now = now_ms
 
     def _stored_entries(self) -> int:
-        """Bucket entries held, stale ones included (for tests: moves must not leak)."""
+        """Bucket entries held, stale ones included, also those before a bucket's ``head``
+        (for tests: moves must not leak)."""
         buckets = [b for wheel in self._wheels for b in wheel] + [self._ready, self._overflow]
-        return sum(len(b.keys) - b.head for b in buckets)
+        return sum(len(b.keys) for b in buckets)

@@ -146,15 +146,32 @@ def test_a_lane_that_empties_mid_way_gives_up_its_share() -> None:
     assert abs(rest["n"] / (rest["n"] + rest["l"]) - 25 / 30) < 0.01
 
 
-def test_custom_weights_and_validation() -> None:
+def test_custom_weights() -> None:
     q = busy_queues(100, {H: 1, N: 1, L: 1})
     assert lanes(q, 6) == "hnlhnl"
-    with pytest.raises(ValueError, match="missing"):
-        ReadyQueues({H: 1, N: 1})
-    with pytest.raises(ValueError):
-        ReadyQueues({H: 1, N: 0, L: 1})
-    with pytest.raises(ValueError):
-        ReadyQueues(quantum=0)
+
+
+WEIGHTS_NEEDED = "weights: every weight must be an integer >= 1"
+QUANTUM_NEEDED = "quantum: must be an integer >= 1"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"weights": {H: 1, N: 1}}, "weights: missing low"),
+        ({"weights": {H: 1}}, "weights: missing normal, low"),
+        ({"weights": {H: 1, N: 0, L: 1}}, WEIGHTS_NEEDED),
+        ({"weights": {H: 1, N: 2.5, L: 1}}, WEIGHTS_NEEDED),
+        ({"weights": {H: 1, N: True, L: 1}}, WEIGHTS_NEEDED),
+        ({"quantum": 0}, QUANTUM_NEEDED),
+        ({"quantum": 1.5}, QUANTUM_NEEDED),
+        ({"quantum": True}, QUANTUM_NEEDED),
+    ],
+)
+def test_ready_queues_reject_bad_weights_and_quantum(kwargs: dict, message: str) -> None:
+    with pytest.raises(ValueError) as caught:
+        ReadyQueues(**kwargs)
+    assert str(caught.value) == message
 
 
 # --- namespaces -----------------------------------------------------------------------------
@@ -240,14 +257,16 @@ def test_can_take_is_asked_once_per_namespace_when_all_say_no() -> None:
 def test_concurrency_caps() -> None:
     caps = ConcurrencyCaps({"a": 1, "z": 0})
     assert caps.can_take("unlisted") and caps.acquire("unlisted") and caps.acquire("unlisted")
-    assert caps.in_use("unlisted") == 2 and caps.cap("unlisted") is None
+    assert caps.in_use("unlisted") == 2
     assert not caps.can_take("z") and not caps.acquire("z")
     assert caps.acquire("a") and not caps.acquire("a") and caps.in_use("a") == 1
     caps.release("a")
     caps.release("a")  # one too many: ignored
     assert caps.in_use("a") == 0 and caps.acquire("a")
-    with pytest.raises(ValueError):
-        ConcurrencyCaps({"a": -1})
+    for bad in (-1, 1.5):
+        with pytest.raises(ValueError) as caught:
+            ConcurrencyCaps({"ok": 3, "a": bad})
+        assert str(caught.value) == "concurrency cap for 'a': must be an integer >= 0"
 
 
 # --- remove ---------------------------------------------------------------------------------
@@ -392,10 +411,42 @@ def test_token_bucket_more_than_burst_is_never_allowed() -> None:
     assert b.take(T0, n=10) == 0.0  # the refused request took nothing
 
 
-def test_token_bucket_slow_rate_and_validation() -> None:
+def test_token_bucket_slow_rate() -> None:
     b = TokenBucket(rate_per_s=1 / 60, burst=1)  # one a minute
     assert b.take(T0) == 0.0
     assert b.take(T0 + 30_000) == pytest.approx(30.0)
-    for bad in ((0.0, 1), (-1.0, 1), (math.nan, 1), (math.inf, 1), (1.0, 0)):
-        with pytest.raises(ValueError):
-            TokenBucket(*bad)
+
+
+def test_token_bucket_taking_zero_tokens_is_allowed_and_takes_nothing() -> None:
+    b = TokenBucket(rate_per_s=1.0, burst=1)
+    assert b.take(T0, n=0) == 0.0
+    assert b.take(T0) == 0.0  # the one token was still there
+    assert b.take(T0, n=0) == 0.0  # even with none left
+
+
+RATE_NEEDED = "rate_per_s: must be a finite number > 0"
+
+
+@pytest.mark.parametrize(
+    ("rate", "burst", "message"),
+    [
+        (0.0, 1, RATE_NEEDED),
+        (-1.0, 1, RATE_NEEDED),
+        (math.nan, 1, RATE_NEEDED),
+        (math.inf, 1, RATE_NEEDED),
+        (1.0, 0, "burst: must be an integer >= 1"),
+        (1.0, 1.5, "burst: must be an integer >= 1"),
+    ],
+)
+def test_token_bucket_rejects_bad_arguments(rate: float, burst: int, message: str) -> None:
+    with pytest.raises(ValueError) as caught:
+        TokenBucket(rate, burst)
+    assert str(caught.value) == message
+
+
+def test_token_bucket_rejects_a_negative_take() -> None:
+    b = TokenBucket(rate_per_s=1.0, burst=1)
+    with pytest.raises(ValueError) as caught:
+        b.take(T0, n=-1)
+    assert str(caught.value) == "n: must be >= 0"
+    assert b.take(T0) == 0.0  # the refused call took nothing

@@ -161,6 +161,29 @@ CASES: list[tuple[str, dict[str, int], int, list[Op], list[list[str]]]] = [
         [["a"], ["b"]],
     ),
     (
+        "due on the last millisecond of a tick: not due one millisecond before",
+        {"tick_ms": 10},
+        T0,
+        [("add", "a", T0 + 9), ("advance", T0 + 8), ("advance", T0 + 9)],
+        [[], ["a"]],
+    ),
+    (
+        "an advance landing on the first millisecond of the next tick drains both ticks",
+        {"tick_ms": 10},
+        T0,
+        [("add", "a", T0 + 5), ("add", "b", T0 + 10), ("add", "c", T0 + 11), ("advance", T0 + 10)],
+        [["a", "b"]],
+    ),
+    (
+        # 2**53 + 63 is odd and above 2**53: a float cannot hold it (it rounds to 2**53 + 64,
+        # the start of the next 64 ms block), so the wheel must place keys with integers only.
+        "times beyond a float's 53 bits are still exact",
+        {"tick_ms": 1, "wheel_size": 64, "levels": 2},
+        2**53 + 63,
+        [("add", "a", 2**53 + 69), ("advance", 2**53 + 64), ("advance", 2**53 + 69)],
+        [[], ["a"]],
+    ),
+    (
         "a year away (beyond every level) still comes out on time",
         {},
         T0,
@@ -339,12 +362,18 @@ def test_clear_keeps_time_and_forgets_keys() -> None:
 
 
 @pytest.mark.parametrize(
-    "kwargs",
-    [{"tick_ms": 0}, {"tick_ms": -1}, {"wheel_size": 1}, {"levels": 0}],
+    ("kwargs", "message"),
+    [
+        ({"tick_ms": 0}, "tick_ms must be at least 1, got 0"),
+        ({"tick_ms": -1}, "tick_ms must be at least 1, got -1"),
+        ({"wheel_size": 1}, "wheel_size must be at least 2, got 1"),
+        ({"levels": 0}, "levels must be at least 1, got 0"),
+    ],
 )
-def test_rejects_bad_shape(kwargs: dict[str, int]) -> None:
-    with pytest.raises(ValueError):
+def test_rejects_bad_shape_naming_the_argument(kwargs: dict[str, int], message: str) -> None:
+    with pytest.raises(ValueError) as caught:
         TimingWheel(T0, **kwargs)
+    assert str(caught.value) == message
 
 
 def test_idle_gap_does_not_walk_ticks() -> None:
@@ -369,6 +398,19 @@ def test_repeated_moves_do_not_leak_entries() -> None:
     assert len(wheel) == 101
     assert wheel._stored_entries() <= 3 * len(wheel) + 64
     assert wheel.next_due_ms() == T0 + DAY + 19_900
+
+
+def test_renewing_the_earliest_key_again_and_again_does_not_leak() -> None:
+    # Leases renewed in turn, the leader asking for its next wake-up after each renewal: every
+    # renewal leaves a dead entry at the front of one far bucket, which next_due_ms walks past.
+    wheel = TimingWheel(T0)
+    for i in range(50):
+        wheel.add(f"lease{i}", T0 + DAY + i)
+    for n in range(50, 20_050):
+        wheel.add(f"lease{n % 50}", T0 + DAY + n)
+        assert wheel.next_due_ms() == T0 + DAY + n - 49
+    assert wheel._stored_entries() <= 3 * len(wheel) + 64
+    assert wheel.advance(T0 + DAY + 20_049) == [f"lease{i}" for i in range(50)]
 
 
 def test_minimum_survives_compaction_of_an_unordered_bucket() -> None:
