@@ -122,6 +122,12 @@ def require(token: Token, action: str) -> None:
 
 
 _ENTRY_KEYS: Final = ("name", "secret", "role")
+_ROLE_NAMES: Final = frozenset(r.value for r in Role)
+
+
+def _kind(value: object) -> str:
+    """How an error names a value of the wrong type: never the value (it may be a secret)."""
+    return "nothing" if value is None else type(value).__name__
 
 
 def _parse_entry(i: int, entry: object, problems: list[str]) -> tuple[Token, str] | None:
@@ -137,19 +143,19 @@ def _parse_entry(i: int, entry: object, problems: list[str]) -> tuple[Token, str
     if not isinstance(name, str) or not name.strip():
         problems.append(f"{where}.name: expected a non-empty string")
     if not isinstance(secret, str) or len(secret) < MIN_SECRET_CHARS:
-        if isinstance(secret, str):
-            got = f"{len(secret)} characters"  # never the secret itself
-        else:
-            got = "nothing" if secret is None else type(secret).__name__
+        got = f"{len(secret)} characters" if isinstance(secret, str) else _kind(secret)
         problems.append(
             f"{where}.secret: expected a string of at least {MIN_SECRET_CHARS} characters, "
-            f"got {got}"
+            f"got {got}"  # never the secret itself
         )
-    if role not in {r.value for r in Role}:
-        if isinstance(role, str):
-            got = json.dumps(role)
-        else:
-            got = "nothing" if role is None else type(role).__name__
+    elif secret != secret.strip():
+        # authenticate() strips the header, so such a token could never be presented
+        problems.append(
+            f"{where}.secret: starts or ends with whitespace, which a client cannot send"
+        )
+    # isinstance first: a list or a table is unhashable, and `in` a set would raise TypeError
+    if not isinstance(role, str) or role not in _ROLE_NAMES:
+        got = json.dumps(role) if isinstance(role, str) else _kind(role)
         problems.append(f"{where}.role: expected one of admin, submit, read, worker, got {got}")
     if len(problems) > start:
         return None
@@ -157,9 +163,12 @@ def _parse_entry(i: int, entry: object, problems: list[str]) -> tuple[Token, str
     return Token(name.strip(), Role(role)), secret
 
 
-def _parse_tokens(path: Path) -> list[tuple[Token, str]]:
+def _parse_tokens(path: Path) -> tuple[list[tuple[Token, str]], int]:
+    """The entries of the tokens file and its mode: that of the file read, by its descriptor
+    (a file replaced after the read is not the one whose mode matters)."""
     try:
         with path.open("rb") as fh:
+            mode = os.fstat(fh.fileno()).st_mode
             data = tomllib.load(fh)
     except FileNotFoundError:
         raise ConfigError([f"{path}: tokens file not found"]) from None
@@ -195,17 +204,13 @@ def _parse_tokens(path: Path) -> list[tuple[Token, str]]:
         out.append(parsed)
     if problems:
         raise ConfigError([f"{path}: {p}" for p in problems])
-    return out
+    return out, mode
 
 
 def load_tokens(path: str | os.PathLike[str]) -> TokenStore:
     """Parse a tokens file; :class:`ConfigError` names each bad entry (``token[2].role``, 0-based)."""
     p = Path(path)
-    entries = _parse_tokens(p)
-    try:
-        mode = p.stat().st_mode
-    except OSError:
-        mode = 0
+    entries, mode = _parse_tokens(p)
     if mode & 0o077:
         log.warning(
             "tokens file is readable by other users",
@@ -253,16 +258,18 @@ def new_secret() -> str:
 
 
 def ensure_admin_token(path: str | os.PathLike[str]) -> tuple[str, bool]:
-    """Make sure a tokens file exists.  When it does not, create it (mode 0600, parent dirs
-    0700) holding one admin token named ``admin`` and return ``(secret, True)``.  When it does,
-    return ``(secret of its first admin token or "", False)``."""
+    """Make sure a tokens file exists.  When it does not, create it (mode 0600; its directory,
+    when missing, 0700, and any missing parents of that as ``mkdir -p`` does) holding one admin
+    token named ``admin`` and return ``(secret, True)``.  When it does, return ``(secret of its
+    first admin token or "", False)``."""
     p = Path(path)
     if not p.exists():
         p.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         secret = new_secret()
         if _create_exclusive(p, _admin_file_text(secret)):
             return secret, True
-    for token, secret in _parse_tokens(p):
+    entries, _ = _parse_tokens(p)
+    for token, secret in entries:
         if token.role is Role.ADMIN:
             return secret, False
     return "", False

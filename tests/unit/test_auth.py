@@ -259,3 +259,33 @@ def test_new_secrets_never_start_with_a_dash() -> None:
     secrets_ = [new_secret() for _ in range(2000)]
     assert not any(s.startswith("-") for s in secrets_)
     assert len(set(secrets_)) == len(secrets_) and all(len(s) >= 43 for s in secrets_)
+
+
+@pytest.mark.parametrize(
+    ("role", "got"),
+    [('["admin"]', "list"), ('{ name = "admin" }', "dict"), ("7", "int"), ("true", "bool")],
+)
+def test_a_role_of_the_wrong_type_is_a_config_error_naming_the_entry(
+    tmp_path: Path, role: str, got: str
+) -> None:
+    # a list or a table once reached `role in {...}` and crashed with TypeError (unhashable)
+    p = tokens_file(
+        tmp_path, f'[[token]]\nname = "a"\nsecret = "0123456789abcdefgh"\nrole = {role}\n'
+    )
+    with pytest.raises(ConfigError) as info:
+        load_tokens(p)
+    assert info.value.problems == [
+        f"{p}: token[0].role: expected one of admin, submit, read, worker, got {got}"
+    ]
+
+
+@pytest.mark.parametrize("secret", [" 0123456789abcdefgh", "0123456789abcdefgh\t", " " * 20])
+def test_a_secret_no_client_can_present_is_refused(tmp_path: Path, secret: str) -> None:
+    # the Authorization header is stripped, so leading or trailing whitespace can never match
+    p = tokens_file(tmp_path, f'[[token]]\nname = "a"\nsecret = "{secret}"\nrole = "read"\n')
+    with pytest.raises(ConfigError) as info:
+        load_tokens(p)
+    assert info.value.problems == [
+        f"{p}: token[0].secret: starts or ends with whitespace, which a client cannot send"
+    ]
+    assert "0123456789" not in str(info.value)  # never the secret itself
