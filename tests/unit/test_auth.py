@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import stat
+import string
 import threading
 from pathlib import Path
 
@@ -27,6 +28,7 @@ SECRETS = {
     "viewer": "viewer-secret-0123456789",
     "pool": "pool-secret-0123456789",
 }
+URL_SAFE = set(string.ascii_letters + string.digits + "-_")
 ROLES = {"ops": "admin", "ci": "submit", "viewer": "read", "pool": "worker"}
 
 
@@ -53,24 +55,32 @@ def test_load_and_authenticate(tmp_path: Path) -> None:
     assert "secret" not in repr(store) and SECRETS["ops"] not in repr(store)
 
 
+MISSING = "missing Authorization header: send 'Authorization: Bearer <token>'"
+MALFORMED = "malformed Authorization header: expected 'Authorization: Bearer <token>'"
+
+
 @pytest.mark.parametrize(
     ("header", "message"),
     [
-        (None, "missing Authorization header"),
-        ("", "missing Authorization header"),
-        ("Bearer", "malformed"),
-        ("Bearer ", "malformed"),
-        ("Basic b3BzOnNlY3JldA==", "malformed"),
-        ("ops-secret-0123456789", "malformed"),
+        (None, MISSING),
+        ("", MISSING),
+        ("  ", MISSING),
+        ("Bearer", MALFORMED),
+        ("Bearer ", MALFORMED),
+        ("Basic b3BzOnNlY3JldA==", MALFORMED),
+        ("ops-secret-0123456789", MALFORMED),
         ("Bearer ops-secret-012345678", "invalid token"),
         ("Bearer ops-secret-0123456789x", "invalid token"),
         ("Bearer OPS-SECRET-0123456789", "invalid token"),
     ],
 )
-def test_authenticate_refuses(tmp_path: Path, header: str | None, message: str) -> None:
+def test_authenticate_refuses_with_a_401_that_says_what_to_send(
+    tmp_path: Path, header: str | None, message: str
+) -> None:
     store = load_tokens(tokens_file(tmp_path))
-    with pytest.raises(Unauthenticated, match=message) as info:
+    with pytest.raises(Unauthenticated) as info:
         store.authenticate(header)
+    assert info.value.message == message
     assert info.value.http_status == 401
     assert SECRETS["ops"] not in info.value.message
 
@@ -121,8 +131,16 @@ def test_roles(role: str, allowed: set[str]) -> None:
             assert role in info.value.message and action in info.value.message
 
 
+def test_permission_denied_names_the_token_its_role_and_the_roles_allowed() -> None:
+    with pytest.raises(PermissionDenied) as info:
+        require(Token("viewer", Role.READ), "submit")
+    assert info.value.message == (
+        "token 'viewer' has role 'read', which may not perform 'submit' (allowed: admin, submit)"
+    )
+
+
 def test_unknown_action_is_a_programming_error() -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="^unknown action 'delete-everything'$"):
         require(Token("t", Role.ADMIN), "delete-everything")
 
 
@@ -175,16 +193,47 @@ secret = 12345678901234567890
 
 
 @pytest.mark.parametrize(
-    ("text", "problem"),
+    ("text", "problems"),
     [
-        ("", "token: expected at least one [[token]] entry"),
-        ("token = 3\n", "token: expected [[token]] entries"),
-        ("[[token\n", "not valid TOML"),
+        ("", ["token: expected at least one [[token]] entry"]),
+        ("token = 3\n", ["token: expected [[token]] entries (an array of tables)"]),
+        (
+            'token = [1, "x"]\n',
+            [
+                "token[0]: expected a table with name, secret and role",
+                "token[1]: expected a table with name, secret and role",
+            ],
+        ),
+        (
+            '[[token]]\nname = "a"\nrole = "read"\n',
+            ["token[0].secret: expected a string of at least 16 characters, got nothing"],
+        ),
     ],
 )
-def test_bad_files(tmp_path: Path, text: str, problem: str) -> None:
-    with pytest.raises(ConfigError, match=problem.replace("[", r"\[")):
-        load_tokens(tokens_file(tmp_path, text))
+def test_a_bad_file_is_refused_with_every_problem_named_after_the_file(
+    tmp_path: Path, text: str, problems: list[str]
+) -> None:
+    p = tokens_file(tmp_path, text)
+    with pytest.raises(ConfigError) as info:
+        load_tokens(p)
+    assert info.value.problems == [f"{p}: {problem}" for problem in problems]
+
+
+def test_a_file_that_is_not_toml_is_refused_naming_the_file_and_the_line(tmp_path: Path) -> None:
+    p = tokens_file(tmp_path, '[[token]]\nname = "a"\nsecret = "unterminated\n')
+    with pytest.raises(ConfigError) as info:
+        load_tokens(p)
+    [problem] = info.value.problems
+    assert problem.startswith(f"{p}: not valid TOML: ") and "line 3" in problem
+    assert "s3cr3t" not in problem  # not even a broken secret is echoed
+
+
+def test_an_unreadable_tokens_file_is_a_config_error_saying_why(tmp_path: Path) -> None:
+    p = tmp_path / "tokens.toml"
+    p.mkdir()
+    with pytest.raises(ConfigError) as info:
+        load_tokens(p)
+    assert info.value.problems == [f"{p}: cannot read the tokens file: Is a directory"]
 
 
 def test_missing_file(tmp_path: Path) -> None:
@@ -192,15 +241,30 @@ def test_missing_file(tmp_path: Path) -> None:
         load_tokens(tmp_path / "nope.toml")
 
 
-def test_world_readable_file_warns_without_the_secret(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+@pytest.mark.parametrize("mode", [0o644, 0o640, 0o604, 0o660, 0o601])
+def test_a_file_other_users_can_read_logs_a_warning_with_path_and_mode_not_the_secret(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, mode: int
 ) -> None:
     p = tokens_file(tmp_path)
-    p.chmod(0o644)
-    with caplog.at_level(logging.WARNING, logger="schedd.auth"):
+    p.chmod(mode)
+    with caplog.at_level(logging.DEBUG, logger="schedd.auth"):
         load_tokens(p)
-    assert "readable by other users" in caplog.text
+    [record] = caplog.records
+    assert record.levelno == logging.WARNING
+    assert record.getMessage() == "tokens file is readable by other users"
+    assert record.__dict__["fields"] == {"path": str(p), "mode": oct(mode)}
     assert all(s not in caplog.text for s in SECRETS.values())
+
+
+@pytest.mark.parametrize("mode", [0o600, 0o400, 0o700])
+def test_a_file_only_its_owner_can_read_loads_without_a_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, mode: int
+) -> None:
+    p = tokens_file(tmp_path)
+    p.chmod(mode)
+    with caplog.at_level(logging.DEBUG, logger="schedd.auth"):
+        assert len(load_tokens(p)) == 4
+    assert caplog.records == []
 
 
 def test_ensure_admin_token_creates_0600(tmp_path: Path) -> None:
@@ -217,6 +281,43 @@ def test_ensure_admin_token_creates_0600(tmp_path: Path) -> None:
     before = p.read_bytes()
     assert ensure_admin_token(p) == (secret, False)
     assert p.read_bytes() == before
+
+
+def test_a_created_tokens_file_explains_itself(tmp_path: Path) -> None:
+    p = tmp_path / "tokens.toml"
+    secret, created = ensure_admin_token(p)
+    assert created
+    assert p.read_text() == (
+        "# schedd API tokens (reloaded on SIGHUP). Roles: admin | submit | read | worker.\n"
+        "# Clients send 'Authorization: Bearer <secret>'.\n"
+        "[[token]]\n"
+        'name = "admin"\n'
+        f'secret = "{secret}"\n'
+        'role = "admin"\n'
+    )
+
+
+def test_ensure_admin_token_creates_missing_parent_directories(tmp_path: Path) -> None:
+    p = tmp_path / "var" / "lib" / "schedd" / "tokens.toml"
+    secret, created = ensure_admin_token(p)
+    assert created and load_tokens(p).authenticate(f"Bearer {secret}").role is Role.ADMIN
+    assert stat.S_IMODE(p.stat().st_mode) == 0o600
+    assert stat.S_IMODE(p.parent.stat().st_mode) == 0o700
+
+
+def test_the_new_secret_is_written_only_next_to_the_tokens_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # never through the shared temporary directory: it may be another file system (os.link
+    # across devices fails) and other users' ground; here it does not even exist
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "no-such-tmpdir"))
+    p = tmp_path / "etc" / "tokens.toml"
+    secret, created = ensure_admin_token(p)
+    assert created and load_tokens(p).authenticate(f"Bearer {secret}").name == "admin"
+    assert not (tmp_path / "no-such-tmpdir").exists()
+    assert [f.name for f in p.parent.iterdir()] == ["tokens.toml"]
 
 
 def test_ensure_admin_token_under_a_permissive_umask(tmp_path: Path) -> None:
@@ -258,7 +359,9 @@ def test_new_secrets_never_start_with_a_dash() -> None:
 
     secrets_ = [new_secret() for _ in range(2000)]
     assert not any(s.startswith("-") for s in secrets_)
-    assert len(set(secrets_)) == len(secrets_) and all(len(s) >= 43 for s in secrets_)
+    # 256 bits, as 43 URL-safe characters
+    assert len(set(secrets_)) == len(secrets_) and all(len(s) == 43 for s in secrets_)
+    assert all(set(s) <= URL_SAFE for s in secrets_)
 
 
 @pytest.mark.parametrize(
