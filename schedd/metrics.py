@@ -116,7 +116,7 @@ class _StateCollector(Collector):
         yield refused
         with node.read() as st:
             counts = dict(st.counts)
-            dlq = len(st.dlq)
+            dlq = st.dlq_size()
             jobs = len(st.jobs)
         runs = GaugeMetricFamily("schedd_runs", "Runs by state.", labels=["state"])
         skipped = CounterMetricFamily("schedd_runs_skipped", "Occurrences that did not run, by "

@@ -19,7 +19,7 @@ from schedd import auth, clock
 from schedd.api.views import job_view, run_view
 from schedd.core import commands as c
 from schedd.core.durations import format_time
-from schedd.core.model import JobStatus, RunState
+from schedd.core.model import Job, JobStatus, RunState
 from schedd.core.recurrence import explain, recurrence_from
 from schedd.core.runs import MISFIRE_GRACE_MS, is_recurring, recurrence
 from schedd.core.state import Ok, Rejected, Result
@@ -290,25 +290,18 @@ async def list_jobs(request: web.Request) -> web.Response:
     if "status" in filters and filters["status"] not in set(JobStatus):
         raise InvalidArgument(f"status: expected one of {', '.join(JobStatus)}, got "
                               f"{filters['status']!r}", field="status")
-    out: list[dict[str, Any]] = []
-    next_cursor: str | None = None
-    with rt.node.read() as st:
-        order = st.job_order
-        pos = cursor
-        while pos < len(order):
-            job = st.jobs[order[pos]]
-            pos += 1
-            spec = job.spec
-            if (("namespace" in filters and spec.namespace != filters["namespace"])
+
+    def match(job: Job) -> bool:
+        spec = job.spec
+        return not (("namespace" in filters and spec.namespace != filters["namespace"])
                     or ("queue" in filters and spec.queue != filters["queue"])
                     or ("status" in filters and job.status != filters["status"])
-                    or ("task" in filters and spec.task != filters["task"])):
-                continue
-            out.append(job_view(job, st.latest_run(job.id)))
-            if len(out) >= limit:
-                break
-        if pos < len(order) and len(out) >= limit:
-            next_cursor = str(pos)
+                    or ("task" in filters and spec.task != filters["task"]))
+
+    with rt.node.read() as st:
+        jobs, pos, more = st.jobs_page(cursor, limit, match)
+        out = [job_view(job, st.latest_run(job.id)) for job in jobs]
+    next_cursor = str(pos) if more and len(out) >= limit else None
     return json_response({"jobs": out, "next_cursor": next_cursor})
 
 
@@ -486,7 +479,8 @@ async def list_dlq(request: web.Request) -> web.Response:
     require(request, "read")
     rt = request.app[RUNTIME]
     with rt.node.read() as st:
-        runs = [run_view(st.runs[r]) for r in reversed(st.dlq) if st.runs[r].state is RunState.FAILED]
+        runs = [run_view(st.runs[r]) for r in st.dlq_newest_first()
+                if st.runs[r].state is RunState.FAILED]
     return json_response({"runs": runs})
 
 

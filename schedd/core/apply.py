@@ -4,6 +4,8 @@ total (a bad command is a :class:`Rejected` value; nothing escapes into Raft).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from schedd.core import commands as c
 from schedd.core import runs as R
 from schedd.core.graph import find_cycle, format_cycle
@@ -15,7 +17,6 @@ from schedd.core.state import (
     Rejected,
     Result,
     State,
-    remember,
 )
 
 # Commands a client may repeat after a lost reply: their results are remembered by request id.
@@ -37,9 +38,9 @@ def apply_entry(state: State, blob: object, index: int) -> tuple[list[Result], l
 def apply(state: State, cmd: c.Command | c.Undecodable, index: int, events: list[LeaderEvent]) -> Result:
     if isinstance(cmd, c.Undecodable):
         return Rejected("invalid_argument", f"undecodable command: {cmd.reason}")
-    seen = state.recent.get(cmd.rid) if cmd.rid else None
+    seen = state.recall(cmd.rid) if cmd.rid else None
     if seen is not None:
-        return seen[1]
+        return seen
     mark = len(events)
     try:
         result = _dispatch(state, cmd, index, events)
@@ -47,7 +48,7 @@ def apply(state: State, cmd: c.Command | c.Undecodable, index: int, events: list
         del events[mark:]
         result = Rejected("internal", f"{type(cmd).__name__} failed: {type(exc).__name__}: {exc}")
     if cmd.rid and isinstance(cmd, CLIENT_COMMANDS):
-        remember(state, cmd.rid, cmd.now, result)
+        state.remember(cmd.rid, cmd.now, result)
     return result
 
 
@@ -94,14 +95,27 @@ def _client(state: State, cmd: ClientCommand, events: list[LeaderEvent]) -> Resu
     if isinstance(cmd, c.Replay):
         return R.replay(state, cmd.run_id, cmd.now, events)
     # DropDead, the last of CLIENT_COMMANDS (mypy checks that ClientCommand has no other)
-    if cmd.run_id not in state.dlq:
+    if not state.in_dlq(cmd.run_id):
         return Rejected("not_found", f"run {cmd.run_id} is not in the dead-letter queue",
                         "run_id")
-    del state.dlq[cmd.run_id]
+    state.dlq_remove(cmd.run_id)
     return Ok(cmd.run_id)
 
 
 # -- submission, update, cancellation ---------------------------------------------------------
+
+class _DependsOn:
+    """``job id -> depends_on`` looked up in the jobs table (what cycle detection reads)."""
+
+    __slots__ = ("_jobs",)
+
+    def __init__(self, jobs: Mapping[str, Job]) -> None:
+        self._jobs = jobs
+
+    def get(self, job_id: str, default: tuple[str, ...] = ()) -> tuple[str, ...]:
+        job = self._jobs.get(job_id)
+        return default if job is None else job.spec.depends_on
+
 
 def _check_dependencies(state: State, cmd: c.Submit) -> Rejected | None:
     batch = {job_id: spec for job_id, spec in cmd.jobs}
@@ -119,7 +133,7 @@ def _check_dependencies(state: State, cmd: c.Submit) -> Rejected | None:
                     f"the same namespace ({spec.namespace})",
                     f"{prefix}depends_on[{k}]",
                 )
-    cycle = find_cycle(state.depends_on_view(),
+    cycle = find_cycle(_DependsOn(state.jobs),
                        {job_id: spec.depends_on for job_id, spec in cmd.jobs if spec.depends_on})
     if cycle:
         return Rejected("conflict", f"dependency cycle: {format_cycle(cycle)}", "depends_on")
@@ -140,7 +154,7 @@ def _submit(state: State, cmd: c.Submit, events: list[LeaderEvent]) -> Result:
     created: list[tuple[Job, bool]] = []
     for job_id, spec in cmd.jobs:
         if spec.idempotency_key is not None:
-            existing = state.idempotency.get(f"{spec.namespace}\0{spec.idempotency_key}")
+            existing = state.job_by_key(spec.namespace, spec.idempotency_key)
             if existing is not None:
                 created.append((state.jobs[existing], False))
                 continue
@@ -150,13 +164,7 @@ def _submit(state: State, cmd: c.Submit, events: list[LeaderEvent]) -> Result:
 
 def _create_job(state: State, job_id: str, spec: JobSpec, now: int, events: list[LeaderEvent]) -> Job:
     job = Job(job_id, spec, JobStatus.ACTIVE, now, now)
-    state.jobs[job_id] = job
-    state.job_order.append(job_id)
-    state.job_runs[job_id] = []
-    for dep in spec.depends_on:
-        state.dependants.setdefault(dep, []).append(job_id)
-    if spec.idempotency_key is not None:
-        state.idempotency[f"{spec.namespace}\0{spec.idempotency_key}"] = job_id
+    state.add_job(job)
     R.schedule_first(state, job, now, events)
     return state.jobs[job_id]
 
@@ -165,7 +173,7 @@ def _cancel_job(state: State, cmd: c.CancelJob, events: list[LeaderEvent]) -> Re
     job = state.jobs.get(cmd.job_id)
     if job is None:
         return Rejected("not_found", f"no job with id {cmd.job_id}", "id")
-    if job.status in (JobStatus.CANCELLED, JobStatus.DONE) and not state.unfinished.get(job.id):
+    if job.status in (JobStatus.CANCELLED, JobStatus.DONE) and not state.has_unfinished(job.id):
         return Ok(job)
     state.jobs[job.id] = evolve(job, status=JobStatus.CANCELLED, updated_ms=cmd.now,
                                  next_run_at_ms=None, next_run_id=None)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Iterable, Mapping, Sequence
+from typing import Protocol
 
 __all__ = ["CycleError", "find_cycle", "format_cycle", "topological_order"]
 
@@ -26,8 +27,15 @@ class CycleError(ValueError):
         self.cycle = cycle
 
 
+class Edges(Protocol):
+    """What :func:`find_cycle` reads of the existing jobs: a job's ``depends_on`` (``default``
+    for a job it does not know).  A ``dict`` of job id to dependencies is one."""
+
+    def get(self, job_id: str, default: tuple[str, ...], /) -> Iterable[str]: ...
+
+
 def find_cycle(
-    edges: Mapping[str, Iterable[str]], new: Mapping[str, Iterable[str]]
+    edges: Edges, new: Mapping[str, Iterable[str]]
 ) -> list[str] | None:
     """The cycle that adding ``new`` to ``edges`` would create, or ``None``.
 

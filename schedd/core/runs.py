@@ -283,12 +283,7 @@ def dependency_status(state: State, job: Job) -> str:
         upstream = state.jobs.get(dep)
         if upstream is None or upstream.status is JobStatus.CANCELLED:
             return "failed"
-        latest = None
-        for rid in reversed(state.job_runs.get(dep, ())):
-            r = state.runs[rid]
-            if r.state in TERMINAL_RUN_STATES:
-                latest = r
-                break
+        latest = state.latest_finished_run(dep)
         if latest is None:
             status = "pending"
         elif latest.state is not RunState.SUCCEEDED:
@@ -369,7 +364,7 @@ def fail(state: State, run_id: str, fence: int, error: str, retryable: bool, out
             state.jobs[run.job_id] = evolve(state.jobs[run.job_id], next_run_at_ms=due,
                                              updated_ms=now)
         return Ok(run_id)
-    state.dlq[run_id] = None
+    state.dlq_add(run_id)
     _move(state, run, Event.GIVE_UP, now, events, attempts=attempts, error=error)
     return Ok(run_id)
 
@@ -418,9 +413,9 @@ def trigger(state: State, job_id: str, now: int, override: bool, events: list[Le
 
 def replay(state: State, run_id: str, now: int, events: list[LeaderEvent]) -> Result:
     run = state.runs.get(run_id)
-    if run is None or run_id not in state.dlq:
+    if run is None or not state.in_dlq(run_id):
         return Rejected("not_found", f"run {run_id} is not in the dead-letter queue", "run_id")
-    del state.dlq[run_id]
+    state.dlq_remove(run_id)
     job = state.jobs[run.job_id]
     if job.status is JobStatus.DONE:
         state.jobs[job.id] = evolve(job, status=JobStatus.ACTIVE, updated_ms=now)
@@ -479,7 +474,7 @@ def settle(state: State, run: Run, now: int, events: list[LeaderEvent]) -> None:
         finished = work.pop()
         job = state.jobs[finished.job_id]
         if not is_recurring(job.spec) and job.status is JobStatus.ACTIVE \
-                and not state.unfinished.get(job.id):
+                and not state.has_unfinished(job.id):
             state.jobs[job.id] = evolve(job, status=JobStatus.DONE, updated_ms=now,
                                          next_run_at_ms=None)
         unfinished = state.unfinished_runs(job.id)
@@ -487,7 +482,7 @@ def settle(state: State, run: Run, now: int, events: list[LeaderEvent]) -> None:
             buffered = [r for r in unfinished if r.state is RunState.BLOCKED and r.reason == "overlap"]
             if buffered:
                 _unblock(state, buffered[0], now, events)
-        for dependant in state.dependants.get(job.id, ()):
+        for dependant in state.dependants_of(job.id):
             djob = state.jobs[dependant]
             waiting = [r for r in state.unfinished_runs(dependant)
                        if r.state is RunState.BLOCKED and r.reason == "dependencies"]

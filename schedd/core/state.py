@@ -5,20 +5,32 @@ each command with the time the command carries, and returns one result per comma
 events the leader needs to keep its in-memory indexes (timing wheel, ready queues, leases) in
 step.  It never raises: anything unexpected becomes a :class:`Rejected` value.
 
-Every change of a run goes through :func:`put_run`, which keeps the per-job index of
-unfinished runs that overlap policies and dependencies are judged on.  Run-level transitions
+:class:`State` is what the core reads and changes, with the indexes its decisions need (the
+unfinished runs of a job, that overlap policies and dependencies are judged on, and more);
+every change of a run goes through :meth:`State.put_run` or :meth:`State.add_run`.  Run-level transitions
 and the recurring-job logic live in :mod:`schedd.core.runs`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+import heapq
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from schedd.core.model import TERMINAL_RUN_STATES, Job, JobSpec, Run, RunState
+from schedd.core.model import (
+    TERMINAL_RUN_STATES,
+    Job,
+    JobSpec,
+    JobStatus,
+    Run,
+    RunState,
+    ScheduleKind,
+)
 
 DEDUP_WINDOW_MS = 15 * 60_000
+RECURRING_KINDS = frozenset({ScheduleKind.EVERY, ScheduleKind.CRON})
 STALE_LEADER = "stale_leader"  # a leader command from a deposed leader (internal, never on the API)
 
 
@@ -55,111 +67,287 @@ def backoff_ms(spec: JobSpec, attempt: int, rand: float) -> int:
     return int(base)
 
 
-class State:
-    """Plain builtins and frozen records only: it is pickled into Raft snapshots."""
+class State(ABC):
+    """The replicated state as ``apply`` reads and changes it.
+
+    The core decides every transition; a ``State`` only keeps the result, with the indexes the
+    decisions need.  :class:`MemoryState` keeps it in dicts (the pure core's tests); the node
+    keeps it in its SQLite database (``schedd.storage``).  Both must answer every question
+    here identically for the same commands applied: the same log gives the same state on every
+    node.  Orders are part of the answer: "in creation order" is the order runs were first
+    stored (:meth:`add_run`), jobs the order they were added (:meth:`add_job`).
+    """
+
+    jobs: MutableMapping[str, Job]  # in the order they were added
+    runs: Mapping[str, Run]  # in creation order; changed through put_run and add_run only
+    leader_fence: int
+    leader_node: str
+    leader_http: str
+    leader_term: int
+    applied_index: int
+    #: Counters kept in step by :meth:`put_run`, for metrics: "state:<s>" (runs now in that
+    #: state), "skipped:<reason>", "attempt:<outcome>" (totals since the beginning).
+    counts: dict[str, int]
+
+    # -- jobs ----------------------------------------------------------------------------
+    @abstractmethod
+    def add_job(self, job: Job) -> None:
+        """A new job: stored last in the job order, as a dependant of each job it depends on,
+        and under its idempotency key (if it has one)."""
+
+    @abstractmethod
+    def job_by_key(self, namespace: str, key: str) -> str | None:
+        """The id of the job submitted with this idempotency key in ``namespace``."""
+
+    @abstractmethod
+    def dependants_of(self, job_id: str) -> Sequence[str]:
+        """The jobs that depend on ``job_id``, in the order they were added."""
+
+    @abstractmethod
+    def jobs_page(self, cursor: int, limit: int, match: Callable[[Job], bool]
+                  ) -> tuple[list[Job], int, bool]:
+        """Up to ``limit`` jobs that ``match``, in the order they were added, from position
+        ``cursor`` on: the jobs, the position after the last one looked at, and whether any
+        job is left after it."""
+
+    @abstractmethod
+    def active_recurring_jobs(self) -> Iterator[Job]:
+        """Every active recurring job (what a new leader checks for a missing occurrence)."""
+
+    # -- runs ----------------------------------------------------------------------------
+    @abstractmethod
+    def _store_run(self, old: Run | None, run: Run) -> None:
+        """Keep ``run`` (``old`` is what was kept under its id, None for a new run)."""
+
+    def put_run(self, run: Run) -> None:
+        """Store a changed ``run`` and keep the counters in step."""
+        old = self.runs.get(run.id)
+        self._count_change(old, run)
+        self._store_run(old, run)
+
+    def add_run(self, run: Run) -> None:
+        """A new run of its job (kept in the job's history)."""
+        self._count_change(None, run)
+        self._store_run(None, run)
+
+    def _count_change(self, old: Run | None, run: Run) -> None:
+        counts = self.counts
+        if old is None or old.state is not run.state:
+            if old is not None:
+                key = f"state:{old.state.value}"
+                counts[key] = counts.get(key, 0) - 1
+            key = f"state:{run.state.value}"
+            counts[key] = counts.get(key, 0) + 1
+            if run.state is RunState.SKIPPED:
+                key = f"skipped:{run.reason}"
+                counts[key] = counts.get(key, 0) + 1
+        if old is not None and old.attempts and old.attempts[-1].outcome is None \
+                and run.attempts and run.attempts[len(old.attempts) - 1].outcome is not None:
+            key = f"attempt:{run.attempts[len(old.attempts) - 1].outcome}"
+            counts[key] = counts.get(key, 0) + 1
+
+    @abstractmethod
+    def unfinished_runs(self, job_id: str) -> list[Run]:
+        """The job's runs not in a terminal state, in creation order."""
+
+    @abstractmethod
+    def has_unfinished(self, job_id: str) -> bool: ...
+
+    @abstractmethod
+    def latest_run(self, job_id: str) -> Run | None:
+        """The job's run created last."""
+
+    @abstractmethod
+    def latest_finished_run(self, job_id: str) -> Run | None:
+        """The job's run created last among those in a terminal state."""
+
+    @abstractmethod
+    def runs_of(self, job_id: str) -> list[Run]:
+        """Run history, newest scheduled time first (a job's runs have distinct scheduled
+        times: see ``schedd.core.runs``)."""
+
+    @abstractmethod
+    def pending_runs(self) -> Iterator[Run]:
+        """Runs the leader must track (waiting, queued or running), in creation order."""
+
+    # -- dead-letter queue ---------------------------------------------------------------
+    @abstractmethod
+    def dlq_add(self, run_id: str) -> None:
+        """Put ``run_id`` last in the dead-letter queue (where it stays if already in it)."""
+
+    @abstractmethod
+    def dlq_remove(self, run_id: str) -> None: ...
+
+    @abstractmethod
+    def in_dlq(self, run_id: str) -> bool: ...
+
+    @abstractmethod
+    def dlq_size(self) -> int: ...
+
+    @abstractmethod
+    def dlq_newest_first(self) -> Iterator[str]: ...
+
+    # -- request ids ---------------------------------------------------------------------
+    @abstractmethod
+    def recall(self, rid: str) -> Result | None:
+        """The result of the client command with request id ``rid``, while remembered."""
+
+    @abstractmethod
+    def remember(self, rid: str, now: int, result: Result) -> None:
+        """Keep ``result`` under ``rid``, and forget every request older than
+        ``now - DEDUP_WINDOW_MS``."""
+
+    @abstractmethod
+    def remembered(self) -> int:
+        """How many request ids are remembered."""
+
+
+class MemoryState(State):
+    """The state in plain dicts of frozen records (pickled whole into Raft snapshots)."""
 
     def __init__(self) -> None:
         self.jobs: dict[str, Job] = {}
         self.runs: dict[str, Run] = {}
-        self.job_runs: dict[str, list[str]] = {}
+        self.job_runs: dict[str, list[str]] = {}  # job id -> its run ids, in creation order
         self.job_order: list[str] = []
-        self.unfinished: dict[str, dict[str, None]] = {}  # job id -> its unfinished run ids
+        # job id -> its unfinished run ids -> their creation number (orders unfinished_runs)
+        self.unfinished: dict[str, dict[str, int]] = {}
         self.dependants: dict[str, list[str]] = {}  # job id -> jobs that depend on it
         self.idempotency: dict[str, str] = {}  # "<namespace>\0<key>" -> job id
         self.dlq: dict[str, None] = {}  # ordered set of dead-lettered run ids
         self.recent: dict[str, tuple[int, Result]] = {}  # request id -> (now, result)
+        self.recent_by_time: list[tuple[int, str]] = []  # heap of (now, request id)
+        self.seq: dict[str, int] = {}  # run id -> its creation number
         self.leader_fence = 0
         self.leader_node = ""
         self.leader_http = ""
         self.leader_term = 0
         self.applied_index = 0
-        # Counters kept in step by put_run, for metrics: "state:<s>" (runs now in that state),
-        # "skipped:<reason>", "attempt:<outcome>" (totals since the beginning).
         self.counts: dict[str, int] = {}
 
-    # -- reads ---------------------------------------------------------------------------
-    def latest_run(self, job_id: str) -> Run | None:
-        ids = self.job_runs.get(job_id)
-        return self.runs.get(ids[-1]) if ids else None
+    # -- jobs ----------------------------------------------------------------------------
+    def add_job(self, job: Job) -> None:
+        self.jobs[job.id] = job
+        self.job_order.append(job.id)
+        self.job_runs[job.id] = []
+        for dep in dict.fromkeys(job.spec.depends_on):
+            self.dependants.setdefault(dep, []).append(job.id)
+        if job.spec.idempotency_key is not None:
+            self.idempotency[f"{job.spec.namespace}\0{job.spec.idempotency_key}"] = job.id
 
-    def runs_of(self, job_id: str) -> list[Run]:
-        """Run history, newest scheduled time first."""
-        runs = [self.runs[r] for r in self.job_runs.get(job_id, ()) if r in self.runs]
-        return sorted(runs, key=lambda r: (r.scheduled_ms, r.created_ms), reverse=True)
+    def job_by_key(self, namespace: str, key: str) -> str | None:
+        return self.idempotency.get(f"{namespace}\0{key}")
+
+    def dependants_of(self, job_id: str) -> Sequence[str]:
+        return self.dependants.get(job_id, ())
+
+    def jobs_page(self, cursor: int, limit: int, match: Callable[[Job], bool]
+                  ) -> tuple[list[Job], int, bool]:
+        order = self.job_order
+        out: list[Job] = []
+        pos = cursor
+        while pos < len(order) and len(out) < limit:
+            job = self.jobs[order[pos]]
+            pos += 1
+            if match(job):
+                out.append(job)
+        return out, pos, pos < len(order)
+
+    def active_recurring_jobs(self) -> Iterator[Job]:
+        for job in self.jobs.values():
+            if job.status is JobStatus.ACTIVE and job.spec.schedule.kind in RECURRING_KINDS:
+                yield job
+
+    # -- runs ----------------------------------------------------------------------------
+    def _store_run(self, old: Run | None, run: Run) -> None:
+        self.runs[run.id] = run
+        if old is None:
+            self.job_runs.setdefault(run.job_id, []).append(run.id)
+            self.seq[run.id] = len(self.seq)
+        ids = self.unfinished.get(run.job_id)
+        if run.state in TERMINAL_RUN_STATES:
+            if ids is not None:
+                ids.pop(run.id, None)
+                if not ids:
+                    del self.unfinished[run.job_id]
+        elif ids is None:
+            self.unfinished[run.job_id] = {run.id: self.seq[run.id]}
+        else:
+            ids[run.id] = self.seq[run.id]
 
     def unfinished_runs(self, job_id: str) -> list[Run]:
-        return [self.runs[r] for r in self.unfinished.get(job_id, ())]
+        ids = self.unfinished.get(job_id)
+        if not ids:
+            return []
+        return [self.runs[r] for r in sorted(ids, key=ids.__getitem__)]
+
+    def has_unfinished(self, job_id: str) -> bool:
+        return bool(self.unfinished.get(job_id))
+
+    def latest_run(self, job_id: str) -> Run | None:
+        ids = self.job_runs.get(job_id)
+        return self.runs[ids[-1]] if ids else None
+
+    def latest_finished_run(self, job_id: str) -> Run | None:
+        for rid in reversed(self.job_runs.get(job_id, ())):
+            run = self.runs[rid]
+            if run.state in TERMINAL_RUN_STATES:
+                return run
+        return None
+
+    def runs_of(self, job_id: str) -> list[Run]:
+        runs = [self.runs[r] for r in self.job_runs.get(job_id, ())]
+        return sorted(runs, key=lambda r: r.scheduled_ms, reverse=True)
 
     def pending_runs(self) -> Iterator[Run]:
-        """Runs the leader must track: waiting, queued or running."""
-        for ids in self.unfinished.values():
-            for run_id in ids:
-                yield self.runs[run_id]
+        numbered = [(n, rid) for ids in self.unfinished.values() for rid, n in ids.items()]
+        for _, rid in sorted(numbered):
+            yield self.runs[rid]
 
-    def depends_on_view(self) -> Mapping[str, tuple[str, ...]]:
-        return _DependsOn(self.jobs)
+    # -- dead-letter queue ---------------------------------------------------------------
+    def dlq_add(self, run_id: str) -> None:
+        self.dlq[run_id] = None
 
+    def dlq_remove(self, run_id: str) -> None:
+        self.dlq.pop(run_id, None)
 
-class _DependsOn(Mapping[str, tuple[str, ...]]):
-    """``job id -> depends_on`` over the jobs, without copying them (for cycle detection)."""
+    def in_dlq(self, run_id: str) -> bool:
+        return run_id in self.dlq
 
-    def __init__(self, jobs: dict[str, Job]) -> None:
-        self._jobs = jobs
+    def dlq_size(self) -> int:
+        return len(self.dlq)
 
-    def __getitem__(self, key: str) -> tuple[str, ...]:
-        return self._jobs[key].spec.depends_on
+    def dlq_newest_first(self) -> Iterator[str]:
+        return reversed(self.dlq)
 
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._jobs)
+    # -- request ids ---------------------------------------------------------------------
+    def recall(self, rid: str) -> Result | None:
+        seen = self.recent.get(rid)
+        return None if seen is None else seen[1]
 
-    def __len__(self) -> int:
-        return len(self._jobs)
+    def remember(self, rid: str, now: int, result: Result) -> None:
+        recent, heap = self.recent, self.recent_by_time
+        recent[rid] = (now, result)
+        heapq.heappush(heap, (now, rid))
+        horizon = now - DEDUP_WINDOW_MS
+        while heap and heap[0][0] < horizon:
+            at, old = heapq.heappop(heap)
+            seen = recent.get(old)
+            if seen is not None and seen[0] == at:
+                del recent[old]
 
-
-def _count(state: State, key: str, delta: int) -> None:
-    state.counts[key] = state.counts.get(key, 0) + delta
+    def remembered(self) -> int:
+        return len(self.recent)
 
 
 def put_run(state: State, run: Run) -> None:
     """Store ``run`` and keep the unfinished-runs index and the counters in step."""
-    old = state.runs.get(run.id)
-    if old is None or old.state is not run.state:
-        if old is not None:
-            _count(state, f"state:{old.state.value}", -1)
-        _count(state, f"state:{run.state.value}", 1)
-        if run.state is RunState.SKIPPED:
-            _count(state, f"skipped:{run.reason}", 1)
-    if old is not None and old.attempts and old.attempts[-1].outcome is None \
-            and run.attempts and run.attempts[len(old.attempts) - 1].outcome is not None:
-        _count(state, f"attempt:{run.attempts[len(old.attempts) - 1].outcome}", 1)
-    state.runs[run.id] = run
-    ids = state.unfinished.get(run.job_id)
-    if run.state in TERMINAL_RUN_STATES:
-        if ids is not None:
-            ids.pop(run.id, None)
-            if not ids:
-                del state.unfinished[run.job_id]
-    else:
-        if ids is None:
-            state.unfinished[run.job_id] = ids = {}
-        ids[run.id] = None
+    state.put_run(run)
 
 
 def add_run(state: State, run: Run) -> None:
     """A new run of its job (kept in the job's history)."""
-    put_run(state, run)
-    state.job_runs.setdefault(run.job_id, []).append(run.id)
-
-
-def remember(state: State, rid: str, now: int, result: Result) -> None:
-    recent = state.recent
-    recent[rid] = (now, result)
-    horizon = now - DEDUP_WINDOW_MS
-    while recent:
-        first = next(iter(recent))
-        if recent[first][0] >= horizon:
-            break
-        del recent[first]
+    state.add_run(run)
 
 
 ACTIVE_STATES = frozenset({RunState.QUEUED, RunState.RUNNING, RunState.RETRYING})

@@ -22,8 +22,8 @@ from schedd.aio import wait_event
 from schedd.core import commands as c
 from schedd.core.durations import format_time
 from schedd.core.fairness import ConcurrencyCaps, ReadyQueues
-from schedd.core.model import Attempt, JobStatus, Priority, RunState
-from schedd.core.runs import FIRE_AHEAD_MAX_MS, is_recurring, may_fire_ahead
+from schedd.core.model import TERMINAL_RUN_STATES, Attempt, JobStatus, Priority, Run, RunState
+from schedd.core.runs import FIRE_AHEAD_MAX_MS, may_fire_ahead
 from schedd.core.state import STALE_LEADER, LeaderEvent, Ok, Rejected, Result
 from schedd.core.wheel import TimingWheel
 from schedd.errors import SchedError
@@ -47,6 +47,11 @@ def _rid() -> str:
     id only has to differ from the client ids ``apply`` remembers (hex, or ``token:id:digest``);
     a counter is much cheaper than uuid4 at thousands of commands a second."""
     return f"L{next(_SEQ)}"
+
+
+def _pending(run: Run | None) -> bool:
+    """Whether ``run`` is there and not finished (a job's next occurrence should be)."""
+    return run is not None and run.state not in TERMINAL_RUN_STATES
 
 
 def _ignore_result(fut: asyncio.Future[Result]) -> None:
@@ -132,9 +137,8 @@ class Leader:
         now_mono = clock.mono()
         with self.node.read() as st:
             self._to_heal = [
-                job.id for job in st.jobs.values()
-                if job.status is JobStatus.ACTIVE and is_recurring(job.spec)
-                and (job.next_run_id is None or job.next_run_id not in st.unfinished.get(job.id, {}))
+                job.id for job in st.active_recurring_jobs()
+                if not _pending(st.runs.get(job.next_run_id) if job.next_run_id else None)
             ]
             self._rebuilt_at = st.applied_index
             if st.leader_fence != self.fence:

@@ -220,9 +220,11 @@ class RaftState:
         if len(buf) < _STATE_HEAD.size:
             raise ValueError("short state file")
         magic, version, _, length, crc = _STATE_HEAD.unpack_from(buf)
-        payload = buf[_STATE_HEAD.size :]
-        if magic != STATE_MAGIC or version != STATE_VERSION or length != len(payload):
+        if magic != STATE_MAGIC or version != STATE_VERSION:
             raise ValueError(f"bad state header (magic {magic!r}, version {version})")
+        payload = buf[_STATE_HEAD.size :]
+        if length != len(payload):
+            raise ValueError(f"state file has {len(payload)} payload bytes, its header says {length}")
         if zlib.crc32(payload) != crc:
             raise ValueError("state checksum mismatch")
         d = json.loads(payload)
@@ -421,7 +423,7 @@ class DurableJournal(Journal):  # type: ignore[misc]
 
     def _import_legacy(self, data: bytes) -> bytes:
         entries = parse_legacy(data)
-        meta: dict[str, Any] = {}
+        meta: dict[str, Any]
         try:
             with open(self.path + ".meta", "rb") as f:
                 meta = dict(_legacy_loads(f.read()))  # our own file, written by FileJournal

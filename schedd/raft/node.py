@@ -31,7 +31,7 @@ from schedd import clock
 from schedd.aio import within
 from schedd.core import commands as c
 from schedd.core.apply import apply_entry
-from schedd.core.state import LeaderEvent, Rejected, Result, State
+from schedd.core.state import LeaderEvent, MemoryState, Rejected, Result, State
 from schedd.errors import ResourceExhausted, SchedError, Unavailable
 from schedd.logs import log_event
 from schedd.raft.forksafe import guard_snapshot_fork
@@ -83,7 +83,7 @@ class _StateMachine(SyncObjConsumer):  # type: ignore[misc]
         self.lock = threading.RLock()
         self.hooks = hooks
         super().__init__()
-        self.state = State()  # replicated (pickled into snapshots)
+        self.state = MemoryState()  # replicated (pickled into snapshots)
 
     @replicated  # type: ignore[untyped-decorator]
     def apply_entry(self, blob: bytes) -> list[Result]:

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from schedd.core import commands as c
 from schedd.core.apply import apply_entry
 from schedd.core.model import JobSpec, RetryPolicy, Schedule, ScheduleKind
-from schedd.core.state import State
+from schedd.core.state import MemoryState, State
 
 T0 = 1_800_000_000_000
 JOBS = ["J1", "J2", "J3"]
@@ -65,7 +65,7 @@ def _replay(state: State, batches: list[list[c.Command]], start: int = 1) -> lis
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(entries)
 def test_apply_is_deterministic(batches: list[list[c.Command]]) -> None:
-    a, b = State(), State()
+    a, b = MemoryState(), MemoryState()
     ra, rb = _replay(a, batches), _replay(b, batches)
     assert ra == rb
     assert a.__dict__ == b.__dict__
@@ -74,9 +74,9 @@ def test_apply_is_deterministic(batches: list[list[c.Command]]) -> None:
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(entries, st.integers(0, 25))
 def test_snapshot_round_trip_mid_stream(batches: list[list[c.Command]], cut: int) -> None:
-    straight = State()
+    straight = MemoryState()
     _replay(straight, batches)
-    first = State()
+    first = MemoryState()
     _replay(first, batches[:cut])
     restored: State = pickle.loads(pickle.dumps(first))
     _replay(restored, batches[cut:], start=cut + 1)
@@ -86,7 +86,7 @@ def test_snapshot_round_trip_mid_stream(batches: list[list[c.Command]], cut: int
 @settings(max_examples=300, deadline=None)
 @given(st.binary(max_size=300))
 def test_arbitrary_bytes_never_raise(blob: bytes) -> None:
-    results, _ = apply_entry(State(), blob, 1)
+    results, _ = apply_entry(MemoryState(), blob, 1)
     assert results
 
 
@@ -100,6 +100,6 @@ def test_arbitrary_json_commands_never_raise(obj: object) -> None:
     import orjson
 
     blob = orjson.dumps({"v": 1, "c": [obj]})
-    state = State()
+    state = MemoryState()
     results, _ = apply_entry(state, blob, 1)
     assert len(results) == 1

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from schedd.core import commands as c
 from schedd.core.apply import apply_entry
 from schedd.core.model import JobSpec, Overlap, RecurringOptions, RunState, Schedule, ScheduleKind
-from schedd.core.state import Ok, State
+from schedd.core.state import MemoryState, Ok
 
 T0 = 1_800_000_040_000 - 1_800_000_040_000 % 1000
 SPEC = JobSpec(task="t", schedule=Schedule(kind=ScheduleKind.CRON, cron="* * * * * *",
@@ -27,7 +27,7 @@ step = st.one_of(
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(step, min_size=1, max_size=60))
 def test_no_occurrence_fires_twice_across_leader_changes(steps: list[tuple]) -> None:
-    state = State()
+    state = MemoryState()
     index = 0
     now = T0
     claims: list[int] = []

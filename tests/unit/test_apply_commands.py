@@ -12,7 +12,7 @@ from schedd.core import commands as c
 from schedd.core import runs as R
 from schedd.core.apply import apply_entry
 from schedd.core.model import JobSpec, JobStatus, RetryPolicy, RunState, Schedule, ScheduleKind
-from schedd.core.state import Ok, Rejected, State
+from schedd.core.state import MemoryState, Ok, Rejected, State
 from tests.unit.test_state import T0, Harness, lease_one
 
 MIN = 60_000
@@ -27,7 +27,7 @@ def dead_lettered(h: Harness, lf: int) -> str:
     h.submit(spec=JobSpec(task="t", retry=RetryPolicy(max_attempts=1)))
     rid = f"J1@{T0}"
     h.one(c.Fail(h.rid(), T0 + 1, lf, rid, lease_one(h, lf, rid), "boom", False))
-    assert rid in h.state.dlq
+    assert h.state.in_dlq(rid)
     return rid
 
 
@@ -36,7 +36,7 @@ def dead_lettered(h: Harness, lf: int) -> str:
 def test_an_entry_records_its_log_index_for_the_leaders_rebuild() -> None:
     # The leader rebuilds its wheel and queues from the state, then ignores the events of
     # entries up to the state's applied index: they are already in what it rebuilt.
-    state = State()
+    state = MemoryState()
     apply_entry(state, c.encode_entry([c.Submit("r1", T0, (("J1", JobSpec(task="t")),))]), 42)
     assert state.applied_index == 42
     apply_entry(state, b"garbage", 43)
@@ -47,7 +47,7 @@ def test_an_undecodable_command_is_an_invalid_argument_naming_why() -> None:
     blob = b'{"v": 1, "c": [{"t": "nope", "rid": "x", "now": 1}]}'
     [undecodable] = c.decode_entry(blob)
     assert isinstance(undecodable, c.Undecodable)
-    results, _ = apply_entry(State(), blob, 5)
+    results, _ = apply_entry(MemoryState(), blob, 5)
     assert results == [Rejected("invalid_argument", f"undecodable command: {undecodable.reason}")]
 
 
@@ -138,7 +138,7 @@ def test_dropping_a_run_from_the_dead_letter_queue_answers_its_id() -> None:
     h = Harness()
     rid = dead_lettered(h, h.claim())
     assert h.one(c.DropDead(h.rid(), T0 + MIN, rid)) == Ok(rid)
-    assert rid not in h.state.dlq
+    assert not h.state.in_dlq(rid)
     again = h.one(c.DropDead(h.rid(), T0 + MIN, rid))
     assert again == Rejected("not_found", f"run {rid} is not in the dead-letter queue", "run_id")
 
@@ -198,7 +198,12 @@ def test_jobs_are_listed_in_submission_order() -> None:
     h.submit("J2")
     h.submit("J1")
     h.one(c.Submit(h.rid(), T0, (("J4", JobSpec(task="t")), ("J3", JobSpec(task="t")))))
-    assert h.state.job_order == ["J2", "J1", "J4", "J3"]
+    jobs, pos, more = h.state.jobs_page(0, 10, lambda job: True)
+    assert [job.id for job in jobs] == ["J2", "J1", "J4", "J3"] and (pos, more) == (4, False)
+    jobs, pos, more = h.state.jobs_page(1, 2, lambda job: job.id != "J1")
+    assert [job.id for job in jobs] == ["J4", "J3"] and (pos, more) == (4, False)
+    jobs, pos, more = h.state.jobs_page(0, 1, lambda job: job.id != "J2")
+    assert [job.id for job in jobs] == ["J1"] and (pos, more) == (2, True)
 
 
 # -- cancel a job ------------------------------------------------------------------------------

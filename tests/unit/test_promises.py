@@ -56,14 +56,14 @@ def test_a_replayed_run_retries_a_failure_and_dead_letters_only_after_max_attemp
     for now in (T0, T0 + 2 * SEC):  # attempt 1 fails, is retried, attempt 2 fails
         fire(h, lf, rid, now)
         lease_and_fail(now)
-    assert h.state.runs[rid].state is RunState.FAILED and rid in h.state.dlq
+    assert h.state.runs[rid].state is RunState.FAILED and h.state.in_dlq(rid)
     assert isinstance(h.one(c.Replay(h.rid(), T0 + MIN, rid)), Ok)  # queued again
     lease_and_fail(T0 + MIN)
     run = h.state.runs[rid]
-    assert run.state is RunState.RETRYING and rid not in h.state.dlq  # one failure: retried
+    assert run.state is RunState.RETRYING and not h.state.in_dlq(rid)  # one failure: retried
     fire(h, lf, rid, run.due_ms)
     lease_and_fail(run.due_ms)
-    assert h.state.runs[rid].state is RunState.FAILED and rid in h.state.dlq  # the second: DLQ
+    assert h.state.runs[rid].state is RunState.FAILED and h.state.in_dlq(rid)  # the second: DLQ
     assert len(h.state.runs[rid].attempts) == 4
     assert h.state.jobs["J1"].status is JobStatus.DONE
 

@@ -216,7 +216,7 @@ def test_the_snapshot_writer_holds_no_socket_and_a_freed_port_can_be_bound_again
         with gzip.open(dump, "rb") as f:
             data = pysyncobj_pickle.load(f)
         consumer = data[0][1]
-        assert consumer["gate"] == 0 and type(consumer["state"]).__name__ == "State"
+        assert consumer["gate"] == 0 and type(consumer["state"]).__name__ == "MemoryState"
         # the forced compaction went past the split slot; the split is back on
         assert node._conf.logCompactionSplit is True
     finally:

@@ -409,9 +409,9 @@ def test_replay_from_the_dead_letter_queue_gets_fresh_attempts() -> None:
     fire(h, lf, rid, T0)
     fence = lease(h, lf, rid, T0)
     h.one(c.Fail(h.rid(), T0, lf, rid, fence, "boom", True))
-    assert rid in h.state.dlq and h.state.jobs["J1"].status is JobStatus.DONE
+    assert h.state.in_dlq(rid) and h.state.jobs["J1"].status is JobStatus.DONE
     assert isinstance(h.one(c.Replay(h.rid(), T0 + 5, rid)), Ok)
-    assert rid not in h.state.dlq and h.state.runs[rid].state is RunState.QUEUED
+    assert not h.state.in_dlq(rid) and h.state.runs[rid].state is RunState.QUEUED
     fence2 = lease(h, lf, rid, T0 + 6)
     h.one(c.Complete(h.rid(), T0 + 7, lf, rid, fence2, "ok"))
     run = h.state.runs[rid]
@@ -427,7 +427,7 @@ def test_drop_from_the_dead_letter_queue_keeps_history() -> None:
     fire(h, lf, rid, T0)
     h.one(c.Fail(h.rid(), T0, lf, rid, lease(h, lf, rid, T0), "boom", True))
     assert isinstance(h.one(c.DropDead(h.rid(), T0, rid)), Ok)
-    assert rid not in h.state.dlq and h.state.runs[rid].state is RunState.FAILED
+    assert not h.state.in_dlq(rid) and h.state.runs[rid].state is RunState.FAILED
 
 
 def test_update_reschedules_the_pending_occurrence() -> None:

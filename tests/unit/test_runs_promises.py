@@ -191,7 +191,7 @@ def test_a_run_that_fails_for_good_keeps_the_error_in_the_dead_letter_queue() ->
     fence = h.start(lf, rid, T0)
     assert h.one(c.Fail(h.rid(), T0 + 10, lf, rid, fence, "ValueError: x", True)) == Ok(rid)
     run = h.state.runs[rid]
-    assert (run.state, run.error, rid in h.state.dlq) == (RunState.FAILED, "ValueError: x", True)
+    assert (run.state, run.error, h.state.in_dlq(rid)) == (RunState.FAILED, "ValueError: x", True)
     assert [(a.outcome, a.error) for a in run.attempts] == [("failed", "ValueError: x")]
 
 

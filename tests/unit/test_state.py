@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import pickle
 from collections import Counter
 from typing import Any
@@ -19,16 +20,26 @@ from schedd.core.model import (
     Schedule,
     ScheduleKind,
 )
-from schedd.core.state import DEDUP_WINDOW_MS, Ok, Rejected, State, backoff_ms
+from schedd.core.state import DEDUP_WINDOW_MS, MemoryState, Ok, Rejected, State, backoff_ms
+from schedd.storage.sqlstate import SqlState
+from schedd.storage.sqlstate import apply_entry as sql_apply_entry
 
 T0 = 1_800_000_000_000
+
+
+def make_state() -> State:
+    """The state the core's tests run on: in dicts, or with ``SCHEDD_TEST_STATE=sql`` in an
+    in-memory SQLite database the way a node keeps it (both must behave the same)."""
+    if os.environ.get("SCHEDD_TEST_STATE") == "sql":
+        return SqlState()
+    return MemoryState()
 
 
 class Harness:
     """Applies commands one entry at a time, like Raft would, with growing indexes."""
 
     def __init__(self) -> None:
-        self.state = State()
+        self.state = make_state()
         self.index = 10
         self.events: list[tuple[Any, ...]] = []
         self.n = 0
@@ -39,7 +50,13 @@ class Harness:
 
     def apply(self, *cmds: c.Command) -> list[Any]:
         self.index += 1
-        results, events = apply_entry(self.state, c.encode_entry(list(cmds)), self.index)
+        blob = c.encode_entry(list(cmds))
+        if isinstance(self.state, SqlState):
+            applied = sql_apply_entry(self.state, blob, self.index)
+            assert applied is not None
+            results, events = applied
+        else:
+            results, events = apply_entry(self.state, blob, self.index)
         self.events.extend(events)
         return results
 
@@ -141,7 +158,7 @@ def test_claim_for_an_older_term_is_rejected() -> None:
 def test_a_fresh_state_names_no_leader() -> None:
     # /cluster (the leader's id) and the leader URL a follower forwards to are read from these
     # when their term is the node's current term: before any claim, no elected term (>= 1) is.
-    state = State()
+    state = MemoryState()
     assert (state.leader_node, state.leader_http, state.leader_term) == ("", "", 0)
 
 
@@ -160,7 +177,7 @@ def test_failure_retries_with_backoff_then_dead_letters() -> None:
     assert fence2 > fence
     h.one(c.Fail(h.rid(), T0 + 1200, lf, rid, fence2, "boom again", True, "lost"))
     run = h.state.runs[rid]
-    assert run.state is RunState.FAILED and rid in h.state.dlq
+    assert run.state is RunState.FAILED and h.state.in_dlq(rid)
     assert [a.outcome for a in run.attempts] == ["failed", "lost"]
     assert [a.fence for a in run.attempts] == [fence, fence2]
 
@@ -253,7 +270,7 @@ def test_cancel_unknown_job_is_not_found() -> None:
      b'{"v": 1, "c": [{"t": "fire", "rid": "x"}]}', b'{"v": 1, "c": [{"t": "submit", "rid": "x", "now": 1, "jobs": [[1]]}]}'],
 )
 def test_garbage_entries_are_rejected_as_values(blob: bytes) -> None:
-    state = State()
+    state = MemoryState()
     results, events = apply_entry(state, blob, 5)
     assert results and all(isinstance(r, Rejected) for r in results)
     assert events == [] and state.jobs == {}
@@ -291,7 +308,7 @@ def test_leader_commands_are_not_kept_in_the_dedup_table() -> None:
     lf = h.claim()
     h.submit()
     h.one(c.Fire("fire-1", T0, lf, (f"J1@{T0}",)))
-    assert "fire-1" not in h.state.recent and len(h.state.recent) == 1  # only the submit
+    assert h.state.recall("fire-1") is None and h.state.remembered() == 1  # only the submit
 
 
 # -- evolve: the fast dataclasses.replace used by apply ----------------------------------------
@@ -399,3 +416,9 @@ def test_the_metrics_counters_stay_in_step_with_the_runs() -> None:
         "state:scheduled": 2, "skipped:misfire": 4,
         "attempt:failed": 2, "attempt:succeeded": 2, "attempt:cancelled": 1,
     }
+
+
+def test_the_harness_runs_on_the_state_asked_for() -> None:
+    # scripts/test runs these tests a second time with SCHEDD_TEST_STATE=sql: make sure it does.
+    wanted = SqlState if os.environ.get("SCHEDD_TEST_STATE") == "sql" else MemoryState
+    assert type(Harness().state) is wanted

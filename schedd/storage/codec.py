@@ -1,0 +1,167 @@
+"""The rows' bodies: jobs, runs and remembered results as compact orjson objects.
+
+A body holds every field of its record; the columns beside it in the table only index it.
+Field names are short and a field at its default is left out, so a field added with a default
+reads old rows as they were.  Each body is decoded exactly as it was encoded: ``decode(encode(x))
+== x`` for every record the core makes (a property test holds it).  The job spec inside a job is
+the versioned wire form of :func:`schedd.core.validate.spec_to_dict`, the same as in commands.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from schedd.core.model import Attempt, AttemptOutcome, Job, JobStatus, Run, RunState
+from schedd.core.state import Ok, Rejected, Result
+from schedd.core.validate import spec_from_dict, spec_to_dict
+
+_dumps = orjson.dumps
+_loads = orjson.loads
+
+
+class CorruptRow(ValueError):
+    """A row whose body cannot be decoded: the database was changed outside schedd, or is
+    damaged."""
+
+
+# -- jobs ---------------------------------------------------------------------------------------
+
+def job_body(job: Job) -> bytes:
+    out: dict[str, Any] = {"s": spec_to_dict(job.spec), "st": job.status.value,
+                           "c": job.created_ms, "u": job.updated_ms}
+    if job.next_run_at_ms is not None:
+        out["n"] = job.next_run_at_ms
+    if job.last_run_id is not None:
+        out["l"] = job.last_run_id
+    if job.next_run_id is not None:
+        out["x"] = job.next_run_id
+    if job.anchor_ms is not None:
+        out["a"] = job.anchor_ms
+    return _dumps(out)
+
+
+def job_from_body(job_id: str, body: bytes) -> Job:
+    try:
+        d = _loads(body)
+        return Job(job_id, spec_from_dict(d["s"]), JobStatus(d["st"]), d["c"], d["u"],
+                   d.get("n"), d.get("l"), d.get("x"), d.get("a"))
+    except (ValueError, KeyError, TypeError) as exc:
+        raise CorruptRow(f"job {job_id}: {exc}") from None
+
+
+# -- runs ---------------------------------------------------------------------------------------
+
+def _attempt(a: Attempt) -> list[Any]:
+    return [a.number, a.fence, a.worker_id, a.leased_ms, a.deadline_ms, a.ended_ms,
+            None if a.outcome is None else a.outcome.value, a.error]
+
+
+def _attempt_from(v: list[Any]) -> Attempt:
+    number, fence, worker, leased, deadline, ended, outcome, error = v
+    return Attempt(number, fence, worker, leased, deadline, ended,
+                   None if outcome is None else AttemptOutcome(outcome), error)
+
+
+def run_body(run: Run) -> bytes:
+    out: dict[str, Any] = {"ns": run.namespace, "d": run.due_ms, "st": run.state.value,
+                           "c": run.created_ms, "u": run.updated_ms}
+    if run.attempts:
+        out["at"] = [_attempt(a) for a in run.attempts]
+    if run.result is not None:
+        out["r"] = run.result
+    if run.error is not None:
+        out["e"] = run.error
+    if run.reason is not None:
+        out["why"] = run.reason
+    if run.origin != "schedule":
+        out["o"] = run.origin
+    if run.attempt_base:
+        out["b"] = run.attempt_base
+    return _dumps(out)
+
+
+def run_from_body(job_id: str, scheduled_ms: int, body: bytes) -> Run:
+    try:
+        d = _loads(body)
+        return Run(f"{job_id}@{scheduled_ms}", job_id, d["ns"], scheduled_ms, d["d"],
+                   RunState(d["st"]), d["c"], d["u"],
+                   tuple(_attempt_from(a) for a in d.get("at", ())), d.get("r"), d.get("e"),
+                   d.get("why"), d.get("o", "schedule"), d.get("b", 0))
+    except (ValueError, KeyError, TypeError) as exc:
+        raise CorruptRow(f"run {job_id}@{scheduled_ms}: {exc}") from None
+
+
+def split_run_id(run_id: str) -> tuple[str, int] | None:
+    """``(job id, scheduled ms)`` of a run id ``<job>@<ms>``; None when it is not one."""
+    job_id, at, ms = run_id.rpartition("@")
+    if not at or not job_id or not ms.isdigit() or not ms.isascii() or str(int(ms)) != ms:
+        return None
+    return job_id, int(ms)
+
+
+# -- results (remembered by request id) --------------------------------------------------------
+# A result is what apply answered a client command: Ok or Rejected, whose value is built of
+# None, booleans, numbers, strings, lists, tuples, jobs, runs and attempts.  Tagged so that it decodes to
+# the same Python values (a tuple stays a tuple, a job a Job).
+
+def _value(v: Any) -> Any:
+    if v is None or isinstance(v, bool | int | float | str):
+        return v
+    if isinstance(v, Job):
+        return {"J": [v.id, _loads(job_body(v))]}
+    if isinstance(v, Run):
+        return {"R": [v.job_id, v.scheduled_ms, _loads(run_body(v))]}
+    if isinstance(v, Attempt):
+        return {"A": _attempt(v)}
+    if isinstance(v, tuple):
+        return {"T": [_value(x) for x in v]}
+    if isinstance(v, list):
+        return [_value(x) for x in v]
+    if isinstance(v, Ok | Rejected):
+        return {"X": _result(v)}
+    raise TypeError(f"cannot keep a {type(v).__name__} in a result")
+
+
+def _value_from(v: Any) -> Any:
+    if isinstance(v, list):
+        return [_value_from(x) for x in v]
+    if not isinstance(v, dict):
+        return v
+    ((tag, inner),) = v.items()
+    if tag == "J":
+        return job_from_body(inner[0], _dumps(inner[1]))
+    if tag == "R":
+        return run_from_body(inner[0], inner[1], _dumps(inner[2]))
+    if tag == "A":
+        return _attempt_from(inner)
+    if tag == "T":
+        return tuple(_value_from(x) for x in inner)
+    if tag == "X":
+        return _result_from(inner)
+    raise ValueError(f"unknown tag {tag!r}")
+
+
+def _result(r: Result) -> Any:
+    if isinstance(r, Ok):
+        return {"ok": _value(r.value)}
+    return {"no": [r.code, r.message, r.field]}
+
+
+def _result_from(d: Any) -> Result:
+    if "ok" in d:
+        return Ok(_value_from(d["ok"]))
+    code, message, field = d["no"]
+    return Rejected(code, message, field)
+
+
+def result_body(r: Result) -> bytes:
+    return _dumps(_result(r))
+
+
+def result_from_body(rid: str, body: bytes) -> Result:
+    try:
+        return _result_from(_loads(body))
+    except (ValueError, KeyError, TypeError) as exc:
+        raise CorruptRow(f"result of request {rid}: {exc}") from None

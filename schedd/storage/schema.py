@@ -1,0 +1,145 @@
+"""The node's SQLite database: schema, numbered migrations and the PRAGMAs, pinned here.
+
+The schema version is SQLite's ``user_version``.  :func:`open_database` creates a new database
+at :data:`SCHEMA_VERSION`, migrates an older one in place (each step in its own transaction) and
+refuses one written by a newer schedd with :class:`NewerSchema`, which says what to do.
+
+Determinism: every node applies the same log into its own database, and the fault suite
+compares their logical content.  So no statement here or in :mod:`schedd.storage.sqlstate`
+depends on anything but the commands: no ``random()``, no clock, every multi-row read that
+decides something has a total ``ORDER BY``, and ``ANALYZE`` is never run (another plan could
+give rows in another order where no order is asked for).
+
+Layout (``WITHOUT ROWID`` tables, keyed for the way they are read):
+
+* ``runs`` is keyed ``(sched_ms, job_id)`` -- a run's id is ``<job_id>@<sched_ms>`` -- so runs
+  due together share pages.  ``seq`` numbers runs in creation order; ``state`` is the run
+  state's small number (:data:`STATE_CODES`: the unfinished states below 5).  The partial
+  index ``runs_due`` on ``(due_ms, state)`` is the timer store: what waits for its time, in
+  time order, answered from the index alone.
+* ``jobs`` is keyed by id; ``seq`` is the order jobs were added (the API's list order).
+* ``deps`` (who depends on whom), ``idem`` (idempotency keys), ``dlq`` (the dead-letter queue,
+  in order), ``recent`` (results by request id, for the dedup window), ``counts`` (metrics
+  counters) and ``meta`` (applied index, leader fence, counters of the sequences).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+
+from schedd.core.model import RunState
+
+SCHEMA_VERSION = 1
+
+#: run state -> the small number stored in ``runs.state`` (unfinished states are < 5)
+STATE_CODES: dict[RunState, int] = {
+    RunState.SCHEDULED: 0, RunState.BLOCKED: 1, RunState.QUEUED: 2, RunState.RUNNING: 3,
+    RunState.RETRYING: 4, RunState.SUCCEEDED: 5, RunState.FAILED: 6, RunState.CANCELLED: 7,
+    RunState.SKIPPED: 8,
+}
+FINISHED = 5  # runs.state >= FINISHED: a terminal state
+
+PAGE_CACHE_KIB = 65_536  # SQLite's page cache per connection (``cache_size``), in KiB
+
+_V1 = """
+CREATE TABLE meta (key TEXT PRIMARY KEY, value) WITHOUT ROWID;
+CREATE TABLE jobs (
+    id TEXT PRIMARY KEY,
+    seq INTEGER NOT NULL,
+    namespace TEXT NOT NULL,
+    queue TEXT NOT NULL,
+    task TEXT NOT NULL,
+    status TEXT NOT NULL,
+    recurring INTEGER NOT NULL,
+    body BLOB NOT NULL
+) WITHOUT ROWID;
+CREATE UNIQUE INDEX jobs_order ON jobs (seq);
+CREATE INDEX jobs_recurring ON jobs (seq) WHERE recurring = 1 AND status = 'active';
+CREATE TABLE runs (
+    sched_ms INTEGER NOT NULL,
+    job_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    state INTEGER NOT NULL,
+    due_ms INTEGER NOT NULL,
+    updated_ms INTEGER NOT NULL,
+    body BLOB NOT NULL,
+    PRIMARY KEY (sched_ms, job_id)
+) WITHOUT ROWID;
+CREATE INDEX runs_job ON runs (job_id, seq, state);
+CREATE INDEX runs_unfinished ON runs (seq, job_id) WHERE state < 5;
+CREATE INDEX runs_due ON runs (due_ms, state, seq) WHERE state IN (0, 4);
+CREATE INDEX runs_finished ON runs (updated_ms, state) WHERE state >= 5;
+CREATE TABLE deps (upstream TEXT NOT NULL, seq INTEGER NOT NULL, downstream TEXT NOT NULL,
+                   PRIMARY KEY (upstream, seq, downstream)) WITHOUT ROWID;
+CREATE TABLE idem (key TEXT PRIMARY KEY, job_id TEXT NOT NULL) WITHOUT ROWID;
+CREATE TABLE dlq (seq INTEGER PRIMARY KEY, run_id TEXT NOT NULL UNIQUE);
+CREATE TABLE recent (rid TEXT PRIMARY KEY, at_ms INTEGER NOT NULL, result BLOB NOT NULL)
+    WITHOUT ROWID;
+CREATE INDEX recent_at ON recent (at_ms, rid);
+CREATE TABLE counts (key TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;
+"""
+
+def _create(db: sqlite3.Connection) -> None:
+    db.executescript(f"BEGIN IMMEDIATE; {_V1}")
+
+
+#: MIGRATIONS[n] takes a database at version n to n + 1, in a transaction it begins (the
+#: caller sets ``user_version`` and commits).
+MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {0: _create}
+
+
+class NewerSchema(Exception):
+    """The database was written by a newer schedd."""
+
+
+def pin_pragmas(db: sqlite3.Connection, *, readonly: bool = False) -> None:
+    """The settings every connection to a node's database runs with.
+
+    WAL, so readers (the API, a snapshot copy) never block the writer; ``synchronous=NORMAL``:
+    the Raft journal is what is synced before a write is acknowledged, and a database that lost
+    its last transactions in a power cut is consistent and replays them from the journal
+    (``OFF`` could leave a torn database after a checkpoint).
+    """
+    db.execute(f"PRAGMA cache_size = -{PAGE_CACHE_KIB}")
+    db.execute("PRAGMA foreign_keys = OFF")
+    if readonly:
+        db.execute("PRAGMA query_only = ON")
+        return
+    mode = db.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+    if mode not in ("wal", "memory"):
+        raise sqlite3.OperationalError(f"cannot use write-ahead logging (journal_mode {mode})")
+    db.execute("PRAGMA synchronous = NORMAL")
+
+
+def schema_version(db: sqlite3.Connection) -> int:
+    return int(db.execute("PRAGMA user_version").fetchone()[0])
+
+
+def migrate(db: sqlite3.Connection, path: Path | str) -> None:
+    """Bring ``db`` to :data:`SCHEMA_VERSION` (refuse a newer one)."""
+    version = schema_version(db)
+    if version > SCHEMA_VERSION:
+        raise NewerSchema(
+            f"{path}: the database has schema version {version}, and this schedd knows up to "
+            f"{SCHEMA_VERSION}: it was written by a newer schedd. Run that version (or newer), "
+            "or remove the database to rebuild it from the cluster.")
+    while version < SCHEMA_VERSION:
+        MIGRATIONS[version](db)
+        version += 1
+        db.execute(f"PRAGMA user_version = {version}")
+        db.execute("COMMIT")
+
+
+def open_database(path: Path | str) -> sqlite3.Connection:
+    """The writer's connection to the database at ``path`` (``":memory:"`` for one in RAM),
+    created or migrated to the current schema.  Autocommit mode: transactions are explicit."""
+    db = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
+    try:
+        pin_pragmas(db)
+        migrate(db, path)
+    except BaseException:
+        db.close()
+        raise
+    return db

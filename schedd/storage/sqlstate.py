@@ -1,0 +1,391 @@
+"""The replicated state in the node's SQLite database: :class:`SqlState`.
+
+The core decides (``schedd.core``); this keeps what it decided.  :class:`SqlState` answers
+every question of :class:`schedd.core.state.State` from the database, with a bounded cache of
+decoded records in front of it, and writes each change as the core makes it, inside the one
+transaction of the Raft entry being applied (:func:`apply_entry`): the entry's changes and its
+index commit together, so a node that stops anywhere restarts at a whole entry and replays the
+journal after it.  An entry at or below the applied index is skipped: replaying is idempotent.
+
+Any SQLite error while applying is not a result: it could differ between nodes (a full disk, a
+damaged file), so it is raised as :class:`StorageFailure`, a ``BaseException`` that the core's
+"every exception becomes a rejected command" net does not catch, and the node stops.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from schedd.core import apply as core_apply
+from schedd.core.model import Job, Run
+from schedd.core.state import (
+    DEDUP_WINDOW_MS,
+    RECURRING_KINDS,
+    LeaderEvent,
+    Result,
+    State,
+)
+from schedd.storage.codec import (
+    CorruptRow,
+    job_body,
+    job_from_body,
+    result_body,
+    result_from_body,
+    run_body,
+    run_from_body,
+    split_run_id,
+)
+from schedd.storage.schema import FINISHED, STATE_CODES, open_database
+
+CACHE_MAX = 50_000  # decoded jobs (and as many runs) kept in front of the database
+_META = ("applied_index", "leader_fence", "leader_node", "leader_http", "leader_term",
+         "runs_created", "jobs_added", "dlq_added")
+
+
+class StorageFailure(BaseException):  # noqa: N818 - it stops the node, like SystemExit
+    """The database failed under ``apply``: the node must stop (see the module docstring)."""
+
+
+class _Jobs(MutableMapping[str, Job]):
+    """``state.jobs``: jobs by id, iterated in the order they were added."""
+
+    __slots__ = ("_st",)
+
+    def __init__(self, st: SqlState) -> None:
+        self._st = st
+
+    def get(self, key: str, default: None = None) -> Job | None:  # type: ignore[override]
+        st = self._st
+        job = st._job_cache.get(key)
+        if job is None:
+            row = st._one("SELECT body FROM jobs WHERE id = ?", (key,))
+            if row is None:
+                return None
+            job = st._decode(job_from_body, key, row[0])
+            st._cache_job(job)
+        return job
+
+    def __getitem__(self, key: str) -> Job:
+        job = self.get(key)
+        if job is None:
+            raise KeyError(key)
+        return job
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and self.get(key) is not None
+
+    def __len__(self) -> int:
+        return self._st.jobs_added
+
+    def __iter__(self) -> Iterator[str]:
+        for (job_id,) in self._st._all("SELECT id FROM jobs ORDER BY seq"):
+            yield str(job_id)
+
+    def __delitem__(self, key: str) -> None:
+        raise TypeError("jobs are not deleted one by one")
+
+    def __setitem__(self, key: str, job: Job) -> None:
+        st = self._st
+        spec = job.spec
+        cur = st._x("UPDATE jobs SET namespace = ?, queue = ?, task = ?, status = ?, "
+                    "recurring = ?, body = ? WHERE id = ?",
+                    (spec.namespace, spec.queue, spec.task, job.status.value,
+                     int(spec.schedule.kind in RECURRING_KINDS), job_body(job), key))
+        if cur.rowcount != 1:
+            raise StorageFailure(f"job {key} is not in the database")
+        st._cache_job(job)
+
+
+class _Runs(Mapping[str, Run]):
+    """``state.runs``: runs by id, iterated in creation order."""
+
+    __slots__ = ("_st",)
+
+    def __init__(self, st: SqlState) -> None:
+        self._st = st
+
+    def get(self, key: str, default: None = None) -> Run | None:  # type: ignore[override]
+        st = self._st
+        run = st._run_cache.get(key)
+        if run is None:
+            parts = split_run_id(key)
+            if parts is None:
+                return None
+            row = st._one("SELECT body FROM runs WHERE sched_ms = ? AND job_id = ?",
+                          (parts[1], parts[0]))
+            if row is None:
+                return None
+            run = st._decode_run(parts[0], parts[1], row[0])
+        return run
+
+    def __getitem__(self, key: str) -> Run:
+        run = self.get(key)
+        if run is None:
+            raise KeyError(key)
+        return run
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and self.get(key) is not None
+
+    def __len__(self) -> int:
+        return self._st.runs_created
+
+    def __iter__(self) -> Iterator[str]:
+        for job_id, sched_ms in self._st._all("SELECT job_id, sched_ms FROM runs ORDER BY seq"):
+            yield f"{job_id}@{sched_ms}"
+
+
+class SqlState(State):
+    """The state in a SQLite database (a file, or ``":memory:"``)."""
+
+    def __init__(self, path: Path | str = ":memory:", *, cache_max: int = CACHE_MAX) -> None:
+        try:
+            self.db = open_database(path)
+        except sqlite3.Error as exc:
+            raise StorageFailure(f"{path}: {exc}") from exc
+        self.path = path
+        self.cache_max = cache_max
+        self._job_cache: dict[str, Job] = {}
+        self._run_cache: dict[str, Run] = {}
+        self.jobs = _Jobs(self)
+        self.runs = _Runs(self)
+        self.applied_index = 0
+        self.leader_fence = 0
+        self.leader_node = ""
+        self.leader_http = ""
+        self.leader_term = 0
+        self.runs_created = 0
+        self.jobs_added = 0
+        self.dlq_added = 0
+        for key, value in self._all("SELECT key, value FROM meta"):
+            if key in _META:
+                setattr(self, key, value)
+        self._meta_written = {key: getattr(self, key) for key in _META}
+        self.counts = {key: int(value) for key, value in self._all("SELECT key, value FROM counts")}
+        self._counts_written = dict(self.counts)
+        self._dlq_size = int(self._one("SELECT count(*) FROM dlq", ())[0])
+
+    def close(self) -> None:
+        self.db.close()
+
+    # -- SQL, failing the node on any error ----------------------------------------------
+    def _x(self, sql: str, params: Sequence[Any]) -> sqlite3.Cursor:
+        try:
+            return self.db.execute(sql, params)
+        except sqlite3.Error as exc:
+            raise StorageFailure(f"{self.path}: {exc} (in {sql.split()[0]})") from exc
+
+    def _one(self, sql: str, params: Sequence[Any]) -> Any:
+        try:
+            return self.db.execute(sql, params).fetchone()
+        except sqlite3.Error as exc:
+            raise StorageFailure(f"{self.path}: {exc} (in {sql.split()[0]})") from exc
+
+    def _all(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        try:
+            return self.db.execute(sql, params).fetchall()
+        except sqlite3.Error as exc:
+            raise StorageFailure(f"{self.path}: {exc} (in {sql.split()[0]})") from exc
+
+    def _decode(self, fn: Callable[[str, bytes], Job], key: str, body: bytes) -> Job:
+        try:
+            return fn(key, body)
+        except CorruptRow as exc:
+            raise StorageFailure(f"{self.path}: {exc}") from exc
+
+    def _decode_run(self, job_id: str, sched_ms: int, body: bytes) -> Run:
+        try:
+            run = run_from_body(job_id, sched_ms, body)
+        except CorruptRow as exc:
+            raise StorageFailure(f"{self.path}: {exc}") from exc
+        self._cache_run(run)
+        return run
+
+    def _cache_job(self, job: Job) -> None:
+        if len(self._job_cache) >= self.cache_max:
+            self._job_cache.clear()
+        self._job_cache[job.id] = job
+
+    def _cache_run(self, run: Run) -> None:
+        if len(self._run_cache) >= self.cache_max:
+            self._run_cache.clear()
+        self._run_cache[run.id] = run
+
+    def _runs(self, sql: str, params: Sequence[Any]) -> list[Run]:
+        """Runs from rows of ``(job_id, sched_ms, body)``, cached ones as cached."""
+        out = []
+        cache = self._run_cache
+        for job_id, sched_ms, body in self._all(sql, params):
+            run = cache.get(f"{job_id}@{sched_ms}")
+            out.append(run if run is not None else self._decode_run(job_id, sched_ms, body))
+        return out
+
+    # -- transactions --------------------------------------------------------------------
+    def begin(self) -> None:
+        self._x("BEGIN IMMEDIATE", ())
+
+    def commit(self) -> None:
+        meta = [(key, getattr(self, key)) for key in _META
+                if getattr(self, key) != self._meta_written[key]]
+        if meta:
+            try:
+                self.db.executemany("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", meta)
+            except sqlite3.Error as exc:
+                raise StorageFailure(f"{self.path}: {exc} (in meta)") from exc
+            self._meta_written.update(meta)
+        counts = [(k, v) for k, v in self.counts.items() if self._counts_written.get(k) != v]
+        if counts:
+            try:
+                self.db.executemany("INSERT OR REPLACE INTO counts (key, value) VALUES (?, ?)",
+                                    counts)
+            except sqlite3.Error as exc:
+                raise StorageFailure(f"{self.path}: {exc} (in counts)") from exc
+            self._counts_written.update(counts)
+        self._x("COMMIT", ())
+
+    # -- jobs ----------------------------------------------------------------------------
+    def add_job(self, job: Job) -> None:
+        spec = job.spec
+        seq = self.jobs_added
+        self._x("INSERT INTO jobs (id, seq, namespace, queue, task, status, recurring, body) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (job.id, seq, spec.namespace, spec.queue, spec.task, job.status.value,
+                 int(spec.schedule.kind in RECURRING_KINDS), job_body(job)))
+        self.jobs_added = seq + 1
+        for dep in spec.depends_on:
+            self._x("INSERT OR IGNORE INTO deps (upstream, seq, downstream) VALUES (?, ?, ?)",
+                    (dep, seq, job.id))
+        if spec.idempotency_key is not None:
+            self._x("INSERT OR REPLACE INTO idem (key, job_id) VALUES (?, ?)",
+                    (f"{spec.namespace}\0{spec.idempotency_key}", job.id))
+        self._cache_job(job)
+
+    def job_by_key(self, namespace: str, key: str) -> str | None:
+        row = self._one("SELECT job_id FROM idem WHERE key = ?", (f"{namespace}\0{key}",))
+        return None if row is None else str(row[0])
+
+    def dependants_of(self, job_id: str) -> Sequence[str]:
+        return [r[0] for r in self._all(
+            "SELECT downstream FROM deps WHERE upstream = ? ORDER BY seq", (job_id,))]
+
+    def jobs_page(self, cursor: int, limit: int, match: Callable[[Job], bool]
+                  ) -> tuple[list[Job], int, bool]:
+        out: list[Job] = []
+        pos = cursor
+        chunk = max(limit, 100)
+        while len(out) < limit:
+            rows = self._all("SELECT seq, id, body FROM jobs WHERE seq >= ? ORDER BY seq LIMIT ?",
+                             (pos, chunk))
+            if not rows:
+                break
+            for seq, job_id, body in rows:
+                pos = seq + 1
+                job = self._job_cache.get(job_id) or self._decode(job_from_body, job_id, body)
+                if match(job):
+                    out.append(job)
+                    if len(out) >= limit:
+                        break
+        more = self._one("SELECT 1 FROM jobs WHERE seq >= ? LIMIT 1", (pos,)) is not None
+        return out, pos, more
+
+    def active_recurring_jobs(self) -> Iterator[Job]:
+        for job_id, body in self._all(
+                "SELECT id, body FROM jobs WHERE recurring = 1 AND status = 'active' ORDER BY seq"):
+            yield self._job_cache.get(job_id) or self._decode(job_from_body, job_id, body)
+
+    # -- runs ----------------------------------------------------------------------------
+    def _store_run(self, old: Run | None, run: Run) -> None:
+        code = STATE_CODES[run.state]
+        if old is None:
+            self._x("INSERT INTO runs (sched_ms, job_id, seq, state, due_ms, updated_ms, body) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    (run.scheduled_ms, run.job_id, self.runs_created, code, run.due_ms,
+                     run.updated_ms, run_body(run)))
+            self.runs_created += 1
+        else:
+            self._x("UPDATE runs SET state = ?, due_ms = ?, updated_ms = ?, body = ? "
+                    "WHERE sched_ms = ? AND job_id = ?",
+                    (code, run.due_ms, run.updated_ms, run_body(run), run.scheduled_ms,
+                     run.job_id))
+        self._cache_run(run)
+
+    _COLS = "job_id, sched_ms, body"
+
+    def unfinished_runs(self, job_id: str) -> list[Run]:
+        return self._runs(f"SELECT {self._COLS} FROM runs WHERE job_id = ? AND state < {FINISHED} "
+                          "ORDER BY seq", (job_id,))
+
+    def has_unfinished(self, job_id: str) -> bool:
+        return self._one(f"SELECT 1 FROM runs WHERE job_id = ? AND state < {FINISHED} LIMIT 1",
+                         (job_id,)) is not None
+
+    def latest_run(self, job_id: str) -> Run | None:
+        runs = self._runs(f"SELECT {self._COLS} FROM runs WHERE job_id = ? "
+                          "ORDER BY seq DESC LIMIT 1", (job_id,))
+        return runs[0] if runs else None
+
+    def latest_finished_run(self, job_id: str) -> Run | None:
+        runs = self._runs(f"SELECT {self._COLS} FROM runs WHERE job_id = ? "
+                          f"AND state >= {FINISHED} ORDER BY seq DESC LIMIT 1", (job_id,))
+        return runs[0] if runs else None
+
+    def runs_of(self, job_id: str) -> list[Run]:
+        return self._runs(f"SELECT {self._COLS} FROM runs WHERE job_id = ? "
+                          "ORDER BY sched_ms DESC", (job_id,))
+
+    def pending_runs(self) -> Iterator[Run]:
+        yield from self._runs(f"SELECT {self._COLS} FROM runs WHERE state < {FINISHED} "
+                              "ORDER BY seq", ())
+
+    # -- dead-letter queue ---------------------------------------------------------------
+    def dlq_add(self, run_id: str) -> None:
+        cur = self._x("INSERT OR IGNORE INTO dlq (seq, run_id) VALUES (?, ?)",
+                      (self.dlq_added, run_id))
+        self.dlq_added += 1
+        self._dlq_size += cur.rowcount
+
+    def dlq_remove(self, run_id: str) -> None:
+        self._dlq_size -= self._x("DELETE FROM dlq WHERE run_id = ?", (run_id,)).rowcount
+
+    def in_dlq(self, run_id: str) -> bool:
+        return self._one("SELECT 1 FROM dlq WHERE run_id = ?", (run_id,)) is not None
+
+    def dlq_size(self) -> int:
+        return self._dlq_size
+
+    def dlq_newest_first(self) -> Iterator[str]:
+        for (run_id,) in self._all("SELECT run_id FROM dlq ORDER BY seq DESC"):
+            yield str(run_id)
+
+    # -- request ids ---------------------------------------------------------------------
+    def recall(self, rid: str) -> Result | None:
+        row = self._one("SELECT result FROM recent WHERE rid = ?", (rid,))
+        if row is None:
+            return None
+        try:
+            return result_from_body(rid, row[0])
+        except CorruptRow as exc:
+            raise StorageFailure(f"{self.path}: {exc}") from exc
+
+    def remember(self, rid: str, now: int, result: Result) -> None:
+        self._x("INSERT OR REPLACE INTO recent (rid, at_ms, result) VALUES (?, ?, ?)",
+                (rid, now, result_body(result)))
+        self._x("DELETE FROM recent WHERE at_ms < ?", (now - DEDUP_WINDOW_MS,))
+
+    def remembered(self) -> int:
+        return int(self._one("SELECT count(*) FROM recent", ())[0])
+
+
+def apply_entry(state: SqlState, blob: object, index: int
+                ) -> tuple[list[Result], list[LeaderEvent]] | None:
+    """Apply the Raft entry at ``index`` in one transaction with the index; None (nothing
+    done) when the database already holds it.  Raises :class:`StorageFailure` (stop)."""
+    if index <= state.applied_index:
+        return None
+    state.begin()
+    out = core_apply.apply_entry(state, blob, index)
+    state.commit()
+    return out
