@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 LAG_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
 FIRE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1, 1.5,
                 2, 2.5, 5, 10, 30, 60, 300)
+APPLY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5)
 GC_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.4, 0.8, 1.6, 3.2, 6.4)
 ROLES = {0: "follower", 1: "candidate", 2: "leader"}
 
@@ -55,6 +56,10 @@ class Metrics:
         self.gc_collected = Counter(
             "schedd_gc_collected_objects_total", "Unreachable objects found by the garbage "
             "collector, by generation.", ["generation"], registry=self.registry)
+        self.apply_time = Histogram(
+            "schedd_apply_duration_seconds", "Time to apply one Raft entry (a batch of commands) "
+            "into the state database, in one transaction.", buckets=APPLY_BUCKETS,
+            registry=self.registry)
         self.results = Counter(
             "schedd_worker_results_total", "Results sent by workers, by whether they were "
             "accepted (a stale fence is refused).", ["accepted"], registry=self.registry)
@@ -106,6 +111,11 @@ class _StateCollector(Collector):
             yield GaugeMetricFamily("schedd_raft_snapshot_age_seconds",
                                     "Seconds since this node last wrote its Raft snapshot.",
                                     value=age)
+        db, wal = node.database_bytes()
+        yield GaugeMetricFamily("schedd_state_db_bytes", "Size of this node's state database "
+                                "file (raft/state.db).", value=db)
+        yield GaugeMetricFamily("schedd_state_wal_bytes", "Size of the state database's "
+                                "write-ahead log (raft/state.db-wal).", value=wal)
         yield from self._followers(status, leader=role == "leader")
         refused = CounterMetricFamily(
             "schedd_raft_peer_refused", "Raft connections this node refused, by reason: "

@@ -92,6 +92,7 @@ class Runtime:
 
         self.hooks.on_applied, self.hooks.on_reset, self.hooks.on_role = on_applied, on_reset, on_role
         self.hooks.on_fatal = on_fatal
+        self.hooks.on_apply_time = self.metrics.apply_time.observe
         self.node = RaftNode(self._settings, self.hooks)
         self.node.attach(loop)
         self.metrics.attach(self)

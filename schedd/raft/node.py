@@ -8,14 +8,19 @@
   from the event loop take the same lock as apply (docs/pysyncobj.md #9, #13).
 * The leader watches each follower's match index and recovers a stalled one (docs/pysyncobj.md #6;
   see :meth:`RaftNode._watch_followers`).
-* pysyncobj's forked snapshot writer drops the daemon's sockets and dies with it
-  (schedd/raft/forksafe.py), and the nodes compact in turn (``logCompactionSplit``).
+* The replicated state is the node's SQLite database (``<data_dir>/state.db``, see
+  schedd/storage): each entry is applied in one transaction with its index.  Log compaction
+  writes a consistent copy of it in a thread, without a fork and without stopping the tick
+  thread (schedd/raft/snapshots.py), and the nodes compact in turn (``logCompactionSplit``).
+* A failure of the database under apply stops the node (exit status 70, like a failed journal
+  write): a result that depended on a full disk could differ between nodes.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import queue
 import threading
 from collections.abc import Callable, Iterator
@@ -30,14 +35,14 @@ from pysyncobj.pipe_notifier import PipeNotifier
 from schedd import clock
 from schedd.aio import within
 from schedd.core import commands as c
-from schedd.core.apply import apply_entry
-from schedd.core.state import LeaderEvent, MemoryState, Rejected, Result, State
+from schedd.core.state import LeaderEvent, Rejected, Result, State
 from schedd.errors import ResourceExhausted, SchedError, Unavailable
 from schedd.logs import log_event
-from schedd.raft.forksafe import guard_snapshot_fork
 from schedd.raft.journal import durable_journal
 from schedd.raft.pauses import bound_apply, read_before_judging
 from schedd.raft.peerguard import PeerGuard
+from schedd.raft.snapshots import SqlSnapshots
+from schedd.storage.sqlstate import SqlState, StorageFailure, apply_entry
 
 log = logging.getLogger(__name__)
 
@@ -75,33 +80,57 @@ class Hooks:
         self.on_role: Callable[[int], None] = lambda r: None
         #: this node cannot join any cluster as configured (the message says why)
         self.on_fatal: Callable[[str], None] = lambda m: None
+        #: seconds one entry took to apply into the database (tick thread)
+        self.on_apply_time: Callable[[float], None] = lambda s: None
+
+
+def stop_node(message: str) -> None:
+    """The database failed, or a snapshot cannot be used: log why and exit with status 70
+    (EX_SOFTWARE), so the supervisor restarts the node from its disk and the journal."""
+    log_event(log, "storage.failed", logging.CRITICAL, error=message)
+    for handler in logging.getLogger().handlers:
+        handler.flush()
+    os._exit(70)
 
 
 class _StateMachine(SyncObjConsumer):  # type: ignore[misc]
-    def __init__(self, hooks: Hooks) -> None:
-        # Attributes set before SyncObjConsumer.__init__ are not replicated.
+    """The state machine pysyncobj applies entries to.  With the custom serializer pysyncobj
+    never pickles it: the state is the database, and snapshots are copies of it."""
+
+    #: what a database failure under apply does (tests replace it)
+    on_storage_failure: Callable[[str], None] = staticmethod(stop_node)
+
+    def __init__(self, hooks: Hooks, live: Path) -> None:
         self.lock = threading.RLock()
         self.hooks = hooks
+        self.live = live
         super().__init__()
-        self.state = MemoryState()  # replicated (pickled into snapshots)
+        self.state = SqlState(live)
+
+    def reopen(self) -> None:
+        self.state = SqlState(self.live)
 
     @replicated  # type: ignore[untyped-decorator]
     def apply_entry(self, blob: bytes) -> list[Result]:
         try:
             index = self._syncObj.raftLastApplied + 1
+            started = clock.mono()
             with self.lock:
-                results, events = apply_entry(self.state, blob, index)
+                try:
+                    applied = apply_entry(self.state, blob, index)
+                except StorageFailure as exc:
+                    self.on_storage_failure(str(exc))
+                    raise
+            if applied is None:  # the database already held it (a replay after a restart)
+                return []
+            self.hooks.on_apply_time(clock.mono() - started)
+            results, events = applied
             if events:
                 self.hooks.on_applied(index, events)
             return results
         except Exception as exc:  # noqa: BLE001 - never let anything escape (docs/pysyncobj.md #1)
             log.exception("apply failed")
             return [Rejected("internal", f"apply failed: {exc}")]
-
-    def _deserialize(self, data: dict[str, Any]) -> None:
-        with self.lock:
-            super()._deserialize(data)
-        self.hooks.on_reset()
 
 
 @dataclass(slots=True)
@@ -129,11 +158,15 @@ class RaftNode:
     def __init__(self, settings: RaftSettings, hooks: Hooks) -> None:
         self.settings = settings
         self.hooks = hooks
-        self._sm = _StateMachine(hooks)
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        self._sm = _StateMachine(hooks, settings.data_dir / "state.db")
         self._loop: asyncio.AbstractEventLoop | None = None
         self._pending: list[tuple[c.Command, asyncio.Future[Result]]] = []
         self._flush_scheduled = False
-        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        self.snapshots = SqlSnapshots(
+            self._sm, settings.data_dir / "state.db", settings.data_dir / "raft.dump",
+            on_replaced=lambda: hooks.on_reset(),
+            on_fatal=lambda message: _StateMachine.on_storage_failure(message))
         conf = SyncObjConf(
             journalFile=str(settings.data_dir / "raft.journal"),
             fullDumpFile=str(settings.data_dir / "raft.dump"),
@@ -149,8 +182,8 @@ class RaftNode:
             logCompactionMinTime=settings.log_compaction_min_time,
             # Compact in turn, not all three at once (they apply the same entries at about the
             # same moment and started together, so their logCompactionMinEntries/MinTime
-            # triggers fired together and, at scale, three forked writers competed for the CPU
-            # while every node's tick thread paid for its own snapshot: BENCHMARKS.md).  pysyncobj 0.3.17: the period
+            # triggers fired together and, at scale, three snapshot writers competed for the
+            # CPU and the disk: BENCHMARKS.md).  pysyncobj 0.3.17: the period
             # logCompactionMinTime is cut into one slot per node (node ids sorted, the same on
             # every node; time.monotonic, so the slots are disjoint on one host and of random
             # phase across hosts) and a node starts a compaction only in the first 30 % of its
@@ -165,16 +198,14 @@ class RaftNode:
             commandsQueueSize=MAX_PENDING,
             onStateChanged=self._on_state_changed,
             dynamicMembershipChange=False,
+            serializer=self.snapshots.serialize,
+            deserializer=self.snapshots.deserialize,
+            serializeChecker=self.snapshots.check,
         )
         self._transport: PeerGuard  # built by SyncObj.__init__ through transportClass
         # Built on the calling (main) thread, with the state machine complete (docs/pysyncobj.md #9, #13).
         # Durable journal (docs/pysyncobj.md #7): pysyncobj's createJournal is swapped for this call only,
         # and the transport syncs the journal before the node acknowledges (schedd/raft/journal.py).
-        # The snapshot writer pysyncobj forks releases the inherited sockets (the Raft and HTTP
-        # listening ports) and dies with the tick thread, so a killed node restarts at once
-        # and leaves no orphaned writer behind (schedd/raft/forksafe.py).  Guarded when the
-        # transport is built: SyncObj.__init__ has made its serializer by then and starts the
-        # tick thread (which may compact at once with a long journal) only afterwards.
         # The transport also reports the peers it refuses (another Raft secret, an address not
         # in raft.peers), which pysyncobj drops without a word (schedd/raft/peerguard.py).
         with durable_journal(snapshot_path=conf.fullDumpFile) as durable:
@@ -182,7 +213,6 @@ class RaftNode:
                            {"on_fatal": staticmethod(lambda message: hooks.on_fatal(message))})
 
             def transport(sync_obj: SyncObj, *args: Any) -> Any:
-                guard_snapshot_fork(sync_obj)
                 self._transport = guarded(sync_obj, *args)
                 return self._transport
 
@@ -190,8 +220,6 @@ class RaftNode:
                                 consumers=[self._sm], transportClass=transport)
         self._conf = conf  # the SyncObj reads this object (logCompactionSplit on every tick)
         self._on_tick: queue.SimpleQueue[Callable[[], object]] = queue.SimpleQueue()
-        self._snapshot_started: float | None = None
-        self.last_snapshot_duration: float | None = None
         # Low-latency commits (BENCHMARKS.md, S1c): with appendEntriesUseBatch pysyncobj picks a command
         # up only when its poll times out (autoTickPeriod) and replicates it only at the next
         # appendEntriesPeriod.  A pipe wakes the tick thread when commands are queued, and new
@@ -261,16 +289,20 @@ class RaftNode:
     def has_quorum(self) -> bool:
         return bool(self._obj.hasQuorum)
 
-    def _time_snapshot(self) -> None:
-        """Time pysyncobj's snapshot writes (a forked child while its pid is set): the only way
-        to see them is its serializer's private pid, read here on the tick thread."""
-        serializer = getattr(self._obj, "_SyncObj__serializer", None)
-        busy = getattr(serializer, "_Serializer__pid", 0) not in (0, -1, -2)
-        if busy and self._snapshot_started is None:
-            self._snapshot_started = clock.mono()
-        elif not busy and self._snapshot_started is not None:
-            self.last_snapshot_duration = clock.mono() - self._snapshot_started
-            self._snapshot_started = None
+    def database_bytes(self) -> tuple[int, int]:
+        """Sizes of the state database file and of its write-ahead log, in bytes."""
+        sizes = []
+        for name in ("state.db", "state.db-wal"):
+            try:
+                sizes.append((self.settings.data_dir / name).stat().st_size)
+            except OSError:
+                sizes.append(0)
+        return sizes[0], sizes[1]
+
+    @property
+    def last_snapshot_duration(self) -> float | None:
+        """How long the last snapshot took to write (None before the first)."""
+        return self.snapshots.last_duration
 
     def snapshot_age(self) -> float | None:
         """Seconds since the snapshot (full dump) file was last written, if there is one."""
@@ -394,7 +426,7 @@ class RaftNode:
 
     def _run_on_tick(self) -> None:  # tick thread
         self._fast_append()
-        self._time_snapshot()
+        self.snapshots.running = True  # pysyncobj loaded the snapshot file (if any) before
         self._restore_split()
         try:
             self._watch_followers()

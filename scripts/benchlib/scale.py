@@ -289,8 +289,8 @@ class _Snapshot:
 
 @dataclass
 class _Snapshots:
-    """Watches each node's snapshot files: ``raft.dump.tmp`` exists while pysyncobj's forked
-    child writes a snapshot, and ``raft.dump`` is replaced when it is done; the duration the node
+    """Watches each node's snapshot files: ``raft.dump.sqltmp`` exists while the node's
+    snapshot thread writes a copy, and ``raft.dump`` is replaced when it is done; the duration the node
     reports (``schedd_raft_snapshot_duration_seconds``) is read after each.  Also points the
     probe at the new leader after an election, and aborts the scenario when the machine runs
     short of memory."""
@@ -331,7 +331,7 @@ class _Snapshots:
                 if not node.alive:
                     self.running.pop(k, None)
                     continue
-                busy = self.path(k, "raft.dump.tmp").exists()
+                busy = self.path(k, "raft.dump.sqltmp").exists()
                 m = self.mtime(k)
                 if m != self.seen[k]:
                     self.seen[k] = m
@@ -404,8 +404,8 @@ async def s4(root: Path, n: int, compaction: float, load_cap: float, quiet_cap: 
         during a quiet period afterwards that lasts until every node has written a whole
         snapshot (begun after the load), at most ``quiet_cap`` s (the leader must at least have
         been snapshotting in it): p99/max latency of each, max over quiet-period probes in
-        flight while the leader was snapshotting (``raft.dump.tmp`` exists while pysyncobj's
-        forked child writes it), and the longest snapshot any node reported;
+        flight while the leader was snapshotting (``raft.dump.sqltmp`` exists while the node's
+        snapshot thread writes it), and the longest snapshot any node reported;
     (c) catch-up: a follower is SIGKILLed, 1 % of ``n`` more jobs go in, it is restarted (and
         started again, as a supervisor would, each time it exits: its old snapshot writer may
         still hold its port), and the time from the first restart until its applied index

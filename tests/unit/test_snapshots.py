@@ -1,0 +1,210 @@
+"""Raft snapshots of the state database (schedd/storage/snapshots.py, schedd/raft/snapshots.py):
+a copy holds exactly the entries up to the index it was pinned at however much is applied while
+it is written; a snapshot is checked before it is trusted; installing one replaces the live
+database whole; at start a newer live database is kept, and a snapshot from the leader always
+replaces it.  Real SQLite files, commands applied through the real core."""
+
+from __future__ import annotations
+
+import gzip
+import sqlite3
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pysyncobj.config import SERIALIZER_STATE
+
+from schedd.core import commands as c
+from schedd.core.model import JobSpec
+from schedd.raft.snapshots import SqlSnapshots
+from schedd.storage import snapshots as S
+from schedd.storage.sqlstate import SqlState, apply_entry
+from tests.property.test_sql_state_property import answers
+
+T0 = 1_800_000_000_000
+RAFT = ((b"\x01last", 7, 2), (b"\x01prev", 6, 2), ["127.0.0.1:9001", "127.0.0.1:9002"])
+
+
+def submit(state: SqlState, index: int, n: int = 1) -> None:
+    jobs = tuple((f"J{index}-{k}", JobSpec(task="t", payload="x" * 200)) for k in range(n))
+    assert apply_entry(state, c.encode_entry([c.Submit(f"r{index}", T0 + index, jobs)]), index)
+
+
+def filled(path: Path, entries: int, per_entry: int = 1) -> SqlState:
+    state = SqlState(path)
+    for i in range(1, entries + 1):
+        submit(state, i, per_entry)
+    return state
+
+
+def test_a_copy_holds_exactly_the_entries_up_to_its_pin_while_more_are_applied(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    live, dump = tmp_path / "state.db", tmp_path / "raft.dump"
+    state = filled(live, 20, per_entry=50)
+    src, pinned = S.pin(live)
+    assert pinned == 20
+    monkeypatch.setattr(S, "BACKUP_PAGES", 1)  # many steps: entries land between them
+    index = iter(range(21, 10_000))
+    steps = 0
+
+    def apply_more() -> None:
+        nonlocal steps
+        steps += 1
+        submit(state, next(index), 20)
+
+    S.write_copy(src, dump, RAFT, step=apply_more)
+    assert steps > 10 and state.applied_index > 30
+    info = S.read_snapshot(dump)
+    assert info.applied_index == 20 and info.raft == RAFT
+    copy = SqlState(tmp_path / "copy.db")
+    copy.close()
+    S.install_snapshot(dump, tmp_path / "copy.db")
+    copy = SqlState(tmp_path / "copy.db")
+    try:
+        assert copy.applied_index == 20 and len(copy.jobs) == 20 * 50
+        assert sorted(copy.jobs) == sorted(j for j in state.jobs if int(j[1:].split("-")[0]) <= 20)
+        assert sqlite3.connect(dump).execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    finally:
+        copy.close()
+        state.close()
+    assert not (tmp_path / "raft.dump.sqltmp").exists()
+
+
+def test_an_installed_snapshot_answers_as_the_database_it_was_copied_from(tmp_path: Path) -> None:
+    live = tmp_path / "state.db"
+    state = filled(live, 12, per_entry=3)
+    src, _ = S.pin(live)
+    S.write_copy(src, tmp_path / "raft.dump", RAFT)
+    expected = answers(state)
+    state.close()
+    other = filled(tmp_path / "other.db", 30)  # a node that went its own way
+    other.close()
+    S.install_snapshot(tmp_path / "raft.dump", tmp_path / "other.db")
+    restored = SqlState(tmp_path / "other.db")
+    try:
+        assert answers(restored) == expected
+        tables = {r[0] for r in restored.db.execute("SELECT name FROM sqlite_master")}
+        assert "snapshot" not in tables  # the Raft data stays with the snapshot
+        submit(restored, 13)  # and it goes on from there
+        assert restored.applied_index == 13
+    finally:
+        restored.close()
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda p: p.write_bytes(gzip.compress(b"an old pickled snapshot")),
+         "not a schedd snapshot of this version (it is not an SQLite database"),
+        (lambda p: sqlite3.connect(p).execute("CREATE TABLE x (a)"),
+         "not a complete schedd snapshot: no such table: snapshot"),
+        (lambda p: _snapshot_with(p, version=99),
+         "schema version 99; this schedd reads format 1 up to schema version 1: it was written "
+         "by a newer schedd"),
+        (lambda p: _snapshot_with(p, raft=b"{"), "damaged Raft data in the snapshot"),
+    ],
+)
+def test_a_snapshot_that_cannot_be_used_is_refused_saying_why(
+        tmp_path: Path, make: Any, message: str) -> None:
+    path = tmp_path / "raft.dump"
+    make(path)
+    with pytest.raises(S.SnapshotError) as caught:
+        S.read_snapshot(path)
+    assert str(caught.value).startswith(f"{path}: ") and message in str(caught.value)
+
+
+def _snapshot_with(path: Path, version: int = 1, raft: bytes | None = None) -> None:
+    state = filled(path.parent / "src.db", 2)
+    src, _ = S.pin(path.parent / "src.db")
+    S.write_copy(src, path, RAFT)
+    state.close()
+    db = sqlite3.connect(path, isolation_level=None)
+    db.execute(f"PRAGMA user_version = {version}")
+    if raft is not None:
+        db.execute("UPDATE snapshot SET value = ? WHERE key = 'raft'", (raft,))
+    db.close()
+
+
+class Machine:
+    def __init__(self, live: Path) -> None:
+        self.lock = threading.RLock()
+        self.live = live
+        self.state = SqlState(live)
+
+    def reopen(self) -> None:
+        self.state = SqlState(self.live)
+
+
+def snapshots_of(tmp_path: Path, live_entries: int) -> tuple[SqlSnapshots, Machine, list[str]]:
+    """A snapshot of 10 entries at raft.dump, and a live database of ``live_entries``."""
+    src_db = filled(tmp_path / "src.db", 10)
+    src, _ = S.pin(tmp_path / "src.db")
+    S.write_copy(src, tmp_path / "raft.dump", RAFT)
+    src_db.close()
+    filled(tmp_path / "state.db", live_entries).close()
+    machine = Machine(tmp_path / "state.db")
+    seen: list[str] = []
+    snaps = SqlSnapshots(machine, tmp_path / "state.db", tmp_path / "raft.dump",  # type: ignore[arg-type]
+                         on_replaced=lambda: seen.append("replaced"),
+                         on_fatal=lambda m: seen.append(f"fatal: {m}"))
+    return snaps, machine, seen
+
+
+def test_at_start_a_live_database_newer_than_the_snapshot_is_kept(tmp_path: Path) -> None:
+    snaps, machine, seen = snapshots_of(tmp_path, live_entries=14)
+    assert snaps.deserialize(str(tmp_path / "raft.dump")) == RAFT
+    assert machine.state.applied_index == 14 and seen == []  # the journal replays after 14
+
+
+def test_at_start_a_live_database_older_than_the_snapshot_is_replaced(tmp_path: Path) -> None:
+    snaps, machine, seen = snapshots_of(tmp_path, live_entries=4)
+    assert snaps.deserialize(str(tmp_path / "raft.dump")) == RAFT
+    assert machine.state.applied_index == 10 and seen == ["replaced"]
+
+
+def test_a_snapshot_from_the_leader_always_replaces_the_live_database(tmp_path: Path) -> None:
+    snaps, machine, seen = snapshots_of(tmp_path, live_entries=14)
+    snaps.running = True
+    assert snaps.deserialize(str(tmp_path / "raft.dump")) == RAFT
+    assert machine.state.applied_index == 10 and seen == ["replaced"]
+    assert "J12-0" not in machine.state.jobs
+
+
+def test_a_snapshot_that_cannot_be_used_stops_the_node_instead_of_being_skipped(
+        tmp_path: Path) -> None:
+    snaps, machine, seen = snapshots_of(tmp_path, live_entries=4)
+    (tmp_path / "raft.dump").write_bytes(b"not a database at all, 16+ bytes")
+    with pytest.raises(S.SnapshotError):
+        snaps.deserialize(str(tmp_path / "raft.dump"))
+    assert len(seen) == 1 and seen[0].startswith("fatal: ") and "not a schedd snapshot" in seen[0]
+    assert machine.state.applied_index == 4  # untouched
+
+
+def test_a_snapshot_is_written_in_the_background_and_reported_once(tmp_path: Path) -> None:
+    snaps, machine, _ = snapshots_of(tmp_path, live_entries=6)
+    (tmp_path / "raft.dump").unlink()
+    snaps.serialize(str(tmp_path / "raft.dump.tmp"), RAFT)
+    assert snaps.busy_for() is not None
+    copy = snaps._copy
+    assert copy is not None and copy.done.wait(10)
+    assert snaps.check() == SERIALIZER_STATE.SUCCESS
+    assert snaps.check() == SERIALIZER_STATE.NOT_SERIALIZING and snaps.busy_for() is None
+    assert S.read_snapshot(tmp_path / "raft.dump").applied_index == 6
+    assert snaps.last_index == 6 and snaps.last_duration is not None
+    assert not (tmp_path / "raft.dump.tmp").exists()  # pysyncobj's own name is never written
+
+
+def test_a_failed_copy_is_reported_and_the_old_snapshot_kept(tmp_path: Path) -> None:
+    snaps, machine, _ = snapshots_of(tmp_path, live_entries=6)
+    before = (tmp_path / "raft.dump").read_bytes()
+    (tmp_path / "raft.dump.sqltmp").mkdir()  # the copy cannot create its file
+    snaps.serialize(str(tmp_path / "raft.dump.tmp"), RAFT)
+    copy = snaps._copy
+    assert copy is not None and copy.done.wait(10)
+    assert snaps.check() == SERIALIZER_STATE.FAILED
+    assert (tmp_path / "raft.dump").read_bytes() == before
+    # the copy let go of its read transaction: the writer can checkpoint the whole WAL
+    submit(machine.state, 7)
+    busy, _, _ = machine.state.db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+    assert busy == 0
