@@ -37,10 +37,11 @@ Recovery
     (nothing after the last sync was ever acknowledged) and, for damage in synced data, only
     because a committed entry is on a majority of nodes -- and only if this node does not help
     elect a leader that lacks what it lost (possible when the other copy's holder is down or
-    lagging). So when the stored commit index proves acknowledged entries were cut, the node
-    abstains (:meth:`DurableJournal.may_vote`: no vote grants, a candidate log nobody accepts)
-    until its synced log is back past what it had; a torn tail after a power loss never
-    triggers this, so a cluster that lost power everywhere still elects a leader. A journal
+    lagging). So when the stored commit index proves acknowledged entries were cut (or the
+    state file is damaged too, so nothing proves they were not), the node abstains
+    (:meth:`DurableJournal.may_vote`: no vote grants, a candidate log nobody accepts) until its
+    synced log is back past what it had; a torn tail after a power loss never triggers this,
+    so a cluster that lost power everywhere still elects a leader. A journal
     in pysyncobj's FileJournal format is imported once (kept as ``<journalFile>.pysyncobj.bak``).
     I/O errors on write or sync are fail-stop (:func:`exit_process`).
 
@@ -303,19 +304,20 @@ class DurableJournal(Journal):  # type: ignore[misc]
         self.path = path
         self.state_path = path + ".state"
         self.snapshot_path = snapshot_path
-        self.damage: Damage | None = None  # what recovery cut at open, for health and tests
         self.syncs = 0  # fdatasync calls on the journal (for measurements)
-        self._entries: list[Entry] = []
-        self._ends: list[int] = []  # end offset of each record in the file
         self._pending = bytearray()  # records added but not yet written
-        self._written = HEADER_SIZE  # the file's length; _pending goes after it
         self._dirty = False  # written but not yet fdatasync'ed
-        self._synced_index = 0  # index of the last entry known to be on stable storage
         self._state_dirty = False
         self._failed: BaseException | None = None
-        self._fd = -1
+        # Set by _open:
+        self.damage: Damage | None  # what recovery cut at open, for health and tests
+        self._entries: list[Entry]
+        self._ends: list[int]  # end offset of each record in the file
+        self._written: int  # the file's length; _pending goes after it
+        self._synced_index: int  # index of the last entry known to be on stable storage
+        self._fd: int  # -1 once closed
         self._state, state_ok = self._load_state()
-        self._open()
+        self._open(state_ok)
         if not state_ok:
             # Unknown vote: refuse to vote in the last known term rather than vote twice.
             self._state = RaftState(max(self._state.term, self._last_term()), UNKNOWN_VOTE, 1,
@@ -334,7 +336,7 @@ class DurableJournal(Journal):  # type: ignore[misc]
                       error=str(exc))
             return RaftState(), False
 
-    def _open(self) -> None:
+    def _open(self, state_known: bool) -> None:
         if not os.path.exists(self.path) or os.path.getsize(self.path) == 0:
             atomic_write(self.path, encode_header())
         with open(self.path, "rb") as f:
@@ -362,7 +364,7 @@ class DurableJournal(Journal):  # type: ignore[misc]
         self._synced_index = entries[-1][1] if entries else 0
         self.damage = damage
         if damage is not None:
-            self._report(damage)
+            self._report(damage, state_known)
 
     def _check_newer(self, data: bytes) -> None:
         if len(data) >= HEADER_SIZE and data[:8] == MAGIC:
@@ -379,12 +381,14 @@ class DurableJournal(Journal):  # type: ignore[misc]
         except OSError:
             log.exception("could not keep the dropped journal bytes")
 
-    def _report(self, d: Damage) -> None:
+    def _report(self, d: Damage, state_known: bool) -> None:
         last_kept = d.last_kept_index or 0
         # The state file is written only after the log is synced, so a stored commit index past
         # what survived means acknowledged, committed entries were lost here: not a torn write
-        # after a power loss, but damage to synced data (or an operator's edit).
-        lost_acknowledged = self._state.commit_index > last_kept
+        # after a power loss, but damage to synced data (or an operator's edit). A damaged state
+        # file (never the result of a power loss: it is replaced by a rename) proves nothing, so
+        # then whatever was cut may have been acknowledged.
+        lost_acknowledged = not state_known or self._state.commit_index > last_kept
         if lost_acknowledged:
             self._state.abstain_until = max(self._state.abstain_until or 0,
                                             self._state.commit_index,
@@ -395,7 +399,7 @@ class DurableJournal(Journal):  # type: ignore[misc]
                   path=self.path, offset=d.offset, reason=d.reason,
                   dropped_records=d.dropped_records, dropped_bytes=d.dropped_bytes,
                   kept_records=len(self._entries), last_kept_index=d.last_kept_index,
-                  stored_commit_index=self._state.commit_index,
+                  stored_commit_index=self._state.commit_index if state_known else None,
                   lost_acknowledged=lost_acknowledged, abstain_until=self._state.abstain_until,
                   note="the node re-syncs the rest from the leader")
 
