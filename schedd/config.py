@@ -37,6 +37,7 @@ __all__ = [
     "Config",
     "HttpConfig",
     "LimitsConfig",
+    "HistoryConfig",
     "LogConfig",
     "NodeConfig",
     "RaftConfig",
@@ -425,6 +426,8 @@ class SchedulerConfig:
     #: one-off runs (and recurring ones with overlap "allow") are fired and leased this long
     #: before they are due; the worker starts the handler at the due time (0: at the due time)
     dispatch_ahead_ms: int = _f(1_000, _duration_or_zero, key="dispatch_ahead")
+    #: the leader keeps the runs due within this window in memory; later ones stay on disk
+    hot_window_ms: int = _dur(600_000)
 
 
 @dataclass(frozen=True)
@@ -436,6 +439,15 @@ class LimitsConfig:
     submit_rate: tuple[tuple[str, float], ...] = _f((), _mapping_of(_rate), "text")
     #: how many jobs a namespace may submit at once above its rate
     submit_burst: int = _f(100, _int(1, 1_000_000), "int")
+
+
+@dataclass(frozen=True)
+class HistoryConfig:
+    #: finished runs (and finished jobs left without runs) are forgotten this long after they
+    #: last changed; runs in the dead-letter queue are kept
+    retention_ms: int = _dur(7 * 86_400_000)
+    #: the most finished runs kept per job (the oldest are forgotten as new ones finish)
+    max_runs_per_job: int = _f(1_000, _int(1, 1_000_000), "int")
 
 
 @dataclass(frozen=True)
@@ -454,6 +466,7 @@ _SECTIONS: Final[dict[str, type[Any]]] = {
     "auth": AuthConfig,
     "scheduler": SchedulerConfig,
     "limits": LimitsConfig,
+    "history": HistoryConfig,
     "log": LogConfig,
 }
 
@@ -491,6 +504,7 @@ class Config:
     auth: AuthConfig = field(default_factory=AuthConfig)
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     limits: LimitsConfig = field(default_factory=LimitsConfig)
+    history: HistoryConfig = field(default_factory=HistoryConfig)
     log: LogConfig = field(default_factory=LogConfig)
 
     @property

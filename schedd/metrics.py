@@ -60,6 +60,9 @@ class Metrics:
             "schedd_apply_duration_seconds", "Time to apply one Raft entry (a batch of commands) "
             "into the state database, in one transaction.", buckets=APPLY_BUCKETS,
             registry=self.registry)
+        self.purged = Counter(
+            "schedd_history_purged_total", "Finished runs and jobs forgotten by history retention "
+            "(counted by the leader that purged them).", ["kind"], registry=self.registry)
         self.results = Counter(
             "schedd_worker_results_total", "Results sent by workers, by whether they were "
             "accepted (a stale fence is refused).", ["accepted"], registry=self.registry)

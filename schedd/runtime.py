@@ -24,6 +24,7 @@ from schedd.leader.leader import Leader
 from schedd.logs import log_event
 from schedd.metrics import Metrics
 from schedd.raft.node import Hooks, RaftNode, RaftSettings
+from schedd.storage.reader import Reader
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +73,7 @@ class Runtime:
         self._tls = server_ssl_context(config)
         self._peer_ssl: ssl.SSLContext | bool = peer_ssl_context(config) or True
         self.node: RaftNode  # created in start(), on the loop's (main) thread
+        self.reader: Reader  # the API's read connections to the state database (start())
 
     # -- start / stop ------------------------------------------------------------------------
     async def start(self) -> None:
@@ -95,6 +97,8 @@ class Runtime:
         self.hooks.on_apply_time = self.metrics.apply_time.observe
         self.node = RaftNode(self._settings, self.hooks)
         self.node.attach(loop)
+        self.reader = Reader(self._settings.data_dir / "state.db")
+        await self.reader.open()
         self.metrics.attach(self)
         n = self.config.node
         self.gc = GcPolicy(n.gc_freeze_interval_ms / 1000, n.gc_thaw_interval_ms / 1000,
@@ -144,6 +148,7 @@ class Runtime:
                 await within(ws.close(code=1001, message=b"node stopping"), 1.0)
         if self._runner is not None:
             await self._runner.cleanup()
+        await self.reader.close()
         self.node.close()
         log_event(log, "node.stopped", node_id=self.config.node.id)
 
@@ -183,6 +188,9 @@ class Runtime:
                         tick_s=self.config.scheduler.tick_ms / 1000, on_deposed=self._deposed,
                         caps=dict(self.config.limits.concurrency), metrics=self.metrics,
                         ahead_s=self.config.scheduler.dispatch_ahead_ms / 1000,
+                        hot_window_s=self.config.scheduler.hot_window_ms / 1000,
+                        retention_s=self.config.history.retention_ms / 1000,
+                        keep_per_job=self.config.history.max_runs_per_job,
                         heartbeat_interval_s=self.config.scheduler.heartbeat_interval_ms / 1000)
         self.leader = leader
         self._leader_term = self.node.term

@@ -63,7 +63,8 @@ async def wait_for(predicate: Callable[[], Any], timeout: float = 10.0, interval
 
 
 async def start_node(tmp: Path, limits: dict[str, Any] | None = None,
-                     raft: dict[str, Any] | None = None, **scheduler: Any) -> Node:
+                     raft: dict[str, Any] | None = None, history: dict[str, Any] | None = None,
+                     **scheduler: Any) -> Node:
     from schedd.runtime import Runtime
 
     port = free_port()
@@ -75,6 +76,7 @@ async def start_node(tmp: Path, limits: dict[str, Any] | None = None,
     overrides.update({f"scheduler.{k}": v for k, v in scheduler.items()})
     overrides.update({f"limits.{k}": v for k, v in (limits or {}).items()})
     overrides.update({f"raft.{k}": v for k, v in (raft or {}).items()})
+    overrides.update({f"history.{k}": v for k, v in (history or {}).items()})
     cfg = load_config(None, env={}, overrides=overrides)
     token, _ = ensure_admin_token(cfg.tokens_path)
     rt = Runtime(cfg)

@@ -19,7 +19,7 @@ from schedd import auth, clock
 from schedd.api.views import job_view, run_view
 from schedd.core import commands as c
 from schedd.core.durations import format_time
-from schedd.core.model import Job, JobStatus, RunState
+from schedd.core.model import JobStatus, RunState
 from schedd.core.recurrence import explain, recurrence_from
 from schedd.core.runs import MISFIRE_GRACE_MS, is_recurring, recurrence
 from schedd.core.state import Ok, Rejected, Result
@@ -212,8 +212,7 @@ async def submit_job(request: web.Request) -> web.Response:
     job_id = new_job_id(now)
     res = await commit(rt, lambda rid, t: c.Submit(rid, t, ((job_id, spec),)), await request_id(request))
     [(job, created)] = unwrap(res)
-    with rt.node.read() as st:
-        view = job_view(job, st.latest_run(job.id))
+    view = job_view(job, await rt.reader.latest_run(job.id))
     log_event(log, "job.submitted", level=logging.DEBUG, job_id=job.id, task=spec.task,
               created=created)
     return json_response(view, 201 if created else 200)
@@ -241,8 +240,7 @@ async def submit_batch(request: web.Request) -> web.Response:
             message = message.replace(job_id, ref)
         res = Rejected(res.code, message, res.field)
     created = unwrap(res)
-    with rt.node.read() as st:
-        views = [job_view(job, st.latest_run(job.id)) for job, _ in created]
+    views = [job_view(job, await rt.reader.latest_run(job.id)) for job, _ in created]
     return json_response({"jobs": views}, 201)
 
 
@@ -290,19 +288,9 @@ async def list_jobs(request: web.Request) -> web.Response:
     if "status" in filters and filters["status"] not in set(JobStatus):
         raise InvalidArgument(f"status: expected one of {', '.join(JobStatus)}, got "
                               f"{filters['status']!r}", field="status")
-
-    def match(job: Job) -> bool:
-        spec = job.spec
-        return not (("namespace" in filters and spec.namespace != filters["namespace"])
-                    or ("queue" in filters and spec.queue != filters["queue"])
-                    or ("status" in filters and job.status != filters["status"])
-                    or ("task" in filters and spec.task != filters["task"]))
-
-    with rt.node.read() as st:
-        jobs, pos, more = st.jobs_page(cursor, limit, match)
-        out = [job_view(job, st.latest_run(job.id)) for job in jobs]
-    next_cursor = str(pos) if more and len(out) >= limit else None
-    return json_response({"jobs": out, "next_cursor": next_cursor})
+    jobs, after = await rt.reader.jobs_page(cursor, limit, filters)
+    out = [job_view(job, await rt.reader.latest_run(job.id)) for job in jobs]
+    return json_response({"jobs": out, "next_cursor": None if after is None else str(after)})
 
 
 def _job_id(request: web.Request) -> str:
@@ -313,11 +301,10 @@ async def get_job(request: web.Request) -> web.Response:
     require(request, "read")
     rt = request.app[RUNTIME]
     job_id = _job_id(request)
-    with rt.node.read() as st:
-        job = st.jobs.get(job_id)
-        if job is None:
-            raise NotFound(f"no job with id {job_id}", field="id")
-        return json_response(job_view(job, st.latest_run(job_id)))
+    job = await rt.reader.job(job_id)
+    if job is None:
+        raise NotFound(f"no job with id {job_id}", field="id")
+    return json_response(job_view(job, await rt.reader.latest_run(job_id)))
 
 
 async def cancel_job(request: web.Request) -> web.Response:
@@ -335,17 +322,14 @@ async def update_job(request: web.Request) -> web.Response:
     job_id = _job_id(request)
     body = await read_json(request)
     now = clock.wall_ms()
-    with rt.node.read() as st:
-        job = st.jobs.get(job_id)
-        if job is None:
-            raise NotFound(f"no job with id {job_id}", field="id")
-        current = job.spec
-    paused, spec = parse_patch(body, current, now_ms=now, defaults=defaults(rt))
+    current = await rt.reader.job(job_id)
+    if current is None:
+        raise NotFound(f"no job with id {job_id}", field="id")
+    paused, spec = parse_patch(body, current.spec, now_ms=now, defaults=defaults(rt))
     res = await commit(rt, lambda rid, t: c.UpdateJob(rid, t, job_id, paused, spec),
                        await request_id(request))
     job = unwrap(res)
-    with rt.node.read() as st:
-        view = job_view(st.jobs[job.id], st.latest_run(job.id))
+    view = job_view(await rt.reader.job(job.id) or job, await rt.reader.latest_run(job.id))
     log_event(log, "job.updated", job_id=job_id, paused=paused, spec_changed=spec is not None)
     return json_response(view)
 
@@ -364,8 +348,7 @@ async def trigger_job(request: web.Request) -> web.Response:
     res = await commit(rt, lambda rid, t: c.Trigger(rid, t, job_id, overlap == "override"),
                        await request_id(request))
     run = unwrap(res)
-    with rt.node.read() as st:
-        view = run_view(st.runs[run.id])
+    view = run_view(await rt.reader.run(run.id) or run)
     log_event(log, "job.triggered", job_id=job_id, run_id=run.id, overlap=overlap)
     return json_response(view, 201)
 
@@ -380,8 +363,10 @@ async def _run_command(request: web.Request, make: Callable[[str, int, str], c.C
     log_event(log, event, run_id=run_id)
     if not reply:
         return web.Response(status=204)
-    with rt.node.read() as st:
-        return json_response(run_view(st.runs[run_id]))
+    run = await rt.reader.run(run_id)
+    if run is None:  # committed, so it exists: only a snapshot install in between could hide it
+        raise NotFound(f"no run with id {run_id}", field="run_id")
+    return json_response(run_view(run))
 
 
 async def cancel_run(request: web.Request) -> web.Response:
@@ -408,10 +393,9 @@ async def explain_job(request: web.Request) -> web.Response:
     rt = request.app[RUNTIME]
     job_id = _job_id(request)
     count = _int_param(request, "count", 10, 1, 1000)
-    with rt.node.read() as st:
-        job = st.jobs.get(job_id)
-        if job is None:
-            raise NotFound(f"no job with id {job_id}", field="id")
+    job = await rt.reader.job(job_id)
+    if job is None:
+        raise NotFound(f"no job with id {job_id}", field="id")
     if not is_recurring(job.spec):
         at = job.next_run_at_ms
         one: list[dict[str, Any]] = [] if at is None else [{"scheduled_ms": at, "due_ms": at,
@@ -419,8 +403,7 @@ async def explain_job(request: web.Request) -> web.Response:
         return json_response(_fires_view(one))
     now = clock.wall_ms()
     fires: list[dict[str, Any]] = explain(recurrence(job), now, count, job.id)
-    with rt.node.read() as st:
-        pending = st.runs.get(job.next_run_id) if job.next_run_id else None
+    pending = await rt.reader.run(job.next_run_id) if job.next_run_id else None
     if pending is not None and now - pending.scheduled_ms > MISFIRE_GRACE_MS:
         opts = job.spec.schedule.options
         policy = opts.misfire.value if opts else "run_once"
@@ -458,29 +441,25 @@ async def job_runs(request: web.Request) -> web.Response:
     require(request, "read")
     rt = request.app[RUNTIME]
     job_id = _job_id(request)
-    with rt.node.read() as st:
-        if job_id not in st.jobs:
-            raise NotFound(f"no job with id {job_id}", field="id")
-        return json_response({"runs": [run_view(r) for r in st.runs_of(job_id)]})
+    if await rt.reader.job(job_id) is None:
+        raise NotFound(f"no job with id {job_id}", field="id")
+    return json_response({"runs": [run_view(r) for r in await rt.reader.runs_of(job_id)]})
 
 
 async def get_run(request: web.Request) -> web.Response:
     require(request, "read")
     rt = request.app[RUNTIME]
     run_id = request.match_info["run_id"]
-    with rt.node.read() as st:
-        run = st.runs.get(run_id)
-        if run is None:
-            raise NotFound(f"no run with id {run_id}", field="run_id")
-        return json_response(run_view(run))
+    run = await rt.reader.run(run_id)
+    if run is None:
+        raise NotFound(f"no run with id {run_id}", field="run_id")
+    return json_response(run_view(run))
 
 
 async def list_dlq(request: web.Request) -> web.Response:
     require(request, "read")
     rt = request.app[RUNTIME]
-    with rt.node.read() as st:
-        runs = [run_view(st.runs[r]) for r in st.dlq_newest_first()
-                if st.runs[r].state is RunState.FAILED]
+    runs = [run_view(r) for r in await rt.reader.dead_letters() if r.state is RunState.FAILED]
     return json_response({"runs": runs})
 
 

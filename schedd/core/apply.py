@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from schedd.core import commands as c
+from schedd.core import history as H
 from schedd.core import runs as R
 from schedd.core.graph import find_cycle, format_cycle
 from schedd.core.model import Job, JobSpec, JobStatus, evolve
@@ -77,6 +78,8 @@ def _dispatch(state: State, cmd: c.Command, index: int, events: list[LeaderEvent
         return R.complete(state, cmd.run_id, cmd.fence, cmd.result, cmd.now, events)
     if isinstance(cmd, c.Heal):
         return R.heal(state, cmd.job_id, cmd.now, events)
+    if isinstance(cmd, c.Purge):
+        return H.purge(state, cmd.before_ms, cmd.keep, cmd.limit)
     return R.fail(state, cmd.run_id, cmd.fence, cmd.error, cmd.retryable, cmd.outcome, cmd.rand,
                   cmd.now, events)
 

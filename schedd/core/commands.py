@@ -155,6 +155,20 @@ class Fail:
 
 
 @dataclass(frozen=True, slots=True)
+class Purge:
+    """Forget old history (leader, see :mod:`schedd.core.history`): finished runs last changed
+    before ``before_ms``, then finished jobs left without runs, at most ``limit`` of each; and
+    from now on keep at most ``keep`` finished runs per job."""
+
+    rid: str
+    now: int
+    lf: int
+    before_ms: int
+    keep: int
+    limit: int
+
+
+@dataclass(frozen=True, slots=True)
 class Barrier:
     """No effect; committing it proves every earlier entry is applied here."""
 
@@ -172,7 +186,7 @@ class Undecodable:
 
 Command = (
     Claim | Submit | CancelJob | UpdateJob | Trigger | CancelRun | Replay | DropDead | Heal
-    | Fire | Lease | Complete | Fail | Barrier
+    | Fire | Lease | Complete | Fail | Purge | Barrier
 )
 
 _TAGS: dict[type[Any], str] = {
@@ -189,6 +203,7 @@ _TAGS: dict[type[Any], str] = {
     Lease: "lease",
     Complete: "complete",
     Fail: "fail",
+    Purge: "purge",
     Barrier: "barrier",
 }
 _BY_TAG = {tag: cls for cls, tag in _TAGS.items()}

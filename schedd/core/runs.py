@@ -21,6 +21,7 @@ to users, in one place:
 
 from __future__ import annotations
 
+from schedd.core.history import trim
 from schedd.core.lifecycle import BadTransition, Event, next_state
 from schedd.core.model import (
     TERMINAL_RUN_STATES,
@@ -472,6 +473,7 @@ def settle(state: State, run: Run, now: int, events: list[LeaderEvent]) -> None:
     work = [run]
     while work:
         finished = work.pop()
+        trim(state, finished)
         job = state.jobs[finished.job_id]
         if not is_recurring(job.spec) and job.status is JobStatus.ACTIVE \
                 and not state.has_unfinished(job.id):

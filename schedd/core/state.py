@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import heapq
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
+from collections.abc import Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,7 +30,10 @@ from schedd.core.model import (
 )
 
 DEDUP_WINDOW_MS = 15 * 60_000
+DEFAULT_HISTORY_KEEP = 1_000  # finished runs kept per job until a leader's purge says otherwise
 RECURRING_KINDS = frozenset({ScheduleKind.EVERY, ScheduleKind.CRON})
+WAITING_STATES = frozenset({RunState.SCHEDULED, RunState.RETRYING})  # for their due time
+LIVE_STATES = frozenset({RunState.QUEUED, RunState.RUNNING})  # with or for a worker
 STALE_LEADER = "stale_leader"  # a leader command from a deposed leader (internal, never on the API)
 
 
@@ -88,6 +91,8 @@ class State(ABC):
     #: Counters kept in step by :meth:`put_run`, for metrics: "state:<s>" (runs now in that
     #: state), "skipped:<reason>", "attempt:<outcome>" (totals since the beginning).
     counts: dict[str, int]
+    #: finished runs kept per job (set by the leader's purge: schedd.core.history)
+    history_keep: int
 
     # -- jobs ----------------------------------------------------------------------------
     @abstractmethod
@@ -102,13 +107,6 @@ class State(ABC):
     @abstractmethod
     def dependants_of(self, job_id: str) -> Sequence[str]:
         """The jobs that depend on ``job_id``, in the order they were added."""
-
-    @abstractmethod
-    def jobs_page(self, cursor: int, limit: int, match: Callable[[Job], bool]
-                  ) -> tuple[list[Job], int, bool]:
-        """Up to ``limit`` jobs that ``match``, in the order they were added, from position
-        ``cursor`` on: the jobs, the position after the last one looked at, and whether any
-        job is left after it."""
 
     @abstractmethod
     def active_recurring_jobs(self) -> Iterator[Job]:
@@ -170,6 +168,44 @@ class State(ABC):
     def pending_runs(self) -> Iterator[Run]:
         """Runs the leader must track (waiting, queued or running), in creation order."""
 
+    @abstractmethod
+    def due_runs(self, start_ms: int, end_ms: int) -> list[Run]:
+        """Runs waiting for their time (scheduled or retrying) that are due in
+        ``[start_ms, end_ms)``, by due time (ties: creation order): the leader's next window."""
+
+    @abstractmethod
+    def live_runs(self) -> list[Run]:
+        """Runs queued for a worker or running, in creation order."""
+
+    # -- history -------------------------------------------------------------------------
+    @abstractmethod
+    def finished_runs_before(self, before_ms: int, limit: int) -> list[Run]:
+        """Up to ``limit`` runs in a terminal state, not in the dead-letter queue, last changed
+        before ``before_ms``: the oldest first (ties: creation order)."""
+
+    @abstractmethod
+    def finished_runs_beyond(self, job_id: str, keep: int) -> list[Run]:
+        """The job's runs in a terminal state but its ``keep`` created last, less those in
+        the dead-letter queue, in creation order."""
+
+    @abstractmethod
+    def forgettable_jobs(self, before_ms: int, limit: int) -> list[Job]:
+        """Up to ``limit`` jobs done or cancelled, last changed before ``before_ms``, with no
+        run and no job depending on them: the oldest first (ties: the order they were added)."""
+
+    def delete_run(self, run: Run) -> None:
+        """Forget a finished run."""
+        key = f"state:{run.state.value}"
+        self.counts[key] = self.counts.get(key, 0) - 1
+        self._delete_run(run)
+
+    @abstractmethod
+    def _delete_run(self, run: Run) -> None: ...
+
+    @abstractmethod
+    def delete_job(self, job: Job) -> None:
+        """Forget a job (with its idempotency key, and its links to the jobs it depends on)."""
+
     # -- dead-letter queue ---------------------------------------------------------------
     @abstractmethod
     def dlq_add(self, run_id: str) -> None:
@@ -209,7 +245,7 @@ class MemoryState(State):
         self.jobs: dict[str, Job] = {}
         self.runs: dict[str, Run] = {}
         self.job_runs: dict[str, list[str]] = {}  # job id -> its run ids, in creation order
-        self.job_order: list[str] = []
+        self.job_order: list[str | None] = []  # None: a job forgotten since
         # job id -> its unfinished run ids -> their creation number (orders unfinished_runs)
         self.unfinished: dict[str, dict[str, int]] = {}
         self.dependants: dict[str, list[str]] = {}  # job id -> jobs that depend on it
@@ -218,12 +254,14 @@ class MemoryState(State):
         self.recent: dict[str, tuple[int, Result]] = {}  # request id -> (now, result)
         self.recent_by_time: list[tuple[int, str]] = []  # heap of (now, request id)
         self.seq: dict[str, int] = {}  # run id -> its creation number
+        self.created = 0  # runs created so far
         self.leader_fence = 0
         self.leader_node = ""
         self.leader_http = ""
         self.leader_term = 0
         self.applied_index = 0
         self.counts: dict[str, int] = {}
+        self.history_keep = DEFAULT_HISTORY_KEEP
 
     # -- jobs ----------------------------------------------------------------------------
     def add_job(self, job: Job) -> None:
@@ -241,18 +279,6 @@ class MemoryState(State):
     def dependants_of(self, job_id: str) -> Sequence[str]:
         return self.dependants.get(job_id, ())
 
-    def jobs_page(self, cursor: int, limit: int, match: Callable[[Job], bool]
-                  ) -> tuple[list[Job], int, bool]:
-        order = self.job_order
-        out: list[Job] = []
-        pos = cursor
-        while pos < len(order) and len(out) < limit:
-            job = self.jobs[order[pos]]
-            pos += 1
-            if match(job):
-                out.append(job)
-        return out, pos, pos < len(order)
-
     def active_recurring_jobs(self) -> Iterator[Job]:
         for job in self.jobs.values():
             if job.status is JobStatus.ACTIVE and job.spec.schedule.kind in RECURRING_KINDS:
@@ -263,7 +289,8 @@ class MemoryState(State):
         self.runs[run.id] = run
         if old is None:
             self.job_runs.setdefault(run.job_id, []).append(run.id)
-            self.seq[run.id] = len(self.seq)
+            self.seq[run.id] = self.created
+            self.created += 1
         ids = self.unfinished.get(run.job_id)
         if run.state in TERMINAL_RUN_STATES:
             if ids is not None:
@@ -303,6 +330,55 @@ class MemoryState(State):
         numbered = [(n, rid) for ids in self.unfinished.values() for rid, n in ids.items()]
         for _, rid in sorted(numbered):
             yield self.runs[rid]
+
+    def due_runs(self, start_ms: int, end_ms: int) -> list[Run]:
+        runs = [r for r in self.pending_runs() if r.state in WAITING_STATES
+                and start_ms <= r.due_ms < end_ms]
+        return sorted(runs, key=lambda r: r.due_ms)
+
+    def live_runs(self) -> list[Run]:
+        return [r for r in self.pending_runs() if r.state in LIVE_STATES]
+
+    # -- history -------------------------------------------------------------------------
+    def finished_runs_before(self, before_ms: int, limit: int) -> list[Run]:
+        runs = [self.runs[r] for r in sorted(self.seq, key=self.seq.__getitem__)]
+        old = [r for r in runs if r.state in TERMINAL_RUN_STATES and r.updated_ms < before_ms
+               and r.id not in self.dlq]
+        return sorted(old, key=lambda r: r.updated_ms)[:limit]
+
+    def finished_runs_beyond(self, job_id: str, keep: int) -> list[Run]:
+        done = [self.runs[r] for r in self.job_runs.get(job_id, ())
+                if self.runs[r].state in TERMINAL_RUN_STATES]
+        return [r for r in done[:max(0, len(done) - keep)] if r.id not in self.dlq]
+
+    def forgettable_jobs(self, before_ms: int, limit: int) -> list[Job]:
+        jobs = [self.jobs[j] for j in self.job_order if j is not None]
+        old = [j for j in jobs if j.status in (JobStatus.DONE, JobStatus.CANCELLED)
+               and j.updated_ms < before_ms and not self.job_runs.get(j.id)
+               and not self.dependants.get(j.id)]
+        return sorted(old, key=lambda j: j.updated_ms)[:limit]
+
+    def _delete_run(self, run: Run) -> None:
+        del self.runs[run.id]
+        del self.seq[run.id]
+        self.job_runs[run.job_id].remove(run.id)
+        ids = self.unfinished.get(run.job_id)
+        if ids is not None:
+            ids.pop(run.id, None)
+
+    def delete_job(self, job: Job) -> None:
+        del self.jobs[job.id]
+        self.job_order[self.job_order.index(job.id)] = None
+        self.job_runs.pop(job.id, None)
+        for dep in job.spec.depends_on:
+            dependants = self.dependants.get(dep)
+            if dependants is not None and job.id in dependants:
+                dependants.remove(job.id)
+                if not dependants:
+                    del self.dependants[dep]
+        key = f"{job.spec.namespace}\0{job.spec.idempotency_key}"
+        if job.spec.idempotency_key is not None and self.idempotency.get(key) == job.id:
+            del self.idempotency[key]
 
     # -- dead-letter queue ---------------------------------------------------------------
     def dlq_add(self, run_id: str) -> None:

@@ -36,7 +36,10 @@ from schedd.raft.node import RaftNode
 log = logging.getLogger(__name__)
 
 MAX_FIRE_PER_TICK = 5000
+PURGE_PERIOD_S = 5.0  # between two purges of old history (schedd.core.history)
+PURGE_LIMIT = 1000  # runs (and jobs) forgotten per purge command
 REBUILD_GRACE_S = 10.0  # a new leader waits this long (at least) for workers to resume leases
+_MIN_MS = -(2**62)  # before any due time
 
 
 _SEQ = itertools.count()
@@ -71,8 +74,21 @@ class Leader:
         metrics: Metrics | None = None,
         ahead_s: float = 0.0,
         heartbeat_interval_s: float = 5.0,
+        hot_window_s: float = 600.0,
+        retention_s: float = 7 * 86_400.0,
+        keep_per_job: int = 1_000,
     ) -> None:
         self.node = node
+        # The hot window: the wheel holds the runs due before ``loaded_until`` only; the rest
+        # wait in the state database's due-time index, and the next stretch is loaded from it
+        # when half the window has passed (and at election).  Far-future runs cost no memory.
+        self.hot_window_ms = max(1, round(hot_window_s * 1000))
+        self.loaded_until = 0
+        # History retention: a Purge every PURGE_PERIOD_S (at once again while one is full).
+        self.retention_ms = max(1, round(retention_s * 1000))
+        self.keep_per_job = keep_per_job
+        self._next_purge = 0.0  # monotonic time of the next purge (0: none in flight, due)
+        self._purging = False
         # Workers heartbeat every heartbeat_interval_s (welcome); a lease whose job allows less
         # than three of those between heartbeats asks for a third of its timeout instead.
         self.heartbeat_interval_s = heartbeat_interval_s
@@ -143,11 +159,12 @@ class Leader:
             self._rebuilt_at = st.applied_index
             if st.leader_fence != self.fence:
                 raise RuntimeError("another leader claimed after us")
-            for run in st.pending_runs():
-                if run.state in (RunState.SCHEDULED, RunState.RETRYING):
-                    ahead = may_fire_ahead(st.jobs[run.job_id].spec, run)
-                    self.wheel.add(run.id, self._fire_at(run.due_ms, ahead))
-                elif run.state is RunState.QUEUED:
+            self.loaded_until = clock.wall_ms() + self.hot_window_ms
+            for run in st.due_runs(_MIN_MS, self.loaded_until):
+                ahead = may_fire_ahead(st.jobs[run.job_id].spec, run)
+                self.wheel.add(run.id, self._fire_at(run.due_ms, ahead))
+            for run in st.live_runs():
+                if run.state is RunState.QUEUED:
                     spec = st.jobs[run.job_id].spec
                     self._enqueue(run.id, spec.queue, spec.priority, spec.namespace)
                 elif run.state is RunState.RUNNING and run.current is not None:
@@ -178,7 +195,7 @@ class Leader:
                 if conn is not None:
                     conn.send(m.Cancel(run_id=run_id, fence=int(ev[2])))
             self._forget(run_id)
-            if kind == "due":
+            if kind == "due" and int(ev[2]) < self.loaded_until:  # else loaded in its time
                 self.wheel.add(run_id, self._fire_at(int(ev[2]), bool(ev[3])))
             elif kind == "ready":
                 self._enqueue(run_id, ev[2], Priority(ev[3]), ev[4])
@@ -237,9 +254,47 @@ class Leader:
 
     def _tick(self) -> None:
         now = clock.wall_ms()
+        if now + self.hot_window_ms // 2 >= self.loaded_until:
+            self._load_window(now + self.hot_window_ms)
+        if not self._purging and clock.mono() >= self._next_purge:
+            self._purge(now)
         self._fire_due(now)
         self._dispatch(now)
         self._check_leases(now)
+
+    def _load_window(self, until: int) -> None:
+        """Put the runs due in ``[loaded_until, until)`` into the wheel (from the database's
+        due-time index).  Events of entries applied before this read but handled after it are
+        replayed on top in order, so the wheel ends up as the state is."""
+        with self.node.read() as st:
+            runs = st.due_runs(self.loaded_until, until)
+            for run in runs:
+                ahead = may_fire_ahead(st.jobs[run.job_id].spec, run)
+                self.wheel.add(run.id, self._fire_at(run.due_ms, ahead))
+        log_event(log, "leader.window_loaded", logging.DEBUG, runs=len(runs),
+                  start=self.loaded_until, until=until)
+        self.loaded_until = until
+
+    def _purge(self, now: int) -> None:
+        self._purging = True
+        fut = self.node.submit_nowait(c.Purge(_rid(), now, self.fence, now - self.retention_ms,
+                                              self.keep_per_job, PURGE_LIMIT))
+        fut.add_done_callback(self._purged)
+
+    def _purged(self, fut: asyncio.Future[Result]) -> None:
+        self._purging = False
+        self._next_purge = clock.mono() + PURGE_PERIOD_S
+        if fut.cancelled() or fut.exception() is not None:
+            return
+        res = fut.result()
+        if self._deposed(res) or not isinstance(res, Ok):
+            return
+        runs, jobs = res.value
+        self.metrics.purged.labels("runs").inc(runs)
+        self.metrics.purged.labels("jobs").inc(jobs)
+        if runs >= PURGE_LIMIT or jobs >= PURGE_LIMIT:  # more to forget: go on at once
+            self._next_purge = 0.0
+            self._wake.set()
 
     def _fire_due(self, now: int) -> None:
         due = self.wheel.advance(now)

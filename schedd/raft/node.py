@@ -107,9 +107,6 @@ class _StateMachine(SyncObjConsumer):  # type: ignore[misc]
         super().__init__()
         self.state = SqlState(live)
 
-    def reopen(self) -> None:
-        self.state = SqlState(self.live)
-
     @replicated  # type: ignore[untyped-decorator]
     def apply_entry(self, blob: bytes) -> list[Result]:
         try:

@@ -20,7 +20,7 @@ pickles the state (its own data argument is None); it calls:
     the snapshot's entries (the journal after the snapshot is then replayed, and what the
     database already holds is skipped by its applied index), else it is replaced by a copy of
     the snapshot.  When the node runs, the file is a snapshot just received from the leader
-    (this node fell behind): the live database is always replaced, and the leader-side indexes
+    (this node fell behind): it always replaces the live content, and the leader-side indexes
     are rebuilt (``Hooks.on_reset``).  Returns pysyncobj's Raft data stored in the snapshot.
 
 A snapshot the node cannot use (damaged, or written by a newer schedd) stops the node with a
@@ -39,8 +39,8 @@ from pysyncobj.config import SERIALIZER_STATE
 
 from schedd import clock
 from schedd.logs import log_event
-from schedd.storage.snapshots import CopyThread, SnapshotError, install_snapshot, read_snapshot
-from schedd.storage.sqlstate import SqlState
+from schedd.storage.snapshots import CopyThread, SnapshotError, read_snapshot
+from schedd.storage.sqlstate import SqlState, StorageFailure
 
 log = logging.getLogger(__name__)
 
@@ -50,9 +50,6 @@ class Machine(Protocol):
 
     lock: threading.RLock
     state: SqlState
-
-    def reopen(self) -> None:
-        """Open the live database again (after it was replaced)."""
 
 
 class SqlSnapshots:
@@ -127,11 +124,9 @@ class SqlSnapshots:
                           reason="received from the leader" if self.running
                           else "the live database is older than the snapshot")
                 try:
-                    self.machine.state.close()
-                    install_snapshot(path, self.live)
-                    self.machine.reopen()
-                except Exception as exc:
-                    self.on_fatal(f"{self.live}: cannot install the snapshot {path}: {exc}")
+                    self.machine.state.install(path)
+                except StorageFailure as exc:
+                    self.on_fatal(str(exc))
                     raise
                 replaced = True
         if replaced:

@@ -16,7 +16,9 @@ Layout (``WITHOUT ROWID`` tables, keyed for the way they are read):
   due together share pages.  ``seq`` numbers runs in creation order; ``state`` is the run
   state's small number (:data:`STATE_CODES`: the unfinished states below 5).  The partial
   index ``runs_due`` on ``(due_ms, state)`` is the timer store: what waits for its time, in
-  time order, answered from the index alone.
+  time order, answered from the index alone (``state`` among its keys, or every row would be
+  read again to check it); ``runs_live`` holds the queued and running runs, and
+  ``runs_unfinished`` a job's unfinished runs.
 * ``jobs`` is keyed by id; ``seq`` is the order jobs were added (the API's list order).
 * ``deps`` (who depends on whom), ``idem`` (idempotency keys), ``dlq`` (the dead-letter queue,
   in order), ``recent`` (results by request id, for the dedup window), ``counts`` (metrics
@@ -53,10 +55,12 @@ CREATE TABLE jobs (
     task TEXT NOT NULL,
     status TEXT NOT NULL,
     recurring INTEGER NOT NULL,
+    updated_ms INTEGER NOT NULL,
     body BLOB NOT NULL
 ) WITHOUT ROWID;
 CREATE UNIQUE INDEX jobs_order ON jobs (seq);
 CREATE INDEX jobs_recurring ON jobs (seq) WHERE recurring = 1 AND status = 'active';
+CREATE INDEX jobs_finished ON jobs (updated_ms, seq) WHERE status IN ('done', 'cancelled');
 CREATE TABLE runs (
     sched_ms INTEGER NOT NULL,
     job_id TEXT NOT NULL,
@@ -68,9 +72,10 @@ CREATE TABLE runs (
     PRIMARY KEY (sched_ms, job_id)
 ) WITHOUT ROWID;
 CREATE INDEX runs_job ON runs (job_id, seq, state);
-CREATE INDEX runs_unfinished ON runs (seq, job_id) WHERE state < 5;
+CREATE INDEX runs_unfinished ON runs (job_id, seq) WHERE state < 5;
 CREATE INDEX runs_due ON runs (due_ms, state, seq) WHERE state IN (0, 4);
-CREATE INDEX runs_finished ON runs (updated_ms, state) WHERE state >= 5;
+CREATE INDEX runs_live ON runs (seq) WHERE state IN (2, 3);
+CREATE INDEX runs_finished ON runs (updated_ms, seq) WHERE state >= 5;
 CREATE TABLE deps (upstream TEXT NOT NULL, seq INTEGER NOT NULL, downstream TEXT NOT NULL,
                    PRIMARY KEY (upstream, seq, downstream)) WITHOUT ROWID;
 CREATE TABLE idem (key TEXT PRIMARY KEY, job_id TEXT NOT NULL) WITHOUT ROWID;

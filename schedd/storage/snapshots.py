@@ -8,8 +8,8 @@ is written, in its own thread, into its own temporary file, which is synced and 
 place only when complete.
 
 :func:`read_snapshot` checks a file before anything trusts it (a schedd snapshot, a format and
-a schema this version knows); :func:`install_snapshot` replaces the live database with a copy
-of one, atomically (the copy is written beside the live file, synced and renamed over it).
+a schema this version knows); :meth:`schedd.storage.sqlstate.SqlState.install` copies one into
+the live database.
 """
 
 from __future__ import annotations
@@ -153,32 +153,6 @@ def read_snapshot(path: Path) -> SnapshotInfo:
     except (KeyError, TypeError, ValueError, orjson.JSONDecodeError) as exc:
         raise SnapshotError(f"{path}: damaged Raft data in the snapshot: {exc}") from exc
     return SnapshotInfo(int(row[0]) if row else 0, info)
-
-
-def install_snapshot(snapshot: Path, live: Path) -> None:
-    """Replace the live database with a copy of ``snapshot`` (every connection to the live
-    database must be closed).  A copy beside it, synced, then renamed over it: a crash leaves
-    either the old database or the new one."""
-    tmp = Path(f"{live}.install")
-    _remove(tmp)
-    src = sqlite3.connect(f"file:{snapshot}?mode=ro", uri=True)
-    try:
-        dst = sqlite3.connect(str(tmp), isolation_level=None)
-        try:
-            src.backup(dst, pages=BACKUP_PAGES)
-            dst.execute("DROP TABLE snapshot")  # the Raft data belongs to the snapshot only
-            dst.execute("PRAGMA journal_mode = WAL")
-        finally:
-            dst.close()
-    finally:
-        src.close()
-    fsync_path(tmp)
-    for suffix in ("-wal", "-shm"):
-        with contextlib.suppress(FileNotFoundError):
-            os.remove(f"{live}{suffix}")
-    os.replace(tmp, live)
-    _remove(tmp)
-    fsync_path(live.parent, directory=True)
 
 
 class CopyThread:

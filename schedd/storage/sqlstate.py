@@ -23,6 +23,7 @@ from schedd.core import apply as core_apply
 from schedd.core.model import Job, Run
 from schedd.core.state import (
     DEDUP_WINDOW_MS,
+    DEFAULT_HISTORY_KEEP,
     RECURRING_KINDS,
     LeaderEvent,
     Result,
@@ -38,11 +39,11 @@ from schedd.storage.codec import (
     run_from_body,
     split_run_id,
 )
-from schedd.storage.schema import FINISHED, STATE_CODES, open_database
+from schedd.storage.schema import FINISHED, STATE_CODES, migrate, open_database
 
 CACHE_MAX = 50_000  # decoded jobs (and as many runs) kept in front of the database
 _META = ("applied_index", "leader_fence", "leader_node", "leader_http", "leader_term",
-         "runs_created", "jobs_added", "dlq_added")
+         "runs_created", "jobs_added", "dlq_added", "runs_kept", "jobs_kept", "history_keep")
 
 
 class StorageFailure(BaseException):  # noqa: N818 - it stops the node, like SystemExit
@@ -78,7 +79,7 @@ class _Jobs(MutableMapping[str, Job]):
         return isinstance(key, str) and self.get(key) is not None
 
     def __len__(self) -> int:
-        return self._st.jobs_added
+        return self._st.jobs_kept
 
     def __iter__(self) -> Iterator[str]:
         for (job_id,) in self._st._all("SELECT id FROM jobs ORDER BY seq"):
@@ -91,9 +92,10 @@ class _Jobs(MutableMapping[str, Job]):
         st = self._st
         spec = job.spec
         cur = st._x("UPDATE jobs SET namespace = ?, queue = ?, task = ?, status = ?, "
-                    "recurring = ?, body = ? WHERE id = ?",
+                    "recurring = ?, updated_ms = ?, body = ? WHERE id = ?",
                     (spec.namespace, spec.queue, spec.task, job.status.value,
-                     int(spec.schedule.kind in RECURRING_KINDS), job_body(job), key))
+                     int(spec.schedule.kind in RECURRING_KINDS), job.updated_ms, job_body(job),
+                     key))
         if cur.rowcount != 1:
             raise StorageFailure(f"job {key} is not in the database")
         st._cache_job(job)
@@ -131,7 +133,7 @@ class _Runs(Mapping[str, Run]):
         return isinstance(key, str) and self.get(key) is not None
 
     def __len__(self) -> int:
-        return self._st.runs_created
+        return self._st.runs_kept
 
     def __iter__(self) -> Iterator[str]:
         for job_id, sched_ms in self._st._all("SELECT job_id, sched_ms FROM runs ORDER BY seq"):
@@ -148,10 +150,14 @@ class SqlState(State):
             raise StorageFailure(f"{path}: {exc}") from exc
         self.path = path
         self.cache_max = cache_max
-        self._job_cache: dict[str, Job] = {}
-        self._run_cache: dict[str, Run] = {}
         self.jobs = _Jobs(self)
         self.runs = _Runs(self)
+        self._load()
+
+    def _load(self) -> None:
+        """Read what is kept in memory beside the database (and forget the caches)."""
+        self._job_cache: dict[str, Job] = {}
+        self._run_cache: dict[str, Run] = {}
         self.applied_index = 0
         self.leader_fence = 0
         self.leader_node = ""
@@ -160,6 +166,9 @@ class SqlState(State):
         self.runs_created = 0
         self.jobs_added = 0
         self.dlq_added = 0
+        self.runs_kept = 0  # runs in the database (created less forgotten)
+        self.jobs_kept = 0
+        self.history_keep = DEFAULT_HISTORY_KEEP
         for key, value in self._all("SELECT key, value FROM meta"):
             if key in _META:
                 setattr(self, key, value)
@@ -170,6 +179,23 @@ class SqlState(State):
 
     def close(self) -> None:
         self.db.close()
+
+    def install(self, snapshot: Path) -> None:
+        """Replace the whole content with the snapshot's (a node that fell behind).  One write
+        transaction through SQLite's backup: a crash leaves the old content or the new, and
+        other connections (API readers) see the new content from their next read on."""
+        try:
+            src = sqlite3.connect(f"file:{snapshot}?mode=ro", uri=True)
+            try:
+                src.backup(self.db)
+            finally:
+                src.close()
+            self.db.execute("DROP TABLE IF EXISTS snapshot")  # its Raft data: not state
+            migrate(self.db, self.path)  # a snapshot from a node of an older version
+        except sqlite3.Error as exc:
+            raise StorageFailure(f"{self.path}: cannot install the snapshot {snapshot}: {exc}"
+                                 ) from exc
+        self._load()
 
     # -- SQL, failing the node on any error ----------------------------------------------
     def _x(self, sql: str, params: Sequence[Any]) -> sqlite3.Cursor:
@@ -250,11 +276,12 @@ class SqlState(State):
     def add_job(self, job: Job) -> None:
         spec = job.spec
         seq = self.jobs_added
-        self._x("INSERT INTO jobs (id, seq, namespace, queue, task, status, recurring, body) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        self._x("INSERT INTO jobs (id, seq, namespace, queue, task, status, recurring, "
+                "updated_ms, body) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (job.id, seq, spec.namespace, spec.queue, spec.task, job.status.value,
-                 int(spec.schedule.kind in RECURRING_KINDS), job_body(job)))
+                 int(spec.schedule.kind in RECURRING_KINDS), job.updated_ms, job_body(job)))
         self.jobs_added = seq + 1
+        self.jobs_kept += 1
         for dep in spec.depends_on:
             self._x("INSERT OR IGNORE INTO deps (upstream, seq, downstream) VALUES (?, ?, ?)",
                     (dep, seq, job.id))
@@ -271,26 +298,6 @@ class SqlState(State):
         return [r[0] for r in self._all(
             "SELECT downstream FROM deps WHERE upstream = ? ORDER BY seq", (job_id,))]
 
-    def jobs_page(self, cursor: int, limit: int, match: Callable[[Job], bool]
-                  ) -> tuple[list[Job], int, bool]:
-        out: list[Job] = []
-        pos = cursor
-        chunk = max(limit, 100)
-        while len(out) < limit:
-            rows = self._all("SELECT seq, id, body FROM jobs WHERE seq >= ? ORDER BY seq LIMIT ?",
-                             (pos, chunk))
-            if not rows:
-                break
-            for seq, job_id, body in rows:
-                pos = seq + 1
-                job = self._job_cache.get(job_id) or self._decode(job_from_body, job_id, body)
-                if match(job):
-                    out.append(job)
-                    if len(out) >= limit:
-                        break
-        more = self._one("SELECT 1 FROM jobs WHERE seq >= ? LIMIT 1", (pos,)) is not None
-        return out, pos, more
-
     def active_recurring_jobs(self) -> Iterator[Job]:
         for job_id, body in self._all(
                 "SELECT id, body FROM jobs WHERE recurring = 1 AND status = 'active' ORDER BY seq"):
@@ -305,6 +312,7 @@ class SqlState(State):
                     (run.scheduled_ms, run.job_id, self.runs_created, code, run.due_ms,
                      run.updated_ms, run_body(run)))
             self.runs_created += 1
+            self.runs_kept += 1
         else:
             self._x("UPDATE runs SET state = ?, due_ms = ?, updated_ms = ?, body = ? "
                     "WHERE sched_ms = ? AND job_id = ?",
@@ -339,6 +347,50 @@ class SqlState(State):
     def pending_runs(self) -> Iterator[Run]:
         yield from self._runs(f"SELECT {self._COLS} FROM runs WHERE state < {FINISHED} "
                               "ORDER BY seq", ())
+
+    def due_runs(self, start_ms: int, end_ms: int) -> list[Run]:
+        return self._runs(f"SELECT {self._COLS} FROM runs WHERE state IN (0, 4) "
+                          "AND due_ms >= ? AND due_ms < ? ORDER BY due_ms, seq", (start_ms, end_ms))
+
+    def live_runs(self) -> list[Run]:
+        return self._runs(f"SELECT {self._COLS} FROM runs WHERE state IN (2, 3) ORDER BY seq", ())
+
+    # -- history -------------------------------------------------------------------------
+    def finished_runs_before(self, before_ms: int, limit: int) -> list[Run]:
+        return self._runs(
+            f"SELECT {self._COLS} FROM runs WHERE state >= {FINISHED} AND updated_ms < ? "
+            "AND NOT EXISTS (SELECT 1 FROM dlq WHERE dlq.run_id = runs.job_id || '@' || "
+            "runs.sched_ms) ORDER BY updated_ms, seq LIMIT ?", (before_ms, limit))
+
+    def finished_runs_beyond(self, job_id: str, keep: int) -> list[Run]:
+        runs = self._runs(f"SELECT {self._COLS} FROM runs WHERE job_id = ? AND state >= {FINISHED} "
+                          "ORDER BY seq DESC LIMIT -1 OFFSET ?", (job_id, keep))
+        return [r for r in reversed(runs) if not self.in_dlq(r.id)]
+
+    def forgettable_jobs(self, before_ms: int, limit: int) -> list[Job]:
+        rows = self._all(
+            "SELECT id, body FROM jobs WHERE status IN ('done', 'cancelled') AND updated_ms < ? "
+            "AND NOT EXISTS (SELECT 1 FROM runs WHERE runs.job_id = jobs.id) "
+            "AND NOT EXISTS (SELECT 1 FROM deps WHERE deps.upstream = jobs.id) "
+            "ORDER BY updated_ms, seq LIMIT ?", (before_ms, limit))
+        return [self._job_cache.get(job_id) or self._decode(job_from_body, job_id, body)
+                for job_id, body in rows]
+
+    def _delete_run(self, run: Run) -> None:
+        self._x("DELETE FROM runs WHERE sched_ms = ? AND job_id = ?", (run.scheduled_ms, run.job_id))
+        self._run_cache.pop(run.id, None)
+        self.runs_kept -= 1
+
+    def delete_job(self, job: Job) -> None:
+        spec = job.spec
+        self._x("DELETE FROM jobs WHERE id = ?", (job.id,))
+        for dep in spec.depends_on:
+            self._x("DELETE FROM deps WHERE upstream = ? AND downstream = ?", (dep, job.id))
+        if spec.idempotency_key is not None:
+            self._x("DELETE FROM idem WHERE key = ? AND job_id = ?",
+                    (f"{spec.namespace}\0{spec.idempotency_key}", job.id))
+        self._job_cache.pop(job.id, None)
+        self.jobs_kept -= 1
 
     # -- dead-letter queue ---------------------------------------------------------------
     def dlq_add(self, run_id: str) -> None:

@@ -37,9 +37,11 @@ async def test_all_nodes_killed_and_restarted_lose_nothing(tmp_path: Path, recor
                      for _ in range(30)]
             far = [await submit(http, cluster, {"task": "acc.record", "schedule": {"in": "1h"}})
                    for _ in range(30)]
+            # the restart must go through a snapshot: wait until one is written (in the background)
+            await wait_for(lambda: any((tmp_path / "c" / f"n{i}" / "raft" / "raft.dump").exists()
+                                       for i in (1, 2, 3)), timeout=30)
             for i in range(3):
                 cluster.kill(i, signal.SIGKILL)
-            assert any((tmp_path / "c" / f"n{i}" / "raft" / "raft.dump").exists() for i in (1, 2, 3))
             cluster.start()
             await cluster.wait_leader(http)
             for url in cluster.urls:  # every node, once it has caught up, has every job

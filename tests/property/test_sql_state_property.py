@@ -43,7 +43,7 @@ spec = st.builds(
 )
 KINDS = ["submit", "submit", "fire", "fire", "lease", "lease", "complete", "fail", "fail",
          "cancel_run", "replay", "drop", "update", "pause", "resume", "trigger", "cancel_job",
-         "heal", "claim", "repeat"]
+         "heal", "claim", "repeat", "purge"]
 
 
 def one_command(data: st.DataObject, state: MemoryState, t: int, n: int) -> c.Command:
@@ -79,6 +79,9 @@ def one_command(data: st.DataObject, state: MemoryState, t: int, n: int) -> c.Co
         return c.Fail(r, t, lf, run_id, f, "e", data.draw(st.booleans()),
                       data.draw(st.sampled_from(["failed", "lost", "timed_out"])),
                       data.draw(st.floats(0, 1)))
+    if kind == "purge":
+        return c.Purge(r, t, lf, t - data.draw(st.sampled_from([0, 1_000, 100_000])),
+                       data.draw(st.integers(1, 3)), data.draw(st.sampled_from([1, 3, 100])))
     if kind == "cancel_run":
         return c.CancelRun(r, t, pick_run("scheduled", "queued", "running", "retrying", "blocked"))
     if kind == "replay":
@@ -130,14 +133,17 @@ def answers(state: State) -> dict[str, Any]:
                         state.latest_finished_run(j), state.runs_of(j),
                         list(state.dependants_of(j))) for j in JOBS},
         "pending": list(state.pending_runs()),
+        "due": [state.due_runs(T0, T0 + 1_000), state.due_runs(T0 + 1_000, 2 * T0)],
+        "live": state.live_runs(),
         "recurring": list(state.active_recurring_jobs()),
-        "page": state.jobs_page(1, 2, lambda job: job.spec.task == "t"),
         "keys": [state.job_by_key("default", k) for k in ("k1", "k2")],
         "dlq": (list(state.dlq_newest_first()), state.dlq_size()),
         "remembered": state.remembered(),
         "counts": {k: v for k, v in state.counts.items() if v},
         "leader": (state.leader_fence, state.leader_node, state.leader_http, state.leader_term,
-                   state.applied_index),
+                   state.applied_index, state.history_keep),
+        "history": (state.finished_runs_before(2 * T0, 1000), state.forgettable_jobs(2 * T0, 1000),
+                    {j: state.finished_runs_beyond(j, 1) for j in list(state.jobs)}),
     }
 
 

@@ -157,7 +157,7 @@ a = 1
     )
     got = problems(p)
     expect = [
-        r"^colour: unknown section \(expected one of: node, http, raft, auth, scheduler, limits, log\)$",
+        r"^colour: unknown section \(expected one of: node, http, raft, auth, scheduler, limits, history, log\)$",
         r"^extras: unknown section",
         r"^node\.colour: unknown key \(expected one of: id, data_dir, gc_freeze_interval, gc_thaw_interval\)$",
         r'^node\.id: expected 1 to 63 letters.*got ""$',

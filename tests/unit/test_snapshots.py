@@ -58,9 +58,7 @@ def test_a_copy_holds_exactly_the_entries_up_to_its_pin_while_more_are_applied(
     info = S.read_snapshot(dump)
     assert info.applied_index == 20 and info.raft == RAFT
     copy = SqlState(tmp_path / "copy.db")
-    copy.close()
-    S.install_snapshot(dump, tmp_path / "copy.db")
-    copy = SqlState(tmp_path / "copy.db")
+    copy.install(dump)
     try:
         assert copy.applied_index == 20 and len(copy.jobs) == 20 * 50
         assert sorted(copy.jobs) == sorted(j for j in state.jobs if int(j[1:].split("-")[0]) <= 20)
@@ -78,11 +76,16 @@ def test_an_installed_snapshot_answers_as_the_database_it_was_copied_from(tmp_pa
     S.write_copy(src, tmp_path / "raft.dump", RAFT)
     expected = answers(state)
     state.close()
-    other = filled(tmp_path / "other.db", 30)  # a node that went its own way
-    other.close()
-    S.install_snapshot(tmp_path / "raft.dump", tmp_path / "other.db")
-    restored = SqlState(tmp_path / "other.db")
+    restored = filled(tmp_path / "other.db", 30)  # a node that went its own way
+    reader = sqlite3.connect(tmp_path / "other.db")  # an API reader, open all along
+    assert reader.execute("SELECT count(*) FROM jobs").fetchone() == (30,)
+    restored.install(tmp_path / "raft.dump")
     try:
+        assert answers(restored) == expected
+        assert reader.execute("SELECT count(*) FROM jobs").fetchone() == (36,)
+        reader.close()
+        restored.close()
+        restored = SqlState(tmp_path / "other.db")  # and after a restart
         assert answers(restored) == expected
         tables = {r[0] for r in restored.db.execute("SELECT name FROM sqlite_master")}
         assert "snapshot" not in tables  # the Raft data stays with the snapshot
@@ -129,11 +132,7 @@ def _snapshot_with(path: Path, version: int = 1, raft: bytes | None = None) -> N
 class Machine:
     def __init__(self, live: Path) -> None:
         self.lock = threading.RLock()
-        self.live = live
         self.state = SqlState(live)
-
-    def reopen(self) -> None:
-        self.state = SqlState(self.live)
 
 
 def snapshots_of(tmp_path: Path, live_entries: int) -> tuple[SqlSnapshots, Machine, list[str]]:

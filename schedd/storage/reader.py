@@ -1,0 +1,114 @@
+"""Reads of the state database for the API: aiosqlite connections of their own.
+
+The tick thread owns the writer connection (``SqlState``) and commits each entry before its
+result reaches a client, so a reader sees at least everything acknowledged so far.  A reader
+never takes the writer's lock and never runs SQL on the event loop: each aiosqlite connection
+does its work in its own thread.  WAL readers never block the writer; a long read only keeps the
+write-ahead log from being checkpointed while it lasts, so reads here are short (one record,
+one page).  After a snapshot is installed into the database, readers see its content from their
+next read on (the install is a write transaction like any other).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import aiosqlite
+
+from schedd.core.model import Job, Run
+from schedd.storage.codec import job_from_body, run_from_body, split_run_id
+from schedd.storage.schema import PAGE_CACHE_KIB
+
+#: the filters of a job listing, by the ``jobs`` column each one compares
+JOB_FILTERS = ("namespace", "queue", "status", "task")
+
+
+class Reader:
+    """A small pool of read-only connections to the node's database."""
+
+    def __init__(self, path: Path, size: int = 2) -> None:
+        self.path = path
+        self.size = size
+        self._idle: asyncio.Queue[aiosqlite.Connection] = asyncio.Queue()
+        self._all: list[aiosqlite.Connection] = []
+
+    async def open(self) -> None:
+        for _ in range(self.size):
+            db = await aiosqlite.connect(f"file:{self.path}?mode=ro", uri=True,
+                                         isolation_level=None)
+            # A small cache each: the writer's is the big one, and pages are shared by the OS.
+            await db.execute(f"PRAGMA cache_size = -{max(1024, PAGE_CACHE_KIB // 16)}")
+            await db.execute("PRAGMA query_only = ON")
+            self._all.append(db)
+            self._idle.put_nowait(db)
+
+    async def close(self) -> None:
+        for db in self._all:
+            await db.close()
+        self._all.clear()
+
+    @asynccontextmanager
+    async def _conn(self) -> AsyncIterator[aiosqlite.Connection]:
+        db = await self._idle.get()
+        try:
+            yield db
+        finally:
+            self._idle.put_nowait(db)
+
+    async def _rows(self, sql: str, params: tuple[Any, ...]) -> list[Any]:
+        async with self._conn() as db, db.execute(sql, params) as cur:
+            return list(await cur.fetchall())
+
+    # -- jobs ----------------------------------------------------------------------------
+    async def job(self, job_id: str) -> Job | None:
+        rows = await self._rows("SELECT body FROM jobs WHERE id = ?", (job_id,))
+        return job_from_body(job_id, rows[0][0]) if rows else None
+
+    async def jobs_page(self, cursor: int, limit: int, filters: Mapping[str, str]
+                        ) -> tuple[list[Job], int | None]:
+        """Up to ``limit`` jobs matching ``filters`` (column = value) from position ``cursor`` on,
+        in the order they were added; and the cursor of the next page (None: this is the last)."""
+        where = "".join(f" AND {key} = ?" for key in JOB_FILTERS if key in filters)
+        params = (cursor, *(filters[key] for key in JOB_FILTERS if key in filters), limit)
+        rows = await self._rows(f"SELECT seq, id, body FROM jobs WHERE seq >= ?{where} "
+                                "ORDER BY seq LIMIT ?", params)
+        jobs = [job_from_body(job_id, body) for _, job_id, body in rows]
+        if len(rows) < limit:
+            return jobs, None
+        after = int(rows[-1][0]) + 1
+        more = await self._rows("SELECT 1 FROM jobs WHERE seq >= ? LIMIT 1", (after,))
+        return jobs, after if more else None
+
+    # -- runs ----------------------------------------------------------------------------
+    async def run(self, run_id: str) -> Run | None:
+        parts = split_run_id(run_id)
+        if parts is None:
+            return None
+        rows = await self._rows("SELECT body FROM runs WHERE sched_ms = ? AND job_id = ?",
+                                (parts[1], parts[0]))
+        return run_from_body(parts[0], parts[1], rows[0][0]) if rows else None
+
+    async def latest_run(self, job_id: str) -> Run | None:
+        rows = await self._rows("SELECT sched_ms, body FROM runs WHERE job_id = ? "
+                                "ORDER BY seq DESC LIMIT 1", (job_id,))
+        return run_from_body(job_id, rows[0][0], rows[0][1]) if rows else None
+
+    async def runs_of(self, job_id: str) -> list[Run]:
+        """The job's runs, newest scheduled time first."""
+        rows = await self._rows("SELECT sched_ms, body FROM runs WHERE job_id = ? "
+                                "ORDER BY sched_ms DESC", (job_id,))
+        return [run_from_body(job_id, sched, body) for sched, body in rows]
+
+    async def dead_letters(self) -> list[Run]:
+        """The runs in the dead-letter queue, the last dead-lettered first."""
+        rows = await self._rows("SELECT run_id FROM dlq ORDER BY seq DESC", ())
+        out = []
+        for (run_id,) in rows:
+            run = await self.run(run_id)
+            if run is not None:
+                out.append(run)
+        return out
