@@ -173,10 +173,9 @@ def histogram_quantile(cumulative: list[tuple[float, float]], q: float) -> float
 
 
 def stop_cluster(cluster: Cluster) -> int:
-    """``cluster.stop()``, then SIGKILL (by PID) what its nodes forked and left running: a
-    node's Raft snapshot is written by a forked child (pysyncobj), which outlives the node and
-    keeps its listening sockets and CPU for as long as the write takes (minutes with a few
-    hundred thousand jobs).  Found by the node's exact ``--config`` path in /proc; how many."""
+    """``cluster.stop()``, then SIGKILL (by PID) any process still running with a node's exact
+    ``--config`` path (found in /proc), so that nothing of a scenario outlives it and skews the
+    next; how many.  (Nodes no longer fork snapshot writers, which used to outlive them.)"""
     cluster.stop()
     configs = {str(n.config) for n in cluster.nodes}
     killed = 0
@@ -192,7 +191,7 @@ def stop_cluster(cluster: Cluster) -> int:
                 os.kill(int(entry.name), signal.SIGKILL)
                 killed += 1
     if killed:
-        print(f"    reaped {killed} leftover snapshot writer(s) of {cluster.root}",
+        print(f"    reaped {killed} leftover process(es) of {cluster.root}",
               file=sys.stderr, flush=True)
     return killed
 
