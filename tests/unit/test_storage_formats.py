@@ -1,0 +1,129 @@
+"""Frozen samples of what a node writes to disk, so a change of format is an upgrade, not an
+accident: a state database and a snapshot written at schema version 1 (``tests/data``) open
+with this version and hold exactly what the same entries give in memory.  When the schema
+changes, these files stay as they are and the migration must bring them up.
+
+To write the samples again (only when adding a sample of a new version, never over an old one):
+``python -m tests.unit.test_storage_formats``.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+import sys
+from pathlib import Path
+
+from schedd.core import commands as c
+from schedd.core.apply import apply_entry
+from schedd.core.model import (
+    JobSpec,
+    Priority,
+    RecurringOptions,
+    RetryPolicy,
+    Schedule,
+    ScheduleKind,
+)
+from schedd.core.state import MemoryState
+from schedd.storage import snapshots as S
+from schedd.storage.schema import SCHEMA_VERSION
+from schedd.storage.sqlstate import SqlState
+from schedd.storage.sqlstate import apply_entry as sql_apply_entry
+from tests.property.test_sql_state_property import answers
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+DB_V1 = DATA / "state-v1.sqlite"
+DUMP_V1 = DATA / "raft-dump-v1.sqlite"
+T0 = 1_800_000_000_000
+RAFT = ((b"\x01last", 31, 2), (b"\x01prev", 30, 2), ["127.0.0.1:9001", "127.0.0.1:9002"])
+
+
+def sample_entries() -> list[bytes]:
+    """Every kind of record: jobs of each schedule kind and policy, runs in each state, attempts,
+    a dead-lettered run, dependencies, an idempotency key, remembered requests, a purge."""
+    cron = Schedule(kind=ScheduleKind.CRON, cron="*/5 * * * *", timezone="Europe/Berlin",
+                    options=RecurringOptions(overlap="buffer_one", misfire="run_all"))
+    every = Schedule(kind=ScheduleKind.EVERY, every_ms=60_000, options=RecurringOptions())
+    jobs = (
+        ("once", JobSpec(task="t", payload={"a": [1, 2.5, None, "é"]}, priority=Priority.HIGH,
+                         idempotency_key="k1", timeout_ms=30_000)),
+        ("dead", JobSpec(task="t", retry=RetryPolicy(max_attempts=1))),
+        ("cron", JobSpec(task="c", namespace="ns", queue="q", schedule=cron)),
+        ("tick", JobSpec(task="e", schedule=every)),
+        ("later", JobSpec(task="t", schedule=Schedule(kind=ScheduleKind.AT, at_ms=T0 + 3_600_000))),
+    )
+    cmds: list[list[c.Command]] = [
+        [c.Claim("r0", T0, "n1", 1, "http://n1")],
+        [c.Submit("r1", T0, jobs)],
+        [c.Submit("r2", T0 + 1, (("after", JobSpec(task="t", depends_on=("once",))),))],
+        [c.Fire("r3", T0 + 2, 1, (f"once@{T0}", f"dead@{T0}"))],
+        [c.Lease("r4", T0 + 3, 1, ((f"once@{T0}", "w1"), (f"dead@{T0}", "w2")))],
+        [c.Complete("r5", T0 + 4, 1, f"once@{T0}", 5, {"ok": True})],
+        [c.Fail("r6", T0 + 5, 1, f"dead@{T0}", 5, "ValueError: no", True, "failed", 0.5)],
+        [c.Trigger("r7", T0 + 6, "tick", True), c.UpdateJob("r8", T0 + 6, "cron", paused=True)],
+        [c.CancelRun("r9", T0 + 7, f"later@{T0 + 3_600_000}")],
+        [c.Purge("r10", T0 + 8, 1, T0 - 1, 500, 100)],
+    ]
+    return [c.encode_entry(batch) for batch in cmds]
+
+
+def write_samples(db: Path, dump: Path) -> None:
+    for path in (db, dump):
+        for suffix in ("", "-wal", "-shm"):
+            Path(f"{path}{suffix}").unlink(missing_ok=True)
+    state = SqlState(db)
+    for i, blob in enumerate(sample_entries(), start=1):
+        sql_apply_entry(state, blob, i)
+    src, _ = S.pin(db)
+    S.write_copy(src, dump, RAFT)
+    state.close()  # checkpoints the log into the file: one self-contained file each
+
+
+def reference() -> MemoryState:
+    mem = MemoryState()
+    for i, blob in enumerate(sample_entries(), start=1):
+        apply_entry(mem, blob, i)
+    return mem
+
+
+def test_the_samples_are_of_the_versions_they_are_named_after() -> None:
+    for path in (DB_V1, DUMP_V1):
+        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        try:
+            assert db.execute("PRAGMA user_version").fetchone() == (1,)
+        finally:
+            db.close()
+    assert SCHEMA_VERSION >= 1
+
+
+def test_a_database_of_schema_version_1_opens_and_holds_what_its_entries_give(
+        tmp_path: Path) -> None:
+    db = tmp_path / "state.db"
+    shutil.copyfile(DB_V1, db)
+    state = SqlState(db)
+    try:
+        assert state.applied_index == len(sample_entries())
+        assert answers(state) == answers(reference())
+        assert state.db.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,)
+    finally:
+        state.close()
+
+
+def test_a_snapshot_of_format_1_installs_and_holds_what_its_entries_give(tmp_path: Path) -> None:
+    dump = tmp_path / "raft.dump"
+    shutil.copyfile(DUMP_V1, dump)
+    info = S.read_snapshot(dump)
+    assert (info.applied_index, info.raft) == (len(sample_entries()), RAFT)
+    state = SqlState(tmp_path / "state.db")
+    try:
+        state.install(dump)
+        assert answers(state) == answers(reference())
+    finally:
+        state.close()
+
+
+if __name__ == "__main__":
+    if DB_V1.exists() and "--force" not in sys.argv:
+        raise SystemExit(f"{DB_V1} exists: samples of a released version are never rewritten")
+    write_samples(DB_V1, DUMP_V1)
+    print(f"wrote {DB_V1} and {DUMP_V1}")
