@@ -88,7 +88,7 @@ def reference() -> MemoryState:
 
 def test_the_samples_are_of_the_versions_they_are_named_after() -> None:
     for path in (DB_V1, DUMP_V1):
-        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        db = sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True)  # writes nothing
         try:
             assert db.execute("PRAGMA user_version").fetchone() == (1,)
         finally:
