@@ -41,7 +41,7 @@ from schedd.storage.codec import (
 )
 from schedd.storage.schema import FINISHED, STATE_CODES, migrate, open_database
 
-CACHE_MAX = 50_000  # decoded jobs (and as many runs) kept in front of the database
+CACHE_MAX = 10_000  # decoded jobs (and as many runs) kept in front of the database (~13 MB)
 _META = ("applied_index", "leader_fence", "leader_node", "leader_http", "leader_term",
          "runs_created", "jobs_added", "dlq_added", "runs_kept", "jobs_kept", "history_keep")
 
