@@ -195,8 +195,7 @@ class State(ABC):
 
     def delete_run(self, run: Run) -> None:
         """Forget a finished run."""
-        key = f"state:{run.state.value}"
-        self.counts[key] = self.counts.get(key, 0) - 1
+        self.counts[f"state:{run.state.value}"] -= 1  # counted when it was stored
         self._delete_run(run)
 
     @abstractmethod
@@ -341,7 +340,7 @@ class MemoryState(State):
 
     # -- history -------------------------------------------------------------------------
     def finished_runs_before(self, before_ms: int, limit: int) -> list[Run]:
-        runs = [self.runs[r] for r in sorted(self.seq, key=self.seq.__getitem__)]
+        runs = [self.runs[r] for r in self.seq]  # in creation order
         old = [r for r in runs if r.state in TERMINAL_RUN_STATES and r.updated_ms < before_ms
                and r.id not in self.dlq]
         return sorted(old, key=lambda r: r.updated_ms)[:limit]
@@ -358,26 +357,23 @@ class MemoryState(State):
                and not self.dependants.get(j.id)]
         return sorted(old, key=lambda j: j.updated_ms)[:limit]
 
-    def _delete_run(self, run: Run) -> None:
+    def _delete_run(self, run: Run) -> None:  # a finished run: not among the unfinished
         del self.runs[run.id]
         del self.seq[run.id]
         self.job_runs[run.job_id].remove(run.id)
-        ids = self.unfinished.get(run.job_id)
-        if ids is not None:
-            ids.pop(run.id, None)
 
     def delete_job(self, job: Job) -> None:
         del self.jobs[job.id]
         self.job_order[self.job_order.index(job.id)] = None
-        self.job_runs.pop(job.id, None)
-        for dep in job.spec.depends_on:
-            dependants = self.dependants.get(dep)
-            if dependants is not None and job.id in dependants:
-                dependants.remove(job.id)
-                if not dependants:
-                    del self.dependants[dep]
+        del self.job_runs[job.id]
+        for dep in dict.fromkeys(job.spec.depends_on):  # an upstream outlives its dependants
+            dependants = self.dependants[dep]
+            dependants.remove(job.id)
+            if not dependants:
+                del self.dependants[dep]
+        # Its key, if it is under it (an update may have given the spec another key).
         key = f"{job.spec.namespace}\0{job.spec.idempotency_key}"
-        if job.spec.idempotency_key is not None and self.idempotency.get(key) == job.id:
+        if self.idempotency.get(key) == job.id:
             del self.idempotency[key]
 
     # -- dead-letter queue ---------------------------------------------------------------
@@ -385,7 +381,7 @@ class MemoryState(State):
         self.dlq[run_id] = None
 
     def dlq_remove(self, run_id: str) -> None:
-        self.dlq.pop(run_id, None)
+        del self.dlq[run_id]
 
     def in_dlq(self, run_id: str) -> bool:
         return run_id in self.dlq

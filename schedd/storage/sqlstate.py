@@ -386,7 +386,7 @@ class SqlState(State):
         self._x("DELETE FROM jobs WHERE id = ?", (job.id,))
         for dep in spec.depends_on:
             self._x("DELETE FROM deps WHERE upstream = ? AND downstream = ?", (dep, job.id))
-        if spec.idempotency_key is not None:
+        if spec.idempotency_key is not None:  # its key, if it is under it (see MemoryState)
             self._x("DELETE FROM idem WHERE key = ? AND job_id = ?",
                     (f"{spec.namespace}\0{spec.idempotency_key}", job.id))
         self._job_cache.pop(job.id, None)

@@ -151,7 +151,8 @@ def replay_both(mem: MemoryState, sql: SqlState, batches: list[list[c.Command]],
     for i, batch in enumerate(batches):
         blob = c.encode_entry(batch)
         expected = apply_entry(mem, blob, start + i)
-        assert sql_apply_entry(sql, blob, start + i) == expected, batch
+        got = sql_apply_entry(sql, blob, start + i)
+        assert got == expected, (batch, got, expected)
         for cmd in batch:
             assert sql.recall(cmd.rid) == mem.recall(cmd.rid)
 

@@ -108,3 +108,49 @@ def test_a_purge_from_a_deposed_leader_is_refused() -> None:
     res = purge(h, lf, T0 + DAY, before=T0 + DAY)
     assert isinstance(res, Rejected) and res.code == "stale_leader"
     assert "J1" in h.state.jobs
+
+
+def test_the_smallest_keep_and_limit_are_taken_and_anything_else_is_refused_saying_why() -> None:
+    h = Checked()
+    lf = h.claim()
+    for i in range(2):
+        h.submit(f"J{i}")
+        finish(h, lf, f"J{i}@{T0}", T0)
+    assert purge(h, lf, T0 + DAY, before=T0 + DAY, keep=1, limit=1) == Ok([1, 1])
+    assert h.state.history_keep == 1
+    refused = Rejected("invalid_argument", "purge: expected integers, keep and limit >= 1")
+    for keep, limit, before in ((0, 1, T0), (1, 0, T0), ("2", 1, T0), (1, 1.0, T0), (1, 1, None)):
+        assert h.one(c.Purge(h.rid(), T0 + DAY, lf, before, keep, limit)) == refused  # type: ignore[arg-type]
+    assert h.state.history_keep == 1 and list(h.state.jobs) == ["J1"]
+
+
+def test_a_run_or_job_is_forgotten_only_once_it_last_changed_strictly_before_the_cutoff() -> None:
+    h = Checked()
+    lf = h.claim()
+    h.submit(spec=every(MIN), now=T0)
+    finish(h, lf, f"J1@{T0 + MIN}", T0 + MIN)  # changed last at T0 + MIN + 1
+    h.one(c.UpdateJob(h.rid(), T0 + 2 * MIN, "J1", paused=True))
+    h.one(c.UpdateJob(h.rid(), T0 + 3 * MIN, "J1", spec=every(MIN, end_at_ms=T0)))  # schedule over
+    h.one(c.CancelJob(h.rid(), T0 + 10 * MIN, "J1"))  # cancelled later than its last run changed
+    assert h.state.jobs["J1"].status is JobStatus.CANCELLED
+    assert max(r.updated_ms for r in h.state.runs.values()) < T0 + 10 * MIN
+    assert purge(h, lf, T0 + DAY, before=T0 + MIN + 1) == Ok([0, 0])  # not strictly before
+    assert len(h.state.runs) == 2
+    assert purge(h, lf, T0 + DAY, before=T0 + 10 * MIN) == Ok([2, 0])
+    assert len(h.state.runs) == 0 and "J1" in h.state.jobs  # changed at the cutoff: kept
+    assert purge(h, lf, T0 + DAY, before=T0 + 10 * MIN + 1) == Ok([0, 1])
+    assert "J1" not in h.state.jobs
+
+
+def test_an_upstream_is_kept_while_any_dependant_remains() -> None:
+    h = Checked()
+    lf = h.claim()
+    h.submit("up")
+    finish(h, lf, f"up@{T0}", T0)
+    for name in ("a", "b"):
+        h.submit(name, JobSpec(task="t", depends_on=("up",)), now=T0 + 2)
+        finish(h, lf, f"{name}@{T0 + 2}", T0 + 2)
+    h.one(c.Trigger(h.rid(), T0 + 3, "b", False))  # b has a run that is not finished
+    assert purge(h, lf, T0 + DAY, before=T0 + DAY) == Ok([3, 1])  # a goes; up and b stay
+    assert set(h.state.jobs) == {"up", "b"} and list(h.state.dependants_of("up")) == ["b"]
+    assert purge(h, lf, T0 + DAY, before=T0 + DAY) == Ok([0, 0])
