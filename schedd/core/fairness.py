@@ -45,10 +45,6 @@ _PRIORITIES: tuple[Priority, ...] = (Priority.HIGH, Priority.NORMAL, Priority.LO
 _INDEX: dict[Priority, int] = {p: i for i, p in enumerate(_PRIORITIES)}
 
 
-def _any_namespace(namespace: str) -> bool:
-    return True
-
-
 class _Lane:
     """The FIFO of one (namespace, priority), with lazily deleted entries."""
 
@@ -136,6 +132,10 @@ class _Namespace:
             lane.current = 0
 
 
+def _name(ns: _Namespace) -> str:
+    return ns.name
+
+
 class ReadyQueues:
     """Queued runs of ONE queue name, organised by namespace and priority.
 
@@ -201,20 +201,23 @@ class ReadyQueues:
             ns.drained()
         return True
 
-    def pop(self, can_take: Callable[[str], bool] = _any_namespace) -> str | None:
-        """The next run to lease, or None when nothing queued may be taken now."""
+    def pop(self, can_take: Callable[[str], bool] | None = None) -> str | None:
+        """The next run to lease, or None when nothing queued may be taken now.
+
+        ``can_take(namespace)`` (None: every namespace may) says whether a run of that namespace
+        may be leased now.
+        """
         ring = self._ring
-        check = None if can_take is _any_namespace else can_take
         skipped = 0
         while ring:
             ns = ring[0]
             if not ns.live:  # emptied by remove()
                 self._drop_head(ns)
                 continue
-            if check is not None:
+            if can_take is not None:
                 if skipped >= self._busy:  # every namespace with queued runs said no
                     return None
-                if not check(ns.name):
+                if not can_take(ns.name):
                     ns.deficit = 0
                     ring.rotate(-1)
                     skipped += 1
@@ -264,11 +267,12 @@ class ReadyQueues:
         return bool(self._where)
 
     def depth(self) -> dict[tuple[str, Priority], int]:
-        """Queued runs per (namespace, priority), non-empty lanes only (for metrics)."""
+        """Queued runs per (namespace, priority), non-empty lanes only (for metrics), in the
+        order of the namespaces' names, then from high to low priority."""
+        busy = sorted((ns for ns in self._namespaces.values() if ns.live), key=_name)
         return {
             (ns.name, _PRIORITIES[lane.priority]): lane.live
-            for ns in self._namespaces.values()
-            if ns.live
+            for ns in busy
             for lane in ns.lanes
             if lane.live
         }
@@ -284,9 +288,8 @@ class ConcurrencyCaps:
     __slots__ = ("_caps", "_in_use")
 
     def __init__(self, caps: Mapping[str, int]) -> None:
-        self._caps: dict[str, int] = {}
         self._in_use: dict[str, int] = {}
-        self.update(caps)
+        self.update(caps)  # sets self._caps
 
     def update(self, caps: Mapping[str, int]) -> None:
         """Replace the caps (config reload); runs in flight are kept and count against them."""

@@ -163,7 +163,7 @@ class _Event:
     """An occurrence before jitter, with what ``explain`` needs to describe it."""
 
     ms: int
-    local: datetime | None = None  # the nominal naive local time (cron only)
+    local: datetime | None = None  # the nominal naive local time (cron; None at a gap's end)
     note: str | None = None
     skipped: str | None = None
     # For an event at the end of a DST gap: the wall-clock readings where the gap starts/ends.
@@ -192,12 +192,12 @@ def _naive(ms: int) -> datetime:
 
 def _offset_ms(zone: ZoneInfo, local: datetime, fold: int) -> int:
     offset = zone.utcoffset(local.replace(fold=fold))
-    return 0 if offset is None else offset // _MS
+    assert offset is not None  # a ZoneInfo has an offset for every datetime
+    return offset // _MS
 
 
-def _offset_at(zone: ZoneInfo, ms: int) -> int:
-    offset = _aware(ms, zone).utcoffset()
-    return 0 if offset is None else offset // _MS
+def _offset_at(zone: ZoneInfo, ms: int) -> timedelta | None:
+    return _aware(ms, zone).utcoffset()
 
 
 def _transition(zone: ZoneInfo, lo_ms: int, hi_ms: int) -> int:
@@ -270,11 +270,12 @@ def _first_event(rec: Recurrence, zone: ZoneInfo, expr: str, local: datetime) ->
         return _Event(placed.first_ms, local, ambiguous=placed.second_ms is not None)
     assert placed.span is not None
     after_gap = placed.span[1]
+    # A gap's event needs no local time: explain names the gap's times from its span.
     if _matches(expr, after_gap):  # the ordinary occurrence right after the gap stands for it
-        return _Event(placed.first_ms, after_gap, span=placed.span, gap=True)
+        return _Event(placed.first_ms, span=placed.span, gap=True)
     if rec.dst_gap is DstGap.SHIFT:
-        return _Event(placed.first_ms, local, NOTE_DST_SHIFTED, span=placed.span, gap=True)
-    return _Event(placed.first_ms, local, skipped=SKIPPED_DST_GAP, span=placed.span, gap=True)
+        return _Event(placed.first_ms, note=NOTE_DST_SHIFTED, span=placed.span, gap=True)
+    return _Event(placed.first_ms, skipped=SKIPPED_DST_GAP, span=placed.span, gap=True)
 
 
 def _next_first_pass(rec: Recurrence, zone: ZoneInfo, expr: str, after_ms: int) -> _Event:
@@ -286,7 +287,7 @@ def _next_first_pass(rec: Recurrence, zone: ZoneInfo, expr: str, after_ms: int) 
     already in the past: there the search starts at the end of the doubled hour.
     """
     here = _aware(after_ms, zone)
-    start = here.replace(tzinfo=None, fold=0)
+    start = here.replace(tzinfo=None)  # naive: _offset_ms and _cron_after set the fold they use
     if here.fold == 1:
         local_ms = _naive_ms(start)
         off_first = _offset_ms(zone, start, 0)
@@ -304,7 +305,7 @@ def _next_second_pass(zone: ZoneInfo, expr: str, after_ms: int) -> _Event | None
     """With ``dst.repeat=both``: the first second-pass event after ``after_ms`` that could come
     before every first-pass one, i.e. one of the doubled hour ``after_ms`` is in (if any)."""
     here = _aware(after_ms, zone)
-    local = here.replace(tzinfo=None, fold=0)
+    local = here.replace(tzinfo=None)  # naive: _offset_ms sets the fold it uses
     off0 = _offset_ms(zone, local, 0)
     off1 = _offset_ms(zone, local, 1)
     if off0 <= off1:  # not in a doubled hour (an instant is never in a gap)

@@ -350,6 +350,29 @@ def test_depth_and_len() -> None:
     assert q.depth() == {("a", H): 3, ("b", N): 2}
 
 
+def test_depth_lists_namespaces_by_name_then_priority_high_first() -> None:
+    q = ReadyQueues()
+    fill(q, "m", N, 1)
+    assert q.pop() == "m/n0"  # m drains and leaves the ring
+    for i in range(100):  # enough namespaces come and go for idle ones to be swept
+        fill(q, f"tmp{i}", N, 1)
+        assert q.pop() == f"tmp{i}/n0"
+    fill(q, "z", L, 1)
+    fill(q, "z", H, 2)
+    fill(q, "m", N, 1)
+    fill(q, "b", L, 1)
+    assert list(q.depth().items()) == [
+        (("b", L), 1), (("m", N), 1), (("z", H), 2), (("z", L), 1),
+    ]
+
+
+def test_pop_without_can_take_takes_from_any_namespace() -> None:
+    q = ReadyQueues()
+    fill(q, "a", N, 1)
+    fill(q, "b", N, 1)
+    assert [q.pop(None), q.pop(None), q.pop(None)] == ["a/n0", "b/n0", None]
+
+
 def test_a_million_pushes_and_pops_take_seconds() -> None:
     q = ReadyQueues()
     ids = [f"job{i}@{i}" for i in range(1_000_000)]

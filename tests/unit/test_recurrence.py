@@ -267,6 +267,16 @@ NOTE_CASES: list[tuple[str, Recurrence, str, list[str | None]]] = [
      Recurrence(cron="*/20 * * * *", timezone=BERLIN, dst_gap=DstGap.SKIP), "2026-03-29T00:45Z",
      ["02:00, 02:20 and 02:40 do not exist on 2026-03-29 in Europe/Berlin: skipped (03:00 runs)",
       None]),
+    ("gap-six-times-named-all", Recurrence(cron="*/10 * * * *", timezone=BERLIN),
+     "2026-03-29T00:55Z",
+     ["02:00, 02:10, 02:20, 02:30, 02:40 and 02:50 do not exist on 2026-03-29 in Europe/Berlin: "
+      "merged into 03:00", None]),
+    ("gap-seconds-named", Recurrence(cron="30 2 * * * 15", timezone=BERLIN), "2026-03-28T12:00Z",
+     ["02:30:15 does not exist on 2026-03-29 in Europe/Berlin: shifted to 03:00", None]),
+    # Samoa skipped 2011-12-30 whole: the gap runs from the 30th, 00:00 to the 31st, 00:00.
+    ("gap-a-whole-day-names-the-missing-day", Recurrence(cron="0 12 * * *", timezone="Pacific/Apia"),
+     "2011-12-29T23:00Z",
+     ["12:00 does not exist on 2011-12-30 in Pacific/Apia: shifted to 00:00", None]),
     ("gap-many", Recurrence(cron="* * * * *", timezone=BERLIN), "2026-03-29T00:59Z",
      ["02:00, 02:01, 02:02, 02:03, 02:04, 02:05 and more do not exist on 2026-03-29 in "
       "Europe/Berlin: merged into 03:00", None]),
@@ -375,6 +385,13 @@ def test_every_first_occurrence(anchor: int, every: int, after: int, expected: i
         (Recurrence(cron="0 * * * *", start_at_ms=utc("2026-01-01T10:30Z"),
                     end_at_ms=utc("2026-01-01T12:00Z")),
          "2026-01-01T00:00Z", ["2026-01-01T11:00Z", "2026-01-01T12:00Z"]),
+        # start_at one millisecond after a fire: that fire is before the bounds
+        (Recurrence(cron="0 * * * *", start_at_ms=utc("2026-01-01T10:00Z") + 1,
+                    end_at_ms=utc("2026-01-01T11:59Z")),
+         "2026-01-01T00:00Z", ["2026-01-01T11:00Z"]),
+        (Recurrence(every_ms=HOUR, anchor_ms=utc("2026-01-01T00:00Z"),
+                    start_at_ms=utc("2026-01-01T10:00Z") + 1, end_at_ms=utc("2026-01-01T12:00Z")),
+         "2026-01-01T00:00Z", ["2026-01-01T11:00Z", "2026-01-01T12:00Z"]),
         # start_at exactly on a fire: included
         (Recurrence(cron="0 * * * *", start_at_ms=utc("2026-01-01T10:00Z"),
                     end_at_ms=utc("2026-01-01T11:59Z")),
@@ -449,7 +466,7 @@ def test_jitter_is_stable_and_in_range() -> None:
     assert jitter_for("job-1", 1, 60_000) != jitter_for("job-2", 1, 60_000)
     assert jitter_for("job-1", 12345, 0) == 0
     assert jitter_for("job-1", 12345, 1) == 0
-    assert all(jitter_for("j", t, 2) in (0, 1) for t in range(50))
+    assert {jitter_for("j", t, 2) for t in range(50)} == {0, 1}  # even 2 ms is a spread
 
 
 def test_occurrences_carry_the_jitter_but_skipped_ones_do_not() -> None:
@@ -551,10 +568,39 @@ def test_recurrence_from_refuses_one_off_schedules(kind: ScheduleKind) -> None:
 
 
 @pytest.mark.parametrize(
-    "kwargs",
-    [{}, {"every_ms": 1, "cron": "* * * * *"}, {"every_ms": 0}, {"every_ms": -5},
-     {"every_ms": 1000, "jitter_ms": -1}],
+    "schedule",
+    [Schedule(kind=ScheduleKind.EVERY), Schedule(kind=ScheduleKind.CRON)],
+    ids=["every-without-interval", "cron-without-expression"],
 )
-def test_recurrence_refuses_nonsense(kwargs: dict[str, Any]) -> None:
-    with pytest.raises(ValueError):
+def test_recurrence_from_says_a_schedule_without_its_interval_or_cron_does_not_recur(
+    schedule: Schedule,
+) -> None:
+    with pytest.raises(ValueError) as caught:
+        recurrence_from(schedule, RecurringOptions(), 0)
+    assert str(caught.value) == (
+        f"recurrence_from: a {schedule.kind.value} schedule does not recur"
+    )
+
+
+ONE_OF = "Recurrence: expected exactly one of every_ms and cron"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({}, ONE_OF),
+        ({"every_ms": 1, "cron": "* * * * *"}, ONE_OF),
+        ({"every_ms": 0}, "Recurrence: every_ms must be positive, got 0"),
+        ({"every_ms": -5}, "Recurrence: every_ms must be positive, got -5"),
+        ({"every_ms": 1000, "jitter_ms": -1}, "Recurrence: jitter_ms must not be negative, got -1"),
+    ],
+)
+def test_recurrence_refuses_nonsense_saying_why(kwargs: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError) as caught:
         Recurrence(**kwargs)
+    assert str(caught.value) == message
+
+
+def test_an_interval_of_one_millisecond_is_allowed() -> None:
+    rec = Recurrence(every_ms=1, anchor_ms=10)
+    assert [o.scheduled_ms for o in iterate(rec, 10, 3)] == [11, 12, 13]
