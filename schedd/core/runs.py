@@ -53,9 +53,7 @@ from schedd.core.state import (
     Rejected,
     Result,
     State,
-    add_run,
     backoff_ms,
-    put_run,
 )
 
 MISFIRE_GRACE_MS = 30_000  # later than this, a recurring fire is a misfire
@@ -103,7 +101,7 @@ def _event_for(run: Run, spec: JobSpec) -> LeaderEvent | None:
 
 
 def _store(state: State, run: Run, events: list[LeaderEvent], *, new: bool = False) -> Run:
-    (add_run if new else put_run)(state, run)
+    (state.add_run if new else state.put_run)(run)
     ev = _event_for(run, state.jobs[run.job_id].spec)
     if ev is not None:
         events.append(ev)
@@ -306,7 +304,7 @@ def lease(state: State, run_id: str, worker_id: str, now: int, fence: int,
     start = max(now, run.due_ms)  # a run leased ahead starts when it is due (lease.not_before)
     attempt = Attempt(number=len(run.attempts) + 1, fence=fence, worker_id=worker_id,
                       leased_ms=start, deadline_ms=start + timeout if timeout else None)
-    put_run(state, evolve(run, state=target, updated_ms=now, attempts=run.attempts + (attempt,)))
+    state.put_run(evolve(run, state=target, updated_ms=now, attempts=run.attempts + (attempt,)))
     events.append(("leased", run_id))
     return Ok(attempt)
 

@@ -165,10 +165,6 @@ class State(ABC):
         times: see ``schedd.core.runs``)."""
 
     @abstractmethod
-    def pending_runs(self) -> Iterator[Run]:
-        """Runs the leader must track (waiting, queued or running), in creation order."""
-
-    @abstractmethod
     def due_runs(self, start_ms: int, end_ms: int) -> list[Run]:
         """Runs waiting for their time (scheduled or retrying) that are due in
         ``[start_ms, end_ms)``, by due time (ties: creation order): the leader's next window."""
@@ -238,15 +234,15 @@ class State(ABC):
 
 
 class MemoryState(State):
-    """The state in plain dicts of frozen records (pickled whole into Raft snapshots)."""
+    """The state in plain dicts of frozen records: the pure core's tests run on it (a node
+    keeps its state in SQLite, ``schedd.storage``)."""
 
     def __init__(self) -> None:
         self.jobs: dict[str, Job] = {}
         self.runs: dict[str, Run] = {}
         self.job_runs: dict[str, list[str]] = {}  # job id -> its run ids, in creation order
         self.job_order: list[str | None] = []  # None: a job forgotten since
-        # job id -> its unfinished run ids -> their creation number (orders unfinished_runs)
-        self.unfinished: dict[str, dict[str, int]] = {}
+        self.unfinished: dict[str, set[str]] = {}  # job id -> its unfinished run ids
         self.dependants: dict[str, list[str]] = {}  # job id -> jobs that depend on it
         self.idempotency: dict[str, str] = {}  # "<namespace>\0<key>" -> job id
         self.dlq: dict[str, None] = {}  # ordered set of dead-lettered run ids
@@ -290,22 +286,17 @@ class MemoryState(State):
             self.job_runs.setdefault(run.job_id, []).append(run.id)
             self.seq[run.id] = self.created
             self.created += 1
-        ids = self.unfinished.get(run.job_id)
+        ids = self.unfinished.setdefault(run.job_id, set())
         if run.state in TERMINAL_RUN_STATES:
-            if ids is not None:
-                ids.pop(run.id, None)
-                if not ids:
-                    del self.unfinished[run.job_id]
-        elif ids is None:
-            self.unfinished[run.job_id] = {run.id: self.seq[run.id]}
+            ids.discard(run.id)
+            if not ids:
+                del self.unfinished[run.job_id]
         else:
-            ids[run.id] = self.seq[run.id]
+            ids.add(run.id)
 
     def unfinished_runs(self, job_id: str) -> list[Run]:
-        ids = self.unfinished.get(job_id)
-        if not ids:
-            return []
-        return [self.runs[r] for r in sorted(ids, key=ids.__getitem__)]
+        return [self.runs[r] for r in sorted(self.unfinished.get(job_id, ()),
+                                             key=self.seq.__getitem__)]
 
     def has_unfinished(self, job_id: str) -> bool:
         return bool(self.unfinished.get(job_id))
@@ -325,18 +316,18 @@ class MemoryState(State):
         runs = [self.runs[r] for r in self.job_runs.get(job_id, ())]
         return sorted(runs, key=lambda r: r.scheduled_ms, reverse=True)
 
-    def pending_runs(self) -> Iterator[Run]:
-        numbered = [(n, rid) for ids in self.unfinished.values() for rid, n in ids.items()]
-        for _, rid in sorted(numbered):
-            yield self.runs[rid]
+    def _unfinished(self) -> list[Run]:
+        """Every unfinished run, in creation order."""
+        ids = [r for job_ids in self.unfinished.values() for r in job_ids]
+        return [self.runs[r] for r in sorted(ids, key=self.seq.__getitem__)]
 
     def due_runs(self, start_ms: int, end_ms: int) -> list[Run]:
-        runs = [r for r in self.pending_runs() if r.state in WAITING_STATES
+        runs = [r for r in self._unfinished() if r.state in WAITING_STATES
                 and start_ms <= r.due_ms < end_ms]
         return sorted(runs, key=lambda r: r.due_ms)
 
     def live_runs(self) -> list[Run]:
-        return [r for r in self.pending_runs() if r.state in LIVE_STATES]
+        return [r for r in self._unfinished() if r.state in LIVE_STATES]
 
     # -- history -------------------------------------------------------------------------
     def finished_runs_before(self, before_ms: int, limit: int) -> list[Run]:
@@ -410,16 +401,6 @@ class MemoryState(State):
 
     def remembered(self) -> int:
         return len(self.recent)
-
-
-def put_run(state: State, run: Run) -> None:
-    """Store ``run`` and keep the unfinished-runs index and the counters in step."""
-    state.put_run(run)
-
-
-def add_run(state: State, run: Run) -> None:
-    """A new run of its job (kept in the job's history)."""
-    state.add_run(run)
 
 
 ACTIVE_STATES = frozenset({RunState.QUEUED, RunState.RUNNING, RunState.RETRYING})

@@ -344,10 +344,6 @@ class SqlState(State):
         return self._runs(f"SELECT {self._COLS} FROM runs WHERE job_id = ? "
                           "ORDER BY sched_ms DESC", (job_id,))
 
-    def pending_runs(self) -> Iterator[Run]:
-        yield from self._runs(f"SELECT {self._COLS} FROM runs WHERE state < {FINISHED} "
-                              "ORDER BY seq", ())
-
     def due_runs(self, start_ms: int, end_ms: int) -> list[Run]:
         return self._runs(f"SELECT {self._COLS} FROM runs WHERE state IN (0, 4) "
                           "AND due_ms >= ? AND due_ms < ? ORDER BY due_ms, seq", (start_ms, end_ms))

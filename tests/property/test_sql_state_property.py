@@ -132,7 +132,6 @@ def answers(state: State) -> dict[str, Any]:
         "per_job": {j: (state.unfinished_runs(j), state.has_unfinished(j), state.latest_run(j),
                         state.latest_finished_run(j), state.runs_of(j),
                         list(state.dependants_of(j))) for j in JOBS},
-        "pending": list(state.pending_runs()),
         "due": [state.due_runs(T0, T0 + 1_000), state.due_runs(T0 + 1_000, 2 * T0)],
         "live": state.live_runs(),
         "recurring": list(state.active_recurring_jobs()),
