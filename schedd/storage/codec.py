@@ -29,6 +29,10 @@ class CorruptRow(ValueError):
 # -- jobs ---------------------------------------------------------------------------------------
 
 def job_body(job: Job) -> bytes:
+    return _dumps(_job_dict(job))
+
+
+def _job_dict(job: Job) -> dict[str, Any]:
     out: dict[str, Any] = {"s": spec_to_dict(job.spec), "st": job.status.value,
                            "c": job.created_ms, "u": job.updated_ms}
     if job.next_run_at_ms is not None:
@@ -39,16 +43,19 @@ def job_body(job: Job) -> bytes:
         out["x"] = job.next_run_id
     if job.anchor_ms is not None:
         out["a"] = job.anchor_ms
-    return _dumps(out)
+    return out
 
 
 def job_from_body(job_id: str, body: bytes) -> Job:
     try:
-        d = _loads(body)
-        return Job(job_id, spec_from_dict(d["s"]), JobStatus(d["st"]), d["c"], d["u"],
-                   d.get("n"), d.get("l"), d.get("x"), d.get("a"))
+        return _job_from(job_id, _loads(body))
     except (ValueError, KeyError, TypeError) as exc:
         raise CorruptRow(f"job {job_id}: {exc}") from None
+
+
+def _job_from(job_id: str, d: dict[str, Any]) -> Job:
+    return Job(job_id, spec_from_dict(d["s"]), JobStatus(d["st"]), d["c"], d["u"],
+               d.get("n"), d.get("l"), d.get("x"), d.get("a"))
 
 
 # -- runs ---------------------------------------------------------------------------------------
@@ -65,6 +72,10 @@ def _attempt_from(v: list[Any]) -> Attempt:
 
 
 def run_body(run: Run) -> bytes:
+    return _dumps(_run_dict(run))
+
+
+def _run_dict(run: Run) -> dict[str, Any]:
     out: dict[str, Any] = {"ns": run.namespace, "d": run.due_ms, "st": run.state.value,
                            "c": run.created_ms, "u": run.updated_ms}
     if run.attempts:
@@ -79,18 +90,20 @@ def run_body(run: Run) -> bytes:
         out["o"] = run.origin
     if run.attempt_base:
         out["b"] = run.attempt_base
-    return _dumps(out)
+    return out
 
 
 def run_from_body(job_id: str, scheduled_ms: int, body: bytes) -> Run:
     try:
-        d = _loads(body)
-        return Run(f"{job_id}@{scheduled_ms}", job_id, d["ns"], scheduled_ms, d["d"],
-                   RunState(d["st"]), d["c"], d["u"],
-                   tuple(_attempt_from(a) for a in d.get("at", ())), d.get("r"), d.get("e"),
-                   d.get("why"), d.get("o", "schedule"), d.get("b", 0))
+        return _run_from(job_id, scheduled_ms, _loads(body))
     except (ValueError, KeyError, TypeError) as exc:
         raise CorruptRow(f"run {job_id}@{scheduled_ms}: {exc}") from None
+
+
+def _run_from(job_id: str, scheduled_ms: int, d: dict[str, Any]) -> Run:
+    return Run(f"{job_id}@{scheduled_ms}", job_id, d["ns"], scheduled_ms, d["d"],
+               RunState(d["st"]), d["c"], d["u"], tuple(_attempt_from(a) for a in d.get("at", ())),
+               d.get("r"), d.get("e"), d.get("why"), d.get("o", "schedule"), d.get("b", 0))
 
 
 def split_run_id(run_id: str) -> tuple[str, int] | None:
@@ -110,9 +123,9 @@ def _value(v: Any) -> Any:
     if v is None or isinstance(v, bool | int | float | str):
         return v
     if isinstance(v, Job):
-        return {"J": [v.id, _loads(job_body(v))]}
+        return {"J": [v.id, _job_dict(v)]}
     if isinstance(v, Run):
-        return {"R": [v.job_id, v.scheduled_ms, _loads(run_body(v))]}
+        return {"R": [v.job_id, v.scheduled_ms, _run_dict(v)]}
     if isinstance(v, Attempt):
         return {"A": _attempt(v)}
     if isinstance(v, tuple):
@@ -131,9 +144,9 @@ def _value_from(v: Any) -> Any:
         return v
     ((tag, inner),) = v.items()
     if tag == "J":
-        return job_from_body(inner[0], _dumps(inner[1]))
+        return _job_from(inner[0], inner[1])
     if tag == "R":
-        return run_from_body(inner[0], inner[1], _dumps(inner[2]))
+        return _run_from(inner[0], inner[1], inner[2])
     if tag == "A":
         return _attempt_from(inner)
     if tag == "T":

@@ -43,7 +43,7 @@ from schedd.storage.schema import FINISHED, STATE_CODES, migrate, open_database
 
 CACHE_MAX = 10_000  # decoded jobs (and as many runs) kept in front of the database (~13 MB)
 _META = ("applied_index", "leader_fence", "leader_node", "leader_http", "leader_term",
-         "runs_created", "jobs_added", "dlq_added", "runs_kept", "jobs_kept", "history_keep")
+         "runs_created", "jobs_added", "runs_kept", "jobs_kept", "history_keep")
 
 
 class StorageFailure(BaseException):  # noqa: N818 - it stops the node, like SystemExit
@@ -65,7 +65,7 @@ class _Jobs(MutableMapping[str, Job]):
             row = st._one("SELECT body FROM jobs WHERE id = ?", (key,))
             if row is None:
                 return None
-            job = st._decode(job_from_body, key, row[0])
+            job = st._decode(key, row[0])
             st._cache_job(job)
         return job
 
@@ -165,7 +165,6 @@ class SqlState(State):
         self.leader_term = 0
         self.runs_created = 0
         self.jobs_added = 0
-        self.dlq_added = 0
         self.runs_kept = 0  # runs in the database (created less forgotten)
         self.jobs_kept = 0
         self.history_keep = DEFAULT_HISTORY_KEEP
@@ -198,27 +197,30 @@ class SqlState(State):
         self._load()
 
     # -- SQL, failing the node on any error ----------------------------------------------
-    def _x(self, sql: str, params: Sequence[Any]) -> sqlite3.Cursor:
+    def _x(self, sql: str, params: Sequence[Any],
+           fetch: Callable[[sqlite3.Cursor], Any] | None = None) -> Any:
+        """Run ``sql`` (and ``fetch`` its rows); any SQLite error is a StorageFailure."""
         try:
-            return self.db.execute(sql, params)
+            cur = self.db.execute(sql, params)
+            return cur if fetch is None else fetch(cur)
         except sqlite3.Error as exc:
             raise StorageFailure(f"{self.path}: {exc} (in {sql.split()[0]})") from exc
 
     def _one(self, sql: str, params: Sequence[Any]) -> Any:
-        try:
-            return self.db.execute(sql, params).fetchone()
-        except sqlite3.Error as exc:
-            raise StorageFailure(f"{self.path}: {exc} (in {sql.split()[0]})") from exc
+        return self._x(sql, params, sqlite3.Cursor.fetchone)
 
     def _all(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        return self._x(sql, params, sqlite3.Cursor.fetchall)  # type: ignore[no-any-return]
+
+    def _many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
         try:
-            return self.db.execute(sql, params).fetchall()
+            self.db.executemany(sql, rows)
         except sqlite3.Error as exc:
             raise StorageFailure(f"{self.path}: {exc} (in {sql.split()[0]})") from exc
 
-    def _decode(self, fn: Callable[[str, bytes], Job], key: str, body: bytes) -> Job:
+    def _decode(self, job_id: str, body: bytes) -> Job:
         try:
-            return fn(key, body)
+            return job_from_body(job_id, body)
         except CorruptRow as exc:
             raise StorageFailure(f"{self.path}: {exc}") from exc
 
@@ -257,18 +259,11 @@ class SqlState(State):
         meta = [(key, getattr(self, key)) for key in _META
                 if getattr(self, key) != self._meta_written[key]]
         if meta:
-            try:
-                self.db.executemany("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", meta)
-            except sqlite3.Error as exc:
-                raise StorageFailure(f"{self.path}: {exc} (in meta)") from exc
+            self._many("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", meta)
             self._meta_written.update(meta)
         counts = [(k, v) for k, v in self.counts.items() if self._counts_written.get(k) != v]
         if counts:
-            try:
-                self.db.executemany("INSERT OR REPLACE INTO counts (key, value) VALUES (?, ?)",
-                                    counts)
-            except sqlite3.Error as exc:
-                raise StorageFailure(f"{self.path}: {exc} (in counts)") from exc
+            self._many("INSERT OR REPLACE INTO counts (key, value) VALUES (?, ?)", counts)
             self._counts_written.update(counts)
         self._x("COMMIT", ())
 
@@ -301,7 +296,7 @@ class SqlState(State):
     def active_recurring_jobs(self) -> Iterator[Job]:
         for job_id, body in self._all(
                 "SELECT id, body FROM jobs WHERE recurring = 1 AND status = 'active' ORDER BY seq"):
-            yield self._job_cache.get(job_id) or self._decode(job_from_body, job_id, body)
+            yield self._job_cache.get(job_id) or self._decode(job_id, body)
 
     # -- runs ----------------------------------------------------------------------------
     def _store_run(self, old: Run | None, run: Run) -> None:
@@ -369,7 +364,7 @@ class SqlState(State):
             "AND NOT EXISTS (SELECT 1 FROM runs WHERE runs.job_id = jobs.id) "
             "AND NOT EXISTS (SELECT 1 FROM deps WHERE deps.upstream = jobs.id) "
             "ORDER BY updated_ms, seq LIMIT ?", (before_ms, limit))
-        return [self._job_cache.get(job_id) or self._decode(job_from_body, job_id, body)
+        return [self._job_cache.get(job_id) or self._decode(job_id, body)
                 for job_id, body in rows]
 
     def _delete_run(self, run: Run) -> None:
@@ -390,10 +385,8 @@ class SqlState(State):
 
     # -- dead-letter queue ---------------------------------------------------------------
     def dlq_add(self, run_id: str) -> None:
-        cur = self._x("INSERT OR IGNORE INTO dlq (seq, run_id) VALUES (?, ?)",
-                      (self.dlq_added, run_id))
-        self.dlq_added += 1
-        self._dlq_size += cur.rowcount
+        # seq: SQLite's next rowid, above every run in the queue (the order is all that counts)
+        self._dlq_size += self._x("INSERT OR IGNORE INTO dlq (run_id) VALUES (?)", (run_id,)).rowcount
 
     def dlq_remove(self, run_id: str) -> None:
         self._dlq_size -= self._x("DELETE FROM dlq WHERE run_id = ?", (run_id,)).rowcount
