@@ -83,7 +83,7 @@ class Leader:
         # wait in the state database's due-time index, and the next stretch is loaded from it
         # when half the window has passed (and at election).  Far-future runs cost no memory.
         self.hot_window_ms = max(1, round(hot_window_s * 1000))
-        self.loaded_until = 0
+        self.loaded_until = _MIN_MS  # nothing loaded yet
         # History retention: a Purge every PURGE_PERIOD_S (at once again while one is full).
         self.retention_ms = max(1, round(retention_s * 1000))
         self.keep_per_job = keep_per_job
@@ -159,10 +159,7 @@ class Leader:
             self._rebuilt_at = st.applied_index
             if st.leader_fence != self.fence:
                 raise RuntimeError("another leader claimed after us")
-            self.loaded_until = clock.wall_ms() + self.hot_window_ms
-            for run in st.due_runs(_MIN_MS, self.loaded_until):
-                ahead = may_fire_ahead(st.jobs[run.job_id].spec, run)
-                self.wheel.add(run.id, self._fire_at(run.due_ms, ahead))
+            self._load_window(clock.wall_ms() + self.hot_window_ms)  # same read (the lock nests)
             for run in st.live_runs():
                 if run.state is RunState.QUEUED:
                     spec = st.jobs[run.job_id].spec

@@ -103,7 +103,6 @@ class _StateMachine(SyncObjConsumer):  # type: ignore[misc]
     def __init__(self, hooks: Hooks, live: Path) -> None:
         self.lock = threading.RLock()
         self.hooks = hooks
-        self.live = live
         super().__init__()
         self.state = SqlState(live)
 
