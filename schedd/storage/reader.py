@@ -21,7 +21,14 @@ import aiosqlite
 
 from schedd.core.model import Job, Run
 from schedd.storage.codec import job_from_body, run_from_body, split_run_id
-from schedd.storage.schema import PAGE_CACHE_KIB
+from schedd.storage.schema import (
+    DLQ_NEWEST_FIRST,
+    JOB_BODY,
+    LATEST_RUN,
+    PAGE_CACHE_KIB,
+    RUN_BODY,
+    RUNS_OF_JOB,
+)
 
 #: the filters of a job listing, by the ``jobs`` column each one compares
 JOB_FILTERS = ("namespace", "queue", "status", "task")
@@ -65,7 +72,7 @@ class Reader:
 
     # -- jobs ----------------------------------------------------------------------------
     async def job(self, job_id: str) -> Job | None:
-        rows = await self._rows("SELECT body FROM jobs WHERE id = ?", (job_id,))
+        rows = await self._rows(JOB_BODY, (job_id,))
         return job_from_body(job_id, rows[0][0]) if rows else None
 
     async def jobs_page(self, cursor: int, limit: int, filters: Mapping[str, str]
@@ -88,24 +95,20 @@ class Reader:
         parts = split_run_id(run_id)
         if parts is None:
             return None
-        rows = await self._rows("SELECT body FROM runs WHERE sched_ms = ? AND job_id = ?",
-                                (parts[1], parts[0]))
+        rows = await self._rows(RUN_BODY, (parts[1], parts[0]))
         return run_from_body(parts[0], parts[1], rows[0][0]) if rows else None
 
     async def latest_run(self, job_id: str) -> Run | None:
-        rows = await self._rows("SELECT sched_ms, body FROM runs WHERE job_id = ? "
-                                "ORDER BY seq DESC LIMIT 1", (job_id,))
-        return run_from_body(job_id, rows[0][0], rows[0][1]) if rows else None
+        rows = await self._rows(LATEST_RUN, (job_id,))
+        return run_from_body(*rows[0]) if rows else None
 
     async def runs_of(self, job_id: str) -> list[Run]:
         """The job's runs, newest scheduled time first."""
-        rows = await self._rows("SELECT sched_ms, body FROM runs WHERE job_id = ? "
-                                "ORDER BY sched_ms DESC", (job_id,))
-        return [run_from_body(job_id, sched, body) for sched, body in rows]
+        return [run_from_body(*row) for row in await self._rows(RUNS_OF_JOB, (job_id,))]
 
     async def dead_letters(self) -> list[Run]:
         """The runs in the dead-letter queue, the last dead-lettered first."""
-        rows = await self._rows("SELECT run_id FROM dlq ORDER BY seq DESC", ())
+        rows = await self._rows(DLQ_NEWEST_FIRST, ())
         out = []
         for (run_id,) in rows:
             run = await self.run(run_id)

@@ -43,6 +43,14 @@ STATE_CODES: dict[RunState, int] = {
 }
 FINISHED = 5  # runs.state >= FINISHED: a terminal state
 
+# Reads that both the writer (SqlState) and the API's readers (Reader) make: one definition,
+# so the two never disagree on what a job's latest run is or in what order its runs come.
+JOB_BODY = "SELECT body FROM jobs WHERE id = ?"
+RUN_BODY = "SELECT body FROM runs WHERE sched_ms = ? AND job_id = ?"  # a run id, split
+LATEST_RUN = "SELECT job_id, sched_ms, body FROM runs WHERE job_id = ? ORDER BY seq DESC LIMIT 1"
+RUNS_OF_JOB = "SELECT job_id, sched_ms, body FROM runs WHERE job_id = ? ORDER BY sched_ms DESC"
+DLQ_NEWEST_FIRST = "SELECT run_id FROM dlq ORDER BY seq DESC"
+
 PAGE_CACHE_KIB = 65_536  # SQLite's page cache per connection (``cache_size``), in KiB
 
 _V1 = """

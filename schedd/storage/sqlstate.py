@@ -39,7 +39,17 @@ from schedd.storage.codec import (
     run_from_body,
     split_run_id,
 )
-from schedd.storage.schema import FINISHED, STATE_CODES, migrate, open_database
+from schedd.storage.schema import (
+    DLQ_NEWEST_FIRST,
+    FINISHED,
+    JOB_BODY,
+    LATEST_RUN,
+    RUN_BODY,
+    RUNS_OF_JOB,
+    STATE_CODES,
+    migrate,
+    open_database,
+)
 
 CACHE_MAX = 10_000  # decoded jobs (and as many runs) kept in front of the database (~13 MB)
 _META = ("applied_index", "leader_fence", "leader_node", "leader_http", "leader_term",
@@ -62,7 +72,7 @@ class _Jobs(MutableMapping[str, Job]):
         st = self._st
         job = st._job_cache.get(key)
         if job is None:
-            row = st._one("SELECT body FROM jobs WHERE id = ?", (key,))
+            row = st._one(JOB_BODY, (key,))
             if row is None:
                 return None
             job = st._decode(key, row[0])
@@ -116,8 +126,7 @@ class _Runs(Mapping[str, Run]):
             parts = split_run_id(key)
             if parts is None:
                 return None
-            row = st._one("SELECT body FROM runs WHERE sched_ms = ? AND job_id = ?",
-                          (parts[1], parts[0]))
+            row = st._one(RUN_BODY, (parts[1], parts[0]))
             if row is None:
                 return None
             run = st._decode_run(parts[0], parts[1], row[0])
@@ -326,8 +335,7 @@ class SqlState(State):
                          (job_id,)) is not None
 
     def latest_run(self, job_id: str) -> Run | None:
-        runs = self._runs(f"SELECT {self._COLS} FROM runs WHERE job_id = ? "
-                          "ORDER BY seq DESC LIMIT 1", (job_id,))
+        runs = self._runs(LATEST_RUN, (job_id,))
         return runs[0] if runs else None
 
     def latest_finished_run(self, job_id: str) -> Run | None:
@@ -336,8 +344,7 @@ class SqlState(State):
         return runs[0] if runs else None
 
     def runs_of(self, job_id: str) -> list[Run]:
-        return self._runs(f"SELECT {self._COLS} FROM runs WHERE job_id = ? "
-                          "ORDER BY sched_ms DESC", (job_id,))
+        return self._runs(RUNS_OF_JOB, (job_id,))
 
     def due_runs(self, start_ms: int, end_ms: int) -> list[Run]:
         return self._runs(f"SELECT {self._COLS} FROM runs WHERE state IN (0, 4) "
@@ -398,7 +405,7 @@ class SqlState(State):
         return self._dlq_size
 
     def dlq_newest_first(self) -> Iterator[str]:
-        for (run_id,) in self._all("SELECT run_id FROM dlq ORDER BY seq DESC"):
+        for (run_id,) in self._all(DLQ_NEWEST_FIRST):
             yield str(run_id)
 
     # -- request ids ---------------------------------------------------------------------
