@@ -10,13 +10,9 @@ from pathlib import Path
 import aiohttp
 
 from schedd.protocol import messages as m
-from tests.conftest import Node, start_node, wait_for
-from tests.integration.test_worker_protocol import API, connect, runs, submit
-
-
-async def _status(http: aiohttp.ClientSession, node: Node, path: str) -> int:
-    async with http.get(node.url + API + path, headers=node.headers()) as r:
-        return r.status
+from tests.conftest import start_node, wait_for
+from tests.integration.test_api import get
+from tests.integration.test_worker_protocol import connect, runs, submit
 
 
 async def test_finished_history_is_forgotten_and_bounded_per_job(
@@ -26,10 +22,13 @@ async def test_finished_history_is_forgotten_and_bounded_per_job(
     try:
         w = await connect(http, node, "w-history", capacity=4)
 
+        completed: list[str] = []
+
         async def work() -> None:
             while True:
                 lease = await w.expect(m.Lease, timeout=30)
                 await w.send(m.Complete(run_id=lease.run_id, fence=lease.fence))
+                completed.append(lease.run_id)
 
         worker = asyncio.create_task(work())
         try:
@@ -37,20 +36,23 @@ async def test_finished_history_is_forgotten_and_bounded_per_job(
             rec = await submit(http, node, {"task": "t", "schedule": {"every": "1s"}})
 
             async def forgotten() -> bool:
-                return await _status(http, node, f"/jobs/{once['id']}") == 404
+                return (await get(http, node, f"/jobs/{once['id']}"))[0] == 404
 
             await wait_for(forgotten, timeout=20)
-            assert await _status(http, node, f"/runs/{once['latest_run']['id']}") == 404
+            assert (await get(http, node, f"/runs/{once['latest_run']['id']}"))[0] == 404
 
             async def finished(n: int) -> bool:
                 done = [r for r in await runs(http, node, rec["id"]) if r["state"] == "succeeded"]
                 return len(done) >= n
 
             await wait_for(lambda: finished(2), timeout=20)
-            for _ in range(15):  # as new runs finish (one a second), never more than 2 are kept
+
+            async def five_finished_two_kept() -> bool:  # one finishes a second
                 done = [r for r in await runs(http, node, rec["id"]) if r["state"] == "succeeded"]
                 assert len(done) <= 2, done
-                await asyncio.sleep(0.2)
+                return sum(r.startswith(f"{rec['id']}@") for r in completed) >= 5
+
+            await wait_for(five_finished_two_kept, timeout=20)
             metrics = node.rt.metrics.exposition().decode()
             assert 'schedd_history_purged_total{kind="jobs"} 1.0' in metrics
         finally:

@@ -220,7 +220,7 @@ def test_a_bad_file_is_refused_with_every_problem_named_after_the_file(
 
 
 def test_a_file_that_is_not_toml_is_refused_naming_the_file_and_the_line(tmp_path: Path) -> None:
-    p = tokens_file(tmp_path, '[[token]]\nname = "a"\nsecret = "unterminated\n')
+    p = tokens_file(tmp_path, '[[token]]\nname = "a"\nsecret = "s3cr3t-unterminated\n')
     with pytest.raises(ConfigError) as info:
         load_tokens(p)
     [problem] = info.value.problems

@@ -108,7 +108,7 @@ def test_a_queue_with_runs_is_truthy() -> None:
 def namespaces_of(q: ReadyQueues, pops: int, can_take: Callable[[str], bool] | None = None) -> str:
     out = []
     for _ in range(pops):
-        run_id = q.pop(can_take) if can_take else q.pop()
+        run_id = q.pop(can_take)
         assert run_id is not None
         out.append(run_id.split("/")[0])
     return "".join(out)

@@ -23,7 +23,7 @@ from schedd.core.model import (
 )
 from schedd.core.runs import CATCHUP_SPACING_MS, MISFIRE_GRACE_MS
 from schedd.core.state import Ok, Rejected
-from tests.unit.test_state import Harness
+from tests.unit.test_state import Harness, lease_one
 
 MIN = 60_000
 T0 = 1_800_000_000_000 - (1_800_000_000_000 % MIN)  # a whole minute
@@ -140,19 +140,9 @@ class Checked(Harness):
                 assert rid not in self.wheel and rid not in self.ready, run
 
     # -- steps -------------------------------------------------------------------------------
-    def fire(self, lf: int, run_id: str, now: int) -> Any:
-        [res] = self.one(c.Fire(self.rid(), now, lf, (run_id,))).value
-        return res
-
-    def lease(self, lf: int, run_id: str, now: int, worker: str = "w") -> int:
-        [res] = self.one(c.Lease(self.rid(), now, lf, ((run_id, worker),))).value
-        assert isinstance(res, Ok), res
-        return int(res.value.fence)
-
     def start(self, lf: int, run_id: str, now: int, worker: str = "w") -> int:
         """Fire and lease: the run is running."""
-        assert self.fire(lf, run_id, now) == Ok(run_id)
-        return self.lease(lf, run_id, now, worker)
+        return lease_one(self, lf, run_id, now, worker)
 
     def trigger(self, now: int, job_id: str = "J1", override: bool = False) -> Run:
         res = self.one(c.Trigger(self.rid(), now, job_id, override))
@@ -186,8 +176,8 @@ def fire(h: Harness, lf: int, run_id: str, now: int) -> Any:
     return res
 
 
-def lease(h: Harness, lf: int, run_id: str, now: int) -> int:
-    [res] = h.one(c.Lease(h.rid(), now, lf, ((run_id, "w"),))).value
+def lease(h: Harness, lf: int, run_id: str, now: int, worker: str = "w") -> int:
+    [res] = h.one(c.Lease(h.rid(), now, lf, ((run_id, worker),))).value
     assert isinstance(res, Ok), res
     return int(res.value.fence)
 

@@ -29,7 +29,7 @@ from schedd.core.model import (
 )
 from schedd.core.runs import CATCHUP_SPACING_MS, MISFIRE_GRACE_MS
 from schedd.core.state import Ok, Rejected
-from tests.unit.test_runs import MIN, T0, Checked, cron, every, next_id, states
+from tests.unit.test_runs import MIN, T0, Checked, cron, every, fire, lease, next_id, states
 from tests.unit.test_state import Harness
 
 HOUR = 60 * MIN
@@ -57,15 +57,15 @@ def test_the_leader_is_told_where_each_run_waits_in_every_state() -> None:
     h.submit(spec=JobSpec(task="t", namespace="ns", queue="q", priority=Priority.HIGH))
     rid = f"J1@{T0}"
     assert h.state.runs[rid].namespace == "ns"
-    h.fire(lf, rid, T0)
-    fence = h.lease(lf, rid, T0)
+    fire(h, lf, rid, T0)
+    fence = lease(h, lf, rid, T0)
     h.one(c.Complete(h.rid(), T0 + 5, lf, rid, fence, None))
     assert h.events == [("due", rid, T0, True), ("ready", rid, "q", "high", "ns"),
                         ("leased", rid), ("gone", rid)]
     h.submit("A", at(T0 + HOUR), now=T0 + 6)
     h.submit("B", JobSpec(task="t", depends_on=("A",)), now=T0 + 6)
     h.events.clear()
-    h.fire(lf, f"B@{T0 + 6}", T0 + 6)  # blocked on A: out of the wheel, not queued
+    fire(h, lf, f"B@{T0 + 6}", T0 + 6)  # blocked on A: out of the wheel, not queued
     assert h.events == [("gone", f"B@{T0 + 6}")]
 
 
@@ -75,7 +75,7 @@ def test_a_fire_batch_fires_every_run_it_can_whatever_the_others_are() -> None:
     h.submit("J1")
     h.submit("J2", at(T0 + HOUR))
     h.submit("J3")
-    assert h.fire(lf, f"J1@{T0}", T0) == Ok(f"J1@{T0}")
+    assert fire(h, lf, f"J1@{T0}", T0) == Ok(f"J1@{T0}")
     res = h.one(c.Fire(h.rid(), T0, lf, ("J9@1", f"J1@{T0}", f"J2@{T0 + HOUR}", f"J3@{T0}")))
     assert [isinstance(r, Ok) for r in res.value] == [False, False, False, True]
     assert res.value[3] == Ok(f"J3@{T0}")
@@ -93,7 +93,7 @@ def test_a_lease_batch_leases_the_queued_runs_and_leaves_the_others_as_they_are(
     h.submit("J3", at(T0 + HOUR))
     running, queued, scheduled = f"J1@{T0}", f"J2@{T0}", f"J3@{T0 + HOUR}"
     h.start(lf, running, T0)
-    h.fire(lf, queued, T0)
+    fire(h, lf, queued, T0)
     before = {r: h.state.runs[r] for r in (running, scheduled)}
     res = h.one(c.Lease(h.rid(), T0 + 1, lf, (("J9@1", "w2"), (running, "w2"),
                                               (scheduled, "w2"), (queued, "w2"))))
@@ -299,13 +299,13 @@ def test_a_triggered_run_retries_at_its_due_time_never_ahead_of_it() -> None:
     lf = h.claim()
     h.submit(spec=at(T0 + HOUR, retry=RetryPolicy(initial_ms=10_000, jitter=False)))
     rid = h.trigger(T0).id
-    fence = h.lease(lf, rid, T0)
+    fence = lease(h, lf, rid, T0)
     h.events.clear()
     h.one(c.Fail(h.rid(), T0 + 10, lf, rid, fence, "boom", True))
     due = T0 + 10 + 10_000
     assert h.events == [("due", rid, due, False)]
-    assert isinstance(h.fire(lf, rid, due - 1), Rejected)
-    assert h.fire(lf, rid, due) == Ok(rid)
+    assert isinstance(fire(h, lf, rid, due - 1), Rejected)
+    assert fire(h, lf, rid, due) == Ok(rid)
 
 
 # -- replay ---------------------------------------------------------------------------------------
@@ -360,17 +360,12 @@ def test_healing_a_job_that_has_its_next_occurrence_changes_nothing() -> None:
     assert states(h) == [(MIN, "scheduled", None)]
 
 
-def lose_next_occurrence(h: Checked, now: int) -> str:
-    """Lose J1's pending occurrence: the job has none until a leader heals it."""
-    return h.lose_next_occurrence("J1", now)
-
-
 @pytest.mark.parametrize("change", ["paused", "cancelled", "unknown"])
 def test_only_an_active_recurring_job_is_healed(change: str) -> None:
     h = Checked()
     lf = h.claim()
     h.submit(spec=cron(), now=T0)
-    lose_next_occurrence(h, T0 + 1)
+    h.lose_next_occurrence("J1", T0 + 1)
     # the leader decided to heal it, then a client paused or cancelled it
     if change == "paused":
         h.one(c.UpdateJob(h.rid(), T0 + 2, "J1", paused=True))
@@ -386,7 +381,7 @@ def test_healing_a_job_whose_schedule_is_over_marks_it_done() -> None:
     h = Checked()
     lf = h.claim()
     h.submit(spec=every(MIN, end_at_ms=T0 + MIN + 1), now=T0)
-    lose_next_occurrence(h, T0 + 1)
+    h.lose_next_occurrence("J1", T0 + 1)
     assert h.one(c.Heal(h.rid(), T0 + 2 * MIN, lf, "J1")) == Ok(None)
     job = h.state.jobs["J1"]
     assert (job.status, job.next_run_id) == (JobStatus.DONE, None)
@@ -398,10 +393,10 @@ def test_a_recurring_job_is_done_when_its_last_occurrence_fires() -> None:
     h = Checked()
     lf = h.claim()
     h.submit(spec=every(MIN, end_at_ms=T0 + 2 * MIN, overlap=Overlap.ALLOW), now=T0)
-    h.fire(lf, next_id(h), T0 + MIN)
+    fire(h, lf, next_id(h), T0 + MIN)
     last = next_id(h)
     assert last == f"J1@{T0 + 2 * MIN}"  # end_at is inclusive
-    assert h.fire(lf, last, T0 + 2 * MIN) == Ok(last)
+    assert fire(h, lf, last, T0 + 2 * MIN) == Ok(last)
     job = h.state.jobs["J1"]
     assert (job.status, job.next_run_id, job.next_run_at_ms) == (JobStatus.DONE, None, None)
     assert job.updated_ms == T0 + 2 * MIN
@@ -431,7 +426,7 @@ def test_an_occurrence_already_taken_by_a_trigger_at_its_time_is_not_run_again()
     h.submit(spec=every(10_000, overlap=Overlap.ALLOW), now=T0)
     taken = h.trigger(T0 + 20_000)
     assert taken.id == f"J1@{T0 + 20_000}"
-    h.fire(lf, f"J1@{T0 + 10_000}", T0 + 20_001)  # a little late, within the grace
+    fire(h, lf, f"J1@{T0 + 10_000}", T0 + 20_001)  # a little late, within the grace
     assert next_id(h) == f"J1@{T0 + 30_000}"
     assert [(o // 1000, s) for o, s, _ in states(h)] == [(10, "queued"), (20, "queued"),
                                                          (30, "scheduled")]
@@ -448,7 +443,7 @@ def test_a_fire_is_a_misfire_only_when_more_than_the_grace_late(late: int, expec
     lf = h.claim()
     h.submit(spec=cron(misfire=Misfire.SKIP), now=T0)
     rid = next_id(h)
-    assert h.fire(lf, rid, T0 + MIN + late) == Ok(rid)
+    assert fire(h, lf, rid, T0 + MIN + late) == Ok(rid)
     assert got(h) == [expected, "scheduled"]
 
 
@@ -458,7 +453,7 @@ def test_a_late_occurrence_run_by_the_misfire_policy_still_respects_overlap() ->
     h.submit(spec=every(HOUR, overlap=Overlap.SKIP), now=T0)
     h.start(lf, next_id(h), T0 + HOUR)  # still running an hour later
     late = next_id(h)
-    assert h.fire(lf, late, T0 + 2 * HOUR + MISFIRE_GRACE_MS + 1) == Ok(late)
+    assert fire(h, lf, late, T0 + 2 * HOUR + MISFIRE_GRACE_MS + 1) == Ok(late)
     assert got(h) == ["running", "skipped:overlap", "scheduled"]
 
 
@@ -468,7 +463,7 @@ def test_a_misfire_does_not_catch_up_an_occurrence_a_trigger_already_ran() -> No
     h.submit(spec=every(10_000, overlap=Overlap.ALLOW, misfire=Misfire.RUN_ALL), now=T0)
     h.trigger(T0 + 20_000)
     now = T0 + 45_000  # 35 s late: 10, 20, 30, 40 s passed
-    h.fire(lf, f"J1@{T0 + 10_000}", now)
+    fire(h, lf, f"J1@{T0 + 10_000}", now)
     runs = {r.scheduled_ms - T0: r for r in h.state.runs_of("J1")}
     assert sorted(runs) == [10_000, 20_000, 30_000, 40_000, 50_000]
     assert [(runs[s].origin, runs[s].due_ms - now) for s in (20_000, 30_000, 40_000)] == [
@@ -507,7 +502,7 @@ def test_a_resumed_one_off_job_runs_its_run_however_late() -> None:
     h.one(c.UpdateJob(h.rid(), T0 + HOUR, "J1", paused=False))
     rid = f"J1@{T0 + 10}"
     assert h.events == [("due", rid, T0 + 10, True)]
-    assert h.fire(lf, rid, T0 + HOUR) == Ok(rid)
+    assert fire(h, lf, rid, T0 + HOUR) == Ok(rid)
 
 
 def test_resuming_a_job_whose_run_already_fired_leaves_the_run_queued() -> None:
@@ -515,7 +510,7 @@ def test_resuming_a_job_whose_run_already_fired_leaves_the_run_queued() -> None:
     lf = h.claim()
     h.submit()
     rid = f"J1@{T0}"
-    h.fire(lf, rid, T0)
+    fire(h, lf, rid, T0)
     h.one(c.UpdateJob(h.rid(), T0 + 1, "J1", paused=True))  # a run already fired continues
     h.events.clear()
     h.one(c.UpdateJob(h.rid(), T0 + 2, "J1", paused=False))
@@ -596,7 +591,7 @@ def test_a_run_whose_upstream_already_failed_for_good_is_skipped() -> None:
     h.submit("A", JobSpec(task="t", retry=RetryPolicy(max_attempts=1)))
     h.one(c.Fail(h.rid(), T0 + 1, lf, f"A@{T0}", h.start(lf, f"A@{T0}", T0), "boom", True))
     h.submit("B", JobSpec(task="t", depends_on=("A",)), now=T0 + 2)
-    assert h.fire(lf, f"B@{T0 + 2}", T0 + 2) == Ok(f"B@{T0 + 2}")
+    assert fire(h, lf, f"B@{T0 + 2}", T0 + 2) == Ok(f"B@{T0 + 2}")
     assert got(h, "B") == ["skipped:upstream_failed"]
     assert h.state.jobs["B"].status is JobStatus.DONE
 
@@ -606,10 +601,10 @@ def test_a_run_whose_upstream_job_was_cancelled_is_skipped_even_if_its_last_run_
     lf = h.claim()
     h.submit("A", cron(), now=T0)
     ran = h.trigger(T0 + 1, "A").id
-    h.one(c.Complete(h.rid(), T0 + 2, lf, ran, h.lease(lf, ran, T0 + 1), None))
+    h.one(c.Complete(h.rid(), T0 + 2, lf, ran, lease(h, lf, ran, T0 + 1), None))
     h.one(c.CancelJob(h.rid(), T0 + 3, "A"))
     h.submit("B", JobSpec(task="t", depends_on=("A",)), now=T0 + 4)
-    h.fire(lf, f"B@{T0 + 4}", T0 + 4)
+    fire(h, lf, f"B@{T0 + 4}", T0 + 4)
     assert got(h, "B") == ["skipped:upstream_failed"]
 
 
@@ -618,7 +613,7 @@ def test_cancelling_one_waiting_run_of_a_dependant_leaves_the_others_waiting() -
     lf = h.claim()
     h.submit("A", at(T0 + HOUR))
     h.submit("B", JobSpec(task="t", depends_on=("A",)))
-    h.fire(lf, f"B@{T0}", T0)
+    fire(h, lf, f"B@{T0}", T0)
     triggered = h.trigger(T0 + 1, "B").id
     assert got(h, "B") == ["blocked:dependencies", "blocked:dependencies"]
     h.one(c.CancelRun(h.rid(), T0 + 2, triggered))
@@ -631,7 +626,7 @@ def test_an_upstream_success_releases_every_dependant_waiting_for_it() -> None:
     h.submit("A")
     h.submit("B", at(T0 + HOUR, depends_on=("A",)))  # not due yet: nothing waits
     h.submit("C", JobSpec(task="t", depends_on=("A",)))
-    h.fire(lf, f"C@{T0}", T0)
+    fire(h, lf, f"C@{T0}", T0)
     h.one(c.Complete(h.rid(), T0 + 1, lf, f"A@{T0}", h.start(lf, f"A@{T0}", T0), None))
     assert got(h, "B") == ["scheduled"]
     assert got(h, "C") == ["queued"]
@@ -645,10 +640,10 @@ def test_an_upstream_success_does_not_release_a_run_buffered_behind_its_own_runn
     h.submit("C", JobSpec(task="t", depends_on=("A",),
                           schedule=cron(overlap=Overlap.BUFFER_ONE).schedule), now=T0)
     h.start(lf, next_id(h, "C"), T0 + MIN)
-    h.fire(lf, next_id(h, "C"), T0 + 2 * MIN)
+    fire(h, lf, next_id(h, "C"), T0 + 2 * MIN)
     assert got(h, "C")[:2] == ["running", "blocked:overlap"]
     again = h.trigger(T0 + 2 * MIN + 1, "A").id
-    h.one(c.Complete(h.rid(), T0 + 2 * MIN + 2, lf, again, h.lease(lf, again, T0 + 2 * MIN + 1),
+    h.one(c.Complete(h.rid(), T0 + 2 * MIN + 2, lf, again, lease(h, lf, again, T0 + 2 * MIN + 1),
                      None))
     assert got(h, "C")[:2] == ["running", "blocked:overlap"]
 
@@ -664,7 +659,7 @@ def test_a_one_off_job_is_done_when_its_last_unfinished_run_finishes() -> None:
     extra = h.trigger(T0 + 1, override=True).id
     h.one(c.Complete(h.rid(), T0 + 2, lf, rid, fence, None))
     assert h.state.jobs["J1"].status is JobStatus.ACTIVE
-    h.one(c.Complete(h.rid(), T0 + 4, lf, extra, h.lease(lf, extra, T0 + 3), None))
+    h.one(c.Complete(h.rid(), T0 + 4, lf, extra, lease(h, lf, extra, T0 + 3), None))
     job = h.state.jobs["J1"]
     assert (job.status, job.next_run_at_ms, job.updated_ms) == (JobStatus.DONE, None, T0 + 4)
     assert all(r.state in TERMINAL_RUN_STATES for r in h.state.runs.values())
@@ -697,7 +692,7 @@ def test_an_occurrence_skipped_for_dst_is_recorded_once_when_the_job_is_healed()
     lf = h.claim()
     now = utc("2026-03-28T02:00:00+00:00")
     h.submit(spec=spec, now=now)  # records the skipped 29 March, schedules 30 March
-    lose_next_occurrence(h, now + 1)
+    h.lose_next_occurrence("J1", now + 1)
     # a new leader heals the job before 29 March: it materialises from now again
     assert h.one(c.Heal(h.rid(), now + 2, lf, "J1")) == Ok(f"J1@{utc('2026-03-31T00:30:00+00:00')}")
     assert got(h) == ["skipped:dst_gap", "cancelled:cancelled", "scheduled"]
