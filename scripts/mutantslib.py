@@ -64,6 +64,7 @@ ROOT = Path(__file__).resolve().parents[1]
 EQUIVALENT_FILE = Path("config/mutants-equivalent.toml")
 PLUGIN = "mutantslib"
 EXAMPLES_ENV = "SCHEDD_MUTANTS_EXAMPLES"
+FAILURES_ENV = "SCHEDD_MUTANTS_UNMUTATED_FAILURES"  # where the plugin records the failures below
 SKIP = {"mutants", ".venv"}  # mutmut's own work dir (a direct `mutmut run`), the environment
 CLASS_SEP = "ǁ"  # mutmut's separator in mangled method names: xǁClassǁmethod
 
@@ -97,6 +98,18 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         source = getattr(mark, "_param_ids_from", None)
         if source is not None and getattr(source, "_param_ids_generated", None) is not None:
             object.__setattr__(source, "_param_ids_generated", None)
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Record a test that fails with no mutant active (mutmut's stats and clean runs). mutmut runs
+    them in a forked child whose output it never shows, so without this a failing test there
+    reads only "failed to collect stats. runner returned 1"."""
+    path = os.environ.get(FAILURES_ENV)
+    if not path or not report.failed or os.environ.get("MUTANT_UNDER_TEST", "") not in ("", "stats"):
+        return
+    with open(path, "a", encoding="utf-8") as out:
+        out.write(f"--- {report.nodeid} ({report.when}) failed with no mutant active:\n"
+                  f"{report.longreprtext[-3000:]}\n")
 
 
 def pytest_collection_modifyitems(items: list[Any]) -> None:
@@ -255,6 +268,9 @@ def fail(message: str, log: Path) -> None:
     lines = log.read_text("utf-8", "replace").replace("\r", "\n").splitlines()
     tail = [x for x in lines if x.strip()][-40:]
     print("\n".join(tail), file=sys.stderr)
+    failures = log.parent / "unmutated-failures.txt"
+    if failures.exists():
+        print(failures.read_text("utf-8", "replace"), file=sys.stderr)
     print(f"mutants: {message} (log: {log})", file=sys.stderr)
     raise SystemExit(2)
 
@@ -613,7 +629,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         write_mutmut_section(work / "pyproject.toml", wconf)
         (work / "mutants").mkdir()
         env = dict(os.environ, PYTHONPATH=str(work / "scripts"),
-                   **{EXAMPLES_ENV: str(max(args.examples, 0))})
+                   **{EXAMPLES_ENV: str(max(args.examples, 0)),
+                      FAILURES_ENV: str(work / "unmutated-failures.txt")})
         env.pop("MUTANT_UNDER_TEST", None)
 
         mode = ("changed functions" if args.changed else "files") if args.paths or args.changed \

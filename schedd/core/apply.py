@@ -4,8 +4,6 @@ total (a bad command is a :class:`Rejected` value; nothing escapes into Raft).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 from schedd.core import commands as c
 from schedd.core import history as H
 from schedd.core import runs as R
@@ -107,19 +105,6 @@ def _client(state: State, cmd: ClientCommand, events: list[LeaderEvent]) -> Resu
 
 # -- submission, update, cancellation ---------------------------------------------------------
 
-class _DependsOn:
-    """``job id -> depends_on`` looked up in the jobs table (what cycle detection reads)."""
-
-    __slots__ = ("_jobs",)
-
-    def __init__(self, jobs: Mapping[str, Job]) -> None:
-        self._jobs = jobs
-
-    def get(self, job_id: str, default: tuple[str, ...] = ()) -> tuple[str, ...]:
-        job = self._jobs.get(job_id)
-        return default if job is None else job.spec.depends_on
-
-
 def _check_dependencies(state: State, cmd: c.Submit) -> Rejected | None:
     batch = {job_id: spec for job_id, spec in cmd.jobs}
     for i, (_, spec) in enumerate(cmd.jobs):
@@ -136,8 +121,12 @@ def _check_dependencies(state: State, cmd: c.Submit) -> Rejected | None:
                     f"the same namespace ({spec.namespace})",
                     f"{prefix}depends_on[{k}]",
                 )
-    cycle = find_cycle(_DependsOn(state.jobs),
-                       {job_id: spec.depends_on for job_id, spec in cmd.jobs if spec.depends_on})
+    # A cycle lies within the batch: every dependency of a job already stored was stored before
+    # it or in its own batch (an unknown one is refused above, depends_on cannot be updated and a
+    # job that others depend on is never forgotten), so no path from a stored job leads back to
+    # a job being submitted.  Only the batch's own edges are searched: no stored job is read.
+    cycle = find_cycle({}, {job_id: spec.depends_on for job_id, spec in cmd.jobs
+                            if spec.depends_on})
     if cycle:
         return Rejected("conflict", f"dependency cycle: {format_cycle(cycle)}", "depends_on")
     return None

@@ -680,7 +680,8 @@ def test_a_job_given_a_schedule_that_never_runs_shows_no_next_run(paused: bool) 
     if paused:
         assert isinstance(h.one(c.UpdateJob(h.rid(), T0 + 3, "J1", paused=False)), Ok)
     job = h.state.jobs["J1"]
-    assert (job.status, job.next_run_at_ms) == (JobStatus.ACTIVE, None)
+    # no next run, not even the cancelled occurrence of the old schedule
+    assert (job.status, job.next_run_at_ms, job.next_run_id) == (JobStatus.ACTIVE, None, None)
     assert not [r for r in h.state.runs.values() if r.state is RunState.SCHEDULED]
 
 

@@ -668,6 +668,15 @@ def test_spec_dict_round_trips_everything() -> None:
     assert spec_from_dict(d).retry.multiplier.__class__ is float
 
 
+def test_a_stored_integral_multiplier_still_decodes_to_a_float() -> None:
+    # JSON does not keep 2.0 apart from 2 everywhere (JavaScript writes 2): the spec read back
+    # has the float the model declares, so it renders and compares as one.
+    d = orjson.loads(orjson.dumps(spec_to_dict(JobSpec(task="t", retry=RetryPolicy(multiplier=3.0)))))
+    d["retry"]["mult"] = 3
+    multiplier = spec_from_dict(d).retry.multiplier
+    assert (multiplier, multiplier.__class__) == (3.0, float)
+
+
 SPEC = {"v": 1, "task": "t"}
 
 # A malformed replicated spec (a version skew, a damaged journal) raises ValueError; its text
