@@ -52,6 +52,10 @@ RUNS_OF_JOB = "SELECT job_id, sched_ms, body FROM runs WHERE job_id = ? ORDER BY
 DLQ_NEWEST_FIRST = "SELECT run_id FROM dlq ORDER BY seq DESC"
 
 PAGE_CACHE_KIB = 65_536  # SQLite's page cache per connection (``cache_size``), in KiB
+#: the write-ahead log is cut back to this size whenever a checkpoint has emptied it.  It grows
+#: beyond it while a reader holds an old snapshot of the database (a snapshot copy pins one for
+#: as long as it writes): without a limit the file would keep its largest size for good.
+WAL_SIZE_LIMIT = 64 << 20
 
 _V1 = """
 CREATE TABLE meta (key TEXT PRIMARY KEY, value) WITHOUT ROWID;
@@ -113,7 +117,9 @@ def pin_pragmas(db: sqlite3.Connection, *, readonly: bool = False) -> None:
     WAL, so readers (the API, a snapshot copy) never block the writer; ``synchronous=NORMAL``:
     the Raft journal is what is synced before a write is acknowledged, and a database that lost
     its last transactions in a power cut is consistent and replays them from the journal
-    (``OFF`` could leave a torn database after a checkpoint).
+    (``OFF`` could leave a torn database after a checkpoint).  SQLite checkpoints the log into
+    the database by itself (passively, every 1,000 pages) and :data:`WAL_SIZE_LIMIT` bounds the
+    file it leaves behind.
     """
     db.execute(f"PRAGMA cache_size = -{PAGE_CACHE_KIB}")
     db.execute("PRAGMA foreign_keys = OFF")
@@ -124,6 +130,7 @@ def pin_pragmas(db: sqlite3.Connection, *, readonly: bool = False) -> None:
     if mode not in ("wal", "memory"):
         raise sqlite3.OperationalError(f"cannot use write-ahead logging (journal_mode {mode})")
     db.execute("PRAGMA synchronous = NORMAL")
+    db.execute(f"PRAGMA journal_size_limit = {WAL_SIZE_LIMIT}")
 
 
 def schema_version(db: sqlite3.Connection) -> int:

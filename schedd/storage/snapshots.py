@@ -95,12 +95,22 @@ def write_copy(src: sqlite3.Connection, dest: Path, raft: Any,
     with ``raft`` in its ``snapshot`` table.  Releases ``src``.  ``step`` runs between the
     copy's steps (tests use it to hold a copy half-way)."""
     tmp = Path(f"{dest}.sqltmp")
+    synced: list[int] = []  # the copy's file, opened at the first step
+
+    def progress(*_: Any) -> None:
+        # Sync each step's pages as they are written: the node's journal syncs (each write
+        # the cluster acknowledges) then never queue behind gigabytes of a copy flushed at once.
+        if not synced:
+            synced.append(os.open(tmp, os.O_RDONLY))
+        os.fdatasync(synced[0])
+        if step is not None:
+            step()
+
     try:
         _remove(tmp)
         dst = sqlite3.connect(str(tmp), isolation_level=None)
         try:
-            src.backup(dst, pages=BACKUP_PAGES,
-                       progress=None if step is None else (lambda *_: step()))
+            src.backup(dst, pages=BACKUP_PAGES, progress=progress)
             dst.execute("PRAGMA journal_mode = DELETE")
             dst.execute("CREATE TABLE snapshot (key TEXT PRIMARY KEY, value) WITHOUT ROWID")
             dst.executemany("INSERT INTO snapshot (key, value) VALUES (?, ?)",
@@ -108,6 +118,8 @@ def write_copy(src: sqlite3.Connection, dest: Path, raft: Any,
         finally:
             dst.close()
     finally:
+        for fd in synced:
+            os.close(fd)
         with contextlib.suppress(sqlite3.Error):
             src.execute("COMMIT")
         src.close()

@@ -69,6 +69,57 @@ def test_a_copy_holds_exactly_the_entries_up_to_its_pin_while_more_are_applied(
     assert not (tmp_path / "raft.dump.sqltmp").exists()
 
 
+def test_the_copy_is_synced_step_by_step_as_it_is_written(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Not one flush of the whole file at the end: each step's pages go to disk before the next
+    # step, so the journal's syncs never wait behind a whole snapshot's writeback.
+    live, dump = tmp_path / "state.db", tmp_path / "raft.dump"
+    state = filled(live, 10, per_entry=50)
+    state.close()
+    monkeypatch.setattr(S, "BACKUP_PAGES", 8)
+    synced_sizes: list[int] = []
+    real = S.os.fdatasync
+
+    def fdatasync(fd: int) -> None:
+        real(fd)
+        synced_sizes.append(S.os.fstat(fd).st_size)
+
+    monkeypatch.setattr(S.os, "fdatasync", fdatasync)
+    src, _ = S.pin(live)
+    S.write_copy(src, dump, RAFT)
+    pages = sqlite3.connect(dump).execute("PRAGMA page_count").fetchone()[0]
+    assert pages > 4 * 8
+    assert len(synced_sizes) >= pages // 8  # once a step
+    assert synced_sizes == sorted(synced_sizes) and synced_sizes[0] < synced_sizes[-1]
+
+
+def test_the_write_ahead_log_shrinks_back_once_a_long_copy_lets_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A snapshot copy pins the database for as long as it writes, and the log grows meanwhile;
+    # the first checkpoint after it cuts the file back to the limit instead of keeping its
+    # largest size for good.
+    from schedd.storage import schema
+    monkeypatch.setattr(schema, "WAL_SIZE_LIMIT", 256 << 10)
+    live = tmp_path / "state.db"
+    wal = tmp_path / "state.db-wal"
+    state = SqlState(live)
+    try:
+        src, _ = S.pin(live)  # held like a copy in progress
+        for i in range(1, 41):
+            submit(state, i, 50)
+        grown = wal.stat().st_size
+        assert grown > 4 * (256 << 10)
+        src.execute("COMMIT")
+        src.close()
+        for i in range(41, 400):  # SQLite checkpoints by itself every 1,000 pages
+            submit(state, i, 5)
+            if wal.stat().st_size <= 256 << 10:
+                break
+        assert wal.stat().st_size <= 256 << 10, f"still {wal.stat().st_size} bytes"
+    finally:
+        state.close()
+
+
 def test_an_installed_snapshot_answers_as_the_database_it_was_copied_from(tmp_path: Path) -> None:
     live = tmp_path / "state.db"
     state = filled(live, 12, per_entry=3)
