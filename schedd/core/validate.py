@@ -738,7 +738,7 @@ _SHARED_MAX = 4096
 def _shared(value: _H) -> _H:
     """One instance of each equal frozen record: the state holds a spec per job, and most jobs
     share their retry policy (and recurring ones their schedule), which then costs nothing per
-    job (about 15 % of a pending job's memory).  Snapshots keep the sharing (pickle memoizes)."""
+    job (about 15 % of a pending job's memory)."""
     found = _SHARED.get(value)
     if found is not None:
         return found  # type: ignore[no-any-return]

@@ -92,6 +92,8 @@ class Cluster:
     size: int = 3
     scheduler: dict[str, Any] = field(default_factory=dict)
     raft: dict[str, Any] = field(default_factory=dict)
+    #: [history] keys (retention, max_runs_per_job)
+    history: dict[str, Any] = field(default_factory=dict)
     #: per node index, [raft] keys that replace the shared ones (``peers`` included)
     node_raft: dict[int, dict[str, Any]] = field(default_factory=dict)
     nodes: list[NodeProc] = field(default_factory=list)
@@ -128,13 +130,15 @@ class Cluster:
                 raft_extra.setdefault("peer_http", [f"http://127.0.0.1:{ports[j]}" for j in others])
             sched = "".join(f"{k} = {_toml(v)}\n" for k, v in self.scheduler.items())
             raft = "".join(f"{k} = {_toml(v)}\n" for k, v in raft_extra.items())
+            history = "".join(f"{k} = {_toml(v)}\n" for k, v in self.history.items())
+            history = f"[history]\n{history}" if history else ""
             cfg = self.root / f"{node_id}.toml"
             cfg.write_text(
                 f'[node]\nid = "{node_id}"\ndata_dir = "{self.root / node_id}"\n'
                 f'[http]\nlisten = "127.0.0.1:{port}"\n'
                 f'[raft]\nlisten = "127.0.0.1:{port + 1}"\npeers = [{", ".join(peers)}]\n{raft}'
                 f'[auth]\ntokens_file = "{tokens}"\n'
-                f"[scheduler]\n{sched}"
+                f"[scheduler]\n{sched}{history}"
             )
             self.nodes.append(NodeProc(node_id, port, port + 1, cfg, self.root / f"{node_id}.log"))
             if self.clock_skew:

@@ -670,8 +670,10 @@ def test_spec_dict_round_trips_everything() -> None:
 
 def test_a_stored_integral_multiplier_still_decodes_to_a_float() -> None:
     # JSON does not keep 2.0 apart from 2 everywhere (JavaScript writes 2): the spec read back
-    # has the float the model declares, so it renders and compares as one.
-    d = orjson.loads(orjson.dumps(spec_to_dict(JobSpec(task="t", retry=RetryPolicy(multiplier=3.0)))))
+    # has the float the model declares, so it renders and compares as one.  A policy no other
+    # test builds: decoded policies are shared, and an equal one decoded before would hide it.
+    policy = RetryPolicy(max_attempts=7, initial_ms=1234, max_ms=56_789, multiplier=3.0)
+    d = orjson.loads(orjson.dumps(spec_to_dict(JobSpec(task="t", retry=policy))))
     d["retry"]["mult"] = 3
     multiplier = spec_from_dict(d).retry.multiplier
     assert (multiplier, multiplier.__class__) == (3.0, float)
