@@ -42,6 +42,7 @@ from schedd.errors import (
 )
 from schedd.ids import new_job_id, new_request_id
 from schedd.logs import log_event
+from schedd.storage.reader import FIRST
 
 if TYPE_CHECKING:
     from schedd.runtime import Runtime
@@ -276,11 +277,22 @@ def _int_param(request: web.Request, name: str, default: int, lo: int, hi: int) 
     return value
 
 
+def _cursor(request: web.Request, first: int) -> int:
+    """The ``cursor`` query parameter: a previous page's ``next_cursor`` (``first`` without)."""
+    raw = request.query.get("cursor")
+    if raw is None:
+        return first
+    if not (raw.isascii() and raw.isdigit() and len(raw) <= 19 and int(raw) <= FIRST):
+        raise InvalidArgument(f"cursor: expected the next_cursor of a previous page (digits), "
+                              f"got {raw!r}", field="cursor")
+    return int(raw)
+
+
 async def list_jobs(request: web.Request) -> web.Response:
     require(request, "read")
     rt = request.app[RUNTIME]
     limit = _int_param(request, "limit", 100, 1, 1000)
-    cursor = _int_param(request, "cursor", 0, 0, 1 << 62)
+    cursor = _cursor(request, 0)
     filters = {k: request.query[k] for k in ("namespace", "queue", "status", "task") if k in request.query}
     for key in ("namespace", "queue"):
         if key in filters:
@@ -443,7 +455,11 @@ async def job_runs(request: web.Request) -> web.Response:
     job_id = _job_id(request)
     if await rt.reader.job(job_id) is None:
         raise NotFound(f"no job with id {job_id}", field="id")
-    return json_response({"runs": [run_view(r) for r in await rt.reader.runs_of(job_id)]})
+    limit = _int_param(request, "limit", 100, 1, 1000)
+    before = _cursor(request, FIRST)
+    runs, after = await rt.reader.runs_page(job_id, before, limit)
+    return json_response({"runs": [run_view(r) for r in runs],
+                          "next_cursor": None if after is None else str(after)})
 
 
 async def get_run(request: web.Request) -> web.Response:
@@ -459,8 +475,11 @@ async def get_run(request: web.Request) -> web.Response:
 async def list_dlq(request: web.Request) -> web.Response:
     require(request, "read")
     rt = request.app[RUNTIME]
-    runs = [run_view(r) for r in await rt.reader.dead_letters() if r.state is RunState.FAILED]
-    return json_response({"runs": runs})
+    limit = _int_param(request, "limit", 100, 1, 1000)
+    before = _cursor(request, FIRST)
+    runs, after = await rt.reader.dead_letters_page(before, limit)
+    return json_response({"runs": [run_view(r) for r in runs if r.state is RunState.FAILED],
+                          "next_cursor": None if after is None else str(after)})
 
 
 # -- cluster --------------------------------------------------------------------------------------

@@ -384,8 +384,11 @@ def _response_schemas() -> dict[str, Schema]:
         }),
         "BatchResult": _closed({"jobs": {"type": "array", "items": _ref("Job")}},
                                "the batch's jobs, in order"),
-        "RunList": _closed({"runs": {"type": "array", "items": _ref("Run")}},
-                           "newest first"),
+        "RunList": _closed({
+            "runs": {"type": "array", "items": _ref("Run")},
+            "next_cursor": {"type": ["string", "null"],
+                            "description": "pass as cursor for the next page; null at the end"},
+        }, "newest first"),
         "Fire": _closed({
             "scheduled_at": _TIME,
             "due_at": _TIME | {"description": "scheduled_at plus jitter"},
@@ -530,6 +533,10 @@ def _body(schema: str, required: bool = True) -> Schema:
 
 def _paths() -> dict[str, Schema]:
     job_id, run_id, rid = _param("JobId"), _param("RunId"), _param("RequestId")
+    page = (_query("limit", {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100},
+                   "page size"),
+            _query("cursor", {"type": "integer", "minimum": 0, "maximum": _CURSOR_MAX},
+                   "next_cursor of the previous page"))
     count = _query("count", {"type": "integer", "minimum": 1, "maximum": 1000, "default": 10},
                    "how many fire times")
     job = _json("the job", _ref("Job"))
@@ -550,11 +557,7 @@ def _paths() -> dict[str, Schema]:
                            _query("queue", _ref("Ident"), "only this queue"),
                            _query("status", _enum(JobStatus), "only jobs in this status"),
                            _query("task", {"type": "string"}, "only this task"),
-                           _query("limit", {"type": "integer", "minimum": 1, "maximum": 1000,
-                                            "default": 100}, "page size"),
-                           _query("cursor", {"type": "integer", "minimum": 0,
-                                             "maximum": _CURSOR_MAX},
-                                  "next_cursor of the previous page"),
+                           *page,
                        )),
         },
         f"{p}/jobs/batch": {
@@ -586,7 +589,8 @@ def _paths() -> dict[str, Schema]:
         },
         f"{p}/jobs/{{job_id}}/runs": {
             "get": _op("job_runs", "A job's runs, newest first, with their attempts", "read",
-                       {200: _json("the runs", _ref("RunList"))}, (404,), params=(job_id,)),
+                       {200: _json("a page of runs", _ref("RunList"))}, (400, 404),
+                       params=(job_id, *page)),
         },
         f"{p}/jobs/{{job_id}}/explain": {
             "get": _op("explain_job", "A job's next fire times", "read",
@@ -620,7 +624,8 @@ def _paths() -> dict[str, Schema]:
         },
         f"{p}/dlq": {
             "get": _op("list_dlq", "The dead-letter queue, newest first", "read",
-                       {200: _json("failed runs", _ref("RunList"))}),
+                       {200: _json("a page of failed runs", _ref("RunList"))}, (400,),
+                       params=page),
         },
         f"{p}/dlq/{{run_id}}/replay": {
             "post": _op("replay_dead", "Run a dead-lettered run again", "submit", {200: run},

@@ -210,12 +210,16 @@ def _job_action_request(args: argparse.Namespace, stdin: IO[bytes] | None) -> Ap
     if cmd == "watch":
         return ApiRequest("GET", job_path(args.id, "/runs"))
     if cmd == "dlq list":
-        return ApiRequest("GET", "/api/v1/dlq")
+        return ApiRequest("GET", "/api/v1/dlq", query=_limit(args))
     if cmd == "dlq replay":
         return ApiRequest("POST", run_path(args.run_id, "/replay", under="dlq"))
     if cmd == "dlq drop":
         return ApiRequest("DELETE", run_path(args.run_id, under="dlq"))
     raise UsageError(f"unknown command {cmd!r}")  # pragma: no cover - argparse refuses first
+
+
+def _limit(args: argparse.Namespace) -> tuple[tuple[str, str], ...]:
+    return () if args.limit is None else (("limit", str(args.limit)),)
 
 
 def build_request(args: argparse.Namespace, stdin: IO[bytes] | None = None) -> ApiRequest:
@@ -240,7 +244,7 @@ def build_request(args: argparse.Namespace, stdin: IO[bytes] | None = None) -> A
         ]
         return ApiRequest("GET", "/api/v1/jobs", query=tuple(query))
     if cmd == "runs":
-        return ApiRequest("GET", job_path(args.id, "/runs"))
+        return ApiRequest("GET", job_path(args.id, "/runs"), query=_limit(args))
     if cmd == "cancel":
         return ApiRequest("DELETE", job_path(args.id))
     if cmd == "cluster":
@@ -400,6 +404,14 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--idempotency-key", metavar="K")
     s.add_argument("--name", metavar="NAME")
 
+    def paging(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--limit", type=_positive_int, metavar="N", help="page size")
+        parser.add_argument(
+            "--all",
+            action="store_true",
+            help="follow every page (with -o json: one page body per line)",
+        )
+
     for name, text in (
         ("get", "show one job"),
         ("runs", "show a job's runs, newest first"),
@@ -409,18 +421,15 @@ def build_parser() -> argparse.ArgumentParser:
     ):
         p = sub.add_parser(name, parents=[common], help=text)
         p.add_argument("id", metavar="ID")
+        if name == "runs":
+            paging(p)
 
     ls = sub.add_parser("list", parents=[common], help="list jobs")
     ls.add_argument("--status", metavar="S", help="active, paused, done or cancelled")
     ls.add_argument("--queue", metavar="Q")
     ls.add_argument("--namespace", metavar="N")
     ls.add_argument("--task", metavar="T")
-    ls.add_argument("--limit", type=_positive_int, metavar="N", help="page size")
-    ls.add_argument(
-        "--all",
-        action="store_true",
-        help="follow every page (with -o json: one page body per line)",
-    )
+    paging(ls)
 
     t = sub.add_parser("trigger", parents=[common], help="run a job now")
     t.add_argument("id", metavar="ID")
@@ -458,7 +467,7 @@ def build_parser() -> argparse.ArgumentParser:
     dlq = d.add_subparsers(
         dest="dlq_command", metavar="DLQ_COMMAND", required=True, parser_class=_Parser
     )
-    dlq.add_parser("list", parents=[common], help="list dead-lettered runs, newest first")
+    paging(dlq.add_parser("list", parents=[common], help="list dead-lettered runs, newest first"))
     for name, text in (
         ("replay", "run a dead-lettered run again, with fresh attempts"),
         ("drop", "remove a run from the dead-letter queue"),
@@ -822,20 +831,12 @@ def _as_mapping(data: Any) -> Mapping[str, Any]:
 _TABLES: dict[str, Callable[[Any], str]] = {
     "submit": lambda d: render.submitted_table(_as_mapping(d)),
     "get": lambda d: render.job_details(_as_mapping(d)),
-    "runs": lambda d: (
-        render.runs_table(_as_list(d, "runs")) if _as_list(d, "runs") else "no runs yet"
-    ),
     "pause": lambda d: render.submitted_table(_as_mapping(d)),
     "resume": lambda d: render.submitted_table(_as_mapping(d)),
     "update": lambda d: render.job_details(_as_mapping(d)),
     "trigger": lambda d: render.runs_table([_as_mapping(d)]),
     "explain": lambda d: (
         render.fires_table(_as_list(d, "fires")) if _as_list(d, "fires") else "no fire times ahead"
-    ),
-    "dlq list": lambda d: (
-        render.dlq_table(_as_list(d, "runs"))
-        if _as_list(d, "runs")
-        else "the dead-letter queue is empty"
     ),
     "dlq replay": lambda d: render.runs_table([_as_mapping(d)]),
     "cluster": lambda d: render.cluster_view(_as_mapping(d)),
@@ -908,10 +909,25 @@ def watch(
         return EXIT_OK
 
 
-def _run_list(
-    client: Client, req: ApiRequest, follow: bool, settings: Settings, out: IO[bytes], err: IO[str]
+#: the listings that page: the key of their items, how to show them, and what they list
+_PAGED: dict[str, tuple[str, Callable[[list[Mapping[str, Any]]], str], str, str]] = {
+    "list": ("jobs", render.jobs_table, "no jobs", "jobs"),
+    "runs": ("runs", render.runs_table, "no runs yet", "runs"),
+    "dlq list": ("runs", render.dlq_table, "the dead-letter queue is empty", "dead-lettered runs"),
+}
+
+
+def _run_pages(
+    client: Client,
+    req: ApiRequest,
+    command: str,
+    follow: bool,
+    settings: Settings,
+    out: IO[bytes],
+    err: IO[str],
 ) -> None:
-    jobs: list[Mapping[str, Any]] = []
+    key, table, empty, noun = _PAGED[command]
+    items: list[Mapping[str, Any]] = []
     seen: set[str] = set()
     query = req.query
     more = False
@@ -921,7 +937,7 @@ def _run_list(
         if settings.output == "json":
             out.write(resp.body + b"\n")
         else:
-            jobs.extend(_as_list(data, "jobs"))
+            items.extend(_as_list(data, key))
         cursor = data.get("next_cursor") if isinstance(data, Mapping) else None
         more = isinstance(cursor, str) and bool(cursor)
         if not follow or not isinstance(cursor, str) or not cursor or cursor in seen:
@@ -929,9 +945,9 @@ def _run_list(
         seen.add(cursor)
         query = tuple((k, v) for k, v in req.query if k != "cursor") + (("cursor", cursor),)
     if settings.output != "json":
-        _write(out, render.jobs_table(jobs) if jobs else "no jobs")
+        _write(out, table(items) if items else empty)
         if more and not follow:
-            err.write("schedctl: there are more jobs; pass --all to list every page\n")
+            err.write(f"schedctl: there are more {noun}; pass --all to list every page\n")
 
 
 def run_command(args: argparse.Namespace, settings: Settings, out: IO[bytes], err: IO[str]) -> int:
@@ -943,8 +959,8 @@ def run_command(args: argparse.Namespace, settings: Settings, out: IO[bytes], er
     client = Client(
         settings.servers, settings.token, settings.timeout, ssl_context=settings.ssl_context
     )
-    if command == "list":
-        _run_list(client, req, args.all, settings, out, err)
+    if command in _PAGED:
+        _run_pages(client, req, command, args.all, settings, out, err)
         return EXIT_OK
     if command == "watch":
         return watch(client, args.id, args.interval, settings.output, out, err)

@@ -22,13 +22,16 @@ import aiosqlite
 from schedd.core.model import Job, Run
 from schedd.storage.codec import job_from_body, run_from_body, split_run_id
 from schedd.storage.schema import (
-    DLQ_NEWEST_FIRST,
+    DLQ_BEFORE,
     JOB_BODY,
     LATEST_RUN,
     PAGE_CACHE_KIB,
     RUN_BODY,
-    RUNS_OF_JOB,
+    RUNS_OF_JOB_BEFORE,
 )
+
+#: a cursor before every position and time (the first page)
+FIRST = 1 << 62
 
 #: the filters of a job listing, by the ``jobs`` column each one compares
 JOB_FILTERS = ("namespace", "queue", "status", "task")
@@ -102,16 +105,31 @@ class Reader:
         rows = await self._rows(LATEST_RUN, (job_id,))
         return run_from_body(*rows[0]) if rows else None
 
-    async def runs_of(self, job_id: str) -> list[Run]:
-        """The job's runs, newest scheduled time first."""
-        return [run_from_body(*row) for row in await self._rows(RUNS_OF_JOB, (job_id,))]
+    async def runs_page(self, job_id: str, before: int, limit: int
+                        ) -> tuple[list[Run], int | None]:
+        """Up to ``limit`` of the job's runs scheduled before ``before`` (ms; :data:`FIRST` for
+        the newest), newest first; and the cursor of the next page (None: this is the last)."""
+        rows = await self._rows(RUNS_OF_JOB_BEFORE, (job_id, before, limit + 1))
+        runs = [run_from_body(*row) for row in rows[:limit]]
+        return runs, runs[-1].scheduled_ms if len(rows) > limit else None
 
-    async def dead_letters(self) -> list[Run]:
-        """The runs in the dead-letter queue, the last dead-lettered first."""
-        rows = await self._rows(DLQ_NEWEST_FIRST, ())
-        out = []
-        for (run_id,) in rows:
-            run = await self.run(run_id)
-            if run is not None:
-                out.append(run)
-        return out
+    async def dead_letters_page(self, before: int, limit: int) -> tuple[list[Run], int | None]:
+        """Up to ``limit`` runs of the dead-letter queue put there before position ``before``
+        (:data:`FIRST` for the newest), the last dead-lettered first; and the cursor of the next
+        page (None: this is the last).  Two queries, whatever the page size."""
+        async with self._conn() as db:
+            async with db.execute(DLQ_BEFORE, (before, limit + 1)) as cur:
+                rows = list(await cur.fetchall())
+            keys = [parts for _, run_id in rows[:limit]
+                    if (parts := split_run_id(run_id)) is not None]
+            bodies: dict[tuple[str, int], bytes] = {}
+            if keys:
+                values = ", ".join("(?, ?)" for _ in keys)
+                async with db.execute(
+                        f"SELECT job_id, sched_ms, body FROM runs WHERE (sched_ms, job_id) IN "
+                        f"(VALUES {values})", [x for job_id, ms in keys for x in (ms, job_id)]
+                ) as cur:
+                    bodies = {(job_id, ms): body for job_id, ms, body in await cur.fetchall()}
+        runs = [run_from_body(job_id, ms, bodies[(job_id, ms)])
+                for job_id, ms in keys if (job_id, ms) in bodies]
+        return runs, int(rows[limit - 1][0]) if len(rows) > limit else None

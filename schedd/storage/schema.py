@@ -50,6 +50,11 @@ RUN_BODY = "SELECT body FROM runs WHERE sched_ms = ? AND job_id = ?"  # a run id
 LATEST_RUN = "SELECT job_id, sched_ms, body FROM runs WHERE job_id = ? ORDER BY seq DESC LIMIT 1"
 RUNS_OF_JOB = "SELECT job_id, sched_ms, body FROM runs WHERE job_id = ? ORDER BY sched_ms DESC"
 DLQ_NEWEST_FIRST = "SELECT run_id FROM dlq ORDER BY seq DESC"
+#: pages (API reads): the job's runs scheduled before a time, and the dead-letter queue before a
+#: position, newest first
+RUNS_OF_JOB_BEFORE = ("SELECT job_id, sched_ms, body FROM runs WHERE job_id = ? AND sched_ms < ? "
+                      "ORDER BY sched_ms DESC LIMIT ?")
+DLQ_BEFORE = "SELECT seq, run_id FROM dlq WHERE seq < ? ORDER BY seq DESC LIMIT ?"
 
 PAGE_CACHE_KIB = 65_536  # SQLite's page cache per connection (``cache_size``), in KiB
 #: the write-ahead log is cut back to this size whenever a checkpoint has emptied it.  It grows

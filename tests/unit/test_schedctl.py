@@ -940,6 +940,27 @@ def test_list_all_follows_cursors_and_cancel_prints_nothing_in_json(
     assert (code, out, err) == (EXIT_OK, b"", "")
 
 
+def test_runs_and_dlq_list_page_like_list(
+    server: FakeServer, capsysbinary: pytest.CaptureFixture[bytes]
+) -> None:
+    first = orjson.dumps({"runs": [_run("2", "failed")], "next_cursor": "2"})
+    last = orjson.dumps({"runs": [_run("1", "failed")], "next_cursor": None})
+    for path in ("/api/v1/jobs/J1/runs", "/api/v1/dlq"):
+        server.routes[("GET", f"{path}?limit=1")] = Canned(200, first)
+        server.routes[("GET", f"{path}?limit=1&cursor=2")] = Canned(200, last)
+    # one page, and a word that there are more
+    code, out, err = run(["--server", server.url, "runs", "J1", "--limit", "1"], capsysbinary)
+    assert code == EXIT_OK and f"{ULID}@2" in out.decode() and f"{ULID}@1" not in out.decode()
+    assert err == "schedctl: there are more runs; pass --all to list every page\n"
+    # every page
+    argv = ["--server", server.url, "dlq", "list", "--limit", "1", "--all"]
+    code, out, err = run(argv, capsysbinary)
+    assert code == EXIT_OK and err == ""
+    text = out.decode()
+    assert f"{ULID}@2" in text and f"{ULID}@1" in text
+    assert text.index(f"{ULID}@2") < text.index(f"{ULID}@1")
+
+
 def test_unsafe_post_is_not_repeated_after_a_timeout(server: FakeServer) -> None:
     server.routes[("POST", "/api/v1/jobs")] = Canned(201, b"{}", delay=0.6)
     other = parse_server(server.url)

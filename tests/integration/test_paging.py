@@ -1,0 +1,85 @@
+"""Run history and the dead-letter queue page through the database (``limit`` + ``cursor``),
+on a real node: the pages put together are the whole list, newest first, each item once, and
+the last page says it is the last."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import aiohttp
+import orjson
+
+from schedd.protocol import messages as m
+from tests.conftest import Node
+from tests.integration.test_worker_protocol import API, connect, submit
+
+
+async def pages(http: aiohttp.ClientSession, node: Node, path: str, limit: int
+                ) -> list[list[dict[str, Any]]]:
+    out: list[list[dict[str, Any]]] = []
+    cursor: str | None = None
+    for _ in range(50):
+        query = f"?limit={limit}" + (f"&cursor={cursor}" if cursor else "")
+        async with http.get(node.url + API + path + query, headers=node.headers()) as r:
+            assert r.status == 200, await r.text()
+            body = await r.json()
+        out.append(body["runs"])
+        cursor = body["next_cursor"]
+        if cursor is None:
+            return out
+    raise AssertionError(f"{path}: no last page after 50")
+
+
+async def everything(http: aiohttp.ClientSession, node: Node, path: str) -> list[dict[str, Any]]:
+    async with http.get(node.url + API + path + "?limit=1000", headers=node.headers()) as r:
+        body = await r.json()
+    assert body["next_cursor"] is None
+    runs: list[dict[str, Any]] = body["runs"]
+    return runs
+
+
+async def test_a_jobs_run_history_pages_newest_first(node: Node, http: aiohttp.ClientSession) -> None:
+    job = await submit(http, node, {"task": "t", "schedule": {"in": "1h"}})
+    for _ in range(6):  # six triggered runs and the scheduled one
+        async with http.post(node.url + API + f"/jobs/{job['id']}/trigger", data=b"{}",
+                             headers=node.headers()) as r:
+            assert r.status in (200, 201), await r.text()
+    path = f"/jobs/{job['id']}/runs"
+    whole = await everything(http, node, path)
+    assert len(whole) == 7
+    assert [r["scheduled_at"] for r in whole] == sorted((r["scheduled_at"] for r in whole),
+                                                        reverse=True)
+    got = await pages(http, node, path, 3)
+    assert [len(p) for p in got] == [3, 3, 1]
+    assert [r["id"] for p in got for r in p] == [r["id"] for r in whole]
+    # a page that ends exactly at the last run is the last one
+    assert [len(p) for p in await pages(http, node, path, 7)] == [7]
+    async with http.get(node.url + API + path + "?cursor=yesterday", headers=node.headers()) as r:
+        assert r.status == 400
+        err = (await r.json())["error"]
+        assert err["field"] == "cursor" and "next_cursor" in err["message"]
+
+
+async def test_the_dead_letter_queue_pages_newest_first(node: Node,
+                                                          http: aiohttp.ClientSession) -> None:
+    w = await connect(http, node, "w-dead", capacity=1)
+    dead = []
+    for k in range(5):
+        job = await submit(http, node, {"task": "t", "payload": k, "retry": {"max_attempts": 1}})
+        lease = await w.expect(m.Lease)
+        assert lease.job_id == job["id"]
+        await w.send(m.Fail(run_id=lease.run_id, fence=lease.fence, error=f"e{k}",
+                            retryable=False))
+        assert (await w.expect(m.Ack)).accepted
+        dead.append(lease.run_id)
+    await w.ws.close()
+    got = await pages(http, node, "/dlq", 2)
+    assert [len(p) for p in got] == [2, 2, 1]
+    assert [r["id"] for p in got for r in p] == dead[::-1]
+    assert [r["error"] for p in got for r in p] == [f"e{k}" for k in range(4, -1, -1)]
+    # a replayed run leaves the queue; the pages close over the gap
+    async with http.post(node.url + API + f"/dlq/{dead[2]}/replay", data=orjson.dumps({}),
+                         headers=node.headers()) as r:
+        assert r.status == 200, await r.text()
+    assert [r["id"] for p in await pages(http, node, "/dlq", 2) for r in p] == \
+        [dead[4], dead[3], dead[1], dead[0]]
