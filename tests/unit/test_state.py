@@ -371,6 +371,18 @@ def test_a_jobs_run_history_is_newest_first() -> None:
     assert latest is not None and latest.id == f"J1@{T0 + 4 * MIN}"
 
 
+def test_a_jobs_unfinished_runs_come_in_creation_order_not_id_order() -> None:
+    # Run ids sort by scheduled time; creation order is what buffered runs and dependants are
+    # released in.  The next occurrence (a minute on) is created before a trigger's run (now).
+    h = Harness()
+    h.claim()
+    h.submit(spec=every_minute(), now=T0)
+    assert isinstance(h.one(c.Trigger(h.rid(), T0 + 5, "J1")), Ok)
+    ids = [r.id for r in h.state.unfinished_runs("J1")]
+    assert len(ids) == 2 and ids[0] == f"J1@{T0 + MIN}" and ids[1] != ids[0]
+    assert ids != sorted(ids)  # the two orders differ here
+
+
 def recount(state: State) -> dict[str, int]:
     """What the metrics' counters must say, counted from the runs themselves."""
     counts: Counter[str] = Counter()
