@@ -3,6 +3,7 @@ peers measured in the same run.
 
     scripts/bench [--runs N] [--quick] [--no-peers] [--json FILE] [--only S5,S3,...]
                   [--s3b-jobs N] [--s4-jobs N] [--s5-kills N] [--s5-rate R]
+                  [--s6-jobs N] [--s6-seconds S]
 
 Each scenario runs under its own timeout; a failure or timeout is reported, the rest still run,
 and the exit status is non-zero.  Figures are medians of --runs with min–max.
@@ -25,17 +26,24 @@ Once per invocation (not per --runs), each on a fresh cluster (scripts/benchlib/
            before it, two workers: fire lag p50/p99 from the leader's schedd_fire_lag_seconds
            histogram, start lag p50/p99/max from the workers' records, early (must be 0),
            missing, drain rate
-  S4       1,000,000 pending delayed jobs: leader memory per job (VmRSS), latency of a probe
+  S4       2,000,000 pending delayed jobs: leader memory per job (VmRSS), latency of a probe
            submit every 50 ms during the load and during a quiet period with snapshots, the
-           longest snapshot, follower SIGKILL + restart -> caught up (s)
+           longest snapshot, follower SIGKILL + restart -> caught up (s).  Targets (a miss is a
+           failure): 0 elections, at most 100 bytes of leader RSS per pending job, quiet probe
+           p99 at most 100 ms, the restarted follower answering within 5 s and caught up
+           within 30 s
   S5       the leader SIGKILLed under load (a worker connected, ~200 run-now submits/s spread
            over the nodes that are up), 5 times, each time restarted and caught up: kill ->
            first handler start of a run leased by the new leader (its lease fence is above the
            new leader's claim index) p50/p99/max, kill -> first ack of a submit sent after the
            kill, and acknowledged jobs never started (must be 0)  (scripts/benchlib/failover.py)
---quick: S3b 10,000 jobs, S4 20,000, S5 1 kill.
+  S6       every-second jobs and a stream of one-off jobs with one worker, on a cluster that
+           forgets finished runs after a minute and on one that keeps them all: runs/s, growth
+           of the leader's VmRSS and of its state database (KiB/min, least squares after a
+           warm-up of 90 s) (scripts/benchlib/retention.py)
+--quick: S3b 10,000 jobs, S4 20,000, S5 1 kill, S6 60 s.
 --only: scenarios to run, comma-separated: ceiling, syncobj, S1, S1c, S2, S3, S1b, peers, S3b,
-S4, S5 (default: all).
+S4, S5, S6 (default: all).
 """
 
 from __future__ import annotations
@@ -61,7 +69,7 @@ import orjson
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from scripts.benchlib import failover, peers, scale  # noqa: E402
+from scripts.benchlib import failover, peers, retention, scale  # noqa: E402
 from scripts.benchlib.clusterops import leader_url, stop_cluster, wait_worker  # noqa: E402
 from scripts.benchlib.common import pct, stop_pid, summary  # noqa: E402
 from scripts.benchlib.syncobj_ceiling import syncobj_ceiling  # noqa: E402
@@ -326,6 +334,16 @@ ROWS: list[tuple[str, str, str]] = [
     ("S5 leader changes besides the kills", "count", "s5_extra_leader_changes"),
     ("S5 killed node restarted -> caught up p50", "s", "s5_restart_p50"),
     ("S5 submit load (acknowledged jobs / load time)", "jobs/s", "s5_load_rate"),
+    ("S6 {s6_jobs} every 1 s + {s6_oneoff} one-off/s, forgetting after 1 min: runs", "runs/s",
+     "s6_runs_per_s"),
+    ("S6 leader VmRSS growth, forgetting", "KiB/min", "s6_rss_kib_per_min"),
+    ("S6 state.db + wal growth, forgetting", "KiB/min", "s6_db_kib_per_min"),
+    ("S6 state.db + wal at the end, forgetting", "MiB", "s6_db_mib_end"),
+    ("S6 keeping every run: runs", "runs/s", "s6_keep_runs_per_s"),
+    ("S6 leader VmRSS growth, keeping every run", "KiB/min", "s6_keep_rss_kib_per_min"),
+    ("S6 state.db + wal growth, keeping every run", "KiB/min", "s6_keep_db_kib_per_min"),
+    ("S6 state.db + wal at the end, keeping every run", "MiB", "s6_keep_db_mib_end"),
+    ("S6 database growth: forgetting / keeping", "ratio", "s6_db_growth_vs_keep_all"),
     ("peer: Huey (SQLite) enqueue, tight loop", "jobs/s", "huey_enqueue"),
     ("peer: Huey drain, 1 consumer (1 thread)", "jobs/s", "huey_drain"),
     ("peer: Celery 5 + Redis enqueue, tight loop", "jobs/s", "celery_enqueue"),
@@ -390,11 +408,17 @@ def _parse_args() -> argparse.Namespace:
     ap.add_argument("--s3b-jobs", type=int, default=None,
                     help="S3b's job count (default 100,000; --quick: 10,000)")
     ap.add_argument("--s4-jobs", type=int, default=None,
-                    help="S4's pending job count (default 1,000,000; --quick: 20,000)")
+                    help="S4's pending job count (default 2,000,000; --quick: 20,000)")
     ap.add_argument("--s5-kills", type=int, default=None,
                     help="S5's leader SIGKILLs (default 5; --quick: 1)")
     ap.add_argument("--s5-rate", type=float, default=200.0,
                     help="S5's submit load, requests/s (default 200)")
+    ap.add_argument("--s6-jobs", type=int, default=30,
+                    help="S6's jobs, each every second (default 30)")
+    ap.add_argument("--s6-oneoff", type=int, default=20,
+                    help="S6's one-off jobs submitted each second (default 20)")
+    ap.add_argument("--s6-seconds", type=float, default=None,
+                    help="S6's run time per configuration (default 300; --quick: 60)")
     ap.add_argument("--only", type=_scenarios, default=None, metavar="S5,S3,...",
                     help="run only these scenarios (" + ", ".join(SCENARIOS) + ")")
     return ap.parse_args()
@@ -412,22 +436,23 @@ async def main() -> int:
         n_batch, n_s3b, n_s4 = 8000, 10_000, 20_000
     else:
         n_submit, n_seq, n_drain, n_delayed, n_raft, n_peer = 4000, 500, 3000, 2000, 20000, 4000
-        n_batch, n_s3b, n_s4 = 40_000, 100_000, 1_000_000
+        n_batch, n_s3b, n_s4 = 40_000, 100_000, 2_000_000
     n_s3b = args.s3b_jobs or n_s3b
     n_s4 = args.s4_jobs or n_s4
     n_s5 = args.s5_kills or (1 if args.quick else 5)
+    s6_seconds = args.s6_seconds or (60.0 if args.quick else 300.0)
     # S3b: jobs not started this long after the due second are missing; S4: snapshot period,
     # longest quiet period waiting for every node's snapshot, follower catch-up limit (s).
     s3b_bound = max(30.0, n_s3b / 700)
     # S5: an acknowledged job not started this long after the load stopped is lost (s).
     s5_bound = 30.0
     s4_compaction, s4_load, s4_quiet, s4_catchup = \
-        (3.0, 60.0, 30.0, 60.0) if args.quick else (30.0, 200.0, 60.0, 90.0)
+        (3.0, 60.0, 30.0, 60.0) if args.quick else (30.0, 1200.0, 240.0, 90.0)
     # Per-scenario timeouts (s): generous multiples of a normal run on a busy 2-core machine.
     t = {"ceiling": 30, "syncobj": 60, "cluster": 45, "s1": 60, "s1c": 60, "s2": 90, "s3": 60,
          "install": 600, "huey": 90, "celery": 120, "settle": 30, "s1b": 60,
          "s3b": 60 + s3b_bound + n_s3b / 500, "s4": 120 + s4_load + s4_quiet + s4_catchup,
-         "s5": 60 + 90 * n_s5 + 2 * s5_bound}
+         "s5": 60 + 90 * n_s5 + 2 * s5_bound, "s6": 2 * (90 + s6_seconds)}
     if args.quick:
         t.update(ceiling=15, syncobj=30, s1=20, s1c=20, s2=30, s3=40, huey=40, celery=40, s1b=30)
     envs = REPO / "bench-results" / "envs"
@@ -467,6 +492,10 @@ async def main() -> int:
                            _median(res, "s2_2w")),
             "s4": partial(scale.s4, tmp / "s4", n_s4, s4_compaction, s4_load, s4_quiet,
                           s4_catchup, args.json.with_name(args.json.stem + "-s4.json")),
+            # samples start once the retention has begun forgetting (20 s + a purge period)
+            "s6": partial(retention.s6, tmp / "s6", args.s6_jobs, args.s6_oneoff, s6_seconds,
+                          min(90.0, s6_seconds / 3),
+                          args.json.with_name(args.json.stem + "-s6.json")),
         }
         for name, fn in once.items():
             if on(name):
@@ -479,7 +508,8 @@ async def main() -> int:
     _check_bad(res, runner.failures, "s3b", f"{s3b_bound:.0f} s after the due second")
     _check_s5(res, runner.failures, s5_bound)
     out = {k: summary(v) for k, v in res.items()}
-    labels = {"s3b_n": f"{n_s3b:,}", "s4_n": f"{n_s4:,}", "s5_kills": str(n_s5)}
+    labels = {"s3b_n": f"{n_s3b:,}", "s4_n": f"{n_s4:,}", "s5_kills": str(n_s5),
+              "s6_jobs": str(args.s6_jobs), "s6_oneoff": str(args.s6_oneoff)}
     print("\n" + table(out, labels=labels))
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps({
@@ -488,7 +518,9 @@ async def main() -> int:
         "counts": {"s1b_jobs": n_batch, "s3b_jobs": n_s3b, "s4_jobs": n_s4,
                    "s4_compaction_s": s4_compaction, "s4_load_cap_s": s4_load,
                    "s3b_missing_after_s": s3b_bound, "s5_kills": n_s5,
-                   "s5_rate": args.s5_rate, "s5_lost_after_s": s5_bound},
+                   "s5_rate": args.s5_rate, "s5_lost_after_s": s5_bound,
+                   "s6_jobs": args.s6_jobs, "s6_oneoff": args.s6_oneoff,
+                   "s6_seconds": s6_seconds},
         "failures": runner.failures, "markdown": table(out, markdown=True, labels=labels)},
         indent=2))
     print(f"\nJSON: {args.json}   ({time.perf_counter() - began:.0f}s)")
@@ -530,6 +562,14 @@ def _check_s4(res: dict[str, list[float]], failures: list[str], n_s4: int, s4_lo
             f"s4: only {res['s4_jobs'][0]:,.0f} of {n_s4:,} jobs submitted within {s4_load:.0f}s "
             f"({res['s4_elections'][0]:.0f} elections, {res['s4_retries'][0]:.0f} batches re-sent); "
             "the figures are for those")
+    targets = (("s4_elections", 0.0, "elections"),
+               ("s4_bytes_per_job", 100.0, "bytes of leader RSS per pending job"),
+               ("s4_quiet_probe_p99", 100.0, "ms probe p99 while the nodes snapshot"),
+               ("s4_restart_answer", 5.0, "s from a follower's restart to its first answer"),
+               ("s4_catchup", 30.0, "s from a follower's restart to caught up"))
+    for key, limit, what in targets:
+        if res.get(key) and res[key][0] > limit:
+            failures.append(f"s4: {res[key][0]:,.1f} {what} (target: at most {limit:g})")
     if res.get("s4_catchup_timeout"):
         behind = res.get("s4_catchup_behind")
         failed = res.get("s4_restart_failures", [0.0])[0]
@@ -553,7 +593,8 @@ def _check_s5(res: dict[str, list[float]], failures: list[str], bound: float) ->
             f"start within {bound:.0f}s of the load's end (job ids in the -s5.json file)")
 
 
-SCENARIOS = ("ceiling", "syncobj", "S1", "S1c", "S2", "S3", "S1b", "peers", "S3b", "S4", "S5")
+SCENARIOS = ("ceiling", "syncobj", "S1", "S1c", "S2", "S3", "S1b", "peers", "S3b", "S4", "S5",
+             "S6")
 
 
 def _scenarios(text: str) -> set[str]:
