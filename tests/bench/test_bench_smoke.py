@@ -17,7 +17,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 # The bench's own scenario timeouts bound it; these only stop a hung run (and every process it
 # started: it runs in its own process group).
-RUN_TIMEOUT = 360
+RUN_TIMEOUT = 480
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(RUN_TIMEOUT + 60)]
 
 # One or more figures per scenario (peers are skipped by --no-peers).
@@ -34,6 +34,8 @@ SCENARIO_KEYS = [
     "s4_quiet_probe_p99", "s4_quiet_probe_max", "s4_snapshot_max", "s4_catchup",
     "s5_dispatch_p50", "s5_dispatch_p99", "s5_dispatch_max",          # S5: 1 kill under load
     "s5_ack_p50", "s5_lost",
+    "s6_runs_per_s", "s6_db_kib_per_min", "s6_keep_db_kib_per_min",   # S6: both configurations
+    "s6_db_growth_vs_keep_all",
 ]
 
 
