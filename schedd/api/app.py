@@ -42,7 +42,7 @@ from schedd.errors import (
 )
 from schedd.ids import new_job_id, new_request_id
 from schedd.logs import log_event
-from schedd.storage.reader import FIRST
+from schedd.storage.schema import FIRST
 
 if TYPE_CHECKING:
     from schedd.runtime import Runtime

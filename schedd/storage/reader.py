@@ -30,9 +30,6 @@ from schedd.storage.schema import (
     RUNS_OF_JOB_BEFORE,
 )
 
-#: a cursor before every position and time (the first page)
-FIRST = 1 << 62
-
 #: the filters of a job listing, by the ``jobs`` column each one compares
 JOB_FILTERS = ("namespace", "queue", "status", "task")
 
@@ -107,7 +104,7 @@ class Reader:
 
     async def runs_page(self, job_id: str, before: int, limit: int
                         ) -> tuple[list[Run], int | None]:
-        """Up to ``limit`` of the job's runs scheduled before ``before`` (ms; :data:`FIRST` for
+        """Up to ``limit`` of the job's runs scheduled before ``before`` (ms; ``schema.FIRST`` for
         the newest), newest first; and the cursor of the next page (None: this is the last)."""
         rows = await self._rows(RUNS_OF_JOB_BEFORE, (job_id, before, limit + 1))
         runs = [run_from_body(*row) for row in rows[:limit]]
@@ -115,7 +112,7 @@ class Reader:
 
     async def dead_letters_page(self, before: int, limit: int) -> tuple[list[Run], int | None]:
         """Up to ``limit`` runs of the dead-letter queue put there before position ``before``
-        (:data:`FIRST` for the newest), the last dead-lettered first; and the cursor of the next
+        (``schema.FIRST`` for the newest), the last dead-lettered first; and the cursor of the next
         page (None: this is the last).  Two queries, whatever the page size."""
         async with self._conn() as db:
             async with db.execute(DLQ_BEFORE, (before, limit + 1)) as cur:

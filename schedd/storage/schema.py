@@ -44,17 +44,17 @@ STATE_CODES: dict[RunState, int] = {
 FINISHED = 5  # runs.state >= FINISHED: a terminal state
 
 # Reads that both the writer (SqlState) and the API's readers (Reader) make: one definition,
-# so the two never disagree on what a job's latest run is or in what order its runs come.
+# so the two never disagree on what a job's latest run is or in what order runs come.
 JOB_BODY = "SELECT body FROM jobs WHERE id = ?"
 RUN_BODY = "SELECT body FROM runs WHERE sched_ms = ? AND job_id = ?"  # a run id, split
 LATEST_RUN = "SELECT job_id, sched_ms, body FROM runs WHERE job_id = ? ORDER BY seq DESC LIMIT 1"
-RUNS_OF_JOB = "SELECT job_id, sched_ms, body FROM runs WHERE job_id = ? ORDER BY sched_ms DESC"
-DLQ_NEWEST_FIRST = "SELECT run_id FROM dlq ORDER BY seq DESC"
-#: pages (API reads): the job's runs scheduled before a time, and the dead-letter queue before a
-#: position, newest first
+# Newest first, from a cursor on (``?`` after it: the page size; -1, every row): a job's runs
+# scheduled before a time, and the dead-letter queue before a position.
 RUNS_OF_JOB_BEFORE = ("SELECT job_id, sched_ms, body FROM runs WHERE job_id = ? AND sched_ms < ? "
                       "ORDER BY sched_ms DESC LIMIT ?")
 DLQ_BEFORE = "SELECT seq, run_id FROM dlq WHERE seq < ? ORDER BY seq DESC LIMIT ?"
+#: a cursor before every time and position: the first page
+FIRST = 1 << 62
 
 PAGE_CACHE_KIB = 65_536  # SQLite's page cache per connection (``cache_size``), in KiB
 #: the write-ahead log is cut back to this size whenever a checkpoint has emptied it.  It grows

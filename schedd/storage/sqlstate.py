@@ -40,12 +40,13 @@ from schedd.storage.codec import (
     split_run_id,
 )
 from schedd.storage.schema import (
-    DLQ_NEWEST_FIRST,
+    DLQ_BEFORE,
     FINISHED,
+    FIRST,
     JOB_BODY,
     LATEST_RUN,
     RUN_BODY,
-    RUNS_OF_JOB,
+    RUNS_OF_JOB_BEFORE,
     STATE_CODES,
     migrate,
     open_database,
@@ -344,7 +345,7 @@ class SqlState(State):
         return runs[0] if runs else None
 
     def runs_of(self, job_id: str) -> list[Run]:
-        return self._runs(RUNS_OF_JOB, (job_id,))
+        return self._runs(RUNS_OF_JOB_BEFORE, (job_id, FIRST, -1))
 
     def due_runs(self, start_ms: int, end_ms: int) -> list[Run]:
         return self._runs(f"SELECT {self._COLS} FROM runs WHERE state IN (0, 4) "
@@ -405,7 +406,7 @@ class SqlState(State):
         return self._dlq_size
 
     def dlq_newest_first(self) -> Iterator[str]:
-        for (run_id,) in self._all(DLQ_NEWEST_FIRST):
+        for _, run_id in self._all(DLQ_BEFORE, (FIRST, -1)):
             yield str(run_id)
 
     # -- request ids ---------------------------------------------------------------------
