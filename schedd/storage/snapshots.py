@@ -95,31 +95,27 @@ def write_copy(src: sqlite3.Connection, dest: Path, raft: Any,
     with ``raft`` in its ``snapshot`` table.  Releases ``src``.  ``step`` runs between the
     copy's steps (tests use it to hold a copy half-way)."""
     tmp = Path(f"{dest}.sqltmp")
-    synced: list[int] = []  # the copy's file, opened at the first step
-
-    def progress(*_: Any) -> None:
-        # Sync each step's pages as they are written: the node's journal syncs (each write
-        # the cluster acknowledges) then never queue behind gigabytes of a copy flushed at once.
-        if not synced:
-            synced.append(os.open(tmp, os.O_RDONLY))
-        os.fdatasync(synced[0])
-        if step is not None:
-            step()
-
     try:
         _remove(tmp)
-        dst = sqlite3.connect(str(tmp), isolation_level=None)
-        try:
+        with contextlib.ExitStack() as stack:
+            dst = stack.enter_context(contextlib.closing(
+                sqlite3.connect(str(tmp), isolation_level=None)))  # creates the file
+            fd = os.open(tmp, os.O_RDONLY)
+            stack.callback(os.close, fd)
+
+            def progress(*_: Any) -> None:
+                # Sync each step's pages as they are written: the node's journal syncs (each
+                # write the cluster acknowledges) never queue behind gigabytes flushed at once.
+                os.fdatasync(fd)
+                if step is not None:
+                    step()
+
             src.backup(dst, pages=BACKUP_PAGES, progress=progress)
             dst.execute("PRAGMA journal_mode = DELETE")
             dst.execute("CREATE TABLE snapshot (key TEXT PRIMARY KEY, value) WITHOUT ROWID")
             dst.executemany("INSERT INTO snapshot (key, value) VALUES (?, ?)",
                             [("format", SNAPSHOT_FORMAT), ("raft", encode_raft(raft))])
-        finally:
-            dst.close()
     finally:
-        for fd in synced:
-            os.close(fd)
         with contextlib.suppress(sqlite3.Error):
             src.execute("COMMIT")
         src.close()
