@@ -277,22 +277,27 @@ def _int_param(request: web.Request, name: str, default: int, lo: int, hi: int) 
     return value
 
 
-def _cursor(request: web.Request, first: int) -> int:
-    """The ``cursor`` query parameter: a previous page's ``next_cursor`` (``first`` without)."""
+def _page(request: web.Request, first: int) -> tuple[int, int]:
+    """A listing's ``limit`` (1-1000, default 100) and ``cursor`` (a previous page's
+    ``next_cursor``; ``first`` without one)."""
+    limit = _int_param(request, "limit", 100, 1, 1000)
     raw = request.query.get("cursor")
     if raw is None:
-        return first
+        return limit, first
     if not (raw.isascii() and raw.isdigit() and len(raw) <= 19 and int(raw) <= FIRST):
         raise InvalidArgument(f"cursor: expected the next_cursor of a previous page (digits), "
                               f"got {raw!r}", field="cursor")
-    return int(raw)
+    return limit, int(raw)
+
+
+def _paged(key: str, items: list[dict[str, Any]], after: int | None) -> web.Response:
+    return json_response({key: items, "next_cursor": None if after is None else str(after)})
 
 
 async def list_jobs(request: web.Request) -> web.Response:
     require(request, "read")
     rt = request.app[RUNTIME]
-    limit = _int_param(request, "limit", 100, 1, 1000)
-    cursor = _cursor(request, 0)
+    limit, cursor = _page(request, 0)
     filters = {k: request.query[k] for k in ("namespace", "queue", "status", "task") if k in request.query}
     for key in ("namespace", "queue"):
         if key in filters:
@@ -301,8 +306,8 @@ async def list_jobs(request: web.Request) -> web.Response:
         raise InvalidArgument(f"status: expected one of {', '.join(JobStatus)}, got "
                               f"{filters['status']!r}", field="status")
     jobs, after = await rt.reader.jobs_page(cursor, limit, filters)
-    out = [job_view(job, await rt.reader.latest_run(job.id)) for job in jobs]
-    return json_response({"jobs": out, "next_cursor": None if after is None else str(after)})
+    return _paged("jobs", [job_view(job, await rt.reader.latest_run(job.id)) for job in jobs],
+                  after)
 
 
 def _job_id(request: web.Request) -> str:
@@ -455,11 +460,9 @@ async def job_runs(request: web.Request) -> web.Response:
     job_id = _job_id(request)
     if await rt.reader.job(job_id) is None:
         raise NotFound(f"no job with id {job_id}", field="id")
-    limit = _int_param(request, "limit", 100, 1, 1000)
-    before = _cursor(request, FIRST)
+    limit, before = _page(request, FIRST)
     runs, after = await rt.reader.runs_page(job_id, before, limit)
-    return json_response({"runs": [run_view(r) for r in runs],
-                          "next_cursor": None if after is None else str(after)})
+    return _paged("runs", [run_view(r) for r in runs], after)
 
 
 async def get_run(request: web.Request) -> web.Response:
@@ -475,11 +478,9 @@ async def get_run(request: web.Request) -> web.Response:
 async def list_dlq(request: web.Request) -> web.Response:
     require(request, "read")
     rt = request.app[RUNTIME]
-    limit = _int_param(request, "limit", 100, 1, 1000)
-    before = _cursor(request, FIRST)
+    limit, before = _page(request, FIRST)
     runs, after = await rt.reader.dead_letters_page(before, limit)
-    return json_response({"runs": [run_view(r) for r in runs if r.state is RunState.FAILED],
-                          "next_cursor": None if after is None else str(after)})
+    return _paged("runs", [run_view(r) for r in runs if r.state is RunState.FAILED], after)
 
 
 # -- cluster --------------------------------------------------------------------------------------
