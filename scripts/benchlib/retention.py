@@ -6,8 +6,9 @@ them all (``bench.lag``, recording each start), for ``seconds``.  Once with a hi
 minute (``[history] retention = "1m"``: finished runs and jobs are forgotten as the scheduler
 goes) and once keeping everything (the peer: what a node did before retention, a retention
 longer than the run and no cap worth the name).  Every ``SAMPLE_EVERY`` seconds the
-leader's VmRSS and the size of its state database (``state.db`` + ``-wal``) are sampled; the
-growth rate of each is the least-squares slope over the samples after the first ``warmup``
+leader's VmRSS and the size of its state database (``schedd_state_db_bytes`` +
+``schedd_state_wal_bytes``) are sampled; the growth rate of each is the least-squares slope
+(``statistics.linear_regression``) over the samples after the first ``warmup``
 seconds (the retention has then started forgetting).  The figures: runs executed per second,
 both slopes in each configuration, and the ratios kept/forgot of the database slope.
 """
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import statistics
 import time
 from pathlib import Path
 from typing import Any
@@ -28,7 +30,15 @@ import orjson
 
 from tests.cluster.harness import Cluster
 
-from .clusterops import leader_url, post_batches, rss_bytes, stop_cluster, wait_worker
+from .clusterops import (
+    gauge,
+    leader_url,
+    post_batches,
+    rss_bytes,
+    scrape,
+    stop_cluster,
+    wait_worker,
+)
 from .common import stop_pid
 
 SAMPLE_EVERY = 5.0
@@ -37,23 +47,16 @@ KEEP_ALL = {"retention": "7d", "max_runs_per_job": 1_000_000}
 
 
 def slope(points: list[tuple[float, float]]) -> float:
-    """Least-squares slope of ``(t, y)``, y per second."""
-    n = len(points)
-    if n < 2:
+    """Least-squares slope of ``(t, y)``, y per second (NaN with fewer than two points)."""
+    if len(points) < 2:
         return float("nan")
-    mt = sum(t for t, _ in points) / n
-    my = sum(y for _, y in points) / n
-    var = sum((t - mt) ** 2 for t, _ in points)
-    return sum((t - mt) * (y - my) for t, y in points) / var if var else float("nan")
+    return statistics.linear_regression(*zip(*points, strict=True)).slope
 
 
-def _db_bytes(data_dir: Path) -> int:
-    total = 0
-    for name in ("state.db", "state.db-wal"):
-        path = data_dir / "raft" / name
-        if path.exists():
-            total += path.stat().st_size
-    return total
+async def _db_bytes(http: aiohttp.ClientSession, url: str, headers: dict[str, str]) -> float:
+    metrics = await scrape(http, url, headers)
+    return sum(gauge(metrics, name) or 0.0
+               for name in ("schedd_state_db_bytes", "schedd_state_wal_bytes"))
 
 
 async def _one(root: Path, history: dict[str, Any], jobs: int, oneoff: int, seconds: float,
@@ -75,7 +78,6 @@ async def _one(root: Path, history: dict[str, Any], jobs: int, oneoff: int, seco
                                            "schedule": {"every": "1s"}} for k in range(jobs)]})
             await post_batches(http, url, headers, [body], 1)
             pid = cluster.nodes[i].proc.pid  # type: ignore[union-attr]
-            data_dir = cluster.root / cluster.nodes[i].node_id
             t0 = time.monotonic()
             rss: list[tuple[float, float]] = []
             db: list[tuple[float, float]] = []
@@ -89,7 +91,7 @@ async def _one(root: Path, history: dict[str, Any], jobs: int, oneoff: int, seco
                     next_sample = now + SAMPLE_EVERY
                     if now >= warmup:
                         rss.append((now, float(rss_bytes(pid))))
-                        db.append((now, float(_db_bytes(data_dir))))
+                        db.append((now, await _db_bytes(http, url, headers)))
                 await asyncio.sleep(max(0.0, 1.0 - (time.monotonic() - t0 - now)))
         samples.update(rss=rss, db=db)
         ran = record.read_bytes().count(b"\n") if record.exists() else 0
