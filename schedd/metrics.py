@@ -150,6 +150,9 @@ class _StateCollector(Collector):
         yield GaugeMetricFamily("schedd_dead_letter_depth", "Runs in the dead-letter queue.",
                                 value=dlq)
         yield GaugeMetricFamily("schedd_jobs", "Jobs known to the cluster.", value=jobs)
+        yield GaugeMetricFamily("schedd_state_hot_runs", "Runs this node keeps decoded in memory "
+                                "(the hot set): queued, running, or waiting for a time within "
+                                "scheduler.hot_window.", value=node.hot_set())
         leader = rt.leader
         if leader is not None and leader.ready.is_set():
             depth = GaugeMetricFamily("schedd_queue_depth", "Runs waiting for a worker, by queue, "

@@ -66,6 +66,7 @@ class Runtime:
             leader_fallback_timeout=r.leader_fallback_timeout_ms / 1000,
             log_compaction_min_entries=r.log_compaction_min_entries,
             log_compaction_min_time=r.log_compaction_min_time_ms / 1000,
+            hot_window_ms=config.scheduler.hot_window_ms,
         )
         self._settings = settings
         # https when http.tls_cert/tls_key are set (a ConfigError naming the key if unusable);

@@ -37,7 +37,8 @@ def apply_entry(state: State, blob: object, index: int) -> tuple[list[Result], l
 def apply(state: State, cmd: c.Command | c.Undecodable, index: int, events: list[LeaderEvent]) -> Result:
     if isinstance(cmd, c.Undecodable):
         return Rejected("invalid_argument", f"undecodable command: {cmd.reason}")
-    seen = state.recall(cmd.rid) if cmd.rid else None
+    client = isinstance(cmd, CLIENT_COMMANDS)
+    seen = state.recall(cmd.rid) if cmd.rid and client else None  # (only theirs are kept)
     if seen is not None:
         return seen
     mark = len(events)
@@ -46,7 +47,7 @@ def apply(state: State, cmd: c.Command | c.Undecodable, index: int, events: list
     except Exception as exc:  # noqa: BLE001 - apply must be total: an exception would wedge Raft
         del events[mark:]
         result = Rejected("internal", f"{type(cmd).__name__} failed: {type(exc).__name__}: {exc}")
-    if cmd.rid and isinstance(cmd, CLIENT_COMMANDS):
+    if cmd.rid and client:
         state.remember(cmd.rid, cmd.now, result)
     return result
 

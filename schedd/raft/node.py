@@ -69,6 +69,8 @@ class RaftSettings:
     #: a follower that keeps answering the leader but whose match index has not moved for this
     #: long while it is behind the commit index is stalled (docs/pysyncobj.md #6)
     follower_stall_timeout: float = 3.0
+    #: waiting runs due within this many ms stay decoded in memory (scheduler.hot_window)
+    hot_window_ms: int = 600_000
 
 
 class Hooks:
@@ -100,11 +102,11 @@ class _StateMachine(SyncObjConsumer):  # type: ignore[misc]
     #: what a database failure under apply does (tests replace it)
     on_storage_failure: Callable[[str], None] = staticmethod(stop_node)
 
-    def __init__(self, hooks: Hooks, live: Path) -> None:
+    def __init__(self, hooks: Hooks, live: Path, hot_ms: int) -> None:
         self.lock = threading.RLock()
         self.hooks = hooks
         super().__init__()
-        self.state = SqlState(live)
+        self.state = SqlState(live, hot_ms=hot_ms)
 
     @replicated  # type: ignore[untyped-decorator]
     def apply_entry(self, blob: bytes) -> list[Result]:
@@ -155,7 +157,7 @@ class RaftNode:
         self.settings = settings
         self.hooks = hooks
         settings.data_dir.mkdir(parents=True, exist_ok=True)
-        self._sm = _StateMachine(hooks, settings.data_dir / "state.db")
+        self._sm = _StateMachine(hooks, settings.data_dir / "state.db", settings.hot_window_ms)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._pending: list[tuple[c.Command, asyncio.Future[Result]]] = []
         self._flush_scheduled = False
@@ -252,6 +254,11 @@ class RaftNode:
         """Consistent local read of the applied state (may lag the leader on a follower)."""
         with self._sm.lock:
             yield self._sm.state
+
+    def hot_set(self) -> int:
+        """How many runs the state keeps decoded in memory (SqlState.hot_set)."""
+        with self._sm.lock:
+            return self._sm.state.hot_set()
 
     def status(self) -> dict[str, Any]:
         """pysyncobj's status, plus per peer ``follower_stalled_server_<peer>`` (1 while this

@@ -122,9 +122,10 @@ def pin_pragmas(db: sqlite3.Connection, *, readonly: bool = False) -> None:
     WAL, so readers (the API, a snapshot copy) never block the writer; ``synchronous=NORMAL``:
     the Raft journal is what is synced before a write is acknowledged, and a database that lost
     its last transactions in a power cut is consistent and replays them from the journal
-    (``OFF`` could leave a torn database after a checkpoint).  SQLite checkpoints the log into
-    the database by itself (passively, every 1,000 pages) and :data:`WAL_SIZE_LIMIT` bounds the
-    file it leaves behind.
+    (``OFF`` could leave a torn database after a checkpoint).  The node's own thread
+    checkpoints the log into the database (:mod:`schedd.storage.checkpointer`); the writer
+    does only once the log holds :data:`WAL_SIZE_LIMIT`, which also bounds the file a
+    checkpoint leaves behind.
     """
     db.execute(f"PRAGMA cache_size = -{PAGE_CACHE_KIB}")
     db.execute("PRAGMA foreign_keys = OFF")
@@ -136,6 +137,8 @@ def pin_pragmas(db: sqlite3.Connection, *, readonly: bool = False) -> None:
         raise sqlite3.OperationalError(f"cannot use write-ahead logging (journal_mode {mode})")
     db.execute("PRAGMA synchronous = NORMAL")
     db.execute(f"PRAGMA journal_size_limit = {WAL_SIZE_LIMIT}")
+    page = db.execute("PRAGMA page_size").fetchone()[0]
+    db.execute(f"PRAGMA wal_autocheckpoint = {WAL_SIZE_LIMIT // page}")
 
 
 def schema_version(db: sqlite3.Connection) -> int:

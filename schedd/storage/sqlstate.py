@@ -7,6 +7,16 @@ transaction of the Raft entry being applied (:func:`apply_entry`): the entry's c
 index commit together, so a node that stops anywhere restarts at a whole entry and replays the
 journal after it.  An entry at or below the applied index is skipped: replaying is idempotent.
 
+What is in RAM: the hot set, and a bounded cache.  A run queued for a worker or running, and a
+run waiting for a time within the hot window (``hot_ms`` after the latest command's time, or
+loaded by the leader's window), is kept decoded for as long as it is so, with its job: those
+are the runs every fire, lease and result touches, and a burst of them must not go to disk
+and back for each step.  Any other record read or written passes through a cache of at most
+``cache_max`` of each (the oldest goes first).  Within an entry's transaction the rows it
+changed are written at its end (or before the first query that reads their table), in one
+statement per table: a job is added and then changed twice by the same submit, and a
+fire or lease of thousands of runs is one ``executemany``.
+
 Any SQLite error while applying is not a result: it could differ between nodes (a full disk, a
 damaged file), so it is raised as :class:`StorageFailure`, a ``BaseException`` that the core's
 "every exception becomes a rejected command" net does not catch, and the node stops.
@@ -24,11 +34,14 @@ from schedd.core.model import Job, Run
 from schedd.core.state import (
     DEDUP_WINDOW_MS,
     DEFAULT_HISTORY_KEEP,
+    LIVE_STATES,
     RECURRING_KINDS,
+    WAITING_STATES,
     LeaderEvent,
     Result,
     State,
 )
+from schedd.storage.checkpointer import Checkpointer
 from schedd.storage.codec import (
     CorruptRow,
     job_body,
@@ -53,6 +66,7 @@ from schedd.storage.schema import (
 )
 
 CACHE_MAX = 10_000  # decoded jobs (and as many runs) kept in front of the database (~13 MB)
+HOT_MS = 600_000  # the hot window's default (scheduler.hot_window)
 _META = ("applied_index", "leader_fence", "leader_node", "leader_http", "leader_term",
          "runs_created", "jobs_added", "runs_kept", "jobs_kept", "history_keep")
 
@@ -71,13 +85,13 @@ class _Jobs(MutableMapping[str, Job]):
 
     def get(self, key: str, default: None = None) -> Job | None:  # type: ignore[override]
         st = self._st
-        job = st._job_cache.get(key)
+        job = st._job_writes.get(key) or st._hot_jobs.get(key) or st._job_cache.get(key)
         if job is None:
             row = st._one(JOB_BODY, (key,))
             if row is None:
                 return None
             job = st._decode(key, row[0])
-            st._cache_job(job)
+            st._keep_job(job)
         return job
 
     def __getitem__(self, key: str) -> Job:
@@ -93,6 +107,7 @@ class _Jobs(MutableMapping[str, Job]):
         return self._st.jobs_kept
 
     def __iter__(self) -> Iterator[str]:
+        self._st._flush()
         for (job_id,) in self._st._all("SELECT id FROM jobs ORDER BY seq"):
             yield str(job_id)
 
@@ -101,15 +116,8 @@ class _Jobs(MutableMapping[str, Job]):
 
     def __setitem__(self, key: str, job: Job) -> None:
         st = self._st
-        spec = job.spec
-        cur = st._x("UPDATE jobs SET namespace = ?, queue = ?, task = ?, status = ?, "
-                    "recurring = ?, updated_ms = ?, body = ? WHERE id = ?",
-                    (spec.namespace, spec.queue, spec.task, job.status.value,
-                     int(spec.schedule.kind in RECURRING_KINDS), job.updated_ms, job_body(job),
-                     key))
-        if cur.rowcount != 1:
-            raise StorageFailure(f"job {key} is not in the database")
-        st._cache_job(job)
+        st._job_writes[key] = job  # (_write checks that it is in the database)
+        st._keep_job(job)
 
 
 class _Runs(Mapping[str, Run]):
@@ -122,11 +130,11 @@ class _Runs(Mapping[str, Run]):
 
     def get(self, key: str, default: None = None) -> Run | None:  # type: ignore[override]
         st = self._st
-        run = st._run_cache.get(key)
+        run = st._run_writes.get(key) or st._hot_runs.get(key) or st._run_cache.get(key)
         if run is None:
             parts = split_run_id(key)
-            if parts is None:
-                return None
+            if parts is None or parts[0] in st._job_inserts:  # a job new in this entry has
+                return None  # no run but those written in it
             row = st._one(RUN_BODY, (parts[1], parts[0]))
             if row is None:
                 return None
@@ -146,6 +154,7 @@ class _Runs(Mapping[str, Run]):
         return self._st.runs_kept
 
     def __iter__(self) -> Iterator[str]:
+        self._st._flush()
         for job_id, sched_ms in self._st._all("SELECT job_id, sched_ms FROM runs ORDER BY seq"):
             yield f"{job_id}@{sched_ms}"
 
@@ -153,13 +162,16 @@ class _Runs(Mapping[str, Run]):
 class SqlState(State):
     """The state in a SQLite database (a file, or ``":memory:"``)."""
 
-    def __init__(self, path: Path | str = ":memory:", *, cache_max: int = CACHE_MAX) -> None:
+    def __init__(self, path: Path | str = ":memory:", *, cache_max: int = CACHE_MAX,
+                 hot_ms: int = HOT_MS) -> None:
         try:
             self.db = open_database(path)
         except sqlite3.Error as exc:
             raise StorageFailure(f"{path}: {exc}") from exc
         self.path = path
         self.cache_max = cache_max
+        self.hot_ms = hot_ms
+        self.checkpointer = None if str(path) == ":memory:" else Checkpointer(path)
         self.jobs = _Jobs(self)
         self.runs = _Runs(self)
         self._load()
@@ -168,6 +180,15 @@ class SqlState(State):
         """Read what is kept in memory beside the database (and forget the caches)."""
         self._job_cache: dict[str, Job] = {}
         self._run_cache: dict[str, Run] = {}
+        self._hot_runs: dict[str, Run] = {}  # the hot set (module docstring)
+        self._hot_jobs: dict[str, Job] = {}  # their jobs, once read
+        self._hot_refs: dict[str, int] = {}  # job id -> its runs in the hot set
+        self._now = 0  # the latest time a stored run was changed at: the hot window's start
+        # written in this entry, not yet in the database (_flush): new rows with their seq
+        self._job_writes: dict[str, Job] = {}
+        self._job_inserts: dict[str, int] = {}
+        self._run_writes: dict[str, Run] = {}
+        self._run_inserts: dict[str, int] = {}
         self.applied_index = 0
         self.leader_fence = 0
         self.leader_node = ""
@@ -185,8 +206,11 @@ class SqlState(State):
         self.counts = {key: int(value) for key, value in self._all("SELECT key, value FROM counts")}
         self._counts_written = dict(self.counts)
         self._dlq_size = int(self._one("SELECT count(*) FROM dlq", ())[0])
+        self.live_runs()  # into the hot set
 
     def close(self) -> None:
+        if self.checkpointer is not None:
+            self.checkpointer.close()
         self.db.close()
 
     def install(self, snapshot: Path) -> None:
@@ -222,9 +246,10 @@ class SqlState(State):
     def _all(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
         return self._x(sql, params, sqlite3.Cursor.fetchall)  # type: ignore[no-any-return]
 
-    def _many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+    def _many(self, sql: str, rows: Sequence[Sequence[Any]]) -> int:
+        """Run ``sql`` for each of ``rows``: how many rows it changed."""
         try:
-            self.db.executemany(sql, rows)
+            return self.db.executemany(sql, rows).rowcount
         except sqlite3.Error as exc:
             raise StorageFailure(f"{self.path}: {exc} (in {sql.split()[0]})") from exc
 
@@ -239,33 +264,97 @@ class SqlState(State):
             run = run_from_body(job_id, sched_ms, body)
         except CorruptRow as exc:
             raise StorageFailure(f"{self.path}: {exc}") from exc
-        self._cache_run(run)
+        self._keep_run(run)
         return run
 
-    def _cache_job(self, job: Job) -> None:
-        if len(self._job_cache) >= self.cache_max:
-            self._job_cache.clear()
-        self._job_cache[job.id] = job
+    # -- what stays in RAM ---------------------------------------------------------------
+    def _keep_job(self, job: Job) -> None:
+        if job.id in self._hot_refs:
+            self._hot_jobs[job.id] = job
+        else:
+            _cache(self._job_cache, job.id, job, self.cache_max)
 
-    def _cache_run(self, run: Run) -> None:
-        if len(self._run_cache) >= self.cache_max:
-            self._run_cache.clear()
-        self._run_cache[run.id] = run
+    def _keep_run(self, run: Run, *, hot: bool = False) -> None:
+        """Hold ``run`` in the hot set while it is hot (or ``hot``: the leader loaded it), else
+        in the cache."""
+        rid = run.id
+        state = run.state
+        if state in LIVE_STATES or hot or (state in WAITING_STATES
+                                           and run.due_ms < self._now + self.hot_ms):
+            if rid not in self._hot_runs:
+                refs = self._hot_refs
+                refs[run.job_id] = refs.get(run.job_id, 0) + 1
+                self._run_cache.pop(rid, None)
+            self._hot_runs[rid] = run
+            return
+        self._cool(rid, run.job_id)
+        _cache(self._run_cache, rid, run, self.cache_max)
 
-    def _runs(self, sql: str, params: Sequence[Any]) -> list[Run]:
-        """Runs from rows of ``(job_id, sched_ms, body)``, cached ones as cached."""
+    def _cool(self, rid: str, job_id: str) -> None:
+        """Take run ``rid`` out of the hot set (if it is there), and its job once it has no
+        other run there."""
+        if self._hot_runs.pop(rid, None) is None:
+            return
+        left = self._hot_refs[job_id] - 1
+        if left:
+            self._hot_refs[job_id] = left
+            return
+        del self._hot_refs[job_id]
+        job = self._hot_jobs.pop(job_id, None)
+        if job is not None:
+            _cache(self._job_cache, job_id, job, self.cache_max)
+
+    def hot_set(self) -> int:
+        """How many runs the hot set holds."""
+        return len(self._hot_runs)
+
+    def _runs(self, sql: str, params: Sequence[Any], *, hot: bool = False) -> list[Run]:
+        """Runs from rows of ``(job_id, sched_ms, body)``, those in memory as they are there."""
+        self._flush()
         out = []
-        cache = self._run_cache
+        hot_runs, cache = self._hot_runs, self._run_cache
         for job_id, sched_ms, body in self._all(sql, params):
-            run = cache.get(f"{job_id}@{sched_ms}")
-            out.append(run if run is not None else self._decode_run(job_id, sched_ms, body))
+            rid = f"{job_id}@{sched_ms}"
+            run = hot_runs.get(rid) or cache.get(rid)
+            if run is None:
+                run = self._decode_run(job_id, sched_ms, body)
+            if hot and rid not in hot_runs:
+                self._keep_run(run, hot=True)
+            out.append(run)
         return out
+
+    def _flush(self) -> None:
+        """Write the rows changed in this entry (before a query reads their table)."""
+        if self._job_writes:
+            self._write(self._job_writes, self._job_inserts, _job_row, _JOB_INSERT, _JOB_UPDATE)
+        if self._run_writes:
+            self._write(self._run_writes, self._run_inserts, _run_row, _RUN_INSERT, _RUN_UPDATE)
+
+    def _write(self, writes: dict[str, Any], inserts: dict[str, int],
+               row_of: Callable[[Any], tuple[Any, ...]], insert: str, update: str) -> None:
+        """Insert (with their seq) or update the rows of ``writes``, one statement each, and
+        forget them.  An update of a row that is not there is a damaged database."""
+        new, changed = [], []
+        for key, record in writes.items():
+            seq = inserts.get(key)
+            if seq is None:
+                changed.append(row_of(record))
+            else:
+                new.append((*row_of(record), seq))
+        writes.clear()
+        inserts.clear()
+        if new:
+            self._many(insert, new)
+        if changed and (done := self._many(update, changed)) != len(changed):
+            raise StorageFailure(f"{self.path}: {len(changed) - done} of the {len(changed)} rows "
+                                 f"this entry changed in {update.split()[1]} are not there")
 
     # -- transactions --------------------------------------------------------------------
     def begin(self) -> None:
         self._x("BEGIN IMMEDIATE", ())
 
     def commit(self) -> None:
+        self._flush()
         meta = [(key, getattr(self, key)) for key in _META
                 if getattr(self, key) != self._meta_written[key]]
         if meta:
@@ -281,10 +370,8 @@ class SqlState(State):
     def add_job(self, job: Job) -> None:
         spec = job.spec
         seq = self.jobs_added
-        self._x("INSERT INTO jobs (id, seq, namespace, queue, task, status, recurring, "
-                "updated_ms, body) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (job.id, seq, spec.namespace, spec.queue, spec.task, job.status.value,
-                 int(spec.schedule.kind in RECURRING_KINDS), job.updated_ms, job_body(job)))
+        self._job_writes[job.id] = job
+        self._job_inserts[job.id] = seq
         self.jobs_added = seq + 1
         self.jobs_kept += 1
         for dep in spec.depends_on:
@@ -293,7 +380,7 @@ class SqlState(State):
         if spec.idempotency_key is not None:
             self._x("INSERT OR REPLACE INTO idem (key, job_id) VALUES (?, ?)",
                     (f"{spec.namespace}\0{spec.idempotency_key}", job.id))
-        self._cache_job(job)
+        self._keep_job(job)
 
     def job_by_key(self, namespace: str, key: str) -> str | None:
         row = self._one("SELECT job_id FROM idem WHERE key = ?", (f"{namespace}\0{key}",))
@@ -304,26 +391,22 @@ class SqlState(State):
             "SELECT downstream FROM deps WHERE upstream = ? ORDER BY seq", (job_id,))]
 
     def active_recurring_jobs(self) -> Iterator[Job]:
+        self._flush()
         for job_id, body in self._all(
                 "SELECT id, body FROM jobs WHERE recurring = 1 AND status = 'active' ORDER BY seq"):
-            yield self._job_cache.get(job_id) or self._decode(job_id, body)
+            yield self._in_memory(job_id) or self._decode(job_id, body)
 
     # -- runs ----------------------------------------------------------------------------
     def _store_run(self, old: Run | None, run: Run) -> None:
-        code = STATE_CODES[run.state]
+        rid = run.id
         if old is None:
-            self._x("INSERT INTO runs (sched_ms, job_id, seq, state, due_ms, updated_ms, body) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    (run.scheduled_ms, run.job_id, self.runs_created, code, run.due_ms,
-                     run.updated_ms, run_body(run)))
+            self._run_inserts[rid] = self.runs_created
             self.runs_created += 1
             self.runs_kept += 1
-        else:
-            self._x("UPDATE runs SET state = ?, due_ms = ?, updated_ms = ?, body = ? "
-                    "WHERE sched_ms = ? AND job_id = ?",
-                    (code, run.due_ms, run.updated_ms, run_body(run), run.scheduled_ms,
-                     run.job_id))
-        self._cache_run(run)
+        self._run_writes[rid] = run
+        if run.updated_ms > self._now:
+            self._now = run.updated_ms
+        self._keep_run(run)
 
     _COLS = "job_id, sched_ms, body"
 
@@ -332,6 +415,7 @@ class SqlState(State):
                           "ORDER BY seq", (job_id,))
 
     def has_unfinished(self, job_id: str) -> bool:
+        self._flush()
         return self._one(f"SELECT 1 FROM runs WHERE job_id = ? AND state < {FINISHED} LIMIT 1",
                          (job_id,)) is not None
 
@@ -348,8 +432,10 @@ class SqlState(State):
         return self._runs(RUNS_OF_JOB_BEFORE, (job_id, FIRST, -1))
 
     def due_runs(self, start_ms: int, end_ms: int) -> list[Run]:
+        # the leader's next window: hot until they are done
         return self._runs(f"SELECT {self._COLS} FROM runs WHERE state IN (0, 4) "
-                          "AND due_ms >= ? AND due_ms < ? ORDER BY due_ms, seq", (start_ms, end_ms))
+                          "AND due_ms >= ? AND due_ms < ? ORDER BY due_ms, seq", (start_ms, end_ms),
+                          hot=True)
 
     def live_runs(self) -> list[Run]:
         return self._runs(f"SELECT {self._COLS} FROM runs WHERE state IN (2, 3) ORDER BY seq", ())
@@ -367,21 +453,27 @@ class SqlState(State):
         return [r for r in reversed(runs) if not self.in_dlq(r.id)]
 
     def forgettable_jobs(self, before_ms: int, limit: int) -> list[Job]:
+        self._flush()
         rows = self._all(
             "SELECT id, body FROM jobs WHERE status IN ('done', 'cancelled') AND updated_ms < ? "
             "AND NOT EXISTS (SELECT 1 FROM runs WHERE runs.job_id = jobs.id) "
             "AND NOT EXISTS (SELECT 1 FROM deps WHERE deps.upstream = jobs.id) "
             "ORDER BY updated_ms, seq LIMIT ?", (before_ms, limit))
-        return [self._job_cache.get(job_id) or self._decode(job_id, body)
-                for job_id, body in rows]
+        return [self._in_memory(job_id) or self._decode(job_id, body) for job_id, body in rows]
+
+    def _in_memory(self, job_id: str) -> Job | None:
+        return self._hot_jobs.get(job_id) or self._job_cache.get(job_id)
 
     def _delete_run(self, run: Run) -> None:
+        self._flush()
         self._x("DELETE FROM runs WHERE sched_ms = ? AND job_id = ?", (run.scheduled_ms, run.job_id))
+        self._cool(run.id, run.job_id)
         self._run_cache.pop(run.id, None)
         self.runs_kept -= 1
 
     def delete_job(self, job: Job) -> None:
         spec = job.spec
+        self._flush()
         self._x("DELETE FROM jobs WHERE id = ?", (job.id,))
         for dep in spec.depends_on:
             self._x("DELETE FROM deps WHERE upstream = ? AND downstream = ?", (dep, job.id))
@@ -389,6 +481,7 @@ class SqlState(State):
             self._x("DELETE FROM idem WHERE key = ? AND job_id = ?",
                     (f"{spec.namespace}\0{spec.idempotency_key}", job.id))
         self._job_cache.pop(job.id, None)
+        self._hot_jobs.pop(job.id, None)
         self.jobs_kept -= 1
 
     # -- dead-letter queue ---------------------------------------------------------------
@@ -426,6 +519,36 @@ class SqlState(State):
 
     def remembered(self) -> int:
         return int(self._one("SELECT count(*) FROM recent", ())[0])
+
+
+# A job's and a run's row: the columns beside the body, then the key (then seq, when new)
+def _job_row(job: Job) -> tuple[Any, ...]:
+    spec = job.spec
+    return (spec.namespace, spec.queue, spec.task, job.status.value,
+            int(spec.schedule.kind in RECURRING_KINDS), job.updated_ms, job_body(job), job.id)
+
+
+def _run_row(run: Run) -> tuple[Any, ...]:
+    return (STATE_CODES[run.state], run.due_ms, run.updated_ms, run_body(run), run.scheduled_ms,
+            run.job_id)
+
+
+_JOB_INSERT = ("INSERT INTO jobs (namespace, queue, task, status, recurring, updated_ms, body, "
+               "id, seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)")
+_JOB_UPDATE = ("UPDATE jobs SET namespace = ?, queue = ?, task = ?, status = ?, recurring = ?, "
+               "updated_ms = ?, body = ? WHERE id = ?")
+_RUN_INSERT = ("INSERT INTO runs (state, due_ms, updated_ms, body, sched_ms, job_id, seq) "
+               "VALUES (?, ?, ?, ?, ?, ?, ?)")
+_RUN_UPDATE = ("UPDATE runs SET state = ?, due_ms = ?, updated_ms = ?, body = ? "
+               "WHERE sched_ms = ? AND job_id = ?")
+
+
+def _cache(cache: dict[str, Any], key: str, value: object, limit: int) -> None:
+    """Put ``value`` last in ``cache`` (a dict keeps insertion order), making room by dropping
+    the entry put there longest ago."""
+    if cache.pop(key, None) is None and len(cache) >= limit:
+        del cache[next(iter(cache))]
+    cache[key] = value
 
 
 def apply_entry(state: SqlState, blob: object, index: int

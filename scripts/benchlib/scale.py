@@ -209,7 +209,11 @@ async def s3b(root: Path, n: int, submit_rate: float, bound: float, concurrency:
             last = _last_start(records)
             await asyncio.sleep(0.3)  # the last fire's histogram observation
             after = await _fire_histograms(http, cluster)
-            term1 = await _term(http, cluster.urls[await find_leader(http, cluster)], headers)
+            lead_url = cluster.urls[await find_leader(http, cluster)]
+            term1 = await _term(http, lead_url, headers)
+            # where the jobs that did not start are: stuck (queued, running) or still waiting
+            states = {labels["state"]: value for _, labels, value in
+                      (await scrape(http, lead_url, headers)).get("schedd_runs", [])}
         if not lags:
             raise RuntimeError("no bench.lag job started")
         # summed over the nodes: complete even when the leader changed
@@ -232,6 +236,8 @@ async def s3b(root: Path, n: int, submit_rate: float, bound: float, concurrency:
             "s3b_elections": term1 - term0,
             "s3b_retries": float(sent.retries),
         }
+        if len(lags) < n:
+            out.update({f"s3b_left_{k}": v for k, v in states.items() if v and k != "succeeded"})
         if s2_rate:
             out["s3b_drain_vs_s2"] = out["s3b_drain"] / s2_rate
         return out

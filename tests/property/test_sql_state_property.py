@@ -162,11 +162,16 @@ def drawn(data: st.DataObject, count: int) -> list[list[c.Command]]:
     return [[c.Claim("r0", T0, "n1", 1)], *draw_entries(data, model, count)]
 
 
+#: what the SQL state keeps in memory, from nothing (every read from the database) to everything
+MEMORY = st.builds(dict, cache_max=st.sampled_from([1, 3, 10_000]),
+                   hot_ms=st.sampled_from([0, 1_000, 600_000]))
+
+
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
 def test_the_sql_state_answers_as_the_memory_state(data: st.DataObject) -> None:
     batches = drawn(data, data.draw(st.integers(1, 40)))
-    mem, sql = MemoryState(), SqlState()
+    mem, sql = MemoryState(), SqlState(**data.draw(MEMORY))
     try:
         replay_both(mem, sql, batches, 1)
         assert answers(sql) == answers(mem)
@@ -182,10 +187,11 @@ def test_a_database_reopened_mid_stream_goes_on_as_if_it_never_stopped(data: st.
     mem = MemoryState()
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "state.db"
-        sql = SqlState(path)
+        memory = data.draw(MEMORY)
+        sql = SqlState(path, **memory)
         replay_both(mem, sql, batches[:cut], 1)
         sql.close()
-        sql = SqlState(path)  # a restart: only what was committed
+        sql = SqlState(path, **memory)  # a restart: only what was committed
         try:
             # The journal replays from before the database's applied index: skipped.
             for i, batch in enumerate(batches[:cut]):

@@ -111,7 +111,7 @@ def test_the_write_ahead_log_shrinks_back_once_a_long_copy_lets_it(
         assert grown > 4 * (256 << 10)
         src.execute("COMMIT")
         src.close()
-        for i in range(41, 400):  # SQLite checkpoints by itself every 1,000 pages
+        for i in range(41, 400):  # the checkpointer thread (or the writer, at the limit)
             submit(state, i, 5)
             if wal.stat().st_size <= 256 << 10:
                 break

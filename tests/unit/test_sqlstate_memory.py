@@ -1,0 +1,212 @@
+"""What the SQL state keeps in memory and when it writes: the hot set, the bounded cache, the
+rows an entry changed written once at its end, and the log checkpointed off the writer's thread
+(real SQLite files)."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from schedd.core import commands as c
+from schedd.core.model import (
+    Job,
+    JobSpec,
+    JobStatus,
+    Run,
+    RunState,
+    Schedule,
+    ScheduleKind,
+    evolve,
+)
+from schedd.storage.checkpointer import Checkpointer
+from schedd.storage.schema import WAL_SIZE_LIMIT
+from schedd.storage.sqlstate import SqlState, StorageFailure, apply_entry
+
+T0 = 1_800_000_000_000
+
+
+class Node:
+    """A state on a file with the entries applied one after the other."""
+
+    def __init__(self, path: Path, **memory: int) -> None:
+        self.state = SqlState(path, **memory)
+        self.index = 0
+        self.apply([c.Claim("claim", T0, "n1", 1)])
+
+    def apply(self, cmds: list[c.Command]) -> list[object]:
+        self.index += 1
+        out = apply_entry(self.state, c.encode_entry(cmds), self.index)
+        assert out is not None
+        return out[0]
+
+
+def at(ms: int) -> JobSpec:
+    return JobSpec(task="t", schedule=Schedule(kind=ScheduleKind.AT, at_ms=ms))
+
+
+def test_live_runs_and_runs_due_within_the_hot_window_stay_in_memory_until_done(
+        tmp_path: Path) -> None:
+    node = Node(tmp_path / "state.db", cache_max=1, hot_ms=60_000)
+    st = node.state
+    try:
+        node.apply([c.Submit("s", T0, (("soon", at(T0 + 1_000)), ("later", at(T0 + 3_600_000))))])
+        soon, later = f"soon@{T0 + 1_000}", f"later@{T0 + 3_600_000}"
+        assert st.hot_set() == 1  # the run due in an hour waits on disk
+        assert st.runs[soon] is st.runs[soon]  # the same record: never read back from disk
+        node.apply([c.Fire("f", T0 + 1_000, node.index - 1, (soon,))])
+        assert st.runs[soon].state is RunState.QUEUED and st.hot_set() == 1
+        node.apply([c.Lease("l", T0 + 1_001, 1, ((soon, "w1"),))])
+        fence = node.index
+        node.apply([c.Complete("d", T0 + 1_002, 1, soon, fence)])
+        assert st.runs[soon].state is RunState.SUCCEEDED and st.hot_set() == 0
+        # the leader loading its next window takes the later run into the hot set
+        assert [r.id for r in st.due_runs(T0, T0 + 7_200_000)] == [later]
+        assert st.hot_set() == 1
+    finally:
+        st.close()
+    reopened = SqlState(tmp_path / "state.db")
+    try:  # and what was kept in memory is exactly what is on disk
+        assert reopened.runs[soon].state is RunState.SUCCEEDED
+        assert reopened.hot_set() == 0  # a restart holds the live runs only (none here)
+    finally:
+        reopened.close()
+
+
+def test_a_run_pushed_out_of_the_cache_within_its_entry_reads_back_as_written(
+        tmp_path: Path) -> None:
+    # cache of one, nothing hot: each new run pushes the previous one out before the entry
+    # has written anything to the database
+    node = Node(tmp_path / "state.db", cache_max=1, hot_ms=-(1 << 62))
+    st = node.state
+    try:
+        jobs = tuple((f"j{k}", at(T0 + 10 + k)) for k in range(5))
+        st.begin()
+        for job_id, spec in jobs:
+            st.add_job(_job(job_id, spec))
+        st.jobs["j0"] = _evolved(st.jobs["j0"])
+        assert [st.jobs[j].updated_ms for j, _ in jobs] == [T0 + 1, T0, T0, T0, T0]
+        st.commit()
+        assert st.jobs["j0"].updated_ms == T0 + 1
+        assert [j for j in st.jobs] == ["j0", "j1", "j2", "j3", "j4"]
+        # the same for runs, of jobs already in the database
+        runs = [Run(f"j{k}@{T0}", f"j{k}", "default", T0, T0 + 10, RunState.SCHEDULED, T0, T0)
+                for k in range(5)]
+        st.begin()
+        for run in runs:
+            st.add_run(run)
+        st.put_run(evolve(runs[0], state=RunState.QUEUED, updated_ms=T0 + 2))
+        assert [st.runs[r.id].state for r in runs] == [RunState.QUEUED] + [RunState.SCHEDULED] * 4
+        assert [r.id for r in st.unfinished_runs("j0")] == [runs[0].id]  # read from SQL
+        st.commit()
+        assert st.runs[runs[0].id].updated_ms == T0 + 2
+    finally:
+        st.close()
+
+
+def _job(job_id: str, spec: JobSpec) -> Job:
+    return Job(job_id, spec, JobStatus.ACTIVE, T0, T0)
+
+
+def _evolved(job: Job) -> Job:
+    return evolve(job, updated_ms=T0 + 1)
+
+
+class Counting:
+    """The writer's connection, counting its statements by their first three words."""
+
+    def __init__(self, db: sqlite3.Connection, seen: Counter[str]) -> None:
+        self.db, self.seen = db, seen
+
+    def execute(self, sql: str, *args: object) -> sqlite3.Cursor:
+        self.seen.update([" ".join(sql.split()[:3])])
+        return self.db.execute(sql, *args)
+
+    def executemany(self, sql: str, rows: object) -> sqlite3.Cursor:
+        self.seen.update([" ".join(sql.split()[:3])])
+        return self.db.executemany(sql, rows)  # type: ignore[arg-type]
+
+    def close(self) -> None:
+        self.db.close()
+
+
+def test_an_entry_writes_each_row_it_changed_once_at_its_end(tmp_path: Path) -> None:
+    node = Node(tmp_path / "state.db")
+    st = node.state
+    statements: Counter[str] = Counter()
+    st.db = Counting(st.db, statements)  # type: ignore[assignment]
+    try:
+        # a submit adds each job, then sets its next run: one insert per table for 100 jobs
+        node.apply([c.Submit("s", T0, tuple((f"j{k}", at(T0 + 5)) for k in range(100)))])
+        assert statements["INSERT INTO jobs"] == 1
+        assert statements["INSERT INTO runs"] == 1
+        assert statements["UPDATE jobs SET"] == 0
+        statements.clear()
+        node.apply([c.Fire("f", T0 + 5, 1, tuple(f"j{k}@{T0 + 5}" for k in range(100)))])
+        assert statements["UPDATE runs SET"] == 1
+        assert "SELECT body FROM" not in statements  # every run came from memory
+    finally:
+        st.close()
+    reopened = SqlState(tmp_path / "state.db")
+    try:
+        assert {reopened.runs[f"j{k}@{T0 + 5}"].state for k in range(100)} == {RunState.QUEUED}
+        # the job's row holds its last change in the submit (the run it made), not the first
+        assert [reopened.jobs[f"j{k}"].next_run_id for k in range(100)] == [
+            f"j{k}@{T0 + 5}" for k in range(100)]
+    finally:
+        reopened.close()
+
+
+def test_a_change_to_a_job_that_is_not_in_the_database_stops_the_node(tmp_path: Path) -> None:
+    node = Node(tmp_path / "state.db")
+    st = node.state
+    try:
+        node.apply([c.Submit("s", T0, (("j", at(T0 + 5)),))])
+        st.db.execute("DELETE FROM jobs")  # damaged behind schedd's back
+        st.begin()
+        st.jobs["j"] = _evolved(st.jobs["j"])
+        with pytest.raises(StorageFailure, match="1 of the 1 rows this entry changed in jobs"):
+            st.commit()
+    finally:
+        st.close()
+
+
+def test_the_writer_leaves_checkpoints_to_the_checkpointer_thread(tmp_path: Path) -> None:
+    path = tmp_path / "state.db"
+    node = Node(path)
+    st = node.state
+    try:
+        page = st.db.execute("PRAGMA page_size").fetchone()[0]
+        assert st.db.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == WAL_SIZE_LIMIT // page
+        assert st.checkpointer is not None
+        for k in range(20):
+            node.apply([c.Submit(f"s{k}", T0, tuple((f"j{k}-{i}", at(T0 + 5)) for i in range(200)))])
+        deadline = time.monotonic() + 10
+        while st.checkpointer.checkpoints == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert st.checkpointer.checkpoints > 0
+        # what it copied is in the database file itself: a reader without the log sees it
+        st.checkpointer.checkpoint()
+        copy = sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True)
+        try:
+            assert copy.execute("SELECT count(*) FROM jobs").fetchone()[0] == 4000
+        finally:
+            copy.close()
+    finally:
+        st.close()
+    assert not st.checkpointer._thread.is_alive()  # closing the state stops it
+
+
+def test_a_failing_checkpoint_is_counted_and_does_not_stop_the_thread(tmp_path: Path) -> None:
+    path = tmp_path / "state.db"
+    sqlite3.connect(path).close()
+    cp = Checkpointer(path, period_s=3600)
+    try:
+        cp._db.close()  # every statement now fails
+        assert cp.checkpoint() == (0, 0)
+        assert cp.failures == 1
+    finally:
+        cp.close()
