@@ -426,7 +426,8 @@ class SchedulerConfig:
     #: one-off runs (and recurring ones with overlap "allow") are fired and leased this long
     #: before they are due; the worker starts the handler at the due time (0: at the due time)
     dispatch_ahead_ms: int = _f(1_000, _duration_or_zero, key="dispatch_ahead")
-    #: the leader keeps the runs due within this window in memory; later ones stay on disk
+    #: every node keeps the runs due within this window (and the live ones) decoded in memory;
+    #: the leader's wheel holds them; later ones stay on disk
     hot_window_ms: int = _dur(600_000)
 
 

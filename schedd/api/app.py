@@ -241,7 +241,8 @@ async def submit_batch(request: web.Request) -> web.Response:
             message = message.replace(job_id, ref)
         res = Rejected(res.code, message, res.field)
     created = unwrap(res)
-    views = [job_view(job, await rt.reader.latest_run(job.id)) for job, _ in created]
+    latest = await rt.reader.latest_runs([job.id for job, _ in created])
+    views = [job_view(job, latest.get(job.id)) for job, _ in created]
     return json_response({"jobs": views}, 201)
 
 

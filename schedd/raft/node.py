@@ -39,7 +39,7 @@ from schedd.core.state import LeaderEvent, Rejected, Result, State
 from schedd.errors import ResourceExhausted, SchedError, Unavailable
 from schedd.logs import log_event
 from schedd.raft.journal import durable_journal
-from schedd.raft.pauses import bound_apply, read_before_judging
+from schedd.raft.pauses import ApplyBatch, bound_apply, read_before_judging
 from schedd.raft.peerguard import PeerGuard
 from schedd.raft.snapshots import SqlSnapshots
 from schedd.storage.sqlstate import SqlState, StorageFailure, apply_entry
@@ -95,9 +95,15 @@ def stop_node(message: str) -> None:
     os._exit(70)
 
 
-class _StateMachine(SyncObjConsumer):  # type: ignore[misc]
+class _StateMachine(SyncObjConsumer, ApplyBatch):  # type: ignore[misc]
     """The state machine pysyncobj applies entries to.  With the custom serializer pysyncobj
-    never pickles it: the state is the database, and snapshots are copies of it."""
+    never pickles it: the state is the database, and snapshots are copies of it.
+
+    The entries one tick applies share one database transaction (:class:`ApplyBatch`, called
+    by :func:`bound_apply`), committed with the last one's index before any result is handed
+    back: a commit per tick rather than per entry, and a client that reads after its write
+    was answered finds it.  The journal, not the database, is what was acknowledged: a node
+    that stops before the commit applies those entries again from it."""
 
     #: what a database failure under apply does (tests replace it)
     on_storage_failure: Callable[[str], None] = staticmethod(stop_node)
@@ -107,6 +113,20 @@ class _StateMachine(SyncObjConsumer):  # type: ignore[misc]
         self.hooks = hooks
         super().__init__()
         self.state = SqlState(live, hot_ms=hot_ms)
+        self._batch = False  # between ApplyBatch.begin and end: commit at the end
+
+    def begin(self) -> None:
+        self._batch = True
+
+    def end(self) -> None:
+        self._batch = False
+        with self.lock:
+            if self.state.db.in_transaction:
+                try:
+                    self.state.commit()
+                except StorageFailure as exc:
+                    self.on_storage_failure(str(exc))
+                    raise
 
     @replicated  # type: ignore[untyped-decorator]
     def apply_entry(self, blob: bytes) -> list[Result]:
@@ -115,7 +135,7 @@ class _StateMachine(SyncObjConsumer):  # type: ignore[misc]
             started = clock.mono()
             with self.lock:
                 try:
-                    applied = apply_entry(self.state, blob, index)
+                    applied = apply_entry(self.state, blob, index, commit=not self._batch)
                 except StorageFailure as exc:
                     self.on_storage_failure(str(exc))
                     raise
@@ -228,7 +248,7 @@ class RaftNode:
         # deposes no one whose messages wait in the sockets, and one tick applies at most
         # ~50 ms of entries before it sends heartbeats and reads again (schedd/raft/pauses.py).
         read_before_judging(self._obj)
-        bound_apply(self._obj)
+        bound_apply(self._obj, batch=self._sm)
         self._woken = threading.Event()  # set while a wake-up is in the pipe
         self._waker = PipeNotifier(self._obj._poller, callback=self._woken.clear)
         self._followers: dict[str, _FollowerProgress] = {}  # tick thread only

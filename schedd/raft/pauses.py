@@ -22,7 +22,9 @@ runs: 50-100 ms each) sends no heartbeat meanwhile, a follower answers nothing, 
 time out.  Bounded, a tick applies entries until ``budget`` seconds have passed (at least one)
 and leaves the rest to the next tick, after the heartbeats went out and the network was read;
 pysyncobj is in that state (committed ahead of applied) between every commit and its apply
-anyway.
+anyway.  The entries of one tick are applied between the calls of an :class:`ApplyBatch`, and
+their results handed to the callers only after it ended: the node commits them to its database
+in one transaction there, so a caller that reads what it wrote finds it.
 """
 
 from __future__ import annotations
@@ -66,13 +68,29 @@ def read_before_judging(obj: Any, threshold: float = DEFAULT_THRESHOLD_S) -> Non
     obj._SyncObj__properies.add("_onTick")
 
 
-def bound_apply(obj: Any, budget: float = DEFAULT_APPLY_BUDGET_S) -> None:
+class ApplyBatch:
+    """What to do around the entries one tick applies (:func:`bound_apply`): ``begin`` before
+    the first, ``end`` after the last, before any of their results is handed to its caller
+    (the node applies them in one database transaction, committed by ``end``)."""
+
+    def begin(self) -> None:
+        """Before the first entry of a tick."""
+
+    def end(self) -> None:
+        """After the last entry of a tick, before their callbacks run."""
+
+
+def bound_apply(obj: Any, budget: float = DEFAULT_APPLY_BUDGET_S,
+                batch: ApplyBatch | None = None) -> None:
     """Replace the pysyncobj ``obj``'s apply step (``SyncObj.__applyLogEntries``, looked up on
-    the instance by its mangled name) with one that stops after ``budget`` seconds.  Otherwise
-    the same code as pysyncobj 0.3.17's, which this must be kept in step with."""
+    the instance by its mangled name) with one that stops after ``budget`` seconds and calls
+    ``batch`` around the entries it applies; the results reach their callers after
+    ``batch.end``.  Otherwise the same code as pysyncobj 0.3.17's, which this must be kept in
+    step with."""
     do_apply = obj._SyncObj__doApplyCommand
     get_entries = obj._SyncObj__getEntries
-    batch = obj._SyncObj__conf.appendEntriesUseBatch
+    use_batch = obj._SyncObj__conf.appendEntriesUseBatch
+    around = batch or ApplyBatch()
 
     def apply_log_entries() -> bool:
         commit, applied = obj._SyncObj__raftCommitIndex, obj._SyncObj__raftLastApplied
@@ -80,22 +98,27 @@ def bound_apply(obj: Any, budget: float = DEFAULT_APPLY_BUDGET_S) -> None:
             return False
         stop_at = raft_clock() + budget
         waiting = obj._SyncObj__commandsWaitingCommit  # looked up each time: never a stale copy
-        for entry in get_entries(applied + 1, commit - applied):
-            try:
-                term = entry[2]
-                subscribers = waiting.pop(entry[1], [])
-                res = do_apply(entry[0])
-                for subscribed_term, callback in subscribers:
-                    if subscribed_term == term:
-                        callback(res, FAIL_REASON.SUCCESS)
-                    else:
-                        callback(None, FAIL_REASON.DISCARDED)
-                obj._SyncObj__raftLastApplied += 1
-            except SyncObjExceptionWrongVer as e:
-                log.error("request to switch to an unsupported code version (%d)", e.ver)
-            if raft_clock() >= stop_at:
-                break
-        return not batch
+        answers: list[tuple[list[Any], Any, Any]] = []  # (subscribers, term, result)
+        around.begin()
+        try:
+            for entry in get_entries(applied + 1, commit - applied):
+                try:
+                    subscribers = waiting.pop(entry[1], [])
+                    answers.append((subscribers, entry[2], do_apply(entry[0])))
+                    obj._SyncObj__raftLastApplied += 1
+                except SyncObjExceptionWrongVer as e:
+                    log.error("request to switch to an unsupported code version (%d)", e.ver)
+                if raft_clock() >= stop_at:
+                    break
+        finally:
+            around.end()
+        for subscribers, term, res in answers:
+            for subscribed_term, callback in subscribers:
+                if subscribed_term == term:
+                    callback(res, FAIL_REASON.SUCCESS)
+                else:
+                    callback(None, FAIL_REASON.DISCARDED)
+        return not use_batch
 
     obj._SyncObj__applyLogEntries = apply_log_entries
     obj._SyncObj__properies.add("_SyncObj__applyLogEntries")  # not replicated state

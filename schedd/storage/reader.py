@@ -24,11 +24,13 @@ from schedd.storage.codec import job_from_body, run_from_body, split_run_id
 from schedd.storage.schema import (
     DLQ_BEFORE,
     JOB_BODY,
-    LATEST_RUN,
+    LATEST_RUNS,
     PAGE_CACHE_KIB,
     RUN_BODY,
     RUNS_OF_JOB_BEFORE,
 )
+
+LATEST_CHUNK = 500  # job ids per query of latest_runs
 
 #: the filters of a job listing, by the ``jobs`` column each one compares
 JOB_FILTERS = ("namespace", "queue", "status", "task")
@@ -42,6 +44,7 @@ class Reader:
         self.size = size
         self._idle: asyncio.Queue[aiosqlite.Connection] = asyncio.Queue()
         self._all: list[aiosqlite.Connection] = []
+        self._wanted: dict[str, list[asyncio.Future[Run | None]]] = {}  # latest_run's callers
 
     async def open(self) -> None:
         for _ in range(self.size):
@@ -99,8 +102,44 @@ class Reader:
         return run_from_body(parts[0], parts[1], rows[0][0]) if rows else None
 
     async def latest_run(self, job_id: str) -> Run | None:
-        rows = await self._rows(LATEST_RUN, (job_id,))
-        return run_from_body(*rows[0]) if rows else None
+        """The job's run created last.  Calls made in the same turn of the event loop share one
+        query (:meth:`latest_runs`): the replies to the submits of one Raft entry are written in
+        one turn, and each asks for its new job's run."""
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[Run | None] = loop.create_future()
+        self._wanted.setdefault(job_id, []).append(fut)
+        if len(self._wanted) == 1:
+            loop.call_soon(self._fetch_wanted)
+        return await fut
+
+    def _fetch_wanted(self) -> None:
+        wanted, self._wanted = self._wanted, {}
+        task = asyncio.ensure_future(self.latest_runs(list(wanted)))
+
+        def done(task: asyncio.Task[dict[str, Run]]) -> None:
+            exc = None if task.cancelled() else task.exception()
+            for job_id, futures in wanted.items():
+                for fut in futures:
+                    if fut.done():
+                        continue
+                    if task.cancelled():
+                        fut.cancel()
+                    elif exc is not None:
+                        fut.set_exception(exc)
+                    else:
+                        fut.set_result(task.result().get(job_id))
+
+        task.add_done_callback(done)
+
+    async def latest_runs(self, job_ids: list[str]) -> dict[str, Run]:
+        """The run created last of each of ``job_ids`` that has one (a query per 500 jobs)."""
+        out: dict[str, Run] = {}
+        for start in range(0, len(job_ids), LATEST_CHUNK):
+            chunk = job_ids[start : start + LATEST_CHUNK]
+            marks = ", ".join("?" for _ in chunk)
+            for row in await self._rows(LATEST_RUNS.format(marks), tuple(chunk)):
+                out[row[0]] = run_from_body(*row)
+        return out
 
     async def runs_page(self, job_id: str, before: int, limit: int
                         ) -> tuple[list[Run], int | None]:

@@ -48,6 +48,10 @@ FINISHED = 5  # runs.state >= FINISHED: a terminal state
 JOB_BODY = "SELECT body FROM jobs WHERE id = ?"
 RUN_BODY = "SELECT body FROM runs WHERE sched_ms = ? AND job_id = ?"  # a run id, split
 LATEST_RUN = "SELECT job_id, sched_ms, body FROM runs WHERE job_id = ? ORDER BY seq DESC LIMIT 1"
+#: LATEST_RUN of several jobs at once (``{}``: as many ``?`` as job ids)
+LATEST_RUNS = ("SELECT r.job_id, r.sched_ms, r.body FROM (SELECT job_id, max(seq) AS seq FROM runs "
+               "WHERE job_id IN ({}) GROUP BY job_id) AS l JOIN runs AS r "
+               "ON r.job_id = l.job_id AND r.seq = l.seq")
 # Newest first, from a cursor on (``?`` after it: the page size; -1, every row): a job's runs
 # scheduled before a time, and the dead-letter queue before a position.
 RUNS_OF_JOB_BEFORE = ("SELECT job_id, sched_ms, body FROM runs WHERE job_id = ? AND sched_ms < ? "

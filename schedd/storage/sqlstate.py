@@ -551,13 +551,17 @@ def _cache(cache: dict[str, Any], key: str, value: object, limit: int) -> None:
     cache[key] = value
 
 
-def apply_entry(state: SqlState, blob: object, index: int
+def apply_entry(state: SqlState, blob: object, index: int, *, commit: bool = True
                 ) -> tuple[list[Result], list[LeaderEvent]] | None:
-    """Apply the Raft entry at ``index`` in one transaction with the index; None (nothing
-    done) when the database already holds it.  Raises :class:`StorageFailure` (stop)."""
+    """Apply the Raft entry at ``index`` in the open transaction (or a new one), committed
+    with the index unless ``commit`` is false (the caller commits a batch of entries with the
+    last one's index); None (nothing done) when the database already holds it.  Raises
+    :class:`StorageFailure` (stop)."""
     if index <= state.applied_index:
         return None
-    state.begin()
+    if not state.db.in_transaction:
+        state.begin()
     out = core_apply.apply_entry(state, blob, index)
-    state.commit()
+    if commit:
+        state.commit()
     return out

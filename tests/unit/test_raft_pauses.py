@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, replicated
 
-from schedd.raft.pauses import bound_apply, read_before_judging
+from schedd.raft.pauses import ApplyBatch, bound_apply, read_before_judging
 from tests.conftest import free_port
 
 MIN_TIMEOUT, MAX_TIMEOUT = 0.3, 0.6
@@ -152,5 +152,44 @@ def test_one_tick_applies_at_most_its_budget_of_entries(tmp_path: Path, bounded:
             assert max(per_tick) == 10
         assert obj.applied == list(range(10))  # all of them, in order, each once
         assert results == [(n, FAIL_REASON.SUCCESS) for n in range(10)]
+    finally:
+        obj.destroy()
+
+
+def test_the_entries_of_a_tick_are_applied_between_begin_and_end_and_answered_after(
+        tmp_path: Path) -> None:
+    conf = SyncObjConf(autoTick=False, journalFile=str(tmp_path / "j"),
+                       fullDumpFile=str(tmp_path / "d"))
+    obj = Slow(f"127.0.0.1:{free_port()}", [], conf)
+    seen: list[object] = []
+
+    class Around(ApplyBatch):
+        def begin(self) -> None:
+            seen.append("begin")
+
+        def end(self) -> None:
+            seen.append(("end", list(obj.applied)))
+
+    try:
+        bound_apply(obj, budget=0.05, batch=Around())
+        deadline = time.monotonic() + 10
+        while not obj._isLeader() and time.monotonic() < deadline:
+            obj.doTick(0.01)
+        seen.clear()
+        for n in range(6):
+            obj.work(n, callback=lambda res, err: seen.append(("answer", res, list(obj.applied))))
+        while len(obj.applied) < 6 and time.monotonic() < deadline:
+            obj.doTick(0)
+        ticks = [k for k, x in enumerate(seen) if x == "begin"]
+        assert len(ticks) >= 2  # 20 ms entries, 50 ms budget: several ticks
+        for start, stop in zip(ticks, ticks[1:] + [len(seen)], strict=True):
+            one = seen[start:stop]
+            end = next(k for k, x in enumerate(one) if isinstance(x, tuple) and x[0] == "end")
+            assert not [x for x in one[:end] if isinstance(x, tuple)]  # none before the end
+            answered = [x for x in one[end + 1:] if isinstance(x, tuple)]
+            # every answer of the tick comes after its end, when all its entries were applied
+            assert all(a[0] == "answer" and a[2] == one[end][1] for a in answered)
+            assert [a[1] for a in answered] == one[end][1][len(one[end][1]) - len(answered):]
+        assert [x[1] for x in seen if isinstance(x, tuple) and x[0] == "answer"] == list(range(6))
     finally:
         obj.destroy()

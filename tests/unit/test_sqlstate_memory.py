@@ -129,6 +129,10 @@ class Counting:
         self.seen.update([" ".join(sql.split()[:3])])
         return self.db.executemany(sql, rows)  # type: ignore[arg-type]
 
+    @property
+    def in_transaction(self) -> bool:
+        return self.db.in_transaction
+
     def close(self) -> None:
         self.db.close()
 
