@@ -25,6 +25,7 @@ damaged file), so it is raised as :class:`StorageFailure`, a ``BaseException`` t
 from __future__ import annotations
 
 import sqlite3
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -178,8 +179,8 @@ class SqlState(State):
 
     def _load(self) -> None:
         """Read what is kept in memory beside the database (and forget the caches)."""
-        self._job_cache: dict[str, Job] = {}
-        self._run_cache: dict[str, Run] = {}
+        self._job_cache: OrderedDict[str, Job] = OrderedDict()
+        self._run_cache: OrderedDict[str, Run] = OrderedDict()
         self._hot_runs: dict[str, Run] = {}  # the hot set (module docstring)
         self._hot_jobs: dict[str, Job] = {}  # their jobs, once read
         self._hot_refs: dict[str, int] = {}  # job id -> its runs in the hot set
@@ -543,11 +544,12 @@ _RUN_UPDATE = ("UPDATE runs SET state = ?, due_ms = ?, updated_ms = ?, body = ? 
                "WHERE sched_ms = ? AND job_id = ?")
 
 
-def _cache(cache: dict[str, Any], key: str, value: object, limit: int) -> None:
-    """Put ``value`` last in ``cache`` (a dict keeps insertion order), making room by dropping
-    the entry put there longest ago."""
+def _cache(cache: OrderedDict[str, Any], key: str, value: object, limit: int) -> None:
+    """Put ``value`` last in ``cache``, making room by dropping the entry put there longest ago
+    (an OrderedDict: a plain dict emptied from the front scans its dead slots to find the
+    first live one)."""
     if cache.pop(key, None) is None and len(cache) >= limit:
-        del cache[next(iter(cache))]
+        cache.popitem(last=False)
     cache[key] = value
 
 
