@@ -108,7 +108,7 @@ class _Jobs(MutableMapping[str, Job]):
         return self._st.jobs_kept
 
     def __iter__(self) -> Iterator[str]:
-        self._st._flush()
+        self._st._flush(runs=False)
         for (job_id,) in self._st._all("SELECT id FROM jobs ORDER BY seq"):
             yield str(job_id)
 
@@ -155,7 +155,7 @@ class _Runs(Mapping[str, Run]):
         return self._st.runs_kept
 
     def __iter__(self) -> Iterator[str]:
-        self._st._flush()
+        self._st._flush(jobs=False)
         for job_id, sched_ms in self._st._all("SELECT job_id, sched_ms FROM runs ORDER BY seq"):
             yield f"{job_id}@{sched_ms}"
 
@@ -190,6 +190,7 @@ class SqlState(State):
         self._job_inserts: dict[str, int] = {}
         self._run_writes: dict[str, Run] = {}
         self._run_inserts: dict[str, int] = {}
+        self._unfinished: dict[str, list[Run]] = {}  # job id -> unfinished_runs, this entry
         self.applied_index = 0
         self.leader_fence = 0
         self.leader_node = ""
@@ -311,7 +312,7 @@ class SqlState(State):
 
     def _runs(self, sql: str, params: Sequence[Any], *, hot: bool = False) -> list[Run]:
         """Runs from rows of ``(job_id, sched_ms, body)``, those in memory as they are there."""
-        self._flush()
+        self._flush(jobs=False)
         out = []
         hot_runs, cache = self._hot_runs, self._run_cache
         for job_id, sched_ms, body in self._all(sql, params):
@@ -324,11 +325,11 @@ class SqlState(State):
             out.append(run)
         return out
 
-    def _flush(self) -> None:
+    def _flush(self, *, jobs: bool = True, runs: bool = True) -> None:
         """Write the rows changed in this entry (before a query reads their table)."""
-        if self._job_writes:
+        if jobs and self._job_writes:
             self._write(self._job_writes, self._job_inserts, _job_row, _JOB_INSERT, _JOB_UPDATE)
-        if self._run_writes:
+        if runs and self._run_writes:
             self._write(self._run_writes, self._run_inserts, _run_row, _RUN_INSERT, _RUN_UPDATE)
 
     def _write(self, writes: dict[str, Any], inserts: dict[str, int],
@@ -356,6 +357,7 @@ class SqlState(State):
 
     def commit(self) -> None:
         self._flush()
+        self._unfinished.clear()
         meta = [(key, getattr(self, key)) for key in _META
                 if getattr(self, key) != self._meta_written[key]]
         if meta:
@@ -392,7 +394,7 @@ class SqlState(State):
             "SELECT downstream FROM deps WHERE upstream = ? ORDER BY seq", (job_id,))]
 
     def active_recurring_jobs(self) -> Iterator[Job]:
-        self._flush()
+        self._flush(runs=False)
         for job_id, body in self._all(
                 "SELECT id, body FROM jobs WHERE recurring = 1 AND status = 'active' ORDER BY seq"):
             yield self._in_memory(job_id) or self._decode(job_id, body)
@@ -400,6 +402,7 @@ class SqlState(State):
     # -- runs ----------------------------------------------------------------------------
     def _store_run(self, old: Run | None, run: Run) -> None:
         rid = run.id
+        self._unfinished.pop(run.job_id, None)
         if old is None:
             self._run_inserts[rid] = self.runs_created
             self.runs_created += 1
@@ -412,13 +415,17 @@ class SqlState(State):
     _COLS = "job_id, sched_ms, body"
 
     def unfinished_runs(self, job_id: str) -> list[Run]:
-        return self._runs(f"SELECT {self._COLS} FROM runs WHERE job_id = ? AND state < {FINISHED} "
-                          "ORDER BY seq", (job_id,))
+        # asked again and again while a result settles (has_unfinished, then unfinished_runs):
+        # kept until one of the job's runs is written
+        runs = self._unfinished.get(job_id)
+        if runs is None:
+            runs = self._unfinished[job_id] = self._runs(
+                f"SELECT {self._COLS} FROM runs WHERE job_id = ? AND state < {FINISHED} "
+                "ORDER BY seq", (job_id,))
+        return list(runs)
 
     def has_unfinished(self, job_id: str) -> bool:
-        self._flush()
-        return self._one(f"SELECT 1 FROM runs WHERE job_id = ? AND state < {FINISHED} LIMIT 1",
-                         (job_id,)) is not None
+        return bool(self.unfinished_runs(job_id))
 
     def latest_run(self, job_id: str) -> Run | None:
         runs = self._runs(LATEST_RUN, (job_id,))
@@ -466,7 +473,8 @@ class SqlState(State):
         return self._hot_jobs.get(job_id) or self._job_cache.get(job_id)
 
     def _delete_run(self, run: Run) -> None:
-        self._flush()
+        self._flush(jobs=False)
+        self._unfinished.pop(run.job_id, None)
         self._x("DELETE FROM runs WHERE sched_ms = ? AND job_id = ?", (run.scheduled_ms, run.job_id))
         self._cool(run.id, run.job_id)
         self._run_cache.pop(run.id, None)
@@ -474,7 +482,7 @@ class SqlState(State):
 
     def delete_job(self, job: Job) -> None:
         spec = job.spec
-        self._flush()
+        self._flush(runs=False)
         self._x("DELETE FROM jobs WHERE id = ?", (job.id,))
         for dep in spec.depends_on:
             self._x("DELETE FROM deps WHERE upstream = ? AND downstream = ?", (dep, job.id))
