@@ -191,6 +191,8 @@ class SqlState(State):
         self._run_writes: dict[str, Run] = {}
         self._run_inserts: dict[str, int] = {}
         self._unfinished: dict[str, list[Run]] = {}  # job id -> unfinished_runs, this entry
+        self._new_runs_of: dict[str, list[str]] = {}  # job id -> its runs in _run_inserts
+        self._reopened: set[str] = set()  # jobs with a pending run that was finished on disk
         self.applied_index = 0
         self.leader_fence = 0
         self.leader_node = ""
@@ -331,6 +333,8 @@ class SqlState(State):
             self._write(self._job_writes, self._job_inserts, _job_row, _JOB_INSERT, _JOB_UPDATE)
         if runs and self._run_writes:
             self._write(self._run_writes, self._run_inserts, _run_row, _RUN_INSERT, _RUN_UPDATE)
+            self._new_runs_of.clear()
+            self._reopened.clear()
 
     def _write(self, writes: dict[str, Any], inserts: dict[str, int],
                row_of: Callable[[Any], tuple[Any, ...]], insert: str, update: str) -> None:
@@ -402,11 +406,15 @@ class SqlState(State):
     # -- runs ----------------------------------------------------------------------------
     def _store_run(self, old: Run | None, run: Run) -> None:
         rid = run.id
-        self._unfinished.pop(run.job_id, None)
+        job_id = run.job_id
+        self._unfinished.pop(job_id, None)
         if old is None:
             self._run_inserts[rid] = self.runs_created
+            self._new_runs_of.setdefault(job_id, []).append(rid)
             self.runs_created += 1
             self.runs_kept += 1
+        elif STATE_CODES[old.state] >= FINISHED > STATE_CODES[run.state]:
+            self._reopened.add(job_id)  # see unfinished_runs
         self._run_writes[rid] = run
         if run.updated_ms > self._now:
             self._now = run.updated_ms
@@ -415,13 +423,33 @@ class SqlState(State):
     _COLS = "job_id, sched_ms, body"
 
     def unfinished_runs(self, job_id: str) -> list[Run]:
-        # asked again and again while a result settles (has_unfinished, then unfinished_runs):
-        # kept until one of the job's runs is written
+        # Asked again and again while a result settles (has_unfinished, then unfinished_runs):
+        # kept until one of the job's runs is written.  Read without writing what is pending
+        # first (a write per result, else): the rows the database has, each as it is now in
+        # this entry, and the job's new runs.  A run that was finished in the database and is
+        # not any more (a replay) would be missed: then the pending rows are written first.
         runs = self._unfinished.get(job_id)
-        if runs is None:
-            runs = self._unfinished[job_id] = self._runs(
-                f"SELECT {self._COLS} FROM runs WHERE job_id = ? AND state < {FINISHED} "
-                "ORDER BY seq", (job_id,))
+        if runs is not None:
+            return list(runs)
+        if job_id in self._reopened:
+            self._flush(jobs=False)
+        found: list[tuple[int, Run]] = []
+        writes, hot, cache = self._run_writes, self._hot_runs, self._run_cache
+        for sched_ms, body, seq in self._all(
+                f"SELECT sched_ms, body, seq FROM runs WHERE job_id = ? AND state < {FINISHED}",
+                (job_id,)):
+            rid = f"{job_id}@{sched_ms}"
+            run = writes.get(rid) or hot.get(rid) or cache.get(rid)
+            if run is None:
+                run = self._decode_run(job_id, sched_ms, body)
+            if STATE_CODES[run.state] < FINISHED:
+                found.append((seq, run))
+        for rid in self._new_runs_of.get(job_id, ()):
+            run = writes[rid]
+            if STATE_CODES[run.state] < FINISHED:
+                found.append((self._run_inserts[rid], run))
+        found.sort(key=lambda pair: pair[0])
+        runs = self._unfinished[job_id] = [run for _, run in found]
         return list(runs)
 
     def has_unfinished(self, job_id: str) -> bool:
@@ -456,6 +484,11 @@ class SqlState(State):
             "runs.sched_ms) ORDER BY updated_ms, seq LIMIT ?", (before_ms, limit))
 
     def finished_runs_beyond(self, job_id: str, keep: int) -> list[Run]:
+        # Most jobs have fewer runs than are kept: count them without writing what is pending
+        # (a pending change of a run does not change how many the job has; a new one does).
+        count = self._one("SELECT count(*) FROM runs WHERE job_id = ?", (job_id,))[0]
+        if count + len(self._new_runs_of.get(job_id, ())) <= keep:
+            return []
         runs = self._runs(f"SELECT {self._COLS} FROM runs WHERE job_id = ? AND state >= {FINISHED} "
                           "ORDER BY seq DESC LIMIT -1 OFFSET ?", (job_id, keep))
         return [r for r in reversed(runs) if not self.in_dlq(r.id)]

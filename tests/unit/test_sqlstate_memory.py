@@ -107,6 +107,50 @@ def test_a_run_pushed_out_of_the_cache_within_its_entry_reads_back_as_written(
         st.close()
 
 
+def test_unfinished_runs_read_before_the_entry_is_written_are_as_after(tmp_path: Path) -> None:
+    # a job's unfinished runs are read without writing the entry's pending rows first: rows
+    # the database has (each as it is now), the job's new runs, in creation order; and a run
+    # that was finished on disk and is not any more (a replay) is not missed
+    st = SqlState(tmp_path / "state.db", cache_max=1, hot_ms=-(1 << 62))
+    try:
+        runs = [Run(f"j@{T0 + k}", "j", "default", T0 + k, T0 + k, RunState.SCHEDULED, T0, T0)
+                for k in range(3)]
+        st.begin()
+        st.add_job(_job("j", at(T0)))
+        for run in runs:
+            st.add_run(run)
+        st.put_run(evolve(runs[2], state=RunState.FAILED))
+        st.commit()
+        st.begin()
+        done = evolve(runs[0], state=RunState.SUCCEEDED, updated_ms=T0 + 5)
+        st.put_run(done)
+        new = Run(f"j@{T0 - 1}", "j", "default", T0 - 1, T0, RunState.SCHEDULED, T0, T0)
+        st.add_run(new)  # created last, scheduled first: creation order is not time order
+        replayed = evolve(runs[2], state=RunState.SCHEDULED, updated_ms=T0 + 6)
+        before = [r.id for r in st.unfinished_runs("j")]
+        assert before == [runs[1].id, new.id]
+        assert st.finished_runs_beyond("j", 0) == [done, st.runs[runs[2].id]]
+        st.put_run(replayed)
+        assert [r.id for r in st.unfinished_runs("j")] == [runs[1].id, runs[2].id, new.id]
+        assert st.has_unfinished("j")
+        assert st.finished_runs_beyond("j", 1) == []  # 4 runs, 1 finished
+        st.commit()
+        assert [r.id for r in st.unfinished_runs("j")] == [runs[1].id, runs[2].id, new.id]
+        # a job with as many runs on disk as are kept, and a new one finished already (a
+        # skipped occurrence): the new one counts
+        st.begin()
+        st.add_job(_job("k", at(T0)))
+        first = Run(f"k@{T0}", "k", "default", T0, T0, RunState.SUCCEEDED, T0, T0)
+        st.add_run(first)
+        st.commit()
+        st.begin()
+        st.add_run(Run(f"k@{T0 + 1}", "k", "default", T0 + 1, T0 + 1, RunState.SKIPPED, T0, T0))
+        assert st.finished_runs_beyond("k", 1) == [first]
+        st.commit()
+    finally:
+        st.close()
+
+
 def _job(job_id: str, spec: JobSpec) -> Job:
     return Job(job_id, spec, JobStatus.ACTIVE, T0, T0)
 
