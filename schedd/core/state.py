@@ -165,9 +165,10 @@ class State(ABC):
         times: see ``schedd.core.runs``)."""
 
     @abstractmethod
-    def due_runs(self, start_ms: int, end_ms: int) -> list[Run]:
+    def due_runs(self, start_ms: int, end_ms: int, limit: int | None = None) -> list[Run]:
         """Runs waiting for their time (scheduled or retrying) that are due in
-        ``[start_ms, end_ms)``, by due time (ties: creation order): the leader's next window."""
+        ``[start_ms, end_ms)``, by due time (ties: creation order), the first ``limit`` of them
+        (None: all): the leader's next window."""
 
     @abstractmethod
     def live_runs(self) -> list[Run]:
@@ -321,10 +322,10 @@ class MemoryState(State):
         ids = [r for job_ids in self.unfinished.values() for r in job_ids]
         return [self.runs[r] for r in sorted(ids, key=self.seq.__getitem__)]
 
-    def due_runs(self, start_ms: int, end_ms: int) -> list[Run]:
+    def due_runs(self, start_ms: int, end_ms: int, limit: int | None = None) -> list[Run]:
         runs = [r for r in self._unfinished() if r.state in WAITING_STATES
                 and start_ms <= r.due_ms < end_ms]
-        return sorted(runs, key=lambda r: r.due_ms)
+        return sorted(runs, key=lambda r: r.due_ms)[:limit]
 
     def live_runs(self) -> list[Run]:
         return [r for r in self._unfinished() if r.state in LIVE_STATES]

@@ -36,6 +36,8 @@ from schedd.raft.node import RaftNode
 log = logging.getLogger(__name__)
 
 MAX_FIRE_PER_TICK = 5000
+LOAD_CHUNK = 1000  # runs read into the wheel per tick (a read holds the state's lock: ~30 ms)
+LOADING_PAUSE_S = 0.002  # between two chunks: the Raft thread takes the lock meanwhile
 PURGE_PERIOD_S = 5.0  # between two purges of old history (schedd.core.history)
 PURGE_LIMIT = 1000  # runs (and jobs) forgotten per purge command
 REBUILD_GRACE_S = 10.0  # a new leader waits this long (at least) for workers to resume leases
@@ -84,6 +86,7 @@ class Leader:
         # when half the window has passed (and at election).  Far-future runs cost no memory.
         self.hot_window_ms = max(1, round(hot_window_s * 1000))
         self.loaded_until = _MIN_MS  # nothing loaded yet
+        self._loading = False  # the window is being read in, a chunk per tick
         # History retention: a Purge every PURGE_PERIOD_S (at once again while one is full).
         self.retention_ms = max(1, round(retention_s * 1000))
         self.keep_per_job = keep_per_job
@@ -159,7 +162,9 @@ class Leader:
             self._rebuilt_at = st.applied_index
             if st.leader_fence != self.fence:
                 raise RuntimeError("another leader claimed after us")
-            self._load_window(clock.wall_ms() + self.hot_window_ms)  # same read (the lock nests)
+            target = clock.wall_ms() + self.hot_window_ms
+            self._load_window(target)  # same read (the lock nests); the rest chunk by chunk
+            self._loading = self.loaded_until < target
             for run in st.live_runs():
                 if run.state is RunState.QUEUED:
                     spec = st.jobs[run.job_id].spec
@@ -244,6 +249,8 @@ class Leader:
 
     # -- the loop --------------------------------------------------------------------------
     def _sleep_for(self) -> float:
+        if self._loading:
+            return LOADING_PAUSE_S
         nxt = self.wheel.next_due_ms()
         if nxt is None:
             return 0.25
@@ -251,8 +258,9 @@ class Leader:
 
     def _tick(self) -> None:
         now = clock.wall_ms()
-        if now + self.hot_window_ms // 2 >= self.loaded_until:
+        if now + self.hot_window_ms // 2 >= self.loaded_until or self._loading:
             self._load_window(now + self.hot_window_ms)
+            self._loading = self.loaded_until < now + self.hot_window_ms
         if not self._purging and clock.mono() >= self._next_purge:
             self._purge(now)
         self._fire_due(now)
@@ -261,16 +269,28 @@ class Leader:
 
     def _load_window(self, until: int) -> None:
         """Put the runs due in ``[loaded_until, until)`` into the wheel (from the database's
-        due-time index).  Events of entries applied before this read but handled after it are
-        replayed on top in order, so the wheel ends up as the state is."""
+        due-time index), at most about LOAD_CHUNK of them: ``loaded_until`` then stops where
+        they do, and the next tick goes on from there.  Each read holds the state's lock, which
+        the Raft thread needs to apply entries (and then to send its heartbeats): a new leader
+        with 100,000 runs in its window would hold it for seconds in one read.  Events of
+        entries applied before a read but handled after it are replayed on top in order, so
+        the wheel ends up as the state is."""
+        start = self.loaded_until
         with self.node.read() as st:
-            runs = st.due_runs(self.loaded_until, until)
+            runs = st.due_runs(start, until, LOAD_CHUNK)
+            reached = until
+            if len(runs) == LOAD_CHUNK:  # more may follow: stop before the last due time
+                last = runs[-1].due_ms
+                if runs[0].due_ms == last:  # one millisecond holds them all: take all of it
+                    runs, reached = st.due_runs(last, last + 1), last + 1
+                else:
+                    runs, reached = [r for r in runs if r.due_ms < last], last
             for run in runs:
                 ahead = may_fire_ahead(st.jobs[run.job_id].spec, run)
                 self.wheel.add(run.id, self._fire_at(run.due_ms, ahead))
-        log_event(log, "leader.window_loaded", logging.DEBUG, runs=len(runs),
-                  start=self.loaded_until, until=until)
-        self.loaded_until = until
+        log_event(log, "leader.window_loaded", logging.DEBUG, runs=len(runs), start=start,
+                  until=reached)
+        self.loaded_until = reached
 
     def _purge(self, now: int) -> None:
         self._purging = True

@@ -467,11 +467,11 @@ class SqlState(State):
     def runs_of(self, job_id: str) -> list[Run]:
         return self._runs(RUNS_OF_JOB_BEFORE, (job_id, FIRST, -1))
 
-    def due_runs(self, start_ms: int, end_ms: int) -> list[Run]:
+    def due_runs(self, start_ms: int, end_ms: int, limit: int | None = None) -> list[Run]:
         # the leader's next window: hot until they are done
         return self._runs(f"SELECT {self._COLS} FROM runs WHERE state IN (0, 4) "
-                          "AND due_ms >= ? AND due_ms < ? ORDER BY due_ms, seq", (start_ms, end_ms),
-                          hot=True)
+                          "AND due_ms >= ? AND due_ms < ? ORDER BY due_ms, seq LIMIT ?",
+                          (start_ms, end_ms, -1 if limit is None else limit), hot=True)
 
     def live_runs(self) -> list[Run]:
         return self._runs(f"SELECT {self._COLS} FROM runs WHERE state IN (2, 3) ORDER BY seq", ())

@@ -66,3 +66,40 @@ async def test_a_new_leader_loads_only_the_window_and_what_is_live(
     assert not any(in_wheel(windowed, j["latest_run"]["id"]) for j in far)
     assert soon["latest_run"]["id"] in new.leases
     await w.ws.close()
+
+
+async def test_a_new_leader_reads_a_large_window_a_chunk_per_tick(
+        tmp_path: Path, http: aiohttp.ClientSession, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Each read of the window holds the state's lock, which the Raft thread needs: a window of
+    # many runs is read in chunks of LOAD_CHUNK (3 here), one per tick of the leader's loop;
+    # runs due in the same millisecond as many as a chunk come in one read.
+    from schedd.leader import leader as leader_module
+
+    monkeypatch.setattr(leader_module, "LOAD_CHUNK", 3)
+    node = await start_node(tmp_path / "n1", hot_window="1h", dispatch_ahead="0s")
+    try:
+        spread = [await submit(http, node, {"task": "t", "schedule": {"in": f"{30 + k}s"}})
+                  for k in range(8)]
+        same = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 60))
+        together = [await submit(http, node, {"task": "t", "schedule": {"at": same}})
+                    for _ in range(4)]
+        ids = [j["latest_run"]["id"] for j in spread + together]
+        added: list[int] = []
+        real = leader_module.Leader._load_window
+
+        def counting(self: leader_module.Leader, until: int) -> None:
+            before = len(self.wheel)
+            real(self, until)
+            added.append(len(self.wheel) - before)
+
+        monkeypatch.setattr(leader_module.Leader, "_load_window", counting)
+        await restart_leader_in_new_term(node.rt, monkeypatch)
+        await wait_for(lambda: all(in_wheel(node, r) for r in ids), timeout=10)
+        new = node.rt.leader
+        assert new is not None
+        await wait_for(lambda: not new._loading, timeout=10)
+        loaded = [n for n in added if n]
+        assert sum(loaded) == len(ids)
+        assert len(loaded) >= 4 and max(loaded) == 4  # chunks of at most 3, and the 4 together
+    finally:
+        await node.rt.stop()
