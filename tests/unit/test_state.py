@@ -87,6 +87,8 @@ def test_submit_creates_job_and_scheduled_run_with_due_event() -> None:
     assert isinstance(res, Ok)
     [(job, created)] = res.value
     assert created and job.status is JobStatus.ACTIVE
+    assert (job.created_ms, job.updated_ms) == (T0, T0)  # both the submit's time
+    assert h.state.jobs["J1"] == job
     run = h.state.latest_run("J1")
     assert run is not None and run.id == f"J1@{T0}" and run.state is RunState.SCHEDULED
     assert ("due", run.id, T0, True) in h.events
