@@ -307,8 +307,8 @@ async def list_jobs(request: web.Request) -> web.Response:
         raise InvalidArgument(f"status: expected one of {', '.join(JobStatus)}, got "
                               f"{filters['status']!r}", field="status")
     jobs, after = await rt.reader.jobs_page(cursor, limit, filters)
-    return _paged("jobs", [job_view(job, await rt.reader.latest_run(job.id)) for job in jobs],
-                  after)
+    latest = await rt.reader.latest_runs([job.id for job in jobs])
+    return _paged("jobs", [job_view(job, latest.get(job.id)) for job in jobs], after)
 
 
 def _job_id(request: web.Request) -> str:

@@ -86,7 +86,7 @@ class Leader:
         # when half the window has passed (and at election).  Far-future runs cost no memory.
         self.hot_window_ms = max(1, round(hot_window_s * 1000))
         self.loaded_until = _MIN_MS  # nothing loaded yet
-        self._loading = False  # the window is being read in, a chunk per tick
+        self._loading = False  # _load_window stopped short of its end: go on at the next tick
         # History retention: a Purge every PURGE_PERIOD_S (at once again while one is full).
         self.retention_ms = max(1, round(retention_s * 1000))
         self.keep_per_job = keep_per_job
@@ -162,9 +162,8 @@ class Leader:
             self._rebuilt_at = st.applied_index
             if st.leader_fence != self.fence:
                 raise RuntimeError("another leader claimed after us")
-            target = clock.wall_ms() + self.hot_window_ms
-            self._load_window(target)  # same read (the lock nests); the rest chunk by chunk
-            self._loading = self.loaded_until < target
+            # same read (the lock nests); the rest of the window chunk by chunk (_tick)
+            self._load_window(clock.wall_ms() + self.hot_window_ms)
             for run in st.live_runs():
                 if run.state is RunState.QUEUED:
                     spec = st.jobs[run.job_id].spec
@@ -260,7 +259,6 @@ class Leader:
         now = clock.wall_ms()
         if now + self.hot_window_ms // 2 >= self.loaded_until or self._loading:
             self._load_window(now + self.hot_window_ms)
-            self._loading = self.loaded_until < now + self.hot_window_ms
         if not self._purging and clock.mono() >= self._next_purge:
             self._purge(now)
         self._fire_due(now)
@@ -291,6 +289,7 @@ class Leader:
         log_event(log, "leader.window_loaded", logging.DEBUG, runs=len(runs), start=start,
                   until=reached)
         self.loaded_until = reached
+        self._loading = reached < until
 
     def _purge(self, now: int) -> None:
         self._purging = True

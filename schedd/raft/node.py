@@ -121,7 +121,7 @@ class _StateMachine(SyncObjConsumer, ApplyBatch):  # type: ignore[misc]
     def end(self) -> None:
         self._batch = False
         with self.lock:
-            if self.state.db.in_transaction:
+            if self.state.in_transaction:
                 try:
                     self.state.commit()
                 except StorageFailure as exc:

@@ -33,6 +33,7 @@ class Checkpointer:
         self.path = path
         self.period_s = period_s
         self.checkpoints = 0  # that copied something
+        self.copied = threading.Event()  # set by the first checkpoint that copied something
         self.failures = 0
         self._db = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
         self._stop = threading.Event()
@@ -63,6 +64,7 @@ class Checkpointer:
             return 0, 0
         if copied > 0:
             self.checkpoints += 1
+            self.copied.set()
         return int(pages), int(copied)
 
     def close(self) -> None:

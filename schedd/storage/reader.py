@@ -45,6 +45,7 @@ class Reader:
         self._idle: asyncio.Queue[aiosqlite.Connection] = asyncio.Queue()
         self._all: list[aiosqlite.Connection] = []
         self._wanted: dict[str, list[asyncio.Future[Run | None]]] = {}  # latest_run's callers
+        self._fetching: set[asyncio.Task[dict[str, Run]]] = set()
 
     async def open(self) -> None:
         for _ in range(self.size):
@@ -115,8 +116,10 @@ class Reader:
     def _fetch_wanted(self) -> None:
         wanted, self._wanted = self._wanted, {}
         task = asyncio.ensure_future(self.latest_runs(list(wanted)))
+        self._fetching.add(task)  # the loop keeps only a weak reference to a task
 
         def done(task: asyncio.Task[dict[str, Run]]) -> None:
+            self._fetching.discard(task)
             exc = None if task.cancelled() else task.exception()
             for job_id, futures in wanted.items():
                 for fut in futures:

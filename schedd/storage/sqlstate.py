@@ -1,11 +1,12 @@
 """The replicated state in the node's SQLite database: :class:`SqlState`.
 
 The core decides (``schedd.core``); this keeps what it decided.  :class:`SqlState` answers
-every question of :class:`schedd.core.state.State` from the database, with a bounded cache of
-decoded records in front of it, and writes each change as the core makes it, inside the one
-transaction of the Raft entry being applied (:func:`apply_entry`): the entry's changes and its
-index commit together, so a node that stops anywhere restarts at a whole entry and replays the
-journal after it.  An entry at or below the applied index is skipped: replaying is idempotent.
+every question of :class:`schedd.core.state.State` from the database, with the records it
+needs most in memory, and keeps each change the core makes inside the transaction of the Raft
+entries being applied (:func:`apply_entry`; the node applies a tick's entries in one): their
+changes and the last one's index commit together, so a node that stops anywhere restarts at a
+whole entry and replays the journal after it.  An entry at or below the applied index is
+skipped: replaying is idempotent.
 
 What is in RAM: the hot set, and a bounded cache.  A run queued for a worker or running, and a
 run waiting for a time within the hot window (``hot_ms`` after the latest command's time, or
@@ -86,7 +87,7 @@ class _Jobs(MutableMapping[str, Job]):
 
     def get(self, key: str, default: None = None) -> Job | None:  # type: ignore[override]
         st = self._st
-        job = st._job_writes.get(key) or st._hot_jobs.get(key) or st._job_cache.get(key)
+        job = st._job_in_memory(key)
         if job is None:
             row = st._one(JOB_BODY, (key,))
             if row is None:
@@ -131,7 +132,7 @@ class _Runs(Mapping[str, Run]):
 
     def get(self, key: str, default: None = None) -> Run | None:  # type: ignore[override]
         st = self._st
-        run = st._run_writes.get(key) or st._hot_runs.get(key) or st._run_cache.get(key)
+        run = st._run_in_memory(key)
         if run is None:
             parts = split_run_id(key)
             if parts is None or parts[0] in st._job_inserts:  # a job new in this entry has
@@ -312,19 +313,29 @@ class SqlState(State):
         """How many runs the hot set holds."""
         return len(self._hot_runs)
 
+    def _job_in_memory(self, job_id: str) -> Job | None:
+        """The job as this entry left it, if it is in memory (else it is read from disk)."""
+        return (self._job_writes.get(job_id) or self._hot_jobs.get(job_id)
+                or self._job_cache.get(job_id))
+
+    def _run_in_memory(self, rid: str) -> Run | None:
+        return self._run_writes.get(rid) or self._hot_runs.get(rid) or self._run_cache.get(rid)
+
+    def _row_run(self, job_id: str, sched_ms: int, body: bytes) -> Run:
+        """The run of a row read from disk: as it is in memory, if it is (a pending change is
+        newer than the row), else decoded."""
+        return (self._run_in_memory(f"{job_id}@{sched_ms}")
+                or self._decode_run(job_id, sched_ms, body))
+
     def _runs(self, sql: str, params: Sequence[Any], *, hot: bool = False) -> list[Run]:
-        """Runs from rows of ``(job_id, sched_ms, body)``, those in memory as they are there."""
+        """Runs from rows of ``(job_id, sched_ms, body)`` (the pending rows written first);
+        ``hot``: the leader's window, held in the hot set."""
         self._flush(jobs=False)
-        out = []
-        hot_runs, cache = self._hot_runs, self._run_cache
-        for job_id, sched_ms, body in self._all(sql, params):
-            rid = f"{job_id}@{sched_ms}"
-            run = hot_runs.get(rid) or cache.get(rid)
-            if run is None:
-                run = self._decode_run(job_id, sched_ms, body)
-            if hot and rid not in hot_runs:
-                self._keep_run(run, hot=True)
-            out.append(run)
+        out = [self._row_run(*row) for row in self._all(sql, params)]
+        if hot:
+            for run in out:
+                if run.id not in self._hot_runs:
+                    self._keep_run(run, hot=True)
         return out
 
     def _flush(self, *, jobs: bool = True, runs: bool = True) -> None:
@@ -356,6 +367,10 @@ class SqlState(State):
                                  f"this entry changed in {update.split()[1]} are not there")
 
     # -- transactions --------------------------------------------------------------------
+    @property
+    def in_transaction(self) -> bool:
+        return self.db.in_transaction
+
     def begin(self) -> None:
         self._x("BEGIN IMMEDIATE", ())
 
@@ -401,7 +416,7 @@ class SqlState(State):
         self._flush(runs=False)
         for job_id, body in self._all(
                 "SELECT id, body FROM jobs WHERE recurring = 1 AND status = 'active' ORDER BY seq"):
-            yield self._in_memory(job_id) or self._decode(job_id, body)
+            yield self._job_in_memory(job_id) or self._decode(job_id, body)
 
     # -- runs ----------------------------------------------------------------------------
     def _store_run(self, old: Run | None, run: Run) -> None:
@@ -434,18 +449,14 @@ class SqlState(State):
         if job_id in self._reopened:
             self._flush(jobs=False)
         found: list[tuple[int, Run]] = []
-        writes, hot, cache = self._run_writes, self._hot_runs, self._run_cache
         for sched_ms, body, seq in self._all(
                 f"SELECT sched_ms, body, seq FROM runs WHERE job_id = ? AND state < {FINISHED}",
                 (job_id,)):
-            rid = f"{job_id}@{sched_ms}"
-            run = writes.get(rid) or hot.get(rid) or cache.get(rid)
-            if run is None:
-                run = self._decode_run(job_id, sched_ms, body)
+            run = self._row_run(job_id, sched_ms, body)
             if STATE_CODES[run.state] < FINISHED:
                 found.append((seq, run))
         for rid in self._new_runs_of.get(job_id, ()):
-            run = writes[rid]
+            run = self._run_writes[rid]
             if STATE_CODES[run.state] < FINISHED:
                 found.append((self._run_inserts[rid], run))
         found.sort(key=lambda pair: pair[0])
@@ -500,10 +511,8 @@ class SqlState(State):
             "AND NOT EXISTS (SELECT 1 FROM runs WHERE runs.job_id = jobs.id) "
             "AND NOT EXISTS (SELECT 1 FROM deps WHERE deps.upstream = jobs.id) "
             "ORDER BY updated_ms, seq LIMIT ?", (before_ms, limit))
-        return [self._in_memory(job_id) or self._decode(job_id, body) for job_id, body in rows]
-
-    def _in_memory(self, job_id: str) -> Job | None:
-        return self._hot_jobs.get(job_id) or self._job_cache.get(job_id)
+        return [self._job_in_memory(job_id) or self._decode(job_id, body)
+                for job_id, body in rows]
 
     def _delete_run(self, run: Run) -> None:
         self._flush(jobs=False)
@@ -602,7 +611,7 @@ def apply_entry(state: SqlState, blob: object, index: int, *, commit: bool = Tru
     :class:`StorageFailure` (stop)."""
     if index <= state.applied_index:
         return None
-    if not state.db.in_transaction:
+    if not state.in_transaction:
         state.begin()
     out = core_apply.apply_entry(state, blob, index)
     if commit:

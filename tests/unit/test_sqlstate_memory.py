@@ -5,7 +5,6 @@ rows an entry changed written once at its end, and the log checkpointed off the 
 from __future__ import annotations
 
 import sqlite3
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -232,9 +231,7 @@ def test_the_writer_leaves_checkpoints_to_the_checkpointer_thread(tmp_path: Path
         assert st.checkpointer is not None
         for k in range(20):
             node.apply([c.Submit(f"s{k}", T0, tuple((f"j{k}-{i}", at(T0 + 5)) for i in range(200)))])
-        deadline = time.monotonic() + 10
-        while st.checkpointer.checkpoints == 0 and time.monotonic() < deadline:
-            time.sleep(0.05)
+        assert st.checkpointer.copied.wait(10), "no checkpoint by the thread within 10 s"
         assert st.checkpointer.checkpoints > 0
         # what it copied is in the database file itself: a reader without the log sees it
         st.checkpointer.checkpoint()
