@@ -36,6 +36,14 @@ LATEST_CHUNK = 500  # job ids per query of latest_runs
 JOB_FILTERS = ("namespace", "queue", "status", "task")
 
 
+def jobs_page_sql(filters: Mapping[str, str]) -> str:
+    """The query of a page of jobs (parameters: the first seq, each filter's value in
+    JOB_FILTERS order, the page size).  With a status filter SQLite reads ``jobs_status``: the
+    jobs of that status only."""
+    where = "".join(f" AND {key} = ?" for key in JOB_FILTERS if key in filters)
+    return f"SELECT seq, id, body FROM jobs WHERE seq >= ?{where} ORDER BY seq LIMIT ?"
+
+
 class Reader:
     """A small pool of read-only connections to the node's database."""
 
@@ -83,10 +91,8 @@ class Reader:
                         ) -> tuple[list[Job], int | None]:
         """Up to ``limit`` jobs matching ``filters`` (column = value) from position ``cursor`` on,
         in the order they were added; and the cursor of the next page (None: this is the last)."""
-        where = "".join(f" AND {key} = ?" for key in JOB_FILTERS if key in filters)
         params = (cursor, *(filters[key] for key in JOB_FILTERS if key in filters), limit)
-        rows = await self._rows(f"SELECT seq, id, body FROM jobs WHERE seq >= ?{where} "
-                                "ORDER BY seq LIMIT ?", params)
+        rows = await self._rows(jobs_page_sql(filters), params)
         jobs = [job_from_body(job_id, body) for _, job_id, body in rows]
         if len(rows) < limit:
             return jobs, None

@@ -19,7 +19,11 @@ Layout (``WITHOUT ROWID`` tables, keyed for the way they are read):
   time order, answered from the index alone (``state`` among its keys, or every row would be
   read again to check it); ``runs_live`` holds the queued and running runs, and
   ``runs_unfinished`` a job's unfinished runs.
-* ``jobs`` is keyed by id; ``seq`` is the order jobs were added (the API's list order).
+* ``jobs`` is keyed by id; ``seq`` is the order jobs were added (the API's list order);
+  ``jobs_status`` (version 2) lists the jobs of one status in that order, so that listing the
+  few active jobs among millions done does not read them all.  The history purge and a new
+  leader's look at the recurring jobs name their partial indexes (``INDEXED BY``): with
+  ``jobs_status`` there, SQLite would otherwise pick it and read every job of the status.
 * ``deps`` (who depends on whom), ``idem`` (idempotency keys), ``dlq`` (the dead-letter queue,
   in order), ``recent`` (results by request id, for the dedup window), ``counts`` (metrics
   counters) and ``meta`` (applied index, leader fence, counters of the sequences).
@@ -33,7 +37,7 @@ from pathlib import Path
 
 from schedd.core.model import RunState
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 #: run state -> the small number stored in ``runs.state`` (unfinished states are < 5)
 STATE_CODES: dict[RunState, int] = {
@@ -111,9 +115,14 @@ def _create(db: sqlite3.Connection) -> None:
     db.executescript(f"BEGIN IMMEDIATE; {_V1}")
 
 
+def _jobs_by_status(db: sqlite3.Connection) -> None:
+    """Version 2: the jobs of one status in the order they were added (the API's listings)."""
+    db.executescript("BEGIN IMMEDIATE; CREATE INDEX jobs_status ON jobs (status, seq);")
+
+
 #: MIGRATIONS[n] takes a database at version n to n + 1, in a transaction it begins (the
 #: caller sets ``user_version`` and commits).
-MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {0: _create}
+MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {0: _create, 1: _jobs_by_status}
 
 
 class NewerSchema(Exception):

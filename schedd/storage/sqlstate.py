@@ -415,7 +415,8 @@ class SqlState(State):
     def active_recurring_jobs(self) -> Iterator[Job]:
         self._flush(runs=False)
         for job_id, body in self._all(
-                "SELECT id, body FROM jobs WHERE recurring = 1 AND status = 'active' ORDER BY seq"):
+                "SELECT id, body FROM jobs INDEXED BY jobs_recurring "
+                "WHERE recurring = 1 AND status = 'active' ORDER BY seq"):
             yield self._job_in_memory(job_id) or self._decode(job_id, body)
 
     # -- runs ----------------------------------------------------------------------------
@@ -507,7 +508,8 @@ class SqlState(State):
     def forgettable_jobs(self, before_ms: int, limit: int) -> list[Job]:
         self._flush()
         rows = self._all(
-            "SELECT id, body FROM jobs WHERE status IN ('done', 'cancelled') AND updated_ms < ? "
+            "SELECT id, body FROM jobs INDEXED BY jobs_finished "
+            "WHERE status IN ('done', 'cancelled') AND updated_ms < ? "
             "AND NOT EXISTS (SELECT 1 FROM runs WHERE runs.job_id = jobs.id) "
             "AND NOT EXISTS (SELECT 1 FROM deps WHERE deps.upstream = jobs.id) "
             "ORDER BY updated_ms, seq LIMIT ?", (before_ms, limit))

@@ -4,6 +4,7 @@ for by many requests in the same turn of the event loop, in one query."""
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 from pathlib import Path
 
 import aiosqlite
@@ -11,7 +12,7 @@ import pytest
 
 from schedd.core import commands as c
 from schedd.core.model import JobSpec, RecurringOptions, Schedule, ScheduleKind
-from schedd.storage.reader import LATEST_CHUNK, Reader
+from schedd.storage.reader import LATEST_CHUNK, Reader, jobs_page_sql
 from schedd.storage.sqlstate import SqlState, apply_entry
 
 T0 = 1_800_000_000_000
@@ -85,3 +86,45 @@ async def _closed(tmp_path: Path) -> aiosqlite.Connection:
     db = await aiosqlite.connect(tmp_path / "state.db")
     await db.close()
     return db
+
+
+@pytest.mark.parametrize("filters", [{"status": "active"}, {"status": "done", "task": "t"},
+                                     {"status": "paused", "namespace": "n", "queue": "q"}])
+def test_a_listing_by_status_reads_the_jobs_of_that_status_only(
+        tmp_path: Path, filters: dict[str, str]) -> None:
+    st = SqlState(tmp_path / "state.db")
+    try:
+        sql = jobs_page_sql(filters)
+        params = (0, *filters.values(), 10)
+        plan = " ".join(row[3] for row in st.db.execute(f"EXPLAIN QUERY PLAN {sql}", params))
+        assert "USING INDEX jobs_status (status=? AND seq>?)" in plan, plan
+    finally:
+        st.close()
+
+
+def test_the_purge_and_the_recurring_jobs_read_their_own_indexes(tmp_path: Path) -> None:
+    # with jobs_status there, SQLite would pick it for both and read every job of the status
+    st = fill(tmp_path / "state.db")
+    plans: list[str] = []
+    real = st.db
+
+    class Explaining:
+        def execute(self, sql: str, params: object = ()) -> sqlite3.Cursor:
+            if sql.lstrip().startswith("SELECT id, body FROM jobs"):
+                plans.append(" ".join(r[3] for r in real.execute(f"EXPLAIN QUERY PLAN {sql}",
+                                                                  params)))  # type: ignore[arg-type]
+            return real.execute(sql, params)  # type: ignore[arg-type]
+
+        def __getattr__(self, name: str) -> object:
+            return getattr(real, name)
+
+    st.db = Explaining()  # type: ignore[assignment]
+    try:
+        assert [j.id for j in st.active_recurring_jobs()] == ["b"]
+        st.forgettable_jobs(T0 + 10**9, 10)
+    finally:
+        st.db = real
+        st.close()
+    assert len(plans) == 2
+    assert "USING INDEX jobs_recurring" in plans[0] and "TEMP B-TREE" not in plans[0]
+    assert "USING INDEX jobs_finished" in plans[1] and "TEMP B-TREE" not in plans[1]

@@ -19,6 +19,7 @@ from schedd.core import commands as c
 from schedd.core.model import JobSpec
 from schedd.raft.snapshots import SqlSnapshots
 from schedd.storage import snapshots as S
+from schedd.storage.schema import SCHEMA_VERSION
 from schedd.storage.sqlstate import SqlState, apply_entry
 from tests.property.test_sql_state_property import answers
 
@@ -154,7 +155,8 @@ def test_an_installed_snapshot_answers_as_the_database_it_was_copied_from(tmp_pa
         (lambda p: sqlite3.connect(p).execute("CREATE TABLE x (a)"),
          "not a complete schedd snapshot: no such table: snapshot"),
         (lambda p: _snapshot_with(p, version=99),
-         "schema version 99; this schedd reads format 1 up to schema version 1: it was written "
+         f"schema version 99; this schedd reads format 1 up to schema version {SCHEMA_VERSION}: "
+         "it was written "
          "by a newer schedd"),
         (lambda p: _snapshot_with(p, raft=b"{"), "damaged Raft data in the snapshot"),
     ],

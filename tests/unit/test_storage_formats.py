@@ -1,10 +1,11 @@
 """Frozen samples of what a node writes to disk, so a change of format is an upgrade, not an
-accident: a state database and a snapshot written at schema version 1 (``tests/data``) open
-with this version and hold exactly what the same entries give in memory.  When the schema
-changes, these files stay as they are and the migration must bring them up.
+accident: a state database and a snapshot written at each schema version (``tests/data``,
+``state-v<N>.sqlite`` and ``raft-dump-v<N>.sqlite``) open with this version and hold exactly
+what the same entries give in memory.  When the schema changes, these files stay as they are
+and the migrations must bring them up.
 
-To write the samples again (only when adding a sample of a new version, never over an old one):
-``python -m tests.unit.test_storage_formats``.
+To write the samples of the current version (once, when the version is new; never over an old
+one): ``python -m tests.unit.test_storage_formats``.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import shutil
 import sqlite3
 import sys
 from pathlib import Path
+
+import pytest
 
 from schedd.core import commands as c
 from schedd.core.apply import apply_entry
@@ -32,8 +35,15 @@ from schedd.storage.sqlstate import apply_entry as sql_apply_entry
 from tests.property.test_sql_state_property import answers
 
 DATA = Path(__file__).resolve().parents[1] / "data"
-DB_V1 = DATA / "state-v1.sqlite"
-DUMP_V1 = DATA / "raft-dump-v1.sqlite"
+VERSIONS = range(1, SCHEMA_VERSION + 1)
+
+
+def db_sample(version: int) -> Path:
+    return DATA / f"state-v{version}.sqlite"
+
+
+def dump_sample(version: int) -> Path:
+    return DATA / f"raft-dump-v{version}.sqlite"
 T0 = 1_800_000_000_000
 RAFT = ((b"\x01last", 31, 2), (b"\x01prev", 30, 2), ["127.0.0.1:9001", "127.0.0.1:9002"])
 
@@ -86,44 +96,56 @@ def reference() -> MemoryState:
     return mem
 
 
-def test_the_samples_are_of_the_versions_they_are_named_after() -> None:
-    for path in (DB_V1, DUMP_V1):
-        db = sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True)  # writes nothing
-        try:
-            assert db.execute("PRAGMA user_version").fetchone() == (1,)
-        finally:
-            db.close()
-    assert SCHEMA_VERSION >= 1
+def test_every_version_has_its_samples_of_the_version_they_are_named_after() -> None:
+    for version in VERSIONS:
+        for path in (db_sample(version), dump_sample(version)):
+            db = sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True)  # writes nothing
+            try:
+                assert db.execute("PRAGMA user_version").fetchone() == (version,)
+            finally:
+                db.close()
 
 
-def test_a_database_of_schema_version_1_opens_and_holds_what_its_entries_give(
-        tmp_path: Path) -> None:
+@pytest.mark.parametrize("version", VERSIONS)
+def test_a_database_of_every_schema_version_opens_and_holds_what_its_entries_give(
+        tmp_path: Path, version: int) -> None:
     db = tmp_path / "state.db"
-    shutil.copyfile(DB_V1, db)
+    shutil.copyfile(db_sample(version), db)
     state = SqlState(db)
     try:
         assert state.applied_index == len(sample_entries())
         assert answers(state) == answers(reference())
         assert state.db.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,)
+        # migrated to the schema a new database has: the same tables and indexes
+        assert schema_of(state.db) == schema_of(SqlState().db)
     finally:
         state.close()
 
 
-def test_a_snapshot_of_format_1_installs_and_holds_what_its_entries_give(tmp_path: Path) -> None:
+@pytest.mark.parametrize("version", VERSIONS)
+def test_a_snapshot_of_every_schema_version_installs_and_holds_what_its_entries_give(
+        tmp_path: Path, version: int) -> None:
     dump = tmp_path / "raft.dump"
-    shutil.copyfile(DUMP_V1, dump)
+    shutil.copyfile(dump_sample(version), dump)
     info = S.read_snapshot(dump)
     assert (info.applied_index, info.raft) == (len(sample_entries()), RAFT)
     state = SqlState(tmp_path / "state.db")
     try:
         state.install(dump)
         assert answers(state) == answers(reference())
+        assert schema_of(state.db) == schema_of(SqlState().db)
     finally:
         state.close()
 
 
+def schema_of(db: sqlite3.Connection) -> list[tuple[str, str, str]]:
+    return db.execute("SELECT type, name, sql FROM sqlite_master WHERE name NOT LIKE 'sqlite_%' "
+                      "ORDER BY type, name").fetchall()
+
+
 if __name__ == "__main__":
-    if DB_V1.exists() and "--force" not in sys.argv:
-        raise SystemExit(f"{DB_V1} exists: samples of a released version are never rewritten")
-    write_samples(DB_V1, DUMP_V1)
-    print(f"wrote {DB_V1} and {DUMP_V1}")
+    db_path, dump_path = db_sample(SCHEMA_VERSION), dump_sample(SCHEMA_VERSION)
+    if db_path.exists() and "--force" not in sys.argv:
+        raise SystemExit(f"{db_path} exists: samples of a released version are never rewritten")
+    write_samples(db_path, dump_path)
+    print(f"wrote {db_path} and {dump_path}")
