@@ -286,6 +286,7 @@ class Runtime:
             "term": self.node.term,
             "commit_index": self.node.commit_index,
             "applied_index": self.node.applied_index,
+            "state_index": self.node.state_index,
             "has_quorum": self.node.has_quorum(),
             "ready": self.node.is_ready(),
             "nodes": nodes,

@@ -420,6 +420,8 @@ def _response_schemas() -> dict[str, Schema]:
             "term": {"type": "integer", "minimum": 0},
             "commit_index": {"type": "integer", "minimum": 0},
             "applied_index": {"type": "integer", "minimum": 0},
+            "state_index": {"type": "integer", "minimum": 0,
+                            "description": "the last applied entry that reads see"},
             "has_quorum": {"type": "boolean"},
             "ready": {"type": "boolean"},
             "nodes": {"type": "array", "items": _ref("ClusterNode")},

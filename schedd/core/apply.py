@@ -38,6 +38,8 @@ def apply(state: State, cmd: c.Command | c.Undecodable, index: int, events: list
     if isinstance(cmd, c.Undecodable):
         return Rejected("invalid_argument", f"undecodable command: {cmd.reason}")
     client = isinstance(cmd, CLIENT_COMMANDS)
+    if client or isinstance(cmd, c.Claim | c.Barrier):
+        state.make_visible()
     seen = state.recall(cmd.rid) if cmd.rid and client else None  # (only theirs are kept)
     if seen is not None:
         return seen

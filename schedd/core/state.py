@@ -233,6 +233,12 @@ class State(ABC):
     def remembered(self) -> int:
         """How many request ids are remembered."""
 
+    def make_visible(self) -> None:  # noqa: B027 - a hook, empty unless a store needs it
+        """A command whose answer may be read back at once was applied (a client's command, a
+        claim, a barrier).  A store that shows its changes to other readers later than it
+        applies them (the node's database commits the leader's own commands, fires, leases and
+        results, a little later) shows them before the answer is handed back."""
+
 
 class MemoryState(State):
     """The state in plain dicts of frozen records: the pure core's tests run on it (a node

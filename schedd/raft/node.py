@@ -48,6 +48,8 @@ log = logging.getLogger(__name__)
 
 MAX_COMMANDS_PER_ENTRY = 2000
 MAX_PENDING = 200_000
+#: the longest the database keeps applied leader commands uncommitted (_StateMachine)
+LAZY_COMMIT_S = 0.1
 FOLLOWER_CHECK_PERIOD = 0.5  # seconds between two looks at the followers' match indexes
 FOLLOWER_ANSWERED_WITHIN = 1.0  # a follower that answered the leader this recently is alive
 FOLLOWER_STALL_MAX_BACKOFF = 60.0  # longest wait between two recoveries of one stalled follower
@@ -99,11 +101,19 @@ class _StateMachine(SyncObjConsumer, ApplyBatch):  # type: ignore[misc]
     """The state machine pysyncobj applies entries to.  With the custom serializer pysyncobj
     never pickles it: the state is the database, and snapshots are copies of it.
 
-    The entries one tick applies share one database transaction (:class:`ApplyBatch`, called
-    by :func:`bound_apply`), committed with the last one's index before any result is handed
-    back: a commit per tick rather than per entry, and a client that reads after its write
-    was answered finds it.  The journal, not the database, is what was acknowledged: a node
-    that stops before the commit applies those entries again from it."""
+    Applied entries share one database transaction, committed with the last one's index:
+
+    * at the end of a tick (:class:`ApplyBatch`, called by :func:`bound_apply`) that applied a
+      command whose answer may be read back at once (a client's command, a claim, a barrier),
+      before any result is handed back: a client that reads after its write finds it;
+    * otherwise once the transaction is :data:`LAZY_COMMIT_S` old, at the end of a tick or on
+      a tick with nothing to apply.  The leader's own commands (fires, leases, results) come
+      in a stream, and a run is often fired, leased and finished within that time: its row is
+      then written once, not three times.  The API's readers see such changes that much later
+      (the leader itself reads the open transaction).
+
+    The journal, not the database, is what was acknowledged: a node that stops before the
+    commit applies those entries again from it.  A snapshot commits first (``commit_now``)."""
 
     #: what a database failure under apply does (tests replace it)
     on_storage_failure: Callable[[str], None] = staticmethod(stop_node)
@@ -114,19 +124,33 @@ class _StateMachine(SyncObjConsumer, ApplyBatch):  # type: ignore[misc]
         super().__init__()
         self.state = SqlState(live, hot_ms=hot_ms)
         self._batch = False  # between ApplyBatch.begin and end: commit at the end
+        self._began = 0.0  # when the open transaction began (monotonic)
 
     def begin(self) -> None:
         self._batch = True
 
     def end(self) -> None:
         self._batch = False
+        self._commit(due_only=True)
+
+    def idle(self) -> None:
+        self._commit(due_only=True)
+
+    def commit_now(self) -> None:
+        """Commit what was applied (before a snapshot copy, at shutdown)."""
+        self._commit(due_only=False)
+
+    def _commit(self, *, due_only: bool) -> None:
         with self.lock:
-            if self.state.in_transaction:
-                try:
-                    self.state.commit()
-                except StorageFailure as exc:
-                    self.on_storage_failure(str(exc))
-                    raise
+            state = self.state
+            if not state.in_transaction or (due_only and not state.visible_now
+                                            and clock.mono() - self._began < LAZY_COMMIT_S):
+                return
+            try:
+                state.commit()
+            except StorageFailure as exc:
+                self.on_storage_failure(str(exc))
+                raise
 
     @replicated  # type: ignore[untyped-decorator]
     def apply_entry(self, blob: bytes) -> list[Result]:
@@ -134,6 +158,8 @@ class _StateMachine(SyncObjConsumer, ApplyBatch):  # type: ignore[misc]
             index = self._syncObj.raftLastApplied + 1
             started = clock.mono()
             with self.lock:
+                if not self.state.in_transaction:
+                    self._began = started
                 try:
                     applied = apply_entry(self.state, blob, index, commit=not self._batch)
                 except StorageFailure as exc:
@@ -264,6 +290,7 @@ class RaftNode:
 
     def close(self) -> None:
         self._obj.destroy()
+        self._sm.commit_now()
 
     def _on_state_changed(self, old: int, new: int) -> None:
         self.hooks.on_role(new)
@@ -274,6 +301,12 @@ class RaftNode:
         """Consistent local read of the applied state (may lag the leader on a follower)."""
         with self._sm.lock:
             yield self._sm.state
+
+    @property
+    def state_index(self) -> int:
+        """The last applied entry the database is committed up to: what the API's reads see
+        (at most LAZY_COMMIT_S behind ``applied_index``)."""
+        return int(self._sm.state.committed_index)
 
     def hot_set(self) -> int:
         """How many runs the state keeps decoded in memory (SqlState.hot_set)."""

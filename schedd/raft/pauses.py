@@ -79,6 +79,9 @@ class ApplyBatch:
     def end(self) -> None:
         """After the last entry of a tick, before their callbacks run."""
 
+    def idle(self) -> None:
+        """On a tick with nothing to apply."""
+
 
 def bound_apply(obj: Any, budget: float = DEFAULT_APPLY_BUDGET_S,
                 batch: ApplyBatch | None = None) -> None:
@@ -95,6 +98,7 @@ def bound_apply(obj: Any, budget: float = DEFAULT_APPLY_BUDGET_S,
     def apply_log_entries() -> bool:
         commit, applied = obj._SyncObj__raftCommitIndex, obj._SyncObj__raftLastApplied
         if commit <= applied:
+            around.idle()
             return False
         stop_at = raft_clock() + budget
         waiting = obj._SyncObj__commandsWaitingCommit  # looked up each time: never a stale copy

@@ -6,7 +6,7 @@ pickles the state (its own data argument is None); it calls:
 
 ``serializer(tmpFile, raftData)``
     on the tick thread, right after an apply, when it wants to compact.  The state database is
-    committed up to the last applied entry there, so a read transaction opened now is pinned at
+    committed up to the last applied entry first, so a read transaction opened then is pinned at
     that entry (:func:`schedd.storage.snapshots.pin`, milliseconds); the copy is written by a
     thread into its own temporary file, synced and renamed over ``fullDumpFile`` when
     complete.  pysyncobj renames ``tmpFile`` as soon as this returns: nothing is written there
@@ -51,6 +51,9 @@ class Machine(Protocol):
     lock: threading.RLock
     state: SqlState
 
+    def commit_now(self) -> None:
+        """Commit the entries applied so far."""
+
 
 class SqlSnapshots:
     def __init__(self, machine: Machine, live: Path, dump: Path,
@@ -73,6 +76,7 @@ class SqlSnapshots:
     def serialize(self, tmp_file: str, raft_data: Any) -> None:
         copy = CopyThread()
         self._started = clock.mono()
+        self.machine.commit_now()  # the copy is pinned at the last applied entry
         self._status = SERIALIZER_STATE.SERIALIZING
         try:
             copy.start(self.live, self.dump, raft_data, self._copied)

@@ -9,11 +9,12 @@ the versioned wire form of :func:`schedd.core.validate.spec_to_dict`, the same a
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import orjson
 
-from schedd.core.model import Attempt, AttemptOutcome, Job, JobStatus, Run, RunState
+from schedd.core.model import Attempt, AttemptOutcome, Job, JobSpec, JobStatus, Run, RunState
 from schedd.core.state import Ok, Rejected, Result
 from schedd.core.validate import spec_from_dict, spec_to_dict
 
@@ -28,12 +29,24 @@ class CorruptRow(ValueError):
 
 # -- jobs ---------------------------------------------------------------------------------------
 
-def job_body(job: Job) -> bytes:
-    return _dumps(_job_dict(job))
+#: how a writer gives the encoding of a job's spec it already has (see :func:`spec_json`)
+SpecOf = Callable[[Job], Any]
 
 
-def _job_dict(job: Job) -> dict[str, Any]:
-    out: dict[str, Any] = {"s": spec_to_dict(job.spec), "st": job.status.value,
+def spec_json(spec: JobSpec) -> orjson.Fragment:
+    """A spec's wire form, encoded: what ``job_body`` and ``result_body`` embed as it is.  The
+    spec of a job rarely changes while its status and times do, so a writer keeps this beside
+    the job and passes it back (``spec_of``) instead of encoding the spec on every change."""
+    return orjson.Fragment(_dumps(spec_to_dict(spec)))
+
+
+def job_body(job: Job, spec_of: SpecOf | None = None) -> bytes:
+    return _dumps(_job_dict(job, spec_of))
+
+
+def _job_dict(job: Job, spec_of: SpecOf | None = None) -> dict[str, Any]:
+    spec = spec_to_dict(job.spec) if spec_of is None else spec_of(job)
+    out: dict[str, Any] = {"s": spec, "st": job.status.value,
                            "c": job.created_ms, "u": job.updated_ms}
     if job.next_run_at_ms is not None:
         out["n"] = job.next_run_at_ms
@@ -119,21 +132,21 @@ def split_run_id(run_id: str) -> tuple[str, int] | None:
 # None, booleans, numbers, strings, lists, tuples, jobs, runs and attempts.  Tagged so that it decodes to
 # the same Python values (a tuple stays a tuple, a job a Job).
 
-def _value(v: Any) -> Any:
+def _value(v: Any, spec_of: SpecOf | None) -> Any:
     if v is None or isinstance(v, bool | int | float | str):
         return v
     if isinstance(v, Job):
-        return {"J": [v.id, _job_dict(v)]}
+        return {"J": [v.id, _job_dict(v, spec_of)]}
     if isinstance(v, Run):
         return {"R": [v.job_id, v.scheduled_ms, _run_dict(v)]}
     if isinstance(v, Attempt):
         return {"A": _attempt(v)}
     if isinstance(v, tuple):
-        return {"T": [_value(x) for x in v]}
+        return {"T": [_value(x, spec_of) for x in v]}
     if isinstance(v, list):
-        return [_value(x) for x in v]
+        return [_value(x, spec_of) for x in v]
     if isinstance(v, Ok | Rejected):
-        return {"X": _result(v)}
+        return {"X": _result(v, spec_of)}
     raise TypeError(f"cannot keep a {type(v).__name__} in a result")
 
 
@@ -156,9 +169,9 @@ def _value_from(v: Any) -> Any:
     raise ValueError(f"unknown tag {tag!r}")
 
 
-def _result(r: Result) -> Any:
+def _result(r: Result, spec_of: SpecOf | None) -> Any:
     if isinstance(r, Ok):
-        return {"ok": _value(r.value)}
+        return {"ok": _value(r.value, spec_of)}
     return {"no": [r.code, r.message, r.field]}
 
 
@@ -169,8 +182,8 @@ def _result_from(d: Any) -> Result:
     return Rejected(code, message, field)
 
 
-def result_body(r: Result) -> bytes:
-    return _dumps(_result(r))
+def result_body(r: Result, spec_of: SpecOf | None = None) -> bytes:
+    return _dumps(_result(r, spec_of))
 
 
 def result_from_body(rid: str, body: bytes) -> Result:

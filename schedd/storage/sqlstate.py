@@ -3,9 +3,11 @@
 The core decides (``schedd.core``); this keeps what it decided.  :class:`SqlState` answers
 every question of :class:`schedd.core.state.State` from the database, with the records it
 needs most in memory, and keeps each change the core makes inside the transaction of the Raft
-entries being applied (:func:`apply_entry`; the node applies a tick's entries in one): their
+entries being applied (:func:`apply_entry`; the node keeps one open across ticks for up to
+0.1 s, and commits it before a client's command is answered, see ``schedd.raft.node``): their
 changes and the last one's index commit together, so a node that stops anywhere restarts at a
-whole entry and replays the journal after it.  An entry at or below the applied index is
+whole entry and replays the journal after it.  A record changed several times before the
+commit is written once.  An entry at or below the applied index is
 skipped: replaying is idempotent.
 
 What is in RAM: the hot set, and a bounded cache.  A run queued for a worker or running, and a
@@ -31,8 +33,10 @@ from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequenc
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from schedd.core import apply as core_apply
-from schedd.core.model import Job, Run
+from schedd.core.model import Job, JobSpec, Run
 from schedd.core.state import (
     DEDUP_WINDOW_MS,
     DEFAULT_HISTORY_KEEP,
@@ -52,6 +56,7 @@ from schedd.storage.codec import (
     result_from_body,
     run_body,
     run_from_body,
+    spec_json,
     split_run_id,
 )
 from schedd.storage.schema import (
@@ -191,9 +196,15 @@ class SqlState(State):
         self._job_inserts: dict[str, int] = {}
         self._run_writes: dict[str, Run] = {}
         self._run_inserts: dict[str, int] = {}
-        self._unfinished: dict[str, list[Run]] = {}  # job id -> unfinished_runs, this entry
+        # job id -> how many runs it has in the database and its rows there that are
+        # unfinished (seq, sched_ms, body), read once until the pending rows are written
+        self._on_disk: dict[str, tuple[int, list[tuple[int, int, bytes]]]] = {}
         self._new_runs_of: dict[str, list[str]] = {}  # job id -> its runs in _run_inserts
         self._reopened: set[str] = set()  # jobs with a pending run that was finished on disk
+        # job id -> (its spec, encoded): kept for the jobs in the hot set, and until the commit
+        # for those encoded in this transaction (a job row or a remembered result)
+        self._specs: dict[str, tuple[JobSpec, orjson.Fragment]] = {}
+        self._specs_new: list[str] = []
         self.applied_index = 0
         self.leader_fence = 0
         self.leader_node = ""
@@ -207,10 +218,18 @@ class SqlState(State):
         for key, value in self._all("SELECT key, value FROM meta"):
             if key in _META:
                 setattr(self, key, value)
+        #: the applied index other connections (the API's readers, a snapshot copy) see
+        self.committed_index = self.applied_index
+        #: a command whose answer may be read back was applied in the open transaction: the
+        #: node commits it before answering (see make_visible)
+        self.visible_now = False
         self._meta_written = {key: getattr(self, key) for key in _META}
         self.counts = {key: int(value) for key, value in self._all("SELECT key, value FROM counts")}
         self._counts_written = dict(self.counts)
         self._dlq_size = int(self._one("SELECT count(*) FROM dlq", ())[0])
+        # whether the deps table may have a row: most clusters have no dependencies, and every
+        # result asks for the job's dependants
+        self._any_deps = self._one("SELECT 1 FROM deps LIMIT 1", ()) is not None
         self.live_runs()  # into the hot set
 
     def close(self) -> None:
@@ -222,6 +241,8 @@ class SqlState(State):
         """Replace the whole content with the snapshot's (a node that fell behind).  One write
         transaction through SQLite's backup: a crash leaves the old content or the new, and
         other connections (API readers) see the new content from their next read on."""
+        if self.in_transaction:  # the entries applied before it, not yet committed
+            self.commit()
         try:
             src = sqlite3.connect(f"file:{snapshot}?mode=ro", uri=True)
             try:
@@ -305,9 +326,22 @@ class SqlState(State):
             self._hot_refs[job_id] = left
             return
         del self._hot_refs[job_id]
+        if job_id in self._specs:  # kept to the commit: the job often changes once more
+            self._specs_new.append(job_id)
         job = self._hot_jobs.pop(job_id, None)
         if job is not None:
             _cache(self._job_cache, job_id, job, self.cache_max)
+
+    def _spec_of(self, job: Job) -> orjson.Fragment:
+        """``job``'s spec encoded (:func:`schedd.storage.codec.spec_json`), once while the job
+        is hot or within one transaction."""
+        hit = self._specs.get(job.id)
+        if hit is not None and hit[0] is job.spec:
+            return hit[1]
+        encoded = spec_json(job.spec)
+        self._specs[job.id] = (job.spec, encoded)
+        self._specs_new.append(job.id)
+        return encoded
 
     def hot_set(self) -> int:
         """How many runs the hot set holds."""
@@ -341,11 +375,13 @@ class SqlState(State):
     def _flush(self, *, jobs: bool = True, runs: bool = True) -> None:
         """Write the rows changed in this entry (before a query reads their table)."""
         if jobs and self._job_writes:
-            self._write(self._job_writes, self._job_inserts, _job_row, _JOB_INSERT, _JOB_UPDATE)
+            self._write(self._job_writes, self._job_inserts, self._job_row, _JOB_INSERT,
+                        _JOB_UPDATE)
         if runs and self._run_writes:
             self._write(self._run_writes, self._run_inserts, _run_row, _RUN_INSERT, _RUN_UPDATE)
             self._new_runs_of.clear()
             self._reopened.clear()
+            self._on_disk.clear()
 
     def _write(self, writes: dict[str, Any], inserts: dict[str, int],
                row_of: Callable[[Any], tuple[Any, ...]], insert: str, update: str) -> None:
@@ -376,7 +412,11 @@ class SqlState(State):
 
     def commit(self) -> None:
         self._flush()
-        self._unfinished.clear()
+        self._on_disk.clear()
+        for job_id in self._specs_new:  # the encodings of this transaction's jobs not hot
+            if job_id not in self._hot_refs:
+                self._specs.pop(job_id, None)
+        self._specs_new.clear()
         meta = [(key, getattr(self, key)) for key in _META
                 if getattr(self, key) != self._meta_written[key]]
         if meta:
@@ -387,6 +427,11 @@ class SqlState(State):
             self._many("INSERT OR REPLACE INTO counts (key, value) VALUES (?, ?)", counts)
             self._counts_written.update(counts)
         self._x("COMMIT", ())
+        self.committed_index = self.applied_index
+        self.visible_now = False
+
+    def make_visible(self) -> None:
+        self.visible_now = True
 
     # -- jobs ----------------------------------------------------------------------------
     def add_job(self, job: Job) -> None:
@@ -399,6 +444,7 @@ class SqlState(State):
         for dep in spec.depends_on:
             self._x("INSERT OR IGNORE INTO deps (upstream, seq, downstream) VALUES (?, ?, ?)",
                     (dep, seq, job.id))
+            self._any_deps = True
         if spec.idempotency_key is not None:
             self._x("INSERT OR REPLACE INTO idem (key, job_id) VALUES (?, ?)",
                     (f"{spec.namespace}\0{spec.idempotency_key}", job.id))
@@ -409,6 +455,8 @@ class SqlState(State):
         return None if row is None else str(row[0])
 
     def dependants_of(self, job_id: str) -> Sequence[str]:
+        if not self._any_deps:
+            return []
         return [r[0] for r in self._all(
             "SELECT downstream FROM deps WHERE upstream = ? ORDER BY seq", (job_id,))]
 
@@ -423,7 +471,6 @@ class SqlState(State):
     def _store_run(self, old: Run | None, run: Run) -> None:
         rid = run.id
         job_id = run.job_id
-        self._unfinished.pop(job_id, None)
         if old is None:
             self._run_inserts[rid] = self.runs_created
             self._new_runs_of.setdefault(job_id, []).append(rid)
@@ -438,21 +485,31 @@ class SqlState(State):
 
     _COLS = "job_id, sched_ms, body"
 
+    def _job_on_disk(self, job_id: str) -> tuple[int, list[tuple[int, int, bytes]]]:
+        """How many runs the job has in the database, and its unfinished rows there (seq,
+        sched_ms, body): one query, kept until the pending rows are written.  A result asks
+        both (the history it keeps, whether its job is done) without writing what is pending
+        first: a pending change of a run does not change how many runs the job has, and
+        ``unfinished_runs`` reads each row's run as it is now."""
+        got = self._on_disk.get(job_id)
+        if got is None:
+            count, rows = 0, []
+            for sched_ms, body, seq in self._all(_JOB_ON_DISK, (job_id,)):
+                if sched_ms is None:
+                    count = seq
+                else:
+                    rows.append((seq, sched_ms, body))
+            got = self._on_disk[job_id] = (count, rows)
+        return got
+
     def unfinished_runs(self, job_id: str) -> list[Run]:
-        # Asked again and again while a result settles (has_unfinished, then unfinished_runs):
-        # kept until one of the job's runs is written.  Read without writing what is pending
-        # first (a write per result, else): the rows the database has, each as it is now in
-        # this entry, and the job's new runs.  A run that was finished in the database and is
-        # not any more (a replay) would be missed: then the pending rows are written first.
-        runs = self._unfinished.get(job_id)
-        if runs is not None:
-            return list(runs)
+        # The job's unfinished rows in the database, each as it is now in this transaction,
+        # and its new runs.  A run that was finished in the database and is not any more (a
+        # replay) would be missed: then the pending rows are written first.
         if job_id in self._reopened:
             self._flush(jobs=False)
         found: list[tuple[int, Run]] = []
-        for sched_ms, body, seq in self._all(
-                f"SELECT sched_ms, body, seq FROM runs WHERE job_id = ? AND state < {FINISHED}",
-                (job_id,)):
+        for seq, sched_ms, body in self._job_on_disk(job_id)[1]:
             run = self._row_run(job_id, sched_ms, body)
             if STATE_CODES[run.state] < FINISHED:
                 found.append((seq, run))
@@ -461,8 +518,7 @@ class SqlState(State):
             if STATE_CODES[run.state] < FINISHED:
                 found.append((self._run_inserts[rid], run))
         found.sort(key=lambda pair: pair[0])
-        runs = self._unfinished[job_id] = [run for _, run in found]
-        return list(runs)
+        return [run for _, run in found]
 
     def has_unfinished(self, job_id: str) -> bool:
         return bool(self.unfinished_runs(job_id))
@@ -496,9 +552,8 @@ class SqlState(State):
             "runs.sched_ms) ORDER BY updated_ms, seq LIMIT ?", (before_ms, limit))
 
     def finished_runs_beyond(self, job_id: str, keep: int) -> list[Run]:
-        # Most jobs have fewer runs than are kept: count them without writing what is pending
-        # (a pending change of a run does not change how many the job has; a new one does).
-        count = self._one("SELECT count(*) FROM runs WHERE job_id = ?", (job_id,))[0]
+        # Most jobs have fewer runs than are kept: counted without writing what is pending
+        count = self._job_on_disk(job_id)[0]
         if count + len(self._new_runs_of.get(job_id, ())) <= keep:
             return []
         runs = self._runs(f"SELECT {self._COLS} FROM runs WHERE job_id = ? AND state >= {FINISHED} "
@@ -518,7 +573,7 @@ class SqlState(State):
 
     def _delete_run(self, run: Run) -> None:
         self._flush(jobs=False)
-        self._unfinished.pop(run.job_id, None)
+        self._on_disk.pop(run.job_id, None)
         self._x("DELETE FROM runs WHERE sched_ms = ? AND job_id = ?", (run.scheduled_ms, run.job_id))
         self._cool(run.id, run.job_id)
         self._run_cache.pop(run.id, None)
@@ -535,6 +590,7 @@ class SqlState(State):
                     (f"{spec.namespace}\0{spec.idempotency_key}", job.id))
         self._job_cache.pop(job.id, None)
         self._hot_jobs.pop(job.id, None)
+        self._specs.pop(job.id, None)
         self.jobs_kept -= 1
 
     # -- dead-letter queue ---------------------------------------------------------------
@@ -567,18 +623,19 @@ class SqlState(State):
 
     def remember(self, rid: str, now: int, result: Result) -> None:
         self._x("INSERT OR REPLACE INTO recent (rid, at_ms, result) VALUES (?, ?, ?)",
-                (rid, now, result_body(result)))
+                (rid, now, result_body(result, self._spec_of)))
         self._x("DELETE FROM recent WHERE at_ms < ?", (now - DEDUP_WINDOW_MS,))
 
     def remembered(self) -> int:
         return int(self._one("SELECT count(*) FROM recent", ())[0])
 
 
-# A job's and a run's row: the columns beside the body, then the key (then seq, when new)
-def _job_row(job: Job) -> tuple[Any, ...]:
-    spec = job.spec
-    return (spec.namespace, spec.queue, spec.task, job.status.value,
-            int(spec.schedule.kind in RECURRING_KINDS), job.updated_ms, job_body(job), job.id)
+    # A job's and a run's row: the columns beside the body, then the key (then seq, when new)
+    def _job_row(self, job: Job) -> tuple[Any, ...]:
+        spec = job.spec
+        return (spec.namespace, spec.queue, spec.task, job.status.value,
+                int(spec.schedule.kind in RECURRING_KINDS), job.updated_ms,
+                job_body(job, self._spec_of), job.id)
 
 
 def _run_row(run: Run) -> tuple[Any, ...]:
@@ -594,6 +651,11 @@ _RUN_INSERT = ("INSERT INTO runs (state, due_ms, updated_ms, body, sched_ms, job
                "VALUES (?, ?, ?, ?, ?, ?, ?)")
 _RUN_UPDATE = ("UPDATE runs SET state = ?, due_ms = ?, updated_ms = ?, body = ? "
                "WHERE sched_ms = ? AND job_id = ?")
+
+
+# A job's unfinished runs in the database, and (sched_ms NULL) how many runs it has there
+_JOB_ON_DISK = (f"SELECT sched_ms, body, seq FROM runs WHERE job_id = ?1 AND state < {FINISHED} "
+                "UNION ALL SELECT NULL, NULL, count(*) FROM runs WHERE job_id = ?1")
 
 
 def _cache(cache: OrderedDict[str, Any], key: str, value: object, limit: int) -> None:

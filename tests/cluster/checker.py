@@ -211,7 +211,7 @@ async def converged(http: aiohttp.ClientSession, urls: list[str], headers: dict[
         if len(leaders) == 1 and all(v is not None for v in views):
             commit = leaders[0]["commit_index"]
             if all(v is not None and v["applied_index"] == commit and v["commit_index"] == commit
-                   for v in views):
+                   and v.get("state_index", commit) == commit for v in views):
                 return True, views
         await asyncio.sleep(0.2)
     return False, views

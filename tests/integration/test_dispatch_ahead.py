@@ -19,7 +19,7 @@ from schedd.worker import Context
 from schedd.worker.client import Worker
 from schedd.worker.registry import Registry
 from tests.conftest import Node, start_node, wait_for
-from tests.integration.test_worker_protocol import API, connect, runs, submit
+from tests.integration.test_worker_protocol import API, committed_runs, connect, runs, submit
 
 
 def _epoch(text: str) -> float:
@@ -45,7 +45,7 @@ async def test_a_lease_arrives_before_the_due_time_with_not_before(
     due = _epoch(lease.not_before)
     assert lease.scheduled_at == lease.not_before  # no jitter: due at the scheduled time
     assert received < due, "the lease should reach the worker before the run is due"
-    [run] = await runs(http, node, job["id"])
+    [run] = await committed_runs(http, node, job["id"])
     assert run["state"] == "running"
     assert _epoch(run["attempts"][0]["started_at"]) == due  # the attempt starts when due
     await w.send(m.Complete(run_id=lease.run_id, fence=lease.fence))

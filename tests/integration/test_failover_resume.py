@@ -13,7 +13,7 @@ import pytest
 
 from schedd.protocol import messages as m
 from tests.conftest import Node, restart_leader_in_new_term
-from tests.integration.test_worker_protocol import connect, runs, submit
+from tests.integration.test_worker_protocol import committed, committed_runs, connect, runs, submit
 
 # The default heartbeat timeout (60 s) and so the rebuild grace (60 s) are far above this: a
 # lease ended within it was ended by the reconnection, not by its expiry.
@@ -40,7 +40,7 @@ async def test_a_lease_the_reconnecting_worker_does_not_list_is_ended_at_once(
     assert [(c.run_id, c.fence) for c in cancels] == [(lost.run_id, lost.fence)]
     await again.send(m.Complete(run_id=retry.run_id, fence=retry.fence))
     assert (await again.expect(m.Ack)).accepted
-    [run] = await runs(http, node, job["id"])
+    [run] = await committed_runs(http, node, job["id"])
     assert run["state"] == "succeeded"
     first, second = run["attempts"]
     assert first["outcome"] == "lost" and "reconnected without it" in first["error"]
@@ -73,6 +73,7 @@ async def test_a_new_leader_ends_only_the_leases_the_worker_does_not_resume(
     retry = await again.expect(m.Lease, timeout=PROMPT_S)
     assert retry.run_id == lost.run_id and retry.fence > lost.fence and retry.attempt == 2
 
+    await committed(node)
     by_run = {r["id"]: r for j in [*jobs, other_job] for r in await runs(http, node, j["id"])}
     assert [a["outcome"] for a in by_run[lost.run_id]["attempts"]] == ["lost", None]
     # resumed: still its first attempt, still running, its result accepted
@@ -88,7 +89,7 @@ async def test_a_new_leader_ends_only_the_leases_the_worker_does_not_resume(
                              resume=(m.LeaseRef(run_id=other.run_id, fence=other.fence),))
     await w2_again.send(m.Complete(run_id=other.run_id, fence=other.fence))
     assert (await w2_again.expect(m.Ack)).accepted
-    [run] = await runs(http, node, other_job["id"])
+    [run] = await committed_runs(http, node, other_job["id"])
     assert run["state"] == "succeeded" and len(run["attempts"]) == 1
     for w in (w1, w2, again, w2_again):
         await w.ws.close()

@@ -11,7 +11,7 @@ import orjson
 
 from schedd.protocol import messages as m
 from tests.conftest import Node
-from tests.integration.test_worker_protocol import API, connect, submit
+from tests.integration.test_worker_protocol import API, committed, connect, submit
 
 
 async def pages(http: aiohttp.ClientSession, node: Node, path: str, limit: int
@@ -73,6 +73,7 @@ async def test_the_dead_letter_queue_pages_newest_first(node: Node,
         assert (await w.expect(m.Ack)).accepted
         dead.append(lease.run_id)
     await w.ws.close()
+    await committed(node)
     got = await pages(http, node, "/dlq", 2)
     assert [len(p) for p in got] == [2, 2, 1]
     assert [r["id"] for p in got for r in p] == dead[::-1]

@@ -58,6 +58,21 @@ async def runs(http: aiohttp.ClientSession, node: Node, job_id: str) -> list[dic
         return out
 
 
+async def committed(node: Node) -> None:
+    """Wait until the node's reads see every entry applied so far: a worker's result, a fire
+    or a lease becomes visible to the API up to ``LAZY_COMMIT_S`` after it was applied (and
+    acknowledged)."""
+    applied = node.rt.node.applied_index
+    await wait_for(lambda: node.rt.node.state_index >= applied, timeout=5)
+
+
+async def committed_runs(http: aiohttp.ClientSession, node: Node,
+                         job_id: str) -> list[dict[str, Any]]:
+    """The job's runs as the API shows them once everything applied so far is visible."""
+    await committed(node)
+    return await runs(http, node, job_id)
+
+
 @pytest.fixture
 async def fast_node(tmp_path: Any) -> AsyncIterator[Node]:
     n = await start_node(tmp_path / "n1", heartbeat_interval="0.2s", heartbeat_timeout="1s")
@@ -76,7 +91,7 @@ async def test_lease_complete_ack(node: Node, http: aiohttp.ClientSession) -> No
     await w.send(m.Complete(run_id=lease.run_id, fence=lease.fence, result={"ok": 1}))
     ack = await w.expect(m.Ack)
     assert ack.run_id == lease.run_id and ack.accepted
-    [run] = await runs(http, node, job["id"])
+    [run] = await committed_runs(http, node, job["id"])
     assert run["state"] == "succeeded" and run["result"] == {"ok": 1}
     assert run["attempts"][0]["fence"] == lease.fence and run["attempts"][0]["worker_id"] == "w1"
     await w.ws.close()
@@ -114,7 +129,7 @@ async def test_stale_worker_result_is_refused_after_its_lease_is_lost(
     assert not refused.accepted and "fence" in (refused.reason or "")
     await fresh.send(m.Complete(run_id=new.run_id, fence=new.fence, result="fresh"))
     assert (await fresh.expect(m.Ack)).accepted
-    [run] = await runs(http, node, job["id"])
+    [run] = await committed_runs(http, node, job["id"])
     assert run["result"] == "fresh"
     assert [a["outcome"] for a in run["attempts"]] == ["lost", "succeeded"]
     for w in (stale, fresh):
@@ -136,7 +151,7 @@ async def test_heartbeats_keep_a_lease_alive(fast_node: Node, http: aiohttp.Clie
     assert await _state_is(http, node, job["id"], {"running"})
     await w.send(m.Fail(run_id=lease.run_id, fence=lease.fence, error="nope", retryable=False))
     assert (await w.expect(m.Ack)).accepted
-    [run] = await runs(http, node, job["id"])
+    [run] = await committed_runs(http, node, job["id"])
     assert run["state"] == "failed" and run["error"] == "nope"
     async with http.get(node.url + API + "/dlq", headers=node.headers()) as r:
         assert [x["id"] for x in (await r.json())["runs"]] == [run["id"]]
@@ -151,7 +166,7 @@ async def test_reconnecting_worker_resumes_its_lease(node: Node, http: aiohttp.C
     again = await connect(http, node, "w1", resume=(m.LeaseRef(run_id=lease.run_id, fence=lease.fence),))
     await again.send(m.Complete(run_id=lease.run_id, fence=lease.fence))
     assert (await again.expect(m.Ack)).accepted
-    [run] = await runs(http, node, job["id"])
+    [run] = await committed_runs(http, node, job["id"])
     assert len(run["attempts"]) == 1 and run["state"] == "succeeded"
     # Resuming a lease that does not exist is answered with cancel.
     bogus = await connect(http, node, "w2", resume=(m.LeaseRef(run_id="nope@1", fence=3),))
@@ -200,7 +215,7 @@ async def test_a_run_past_its_timeout_is_cancelled_and_counts_as_a_failed_attemp
     assert cancel.run_id == lease.run_id and cancel.fence == lease.fence
     retry = await w.expect(m.Lease)
     assert retry.run_id == lease.run_id and retry.attempt == 2
-    [run] = await runs(http, node, job["id"])
+    [run] = await committed_runs(http, node, job["id"])
     assert run["attempts"][0]["outcome"] == "timed_out"
     await w.ws.close()
 
@@ -256,7 +271,7 @@ async def test_fuzzed_frames_never_wedge_the_node(node: Node, http: aiohttp.Clie
     lease = await w.expect(m.Lease)
     await w.send(m.Complete(run_id=lease.run_id, fence=lease.fence))
     assert (await w.expect(m.Ack)).accepted
-    [run] = await runs(http, node, job["id"])
+    [run] = await committed_runs(http, node, job["id"])
     assert run["state"] == "succeeded"
     await w.ws.close()
 

@@ -170,6 +170,9 @@ def test_the_entries_of_a_tick_are_applied_between_begin_and_end_and_answered_af
         def end(self) -> None:
             seen.append(("end", list(obj.applied)))
 
+        def idle(self) -> None:
+            seen.append("idle")
+
     try:
         bound_apply(obj, budget=0.05, batch=Around())
         deadline = time.monotonic() + 10
@@ -180,6 +183,7 @@ def test_the_entries_of_a_tick_are_applied_between_begin_and_end_and_answered_af
             obj.work(n, callback=lambda res, err: seen.append(("answer", res, list(obj.applied))))
         while len(obj.applied) < 6 and time.monotonic() < deadline:
             obj.doTick(0)
+        seen[:] = [x for x in seen if x != "idle"]  # ticks before the entries were committed
         ticks = [k for k, x in enumerate(seen) if x == "begin"]
         assert len(ticks) >= 2  # 20 ms entries, 50 ms budget: several ticks
         for start, stop in zip(ticks, ticks[1:] + [len(seen)], strict=True):
@@ -191,5 +195,8 @@ def test_the_entries_of_a_tick_are_applied_between_begin_and_end_and_answered_af
             assert all(a[0] == "answer" and a[2] == one[end][1] for a in answered)
             assert [a[1] for a in answered] == one[end][1][len(one[end][1]) - len(answered):]
         assert [x[1] for x in seen if isinstance(x, tuple) and x[0] == "answer"] == list(range(6))
+        seen.clear()
+        obj.doTick(0)  # nothing left to apply
+        assert seen == ["idle"]
     finally:
         obj.destroy()

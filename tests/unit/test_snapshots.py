@@ -187,6 +187,10 @@ class Machine:
         self.lock = threading.RLock()
         self.state = SqlState(live)
 
+    def commit_now(self) -> None:
+        if self.state.in_transaction:
+            self.state.commit()
+
 
 def snapshots_of(tmp_path: Path, live_entries: int) -> tuple[SqlSnapshots, Machine, list[str]]:
     """A snapshot of 10 entries at raft.dump, and a live database of ``live_entries``."""
@@ -234,7 +238,13 @@ def test_a_snapshot_that_cannot_be_used_stops_the_node_instead_of_being_skipped(
 
 
 def test_a_snapshot_is_written_in_the_background_and_reported_once(tmp_path: Path) -> None:
-    snaps, machine, _ = snapshots_of(tmp_path, live_entries=6)
+    snaps, machine, _ = snapshots_of(tmp_path, live_entries=5)
+    # the sixth entry applied and not yet committed (a leader command waits a little): the
+    # copy still holds every entry applied before it began
+    jobs = (("J6-0", JobSpec(task="t")),)
+    assert apply_entry(machine.state, c.encode_entry([c.Submit("r6", T0 + 6, jobs)]), 6,
+                       commit=False)
+    assert machine.state.committed_index == 5
     (tmp_path / "raft.dump").unlink()
     snaps.serialize(str(tmp_path / "raft.dump.tmp"), RAFT)
     assert snaps.busy_for() is not None

@@ -1,0 +1,85 @@
+"""When the node's database makes applied entries visible to the API's readers.
+
+A client's own write is visible before it is answered; the leader's own commands (fires,
+leases) and the workers' results wait in the open transaction for up to ``LAZY_COMMIT_S``, so a
+run fired, leased and finished meanwhile has its row written once, not three times."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from schedd.protocol import messages as m
+from schedd.raft import node as raft_node
+from tests.conftest import Node, start_node, wait_for
+from tests.integration.test_worker_protocol import connect, runs, submit
+
+
+@pytest.fixture
+async def lazy_node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Node]:
+    # a window longer than the test: only a client's command (or a snapshot, or the end)
+    # commits what the leader and the worker did
+    monkeypatch.setattr(raft_node, "LAZY_COMMIT_S", 3600.0)
+    n = await start_node(tmp_path / "n1", dispatch_ahead="0s")
+    try:
+        yield n
+    finally:
+        await n.rt.stop()
+
+
+async def test_worker_driven_changes_wait_for_the_next_commit_and_are_written_once(
+        lazy_node: Node, http: aiohttp.ClientSession) -> None:
+    node = lazy_node
+    rt = node.rt
+    db = rt.node._sm.state.db
+    writes: list[str] = []
+    db.set_trace_callback(lambda sql: writes.append(sql) if sql.startswith("UPDATE runs") else None)
+    try:
+        w = await connect(http, node, "w-lazy")
+        before = rt.node.applied_index
+        job = await submit(http, node, {"task": "t"})
+        # a client's write is visible when it is answered, on a connection of its own
+        assert rt.node.state_index > before
+        [run] = await runs(http, node, job["id"])
+        assert run["state"] in ("scheduled", "queued")  # fired or not, it was not written yet
+        lease = await w.expect(m.Lease, timeout=10)
+        await w.send(m.Complete(run_id=lease.run_id, fence=lease.fence))
+        assert (await w.expect(m.Ack)).accepted
+        with rt.node.read() as st:  # the node itself reads its open transaction
+            assert st.runs[lease.run_id].state.value == "succeeded"
+        assert rt.node.state_index < rt.node.applied_index
+        [run] = await runs(http, node, job["id"])
+        assert run["state"] != "succeeded"  # the API's reader sees the last commit
+        assert [s for s in writes if lease.run_id.split("@")[0] in s] == []
+        done = rt.node.applied_index  # the result's entry, and all before it
+        other = await submit(http, node, {"task": "t", "schedule": {"in": "1h"}})
+        assert rt.node.state_index > done
+        [run] = await runs(http, node, job["id"])
+        assert run["state"] == "succeeded"
+        # fired, leased and finished: one row write
+        assert len([s for s in writes if lease.run_id.split("@")[0] in s]) == 1, writes
+        assert other["id"]
+        await w.ws.close()
+    finally:
+        db.set_trace_callback(None)
+
+
+async def test_an_idle_node_commits_once_the_window_has_passed(
+        node: Node, http: aiohttp.ClientSession, monkeypatch: pytest.MonkeyPatch) -> None:
+    rt = node.rt
+    monkeypatch.setattr(raft_node, "LAZY_COMMIT_S", 3600.0)
+    w = await connect(http, node, "w-idle")
+    job = await submit(http, node, {"task": "t"})
+    lease = await w.expect(m.Lease, timeout=10)
+    await w.send(m.Complete(run_id=lease.run_id, fence=lease.fence))
+    assert (await w.expect(m.Ack)).accepted
+    assert rt.node.state_index < rt.node.applied_index
+    monkeypatch.setattr(raft_node, "LAZY_COMMIT_S", 0.05)
+    # nothing more is applied: a tick with nothing to do commits
+    await wait_for(lambda: rt.node.state_index == rt.node.applied_index, timeout=5)
+    [run] = await runs(http, node, job["id"])
+    assert run["state"] == "succeeded"
+    await w.ws.close()
