@@ -81,8 +81,8 @@ class Runtime:
         loop = asyncio.get_running_loop()
         self._loop = loop
 
-        def on_applied(index: int, events: list[LeaderEvent]) -> None:
-            loop.call_soon_threadsafe(self._on_applied, index, events)
+        def on_applied(batch: list[tuple[int, list[LeaderEvent]]]) -> None:
+            loop.call_soon_threadsafe(self._on_applied, batch)
 
         def on_reset() -> None:
             loop.call_soon_threadsafe(self._on_reset)
@@ -222,10 +222,11 @@ class Runtime:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
 
-    def _on_applied(self, index: int, events: list[LeaderEvent]) -> None:
+    def _on_applied(self, batch: list[tuple[int, list[LeaderEvent]]]) -> None:
         leader = self.leader
         if leader is not None:
-            leader.on_events(index, events)
+            for index, events in batch:
+                leader.on_events(index, events)
 
     def _on_reset(self) -> None:
         # A snapshot replaced the state: a leader (if any) must rebuild from scratch.

@@ -79,7 +79,9 @@ class Hooks:
     """Callbacks from the tick thread into asyncio (set by the runtime)."""
 
     def __init__(self) -> None:
-        self.on_applied: Callable[[int, list[LeaderEvent]], None] = lambda i, e: None
+        #: the leader events of the entries a tick applied, as (index, events), in log order:
+        #: one call per tick (each call wakes the event loop)
+        self.on_applied: Callable[[list[tuple[int, list[LeaderEvent]]]], None] = lambda b: None
         self.on_reset: Callable[[], None] = lambda: None
         self.on_role: Callable[[int], None] = lambda r: None
         #: this node cannot join any cluster as configured (the message says why)
@@ -125,13 +127,20 @@ class _StateMachine(SyncObjConsumer, ApplyBatch):  # type: ignore[misc]
         self.state = SqlState(live, hot_ms=hot_ms)
         self._batch = False  # between ApplyBatch.begin and end: commit at the end
         self._began = 0.0  # when the open transaction began (monotonic)
+        self._events: list[tuple[int, list[LeaderEvent]]] = []  # to hand on (_emit)
 
     def begin(self) -> None:
         self._batch = True
 
     def end(self) -> None:
         self._batch = False
+        self._emit()
         self._commit(due_only=True)
+
+    def _emit(self) -> None:
+        if self._events:
+            events, self._events = self._events, []
+            self.hooks.on_applied(events)
 
     def idle(self) -> None:
         self._commit(due_only=True)
@@ -170,7 +179,9 @@ class _StateMachine(SyncObjConsumer, ApplyBatch):  # type: ignore[misc]
             self.hooks.on_apply_time(clock.mono() - started)
             results, events = applied
             if events:
-                self.hooks.on_applied(index, events)
+                self._events.append((index, events))
+                if not self._batch:
+                    self._emit()
             return results
         except Exception as exc:  # noqa: BLE001 - never let anything escape (docs/pysyncobj.md #1)
             log.exception("apply failed")
