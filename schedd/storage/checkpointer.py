@@ -4,9 +4,10 @@ Left to itself SQLite checkpoints in the connection that commits: the commit tha
 past 1,000 pages also copies them into the database and syncs both files.  The node's writer
 is the Raft tick thread, so every few hundred applied entries one of them would wait for two
 fsyncs and megabytes of writes, and the heartbeats with it.  Here the writer never checkpoints
-until the log reaches :data:`~schedd.storage.schema.WAL_SIZE_LIMIT` (a backstop, for a
-checkpointer that cannot keep up); a :class:`Checkpointer` thread, on its own connection, runs a
-``PASSIVE`` checkpoint whenever something was committed since its last look.  ``PASSIVE`` takes
+(``wal_autocheckpoint = 0``: not even as a backstop at some size, which would fall on the tick
+thread right after a long snapshot copy, with all the log piled up behind it); a
+:class:`Checkpointer` thread, on its own connection, runs a ``PASSIVE`` checkpoint whenever
+something was committed since its last look.  ``PASSIVE`` takes
 no lock a writer or a reader waits for: it copies what no reader still needs, and the writer
 starts the log again from its beginning once all of it was copied.  SQLite runs the copy with
 the interpreter lock released, so it costs the tick thread nothing.
@@ -54,7 +55,7 @@ class Checkpointer:
 
     def checkpoint(self) -> tuple[int, int]:
         """One ``PASSIVE`` checkpoint: (pages in the log, pages copied from it).  An error is
-        logged and counted, never raised: the writer's backstop checkpoints in its place."""
+        logged and counted, never raised: the next look tries again."""
         try:
             _, pages, copied = self._db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
         except sqlite3.Error as exc:

@@ -67,7 +67,10 @@ FIRST = 1 << 62
 PAGE_CACHE_KIB = 65_536  # SQLite's page cache per connection (``cache_size``), in KiB
 #: the write-ahead log is cut back to this size whenever a checkpoint has emptied it.  It grows
 #: beyond it while a reader holds an old snapshot of the database (a snapshot copy pins one for
-#: as long as it writes): without a limit the file would keep its largest size for good.
+#: as long as it writes): without a limit the file would keep its largest size for good.  (It
+#: is not a size at which the writer checkpoints: once a 10 M-job snapshot copy let go, the
+#: writer's own checkpoint of the hundreds of megabytes piled up meanwhile stopped the Raft
+#: tick thread for over a second, and the node lost its leadership.)
 WAL_SIZE_LIMIT = 64 << 20
 
 _V1 = """
@@ -135,10 +138,10 @@ def pin_pragmas(db: sqlite3.Connection, *, readonly: bool = False) -> None:
     WAL, so readers (the API, a snapshot copy) never block the writer; ``synchronous=NORMAL``:
     the Raft journal is what is synced before a write is acknowledged, and a database that lost
     its last transactions in a power cut is consistent and replays them from the journal
-    (``OFF`` could leave a torn database after a checkpoint).  The node's own thread
-    checkpoints the log into the database (:mod:`schedd.storage.checkpointer`); the writer
-    does only once the log holds :data:`WAL_SIZE_LIMIT`, which also bounds the file a
-    checkpoint leaves behind.
+    (``OFF`` could leave a torn database after a checkpoint).  Only the node's own thread
+    checkpoints the log into the database (:mod:`schedd.storage.checkpointer`), never the
+    writer; the writer cuts the file back to :data:`WAL_SIZE_LIMIT` when it starts the log
+    again from its beginning.
     """
     db.execute(f"PRAGMA cache_size = -{PAGE_CACHE_KIB}")
     db.execute("PRAGMA foreign_keys = OFF")
@@ -150,8 +153,7 @@ def pin_pragmas(db: sqlite3.Connection, *, readonly: bool = False) -> None:
         raise sqlite3.OperationalError(f"cannot use write-ahead logging (journal_mode {mode})")
     db.execute("PRAGMA synchronous = NORMAL")
     db.execute(f"PRAGMA journal_size_limit = {WAL_SIZE_LIMIT}")
-    page = db.execute("PRAGMA page_size").fetchone()[0]
-    db.execute(f"PRAGMA wal_autocheckpoint = {WAL_SIZE_LIMIT // page}")
+    db.execute("PRAGMA wal_autocheckpoint = 0")
 
 
 def schema_version(db: sqlite3.Connection) -> int:
