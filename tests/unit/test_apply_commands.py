@@ -33,6 +33,42 @@ def dead_lettered(h: Harness, lf: int) -> str:
 
 # -- entries ----------------------------------------------------------------------------------
 
+class Watched(MemoryState):
+    """Counts the calls of the store's visibility hook."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.visible = 0
+
+    def make_visible(self) -> None:
+        self.visible += 1
+
+
+def test_a_command_whose_answer_is_read_back_asks_the_store_to_show_it_at_once() -> None:
+    # The node's database keeps the leader's own commands uncommitted for a moment; a client's
+    # command, a claim and a barrier must be visible to other readers when they are answered.
+    state = Watched()
+    index = 0
+
+    def asks(cmd: c.Command) -> int:
+        nonlocal index
+        index += 1
+        before = state.visible
+        apply_entry(state, c.encode_entry([cmd]), index)
+        return state.visible - before
+
+    assert asks(c.Claim("r0", T0, "n1", 1)) == 1
+    lf, rid = 1, f"J1@{T0}"
+    assert asks(c.Submit("r1", T0, (("J1", JobSpec(task="t")),))) == 1
+    assert asks(c.Fire("r2", T0, lf, (rid,))) == 0
+    assert asks(c.Lease("r3", T0, lf, ((rid, "w1"),))) == 0
+    assert asks(c.Complete("r4", T0, lf, rid, 4)) == 0
+    assert state.runs[rid].state is RunState.SUCCEEDED
+    assert asks(c.Barrier("r5", T0)) == 1
+    assert asks(c.CancelJob("r6", T0, "J1")) == 1
+    assert asks(c.Submit("r1", T0, (("J1", JobSpec(task="t")),))) == 1  # a recalled one too
+
+
 def test_an_entry_records_its_log_index_for_the_leaders_rebuild() -> None:
     # The leader rebuilds its wheel and queues from the state, then ignores the events of
     # entries up to the state's applied index: they are already in what it rebuilt.
