@@ -6,6 +6,7 @@ import asyncio
 import random
 import socket
 from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -86,6 +87,16 @@ async def start_node(tmp: Path, limits: dict[str, Any] | None = None,
 
 
 
+@asynccontextmanager
+async def running_node(tmp: Path, **settings: Any) -> AsyncIterator[Node]:
+    """A node started as :func:`start_node` starts it, stopped on the way out."""
+    n = await start_node(tmp, **settings)
+    try:
+        yield n
+    finally:
+        await n.rt.stop()
+
+
 async def restart_leader_in_new_term(rt: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
     """Make a single node's role watcher see it still leading but in a later term (what a
     leader -> follower -> leader flap, or a failover, looks like from there) and wait until it
@@ -102,11 +113,8 @@ async def restart_leader_in_new_term(rt: Any, monkeypatch: pytest.MonkeyPatch) -
 
 @pytest.fixture
 async def node(tmp_path: Path) -> AsyncIterator[Node]:
-    n = await start_node(tmp_path / "n1")
-    try:
+    async with running_node(tmp_path / "n1") as n:
         yield n
-    finally:
-        await n.rt.stop()
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ from schedd.protocol import messages as m
 from schedd.worker import Context
 from schedd.worker.client import Worker
 from schedd.worker.registry import Registry
-from tests.conftest import Node, start_node, wait_for
+from tests.conftest import Node, running_node, start_node, wait_for
 from tests.integration.test_worker_protocol import API, committed_runs, connect, runs, submit
 
 
@@ -28,11 +28,8 @@ def _epoch(text: str) -> float:
 
 @pytest.fixture
 async def slow_node(tmp_path: Path) -> AsyncIterator[Node]:
-    n = await start_node(tmp_path / "n1", dispatch_ahead="0s")
-    try:
+    async with running_node(tmp_path / "n1", dispatch_ahead="0s") as n:
         yield n
-    finally:
-        await n.rt.stop()
 
 
 async def test_a_lease_arrives_before_the_due_time_with_not_before(

@@ -12,17 +12,14 @@ import aiohttp
 import pytest
 
 from schedd.protocol import messages as m
-from tests.conftest import Node, restart_leader_in_new_term, start_node, wait_for
+from tests.conftest import Node, restart_leader_in_new_term, running_node, start_node, wait_for
 from tests.integration.test_worker_protocol import connect, submit
 
 
 @pytest.fixture
 async def windowed(tmp_path: Path) -> AsyncIterator[Node]:
-    n = await start_node(tmp_path / "n1", hot_window="2s", dispatch_ahead="0s")
-    try:
+    async with running_node(tmp_path / "n1", hot_window="2s", dispatch_ahead="0s") as n:
         yield n
-    finally:
-        await n.rt.stop()
 
 
 def in_wheel(node: Node, run_id: str) -> bool:

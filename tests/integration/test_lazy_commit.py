@@ -14,7 +14,7 @@ import pytest
 
 from schedd.protocol import messages as m
 from schedd.raft import node as raft_node
-from tests.conftest import Node, start_node, wait_for
+from tests.conftest import Node, running_node, wait_for
 from tests.integration.test_worker_protocol import connect, runs, submit
 
 
@@ -23,11 +23,8 @@ async def lazy_node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIte
     # a window longer than the test: only a client's command (or a snapshot, or the end)
     # commits what the leader and the worker did
     monkeypatch.setattr(raft_node, "LAZY_COMMIT_S", 3600.0)
-    n = await start_node(tmp_path / "n1", dispatch_ahead="0s")
-    try:
+    async with running_node(tmp_path / "n1", dispatch_ahead="0s") as n:
         yield n
-    finally:
-        await n.rt.stop()
 
 
 async def test_worker_driven_changes_wait_for_the_next_commit_and_are_written_once(
@@ -44,7 +41,7 @@ async def test_worker_driven_changes_wait_for_the_next_commit_and_are_written_on
         # a client's write is visible when it is answered, on a connection of its own
         assert rt.node.state_index > before
         [run] = await runs(http, node, job["id"])
-        assert run["state"] in ("scheduled", "queued")  # fired or not, it was not written yet
+        assert run["state"] == "scheduled"  # as submitted: a fire would not be written yet
         lease = await w.expect(m.Lease, timeout=10)
         await w.send(m.Complete(run_id=lease.run_id, fence=lease.fence))
         assert (await w.expect(m.Ack)).accepted
@@ -61,7 +58,8 @@ async def test_worker_driven_changes_wait_for_the_next_commit_and_are_written_on
         assert run["state"] == "succeeded"
         # fired, leased and finished: one row write
         assert len([s for s in writes if lease.run_id.split("@")[0] in s]) == 1, writes
-        assert other["id"]
+        [pending] = await runs(http, node, other["id"])  # the commit's own client write
+        assert pending["state"] == "scheduled"
         await w.ws.close()
     finally:
         db.set_trace_callback(None)
@@ -83,3 +81,4 @@ async def test_an_idle_node_commits_once_the_window_has_passed(
     [run] = await runs(http, node, job["id"])
     assert run["state"] == "succeeded"
     await w.ws.close()
+

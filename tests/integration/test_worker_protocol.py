@@ -11,7 +11,7 @@ import orjson
 import pytest
 
 from schedd.protocol import messages as m
-from tests.conftest import Node, start_node, wait_for
+from tests.conftest import Node, running_node, wait_for
 
 API = "/api/v1"
 
@@ -75,11 +75,8 @@ async def committed_runs(http: aiohttp.ClientSession, node: Node,
 
 @pytest.fixture
 async def fast_node(tmp_path: Any) -> AsyncIterator[Node]:
-    n = await start_node(tmp_path / "n1", heartbeat_interval="0.2s", heartbeat_timeout="1s")
-    try:
+    async with running_node(tmp_path / "n1", heartbeat_interval="0.2s", heartbeat_timeout="1s") as n:
         yield n
-    finally:
-        await n.rt.stop()
 
 
 async def test_lease_complete_ack(node: Node, http: aiohttp.ClientSession) -> None:
