@@ -138,9 +138,14 @@ class _StateMachine(SyncObjConsumer, ApplyBatch):  # type: ignore[misc]
         self._commit(due_only=True)
 
     def _emit(self) -> None:
+        """Hand the applied entries' leader events on.  Runs on the tick thread outside any
+        apply (in ``end``): nothing may escape from here into pysyncobj's tick."""
         if self._events:
             events, self._events = self._events, []
-            self.hooks.on_applied(events)
+            try:
+                self.hooks.on_applied(events)
+            except Exception:  # noqa: BLE001 - e.g. the event loop closed while stopping
+                log.exception("handing on the leader events failed")
 
     def idle(self) -> None:
         self._commit(due_only=True)
@@ -150,10 +155,16 @@ class _StateMachine(SyncObjConsumer, ApplyBatch):  # type: ignore[misc]
         self._commit(due_only=False)
 
     def _commit(self, *, due_only: bool) -> None:
+        # Only the tick thread opens transactions, so whether one is open and due is known
+        # without the lock, which a read on the event loop may hold a while: an idle tick must
+        # not wait for it to learn that there is nothing to commit.  (Checked again under the
+        # lock for close(), which commits from another thread once the ticks have stopped.)
+        state = self.state
+        if not state.in_transaction or (due_only and not state.visible_now
+                                        and clock.mono() - self._began < LAZY_COMMIT_S):
+            return
         with self.lock:
-            state = self.state
-            if not state.in_transaction or (due_only and not state.visible_now
-                                            and clock.mono() - self._began < LAZY_COMMIT_S):
+            if not state.in_transaction:
                 return
             try:
                 state.commit()

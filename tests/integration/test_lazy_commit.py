@@ -12,10 +12,15 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from schedd.core import commands as c
+from schedd.core.model import JobSpec
+from schedd.core.state import Ok
 from schedd.protocol import messages as m
 from schedd.raft import node as raft_node
 from tests.conftest import Node, running_node, wait_for
 from tests.integration.test_worker_protocol import connect, runs, submit
+
+T0 = 1_800_000_000_000
 
 
 @pytest.fixture
@@ -82,3 +87,19 @@ async def test_an_idle_node_commits_once_the_window_has_passed(
     assert run["state"] == "succeeded"
     await w.ws.close()
 
+
+async def test_a_failure_to_hand_on_the_leader_events_does_not_stop_the_node(
+        node: Node, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The events are handed on at the end of a tick, outside the apply's own guard: an error
+    # there (the event loop closing while the node stops) must not reach pysyncobj's tick,
+    # which would drop the answers of that tick's entries.
+    def broken(batch: object) -> None:
+        raise RuntimeError("Event loop is closed")
+
+    monkeypatch.setattr(node.rt.node.hooks, "on_applied", broken)
+    for k in range(3):  # each one's due event goes to the broken hook
+        job = (f"J-broken-{k}", JobSpec(task="t"))
+        result = await node.rt.node.submit(c.Submit(f"r-broken-{k}", T0, (job,)), timeout=3.0)
+        assert isinstance(result, Ok), result
+    with node.rt.node.read() as st:
+        assert [st.jobs[f"J-broken-{k}"].status.value for k in range(3)] == ["active"] * 3
