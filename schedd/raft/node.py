@@ -79,8 +79,8 @@ class Hooks:
     """Callbacks from the tick thread into asyncio (set by the runtime)."""
 
     def __init__(self) -> None:
-        #: the leader events of the entries a tick applied, as (index, events), in log order:
-        #: one call per tick (each call wakes the event loop)
+        #: the leader events of the entries a tick applied while this node leads, as (index,
+        #: events), in log order: one call per tick (each call wakes the event loop)
         self.on_applied: Callable[[list[tuple[int, list[LeaderEvent]]]], None] = lambda b: None
         self.on_reset: Callable[[], None] = lambda: None
         self.on_role: Callable[[int], None] = lambda r: None
@@ -106,8 +106,11 @@ class _StateMachine(SyncObjConsumer, ApplyBatch):  # type: ignore[misc]
     Applied entries share one database transaction, committed with the last one's index:
 
     * at the end of a tick (:class:`ApplyBatch`, called by :func:`bound_apply`) that applied a
-      command whose answer may be read back at once (a client's command, a claim, a barrier),
-      before any result is handed back: a client that reads after its write finds it;
+      command whose answer may be read back at once (a client's command, a claim, a barrier)
+      on the leader, or on a follower that a caller waits on for it, before any result is
+      handed back: a client that reads after its write finds it on the leader and on the node
+      that answered it.  Other followers apply the command without committing at once: nobody
+      was told about it there, and what they show may lag the leader anyway;
     * otherwise once the transaction is :data:`LAZY_COMMIT_S` old, at the end of a tick or on
       a tick with nothing to apply.  The leader's own commands (fires, leases, results) come
       in a stream, and a run is often fired, leased and finished within that time: its row is
@@ -128,6 +131,8 @@ class _StateMachine(SyncObjConsumer, ApplyBatch):  # type: ignore[misc]
         self._batch = False  # between ApplyBatch.begin and end: commit at the end
         self._began = 0.0  # when the open transaction began (monotonic)
         self._events: list[tuple[int, list[LeaderEvent]]] = []  # to hand on (_emit)
+        self._awaited = True  # whether a caller here waits for the entry applied next
+        self._visible = False  # the open transaction holds such an entry that wants visibility
 
     def begin(self) -> None:
         self._batch = True
@@ -147,6 +152,13 @@ class _StateMachine(SyncObjConsumer, ApplyBatch):  # type: ignore[misc]
             except Exception:  # noqa: BLE001 - e.g. the event loop closed while stopping
                 log.exception("handing on the leader events failed")
 
+    def awaited(self, waited: bool) -> None:
+        self._awaited = waited
+
+    def leading(self) -> bool:
+        """Whether this node leads (pysyncobj's view, on the tick thread)."""
+        return bool(self._syncObj._isLeader())
+
     def idle(self) -> None:
         self._commit(due_only=True)
 
@@ -160,7 +172,7 @@ class _StateMachine(SyncObjConsumer, ApplyBatch):  # type: ignore[misc]
         # not wait for it to learn that there is nothing to commit.  (Checked again under the
         # lock for close(), which commits from another thread once the ticks have stopped.)
         state = self.state
-        if not state.in_transaction or (due_only and not state.visible_now
+        if not state.in_transaction or (due_only and not self._visible
                                         and clock.mono() - self._began < LAZY_COMMIT_S):
             return
         with self.lock:
@@ -168,6 +180,7 @@ class _StateMachine(SyncObjConsumer, ApplyBatch):  # type: ignore[misc]
                 return
             try:
                 state.commit()
+                self._visible = False
             except StorageFailure as exc:
                 self.on_storage_failure(str(exc))
                 raise
@@ -177,11 +190,16 @@ class _StateMachine(SyncObjConsumer, ApplyBatch):  # type: ignore[misc]
         try:
             index = self._syncObj.raftLastApplied + 1
             started = clock.mono()
+            awaited, self._awaited = self._awaited, True
+            state = self.state
             with self.lock:
-                if not self.state.in_transaction:
+                if not state.in_transaction:
                     self._began = started
                 try:
-                    applied = apply_entry(self.state, blob, index, commit=not self._batch)
+                    applied = apply_entry(state, blob, index, commit=not self._batch)
+                    if state.visible_now:
+                        state.visible_now = False
+                        self._visible = self._visible or awaited or self.leading()
                 except StorageFailure as exc:
                     self.on_storage_failure(str(exc))
                     raise
@@ -189,7 +207,9 @@ class _StateMachine(SyncObjConsumer, ApplyBatch):  # type: ignore[misc]
                 return []
             self.hooks.on_apply_time(clock.mono() - started)
             results, events = applied
-            if events:
+            # Only a leader acts on them: a follower would wake its event loop for nothing.
+            # (A node elected later rebuilds from the state once its claim is applied.)
+            if events and self.leading():
                 self._events.append((index, events))
                 if not self._batch:
                     self._emit()

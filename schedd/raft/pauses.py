@@ -76,6 +76,9 @@ class ApplyBatch:
     def begin(self) -> None:
         """Before the first entry of a tick."""
 
+    def awaited(self, waited: bool) -> None:
+        """Before each entry: whether a caller on this node waits for its result."""
+
     def end(self) -> None:
         """After the last entry of a tick, before their callbacks run."""
 
@@ -108,6 +111,7 @@ def bound_apply(obj: Any, budget: float = DEFAULT_APPLY_BUDGET_S,
             for entry in get_entries(applied + 1, commit - applied):
                 try:
                     subscribers = waiting.pop(entry[1], [])
+                    around.awaited(any(term == entry[2] for term, _ in subscribers))
                     answers.append((subscribers, entry[2], do_apply(entry[0])))
                     obj._SyncObj__raftLastApplied += 1
                 except SyncObjExceptionWrongVer as e:

@@ -220,8 +220,8 @@ class SqlState(State):
                 setattr(self, key, value)
         #: the applied index other connections (the API's readers, a snapshot copy) see
         self.committed_index = self.applied_index
-        #: a command whose answer may be read back was applied in the open transaction: the
-        #: node commits it before answering (see make_visible)
+        #: a command whose answer may be read back was applied (see make_visible): the node
+        #: commits it before answering the caller that waits for it, if there is one here
         self.visible_now = False
         self._meta_written = {key: getattr(self, key) for key in _META}
         self.counts = {key: int(value) for key, value in self._all("SELECT key, value FROM counts")}
@@ -428,7 +428,6 @@ class SqlState(State):
             self._counts_written.update(counts)
         self._x("COMMIT", ())
         self.committed_index = self.applied_index
-        self.visible_now = False
 
     def make_visible(self) -> None:
         self.visible_now = True

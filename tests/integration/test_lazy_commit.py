@@ -103,3 +103,36 @@ async def test_a_failure_to_hand_on_the_leader_events_does_not_stop_the_node(
         assert isinstance(result, Ok), result
     with node.rt.node.read() as st:
         assert [st.jobs[f"J-broken-{k}"].status.value for k in range(3)] == ["active"] * 3
+
+
+async def test_a_follower_commits_a_clients_command_at_once_only_if_a_caller_waits_there(
+        lazy_node: Node, http: aiohttp.ClientSession, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A follower applies a client's command that a caller on another node waits for: nobody
+    # was told about it here, so it waits for the next commit like the leader's own commands.
+    # (The node plays a follower's state machine; the command, proposed here without a
+    # callback, has no caller on this node.)
+    rt = lazy_node.rt
+    monkeypatch.setattr(rt.node._sm, "leading", lambda: False)
+    await submit(http, lazy_node, {"task": "t", "schedule": {"in": "1h"}})
+    assert rt.node.state_index == rt.node.applied_index
+    before = rt.node.applied_index
+    blob = c.encode_entry([c.Submit("r-unwatched", T0, (("J-unwatched", JobSpec(task="t")),))])
+    rt.node._sm.apply_entry(blob)  # no callback: no caller waits
+    await wait_for(lambda: rt.node.applied_index > before, timeout=5)
+    with rt.node.read() as st:
+        assert "J-unwatched" in st.jobs
+    assert rt.node.state_index == before
+    assert await rt.reader.job("J-unwatched") is None
+    # the next command a caller here waits for commits both
+    job = await submit(http, lazy_node, {"task": "t", "schedule": {"in": "1h"}})
+    assert rt.node.state_index == rt.node.applied_index
+    assert await rt.reader.job("J-unwatched") is not None
+    assert await rt.reader.job(job["id"]) is not None
+    # the leader commits every client's command at once: a client answered by any node then
+    # finds its write on the leader
+    monkeypatch.setattr(rt.node._sm, "leading", lambda: True)
+    before = rt.node.applied_index
+    blob = c.encode_entry([c.Submit("r-led", T0, (("J-led", JobSpec(task="t")),))])
+    rt.node._sm.apply_entry(blob)
+    await wait_for(lambda: rt.node.state_index > before, timeout=5)
+    assert await rt.reader.job("J-led") is not None

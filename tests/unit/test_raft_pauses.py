@@ -162,6 +162,7 @@ def test_the_entries_of_a_tick_are_applied_between_begin_and_end_and_answered_af
                        fullDumpFile=str(tmp_path / "d"))
     obj = Slow(f"127.0.0.1:{free_port()}", [], conf)
     seen: list[object] = []
+    flags: list[bool] = []  # before each entry: whether a caller here waits for it
 
     class Around(ApplyBatch):
         def begin(self) -> None:
@@ -173,12 +174,16 @@ def test_the_entries_of_a_tick_are_applied_between_begin_and_end_and_answered_af
         def idle(self) -> None:
             seen.append("idle")
 
+        def awaited(self, waited: bool) -> None:
+            flags.append(waited)
+
     try:
         bound_apply(obj, budget=0.05, batch=Around())
         deadline = time.monotonic() + 10
         while not obj._isLeader() and time.monotonic() < deadline:
             obj.doTick(0.01)
         seen.clear()
+        flags.clear()  # (the new leader's own first entry: nobody waits for it)
         for n in range(6):
             obj.work(n, callback=lambda res, err: seen.append(("answer", res, list(obj.applied))))
         while len(obj.applied) < 6 and time.monotonic() < deadline:
@@ -198,5 +203,10 @@ def test_the_entries_of_a_tick_are_applied_between_begin_and_end_and_answered_af
         seen.clear()
         obj.doTick(0)  # nothing left to apply
         assert seen == ["idle"]
+        assert flags == [True] * 6
+        obj.work(6)  # nobody waits for this one
+        while len(obj.applied) < 7 and time.monotonic() < deadline:
+            obj.doTick(0)
+        assert flags == [True] * 6 + [False]
     finally:
         obj.destroy()
