@@ -13,7 +13,6 @@ unknown, and the error says so instead of risking a duplicate.
 from __future__ import annotations
 
 import http.client
-import secrets
 import socket
 import ssl
 import time
@@ -24,6 +23,8 @@ from typing import Any
 from urllib.parse import quote, urlencode, urlsplit
 
 import orjson
+
+from schedd.ids import new_request_id
 
 DEFAULT_SERVER = "http://127.0.0.1:7700"
 DEFAULT_PORT = 7700
@@ -246,7 +247,7 @@ class Client:
             headers["Authorization"] = f"Bearer {self.token}"
         # The server deduplicates writes by request id, so a write repeated on another server
         # after a lost reply is applied once.
-        headers["X-Request-Id"] = secrets.token_hex(12)
+        headers["X-Request-Id"] = new_request_id()
         deadline = self.clock() + self.retry_budget
         failures: list[_Failure] = []
         order = list(self.servers[self._preferred :]) + list(self.servers[: self._preferred])
