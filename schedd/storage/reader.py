@@ -79,8 +79,8 @@ class Reader:
             self._idle.put_nowait(db)
 
     async def _rows(self, sql: str, params: tuple[Any, ...]) -> list[Any]:
-        async with self._conn() as db, db.execute(sql, params) as cur:
-            return list(await cur.fetchall())
+        async with self._conn() as db:
+            return await _fetch(db, sql, params)
 
     # -- jobs ----------------------------------------------------------------------------
     async def job(self, job_id: str) -> Job | None:
@@ -163,18 +163,22 @@ class Reader:
         (``schema.FIRST`` for the newest), the last dead-lettered first; and the cursor of the next
         page (None: this is the last).  Two queries, whatever the page size."""
         async with self._conn() as db:
-            async with db.execute(DLQ_BEFORE, (before, limit + 1)) as cur:
-                rows = list(await cur.fetchall())
+            rows = await _fetch(db, DLQ_BEFORE, (before, limit + 1))
             keys = [parts for _, run_id in rows[:limit]
                     if (parts := split_run_id(run_id)) is not None]
             bodies: dict[tuple[str, int], bytes] = {}
             if keys:
                 values = ", ".join("(?, ?)" for _ in keys)
-                async with db.execute(
-                        f"SELECT job_id, sched_ms, body FROM runs WHERE (sched_ms, job_id) IN "
-                        f"(VALUES {values})", [x for job_id, ms in keys for x in (ms, job_id)]
-                ) as cur:
-                    bodies = {(job_id, ms): body for job_id, ms, body in await cur.fetchall()}
+                found = await _fetch(
+                    db, f"SELECT job_id, sched_ms, body FROM runs WHERE (sched_ms, job_id) IN "
+                    f"(VALUES {values})", tuple(x for job_id, ms in keys for x in (ms, job_id)))
+                bodies = {(job_id, ms): body for job_id, ms, body in found}
         runs = [run_from_body(job_id, ms, bodies[(job_id, ms)])
                 for job_id, ms in keys if (job_id, ms) in bodies]
         return runs, int(rows[limit - 1][0]) if len(rows) > limit else None
+
+
+async def _fetch(db: aiosqlite.Connection, sql: str, params: tuple[Any, ...]) -> list[Any]:
+    """All rows of one query, in one trip to the connection's thread (a cursor's execute,
+    fetch and close would take three, each a wake-up of the event loop)."""
+    return list(await db.execute_fetchall(sql, params))
