@@ -42,7 +42,7 @@ def apply(state: State, cmd: c.Command | c.Undecodable, index: int, events: list
         state.make_visible()
     seen = state.recall(cmd.rid) if cmd.rid and client else None  # (only theirs are kept)
     if seen is not None:
-        return seen
+        return _recalled(state, seen) if isinstance(cmd, c.Submit) else seen
     mark = len(events)
     try:
         result = _dispatch(state, cmd, index, events)
@@ -50,8 +50,32 @@ def apply(state: State, cmd: c.Command | c.Undecodable, index: int, events: list
         del events[mark:]
         result = Rejected("internal", f"{type(cmd).__name__} failed: {type(exc).__name__}: {exc}")
     if cmd.rid and client:
-        state.remember(cmd.rid, cmd.now, result)
+        state.remember(cmd.rid, cmd.now, _to_remember(cmd, result))
     return result
+
+
+def _to_remember(cmd: c.Command, result: Result) -> Result:
+    """What is kept of ``result`` for a repeat of ``cmd``.  A submit's jobs are kept by id (with
+    whether each was created): the jobs themselves are in the state, and a batch's full records
+    would double what the node writes for it."""
+    if isinstance(cmd, c.Submit) and isinstance(result, Ok):
+        return Ok([(job.id, created) for job, created in result.value])
+    return result
+
+
+def _recalled(state: State, seen: Result) -> Result:
+    """A repeated submit's answer: its jobs as they are now.  (Results remembered by an earlier
+    version hold the jobs themselves, as they were.)"""
+    if not isinstance(seen, Ok):
+        return seen
+    out: list[tuple[Job, bool]] = []
+    for ref, created in seen.value:
+        job = ref if isinstance(ref, Job) else state.jobs.get(ref)
+        if job is None:
+            return Rejected("not_found", f"this request was applied, but its job {ref} has been "
+                            "forgotten since (history.retention)", "id")
+        out.append((job, created))
+    return Ok(out)
 
 
 def _dispatch(state: State, cmd: c.Command, index: int, events: list[LeaderEvent]) -> Result:

@@ -222,6 +222,32 @@ def test_request_ids_are_deduplicated() -> None:
     assert list(h.state.jobs) == ["J1"]
 
 
+def test_a_repeated_submit_gets_its_jobs_as_they_are_now_and_only_their_ids_are_kept() -> None:
+    h = Harness()
+    lf = h.claim()
+    batch = (("J1", JobSpec(task="t")), ("J2", JobSpec(task="t", idempotency_key="k")))
+    first = h.one(c.Submit("R1", T0, batch))
+    assert [(job.id, created) for job, created in first.value] == [("J1", True), ("J2", True)]
+    # what is kept for a repeat: the ids and whether each was created, not the records
+    assert h.state.recall("R1") == Ok([("J1", True), ("J2", True)])
+    assert isinstance(h.one(c.CancelJob(h.rid(), T0 + 1, "J1")), Ok)
+    again = h.one(c.Submit("R1", T0 + 2, (("J3", JobSpec(task="t")), ("J4", JobSpec(task="t")))))
+    assert [(job.id, job.status, created) for job, created in again.value] == [
+        ("J1", JobStatus.CANCELLED, True), ("J2", JobStatus.ACTIVE, True)]
+    assert again.value[0][0] == h.state.jobs["J1"]
+    assert sorted(h.state.jobs) == ["J1", "J2"]
+    # a job forgotten meanwhile (history retention) cannot be shown again: a clear not_found
+    assert h.one(c.Purge(h.rid(), T0 + 10, lf, T0 + 5, 1000, 100)) == Ok([1, 1])
+    gone = h.one(c.Submit("R1", T0 + 20, (("J5", JobSpec(task="t")),)))
+    assert gone == Rejected("not_found", "this request was applied, but its job J1 has been "
+                            "forgotten since (history.retention)", "id")
+    assert "J5" not in h.state.jobs
+    # a result remembered by an earlier version holds the jobs themselves, as they were
+    h.state.remember("R-old", T0 + 20, Ok([(first.value[1][0], True)]))
+    assert h.one(c.Submit("R-old", T0 + 30, (("J6", JobSpec(task="t")),))) == Ok(
+        [(first.value[1][0], True)])
+
+
 def test_a_request_id_is_remembered_for_the_whole_window() -> None:
     # The API promises: a repeated X-Request-Id is answered from the first request for at
     # least 15 minutes.  Exactly 15 minutes later still counts.
