@@ -212,8 +212,8 @@ async def submit_job(request: web.Request) -> web.Response:
     check_rate(rt, [spec], now)
     job_id = new_job_id(now)
     res = await commit(rt, lambda rid, t: c.Submit(rid, t, ((job_id, spec),)), await request_id(request))
-    [(job, created)] = unwrap(res)
-    view = job_view(job, await rt.reader.latest_run(job.id))
+    [(job, created, latest)] = unwrap(res)  # the job and its latest run, as applied
+    view = job_view(job, latest)
     log_event(log, "job.submitted", level=logging.DEBUG, job_id=job.id, task=spec.task,
               created=created)
     return json_response(view, 201 if created else 200)
@@ -240,9 +240,7 @@ async def submit_batch(request: web.Request) -> web.Response:
         for ref, job_id in by_ref.items():
             message = message.replace(job_id, ref)
         res = Rejected(res.code, message, res.field)
-    created = unwrap(res)
-    latest = await rt.reader.latest_runs([job.id for job, _ in created])
-    views = [job_view(job, latest.get(job.id)) for job, _ in created]
+    views = [job_view(job, latest) for job, _, latest in unwrap(res)]
     return json_response({"jobs": views}, 201)
 
 

@@ -8,7 +8,7 @@ from schedd.core import commands as c
 from schedd.core import history as H
 from schedd.core import runs as R
 from schedd.core.graph import find_cycle, format_cycle
-from schedd.core.model import Job, JobSpec, JobStatus, evolve
+from schedd.core.model import Job, JobSpec, JobStatus, Run, evolve
 from schedd.core.state import (
     STALE_LEADER,
     LeaderEvent,
@@ -59,22 +59,23 @@ def _to_remember(cmd: c.Command, result: Result) -> Result:
     whether each was created): the jobs themselves are in the state, and a batch's full records
     would double what the node writes for it."""
     if isinstance(cmd, c.Submit) and isinstance(result, Ok):
-        return Ok([(job.id, created) for job, created in result.value])
+        return Ok([(job.id, created) for job, created, _ in result.value])
     return result
 
 
 def _recalled(state: State, seen: Result) -> Result:
-    """A repeated submit's answer: its jobs as they are now.  (Results remembered by an earlier
-    version hold the jobs themselves, as they were.)"""
-    if not isinstance(seen, Ok):
-        return seen
-    out: list[tuple[Job, bool]] = []
+    """A repeated submit's answer: its jobs as they are now, each with its latest run.
+    (Results remembered by an earlier version hold the jobs themselves, as they were.)"""
+    if not isinstance(seen, Ok) or not isinstance(seen.value, list) or not all(
+            isinstance(x, tuple) and len(x) == 2 for x in seen.value):
+        return seen  # not a submit's (a request id used before for another command)
+    out: list[tuple[Job, bool, Run | None]] = []
     for ref, created in seen.value:
         job = ref if isinstance(ref, Job) else state.jobs.get(ref)
         if job is None:
             return Rejected("not_found", f"this request was applied, but its job {ref} has been "
                             "forgotten since (history.retention)", "id")
-        out.append((job, created))
+        out.append((job, created, state.latest_run(job.id)))
     return Ok(out)
 
 
@@ -178,7 +179,7 @@ def _submit(state: State, cmd: c.Submit, events: list[LeaderEvent]) -> Result:
                 created.append((state.jobs[existing], False))
                 continue
         created.append((_create_job(state, job_id, spec, cmd.now, events), True))
-    return Ok([(state.jobs[job.id], new) for job, new in created])
+    return Ok([(state.jobs[job.id], new, state.latest_run(job.id)) for job, new in created])
 
 
 def _create_job(state: State, job_id: str, spec: JobSpec, now: int, events: list[LeaderEvent]) -> Job:

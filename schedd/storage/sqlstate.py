@@ -523,6 +523,9 @@ class SqlState(State):
         return bool(self.unfinished_runs(job_id))
 
     def latest_run(self, job_id: str) -> Run | None:
+        new = self._new_runs_of.get(job_id)
+        if new:  # created since the last write: newer than every row of the job
+            return self._run_writes[new[-1]]
         runs = self._runs(LATEST_RUN, (job_id,))
         return runs[0] if runs else None
 

@@ -224,7 +224,9 @@ def test_a_batch_with_a_known_idempotency_key_still_creates_its_other_jobs() -> 
     h.submit("J1", JobSpec(task="t", idempotency_key="k"))
     res = h.one(c.Submit(h.rid(), T0 + 1, (("J2", JobSpec(task="t", idempotency_key="k")),
                                             ("J3", JobSpec(task="t")))))
-    assert res == Ok([(h.state.jobs["J1"], False), (h.state.jobs["J3"], True)])
+    st = h.state
+    assert res == Ok([(st.jobs["J1"], False, st.runs[f"J1@{T0}"]),
+                      (st.jobs["J3"], True, st.runs[f"J3@{T0 + 1}"])])
     assert sorted(h.state.jobs) == ["J1", "J3"]
 
 

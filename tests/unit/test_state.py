@@ -85,8 +85,9 @@ def test_submit_creates_job_and_scheduled_run_with_due_event() -> None:
     h = Harness()
     res = h.submit()
     assert isinstance(res, Ok)
-    [(job, created)] = res.value
+    [(job, created, latest)] = res.value
     assert created and job.status is JobStatus.ACTIVE
+    assert latest == h.state.runs[f"J1@{T0}"]  # its first run, as the answer shows it
     assert (job.created_ms, job.updated_ms) == (T0, T0)  # both the submit's time
     assert h.state.jobs["J1"] == job
     run = h.state.latest_run("J1")
@@ -227,14 +228,16 @@ def test_a_repeated_submit_gets_its_jobs_as_they_are_now_and_only_their_ids_are_
     lf = h.claim()
     batch = (("J1", JobSpec(task="t")), ("J2", JobSpec(task="t", idempotency_key="k")))
     first = h.one(c.Submit("R1", T0, batch))
-    assert [(job.id, created) for job, created in first.value] == [("J1", True), ("J2", True)]
+    assert [(job.id, created, run.id) for job, created, run in first.value] == [
+        ("J1", True, f"J1@{T0}"), ("J2", True, f"J2@{T0}")]
     # what is kept for a repeat: the ids and whether each was created, not the records
     assert h.state.recall("R1") == Ok([("J1", True), ("J2", True)])
     assert isinstance(h.one(c.CancelJob(h.rid(), T0 + 1, "J1")), Ok)
     again = h.one(c.Submit("R1", T0 + 2, (("J3", JobSpec(task="t")), ("J4", JobSpec(task="t")))))
-    assert [(job.id, job.status, created) for job, created in again.value] == [
-        ("J1", JobStatus.CANCELLED, True), ("J2", JobStatus.ACTIVE, True)]
-    assert again.value[0][0] == h.state.jobs["J1"]
+    assert [(job.id, job.status, created, run.state) for job, created, run in again.value] == [
+        ("J1", JobStatus.CANCELLED, True, RunState.CANCELLED),
+        ("J2", JobStatus.ACTIVE, True, RunState.SCHEDULED)]
+    assert again.value[0][:1] == (h.state.jobs["J1"],)
     assert sorted(h.state.jobs) == ["J1", "J2"]
     # a job forgotten meanwhile (history retention) cannot be shown again: a clear not_found
     assert h.one(c.Purge(h.rid(), T0 + 10, lf, T0 + 5, 1000, 100)) == Ok([1, 1])
@@ -245,7 +248,18 @@ def test_a_repeated_submit_gets_its_jobs_as_they_are_now_and_only_their_ids_are_
     # a result remembered by an earlier version holds the jobs themselves, as they were
     h.state.remember("R-old", T0 + 20, Ok([(first.value[1][0], True)]))
     assert h.one(c.Submit("R-old", T0 + 30, (("J6", JobSpec(task="t")),))) == Ok(
-        [(first.value[1][0], True)])
+        [(first.value[1][0], True, h.state.runs[f"J2@{T0}"])])
+
+
+def test_a_submit_repeating_the_request_id_of_another_command_gets_that_answer() -> None:
+    # The API scopes a request id to its method, path and body, but apply is total: a submit
+    # under the request id of an earlier update gets the update's answer, creating nothing.
+    h = Harness()
+    h.submit("J1")
+    updated = h.one(c.UpdateJob("R-upd", T0 + 1, "J1", paused=True))
+    assert isinstance(updated, Ok)
+    assert h.one(c.Submit("R-upd", T0 + 2, (("J2", JobSpec(task="t")),))) == updated
+    assert sorted(h.state.jobs) == ["J1"]
 
 
 def test_a_request_id_is_remembered_for_the_whole_window() -> None:
@@ -262,8 +276,9 @@ def test_idempotency_key_returns_the_existing_job() -> None:
     h = Harness()
     h.submit("J1", JobSpec(task="t", idempotency_key="k"))
     res = h.submit("J2", JobSpec(task="t", idempotency_key="k"))
-    [(job, created)] = res.value
+    [(job, created, latest)] = res.value
     assert job.id == "J1" and not created and "J2" not in h.state.jobs
+    assert latest == h.state.latest_run("J1")
 
 
 def test_batch_submit_is_all_or_nothing() -> None:
