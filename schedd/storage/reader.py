@@ -1,7 +1,9 @@
 """Reads of the state database for the API: aiosqlite connections of their own.
 
-The tick thread owns the writer connection (``SqlState``) and commits each entry before its
-result reaches a client, so a reader sees at least everything acknowledged so far.  A reader
+The tick thread owns the writer connection (``SqlState``).  A client's command is committed
+before it is answered on the leader and on the node that answers it, so a reader there sees
+at least what that client was told; other changes show within ``LAZY_COMMIT_S``
+(:mod:`schedd.raft.node`).  A reader
 never takes the writer's lock and never runs SQL on the event loop: each aiosqlite connection
 does its work in its own thread.  WAL readers never block the writer; a long read only keeps the
 write-ahead log from being checkpointed while it lasts, so reads here are short (one record,
@@ -110,8 +112,9 @@ class Reader:
 
     async def latest_run(self, job_id: str) -> Run | None:
         """The job's run created last.  Calls made in the same turn of the event loop share one
-        query (:meth:`latest_runs`): the replies to the submits of one Raft entry are written in
-        one turn, and each asks for its new job's run."""
+        query (:meth:`latest_runs`): concurrent requests for jobs (a dashboard or a script
+        reading many) cost one trip to the connection's thread.  (A submit's answer carries its
+        jobs' latest runs and does not ask.)"""
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[Run | None] = loop.create_future()
         self._wanted.setdefault(job_id, []).append(fut)
