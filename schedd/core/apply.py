@@ -66,9 +66,9 @@ def _to_remember(cmd: c.Command, result: Result) -> Result:
 def _recalled(state: State, seen: Result) -> Result:
     """A repeated submit's answer: its jobs as they are now, each with its latest run.
     (Results remembered by an earlier version hold the jobs themselves, as they were.)"""
-    if not isinstance(seen, Ok) or not isinstance(seen.value, list) or not all(
-            isinstance(x, tuple) and len(x) == 2 for x in seen.value):
-        return seen  # not a submit's (a request id used before for another command)
+    if not isinstance(seen, Ok) or not isinstance(seen.value, list):
+        return seen  # not a submit's (the only client answer that is a list): the request id
+        # was used before for another command
     out: list[tuple[Job, bool, Run | None]] = []
     for ref, created in seen.value:
         job = ref if isinstance(ref, Job) else state.jobs.get(ref)
