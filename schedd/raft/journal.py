@@ -45,9 +45,19 @@ Recovery
     in pysyncobj's FileJournal format is imported once (kept as ``<journalFile>.pysyncobj.bak``).
     I/O errors on write or sync are fail-stop (:func:`exit_process`).
 
-Compaction (``deleteEntriesTo``) rewrites the file atomically with the kept records, after
-making the snapshot (``fullDumpFile``) that replaces the dropped head durable; pysyncobj writes
-that file with a rename but no fsync.
+Compaction (``deleteEntriesTo``) never stops the Raft tick thread for the file's size.  It drops
+the head from memory at once; a background thread then makes the snapshot (``fullDumpFile``)
+that replaces the head durable (pysyncobj writes that file with a rename but no fsync), copies
+the kept records written so far into ``<journalFile>.compact`` and syncs it.  The tick thread
+finishes the job at its next ``sync()`` (or its one-second timer): it appends what was written
+since the copy started, syncs, renames the copy over the journal and syncs the directory --
+work proportional to the records added meanwhile, not to the journal.  A truncation into the
+copied records (a new leader overwriting this node's tail, a snapshot installed) cancels the
+copy, and a compaction starts again at the next one.  Until the rename the file still holds
+the dropped head: a node that stops then finds records the snapshot already holds, and
+:meth:`DurableJournal.skip_to` (called with the snapshot's last two entries when the node
+loads it at start) drops them again, so pysyncobj does not mistake that journal for another
+log and discard it.  A leftover ``.compact`` file is removed at open.
 """
 
 from __future__ import annotations
@@ -61,7 +71,7 @@ import threading
 import time
 import zlib
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -286,6 +296,61 @@ def _fsync_file(path: str) -> None:
     fsync_dir(os.path.dirname(os.path.abspath(path)))
 
 
+# -- background compaction ---------------------------------------------------------------------
+COPY_CHUNK: Final = 16 << 20
+
+
+class _Compaction(threading.Thread):
+    """Copies the records ``[cut, upto)`` of the journal behind a fresh header into ``tmp`` and
+    syncs it (after syncing the snapshot that replaces the head).  Never touches the journal's
+    own state: the tick thread looks at ``done`` and finishes or drops the copy."""
+
+    def __init__(self, src_fd: int, cut: int, upto: int, gen: int, tmp: str,
+                 snapshot_path: str | None) -> None:
+        super().__init__(name="journal-compaction", daemon=True)
+        self.src_fd, self.cut, self.upto, self.gen, self.tmp = src_fd, cut, upto, gen, tmp
+        self.snapshot_path = snapshot_path
+        self.fd = -1
+        self.error: OSError | None = None
+        self.failed_op = "compact"
+        self.cancelled = False
+        self.done = False
+        self.seconds = 0.0
+
+    def run(self) -> None:
+        started = time.monotonic()
+        try:
+            if self.snapshot_path is not None:
+                self.failed_op = "sync snapshot"
+                _fsync_file(self.snapshot_path)
+            self.failed_op = "compact"
+            self.fd = os.open(self.tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+            _write_all(self.fd, encode_header(), 0)
+            off, out = self.cut, HEADER_SIZE
+            while off < self.upto and not self.cancelled:
+                chunk = _read_all(self.src_fd, min(COPY_CHUNK, self.upto - off), off)
+                _write_all(self.fd, chunk, out)
+                off, out = off + len(chunk), out + len(chunk)
+            if not self.cancelled:
+                _fdatasync(self.fd)
+        except OSError as exc:
+            self.error = exc
+        finally:
+            os.close(self.src_fd)
+            self.seconds = time.monotonic() - started
+            self.done = True
+
+    def discard(self) -> None:
+        """Stop and remove the copy (the journal's tail changed under it, or the node closes)."""
+        self.cancelled = True
+        self.join()
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+        with suppress(OSError):
+            os.unlink(self.tmp)
+
+
 # -- the journal -------------------------------------------------------------------------------
 def exit_process(exc: OSError) -> None:
     """Default reaction to a failed journal write or sync: exit with status 70 (EX_SOFTWARE),
@@ -309,6 +374,10 @@ class DurableJournal(Journal):  # type: ignore[misc]
         self._dirty = False  # written but not yet fdatasync'ed
         self._state_dirty = False
         self._failed: BaseException | None = None
+        self._compaction: _Compaction | None = None
+        self._gen = 0  # bumped when written records are truncated: a copy of them is stale
+        self._head = HEADER_SIZE  # file offset of the first record still in the log
+        self.compactions = 0  # compactions finished (for measurements and tests)
         # Set by _open:
         self.damage: Damage | None  # what recovery cut at open, for health and tests
         self._entries: list[Entry]
@@ -337,6 +406,8 @@ class DurableJournal(Journal):  # type: ignore[misc]
             return RaftState(), False
 
     def _open(self, state_known: bool) -> None:
+        with suppress(FileNotFoundError):
+            os.unlink(self.path + ".compact")  # a copy a stop interrupted: the journal is whole
         if not os.path.exists(self.path) or os.path.getsize(self.path) == 0:
             atomic_write(self.path, encode_header())
         with open(self.path, "rb") as f:
@@ -467,6 +538,8 @@ class DurableJournal(Journal):  # type: ignore[misc]
 
     def sync(self) -> None:
         """Write what is pending and make it durable (no-op when nothing is)."""
+        if self._compaction is not None and self._compaction.done:
+            self._finish_compaction()
         if not self._pending and not self._dirty:
             return
         with self._io("sync"):
@@ -500,7 +573,7 @@ class DurableJournal(Journal):  # type: ignore[misc]
             log_event(log, "raft.journal_gap", logging.ERROR, index=idx,
                       after=self._entries[-1][1])
         record = encode_record(data, idx, term)
-        self._ends.append((self._ends[-1] if self._ends else HEADER_SIZE) + len(record))
+        self._ends.append((self._ends[-1] if self._ends else self._head) + len(record))
         self._entries.append((data, idx, term))
         self._pending += record
 
@@ -513,9 +586,15 @@ class DurableJournal(Journal):  # type: ignore[misc]
             self._truncate(max(entryFrom, 0))
 
     def _truncate(self, keep: int) -> None:
+        # Nothing left: the file is cut back to its header, dropped head included (whatever
+        # comes next need not follow the records before it).
         new_end = self._ends[keep - 1] if keep else HEADER_SIZE
         del self._entries[keep:]
         del self._ends[keep:]
+        if not keep:
+            self._head = HEADER_SIZE
+        if self._compaction is not None and new_end < self._compaction.upto:
+            self._gen += 1  # the copy being made holds records that are no longer the log
         if new_end >= self._written:  # only unwritten records go
             del self._pending[new_end - self._written :]
         else:
@@ -530,28 +609,114 @@ class DurableJournal(Journal):  # type: ignore[misc]
         self._synced_index = min(self._synced_index, last)
 
     def deleteEntriesTo(self, entryTo: int) -> None:
-        """Compaction: drop the head (now in the snapshot) by rewriting the file atomically."""
+        """Compaction: drop the head (now in the snapshot); the file follows in the background."""
         entryTo = min(entryTo, len(self._entries))
         if entryTo <= 0:
             return
+        self._head = self._ends[entryTo - 1]
+        del self._entries[:entryTo]
+        del self._ends[:entryTo]
+        if self._head >= self._written:
+            self._drop_written()
+        else:
+            self._start_compaction()
+
+    def _drop_written(self) -> None:
+        """The head reaches past what is written: the file holds nothing of the log, and the
+        records after the head, if any, are all pending.  The file is cut back to its header
+        now (cheap, whatever its size) rather than copied: left there, the written head would
+        not be followed by the next record on disk."""
+        if self._compaction is not None:
+            self._gen += 1
         self._sync_snapshot()
-        cut = self._ends[entryTo - 1]
+        with self._io("compact"):
+            os.ftruncate(self._fd, HEADER_SIZE)
+            _fdatasync(self._fd)
+        del self._pending[: self._head - self._written]
+        shift = self._head - HEADER_SIZE
+        self._ends = [end - shift for end in self._ends]
+        self._head = self._written = HEADER_SIZE
+        self._dirty = False
+
+    def skip_to(self, first: Entry, second: Entry) -> bool:
+        """Drop the records before ``first`` if ``first`` and ``second`` follow each other in
+        the log (a compaction the node's stop interrupted; the snapshot holds them)."""
+        if not self._entries:
+            return False
+        at = first[1] - self._entries[0][1]
+        if at <= 0 or at + 1 >= len(self._entries):
+            return False
+        if self._entries[at] != first or self._entries[at + 1] != second:
+            return False
+        log_event(log, "raft.journal_head_dropped", path=self.path, records=at,
+                  first_index=first[1])
+        self.deleteEntriesTo(at)
+        return True
+
+    def _start_compaction(self) -> None:
+        if self._compaction is not None or self._head <= HEADER_SIZE or self._fd < 0:
+            return
+        src = os.dup(self._fd)
+        # The copy takes the records written so far; the rest (and a head not yet written, in
+        # which case there is nothing to copy) is left for the tick thread at the swap.
+        job = _Compaction(src, self._head, max(self._written, self._head), self._gen,
+                          self.path + ".compact", self.snapshot_path)
+        self._compaction = job
+        job.start()
+
+    def finish_compaction(self, wait: bool = False) -> bool:
+        """Put the background copy in place if it is ready (or, with ``wait``, once it is);
+        True if a compaction was finished."""
+        job = self._compaction
+        if job is None:
+            return False
+        if wait:
+            job.join()
+        if not job.done:
+            return False
+        return self._finish_compaction()
+
+    def _finish_compaction(self) -> bool:
+        job = self._compaction
+        assert job is not None and job.done
+        self._compaction = None
+        if job.gen != self._gen:  # the copied records were truncated meanwhile (its read of
+            job.discard()         # them may have failed for that reason alone)
+            self._start_compaction()
+            return False
+        if job.error is not None:
+            job.discard()
+            with self._io(job.failed_op):
+                raise job.error
+        shift = job.cut - HEADER_SIZE
         with self._io("compact"):
             if self._pending:
                 data, self._pending = bytes(self._pending), bytearray()
                 _write_all(self._fd, data, self._written)
                 self._written += len(data)
-            tail = _read_all(self._fd, self._written - cut, cut)
-            atomic_write(self.path, encode_header() + tail)
-            fd, self._fd = self._fd, os.open(self.path, os.O_RDWR)
+            # What was appended while the copy ran (small: entries of seconds, not the log).
+            delta = _read_all(self._fd, self._written - job.upto, job.upto)
+            _write_all(job.fd, delta, job.upto - shift)
+            os.ftruncate(job.fd, self._written - shift)
+            _fdatasync(job.fd)
+            os.replace(job.tmp, self.path)
+            fsync_dir(os.path.dirname(os.path.abspath(self.path)))
+            fd, self._fd, job.fd = self._fd, job.fd, -1
             os.close(fd)
-        shift = cut - HEADER_SIZE
-        self._entries = self._entries[entryTo:]
-        self._ends = [end - shift for end in self._ends[entryTo:]]
-        self._written, self._dirty = HEADER_SIZE + len(tail), False
+        self._head -= shift
+        self._ends = [end - shift for end in self._ends]
+        self._written -= shift
+        self._dirty = False
         self._synced_index = self._entries[-1][1] if self._entries else 0
+        self.compactions += 1
+        log_event(log, "raft.journal_compacted", logging.DEBUG, path=self.path,
+                  dropped_bytes=shift, kept_bytes=self._written - HEADER_SIZE,
+                  copy_seconds=round(job.seconds, 3))
         if self._state.abstain_until is not None:
             self._check_caught_up()
+        if self._head > HEADER_SIZE:  # more was dropped while the copy ran
+            self._start_compaction()
+        return True
 
     def __getitem__(self, item: int | slice) -> Any:
         return self._entries[item]
@@ -562,6 +727,13 @@ class DurableJournal(Journal):  # type: ignore[misc]
     def _destroy(self) -> None:
         if self._fd < 0:
             return
+        if self._compaction is not None:
+            job = self._compaction
+            if job.done and job.error is None and job.gen == self._gen and self._failed is None:
+                self._finish_compaction()
+            if self._compaction is not None:
+                self._compaction.discard()
+                self._compaction = None
         try:
             if self._failed is None:
                 self.sync()
@@ -599,6 +771,8 @@ class DurableJournal(Journal):  # type: ignore[misc]
         return self._state.voted_for
 
     def onOneSecondTimer(self) -> None:
+        if self._compaction is not None and self._compaction.done:
+            self._finish_compaction()
         if self._state_dirty:
             self._store_state()
 

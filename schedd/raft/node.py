@@ -304,6 +304,8 @@ class RaftNode:
 
             self._obj = SyncObj(settings.self_addr, list(settings.peers), conf,
                                 consumers=[self._sm], transportClass=transport)
+        if durable.journal is not None:
+            self.snapshots.on_loaded = durable.journal.skip_to
         self._conf = conf  # the SyncObj reads this object (logCompactionSplit on every tick)
         self._on_tick: queue.SimpleQueue[Callable[[], object]] = queue.SimpleQueue()
         # Low-latency commits (BENCHMARKS.md, S1c): with appendEntriesUseBatch pysyncobj picks a command

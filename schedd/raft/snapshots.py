@@ -71,6 +71,9 @@ class SqlSnapshots:
         self._started: float | None = None
         self.last_duration: float | None = None
         self.last_index: int | None = None
+        #: called at start with the loaded snapshot's entry before last and last entry: the
+        #: journal drops the records the snapshot holds if a stop left them there
+        self.on_loaded: Callable[[Any, Any], object] | None = None
 
     # -- pysyncobj's hooks (tick thread) ----------------------------------------------------
     def serialize(self, tmp_file: str, raft_data: Any) -> None:
@@ -135,4 +138,7 @@ class SqlSnapshots:
                 replaced = True
         if replaced:
             self.on_replaced()
+        if not self.running and self.on_loaded is not None:
+            last, prev, _ = info.raft
+            self.on_loaded(prev, last)
         return info.raft

@@ -12,6 +12,7 @@ import os
 import re
 import stat
 import struct
+import threading
 import time
 import zlib
 from pathlib import Path
@@ -249,6 +250,8 @@ def test_compaction_that_makes_the_log_durable_past_the_window_ends_the_abstenti
     for e in entries(6, start=5):
         j.add(*e)  # pending: the compaction writes and syncs them
     j.deleteEntriesTo(2)
+    assert j.abstain_until == 10  # the head dropped from memory syncs nothing
+    assert j.finish_compaction(wait=True)
     assert j.may_vote() and j.abstain_until is None
     j._destroy()
     assert reopen(path).may_vote()
@@ -513,6 +516,7 @@ def break_truncate(j: DurableJournal, monkeypatch: pytest.MonkeyPatch) -> None:
 def break_compaction(j: DurableJournal, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(os, "pread", eio)
     j.deleteEntriesTo(2)
+    j.finish_compaction(wait=True)
 
 
 @pytest.mark.parametrize(("op", "breaker"), [
@@ -553,8 +557,9 @@ def test_a_journal_shorter_on_disk_than_in_memory_fails_the_compaction(
     j = synced(path, entries(5))
     start, _ = record_bounds(path)[3]
     os.truncate(path, start)  # somebody else cut the file under the running node
+    j.deleteEntriesTo(2)
     with pytest.raises(JournalError, match=re.escape(f"journal {path}: compact failed: short")):
-        j.deleteEntriesTo(2)
+        j.finish_compaction(wait=True)
     [failure] = failures
     assert str(failure) == f"short read at offset {start}"
     j._destroy()
@@ -570,6 +575,7 @@ def test_compaction_copies_the_tail_exactly_through_short_reads(
     real = os.pread
     monkeypatch.setattr(os, "pread", lambda fd, n, off: real(fd, min(n, 1), off))
     j.deleteEntriesTo(3)
+    assert j.finish_compaction(wait=True)
     monkeypatch.undo()
     j._destroy()
     again = reopen(path)
@@ -704,16 +710,117 @@ def test_compacting_one_entry_drops_it(tmp_path: Path) -> None:
     items = entries(4)
     j = synced(path, items)
     j.deleteEntriesTo(1)
+    assert j.finish_compaction(wait=True)
     assert list(j[:]) == items[1:] and list(reopen(path)[:]) == items[1:]
+    j._destroy()
+
+
+class HeldCopy:
+    """Holds the background copy of a compaction until released (a large journal, a busy disk)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.release = threading.Event()
+        self.started = threading.Event()
+        real = jmod._Compaction.run
+
+        def run(job: Any) -> None:
+            self.started.set()
+            assert self.release.wait(10)
+            real(job)
+
+        monkeypatch.setattr(jmod._Compaction, "run", run)
+
+
+def test_compaction_drops_the_head_at_once_and_rewrites_the_file_in_the_background(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "raft.journal"
+    items = entries(30)
+    j = synced(path, items[:20])
+    held = HeldCopy(monkeypatch)
+    j.deleteEntriesTo(15)
+    assert held.started.wait(10)
+    assert list(j[:]) == items[15:20]
+    for e in items[20:25]:
+        j.add(*e)
+    j.sync()  # the log goes on while the copy waits; syncs do not wait for it
+    j.onOneSecondTimer()
+    assert not j.finish_compaction()  # not ready: nothing changes on disk
+    assert list(reopen(path)[:]) == items[:25]  # the whole log, head included, until the rename
+    held.release.set()
+    for e in items[25:]:
+        j.add(*e)  # pending at the swap: written with it
+    assert j.finish_compaction(wait=True) and j.compactions == 1
+    assert not (tmp_path / "raft.journal.compact").exists()
+    again = reopen(path)
+    assert list(again[:]) == items[15:] and again.damage is None
+    again._destroy()
+    j.deleteEntriesFrom(3)  # the offsets follow the new file
+    j._destroy()
+    assert list(reopen(path)[:]) == items[15:18]
+
+
+def test_a_truncation_into_the_copied_records_cancels_the_copy_and_compacts_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "raft.journal"
+    items = entries(20)
+    j = synced(path, items)
+    held = HeldCopy(monkeypatch)
+    j.deleteEntriesTo(5)
+    assert held.started.wait(10)
+    j.deleteEntriesFrom(3)  # a new leader overwrites the tail the copy holds
+    other = [(b"other", i, 9) for i in range(9, 12)]
+    for e in other:
+        j.add(*e)
+    j.sync()
+    held.release.set()
+    assert not j.finish_compaction(wait=True)  # stale: dropped, and a fresh copy started
+    assert j.finish_compaction(wait=True) and j.compactions == 1
+    j._destroy()
+    again = reopen(path)
+    assert list(again[:]) == items[5:8] + other and again.damage is None
+    again._destroy()
+
+
+def test_a_stop_before_the_rename_leaves_the_head_which_skip_to_drops_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "raft.journal"
+    items = entries(12)
+    j = synced(path, items)
+    held = HeldCopy(monkeypatch)
+    j.deleteEntriesTo(6)
+    assert held.started.wait(10)
+    monkeypatch.setattr(j._compaction, "cancelled", True)
+    held.release.set()
+    j._destroy()  # the copy is discarded, the journal is whole
+    assert not (tmp_path / "raft.journal.compact").exists()
+    again = reopen(path)
+    assert list(again[:]) == items
+    assert not again.skip_to(items[6], items[8])  # not consecutive: not the snapshot's pair
+    assert not again.skip_to((b"else", 7, 1), items[7])  # another log: pysyncobj discards it
+    assert list(again[:]) == items
+    assert again.skip_to(items[6], items[7])
+    assert list(again[:]) == items[6:]
+    assert again.finish_compaction(wait=True)
+    again._destroy()
+    assert list(reopen(path)[:]) == items[6:]
+
+
+def test_a_copy_left_by_a_crash_is_removed_at_open(tmp_path: Path) -> None:
+    path = tmp_path / "raft.journal"
+    write(path, entries(3))
+    (tmp_path / "raft.journal.compact").write_bytes(b"half a copy")
+    j = reopen(path)
+    assert list(j[:]) == entries(3) and not (tmp_path / "raft.journal.compact").exists()
     j._destroy()
 
 
 def test_compaction_leaves_nothing_to_sync(tmp_path: Path) -> None:
     path = tmp_path / "raft.journal"
-    j = DurableJournal(str(path))
-    for e in entries(8):
-        j.add(*e)
+    j = synced(path, entries(5))
+    for e in entries(3, start=6):
+        j.add(*e)  # pending: the swap writes and syncs them with the rest
     j.deleteEntriesTo(3)
+    assert j.finish_compaction(wait=True)
     syncs = j.syncs
     j.sync()
     j.setRaftCommitIndex(8)  # all durable: no sync
@@ -830,7 +937,8 @@ def test_the_journal_and_its_state_are_private_to_the_service_user(tmp_path: Pat
         for e in entries(3):
             j.add(*e)
         j.setCurrentTerm(1, None)
-        j.deleteEntriesTo(1)  # rewritten
+        j.deleteEntriesTo(1)
+        assert j.finish_compaction(wait=True)  # rewritten
         j._destroy()
     finally:
         os.umask(old)
