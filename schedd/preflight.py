@@ -42,7 +42,14 @@ def run_as() -> str:
 
 
 def check_modules(cfg: Config) -> list[str]:
-    """The optional parts of the installation this config needs."""
+    """The parts of the installation this config needs: the pysyncobj schedd's patches fit,
+    and the optional packages."""
+    from schedd.raft.patches import PysyncobjMismatch, check_installed
+
+    try:
+        check_installed()
+    except PysyncobjMismatch as exc:
+        return [str(exc)]
     if cfg.raft.secret_file is None:
         return []
     try:  # what pysyncobj encrypts Raft traffic with

@@ -75,13 +75,13 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from typing import Any, Final
 
-import pysyncobj.syncobj as _syncobj
 from pysyncobj.journal import Journal, MemoryJournal
 from pysyncobj.pickle import loads as _legacy_loads
 from pysyncobj.pickle import to_bytes
 from pysyncobj.transport import TCPTransport
 
 from schedd.logs import log_event
+from schedd.raft.patches import swap_create_journal
 
 log = logging.getLogger(__name__)
 
@@ -808,17 +808,11 @@ class Installed:
         return self.journals[-1] if self.journals else None
 
 
-_INSTALL_LOCK = threading.Lock()
-
-
 @contextmanager
 def durable_journal(snapshot_path: str | None = None) -> Iterator[Installed]:
     """While the block runs, ``SyncObj(...)`` builds a :class:`DurableJournal`; pass
-    ``.transport`` as its ``transportClass`` so the journal is synced before acknowledgements.
-
-    pysyncobj has no option for a journal: it calls the module-level ``createJournal``
-    imported into ``pysyncobj.syncobj``, so that name is swapped for the construction only.
-    """
+    ``.transport`` as its ``transportClass`` so the journal is synced before acknowledgements
+    (pysyncobj has no option for a journal: :func:`schedd.raft.patches.swap_create_journal`)."""
     journals: list[DurableJournal] = []
 
     def create_journal(journal_file: str | None = None) -> Any:
@@ -834,10 +828,5 @@ def durable_journal(snapshot_path: str | None = None) -> Iterator[Installed]:
             self.durable_journal = journals[-1] if journals else None
             super().__init__(*args, **kwargs)
 
-    with _INSTALL_LOCK:
-        original = _syncobj.createJournal
-        _syncobj.createJournal = create_journal
-        try:
-            yield Installed(_Transport, journals)
-        finally:
-            _syncobj.createJournal = original
+    with swap_create_journal(create_journal):
+        yield Installed(_Transport, journals)

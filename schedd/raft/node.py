@@ -39,7 +39,17 @@ from schedd.core.state import LeaderEvent, Rejected, Result, State
 from schedd.errors import ResourceExhausted, SchedError, Unavailable
 from schedd.logs import log_event
 from schedd.raft.journal import durable_journal
-from schedd.raft.pauses import ApplyBatch, bound_apply, read_before_judging
+from schedd.raft.patches import (
+    ApplyBatch,
+    append_now,
+    bound_apply,
+    check_installed,
+    check_node,
+    compaction_forced,
+    guard_snapshot_commit,
+    last_response_times,
+    read_before_judging,
+)
 from schedd.raft.peerguard import PeerGuard
 from schedd.raft.snapshots import SqlSnapshots
 from schedd.storage.sqlstate import SqlState, StorageFailure, apply_entry
@@ -294,6 +304,7 @@ class RaftNode:
         # and the transport syncs the journal before the node acknowledges (schedd/raft/journal.py).
         # The transport also reports the peers it refuses (another Raft secret, an address not
         # in raft.peers), which pysyncobj drops without a word (schedd/raft/peerguard.py).
+        check_installed()  # the patches below fit this pysyncobj (schedd/raft/patches.py)
         with durable_journal(snapshot_path=conf.fullDumpFile) as durable:
             guarded = type("GuardedTransport", (PeerGuard, durable.transport),
                            {"on_fatal": staticmethod(lambda message: hooks.on_fatal(message))})
@@ -304,6 +315,7 @@ class RaftNode:
 
             self._obj = SyncObj(settings.self_addr, list(settings.peers), conf,
                                 consumers=[self._sm], transportClass=transport)
+        check_node(self._obj)
         if durable.journal is not None:
             self.snapshots.on_loaded = durable.journal.skip_to
         self._conf = conf  # the SyncObj reads this object (logCompactionSplit on every tick)
@@ -464,8 +476,7 @@ class RaftNode:
         status = self._obj.getStatus()
         commit = int(self._obj.raftCommitIndex)
         # Read-only, on the tick thread: when each follower last answered an append_entries.
-        answered = {str(node.id): float(t)
-                    for node, t in self._obj._SyncObj__lastResponseTime.items()}
+        answered = last_response_times(self._obj)
         timeout = self.settings.follower_stall_timeout
         changed = False
         for peer in self.settings.peers:
@@ -510,7 +521,7 @@ class RaftNode:
         self._obj.forceLogCompaction()
 
     def _restore_split(self) -> None:  # tick thread, after this tick's __tryLogCompaction
-        if not self._conf.logCompactionSplit and not self._obj._SyncObj__forceLogCompaction:
+        if not self._conf.logCompactionSplit and not compaction_forced(self._obj):
             self._conf.logCompactionSplit = True
 
     def _stall_fields(self) -> dict[str, int]:
@@ -546,23 +557,7 @@ class RaftNode:
         """Send new log entries now instead of at the next append period, when every connected
         follower has acknowledged everything sent to it (one append in flight per follower at
         most, so pysyncobj never resends entries a follower already holds)."""
-        obj = self._obj
-        if not obj._isLeader():
-            return
-        cur = obj._SyncObj__getCurrentLogIndex()
-        nxt = obj._SyncObj__raftNextIndex
-        match = obj._SyncObj__raftMatchIndex
-        connected = obj._SyncObj__connectedNodes
-        behind = False
-        for node in obj._SyncObj__otherNodes:
-            if node not in connected:
-                continue
-            if match.get(node, 0) + 1 < nxt.get(node, 0):
-                return  # an append to this follower is still in flight
-            if nxt.get(node, 0) <= cur:
-                behind = True
-        if behind:
-            obj._SyncObj__newAppendEntriesTime = 0
+        if append_now(self._obj):
             self._wake()
 
     def _wake(self) -> None:
@@ -617,40 +612,6 @@ class RaftNode:
             loop.call_soon_threadsafe(_resolve, futures, res, err)
 
         return callback
-
-
-def guard_snapshot_commit(obj: SyncObj) -> None:
-    """Work around a pysyncobj 0.3.17 bug that acknowledged writes which were then lost.
-
-    A follower handles an ``append_entries`` message that carries a snapshot chunk (no
-    ``prevLogIdx``; ``serialized`` is a chunk, or None while the leader is still writing the
-    snapshot) by falling through to ``commitIndex = min(leaderCommit, own last index)`` without
-    the log-matching check.  A deposed leader holding uncommitted entries of its own (client
-    writes it accepted while cut off) thus "commits" and applies them, answers the clients that
-    sent them, and then loads the snapshot, which does not have them: an acknowledged job lost
-    (found by the fault suite: seed 3017, one_way_leader_in).  Only installing the snapshot may
-    move the commit index on such a message; otherwise it is put back.  Runs on the tick thread
-    (the transport's message callback)."""
-    transport = obj._SyncObj__transport
-    inner = transport._onMessageReceivedCallback
-
-    def on_message(node: Any, message: Any) -> None:
-        if not (isinstance(message, dict) and message.get("type") == "append_entries"
-                and "prevLogIdx" not in message):
-            inner(node, message)
-            return
-        commit = obj._SyncObj__raftCommitIndex
-        applied = obj._SyncObj__raftLastApplied
-        raft_log = obj._SyncObj__raftLog
-        first = raft_log[0] if len(raft_log) else None
-        inner(node, message)
-        installed = obj._SyncObj__raftLastApplied != applied or (
-            (raft_log[0] if len(raft_log) else None) != first)
-        if not installed and obj._SyncObj__raftCommitIndex > commit:
-            obj._SyncObj__raftCommitIndex = commit
-            raft_log.setRaftCommitIndex(commit)
-
-    transport.setOnMessageReceivedCallback(on_message)
 
 
 def _resolve(futures: list[asyncio.Future[Result]], res: Any, err: int) -> None:

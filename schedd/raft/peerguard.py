@@ -27,6 +27,7 @@ from typing import Any
 
 from schedd import clock
 from schedd.logs import log_event
+from schedd.raft.patches import peer_address
 
 log = logging.getLogger(__name__)
 
@@ -46,16 +47,6 @@ _WRONG_SECRET_HINT = (
     "its messages do not authenticate with this node's raft.secret_file: every node must use "
     "the same secret file (or, on loopback only, none)"
 )
-
-
-def _remote(conn: Any) -> str:
-    """``host:port`` of the other end of a pysyncobj connection, or ``"?"``."""
-    sock: Any = getattr(conn, "_TcpConnection__socket", None)
-    try:
-        host, port = sock.getpeername()[:2]
-    except (AttributeError, OSError, TypeError, ValueError):
-        return "?"
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 class _Authenticating:
@@ -117,7 +108,7 @@ class PeerGuard:
     def _onNewIncomingConnection(self, conn: Any) -> None:
         super()._onNewIncomingConnection(conn)  # type: ignore[misc]
         if conn.encryptor is not None:
-            remote = _remote(conn)
+            remote = peer_address(conn)
             conn.encryptor = _Authenticating(
                 conn.encryptor, lambda: self._refused(WRONG_SECRET, remote, _WRONG_SECRET_HINT))
 
@@ -156,7 +147,7 @@ class PeerGuard:
             super()._onIncomingMessageReceived(conn, message)  # type: ignore[misc]
             return
         self._refused(
-            NOT_IN_PEERS, _remote(conn),
+            NOT_IN_PEERS, peer_address(conn),
             f"a node that calls itself {message} connected, but raft.peers does not list it: "
             "every node must list the others by the address each sets in raft.listen",
             peer=message)

@@ -106,6 +106,20 @@ def test_missing_dependency_is_one_line_naming_the_module(world: Path) -> None:
     assert_one_line(lines, "'orjson'", "cannot be imported", "pip install")
 
 
+def test_another_pysyncobj_is_one_line_naming_both_versions(world: Path) -> None:
+    # The installed distribution's metadata says 0.3.18 (the package is still the real one):
+    # schedd's patches are written for 0.3.17's internals and must not run on another.
+    meta = world / "shadow" / "pysyncobj-0.3.18.dist-info"
+    meta.mkdir(parents=True)
+    (meta / "METADATA").write_text("Metadata-Version: 2.1\nName: pysyncobj\nVersion: 0.3.18\n")
+    cfg, _ = write_config(world)
+    env = {"PYTHONPATH": f"{world / 'shadow'}{os.pathsep}{_env()['PYTHONPATH']}"}
+    code, lines = schedd(cfg, world, env=env)
+    assert code == 1
+    assert_one_line(lines, "pysyncobj 0.3.18 is installed", "pysyncobj 0.3.17", "pip install")
+    assert not (world / "data" / "raft" / "raft.journal").exists(), "nothing may start"
+
+
 def test_ports_in_use_are_named_by_their_keys(world: Path) -> None:
     cfg, port = write_config(world)
     with socket.socket() as http, socket.socket() as raft:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, replicated
 
-from schedd.raft.pauses import ApplyBatch, bound_apply, read_before_judging
+from schedd.raft.patches import ApplyBatch, bound_apply, read_before_judging
 from tests.conftest import free_port
 
 MIN_TIMEOUT, MAX_TIMEOUT = 0.3, 0.6

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from pysyncobj import SyncObj, SyncObjConf
 
-from schedd.raft.node import guard_snapshot_commit
+from schedd.raft.patches import guard_snapshot_commit
 from tests.conftest import free_port
 
 

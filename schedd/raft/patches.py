@@ -1,0 +1,351 @@
+"""Every place schedd reaches into pysyncobj past its public API: the inventory, the patches,
+and the start-up check that they still fit.
+
+pysyncobj is pinned (``pyproject.toml``) because schedd changes its behaviour where it has no
+hook.  Each patch below says what it changes, why, and which test shows it; everything private
+it touches (name-mangled ``_SyncObj__*`` attributes and methods, one private attribute of a
+connection, one module-level factory) is listed in :data:`PRIVATE` and checked by
+:func:`check_installed` (before a node is built) and :func:`check_node` (on the built node),
+so another pysyncobj stops the node at start with a message that says what is wrong, not with
+an ``AttributeError`` in the tick thread or, worse, a patch that silently no longer applies.
+
+=======================  ====================================================  ==============================
+patch                    what and why                                          tests
+=======================  ====================================================  ==============================
+read_before_judging      wraps ``_onTick``: after a pause the tick reads the   tests/unit/test_raft_pauses.py
+                         sockets before it judges timeouts (below)
+bound_apply              replaces ``__applyLogEntries`` (a copy of 0.3.17's,   tests/unit/test_raft_pauses.py
+                         fingerprinted: :data:`APPLY_SOURCE_SHA256`): a time
+                         budget per tick, one database transaction per tick
+guard_snapshot_commit    wraps the transport's message callback: a snapshot    tests/unit/test_raft_snapshot_guard.py
+                         chunk must not commit without log matching
+append_now               zeroes ``__newAppendEntriesTime`` when no append is   tests/unit/test_raft_patches.py
+                         in flight: new entries go out at once, not at the
+                         next append period (low-latency commits)
+last_response_times,     read ``__lastResponseTime`` and                       tests/cluster/test_stalled_follower.py
+compaction_forced        ``__forceLogCompaction`` (the stalled-follower watch)
+swap_create_journal      replaces ``pysyncobj.syncobj.createJournal`` while a   tests/unit/test_journal.py
+                         SyncObj is built: the durable journal
+peer_address             reads a connection's ``__socket`` to name a peer it    tests/cluster/test_raft_secret.py
+                         refused
+=======================  ====================================================  ==============================
+
+Not patches but pysyncobj's own options, documented where used: the custom asynchronous
+serializer (``schedd/raft/snapshots.py``), the transport class (``schedd/raft/journal.py``,
+``schedd/raft/peerguard.py``), ``addOnTickCallback``.
+
+Pauses
+------
+
+A node whose Raft thread did not run for a while reads its sockets before judging timeouts.
+
+pysyncobj's tick checks the election deadline (a follower) and when each follower last answered
+(a leader, ``leaderFallbackTimeout``) at its start, and reads the network only at its end.  When
+the tick thread has not run for longer than those timeouts - the process spent a second in a
+full garbage collection, the event loop held the GIL through a large apply, the machine stalled
+it - the leader's heartbeats and the followers' answers are waiting in the sockets, but the tick
+judges the silence first: a follower becomes a candidate and deposes a healthy leader, a leader
+steps down.  Measured here: three nodes in one process paused by one 0.6 s collection went
+through an election every time.
+
+:func:`read_before_judging` wraps the node's tick: when the previous tick ended more than
+``threshold`` seconds ago it first polls the sockets without waiting, so the messages that
+arrived meanwhile are handled (a heartbeat moves the follower's deadline on, an answer the
+leader's record) before the timers are looked at.  Nothing is assumed: if nothing arrived
+(the leader really is gone, the followers really are silent) the timers fire as before.  A node
+paused longer than its peers' own timeouts still loses its role - they judged it meanwhile.
+
+:func:`bound_apply` keeps the tick itself short: pysyncobj applies every committed entry in one
+go, and a leader that applies ten large entries (batches of a thousand jobs, fires of a thousand
+runs: 50-100 ms each) sends no heartbeat meanwhile, a follower answers nothing, and the peers
+time out.  Bounded, a tick applies entries until ``budget`` seconds have passed (at least one)
+and leaves the rest to the next tick, after the heartbeats went out and the network was read;
+pysyncobj is in that state (committed ahead of applied) between every commit and its apply
+anyway.  The entries of one tick are applied between the calls of an :class:`ApplyBatch`, and
+their results handed to the callers only after it ended: the node commits them to its database
+in one transaction there, so a caller that reads what it wrote finds it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import logging
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from importlib import metadata
+from typing import Any, Final
+
+import pysyncobj.syncobj as _syncobj
+from pysyncobj import FAIL_REASON, SyncObj
+from pysyncobj.monotonic import monotonic as raft_clock
+from pysyncobj.syncobj import SyncObjExceptionWrongVer
+
+log = logging.getLogger(__name__)
+
+# -- what is touched, and the check that it is there ---------------------------------------------
+PYSYNCOBJ_VERSION: Final = "0.3.17"
+
+#: methods of SyncObj that the patches call or replace
+PRIVATE_METHODS: Final = (
+    "_onTick", "_isLeader", "_SyncObj__doApplyCommand", "_SyncObj__getEntries",
+    "_SyncObj__applyLogEntries", "_SyncObj__getCurrentLogIndex",
+)
+#: attributes of a built SyncObj that the patches read or write
+PRIVATE_ATTRIBUTES: Final = (
+    "_poller", "_SyncObj__transport", "_SyncObj__properies", "_SyncObj__conf",
+    "_SyncObj__raftCommitIndex", "_SyncObj__raftLastApplied", "_SyncObj__raftLog",
+    "_SyncObj__commandsWaitingCommit", "_SyncObj__raftNextIndex", "_SyncObj__raftMatchIndex",
+    "_SyncObj__connectedNodes", "_SyncObj__otherNodes", "_SyncObj__newAppendEntriesTime",
+    "_SyncObj__lastResponseTime", "_SyncObj__forceLogCompaction",
+)
+#: a connection's socket, read only to name a refused peer (without it the name is "?")
+CONNECTION_SOCKET: Final = "_TcpConnection__socket"
+
+#: sha256 of pysyncobj 0.3.17's ``SyncObj.__applyLogEntries`` source, which :func:`bound_apply`
+#: copies: another body means the copy must be brought in step with it first
+APPLY_SOURCE_SHA256: Final = "073db677773b5a2dddf17cc51f84ac8803ed456da0f0011e15240d6bd1600684"
+
+
+class PysyncobjMismatch(RuntimeError):
+    """The installed pysyncobj is not the one schedd's patches were written for."""
+
+
+_HINT = (f"schedd patches pysyncobj {PYSYNCOBJ_VERSION} and runs only with it: reinstall "
+         "schedd with its pinned dependencies (pip install schedd, not a newer pysyncobj)")
+
+
+def check_installed() -> None:
+    """Raise :class:`PysyncobjMismatch` unless the installed pysyncobj is the expected version,
+    with the methods the patches replace or call, and the apply step they copy unchanged."""
+    try:
+        version = metadata.version("pysyncobj")
+    except metadata.PackageNotFoundError:
+        version = "unknown"
+    if version != PYSYNCOBJ_VERSION:
+        raise PysyncobjMismatch(f"pysyncobj {version} is installed; {_HINT}")
+    missing = [f"SyncObj.{name}" for name in PRIVATE_METHODS if not hasattr(SyncObj, name)]
+    if not hasattr(_syncobj, "createJournal"):
+        missing.append("pysyncobj.syncobj.createJournal")
+    if missing:
+        raise PysyncobjMismatch(f"pysyncobj lacks {', '.join(missing)}; {_HINT}")
+    try:
+        source = inspect.getsource(SyncObj._SyncObj__applyLogEntries)
+    except (OSError, TypeError):
+        return  # installed without its source: the version check above is what there is
+    if hashlib.sha256(source.encode()).hexdigest() != APPLY_SOURCE_SHA256:
+        raise PysyncobjMismatch(f"pysyncobj's SyncObj.__applyLogEntries is not the one "
+                                f"schedd's bound_apply copies; {_HINT}")
+
+
+def check_node(obj: SyncObj) -> None:
+    """Raise :class:`PysyncobjMismatch` unless the built node has every private attribute the
+    patches use (instance attributes exist only once ``SyncObj.__init__`` has run)."""
+    missing = [name for name in PRIVATE_ATTRIBUTES if not hasattr(obj, name)]
+    if missing:
+        raise PysyncobjMismatch(f"this pysyncobj's SyncObj has no {', '.join(missing)}; {_HINT}")
+
+#: a gap between two ticks longer than this counts as a pause (a tick ends with a poll of at
+#: most ``autoTickPeriod``, 10 ms by default, so consecutive ticks are normally ~0 apart)
+DEFAULT_THRESHOLD_S = 0.05
+
+
+#: how long one tick may spend applying committed entries before it sends and reads
+DEFAULT_APPLY_BUDGET_S = 0.05
+
+
+def read_before_judging(obj: Any, threshold: float = DEFAULT_THRESHOLD_S) -> None:
+    """Wrap the pysyncobj ``obj``'s tick (its auto-tick thread and ``doTick`` call
+    ``self._onTick``) so that after a pause it reads the network before its timers."""
+    original = obj._onTick
+    transport = obj._SyncObj__transport
+    last_end = [raft_clock()]
+
+    def on_tick(timeToWait: float = 0.0) -> None:  # noqa: N803 - pysyncobj's name
+        if raft_clock() - last_end[0] > threshold and transport.ready:
+            obj._poller.poll(0)
+        try:
+            original(timeToWait)
+        finally:
+            last_end[0] = raft_clock()
+
+    obj._onTick = on_tick
+    # pysyncobj pickles every attribute of the SyncObj into its snapshots except those it had
+    # when it was made: this one is not replicated state (and a closure does not pickle).
+    obj._SyncObj__properies.add("_onTick")
+
+
+class ApplyBatch:
+    """What to do around the entries one tick applies (:func:`bound_apply`): ``begin`` before
+    the first, ``end`` after the last, before any of their results is handed to its caller
+    (the node applies them in one database transaction, committed by ``end``)."""
+
+    def begin(self) -> None:
+        """Before the first entry of a tick."""
+
+    def awaited(self, waited: bool) -> None:
+        """Before each entry: whether a caller on this node waits for its result."""
+
+    def end(self) -> None:
+        """After the last entry of a tick, before their callbacks run."""
+
+    def idle(self) -> None:
+        """On a tick with nothing to apply."""
+
+
+def bound_apply(obj: Any, budget: float = DEFAULT_APPLY_BUDGET_S,
+                batch: ApplyBatch | None = None) -> None:
+    """Replace the pysyncobj ``obj``'s apply step (``SyncObj.__applyLogEntries``, looked up on
+    the instance by its mangled name) with one that stops after ``budget`` seconds and calls
+    ``batch`` around the entries it applies; the results reach their callers after
+    ``batch.end``.  Otherwise the same code as pysyncobj 0.3.17's, which this must be kept in
+    step with."""
+    do_apply = obj._SyncObj__doApplyCommand
+    get_entries = obj._SyncObj__getEntries
+    use_batch = obj._SyncObj__conf.appendEntriesUseBatch
+    around = batch or ApplyBatch()
+
+    def apply_log_entries() -> bool:
+        commit, applied = obj._SyncObj__raftCommitIndex, obj._SyncObj__raftLastApplied
+        if commit <= applied:
+            around.idle()
+            return False
+        stop_at = raft_clock() + budget
+        waiting = obj._SyncObj__commandsWaitingCommit  # looked up each time: never a stale copy
+        answers: list[tuple[list[Any], Any, Any]] = []  # (subscribers, term, result)
+        around.begin()
+        try:
+            for entry in get_entries(applied + 1, commit - applied):
+                try:
+                    subscribers = waiting.pop(entry[1], [])
+                    around.awaited(any(term == entry[2] for term, _ in subscribers))
+                    answers.append((subscribers, entry[2], do_apply(entry[0])))
+                    obj._SyncObj__raftLastApplied += 1
+                except SyncObjExceptionWrongVer as e:
+                    log.error("request to switch to an unsupported code version (%d)", e.ver)
+                if raft_clock() >= stop_at:
+                    break
+        finally:
+            around.end()
+        for subscribers, term, res in answers:
+            for subscribed_term, callback in subscribers:
+                if subscribed_term == term:
+                    callback(res, FAIL_REASON.SUCCESS)
+                else:
+                    callback(None, FAIL_REASON.DISCARDED)
+        return not use_batch
+
+    obj._SyncObj__applyLogEntries = apply_log_entries
+    obj._SyncObj__properies.add("_SyncObj__applyLogEntries")  # not replicated state
+
+
+# -- commits ------------------------------------------------------------------------------------
+def guard_snapshot_commit(obj: SyncObj) -> None:
+    """Work around a pysyncobj 0.3.17 bug that acknowledged writes which were then lost.
+
+    A follower handles an ``append_entries`` message that carries a snapshot chunk (no
+    ``prevLogIdx``; ``serialized`` is a chunk, or None while the leader is still writing the
+    snapshot) by falling through to ``commitIndex = min(leaderCommit, own last index)`` without
+    the log-matching check.  A deposed leader holding uncommitted entries of its own (client
+    writes it accepted while cut off) thus "commits" and applies them, answers the clients that
+    sent them, and then loads the snapshot, which does not have them: an acknowledged job lost
+    (found by the fault suite: seed 3017, one_way_leader_in).  Only installing the snapshot may
+    move the commit index on such a message; otherwise it is put back.  Runs on the tick thread
+    (the transport's message callback)."""
+    transport = obj._SyncObj__transport
+    inner = transport._onMessageReceivedCallback
+
+    def on_message(node: Any, message: Any) -> None:
+        if not (isinstance(message, dict) and message.get("type") == "append_entries"
+                and "prevLogIdx" not in message):
+            inner(node, message)
+            return
+        commit = obj._SyncObj__raftCommitIndex
+        applied = obj._SyncObj__raftLastApplied
+        raft_log = obj._SyncObj__raftLog
+        first = raft_log[0] if len(raft_log) else None
+        inner(node, message)
+        installed = obj._SyncObj__raftLastApplied != applied or (
+            (raft_log[0] if len(raft_log) else None) != first)
+        if not installed and obj._SyncObj__raftCommitIndex > commit:
+            obj._SyncObj__raftCommitIndex = commit
+            raft_log.setRaftCommitIndex(commit)
+
+    transport.setOnMessageReceivedCallback(on_message)
+
+
+def append_due(current: int, next_index: dict[Any, int], match_index: dict[Any, int],
+               connected: Any, followers: Any) -> bool:
+    """Whether new entries may be sent now: some connected follower lacks entries up to
+    ``current`` and no connected follower has an append in flight (its match index is behind
+    the next index it was sent: pysyncobj would send the same entries again)."""
+    behind = False
+    for node in followers:
+        if node not in connected:
+            continue
+        if match_index.get(node, 0) + 1 < next_index.get(node, 0):
+            return False
+        if next_index.get(node, 0) <= current:
+            behind = True
+    return behind
+
+
+def append_now(obj: SyncObj) -> bool:
+    """On a leader, make the next tick send new entries at once instead of at the next
+    ``appendEntriesPeriod`` when :func:`append_due` (tick thread).  True if it did: the caller
+    wakes the tick thread."""
+    if not obj._isLeader():
+        return False
+    if not append_due(obj._SyncObj__getCurrentLogIndex(),
+                      obj._SyncObj__raftNextIndex,
+                      obj._SyncObj__raftMatchIndex,
+                      obj._SyncObj__connectedNodes,
+                      obj._SyncObj__otherNodes):
+        return False
+    obj._SyncObj__newAppendEntriesTime = 0
+    return True
+
+
+# -- the stalled-follower watch ---------------------------------------------------------------------
+def last_response_times(obj: SyncObj) -> dict[str, float]:
+    """When each follower last answered an append_entries (pysyncobj's monotonic clock; tick
+    thread, read only)."""
+    return {str(node.id): float(t)
+            for node, t in obj._SyncObj__lastResponseTime.items()}
+
+
+def compaction_forced(obj: SyncObj) -> bool:
+    """Whether a ``forceLogCompaction`` has not been taken by a tick yet."""
+    return bool(obj._SyncObj__forceLogCompaction)
+
+
+# -- construction ---------------------------------------------------------------------------------
+_CREATE_JOURNAL_LOCK = threading.Lock()
+
+
+@contextmanager
+def swap_create_journal(factory: Callable[[str | None], Any]) -> Iterator[None]:
+    """While the block runs, ``SyncObj(...)`` builds its journal with ``factory``.
+
+    pysyncobj has no option for a journal: it calls the module-level ``createJournal``
+    imported into ``pysyncobj.syncobj``, so that name is swapped for the construction only
+    (one construction at a time)."""
+    with _CREATE_JOURNAL_LOCK:
+        original = _syncobj.createJournal
+        _syncobj.createJournal = factory
+        try:
+            yield
+        finally:
+            _syncobj.createJournal = original
+
+
+# -- connections ----------------------------------------------------------------------------------
+def peer_address(conn: Any) -> str:
+    """``host:port`` of the other end of a pysyncobj connection, or ``"?"``."""
+    sock: Any = getattr(conn, CONNECTION_SOCKET, None)
+    try:
+        host, port = sock.getpeername()[:2]
+    except (AttributeError, OSError, TypeError, ValueError):
+        return "?"
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
