@@ -33,11 +33,12 @@ from schedd.core.runs import FIRE_AHEAD_MAX_MS
 from schedd.errors import ConfigError, InvalidArgument
 
 __all__ = [
+    "MIN_SECRET_BYTES",
     "AuthConfig",
     "Config",
+    "HistoryConfig",
     "HttpConfig",
     "LimitsConfig",
-    "HistoryConfig",
     "LogConfig",
     "NodeConfig",
     "RaftConfig",
@@ -52,7 +53,6 @@ __all__ = [
     "read_raft_secret",
     "server_ssl_context",
     "split_hostport",
-    "MIN_SECRET_BYTES",
 ]
 
 MIN_SECRET_BYTES: Final = 32

@@ -53,7 +53,7 @@ def check_modules(cfg: Config) -> list[str]:
     if cfg.raft.secret_file is None:
         return []
     try:  # what pysyncobj encrypts Raft traffic with
-        import cryptography.fernet  # noqa: F401
+        import cryptography.fernet
         import cryptography.hazmat.primitives.kdf.pbkdf2  # noqa: F401
     except ImportError as exc:
         return [

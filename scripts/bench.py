@@ -69,12 +69,12 @@ import orjson
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from scripts.benchlib import failover, peers, retention, scale  # noqa: E402
-from scripts.benchlib.clusterops import leader_url, stop_cluster, wait_worker  # noqa: E402
-from scripts.benchlib.common import pct, stop_pid, summary  # noqa: E402
-from scripts.benchlib.syncobj_ceiling import syncobj_ceiling  # noqa: E402
-from tests.cluster.harness import Cluster  # noqa: E402
-from tests.conftest import free_port  # noqa: E402
+from scripts.benchlib import failover, peers, retention, scale
+from scripts.benchlib.clusterops import leader_url, stop_cluster, wait_worker
+from scripts.benchlib.common import pct, stop_pid, summary
+from scripts.benchlib.syncobj_ceiling import syncobj_ceiling
+from tests.cluster.harness import Cluster
+from tests.conftest import free_port
 
 BARE = r"""
 import sys

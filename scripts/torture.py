@@ -33,8 +33,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tests.cluster.checker import INVARIANTS  # noqa: E402
-from tests.cluster.faults import KINDS, make_schedule, run_schedule, summary_line  # noqa: E402
+from tests.cluster.checker import INVARIANTS
+from tests.cluster.faults import KINDS, make_schedule, run_schedule, summary_line
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -93,7 +93,7 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
         return json_response(code(message).to_dict(), exc.status, headers)
     except asyncio.CancelledError:
         raise
-    except Exception:  # noqa: BLE001 - never a stack trace in a response
+    except Exception:  # never a stack trace in a response
         log.exception("unhandled error in %s %s", request.method, request.path)
         return json_response({"error": {"code": "internal", "message": "internal error"}}, 500)
 

@@ -187,7 +187,7 @@ class _Looks:
             return
         try:
             fut.set_result(_look(self.rt))
-        except Exception:  # noqa: BLE001 - a look that failed is "not settled yet"
+        except Exception:  # a look that failed is "not settled yet"
             log.debug("ws.look_failed", exc_info=True)
             fut.set_result((None, None, False))
 

@@ -943,7 +943,7 @@ def _run_pages(
         if not follow or not isinstance(cursor, str) or not cursor or cursor in seen:
             break
         seen.add(cursor)
-        query = tuple((k, v) for k, v in req.query if k != "cursor") + (("cursor", cursor),)
+        query = (*tuple((k, v) for k, v in req.query if k != "cursor"), ("cursor", cursor))
     if settings.output != "json":
         _write(out, table(items) if items else empty)
         if more and not follow:
@@ -1012,7 +1012,7 @@ def main(argv: list[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return EXIT_OK
-    except Exception as exc:  # a CLI never prints a traceback
+    except Exception as exc:  # noqa: BLE001 - a CLI never prints a traceback
         err.write(
             f"schedctl: unexpected error: {type(exc).__name__}: {exc}; please report it "
             f"with the command you ran\n"

@@ -179,7 +179,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for name in args.imports:
             try:
                 importlib.import_module(name)
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - whatever the user's module raises
                 parser.error(f"--import {name}: {type(exc).__name__}: {exc}")
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else 2

@@ -48,7 +48,7 @@ _INDEX: dict[Priority, int] = {p: i for i, p in enumerate(_PRIORITIES)}
 class _Lane:
     """The FIFO of one (namespace, priority), with lazily deleted entries."""
 
-    __slots__ = ("ids", "live", "stale", "stale_total", "current", "weight", "ns", "priority")
+    __slots__ = ("current", "ids", "live", "ns", "priority", "stale", "stale_total", "weight")
 
     def __init__(self, ns: _Namespace, priority: int, weight: int) -> None:
         self.ids: deque[str] = deque()
@@ -116,7 +116,7 @@ class _Lane:
 
 
 class _Namespace:
-    __slots__ = ("name", "lanes", "live", "deficit", "in_ring")
+    __slots__ = ("deficit", "in_ring", "lanes", "live", "name")
 
     def __init__(self, name: str, weights: tuple[int, ...]) -> None:
         self.name = name
@@ -144,7 +144,7 @@ class ReadyQueues:
     namespace it skips).
     """
 
-    __slots__ = ("_weights", "_quantum", "_namespaces", "_ring", "_where", "_busy", "_idle")
+    __slots__ = ("_busy", "_idle", "_namespaces", "_quantum", "_ring", "_weights", "_where")
 
     def __init__(self, weights: Mapping[Priority, int] = DEFAULT_WEIGHTS, quantum: int = 1) -> None:
         missing = [p.value for p in _PRIORITIES if p not in weights]
@@ -327,7 +327,7 @@ class TokenBucket:
     Time is passed in (``now_ms``); a clock going backwards refills nothing.
     """
 
-    __slots__ = ("_rate", "_burst", "_tokens", "_last_ms")
+    __slots__ = ("_burst", "_last_ms", "_rate", "_tokens")
 
     def __init__(self, rate_per_s: float, burst: int) -> None:
         if not math.isfinite(rate_per_s) or rate_per_s <= 0:

@@ -221,7 +221,7 @@ def _misfire(state: State, job: Job, run: Run, now: int, reason: str,
     rec = recurrence(job)
     opts = job.spec.schedule.options or RecurringOptions()
     own = Occurrence(run.scheduled_ms, run.due_ms)
-    missed = [own] + occurrences(rec, run.scheduled_ms, now, job.id, MAX_CATCHUP)
+    missed = [own, *occurrences(rec, run.scheduled_ms, now, job.id, MAX_CATCHUP)]
     plan = plan_misfire(opts.misfire, missed, now, opts.catchup_window_ms)
     to_run = {o.scheduled_ms for o in plan.run}
     if run.scheduled_ms in to_run:
@@ -304,7 +304,7 @@ def lease(state: State, run_id: str, worker_id: str, now: int, fence: int,
     start = max(now, run.due_ms)  # a run leased ahead starts when it is due (lease.not_before)
     attempt = Attempt(number=len(run.attempts) + 1, fence=fence, worker_id=worker_id,
                       leased_ms=start, deadline_ms=start + timeout if timeout else None)
-    state.put_run(evolve(run, state=target, updated_ms=now, attempts=run.attempts + (attempt,)))
+    state.put_run(evolve(run, state=target, updated_ms=now, attempts=(*run.attempts, attempt)))
     events.append(("leased", run_id))
     return Ok(attempt)
 
@@ -331,7 +331,7 @@ def _running(state: State, run_id: str, fence: int, outcome: str) -> Run | Resul
 
 def _end_attempt(run: Run, now: int, outcome: AttemptOutcome, error: str | None) -> tuple[Attempt, ...]:
     assert run.current is not None
-    return run.attempts[:-1] + (evolve(run.current, ended_ms=now, outcome=outcome, error=error),)
+    return (*run.attempts[:-1], evolve(run.current, ended_ms=now, outcome=outcome, error=error))
 
 
 def complete(state: State, run_id: str, fence: int, result: object, now: int,

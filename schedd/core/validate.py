@@ -321,7 +321,7 @@ def _cron(value: object, field: str) -> str:
         croniter(expr, _CRON_PROBE_START).get_next(datetime)
     except CroniterBadDateError:
         raise _invalid(field, "a cron expression that matches at least one date", value) from None
-    except Exception:  # croniter raises a zoo of types on bad input
+    except Exception:  # noqa: BLE001 - croniter raises a zoo of types on bad input
         raise _invalid(field, expected, value) from None
     return expr
 
@@ -703,7 +703,7 @@ def spec_from_dict(d: Mapping[str, Any]) -> JobSpec:
     if unknown or not isinstance(d.get("task"), str):
         raise ValueError(f"job spec: missing task or unknown keys {sorted(map(str, unknown))}")
     kwargs: dict[str, Any] = {attr: d[key] for key, attr in _PLAIN if key in d}
-    sched = _sub(d, "sched", _SCHED + (("opts", "options"),))
+    sched = _sub(d, "sched", (*_SCHED, ("opts", "options")))
     if "kind" in sched:
         sched["kind"] = ScheduleKind(sched["kind"])
     if "options" in sched:

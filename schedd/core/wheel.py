@@ -40,7 +40,7 @@ _SEQ_BITS = 64
 class _Bucket:
     """One bucket: parallel key/stamp lists, possibly holding stale entries before ``live``."""
 
-    __slots__ = ("keys", "stamps", "head", "live", "least", "ordered", "level", "bit")
+    __slots__ = ("bit", "head", "keys", "least", "level", "live", "ordered", "stamps")
 
     def __init__(self, level: int, bit: int) -> None:
         self.keys: list[str] = []
@@ -65,17 +65,17 @@ class TimingWheel:
     """Keys with due times; :meth:`advance` hands back the ones that have come due, in order."""
 
     __slots__ = (
-        "_tick",
-        "_size",
-        "_levels",
-        "_units",
-        "_now",
-        "_seq",
         "_index",
-        "_wheels",
-        "_ready",
-        "_overflow",
+        "_levels",
         "_masks",
+        "_now",
+        "_overflow",
+        "_ready",
+        "_seq",
+        "_size",
+        "_tick",
+        "_units",
+        "_wheels",
     )
 
     def __init__(

@@ -439,7 +439,7 @@ class DurableJournal(Journal):  # type: ignore[misc]
 
     def _check_newer(self, data: bytes) -> None:
         if len(data) >= HEADER_SIZE and data[:8] == MAGIC:
-            magic, version, flags = _HEAD.unpack_from(data)
+            _magic, version, _flags = _HEAD.unpack_from(data)
             intact = _U32.unpack_from(data, _HEAD.size)[0] == zlib.crc32(data[: _HEAD.size])
             if intact and version > VERSION:
                 raise JournalError(f"{self.path} has journal format {version}, newer than this "

@@ -159,7 +159,7 @@ class _StateMachine(SyncObjConsumer, ApplyBatch):  # type: ignore[misc]
             events, self._events = self._events, []
             try:
                 self.hooks.on_applied(events)
-            except Exception:  # noqa: BLE001 - e.g. the event loop closed while stopping
+            except Exception:  # e.g. the event loop closed while stopping
                 log.exception("handing on the leader events failed")
 
     def awaited(self, waited: bool) -> None:
@@ -224,7 +224,7 @@ class _StateMachine(SyncObjConsumer, ApplyBatch):  # type: ignore[misc]
                 if not self._batch:
                     self._emit()
             return results
-        except Exception as exc:  # noqa: BLE001 - never let anything escape (docs/pysyncobj.md #1)
+        except Exception as exc:  # never let anything escape (docs/pysyncobj.md #1)
             log.exception("apply failed")
             return [Rejected("internal", f"apply failed: {exc}")]
 
@@ -541,7 +541,7 @@ class RaftNode:
         self._restore_split()
         try:
             self._watch_followers()
-        except Exception:  # noqa: BLE001 - never break the tick thread
+        except Exception:  # never break the tick thread
             log.exception("follower watch failed")
         while True:
             try:
@@ -550,7 +550,7 @@ class RaftNode:
                 return
             try:
                 action()
-            except Exception:  # noqa: BLE001 - never break the tick thread
+            except Exception:  # never break the tick thread
                 log.exception("tick action failed")
 
     def _fast_append(self) -> None:  # tick thread

@@ -162,7 +162,7 @@ def read_before_judging(obj: Any, threshold: float = DEFAULT_THRESHOLD_S) -> Non
     transport = obj._SyncObj__transport
     last_end = [raft_clock()]
 
-    def on_tick(timeToWait: float = 0.0) -> None:  # noqa: N803 - pysyncobj's name
+    def on_tick(timeToWait: float = 0.0) -> None:  # pysyncobj's name
         if raft_clock() - last_end[0] > threshold and transport.ready:
             obj._poller.poll(0)
         try:

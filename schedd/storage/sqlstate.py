@@ -78,7 +78,7 @@ _META = ("applied_index", "leader_fence", "leader_node", "leader_http", "leader_
          "runs_created", "jobs_added", "runs_kept", "jobs_kept", "history_keep")
 
 
-class StorageFailure(BaseException):  # noqa: N818 - it stops the node, like SystemExit
+class StorageFailure(BaseException):  # it stops the node, like SystemExit
     """The database failed under ``apply``: the node must stop (see the module docstring)."""
 
 

@@ -816,7 +816,7 @@ class Worker:
             if task is not None and task.cancelling():
                 raise  # we are being cancelled: no result
             return _failure(run_id, fence, exc)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - the task's failure is the run's result
             return _failure(run_id, fence, exc)
         try:
             raw = orjson.dumps(result)

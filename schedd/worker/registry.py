@@ -12,7 +12,7 @@ Handler = Callable[["Context", Any], Any]  # async def f(ctx, payload) or def f(
 H = TypeVar("H", bound=Handler)
 
 
-class NonRetryable(Exception):  # noqa: N818 - the name users raise (docs/worker-protocol.md)
+class NonRetryable(Exception):  # the name users raise (docs/worker-protocol.md)
     """Raise (or subclass) this in a handler to fail the run without further retries."""
 
 

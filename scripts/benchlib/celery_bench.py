@@ -63,7 +63,7 @@ def main() -> int:
     celerytasks.mark.delay(end_mark)
 
     env = dict(os.environ, PYTHONPATH=str(work))
-    log = open(work / "celery-worker.log", "ab")  # noqa: SIM115
+    log = open(work / "celery-worker.log", "ab")
     worker = subprocess.Popen([sys.executable, "-m", "celery", "-A", "celerytasks", "worker",
                                "-P", "solo", "-c", "1", "--loglevel", "WARNING",
                                "--without-gossip", "--without-mingle", "--without-heartbeat"],

@@ -2,7 +2,6 @@
 batched submits, Prometheus scrapes and process memory."""
 
 # Small local file reads (/proc) in a benchmark driver: blocking is fine here.
-# ruff: noqa: ASYNC230, ASYNC240
 
 from __future__ import annotations
 

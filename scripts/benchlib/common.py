@@ -67,7 +67,7 @@ async def run_json(args: list[str], timeout: float, env: dict[str, str] | None =
                    cwd: Path | None = None, log: Path | None = None) -> dict[str, Any]:
     """Run a child that prints one JSON object as its last stdout line; stopped by PID on
     timeout or cancellation (it gets SIGTERM first, so its own ``finally`` blocks run)."""
-    err = open(log, "ab") if log else subprocess.DEVNULL  # noqa: SIM115
+    err = open(log, "ab") if log else subprocess.DEVNULL
     proc = await asyncio.create_subprocess_exec(*args, stdout=subprocess.PIPE, stderr=err,
                                                 env=env, cwd=cwd)
     if log:

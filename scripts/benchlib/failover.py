@@ -47,12 +47,13 @@ by PID.
 """
 
 # Small local file reads (worker records, logs): blocking is fine here.
-# ruff: noqa: ASYNC230, ASYNC240
+# ruff: noqa: ASYNC240
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 import math
 import re
@@ -433,7 +434,7 @@ async def s5(root: Path, kills: int, rate: float, bound: float, failover_timeout
         stop_cluster(cluster)
     elected = sum(len(_node_events(n.log, "leader.elected", 0.0)) for n in cluster.nodes)
     during = sorted(t for t, _ in starts.starts if load.began <= t <= load.ended)
-    gaps = [b - a for a, b in zip(during, during[1:], strict=False)]
+    gaps = [b - a for a, b in itertools.pairwise(during)]
     lost = [job for job in acked if job not in starts.first]
     to_start = [starts.first[job] - t for job, t in acked.items() if job in starts.first]
     dispatch = [k.dispatch for k in results]

@@ -61,7 +61,7 @@ def main() -> int:
     hueytasks.mark(end_mark)
 
     env = dict(os.environ, PYTHONPATH=str(work))
-    log = open(work / "huey-consumer.log", "ab")  # noqa: SIM115
+    log = open(work / "huey-consumer.log", "ab")
     consumer = subprocess.Popen([sys.executable, "-m", "huey.bin.huey_consumer", "hueytasks.huey",
                                  "-w", "1", "-k", "thread", "-q"],
                                 cwd=work, env=env, stdout=log, stderr=subprocess.STDOUT)

@@ -88,7 +88,7 @@ async def celery(envs: Path, work: Path, n: int, timeout: float, free_port) -> d
     server = await ensure_redis_server()
     work.mkdir(parents=True, exist_ok=True)
     port = free_port()
-    log = open(work / "redis.log", "ab")  # noqa: SIM115
+    log = open(work / "redis.log", "ab")
     redis = subprocess.Popen([server, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
                               "--appendonly", "no", "--daemonize", "no", "--dir", str(work)],
                              stdout=log, stderr=subprocess.STDOUT)

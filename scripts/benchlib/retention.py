@@ -14,7 +14,7 @@ both slopes in each configuration, and the ratios kept/forgot of the database sl
 """
 
 # Small local file reads and stats (worker records, /proc) in a benchmark driver.
-# ruff: noqa: ASYNC230, ASYNC240
+# ruff: noqa: ASYNC240
 
 from __future__ import annotations
 

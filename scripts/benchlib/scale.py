@@ -3,7 +3,7 @@ second) and S4 (1,000,000 pending jobs: memory, Raft stalls while snapshotting, 
 catch-up).  S3b and S4 each start their own three-node cluster; S1b uses the caller's."""
 
 # Small local file reads (worker records, /proc, stat of snapshot files): blocking is fine here.
-# ruff: noqa: ASYNC230, ASYNC240
+# ruff: noqa: ASYNC240
 
 from __future__ import annotations
 
@@ -166,7 +166,7 @@ async def s3b(root: Path, n: int, submit_rate: float, bound: float, concurrency:
     cluster.start()
     workers = []
     try:
-        i, url = await leader_url(cluster)
+        _i, url = await leader_url(cluster)
         headers = cluster.headers()
         records = [root / f"w{k}.lag" for k in range(S3B_WORKERS)]
         names = [f"bench-s3b-{k}-{time.monotonic_ns()}" for k in range(S3B_WORKERS)]

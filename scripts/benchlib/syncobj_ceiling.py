@@ -26,7 +26,7 @@ async def syncobj_ceiling(root: Path, n: int, free_port) -> dict[str, float]:  #
     try:
         for i, me in enumerate(addrs):
             others = ",".join(a for j, a in enumerate(addrs) if j != i)
-            log = open(root / f"syncobj-node{i}.log", "ab")  # noqa: SIM115
+            log = open(root / f"syncobj-node{i}.log", "ab")
             procs.append(subprocess.Popen([sys.executable, str(NODE), me, others, str(result), str(n)],
                                           stdout=log, stderr=subprocess.STDOUT))
             log.close()

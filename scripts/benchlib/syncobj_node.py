@@ -63,7 +63,7 @@ def main() -> int:
     while time.monotonic() < deadline:
         if os.path.exists(result):
             return 0
-        if node._isLeader() and node._getLeader() is not None:  # noqa: SLF001
+        if node._isLeader() and node._getLeader() is not None:
             rate(node, 50, None, 30)  # warm-up: followers connected and caught up
             entries = rate(node, n, None, 60)
             batched = rate(node, max(1, n // 10), list(range(100)), 60) * 100

@@ -12,7 +12,6 @@ start of the next one (start lag measures the scheduler, not this file).
 """
 
 # Small local file operations (logs, markers) in a benchmark driver: blocking is fine here.
-# ruff: noqa: ASYNC230, ASYNC240
 
 from __future__ import annotations
 

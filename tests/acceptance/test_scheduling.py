@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import itertools
 import time
 from collections.abc import AsyncIterator
 from datetime import datetime
@@ -118,7 +119,7 @@ async def test_always_failing_job_is_dead_lettered_with_backoff_then_replayed(
     runs = await api.wait(job["id"], lambda runs: runs and runs[0]["state"] == "failed")
     attempts = runs[0]["attempts"]
     assert [a["outcome"] for a in attempts] == ["failed"] * 3
-    gaps = [ts(b["started_at"]) - ts(a["ended_at"]) for a, b in zip(attempts, attempts[1:], strict=False)]
+    gaps = [ts(b["started_at"]) - ts(a["ended_at"]) for a, b in itertools.pairwise(attempts)]
     assert gaps[0] >= 0.45 and gaps[1] >= 0.95, gaps  # 0.5 s then 1 s of backoff
     assert attempts[-1]["error"].startswith("RuntimeError: acc.fail attempt 3")
     dlq = await api.call("GET", "/dlq")

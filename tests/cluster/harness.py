@@ -177,7 +177,7 @@ class Cluster:
             if self.clock_skew:
                 env["SCHEDD_TEST_CLOCK_FILE"] = str(self.clock_file(k))
                 args = [sys.executable, "-c", SKEW_LAUNCHER, "--config", str(n.config)]
-            out = open(n.log, "ab")  # noqa: SIM115 - owned by the child
+            out = open(n.log, "ab")  # owned by the child
             n.proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=env,
                                       cwd=self.root)
             out.close()
@@ -191,7 +191,7 @@ class Cluster:
 
     def spawn(self, args: list[str], log: Path,
               env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-        out = open(log, "ab")  # noqa: SIM115
+        out = open(log, "ab")
         proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT,
                                 env={**_env(), **(env or {})}, cwd=REPO)
         out.close()

@@ -10,7 +10,7 @@ import aiohttp
 import pytest
 
 from tests.cluster.harness import Cluster
-from tests.cluster.test_failover import record as record  # noqa: F401 - fixture
+from tests.cluster.test_failover import record as record  # fixture
 from tests.cluster.test_failover import runs_of, submit, wait_states
 from tests.conftest import wait_for
 

@@ -59,7 +59,7 @@ async def test_explain_names_dst_changes(node: Node, http: aiohttp.ClientSession
     _, job = await post(http, node, "/jobs", {"task": "t", "schedule": {"cron": "*/5 * * * *"}})
     status, out = await get(http, node, f"/jobs/{job['id']}/explain?count=3")
     assert status == 200 and len(out["fires"]) == 3
-    status, err = await get(http, node, "/explain?count=3")
+    status, _err = await get(http, node, "/explain?count=3")
     assert status == 400
 
 
@@ -67,7 +67,7 @@ async def test_dependency_cycle_and_unknown_dependency(node: Node, http: aiohttp
     status, err = await post(http, node, "/jobs", {"task": "t", "depends_on": ["nope"]})
     assert status == 404 and err["error"]["field"] == "depends_on[0]"
     _, a = await post(http, node, "/jobs", {"task": "a", "schedule": {"in": "1h"}})
-    status, b = await post(http, node, "/jobs", {"task": "b", "depends_on": [a["id"]]})
+    status, _b = await post(http, node, "/jobs", {"task": "b", "depends_on": [a["id"]]})
     assert status == 201
     status, err = await patch(http, node, f"/jobs/{a['id']}", {"payload": 1})
     assert status == 200

@@ -29,12 +29,12 @@ async def test_metrics_follow_a_run_and_a_skip(node: Node, http: aiohttp.ClientS
     assert before[("schedd_raft_role", (("role", "leader"),))] == 1.0
     assert before.get(("schedd_lease_lag_seconds_count", ()), 0.0) == 0.0
     w = await connect(http, node, "w1")
-    _, job = await post(http, node, "/jobs", {"task": "t"})
+    _, _job = await post(http, node, "/jobs", {"task": "t"})
     lease = await w.expect(m.Lease)
     await w.send(m.Complete(run_id=lease.run_id, fence=lease.fence))
     await w.expect(m.Ack)
     _, rec = await post(http, node, "/jobs", {"task": "t", "schedule": {"every": "1h", "overlap": "skip"}})
-    status, run = await post(http, node, f"/jobs/{rec['id']}/trigger", {"overlap": "override"})
+    _status, _run = await post(http, node, f"/jobs/{rec['id']}/trigger", {"overlap": "override"})
     await w.expect(m.Lease)  # the triggered run is running now
     await post(http, node, f"/jobs/{rec['id']}/trigger", {"overlap": "respect"})  # skipped: overlap
     after = await scrape(http, node)

@@ -314,7 +314,7 @@ async def test_sdk_worker_without_the_ca_logs_why_and_never_connects(
 
 
 def test_sdk_refuses_a_bad_cafile(pki: Pki, tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="cafile: cannot load .*nope.pem"):
+    with pytest.raises(ValueError, match=r"cafile: cannot load .*nope\.pem"):
         Worker("https://127.0.0.1:1", cafile=tmp_path / "nope.pem")
     with pytest.raises(ValueError, match="holds no PEM certificate"):
         Worker("https://127.0.0.1:1", cafile=pki.key)

@@ -41,7 +41,7 @@ command = st.one_of(
     st.builds(c.Claim, rid, now, st.sampled_from(["n1", "n2"]), st.integers(1, 4)),
     st.builds(c.Submit, rid, now, st.lists(st.tuples(st.sampled_from(JOBS), spec), min_size=1,
                                            max_size=2).map(tuple)),
-    st.builds(c.CancelJob, rid, now, st.sampled_from(JOBS + ["nope"])),
+    st.builds(c.CancelJob, rid, now, st.sampled_from([*JOBS, "nope"])),
     st.builds(c.Fire, rid, now, fence, st.lists(run_ids, max_size=3).map(tuple)),
     st.builds(c.Lease, rid, now, fence,
               st.lists(st.tuples(run_ids, st.sampled_from(["w1", "w2"])), max_size=2).map(tuple)),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -26,7 +28,7 @@ def split(graph: dict[str, list[str]], cut: int) -> tuple[dict[str, list[str]], 
 
 
 def is_path(cycle: list[str], edges: dict[str, list[str]], new: dict[str, list[str]]) -> bool:
-    return all(b in (new[a] if a in new else edges.get(a, [])) for a, b in zip(cycle, cycle[1:], strict=False))
+    return all(b in (new[a] if a in new else edges.get(a, [])) for a, b in itertools.pairwise(cycle))
 
 
 @given(dags(), st.data())
@@ -64,5 +66,5 @@ def test_a_back_edge_always_reports_a_real_cycle(
     assert len(set(cycle[:-1])) == len(cycle) - 1
     assert is_path(cycle, edges, new), cycle
     # The graph was acyclic before, so the cycle uses the new edge, and it reads from a new job.
-    assert any(a == dst and b == src for a, b in zip(cycle, cycle[1:], strict=False))
+    assert any(a == dst and b == src for a, b in itertools.pairwise(cycle))
     assert cycle[0] in new

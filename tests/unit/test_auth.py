@@ -140,7 +140,7 @@ def test_permission_denied_names_the_token_its_role_and_the_roles_allowed() -> N
 
 
 def test_unknown_action_is_a_programming_error() -> None:
-    with pytest.raises(ValueError, match="^unknown action 'delete-everything'$"):
+    with pytest.raises(ValueError, match=r"^unknown action 'delete-everything'$"):
         require(Token("t", Role.ADMIN), "delete-everything")
 
 

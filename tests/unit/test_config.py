@@ -279,7 +279,7 @@ def test_split_hostport(text: str, expected: tuple[str, int]) -> None:
         "[nope]:1",
         "10.0.0.300:1",
         "bad_host:1",
-        "host:７７",
+        "host:７７",  # noqa: RUF001 - fullwidth digits: not a port
     ],
 )
 def test_split_hostport_rejects(text: str) -> None:

@@ -86,7 +86,7 @@ def test_bad_durations_say_what_was_expected(value: Any, message: str) -> None:
 def test_zero_is_a_duration_only_where_allowed() -> None:
     assert parse_duration("0s", "f", allow_zero=True) == 0
     assert parse_duration(0, "f", allow_zero=True) == 0
-    with pytest.raises(InvalidArgument, match="^f: expected a positive duration, got '0s'$"):
+    with pytest.raises(InvalidArgument, match=r"^f: expected a positive duration, got '0s'$"):
         parse_duration("0s", "f")
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Iterator, Mapping
 
 import pytest
@@ -84,7 +85,7 @@ def test_find_cycle(edges: Graph, new: Graph, expected: list[str] | None) -> Non
 def assert_real_cycle(cycle: list[str], edges: Graph, new: Graph) -> None:
     assert len(cycle) >= 2 and cycle[0] == cycle[-1]
     assert len(set(cycle[:-1])) == len(cycle) - 1, "a simple cycle: no job twice"
-    for a, b in zip(cycle, cycle[1:], strict=False):
+    for a, b in itertools.pairwise(cycle):
         deps = new[a] if a in new else edges[a]
         assert b in list(deps), f"{a} does not depend on {b}"
 

@@ -18,7 +18,7 @@ def test_request_ids_sort_by_creation_and_are_unique(monkeypatch: pytest.MonkeyP
     later = new_request_id()
     assert len(set(first)) == len(first)
     assert all(rid < later for rid in first)
-    assert all(len(rid) == 28 and int(rid, 16) >= 0 for rid in first + [later])
+    assert all(len(rid) == 28 and int(rid, 16) >= 0 for rid in [*first, later])
     assert {rid[:12] for rid in first} == {f"{ms - 1:012x}"} and later[:12] == f"{ms:012x}"
 
 

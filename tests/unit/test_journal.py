@@ -239,7 +239,7 @@ def test_delete_entries_to_then_reopen(tmp_path: Path) -> None:
     j.add(b"after", items[18][1] + 5, 9)
     j.deleteEntriesTo(0)
     j._destroy()
-    assert list(reopen(path)[:]) == items[18:23] + [(b"after", items[18][1] + 5, 9)]
+    assert list(reopen(path)[:]) == [*items[18:23], (b"after", items[18][1] + 5, 9)]
     assert not list(tmp_path.glob("*.tmp"))
 
 

@@ -191,7 +191,7 @@ def test_the_entries_of_a_tick_are_applied_between_begin_and_end_and_answered_af
         seen[:] = [x for x in seen if x != "idle"]  # ticks before the entries were committed
         ticks = [k for k, x in enumerate(seen) if x == "begin"]
         assert len(ticks) >= 2  # 20 ms entries, 50 ms budget: several ticks
-        for start, stop in zip(ticks, ticks[1:] + [len(seen)], strict=True):
+        for start, stop in zip(ticks, [*ticks[1:], len(seen)], strict=True):
             one = seen[start:stop]
             end = next(k for k, x in enumerate(one) if isinstance(x, tuple) and x[0] == "end")
             assert not [x for x in one[:end] if isinstance(x, tuple)]  # none before the end

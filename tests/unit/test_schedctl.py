@@ -580,7 +580,7 @@ def test_dlq_table_keeps_run_ids_whole_and_errors_on_their_own_line() -> None:
 @pytest.mark.parametrize(
     "text",
     [
-        render.fires_table(FIRES + [{**FIRES[0], "note": LONG, "local": "x" * 100}]),
+        render.fires_table([*FIRES, {**FIRES[0], "note": LONG, "local": "x" * 100}]),
         render.fires_table([{"scheduled_at": None, "local": None, "note": "日本語" * 60}]),
         render.dlq_table([RUN, {**RUN, "attempts": [], "error": None}]),
         render.runs_table([{**RUN, "state": "queued"}]),  # what trigger and dlq replay print

@@ -709,7 +709,7 @@ async def test_duplicate_lease_is_ignored(fake: FakeServer) -> None:
 
 
 async def test_bad_frames_are_survived_and_bad_leases_refused(fake: FakeServer) -> None:
-    w, gate, ctxs = gate_worker(fake)
+    w, gate, _ctxs = gate_worker(fake)
     gate.set()
     async with serving(w):
         await fake.expect(Hello)
