@@ -200,8 +200,9 @@ def _mapping_of(item: Parser) -> Parser:
         if isinstance(value, str):
             pairs = [p.partition("=") for p in _split_commas(value)]
             if any(not sep for _, sep, _ in pairs):
-                raise _Bad(f"{path}: expected name=value pairs like \"reports=10\", "
-                           f"got {_show(value)}")
+                raise _Bad(
+                    f'{path}: expected name=value pairs like "reports=10", got {_show(value)}'
+                )
             value = {k.strip(): _number_text(v.strip()) for k, _, v in pairs}
         if not isinstance(value, dict):
             raise _Bad(f"{path}: expected a table like {{ reports = 10 }}, got {_show(value)}")
@@ -872,15 +873,21 @@ def _server_context(cert: str, key: str) -> tuple[ssl.SSLContext | None, list[st
     key_pem, key_problem = _read_pem("http.tls_key", key)
     problems = [p for p in (cert_problem, key_problem) if p is not None]
     if cert_pem is not None and _PEM_CERT not in cert_pem:
-        problems.append(f"http.tls_cert: {_show(cert)} holds no PEM certificate "
-                        '(expected a "-----BEGIN CERTIFICATE-----" block)')
+        problems.append(
+            f"http.tls_cert: {_show(cert)} holds no PEM certificate "
+            '(expected a "-----BEGIN CERTIFICATE-----" block)'
+        )
     if key_pem is not None:
         if _PEM_ENCRYPTED.search(key_pem):
-            problems.append(f"http.tls_key: {_show(key)} is encrypted; schedd needs an "
-                            "unencrypted key (keep the file mode 0600)")
+            problems.append(
+                f"http.tls_key: {_show(key)} is encrypted; schedd needs an "
+                "unencrypted key (keep the file mode 0600)"
+            )
         elif not _PEM_KEY.search(key_pem):
-            problems.append(f"http.tls_key: {_show(key)} holds no PEM private key "
-                            '(expected a "-----BEGIN PRIVATE KEY-----" block)')
+            problems.append(
+                f"http.tls_key: {_show(key)} holds no PEM private key "
+                '(expected a "-----BEGIN PRIVATE KEY-----" block)'
+            )
     if problems:
         return None, problems
     ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
@@ -889,10 +896,14 @@ def _server_context(cert: str, key: str) -> tuple[ssl.SSLContext | None, list[st
         ctx.load_cert_chain(cert, key, password=_no_password)
     except (ssl.SSLError, ValueError) as e:
         if "KEY_VALUES_MISMATCH" in str(e):
-            return None, [f"http.tls_key: {_show(key)} is not the private key of the "
-                          f"certificate in http.tls_cert ({_show(cert)})"]
-        return None, [f"http.tls_cert, http.tls_key: cannot load the certificate and key "
-                      f"({_show(cert)}, {_show(key)}): {e}"]
+            return None, [
+                f"http.tls_key: {_show(key)} is not the private key of the "
+                f"certificate in http.tls_cert ({_show(cert)})"
+            ]
+        return None, [
+            f"http.tls_cert, http.tls_key: cannot load the certificate and key "
+            f"({_show(cert)}, {_show(key)}): {e}"
+        ]
     return ctx, []
 
 
@@ -901,8 +912,10 @@ def _ca_context(path: str) -> tuple[ssl.SSLContext | None, str | None]:
     if pem is None:
         return None, problem
     if _PEM_CERT not in pem:
-        return None, (f"http.tls_ca: {_show(path)} holds no PEM certificate "
-                      '(expected a "-----BEGIN CERTIFICATE-----" block)')
+        return None, (
+            f"http.tls_ca: {_show(path)} holds no PEM certificate "
+            '(expected a "-----BEGIN CERTIFICATE-----" block)'
+        )
     try:
         return ssl.create_default_context(cafile=path), None
     except ssl.SSLError as e:

@@ -37,8 +37,12 @@ log = logging.getLogger(__name__)
 
 
 class GcPolicy:
-    def __init__(self, freeze_interval_s: float, thaw_interval_s: float,
-                 observe: Callable[[int, float, int], None] | None = None) -> None:
+    def __init__(
+        self,
+        freeze_interval_s: float,
+        thaw_interval_s: float,
+        observe: Callable[[int, float, int], None] | None = None,
+    ) -> None:
         self.freeze_interval_s = freeze_interval_s
         self.thaw_interval_s = thaw_interval_s
         self._observe = observe  # (generation, seconds, collected)
@@ -94,9 +98,13 @@ class GcPolicy:
             if self.thaw_interval_s > 0 and loop.time() >= next_thaw and not is_leader():
                 t0 = time.perf_counter()
                 found = self.thaw()
-                log_event(log, "gc.thawed", collected=found, frozen=gc.get_freeze_count(),
-                          seconds=round(time.perf_counter() - t0, 3))
+                log_event(
+                    log,
+                    "gc.thawed",
+                    collected=found,
+                    frozen=gc.get_freeze_count(),
+                    seconds=round(time.perf_counter() - t0, 3),
+                )
                 next_thaw = later()
             else:
                 self.freeze()
-

@@ -24,8 +24,30 @@ if TYPE_CHECKING:
     from schedd.runtime import Runtime
 
 LAG_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
-FIRE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1, 1.5,
-                2, 2.5, 5, 10, 30, 60, 300)
+FIRE_BUCKETS = (
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.2,
+    0.3,
+    0.4,
+    0.5,
+    0.6,
+    0.7,
+    0.8,
+    0.9,
+    1,
+    1.5,
+    2,
+    2.5,
+    5,
+    10,
+    30,
+    60,
+    300,
+)
 APPLY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5)
 GC_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.4, 0.8, 1.6, 3.2, 6.4)
 ROLES = {0: "follower", 1: "candidate", 2: "leader"}
@@ -35,37 +57,64 @@ class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         self.api_latency = Histogram(
-            "schedd_api_request_duration_seconds", "API request latency by route and status.",
-            ["route", "method", "status"], registry=self.registry)
+            "schedd_api_request_duration_seconds",
+            "API request latency by route and status.",
+            ["route", "method", "status"],
+            registry=self.registry,
+        )
         self.lease_lag = Histogram(
             "schedd_lease_lag_seconds",
             "Scheduling lag: from a run's scheduled (or retry) time to its lease, on the leader.",
-            buckets=LAG_BUCKETS, registry=self.registry)
+            buckets=LAG_BUCKETS,
+            registry=self.registry,
+        )
         self.fire_lag = Histogram(
             "schedd_fire_lag_seconds",
             "From a run's due time to the commit of its fire, on the leader (a fire committed "
             "ahead of the due time, see scheduler.dispatch_ahead, counts as 0).",
-            buckets=FIRE_BUCKETS, registry=self.registry)
+            buckets=FIRE_BUCKETS,
+            registry=self.registry,
+        )
         self.leases_lost = Counter(
-            "schedd_leases_lost_total", "Leases ended by the leader: heartbeats stopped or the "
-            "run timed out.", ["outcome"], registry=self.registry)
+            "schedd_leases_lost_total",
+            "Leases ended by the leader: heartbeats stopped or the run timed out.",
+            ["outcome"],
+            registry=self.registry,
+        )
         self.gc_pause = Histogram(
-            "schedd_gc_pause_seconds", "Garbage collection pauses of this process by generation "
-            "(see node.gc_freeze_interval).", ["generation"], buckets=GC_BUCKETS,
-            registry=self.registry)
+            "schedd_gc_pause_seconds",
+            "Garbage collection pauses of this process by generation "
+            "(see node.gc_freeze_interval).",
+            ["generation"],
+            buckets=GC_BUCKETS,
+            registry=self.registry,
+        )
         self.gc_collected = Counter(
-            "schedd_gc_collected_objects_total", "Unreachable objects found by the garbage "
-            "collector, by generation.", ["generation"], registry=self.registry)
+            "schedd_gc_collected_objects_total",
+            "Unreachable objects found by the garbage collector, by generation.",
+            ["generation"],
+            registry=self.registry,
+        )
         self.apply_time = Histogram(
-            "schedd_apply_duration_seconds", "Time to apply one Raft entry (a batch of commands) "
-            "into the state database, in one transaction.", buckets=APPLY_BUCKETS,
-            registry=self.registry)
+            "schedd_apply_duration_seconds",
+            "Time to apply one Raft entry (a batch of commands) "
+            "into the state database, in one transaction.",
+            buckets=APPLY_BUCKETS,
+            registry=self.registry,
+        )
         self.purged = Counter(
-            "schedd_history_purged_total", "Finished runs and jobs forgotten by history retention "
-            "(counted by the leader that purged them).", ["kind"], registry=self.registry)
+            "schedd_history_purged_total",
+            "Finished runs and jobs forgotten by history retention "
+            "(counted by the leader that purged them).",
+            ["kind"],
+            registry=self.registry,
+        )
         self.results = Counter(
-            "schedd_worker_results_total", "Results sent by workers, by whether they were "
-            "accepted (a stale fence is refused).", ["accepted"], registry=self.registry)
+            "schedd_worker_results_total",
+            "Results sent by workers, by whether they were accepted (a stale fence is refused).",
+            ["accepted"],
+            registry=self.registry,
+        )
 
     def observe_gc(self, generation: int, seconds: float, collected: int) -> None:
         gen = str(generation)
@@ -89,41 +138,63 @@ class _StateCollector(Collector):
         node = rt.node
         status = node.status()
         role = ROLES.get(int(status.get("state", 0)), "unknown")
-        g = GaugeMetricFamily("schedd_raft_role", "1 for this node's current Raft role.",
-                              labels=["role"])
+        g = GaugeMetricFamily(
+            "schedd_raft_role", "1 for this node's current Raft role.", labels=["role"]
+        )
         for name in ROLES.values():
             g.add_metric([name], 1.0 if name == role else 0.0)
         yield g
         yield GaugeMetricFamily("schedd_raft_term", "Current Raft term.", value=node.term)
-        yield GaugeMetricFamily("schedd_raft_commit_index", "Raft commit index.",
-                                value=node.commit_index)
-        yield GaugeMetricFamily("schedd_raft_applied_index", "Last applied Raft index.",
-                                value=node.applied_index)
-        yield GaugeMetricFamily("schedd_raft_has_quorum", "1 when this node sees a quorum.",
-                                value=1.0 if node.has_quorum() else 0.0)
-        yield GaugeMetricFamily("schedd_gc_frozen_objects", "Objects in the garbage collector's "
-                                "permanent generation (never scanned; see node.gc_freeze_interval).",
-                                value=gc.get_freeze_count())
+        yield GaugeMetricFamily(
+            "schedd_raft_commit_index", "Raft commit index.", value=node.commit_index
+        )
+        yield GaugeMetricFamily(
+            "schedd_raft_applied_index", "Last applied Raft index.", value=node.applied_index
+        )
+        yield GaugeMetricFamily(
+            "schedd_raft_has_quorum",
+            "1 when this node sees a quorum.",
+            value=1.0 if node.has_quorum() else 0.0,
+        )
+        yield GaugeMetricFamily(
+            "schedd_gc_frozen_objects",
+            "Objects in the garbage collector's "
+            "permanent generation (never scanned; see node.gc_freeze_interval).",
+            value=gc.get_freeze_count(),
+        )
         duration = node.last_snapshot_duration
         if duration is not None:
-            yield GaugeMetricFamily("schedd_raft_snapshot_duration_seconds",
-                                    "How long this node's last Raft snapshot took to write.",
-                                    value=duration)
+            yield GaugeMetricFamily(
+                "schedd_raft_snapshot_duration_seconds",
+                "How long this node's last Raft snapshot took to write.",
+                value=duration,
+            )
         age = node.snapshot_age()
         if age is not None:
-            yield GaugeMetricFamily("schedd_raft_snapshot_age_seconds",
-                                    "Seconds since this node last wrote its Raft snapshot.",
-                                    value=age)
+            yield GaugeMetricFamily(
+                "schedd_raft_snapshot_age_seconds",
+                "Seconds since this node last wrote its Raft snapshot.",
+                value=age,
+            )
         db, wal = node.database_bytes()
-        yield GaugeMetricFamily("schedd_state_db_bytes", "Size of this node's state database "
-                                "file (raft/state.db).", value=db)
-        yield GaugeMetricFamily("schedd_state_wal_bytes", "Size of the state database's "
-                                "write-ahead log (raft/state.db-wal).", value=wal)
+        yield GaugeMetricFamily(
+            "schedd_state_db_bytes",
+            "Size of this node's state database file (raft/state.db).",
+            value=db,
+        )
+        yield GaugeMetricFamily(
+            "schedd_state_wal_bytes",
+            "Size of the state database's write-ahead log (raft/state.db-wal).",
+            value=wal,
+        )
         yield from self._followers(status, leader=role == "leader")
         refused = CounterMetricFamily(
-            "schedd_raft_peer_refused", "Raft connections this node refused, by reason: "
+            "schedd_raft_peer_refused",
+            "Raft connections this node refused, by reason: "
             "wrong_secret (another raft.secret_file, or none) or not_in_peers (a node that "
-            "raft.peers does not list).", labels=["reason"])
+            "raft.peers does not list).",
+            labels=["reason"],
+        )
         for reason, count in sorted(node.peer_refusals().items()):
             refused.add_metric([reason], float(count))
         yield refused
@@ -132,10 +203,12 @@ class _StateCollector(Collector):
             dlq = st.dlq_size()
             jobs = len(st.jobs)
         runs = GaugeMetricFamily("schedd_runs", "Runs by state.", labels=["state"])
-        skipped = CounterMetricFamily("schedd_runs_skipped", "Occurrences that did not run, by "
-                                      "reason.", labels=["reason"])
-        attempts = CounterMetricFamily("schedd_attempts", "Finished attempts by outcome.",
-                                       labels=["outcome"])
+        skipped = CounterMetricFamily(
+            "schedd_runs_skipped", "Occurrences that did not run, by reason.", labels=["reason"]
+        )
+        attempts = CounterMetricFamily(
+            "schedd_attempts", "Finished attempts by outcome.", labels=["outcome"]
+        )
         for key, value in sorted(counts.items()):
             kind, _, label = key.partition(":")
             if kind == "state":
@@ -147,27 +220,39 @@ class _StateCollector(Collector):
         yield runs
         yield skipped
         yield attempts
-        yield GaugeMetricFamily("schedd_dead_letter_depth", "Runs in the dead-letter queue.",
-                                value=dlq)
+        yield GaugeMetricFamily(
+            "schedd_dead_letter_depth", "Runs in the dead-letter queue.", value=dlq
+        )
         yield GaugeMetricFamily("schedd_jobs", "Jobs known to the cluster.", value=jobs)
-        yield GaugeMetricFamily("schedd_state_hot_runs", "Runs this node keeps decoded in memory "
-                                "(the hot set): queued, running, or waiting for a time within "
-                                "scheduler.hot_window.", value=node.hot_set())
+        yield GaugeMetricFamily(
+            "schedd_state_hot_runs",
+            "Runs this node keeps decoded in memory "
+            "(the hot set): queued, running, or waiting for a time within "
+            "scheduler.hot_window.",
+            value=node.hot_set(),
+        )
         leader = rt.leader
         if leader is not None and leader.ready.is_set():
-            depth = GaugeMetricFamily("schedd_queue_depth", "Runs waiting for a worker, by queue, "
-                                      "namespace and priority (leader only).",
-                                      labels=["queue", "namespace", "priority"])
+            depth = GaugeMetricFamily(
+                "schedd_queue_depth",
+                "Runs waiting for a worker, by queue, namespace and priority (leader only).",
+                labels=["queue", "namespace", "priority"],
+            )
             for queue, lanes in leader.queues.items():
                 for (ns, priority), n in lanes.depth().items():
                     depth.add_metric([queue, ns, str(priority)], float(n))
             yield depth
-            yield GaugeMetricFamily("schedd_workers_connected", "Workers connected to the leader.",
-                                    value=len(leader.workers))
-            yield GaugeMetricFamily("schedd_leases_in_flight", "Runs leased to workers.",
-                                    value=len(leader.leases))
-            yield GaugeMetricFamily("schedd_wheel_pending", "Runs waiting in the timing wheel.",
-                                    value=len(leader.wheel))
+            yield GaugeMetricFamily(
+                "schedd_workers_connected",
+                "Workers connected to the leader.",
+                value=len(leader.workers),
+            )
+            yield GaugeMetricFamily(
+                "schedd_leases_in_flight", "Runs leased to workers.", value=len(leader.leases)
+            )
+            yield GaugeMetricFamily(
+                "schedd_wheel_pending", "Runs waiting in the timing wheel.", value=len(leader.wheel)
+            )
 
     def _followers(
         self, status: dict[str, Any], *, leader: bool
@@ -175,9 +260,11 @@ class _StateCollector(Collector):
         rt = self.rt
         peers = rt.config.raft.peers
         if leader:
-            lag = GaugeMetricFamily("schedd_raft_follower_lag_entries",
-                                    "Entries a follower's log is behind the leader's commit index.",
-                                    labels=["peer"])
+            lag = GaugeMetricFamily(
+                "schedd_raft_follower_lag_entries",
+                "Entries a follower's log is behind the leader's commit index.",
+                labels=["peer"],
+            )
             for peer in peers:
                 match = status.get(f"match_idx_server_{peer}")
                 if match is not None:
@@ -187,15 +274,20 @@ class _StateCollector(Collector):
                 "schedd_raft_follower_stalled",
                 "1 while a follower answers the leader but its match index has not moved for 3 s "
                 "although it is behind the commit index: a stalled follower, which the leader "
-                "recovers by sending it a snapshot (see docs/operations.md).", labels=["peer"])
+                "recovers by sending it a snapshot (see docs/operations.md).",
+                labels=["peer"],
+            )
             for peer in peers:
                 stalled.add_metric([peer], float(status.get(f"follower_stalled_server_{peer}", 0)))
             yield stalled
         recoveries = CounterMetricFamily(
             "schedd_raft_follower_stall_recoveries",
             "Stalled followers this node, as leader, recovered by compacting its log at once "
-            "(the follower is sent a snapshot).", labels=["peer"])
+            "(the follower is sent a snapshot).",
+            labels=["peer"],
+        )
         for peer in peers:
             recoveries.add_metric(
-                [peer], float(status.get(f"follower_stall_recoveries_server_{peer}", 0)))
+                [peer], float(status.get(f"follower_stall_recoveries_server_{peer}", 0))
+            )
         yield recoveries

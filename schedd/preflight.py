@@ -79,16 +79,20 @@ def check_data_dir(cfg: Config) -> list[str]:
             os.close(fd)
             os.unlink(probe)
         except OSError as exc:
-            return [f"node.data_dir: cannot write in {_show(str(directory))}: "
-                    f"{exc.strerror or exc} ({hint})"]
+            return [
+                f"node.data_dir: cannot write in {_show(str(directory))}: "
+                f"{exc.strerror or exc} ({hint})"
+            ]
     problems: list[str] = []
     for n, path in enumerate(data.rglob("*")):
         if n >= MAX_FILES_CHECKED:
             break
         if path.is_file() and not os.access(path, os.R_OK | os.W_OK):
             owner = path.stat().st_uid
-            problems.append(f"node.data_dir: {_show(str(path))} cannot be read and written "
-                            f"(owned by uid {owner}; {hint})")
+            problems.append(
+                f"node.data_dir: {_show(str(path))} cannot be read and written "
+                f"(owned by uid {owner}; {hint})"
+            )
     return problems
 
 
@@ -97,8 +101,9 @@ def _bind_error(address: str) -> OSError | None:
     not resolve), or None."""
     host, port = split_hostport(address)
     try:
-        infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM,
-                                   flags=socket.AI_PASSIVE)
+        infos = socket.getaddrinfo(
+            host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )
         family, kind, proto, _, sockaddr = infos[0]
         with socket.socket(family, kind, proto) as sock:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -115,14 +120,20 @@ def _explain_bind(key: str, address: str, exc: OSError) -> str:
     if isinstance(exc, socket.gaierror):
         return f"{where}: cannot resolve the host {_show(host)}: {exc.strerror}"
     if exc.errno == errno.EADDRINUSE:
-        return (f"{where}: the port is in use by another process (`ss -ltnp` shows which); "
-                "stop it or choose another port")
+        return (
+            f"{where}: the port is in use by another process (`ss -ltnp` shows which); "
+            "stop it or choose another port"
+        )
     if exc.errno == errno.EADDRNOTAVAIL:
-        return (f"{where}: {host} is not an address of this host; expected one of this "
-                "host's own addresses (the one the other nodes use to reach it)")
+        return (
+            f"{where}: {host} is not an address of this host; expected one of this "
+            "host's own addresses (the one the other nodes use to reach it)"
+        )
     if exc.errno == errno.EACCES:
-        return (f"{where}: permission denied (schedd runs as {run_as()}; ports below 1024 "
-                "need the CAP_NET_BIND_SERVICE capability)")
+        return (
+            f"{where}: permission denied (schedd runs as {run_as()}; ports below 1024 "
+            "need the CAP_NET_BIND_SERVICE capability)"
+        )
     return f"{where}: {exc.strerror or exc}"
 
 
@@ -132,8 +143,11 @@ def check_ports(cfg: Config, wait: float = PORT_WAIT) -> list[str]:
     addresses = {"http.listen": cfg.http.listen, "raft.listen": cfg.raft.listen}
     deadline = time.monotonic() + wait
     while True:
-        errors = {key: exc for key, address in addresses.items()
-                  if (exc := _bind_error(address)) is not None}
+        errors = {
+            key: exc
+            for key, address in addresses.items()
+            if (exc := _bind_error(address)) is not None
+        }
         in_use = any(exc.errno == errno.EADDRINUSE for exc in errors.values())
         if not in_use or time.monotonic() >= deadline:
             return [_explain_bind(key, addresses[key], exc) for key, exc in errors.items()]

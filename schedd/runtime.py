@@ -34,8 +34,9 @@ class Runtime:
         self.config = config
         self.tokens = auth.load_tokens(config.tokens_path)
         limits = config.limits
-        self.rate_limits = {ns: TokenBucket(rate, limits.submit_burst)
-                            for ns, rate in limits.submit_rate}
+        self.rate_limits = {
+            ns: TokenBucket(rate, limits.submit_burst) for ns, rate in limits.submit_rate
+        }
         self.leader: Leader | None = None
         self._leader_task: asyncio.Task[None] | None = None
         self._leader_term = -1  # the Raft term the running leader task was started in
@@ -93,7 +94,11 @@ class Runtime:
         def on_fatal(message: str) -> None:
             loop.call_soon_threadsafe(self._fail, message)
 
-        self.hooks.on_applied, self.hooks.on_reset, self.hooks.on_role = on_applied, on_reset, on_role
+        self.hooks.on_applied, self.hooks.on_reset, self.hooks.on_role = (
+            on_applied,
+            on_reset,
+            on_role,
+        )
         self.hooks.on_fatal = on_fatal
         self.hooks.on_apply_time = self.metrics.apply_time.observe
         self.node = RaftNode(self._settings, self.hooks)
@@ -102,29 +107,44 @@ class Runtime:
         await self.reader.open()
         self.metrics.attach(self)
         n = self.config.node
-        self.gc = GcPolicy(n.gc_freeze_interval_ms / 1000, n.gc_thaw_interval_ms / 1000,
-                           observe=self.metrics.observe_gc)
+        self.gc = GcPolicy(
+            n.gc_freeze_interval_ms / 1000,
+            n.gc_thaw_interval_ms / 1000,
+            observe=self.metrics.observe_gc,
+        )
         self.gc.install()
         self._gc_task = asyncio.create_task(self.gc.run(lambda: self.node.is_leader))
         self._watch_task = asyncio.create_task(self._watch_role())
         app = make_app(self)
         # On stop, handlers get at most half the drain time (open worker sockets are closed
         # first, with a reconnect hint).
-        self._runner = web.AppRunner(app, access_log=None, handle_signals=False,
-                                     shutdown_timeout=self.config.scheduler.drain_time_ms / 2000)
+        self._runner = web.AppRunner(
+            app,
+            access_log=None,
+            handle_signals=False,
+            shutdown_timeout=self.config.scheduler.drain_time_ms / 2000,
+        )
         await self._runner.setup()
         host, port = self.config.http.listen.rsplit(":", 1)
-        site = web.TCPSite(self._runner, host.strip("[]"), int(port), ssl_context=self._tls,
-                           reuse_address=True)
+        site = web.TCPSite(
+            self._runner, host.strip("[]"), int(port), ssl_context=self._tls, reuse_address=True
+        )
         await site.start()
-        log_event(log, "node.started", node_id=self.config.node.id, http=self.config.advertise_url(),
-                  raft=self.config.raft.listen, peers=list(self.config.raft.peers))
+        log_event(
+            log,
+            "node.started",
+            node_id=self.config.node.id,
+            http=self.config.advertise_url(),
+            raft=self.config.raft.listen,
+            peers=list(self.config.raft.peers),
+        )
 
     def _fail(self, message: str) -> None:
         if self.failure is None:
             self.failure = message
-            log_event(log, "node.failed", level=logging.ERROR, node_id=self.config.node.id,
-                      reason=message)
+            log_event(
+                log, "node.failed", level=logging.ERROR, node_id=self.config.node.id, reason=message
+            )
         self.failed.set()
 
     async def stop(self) -> None:
@@ -163,8 +183,12 @@ class Runtime:
             self.node.transfer_leadership()
             await wait_event(self._role_changed, 0.3)
             self._role_changed.clear()
-        log_event(log, "leader.handed_over" if not self.node.is_leader else "leader.handover_failed",
-                  node_id=self.config.node.id, term=self.node.term)
+        log_event(
+            log,
+            "leader.handed_over" if not self.node.is_leader else "leader.handover_failed",
+            node_id=self.config.node.id,
+            term=self.node.term,
+        )
 
     # -- leadership --------------------------------------------------------------------------
     async def _watch_role(self) -> None:
@@ -174,8 +198,13 @@ class Runtime:
             if leading and self._leader_task is not None and self.node.term != self._leader_term:
                 # Lost and won again between two looks (leader -> follower -> leader): the
                 # running leader's claim belongs to the old term, so start over with a new one.
-                log_event(log, "leader.lost", node_id=self.config.node.id, term=self._leader_term,
-                          reelected_in=self.node.term)
+                log_event(
+                    log,
+                    "leader.lost",
+                    node_id=self.config.node.id,
+                    term=self._leader_term,
+                    reelected_in=self.node.term,
+                )
                 await self._stop_leader()
             if leading and self._leader_task is None and not self._stopping:
                 self._start_leader()
@@ -185,14 +214,20 @@ class Runtime:
             await wait_event(self._role_changed, 0.05)
 
     def _start_leader(self) -> None:
-        leader = Leader(self.node, self.config.node.id, self.config.advertise_url(),
-                        tick_s=self.config.scheduler.tick_ms / 1000, on_deposed=self._deposed,
-                        caps=dict(self.config.limits.concurrency), metrics=self.metrics,
-                        ahead_s=self.config.scheduler.dispatch_ahead_ms / 1000,
-                        hot_window_s=self.config.scheduler.hot_window_ms / 1000,
-                        retention_s=self.config.history.retention_ms / 1000,
-                        keep_per_job=self.config.history.max_runs_per_job,
-                        heartbeat_interval_s=self.config.scheduler.heartbeat_interval_ms / 1000)
+        leader = Leader(
+            self.node,
+            self.config.node.id,
+            self.config.advertise_url(),
+            tick_s=self.config.scheduler.tick_ms / 1000,
+            on_deposed=self._deposed,
+            caps=dict(self.config.limits.concurrency),
+            metrics=self.metrics,
+            ahead_s=self.config.scheduler.dispatch_ahead_ms / 1000,
+            hot_window_s=self.config.scheduler.hot_window_ms / 1000,
+            retention_s=self.config.history.retention_ms / 1000,
+            keep_per_job=self.config.history.max_runs_per_job,
+            heartbeat_interval_s=self.config.scheduler.heartbeat_interval_ms / 1000,
+        )
         self.leader = leader
         self._leader_term = self.node.term
         log_event(log, "leader.elected", node_id=self.config.node.id, term=self._leader_term)
@@ -259,25 +294,39 @@ class Runtime:
     def cluster_view(self) -> dict[str, Any]:
         status = self.node.status()
         leader_addr = self.node.leader_addr
-        role = {0: "follower", 1: "candidate", 2: "leader"}.get(int(status.get("state", 0)), "unknown")
+        role = {0: "follower", 1: "candidate", 2: "leader"}.get(
+            int(status.get("state", 0)), "unknown"
+        )
         with self.node.read() as st:
             leader_id = st.leader_node if st.leader_term == self.node.term else None
         http = self.config.raft_http_map()
-        nodes = [{
-            "raft": self.config.raft.listen, "http": self.config.advertise_url(),
-            "id": self.config.node.id, "role": role, "self": True, "healthy": True,
-        }]
+        nodes = [
+            {
+                "raft": self.config.raft.listen,
+                "http": self.config.advertise_url(),
+                "id": self.config.node.id,
+                "role": role,
+                "self": True,
+                "healthy": True,
+            }
+        ]
         for peer in self.config.raft.peers:
             connected = status.get(f"partner_node_status_server_{peer}", 0) == 2
             entry: dict[str, Any] = {
                 "id": leader_id if peer == leader_addr else None,
-                "raft": peer, "http": http.get(peer), "role": "leader" if peer == leader_addr else
-                "follower", "self": False, "connected": connected, "healthy": connected,
+                "raft": peer,
+                "http": http.get(peer),
+                "role": "leader" if peer == leader_addr else "follower",
+                "self": False,
+                "connected": connected,
+                "healthy": connected,
             }
             if role == "leader":
                 match = status.get(f"match_idx_server_{peer}")
                 entry["match_index"] = match
-                entry["lag"] = None if match is None else max(0, self.node.commit_index - int(match))
+                entry["lag"] = (
+                    None if match is None else max(0, self.node.commit_index - int(match))
+                )
             nodes.append(entry)
         return {
             "node_id": self.config.node.id,
@@ -299,18 +348,24 @@ class Runtime:
             raise Unavailable("no leader known yet", retry_after=1)
         headers = {"Authorization": request.headers.get("Authorization", "")}
         try:
-            async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=3)) as s, \
-                    s.get(url + path, headers=headers, ssl=self._peer_ssl) as resp:
+            async with (
+                aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=3)) as s,
+                s.get(url + path, headers=headers, ssl=self._peer_ssl) as resp,
+            ):
                 body = orjson.loads(await resp.read())
                 if resp.status != 200:
                     error = body.get("error", {}) if isinstance(body, dict) else {}
-                    raise from_code(str(error.get("code", "unavailable")),
-                                    f"the leader at {url} answered: {error.get('message', resp.status)}")
+                    raise from_code(
+                        str(error.get("code", "unavailable")),
+                        f"the leader at {url} answered: {error.get('message', resp.status)}",
+                    )
                 return body
         except aiohttp.ClientConnectorCertificateError as exc:
-            raise Unavailable(f"cannot reach the leader at {url}: its TLS certificate was "
-                              f"refused ({exc.certificate_error}); set http.tls_ca on this node "
-                              f"to the CA that signed the nodes' certificates",
-                              retry_after=1) from None
+            raise Unavailable(
+                f"cannot reach the leader at {url}: its TLS certificate was "
+                f"refused ({exc.certificate_error}); set http.tls_ca on this node "
+                f"to the CA that signed the nodes' certificates",
+                retry_after=1,
+            ) from None
         except (aiohttp.ClientError, TimeoutError, orjson.JSONDecodeError) as exc:
             raise Unavailable(f"cannot reach the leader at {url}: {exc}", retry_after=1) from None

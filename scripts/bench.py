@@ -92,13 +92,15 @@ web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), access_log=None, print
 """
 
 
-async def load(url: str, headers: dict[str, str], total: int, concurrency: int,
-               body: bytes) -> tuple[float, list[float]]:
+async def load(
+    url: str, headers: dict[str, str], total: int, concurrency: int, body: bytes
+) -> tuple[float, list[float]]:
     """POST ``total`` requests with ``concurrency`` clients; (requests/s, latencies)."""
     latencies: list[float] = []
     sent = 0
     conn = aiohttp.TCPConnector(limit=concurrency)
     async with aiohttp.ClientSession(connector=conn) as http:
+
         async def client() -> None:
             nonlocal sent
             while sent < total:
@@ -165,9 +167,12 @@ async def s2(cluster: Cluster, n: int, workers: int = 1) -> float:
     procs: list[subprocess.Popen[bytes]] = []
     try:
         async with aiohttp.ClientSession() as http:
+
             async def active() -> int:
-                async with http.get(url + "/api/v1/jobs?status=active&task=demo.echo&limit=1",
-                                    headers=cluster.headers()) as r:
+                async with http.get(
+                    url + "/api/v1/jobs?status=active&task=demo.echo&limit=1",
+                    headers=cluster.headers(),
+                ) as r:
                     return len((await r.json())["jobs"])
 
             async def connected() -> set[str]:
@@ -177,12 +182,23 @@ async def s2(cluster: Cluster, n: int, workers: int = 1) -> float:
 
             jobs = [{"task": "demo.echo", "payload": i} for i in range(n)]
             for start in range(0, n, 1000):
-                async with http.post(url + "/api/v1/jobs/batch", data=orjson.dumps({"jobs": jobs[start:start + 1000]}),
-                                     headers=cluster.headers()) as r:
+                async with http.post(
+                    url + "/api/v1/jobs/batch",
+                    data=orjson.dumps({"jobs": jobs[start : start + 1000]}),
+                    headers=cluster.headers(),
+                ) as r:
                     assert r.status == 201, await r.text()
             await asyncio.sleep(0.3)  # every run fired and queued
-            procs = [cluster.start_worker("--import", "schedd.worker.demo_tasks", "--concurrency",
-                                          str(S2_CONCURRENCY), name=name) for name in names]
+            procs = [
+                cluster.start_worker(
+                    "--import",
+                    "schedd.worker.demo_tasks",
+                    "--concurrency",
+                    str(S2_CONCURRENCY),
+                    name=name,
+                )
+                for name in names
+            ]
             while not await connected():
                 await asyncio.sleep(0.01)
             t0 = time.perf_counter()
@@ -200,8 +216,14 @@ async def s3(cluster: Cluster, root: Path, n: int, lead: float) -> dict[str, flo
     _, url = await leader_url(cluster)
     record = root / f"s3-{time.monotonic_ns()}.lag"
     name = f"bench-s3-{time.monotonic_ns()}"
-    worker = cluster.start_worker("--import", "scripts.benchlib.tasks", "--concurrency", str(n),
-                                  name=name, env={"SCHEDD_BENCH_LAG": str(record)})
+    worker = cluster.start_worker(
+        "--import",
+        "scripts.benchlib.tasks",
+        "--concurrency",
+        str(n),
+        name=name,
+        env={"SCHEDD_BENCH_LAG": str(record)},
+    )
     try:
         async with aiohttp.ClientSession() as http:
             await wait_worker(http, url, cluster, name)
@@ -209,9 +231,11 @@ async def s3(cluster: Cluster, root: Path, n: int, lead: float) -> dict[str, flo
             at = due.isoformat(timespec="milliseconds").replace("+00:00", "Z")
             jobs = [{"task": "bench.lag", "payload": i, "schedule": {"at": at}} for i in range(n)]
             for start in range(0, n, 1000):
-                async with http.post(url + "/api/v1/jobs/batch",
-                                     data=orjson.dumps({"jobs": jobs[start:start + 1000]}),
-                                     headers=cluster.headers()) as r:
+                async with http.post(
+                    url + "/api/v1/jobs/batch",
+                    data=orjson.dumps({"jobs": jobs[start : start + 1000]}),
+                    headers=cluster.headers(),
+                ) as r:
                     assert r.status == 201, await r.text()
             if datetime.now(UTC) >= due:
                 raise RuntimeError(f"submitting {n} jobs took longer than the {lead}s lead")
@@ -229,9 +253,13 @@ async def s3(cluster: Cluster, root: Path, n: int, lead: float) -> dict[str, flo
         if not lags:
             raise RuntimeError("no bench.lag job started")
         early = sum(1 for x in lags if x < 0)
-        return {"s3_p50": pct(lags, 0.5) * 1000, "s3_p99": pct(lags, 0.99) * 1000,
-                "s3_max": max(lags) * 1000, "s3_early": float(early),
-                "s3_missing": float(n - len(lags))}
+        return {
+            "s3_p50": pct(lags, 0.5) * 1000,
+            "s3_p99": pct(lags, 0.99) * 1000,
+            "s3_max": max(lags) * 1000,
+            "s3_early": float(early),
+            "s3_missing": float(n - len(lags)),
+        }
     finally:
         stop_pid(worker, grace=20)
 
@@ -334,8 +362,11 @@ ROWS: list[tuple[str, str, str]] = [
     ("S5 leader changes besides the kills", "count", "s5_extra_leader_changes"),
     ("S5 killed node restarted -> caught up p50", "s", "s5_restart_p50"),
     ("S5 submit load (acknowledged jobs / load time)", "jobs/s", "s5_load_rate"),
-    ("S6 {s6_jobs} every 1 s + {s6_oneoff} one-off/s, forgetting after 1 min: runs", "runs/s",
-     "s6_runs_per_s"),
+    (
+        "S6 {s6_jobs} every 1 s + {s6_oneoff} one-off/s, forgetting after 1 min: runs",
+        "runs/s",
+        "s6_runs_per_s",
+    ),
     ("S6 leader VmRSS growth, forgetting", "KiB/min", "s6_rss_kib_per_min"),
     ("S6 state.db + wal growth, forgetting", "KiB/min", "s6_db_kib_per_min"),
     ("S6 state.db + wal at the end, forgetting", "MiB", "s6_db_mib_end"),
@@ -350,15 +381,23 @@ ROWS: list[tuple[str, str, str]] = [
     ("peer: Celery drain, 1 worker (solo pool)", "jobs/s", "celery_drain"),
 ]
 
-RATIOS = {"s1_vs_ceiling": ("s1", "ceiling"), "s1_vs_syncobj": ("s1", "syncobj_entries"),
-          "s1_vs_huey": ("s1", "huey_enqueue"), "s1_vs_celery": ("s1", "celery_enqueue"),
-          "s1b_vs_syncobj_ops": ("s1b", "syncobj_ops"), "s1b_vs_huey": ("s1b", "huey_enqueue"),
-          "s1b_vs_celery": ("s1b", "celery_enqueue"), "s2_2w_vs_s2": ("s2_2w", "s2"),
-          "s2_vs_huey": ("s2", "huey_drain"), "s2_vs_celery": ("s2", "celery_drain")}
+RATIOS = {
+    "s1_vs_ceiling": ("s1", "ceiling"),
+    "s1_vs_syncobj": ("s1", "syncobj_entries"),
+    "s1_vs_huey": ("s1", "huey_enqueue"),
+    "s1_vs_celery": ("s1", "celery_enqueue"),
+    "s1b_vs_syncobj_ops": ("s1b", "syncobj_ops"),
+    "s1b_vs_huey": ("s1b", "huey_enqueue"),
+    "s1b_vs_celery": ("s1b", "celery_enqueue"),
+    "s2_2w_vs_s2": ("s2_2w", "s2"),
+    "s2_vs_huey": ("s2", "huey_drain"),
+    "s2_vs_celery": ("s2", "celery_drain"),
+}
 
 
-def table(out: dict[str, dict[str, float]], markdown: bool = False,
-          labels: dict[str, str] | None = None) -> str:
+def table(
+    out: dict[str, dict[str, float]], markdown: bool = False, labels: dict[str, str] | None = None
+) -> str:
     lines = []
     width = 52
     if markdown:
@@ -370,8 +409,13 @@ def table(out: dict[str, dict[str, float]], markdown: bool = False,
         if s is None:
             continue
         name = name.format(**(labels or {}))
-        fmt = ",.4f" if unit == "ratio" and s["median"] < 0.1 else \
-            ",.2f" if unit == "ratio" or s["median"] < 100 else ",.0f"
+        fmt = (
+            ",.4f"
+            if unit == "ratio" and s["median"] < 0.1
+            else ",.2f"
+            if unit == "ratio" or s["median"] < 100
+            else ",.0f"
+        )
         cells = [format(s[c], fmt) for c in ("median", "min", "max")]
         if markdown:
             lines.append(f"| {name} | {unit} | " + " | ".join(cells) + " |")
@@ -384,8 +428,9 @@ def _check_bad(res: dict[str, list[float]], failures: list[str], key: str, bound
     """``<key>_bad`` = early + missing per run; either one fails the run."""
     if f"{key}_early" not in res:
         return
-    res[f"{key}_bad"] = [e + m for e, m in zip(res[f"{key}_early"], res[f"{key}_missing"],
-                                                strict=True)]
+    res[f"{key}_bad"] = [
+        e + m for e, m in zip(res[f"{key}_early"], res[f"{key}_missing"], strict=True)
+    ]
     if any(res[f"{key}_early"]):
         failures.append(f"{key}: jobs started before their scheduled time: {res[f'{key}_early']}")
     if any(res[f"{key}_missing"]):
@@ -398,29 +443,59 @@ def _median(res: dict[str, list[float]], key: str) -> float | None:
 
 
 def _parse_args() -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="scripts/bench", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="scripts/bench",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--quick", action="store_true",
-                    help="small counts, one run, short timeouts (a smoke test, < ~2.5 min)")
+    ap.add_argument(
+        "--quick",
+        action="store_true",
+        help="small counts, one run, short timeouts (a smoke test, < ~2.5 min)",
+    )
     ap.add_argument("--no-peers", action="store_true", help="skip Huey and Celery")
     ap.add_argument("--json", type=Path, default=REPO / "bench-results" / "latest.json")
-    ap.add_argument("--s3b-jobs", type=int, default=None,
-                    help="S3b's job count (default 100,000; --quick: 10,000)")
-    ap.add_argument("--s4-jobs", type=int, default=None,
-                    help="S4's pending job count (default 2,000,000; --quick: 20,000)")
-    ap.add_argument("--s5-kills", type=int, default=None,
-                    help="S5's leader SIGKILLs (default 5; --quick: 1)")
-    ap.add_argument("--s5-rate", type=float, default=200.0,
-                    help="S5's submit load, requests/s (default 200)")
-    ap.add_argument("--s6-jobs", type=int, default=30,
-                    help="S6's jobs, each every second (default 30)")
-    ap.add_argument("--s6-oneoff", type=int, default=20,
-                    help="S6's one-off jobs submitted each second (default 20)")
-    ap.add_argument("--s6-seconds", type=float, default=None,
-                    help="S6's run time per configuration (default 300; --quick: 30)")
-    ap.add_argument("--only", type=_scenarios, default=None, metavar="S5,S3,...",
-                    help="run only these scenarios (" + ", ".join(SCENARIOS) + ")")
+    ap.add_argument(
+        "--s3b-jobs",
+        type=int,
+        default=None,
+        help="S3b's job count (default 100,000; --quick: 10,000)",
+    )
+    ap.add_argument(
+        "--s4-jobs",
+        type=int,
+        default=None,
+        help="S4's pending job count (default 2,000,000; --quick: 20,000)",
+    )
+    ap.add_argument(
+        "--s5-kills", type=int, default=None, help="S5's leader SIGKILLs (default 5; --quick: 1)"
+    )
+    ap.add_argument(
+        "--s5-rate", type=float, default=200.0, help="S5's submit load, requests/s (default 200)"
+    )
+    ap.add_argument(
+        "--s6-jobs", type=int, default=30, help="S6's jobs, each every second (default 30)"
+    )
+    ap.add_argument(
+        "--s6-oneoff",
+        type=int,
+        default=20,
+        help="S6's one-off jobs submitted each second (default 20)",
+    )
+    ap.add_argument(
+        "--s6-seconds",
+        type=float,
+        default=None,
+        help="S6's run time per configuration (default 300; --quick: 30)",
+    )
+    ap.add_argument(
+        "--only",
+        type=_scenarios,
+        default=None,
+        metavar="S5,S3,...",
+        help="run only these scenarios (" + ", ".join(SCENARIOS) + ")",
+    )
     return ap.parse_args()
 
 
@@ -446,16 +521,31 @@ async def main() -> int:
     s3b_bound = max(30.0, n_s3b / 700)
     # S5: an acknowledged job not started this long after the load stopped is lost (s).
     s5_bound = 30.0
-    s4_compaction, s4_load, s4_quiet, s4_catchup = \
+    s4_compaction, s4_load, s4_quiet, s4_catchup = (
         (3.0, 60.0, 30.0, 60.0) if args.quick else (30.0, 1200.0, 240.0, 90.0)
+    )
     if not args.quick:  # a larger S4 (--s4-jobs) gets the time it needs at ~4,000 jobs/s, and
         # a snapshot of its database (~25,000 jobs/s) in its quiet period
         s4_load, s4_quiet = max(s4_load, n_s4 / 4000), max(s4_quiet, n_s4 / 25_000)
     # Per-scenario timeouts (s): generous multiples of a normal run on a busy 2-core machine.
-    t = {"ceiling": 30, "syncobj": 60, "cluster": 45, "s1": 60, "s1c": 60, "s2": 90, "s3": 60,
-         "install": 600, "huey": 90, "celery": 120, "settle": 30, "s1b": 60,
-         "s3b": 60 + s3b_bound + n_s3b / 500, "s4": 120 + s4_load + s4_quiet + s4_catchup,
-         "s5": 60 + 90 * n_s5 + 2 * s5_bound, "s6": 2 * (90 + s6_seconds)}
+    t = {
+        "ceiling": 30,
+        "syncobj": 60,
+        "cluster": 45,
+        "s1": 60,
+        "s1c": 60,
+        "s2": 90,
+        "s3": 60,
+        "install": 600,
+        "huey": 90,
+        "celery": 120,
+        "settle": 30,
+        "s1b": 60,
+        "s3b": 60 + s3b_bound + n_s3b / 500,
+        "s4": 120 + s4_load + s4_quiet + s4_catchup,
+        "s5": 60 + 90 * n_s5 + 2 * s5_bound,
+        "s6": 2 * (90 + s6_seconds),
+    }
     if args.quick:
         t.update(ceiling=15, syncobj=30, s1=20, s1c=20, s2=30, s3=40, huey=40, celery=40, s1b=30)
     envs = REPO / "bench-results" / "envs"
@@ -473,32 +563,79 @@ async def main() -> int:
             if on("ceiling"):
                 await runner.run("ceiling", t["ceiling"], lambda: ceiling(n_submit))
             if on("syncobj"):
-                await runner.run("syncobj", t["syncobj"], partial(
-                    syncobj_ceiling, tmp / f"run{r}-syncobj", n_raft, free_port))
+                await runner.run(
+                    "syncobj",
+                    t["syncobj"],
+                    partial(syncobj_ceiling, tmp / f"run{r}-syncobj", n_raft, free_port),
+                )
             if any(map(on, ("s1", "s1c", "s2", "s3", "s1b"))):
-                await _on_cluster(runner, on, t, tmp, Cluster(tmp / f"run{r}"),
-                                  (n_submit, n_seq, n_drain, n_delayed, n_batch))
+                await _on_cluster(
+                    runner,
+                    on,
+                    t,
+                    tmp,
+                    Cluster(tmp / f"run{r}"),
+                    (n_submit, n_seq, n_drain, n_delayed, n_batch),
+                )
             if peering:
-                await runner.run("huey", t["huey"],
-                                 partial(peers.huey, envs, tmp / f"run{r}-huey", n_peer, t["huey"] - 5))
-                await runner.run("celery", t["celery"],
-                                 partial(peers.celery, envs, tmp / f"run{r}-celery", n_peer,
-                                         t["celery"] - 10, free_port))
+                await runner.run(
+                    "huey",
+                    t["huey"],
+                    partial(peers.huey, envs, tmp / f"run{r}-huey", n_peer, t["huey"] - 5),
+                )
+                await runner.run(
+                    "celery",
+                    t["celery"],
+                    partial(
+                        peers.celery,
+                        envs,
+                        tmp / f"run{r}-celery",
+                        n_peer,
+                        t["celery"] - 10,
+                        free_port,
+                    ),
+                )
             print(f"run {r + 1}/{runs} done ({time.perf_counter() - began:.0f}s)", file=sys.stderr)
         # Once per invocation, each on its own fresh cluster.
         res = runner.results
         once = {
-            "s5": partial(failover.s5, tmp / "s5", n_s5, args.s5_rate, s5_bound,
-                          detail=args.json.with_name(args.json.stem + "-s5.json")),
-            "s3b": partial(scale.s3b, tmp / "s3b", n_s3b, _median(res, "s1b") or 2000.0,
-                           s3b_bound, min(MAX_WORKER_CAPACITY, max(S2_CONCURRENCY, n_s3b // 20)),
-                           _median(res, "s2_2w")),
-            "s4": partial(scale.s4, tmp / "s4", n_s4, s4_compaction, s4_load, s4_quiet,
-                          s4_catchup, args.json.with_name(args.json.stem + "-s4.json")),
+            "s5": partial(
+                failover.s5,
+                tmp / "s5",
+                n_s5,
+                args.s5_rate,
+                s5_bound,
+                detail=args.json.with_name(args.json.stem + "-s5.json"),
+            ),
+            "s3b": partial(
+                scale.s3b,
+                tmp / "s3b",
+                n_s3b,
+                _median(res, "s1b") or 2000.0,
+                s3b_bound,
+                min(MAX_WORKER_CAPACITY, max(S2_CONCURRENCY, n_s3b // 20)),
+                _median(res, "s2_2w"),
+            ),
+            "s4": partial(
+                scale.s4,
+                tmp / "s4",
+                n_s4,
+                s4_compaction,
+                s4_load,
+                s4_quiet,
+                s4_catchup,
+                args.json.with_name(args.json.stem + "-s4.json"),
+            ),
             # samples start once the retention has begun forgetting (20 s + a purge period)
-            "s6": partial(retention.s6, tmp / "s6", args.s6_jobs, args.s6_oneoff, s6_seconds,
-                          min(90.0, s6_seconds / 3),
-                          args.json.with_name(args.json.stem + "-s6.json")),
+            "s6": partial(
+                retention.s6,
+                tmp / "s6",
+                args.s6_jobs,
+                args.s6_oneoff,
+                s6_seconds,
+                min(90.0, s6_seconds / 3),
+                args.json.with_name(args.json.stem + "-s6.json"),
+            ),
         }
         for name, fn in once.items():
             if on(name):
@@ -513,21 +650,44 @@ async def main() -> int:
     _check_bad(res, runner.failures, "s3b", f"{s3b_bound:.0f} s after the due second")
     _check_s5(res, runner.failures, s5_bound)
     out = {k: summary(v) for k, v in res.items()}
-    labels = {"s3b_n": f"{n_s3b:,}", "s4_n": f"{n_s4:,}", "s5_kills": str(n_s5),
-              "s6_jobs": str(args.s6_jobs), "s6_oneoff": str(args.s6_oneoff)}
+    labels = {
+        "s3b_n": f"{n_s3b:,}",
+        "s4_n": f"{n_s4:,}",
+        "s5_kills": str(n_s5),
+        "s6_jobs": str(args.s6_jobs),
+        "s6_oneoff": str(args.s6_oneoff),
+    }
     print("\n" + table(out, labels=labels))
     args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps({
-        "command": "scripts/bench " + " ".join(sys.argv[1:]), "runs": runs, "quick": args.quick,
-        "elapsed_s": time.perf_counter() - began, "results": out, "raw": res,
-        "counts": {"s1b_jobs": n_batch, "s3b_jobs": n_s3b, "s4_jobs": n_s4,
-                   "s4_compaction_s": s4_compaction, "s4_load_cap_s": s4_load,
-                   "s3b_missing_after_s": s3b_bound, "s5_kills": n_s5,
-                   "s5_rate": args.s5_rate, "s5_lost_after_s": s5_bound,
-                   "s6_jobs": args.s6_jobs, "s6_oneoff": args.s6_oneoff,
-                   "s6_seconds": s6_seconds},
-        "failures": runner.failures, "markdown": table(out, markdown=True, labels=labels)},
-        indent=2))
+    args.json.write_text(
+        json.dumps(
+            {
+                "command": "scripts/bench " + " ".join(sys.argv[1:]),
+                "runs": runs,
+                "quick": args.quick,
+                "elapsed_s": time.perf_counter() - began,
+                "results": out,
+                "raw": res,
+                "counts": {
+                    "s1b_jobs": n_batch,
+                    "s3b_jobs": n_s3b,
+                    "s4_jobs": n_s4,
+                    "s4_compaction_s": s4_compaction,
+                    "s4_load_cap_s": s4_load,
+                    "s3b_missing_after_s": s3b_bound,
+                    "s5_kills": n_s5,
+                    "s5_rate": args.s5_rate,
+                    "s5_lost_after_s": s5_bound,
+                    "s6_jobs": args.s6_jobs,
+                    "s6_oneoff": args.s6_oneoff,
+                    "s6_seconds": s6_seconds,
+                },
+                "failures": runner.failures,
+                "markdown": table(out, markdown=True, labels=labels),
+            },
+            indent=2,
+        )
+    )
     print(f"\nJSON: {args.json}   ({time.perf_counter() - began:.0f}s)")
     if runner.failures:
         print("\nFAILED:\n  " + "\n  ".join(runner.failures), file=sys.stderr)
@@ -535,8 +695,14 @@ async def main() -> int:
     return 0
 
 
-async def _on_cluster(runner: Runner, on: Callable[[str], bool], t: dict[str, float], tmp: Path,
-                      cluster: Cluster, n: tuple[int, int, int, int, int]) -> None:
+async def _on_cluster(
+    runner: Runner,
+    on: Callable[[str], bool],
+    t: dict[str, float],
+    tmp: Path,
+    cluster: Cluster,
+    n: tuple[int, int, int, int, int],
+) -> None:
     """The scenarios that share one run's cluster, in order."""
     n_submit, n_seq, n_drain, n_delayed, n_batch = n
     try:
@@ -560,18 +726,27 @@ async def _on_cluster(runner: Runner, on: Callable[[str], bool], t: dict[str, fl
         stop_cluster(cluster)
 
 
-def _check_s4(res: dict[str, list[float]], failures: list[str], n_s4: int, s4_load: float,
-              s4_catchup: float, targets: bool) -> None:
+def _check_s4(
+    res: dict[str, list[float]],
+    failures: list[str],
+    n_s4: int,
+    s4_load: float,
+    s4_catchup: float,
+    targets: bool,
+) -> None:
     if res.get("s4_jobs") and res["s4_jobs"][0] < n_s4:
         failures.append(
             f"s4: only {res['s4_jobs'][0]:,.0f} of {n_s4:,} jobs submitted within {s4_load:.0f}s "
             f"({res['s4_elections'][0]:.0f} elections, {res['s4_retries'][0]:.0f} batches re-sent); "
-            "the figures are for those")
-    limits = (("s4_elections", 0.0, "elections"),
-               ("s4_bytes_per_job", 100.0, "bytes of leader RSS per pending job"),
-               ("s4_quiet_probe_p99", 100.0, "ms probe p99 while the nodes snapshot"),
-               ("s4_restart_answer", 5.0, "s from a follower's restart to its first answer"),
-               ("s4_catchup", 30.0, "s from a follower's restart to caught up"))
+            "the figures are for those"
+        )
+    limits = (
+        ("s4_elections", 0.0, "elections"),
+        ("s4_bytes_per_job", 100.0, "bytes of leader RSS per pending job"),
+        ("s4_quiet_probe_p99", 100.0, "ms probe p99 while the nodes snapshot"),
+        ("s4_restart_answer", 5.0, "s from a follower's restart to its first answer"),
+        ("s4_catchup", 30.0, "s from a follower's restart to caught up"),
+    )
     for key, limit, what in limits if targets else ():
         if res.get(key) and res[key][0] > limit:
             failures.append(f"s4: {res[key][0]:,.1f} {what} (target: at most {limit:g})")
@@ -580,9 +755,14 @@ def _check_s4(res: dict[str, list[float]], failures: list[str], n_s4: int, s4_lo
         failed = res.get("s4_restart_failures", [0.0])[0]
         failures.append(
             f"s4: the restarted follower did not catch up within {s4_catchup:.0f}s ("
-            + (f"{behind[0]:,.0f} entries behind the leader's commit index then"
-               if behind else "it never answered HTTP")
-            + (f"; {failed:.0f} restarts exited at once" if failed else "") + ")")
+            + (
+                f"{behind[0]:,.0f} entries behind the leader's commit index then"
+                if behind
+                else "it never answered HTTP"
+            )
+            + (f"; {failed:.0f} restarts exited at once" if failed else "")
+            + ")"
+        )
 
 
 def _ratios(res: dict[str, list[float]]) -> None:
@@ -595,11 +775,11 @@ def _check_s5(res: dict[str, list[float]], failures: list[str], bound: float) ->
     if res.get("s5_lost") and res["s5_lost"][0]:
         failures.append(
             f"s5: {res['s5_lost'][0]:.0f} of {res['s5_acked'][0]:.0f} acknowledged jobs did not "
-            f"start within {bound:.0f}s of the load's end (job ids in the -s5.json file)")
+            f"start within {bound:.0f}s of the load's end (job ids in the -s5.json file)"
+        )
 
 
-SCENARIOS = ("ceiling", "syncobj", "S1", "S1c", "S2", "S3", "S1b", "peers", "S3b", "S4", "S5",
-             "S6")
+SCENARIOS = ("ceiling", "syncobj", "S1", "S1c", "S2", "S3", "S1b", "peers", "S3b", "S4", "S5", "S6")
 
 
 def _scenarios(text: str) -> set[str]:
@@ -607,8 +787,7 @@ def _scenarios(text: str) -> set[str]:
     names = {x.strip().lower() for x in text.split(",") if x.strip()}
     unknown = names - {s.lower() for s in SCENARIOS}
     if unknown or not names:
-        raise argparse.ArgumentTypeError(
-            f"expected some of {', '.join(SCENARIOS)}, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected some of {', '.join(SCENARIOS)}, got {text!r}")
     return names
 
 

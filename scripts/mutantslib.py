@@ -73,14 +73,37 @@ CLASS_SEP = "ǁ"  # mutmut's separator in mangled method names: xǁClassǁmethod
 # journal's exit on a failed write): "crashed", which counts as killed (mutmut says
 # "suspicious").
 STATUS_BY_EXIT_CODE: dict[int | None, str] = {
-    1: "killed", 3: "killed", 0: "survived", 5: "no tests", 33: "no tests", 34: "skipped",
-    35: "suspicious", 36: "timeout", 37: "killed", -24: "timeout", 24: "timeout", 152: "timeout",
-    255: "timeout", -11: "crashed", -9: "crashed", 2: "not checked", None: "not checked",
+    1: "killed",
+    3: "killed",
+    0: "survived",
+    5: "no tests",
+    33: "no tests",
+    34: "skipped",
+    35: "suspicious",
+    36: "timeout",
+    37: "killed",
+    -24: "timeout",
+    24: "timeout",
+    152: "timeout",
+    255: "timeout",
+    -11: "crashed",
+    -9: "crashed",
+    2: "not checked",
+    None: "not checked",
 }
 KILLED = ("killed", "timeout", "crashed")
 NOT_KILLED = ("survived", "no tests", "suspicious")
-COLUMNS = ("killed", "timeout", "crashed", "survived", "no tests", "suspicious", "skipped",
-           "not checked", "accepted")
+COLUMNS = (
+    "killed",
+    "timeout",
+    "crashed",
+    "survived",
+    "no tests",
+    "suspicious",
+    "skipped",
+    "not checked",
+    "accepted",
+)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -105,11 +128,17 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     them in a forked child whose output it never shows, so without this a failing test there
     reads only "failed to collect stats. runner returned 1"."""
     path = os.environ.get(FAILURES_ENV)
-    if not path or not report.failed or os.environ.get("MUTANT_UNDER_TEST", "") not in ("", "stats"):
+    if (
+        not path
+        or not report.failed
+        or os.environ.get("MUTANT_UNDER_TEST", "") not in ("", "stats")
+    ):
         return
     with open(path, "a", encoding="utf-8") as out:
-        out.write(f"--- {report.nodeid} ({report.when}) failed with no mutant active:\n"
-                  f"{report.longreprtext[-3000:]}\n")
+        out.write(
+            f"--- {report.nodeid} ({report.when}) failed with no mutant active:\n"
+            f"{report.longreprtext[-3000:]}\n"
+        )
 
 
 def pytest_collection_modifyitems(items: list[Any]) -> None:
@@ -119,8 +148,14 @@ def pytest_collection_modifyitems(items: list[Any]) -> None:
     from hypothesis import Phase, settings
 
     def capped(s: Any) -> Any:
-        return settings(s, max_examples=min(s.max_examples, cap), database=None, derandomize=True,
-                        deadline=None, phases=[Phase.explicit, Phase.generate])
+        return settings(
+            s,
+            max_examples=min(s.max_examples, cap),
+            database=None,
+            derandomize=True,
+            deadline=None,
+            phases=[Phase.explicit, Phase.generate],
+        )
 
     for item in items:
         fn = getattr(item, "obj", None)
@@ -137,15 +172,21 @@ def pytest_collection_modifyitems(items: list[Any]) -> None:
 
 
 def git(*args: str, cwd: Path = ROOT) -> str:
-    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True,
-                          text=True).stdout
+    return subprocess.run(
+        ["git", *args], cwd=cwd, check=True, capture_output=True, text=True
+    ).stdout
 
 
 def working_tree_files() -> list[str]:
     """Tracked and untracked (not ignored) files that exist on disk, as the developer has them."""
     out = git("ls-files", "-z", "--cached", "--others", "--exclude-standard")
-    return sorted({p for p in out.split("\0") if p and p.split("/", 1)[0] not in SKIP
-                   and (ROOT / p).is_file()})
+    return sorted(
+        {
+            p
+            for p in out.split("\0")
+            if p and p.split("/", 1)[0] not in SKIP and (ROOT / p).is_file()
+        }
+    )
 
 
 def mutmut_config() -> dict[str, Any]:
@@ -169,8 +210,11 @@ def top_level_functions(source: str) -> list[tuple[str, int, int]]:
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
             funcs.append((f"x_{node.name}", node))
         elif isinstance(node, ast.ClassDef):
-            funcs += [(f"x{CLASS_SEP}{node.name}{CLASS_SEP}{m.name}", m) for m in node.body
-                      if isinstance(m, ast.FunctionDef | ast.AsyncFunctionDef)]
+            funcs += [
+                (f"x{CLASS_SEP}{node.name}{CLASS_SEP}{m.name}", m)
+                for m in node.body
+                if isinstance(m, ast.FunctionDef | ast.AsyncFunctionDef)
+            ]
         for key, f in funcs:
             first = min([f.lineno, *(d.lineno for d in getattr(f, "decorator_list", []))])
             out.append((key, first, f.end_lineno or f.lineno))
@@ -191,8 +235,9 @@ def changed_functions(base: str, files: Sequence[str]) -> dict[str, set[str] | N
             result[f] = None
             continue
         lines: set[int] = set()
-        for m in re.finditer(r"^@@ -\S+ \+(\d+)(?:,(\d+))? @@", git("diff", "-U0", base, "--", f),
-                             re.M):
+        for m in re.finditer(
+            r"^@@ -\S+ \+(\d+)(?:,(\d+))? @@", git("diff", "-U0", base, "--", f), re.M
+        ):
             start, count = int(m.group(1)), int(m.group(2) or "1")
             lines.update(range(start, start + count) if count else (start, start + 1))
         if lines:
@@ -228,8 +273,11 @@ def write_mutmut_section(pyproject: Path, conf: dict[str, Any]) -> None:
     text = pyproject.read_text("utf-8")
     section = "[tool.mutmut]\n" + "".join(f"{k} = {toml_value(v)}\n" for k, v in conf.items())
     pattern = re.compile(r"^\[tool\.mutmut\]\n(?:(?!\[).*\n?)*", re.M)
-    text = pattern.sub(lambda _: section + "\n", text) if pattern.search(text) else \
-        text.rstrip("\n") + "\n\n" + section
+    text = (
+        pattern.sub(lambda _: section + "\n", text)
+        if pattern.search(text)
+        else text.rstrip("\n") + "\n\n" + section
+    )
     pyproject.write_text(text, "utf-8")
 
 
@@ -243,8 +291,10 @@ def make_copy(work: Path, files: Sequence[str]) -> None:
 def mutmut_bin() -> str:
     exe = Path(sys.executable).parent / "mutmut"
     if not exe.exists():
-        raise SystemExit("mutants: mutmut is not installed in this environment (scripts/setup "
-                         "installs the dev extra)")
+        raise SystemExit(
+            "mutants: mutmut is not installed in this environment (scripts/setup "
+            "installs the dev extra)"
+        )
     return str(exe)
 
 
@@ -258,8 +308,13 @@ copy_src_dir(); copy_also_copy_files(); setup_source_paths(); create_mutants(int
 def generate(work: Path, env: dict[str, str], jobs: int, log: Path) -> None:
     """Only write the mutants (mutmut's own first step), to know their names before a sample."""
     with log.open("a") as out:
-        proc = subprocess.run([sys.executable, "-c", GENERATE, str(jobs)], cwd=work, env=env,
-                              stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.run(
+            [sys.executable, "-c", GENERATE, str(jobs)],
+            cwd=work,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     if proc.returncode:
         fail(f"generating the mutants failed (exit {proc.returncode})", log)
 
@@ -289,17 +344,31 @@ def last_progress(log: Path) -> str | None:
     if not found:
         return None
     done, total, killed, notests, timeout, susp, survived = found[-1]
-    return (f"{done}/{total} checked: {killed} killed, {survived} survived, {notests} no tests, "
-            f"{timeout} timeout, {susp} suspicious")
+    return (
+        f"{done}/{total} checked: {killed} killed, {survived} survived, {notests} no tests, "
+        f"{timeout} timeout, {susp} suspicious"
+    )
 
 
-def run_mutmut(work: Path, env: dict[str, str], names: Sequence[str], jobs: int, log: Path,
-               deadline: float | None, every: float) -> bool:
+def run_mutmut(
+    work: Path,
+    env: dict[str, str],
+    names: Sequence[str],
+    jobs: int,
+    log: Path,
+    deadline: float | None,
+    every: float,
+) -> bool:
     """Run ``mutmut run``; stop it at the deadline. True when it finished by itself."""
     with log.open("a") as out:
-        proc = subprocess.Popen([mutmut_bin(), "run", "--max-children", str(jobs), *names],
-                                cwd=work, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            [mutmut_bin(), "run", "--max-children", str(jobs), *names],
+            cwd=work,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     finished = True
     next_report = time.monotonic() + every
     try:
@@ -307,8 +376,9 @@ def run_mutmut(work: Path, env: dict[str, str], names: Sequence[str], jobs: int,
             now = time.monotonic()
             if deadline is not None and now >= deadline:
                 finished = False
-                print("mutants: budget reached, stopping mutmut (results so far are kept)",
-                      flush=True)
+                print(
+                    "mutants: budget reached, stopping mutmut (results so far are kept)", flush=True
+                )
                 proc.send_signal(signal.SIGINT)  # mutmut stops its workers and saves
                 try:
                     proc.wait(30)
@@ -316,8 +386,10 @@ def run_mutmut(work: Path, env: dict[str, str], names: Sequence[str], jobs: int,
                     pass
                 break
             if now >= next_report:
-                print(f"  [{time.strftime('%H:%M:%S')}] {last_progress(log) or 'starting'}",
-                      flush=True)
+                print(
+                    f"  [{time.strftime('%H:%M:%S')}] {last_progress(log) or 'starting'}",
+                    flush=True,
+                )
                 next_report = now + every
             time.sleep(1)
     finally:
@@ -347,8 +419,10 @@ class Mutant:
     accepted_by: int | None = None
 
     def row(self) -> str:
-        return (f"{self.path}:{self.line}: {self.original}  →  {self.mutated}   in {self.function}"
-                f"   [{self.status}; {self.name}]")
+        return (
+            f"{self.path}:{self.line}: {self.original}  →  {self.mutated}   in {self.function}"
+            f"   [{self.status}; {self.name}]"
+        )
 
 
 def function_display(name: str) -> str:
@@ -403,10 +477,14 @@ class Describer:
             return [x.replace(f"def {name}(", f"def {key}(") for x in lines[a - 1 : b]]
 
         orig, mut = body(f"{key}__mutmut_orig"), body(gen)
-        def_idx = next((i for i, x in enumerate(orig) if re.match(rf"\s*(async\s+)?def {key}\b", x)),
-                       0)
-        changes = [op for op in difflib.SequenceMatcher(None, orig, mut, autojunk=False).get_opcodes()
-                   if op[0] != "equal"]
+        def_idx = next(
+            (i for i, x in enumerate(orig) if re.match(rf"\s*(async\s+)?def {key}\b", x)), 0
+        )
+        changes = [
+            op
+            for op in difflib.SequenceMatcher(None, orig, mut, autojunk=False).get_opcodes()
+            if op[0] != "equal"
+        ]
         if not changes:
             return
         i1, i2 = changes[0][1], changes[-1][2]
@@ -448,8 +526,11 @@ class Equivalent:
             return False
         if self.mutant is not None:
             return m.name == self.mutant
-        return (self.function in (None, m.function) and norm(self.original or "") == norm(m.original)
-                and norm(self.mutated or "") == norm(m.mutated))
+        return (
+            self.function in (None, m.function)
+            and norm(self.original or "") == norm(m.original)
+            and norm(self.mutated or "") == norm(m.mutated)
+        )
 
     def label(self) -> str:
         what = self.mutant or f"{self.original!r} -> {self.mutated!r}"
@@ -462,20 +543,40 @@ def load_equivalents(path: Path) -> list[Equivalent]:
     data = tomllib.loads(path.read_text("utf-8"))
     out = []
     for i, e in enumerate(data.get("equivalent", []), 1):
-        if not isinstance(e, dict) or not e.get("file") or not e.get("reason") or not (
-                e.get("mutant") or (e.get("original") and e.get("mutated"))):
-            raise SystemExit(f"mutants: {path} entry {i} needs file, reason, and either mutant or "
-                             "original + mutated")
+        if (
+            not isinstance(e, dict)
+            or not e.get("file")
+            or not e.get("reason")
+            or not (e.get("mutant") or (e.get("original") and e.get("mutated")))
+        ):
+            raise SystemExit(
+                f"mutants: {path} entry {i} needs file, reason, and either mutant or "
+                "original + mutated"
+            )
         unknown = set(e) - {"file", "reason", "function", "original", "mutated", "mutant"}
         if unknown:
             raise SystemExit(f"mutants: {path} entry {i}: unknown keys {sorted(unknown)}")
-        out.append(Equivalent(i, e["file"], e["reason"], e.get("function"), e.get("original"),
-                              e.get("mutated"), e.get("mutant")))
+        out.append(
+            Equivalent(
+                i,
+                e["file"],
+                e["reason"],
+                e.get("function"),
+                e.get("original"),
+                e.get("mutated"),
+                e.get("mutant"),
+            )
+        )
     return out
 
 
-def apply_equivalents(all_mutants: Sequence[Mutant], selected: set[str], files: Sequence[str],
-                      entries: Sequence[Equivalent], describer: Describer) -> list[str]:
+def apply_equivalents(
+    all_mutants: Sequence[Mutant],
+    selected: set[str],
+    files: Sequence[str],
+    entries: Sequence[Equivalent],
+    describer: Describer,
+) -> list[str]:
     """Mark accepted mutants; return the warnings about stale entries of the files in this run."""
     warnings = []
     by_file: dict[str, list[Mutant]] = {}
@@ -495,8 +596,10 @@ def apply_equivalents(all_mutants: Sequence[Mutant], selected: set[str], files: 
             warnings.append(f"stale: {e.label()} matches no mutant any more: delete it")
         for m in e.matched:
             if m.status in KILLED:
-                warnings.append(f"stale: {e.label()} matches {m.name}, which the tests kill: "
-                                "it is not equivalent, delete the entry")
+                warnings.append(
+                    f"stale: {e.label()} matches {m.name}, which the tests kill: "
+                    "it is not equivalent, delete the entry"
+                )
             elif m.name in selected:
                 m.accepted_by = e.index
     return warnings
@@ -523,11 +626,20 @@ def table(per_file: dict[str, Counter[str]]) -> str:
         total.update(c)
         rows.append([f, c.total(), *(c[k] for k in COLUMNS), score(c)])
     rows.append(["TOTAL", total.total(), *(total[k] for k in COLUMNS), score(total)])
-    cells = [head] + [[str(x) if not isinstance(x, float) and x is not None else
-                       ("-" if x is None else f"{x:.1f}%") for x in r] for r in rows]
+    cells = [head] + [
+        [
+            str(x)
+            if not isinstance(x, float) and x is not None
+            else ("-" if x is None else f"{x:.1f}%")
+            for x in r
+        ]
+        for r in rows
+    ]
     width = [max(len(r[i]) for r in cells) for i in range(len(head))]
-    return "\n".join("  ".join(v.ljust(width[0]) if i == 0 else v.rjust(width[i])
-                               for i, v in enumerate(r)) for r in cells)
+    return "\n".join(
+        "  ".join(v.ljust(width[0]) if i == 0 else v.rjust(width[i]) for i, v in enumerate(r))
+        for r in cells
+    )
 
 
 # ----------------------------------------------------------------------------------------------
@@ -535,10 +647,11 @@ def table(per_file: dict[str, Counter[str]]) -> str:
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(
-        prog="scripts/mutants", formatter_class=argparse.RawDescriptionHelpFormatter,
+        prog="scripts/mutants",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Mutation testing (mutmut) of schedd/core, schedd/raft/journal.py and "
-                    "schedd/auth.py against tests/unit and tests/property, in a temporary copy "
-                    "of the working tree (the checkout is never touched).",
+        "schedd/auth.py against tests/unit and tests/property, in a temporary copy "
+        "of the working tree (the checkout is never touched).",
         epilog="""\
 CI: use the bounded mode
     scripts/mutants --sample 100 --budget 420 --fail-under 90
@@ -557,28 +670,55 @@ Examples:
     scripts/mutants --changed main~3 --budget 900   # the functions changed in the last 3 commits
     scripts/mutants --sample 100 --seed 7 --survivors /tmp/survivors.txt
 Accept an equivalent mutant in config/mutants-equivalent.toml (file, original, mutated, reason).
-""")
-    p.add_argument("paths", nargs="*", help="files or directories of the scope to mutate "
-                   "(default: all of [tool.mutmut] only_mutate)")
-    p.add_argument("--changed", metavar="BASE",
-                   help="only functions whose lines changed since the commit BASE")
+""",
+    )
+    p.add_argument(
+        "paths",
+        nargs="*",
+        help="files or directories of the scope to mutate "
+        "(default: all of [tool.mutmut] only_mutate)",
+    )
+    p.add_argument(
+        "--changed", metavar="BASE", help="only functions whose lines changed since the commit BASE"
+    )
     p.add_argument("--sample", type=int, metavar="N", help="a random sample of N mutants")
     p.add_argument("--seed", type=int, default=0, help="seed of --sample (default 0)")
-    p.add_argument("--budget", type=float, metavar="SEC",
-                   help="wall-clock budget for the whole run; mutmut is stopped when it is spent "
-                        "and the report covers what was checked (default: none)")
-    p.add_argument("--examples", type=int, default=25, metavar="N",
-                   help="cap on each Hypothesis test's examples (default 25; 0 = as written)")
+    p.add_argument(
+        "--budget",
+        type=float,
+        metavar="SEC",
+        help="wall-clock budget for the whole run; mutmut is stopped when it is spent "
+        "and the report covers what was checked (default: none)",
+    )
+    p.add_argument(
+        "--examples",
+        type=int,
+        default=25,
+        metavar="N",
+        help="cap on each Hypothesis test's examples (default 25; 0 = as written)",
+    )
     p.add_argument("--no-property", action="store_true", help="only tests/unit")
-    p.add_argument("--jobs", type=int, default=os.cpu_count() or 2,
-                   help="mutants tested in parallel (default: the number of cores)")
-    p.add_argument("--survivors", type=Path, metavar="FILE",
-                   help="also write every mutant not killed, one per line, to FILE")
+    p.add_argument(
+        "--jobs",
+        type=int,
+        default=os.cpu_count() or 2,
+        help="mutants tested in parallel (default: the number of cores)",
+    )
+    p.add_argument(
+        "--survivors",
+        type=Path,
+        metavar="FILE",
+        help="also write every mutant not killed, one per line, to FILE",
+    )
     p.add_argument("--json", type=Path, metavar="FILE", help="also write the figures as JSON")
-    p.add_argument("--fail-under", type=float, metavar="PCT",
-                   help="exit 1 when the score is below PCT")
-    p.add_argument("--keep", action="store_true",
-                   help="keep the temporary copy (then: cd DIR && mutmut browse / mutmut show NAME)")
+    p.add_argument(
+        "--fail-under", type=float, metavar="PCT", help="exit 1 when the score is below PCT"
+    )
+    p.add_argument(
+        "--keep",
+        action="store_true",
+        help="keep the temporary copy (then: cd DIR && mutmut browse / mutmut show NAME)",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress lines while mutmut runs")
     args = p.parse_args(argv)
     if args.sample is not None and args.sample < 1:
@@ -592,12 +732,14 @@ def select(args: argparse.Namespace, scope: list[str]) -> dict[str, set[str] | N
     chosen = scope
     if args.paths:
         wanted = [os.path.relpath(Path(p).resolve(), ROOT) for p in args.paths]
-        bad = [w for w in wanted if not any(f == w or f.startswith(w.rstrip("/") + "/")
-                                            for f in scope)]
+        bad = [
+            w for w in wanted if not any(f == w or f.startswith(w.rstrip("/") + "/") for f in scope)
+        ]
         if bad:
             raise SystemExit(f"mutants: not in the scope ([tool.mutmut] only_mutate): {bad}")
-        chosen = [f for f in scope if any(f == w or f.startswith(w.rstrip("/") + "/")
-                                          for w in wanted)]
+        chosen = [
+            f for f in scope if any(f == w or f.startswith(w.rstrip("/") + "/") for w in wanted)
+        ]
     if args.changed:
         return dict(changed_functions(args.changed, chosen))
     return dict.fromkeys(chosen)
@@ -623,47 +765,67 @@ def main(argv: Sequence[str] | None = None) -> int:
         make_copy(work, files)
         tests = ["tests/unit"] + ([] if args.no_property else ["tests/property"])
         top = sorted({f.split("/", 1)[0] for f in files} - {"schedd", "tests", "pyproject.toml"})
-        wconf = dict(conf, only_mutate=sel_files, pytest_add_cli_args_test_selection=tests,
-                     also_copy=top)
+        wconf = dict(
+            conf, only_mutate=sel_files, pytest_add_cli_args_test_selection=tests, also_copy=top
+        )
         wconf["pytest_add_cli_args"] = [*conf.get("pytest_add_cli_args", []), "-p", PLUGIN]
         write_mutmut_section(work / "pyproject.toml", wconf)
         (work / "mutants").mkdir()
-        env = dict(os.environ, PYTHONPATH=str(work / "scripts"),
-                   **{EXAMPLES_ENV: str(max(args.examples, 0)),
-                      FAILURES_ENV: str(work / "unmutated-failures.txt")})
+        env = dict(
+            os.environ,
+            PYTHONPATH=str(work / "scripts"),
+            **{
+                EXAMPLES_ENV: str(max(args.examples, 0)),
+                FAILURES_ENV: str(work / "unmutated-failures.txt"),
+            },
+        )
         env.pop("MUTANT_UNDER_TEST", None)
 
-        mode = ("changed functions" if args.changed else "files") if args.paths or args.changed \
+        mode = (
+            ("changed functions" if args.changed else "files")
+            if args.paths or args.changed
             else "full scope"
-        print(f"mutants: {mode}: {len(sel_files)} file(s); tests: {' + '.join(tests)}"
-              f" (hypothesis ≤{args.examples or 'as written'} examples); copy in {work}",
-              flush=True)
+        )
+        print(
+            f"mutants: {mode}: {len(sel_files)} file(s); tests: {' + '.join(tests)}"
+            f" (hypothesis ≤{args.examples or 'as written'} examples); copy in {work}",
+            flush=True,
+        )
 
         only: set[str] | None = None
         names: list[str] = []
         if args.changed or args.sample:
             generate(work, env, args.jobs, log)
             generated = load_results(work, sel_files, None)
-            pool = [m.name for m in generated if selection[m.path] is None or
-                    m.name.rpartition(".")[2].partition("__mutmut_")[0] in (selection[m.path] or ())]
+            pool = [
+                m.name
+                for m in generated
+                if selection[m.path] is None
+                or m.name.rpartition(".")[2].partition("__mutmut_")[0] in (selection[m.path] or ())
+            ]
             if args.sample and args.sample < len(pool):
                 pool = sorted(random.Random(args.seed).sample(sorted(pool), args.sample))
             if not pool:
                 print("mutants: the selection has no mutants")
                 return 0
             only, names = set(pool), pool
-            print(f"mutants: {len(pool)} mutant(s) selected"
-                  + (f" (sample, seed {args.seed})" if args.sample else ""), flush=True)
+            print(
+                f"mutants: {len(pool)} mutant(s) selected"
+                + (f" (sample, seed {args.seed})" if args.sample else ""),
+                flush=True,
+            )
 
-        finished = run_mutmut(work, env, names, args.jobs, log, deadline,
-                              every=1e9 if args.quiet else 60.0)
+        finished = run_mutmut(
+            work, env, names, args.jobs, log, deadline, every=1e9 if args.quiet else 60.0
+        )
         elapsed = time.monotonic() - start
 
         all_mutants = load_results(work, sel_files, None)
         chosen = [m for m in all_mutants if only is None or m.name in only]
         describer = Describer(work)
-        warnings = apply_equivalents(all_mutants, {m.name for m in chosen}, sel_files, entries,
-                                     describer)
+        warnings = apply_equivalents(
+            all_mutants, {m.name for m in chosen}, sel_files, entries, describer
+        )
         per_file = {f: summarize([m for m in chosen if m.path == f]) for f in sel_files}
         total: Counter[str] = sum(per_file.values(), Counter())
         survivors = [m for m in chosen if m.status in NOT_KILLED and m.accepted_by is None]
@@ -677,26 +839,42 @@ def main(argv: Sequence[str] | None = None) -> int:
         s = score(total)
         print()
         if not finished:
-            print(f"INCOMPLETE: the budget ({args.budget:.0f} s) ran out; "
-                  f"{total['not checked']} selected mutant(s) were not checked")
-        print(f"score: {'-' if s is None else f'{s:.1f}%'} "
-              f"(killed+timeout+crashed / checked, {total['accepted']} accepted as equivalent); "
-              f"wall time {elapsed:.0f} s")
+            print(
+                f"INCOMPLETE: the budget ({args.budget:.0f} s) ran out; "
+                f"{total['not checked']} selected mutant(s) were not checked"
+            )
+        print(
+            f"score: {'-' if s is None else f'{s:.1f}%'} "
+            f"(killed+timeout+crashed / checked, {total['accepted']} accepted as equivalent); "
+            f"wall time {elapsed:.0f} s"
+        )
         for w in warnings:
             print(f"warning: {w}")
         if survivors:
-            print(f"\nnot killed ({len(survivors)}): file:line: original  →  mutated   in function"
-                  "   [status; mutant]")
+            print(
+                f"\nnot killed ({len(survivors)}): file:line: original  →  mutated   in function"
+                "   [status; mutant]"
+            )
             for m in survivors:
                 print("  " + m.row())
         if args.survivors:
             args.survivors.write_text("".join(m.row() + "\n" for m in survivors), "utf-8")
         if args.json:
-            args.json.write_text(json.dumps({
-                "finished": finished, "wall_seconds": round(elapsed, 1), "score": s,
-                "files": {f: dict(c) for f, c in per_file.items()}, "total": dict(total),
-                "survivors": [m.__dict__ for m in survivors]}, indent=2, ensure_ascii=False),
-                "utf-8")
+            args.json.write_text(
+                json.dumps(
+                    {
+                        "finished": finished,
+                        "wall_seconds": round(elapsed, 1),
+                        "score": s,
+                        "files": {f: dict(c) for f, c in per_file.items()},
+                        "total": dict(total),
+                        "survivors": [m.__dict__ for m in survivors],
+                    },
+                    indent=2,
+                    ensure_ascii=False,
+                ),
+                "utf-8",
+            )
         if args.fail_under is not None and (s is None or s < args.fail_under):
             print(f"mutants: score below {args.fail_under}%")
             return 1

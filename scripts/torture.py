@@ -38,22 +38,36 @@ from tests.cluster.faults import KINDS, make_schedule, run_schedule, summary_lin
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="scripts/torture", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="scripts/torture",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--schedules", type=int, default=10, help="how many schedules (default 10)")
     p.add_argument("--seed", type=int, default=1, help="seed of the first schedule (default 1)")
-    p.add_argument("--duration", type=float, default=30.0,
-                   help="seconds of faults per schedule (default 30)")
-    p.add_argument("--kinds", default=",".join(KINDS),
-                   help=f"comma-separated fault kinds (default all: {','.join(KINDS)})")
+    p.add_argument(
+        "--duration", type=float, default=30.0, help="seconds of faults per schedule (default 30)"
+    )
+    p.add_argument(
+        "--kinds",
+        default=",".join(KINDS),
+        help=f"comma-separated fault kinds (default all: {','.join(KINDS)})",
+    )
     p.add_argument("--rate", type=float, default=8.0, help="one-off submissions per second")
-    p.add_argument("--time-budget", type=float, default=None,
-                   help="start no new schedule after this many seconds")
+    p.add_argument(
+        "--time-budget",
+        type=float,
+        default=None,
+        help="start no new schedule after this many seconds",
+    )
     p.add_argument("--out", default=None, help="directory for the schedules' files")
     p.add_argument("--json", default=None, help="write the results here (default OUT/torture.json)")
     p.add_argument("--keep", action="store_true", help="keep every schedule's directory")
-    p.add_argument("--print-schedule", action="store_true",
-                   help="only print the schedules of these seeds, run nothing")
+    p.add_argument(
+        "--print-schedule",
+        action="store_true",
+        help="only print the schedules of these seeds, run nothing",
+    )
     args = p.parse_args(argv)
     args.kinds = [k for k in args.kinds.split(",") if k]
     unknown = set(args.kinds) - set(KINDS)
@@ -104,32 +118,52 @@ def totals(reports: list[dict[str, Any]]) -> dict[str, Any]:
         "failover_p99_s": pct(measured, 0.99),
         "failover_max_s": max(measured) if measured else None,
         "failover_by_kind": {
-            k: {"n": len(v), "p50_s": pct(v, 0.5), "max_s": max(v),
+            k: {
+                "n": len(v),
+                "p50_s": pct(v, 0.5),
+                "max_s": max(v),
                 "mean_s": round(statistics.fmean(v), 3),
-                "measured_from": "heal" if any(
-                    rec["bound_from"] == "heal" for r in reports for rec in r["recovery"]
-                    if rec["kind"] == k) else "start"}
+                "measured_from": "heal"
+                if any(
+                    rec["bound_from"] == "heal"
+                    for r in reports
+                    for rec in r["recovery"]
+                    if rec["kind"] == k
+                )
+                else "start",
+            }
             for k, v in sorted(by_kind.items())
         },
-        "after_heal_by_kind": {k: {"p50_s": pct(v, 0.5), "max_s": max(v)}
-                               for k, v in sorted(heal_by_kind.items())},
+        "after_heal_by_kind": {
+            k: {"p50_s": pct(v, 0.5), "max_s": max(v)} for k, v in sorted(heal_by_kind.items())
+        },
         "violated_seeds": [r["seed"] for r in reports if not r["ok"]],
     }
 
 
 def print_totals(t: dict[str, Any], elapsed: float) -> None:
     print(f"\n== {t['schedules']} schedules ({t['schedules_ok']} clean) in {elapsed / 60:.1f} min")
-    print(f"jobs: {t['jobs_acknowledged']} acknowledged of {t['jobs_submitted']} submitted; "
-          f"{t['runs']} runs ({t['runs_succeeded']} succeeded), {t['attempts']} attempts, "
-          f"{t['executions']} executions, {t['refused_stale_completions']} stale completions "
-          "refused")
-    print(f"faults: {t['faults']}: " + ", ".join(f"{k} {n}" for k, n in t["faults_by_kind"].items()))
-    print("invariants (all must be 0): " + ", ".join(f"{k} {n}" for k, n in t["invariants"].items()))
-    print(f"failover (first acknowledged submit; bound {t['failover_bound_s']}s): "
-          f"p50 {t['failover_p50_s']}s p99 {t['failover_p99_s']}s max {t['failover_max_s']}s")
+    print(
+        f"jobs: {t['jobs_acknowledged']} acknowledged of {t['jobs_submitted']} submitted; "
+        f"{t['runs']} runs ({t['runs_succeeded']} succeeded), {t['attempts']} attempts, "
+        f"{t['executions']} executions, {t['refused_stale_completions']} stale completions "
+        "refused"
+    )
+    print(
+        f"faults: {t['faults']}: " + ", ".join(f"{k} {n}" for k, n in t["faults_by_kind"].items())
+    )
+    print(
+        "invariants (all must be 0): " + ", ".join(f"{k} {n}" for k, n in t["invariants"].items())
+    )
+    print(
+        f"failover (first acknowledged submit; bound {t['failover_bound_s']}s): "
+        f"p50 {t['failover_p50_s']}s p99 {t['failover_p99_s']}s max {t['failover_max_s']}s"
+    )
     for k, v in t["failover_by_kind"].items():
-        print(f"  {k:<20} n={v['n']:<3} p50 {v['p50_s']}s max {v['max_s']}s "
-              f"(from the fault's {v['measured_from']})")
+        print(
+            f"  {k:<20} n={v['n']:<3} p50 {v['p50_s']}s max {v['max_s']}s "
+            f"(from the fault's {v['measured_from']})"
+        )
     if t["violated_seeds"]:
         print(f"VIOLATIONS in seeds {t['violated_seeds']}")
 
@@ -138,10 +172,14 @@ async def main_async(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="schedd-torture-"))
     out.mkdir(parents=True, exist_ok=True)
     json_path = Path(args.json) if args.json else out / "torture.json"
-    print(f"scripts/torture: {args.schedules} schedules from seed {args.seed}, "
-          f"{args.duration:g}s of faults each; files in {out}")
-    print("note: clock_skew shifts the node's Python wall clock (time.time/time_ns) in-process; "
-          "libfaketime is not used (0.9.10 breaks Python 3.11 timed waits)")
+    print(
+        f"scripts/torture: {args.schedules} schedules from seed {args.seed}, "
+        f"{args.duration:g}s of faults each; files in {out}"
+    )
+    print(
+        "note: clock_skew shifts the node's Python wall clock (time.time/time_ns) in-process; "
+        "libfaketime is not used (0.9.10 breaks Python 3.11 timed waits)"
+    )
     started = time.monotonic()
     reports: list[dict[str, Any]] = []
     errors: list[dict[str, Any]] = []
@@ -152,12 +190,16 @@ async def main_async(args: argparse.Namespace) -> int:
         seed = args.seed + i
         root = out / f"seed-{seed}"
         try:
-            report = await run_schedule(seed, root, duration=args.duration, kinds=args.kinds,
-                                        rate=args.rate)
+            report = await run_schedule(
+                seed, root, duration=args.duration, kinds=args.kinds, rate=args.rate
+            )
         except Exception:  # noqa: BLE001 - the harness failed, not an invariant: say so, go on
             errors.append({"seed": seed, "error": traceback.format_exc(), "files": str(root)})
-            print(f"seed {seed}: ERROR (harness, not an invariant; files kept in {root})\n"
-                  + traceback.format_exc(limit=3), flush=True)
+            print(
+                f"seed {seed}: ERROR (harness, not an invariant; files kept in {root})\n"
+                + traceback.format_exc(limit=3),
+                flush=True,
+            )
             continue
         (root / "report.json").write_text(json.dumps(report, indent=1, default=str))
         reports.append(report)
@@ -171,15 +213,25 @@ async def main_async(args: argparse.Namespace) -> int:
         elif not args.keep:
             shutil.rmtree(root, ignore_errors=True)
         t = totals(reports)
-        json_path.write_text(json.dumps({
-            "command": " ".join(["scripts/torture", *sys.argv[1:]]),
-            "elapsed_s": round(time.monotonic() - started, 1), "totals": t,
-            "errors": errors, "schedules": reports}, indent=1, default=str))
+        json_path.write_text(
+            json.dumps(
+                {
+                    "command": " ".join(["scripts/torture", *sys.argv[1:]]),
+                    "elapsed_s": round(time.monotonic() - started, 1),
+                    "totals": t,
+                    "errors": errors,
+                    "schedules": reports,
+                },
+                indent=1,
+                default=str,
+            )
+        )
     t = totals(reports)
     print_totals(t, time.monotonic() - started)
     if errors:
-        print(f"{len(errors)} schedules could not run (harness errors): "
-              f"{[e['seed'] for e in errors]}")
+        print(
+            f"{len(errors)} schedules could not run (harness errors): {[e['seed'] for e in errors]}"
+        )
     print(f"results: {json_path}")
     return 0 if reports and not t["violated_seeds"] and not errors else 1
 

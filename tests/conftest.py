@@ -48,7 +48,9 @@ class Node:
         return {"Authorization": f"Bearer {token or self.token}"}
 
 
-async def wait_for(predicate: Callable[[], Any], timeout: float = 10.0, interval: float = 0.02) -> Any:
+async def wait_for(
+    predicate: Callable[[], Any], timeout: float = 10.0, interval: float = 0.02
+) -> Any:
     """Poll ``predicate`` (sync or async) until it returns something truthy; fail on timeout."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
@@ -63,9 +65,13 @@ async def wait_for(predicate: Callable[[], Any], timeout: float = 10.0, interval
         await asyncio.sleep(interval)
 
 
-async def start_node(tmp: Path, limits: dict[str, Any] | None = None,
-                     raft: dict[str, Any] | None = None, history: dict[str, Any] | None = None,
-                     **scheduler: Any) -> Node:
+async def start_node(
+    tmp: Path,
+    limits: dict[str, Any] | None = None,
+    raft: dict[str, Any] | None = None,
+    history: dict[str, Any] | None = None,
+    **scheduler: Any,
+) -> Node:
     from schedd.runtime import Runtime
 
     port = free_port()
@@ -84,7 +90,6 @@ async def start_node(tmp: Path, limits: dict[str, Any] | None = None,
     await rt.start()
     await wait_for(lambda: rt.leader is not None and rt.leader.ready.is_set(), timeout=15)
     return Node(rt, f"http://127.0.0.1:{port}", token, tmp)
-
 
 
 @asynccontextmanager
@@ -107,9 +112,12 @@ async def restart_leader_in_new_term(rt: Any, monkeypatch: pytest.MonkeyPatch) -
     real_term = RaftNode.term.fget  # type: ignore[attr-defined]
     monkeypatch.setattr(RaftNode, "term", property(lambda self: real_term(self) + 5))
     rt._role_changed.set()
-    await wait_for(lambda: rt.leader is not None and rt.leader is not old_leader
-                   and rt.leader.ready.is_set(), timeout=10)
+    await wait_for(
+        lambda: rt.leader is not None and rt.leader is not old_leader and rt.leader.ready.is_set(),
+        timeout=10,
+    )
     return old_leader
+
 
 @pytest.fixture
 async def node(tmp_path: Path) -> AsyncIterator[Node]:

@@ -58,9 +58,12 @@ WRITE_DEADLINE_S = 10.0
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-def json_response(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
-    return web.Response(body=orjson.dumps(body), status=status, content_type="application/json",
-                        headers=headers)
+def json_response(
+    body: Any, status: int = 200, headers: dict[str, str] | None = None
+) -> web.Response:
+    return web.Response(
+        body=orjson.dumps(body), status=status, content_type="application/json", headers=headers
+    )
 
 
 def error_response(err: SchedError) -> web.Response:
@@ -88,7 +91,9 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
             message = f"no route for {request.method} {request.path}"
         elif isinstance(exc, web.HTTPMethodNotAllowed):
             allowed = ", ".join(sorted(exc.allowed_methods))
-            message = f"{request.method} is not allowed on {request.path}; expected one of {allowed}"
+            message = (
+                f"{request.method} is not allowed on {request.path}; expected one of {allowed}"
+            )
             headers = {"Allow": allowed}
         return json_response(code(message).to_dict(), exc.status, headers)
     except asyncio.CancelledError:
@@ -104,8 +109,9 @@ async def metrics_middleware(request: web.Request, handler: Handler) -> web.Stre
     response = await handler(request)
     route = request.match_info.route.resource
     name = route.canonical if route is not None else "unmatched"
-    request.app[RUNTIME].metrics.api_latency.labels(name, request.method, str(response.status)) \
-        .observe(time.perf_counter() - started)
+    request.app[RUNTIME].metrics.api_latency.labels(
+        name, request.method, str(response.status)
+    ).observe(time.perf_counter() - started)
     return response
 
 
@@ -145,14 +151,17 @@ async def request_id(request: web.Request) -> str:
     if given is None:
         return new_request_id()
     if not 8 <= len(given) <= 128 or not given.isascii() or not given.isprintable():
-        raise InvalidArgument("X-Request-Id: expected 8 to 128 printable ASCII characters",
-                              field="X-Request-Id")
+        raise InvalidArgument(
+            "X-Request-Id: expected 8 to 128 printable ASCII characters", field="X-Request-Id"
+        )
     digest = hashlib.sha256(f"{request.method} {request.path}\n".encode())
     digest.update(await request.read())
     return f"{request[TOKEN].name}:{given}:{digest.hexdigest()[:24]}"
 
 
-async def commit(rt: Runtime, make: Callable[[str, int], c.Command], rid: str | None = None) -> Result:
+async def commit(
+    rt: Runtime, make: Callable[[str, int], c.Command], rid: str | None = None
+) -> Result:
     """Commit a client command, retrying with the same request id across elections."""
     rid = rid or new_request_id()
     now = clock.wall_ms()
@@ -161,7 +170,9 @@ async def commit(rt: Runtime, make: Callable[[str, int], c.Command], rid: str | 
     delay = 0.05
     while True:
         try:
-            return await rt.node.submit(make(rid, now), timeout=max(0.1, min(3.0, deadline - loop.time())))
+            return await rt.node.submit(
+                make(rid, now), timeout=max(0.1, min(3.0, deadline - loop.time()))
+            )
         except Unavailable:
             if loop.time() + delay >= deadline:
                 raise
@@ -178,11 +189,15 @@ def unwrap(res: Result) -> Any:
 
 def defaults(rt: Runtime) -> Defaults:
     s = rt.config.scheduler
-    return Defaults(max_attempts=s.default_max_attempts, heartbeat_timeout_ms=s.heartbeat_timeout_ms,
-                    max_payload=s.max_payload)
+    return Defaults(
+        max_attempts=s.default_max_attempts,
+        heartbeat_timeout_ms=s.heartbeat_timeout_ms,
+        max_payload=s.max_payload,
+    )
 
 
 # -- jobs ---------------------------------------------------------------------------------------
+
 
 def check_rate(rt: Runtime, specs: list[Any], now: int) -> None:
     """Per-namespace submission rate limits: 429 with Retry-After when over."""
@@ -195,12 +210,16 @@ def check_rate(rt: Runtime, specs: list[Any], now: int) -> None:
             continue
         wait = bucket.take(now, n)
         if wait == float("inf"):
-            raise InvalidArgument(f"namespace {ns}: {n} jobs at once is more than its burst "
-                                  f"({rt.config.limits.submit_burst}); expected smaller batches",
-                                  field="jobs")
+            raise InvalidArgument(
+                f"namespace {ns}: {n} jobs at once is more than its burst "
+                f"({rt.config.limits.submit_burst}); expected smaller batches",
+                field="jobs",
+            )
         if wait > 0:
-            raise ResourceExhausted(f"namespace {ns} is over its submission rate; retry in "
-                                    f"{wait:.1f}s", retry_after=math.ceil(wait))
+            raise ResourceExhausted(
+                f"namespace {ns} is over its submission rate; retry in {wait:.1f}s",
+                retry_after=math.ceil(wait),
+            )
 
 
 async def submit_job(request: web.Request) -> web.Response:
@@ -211,11 +230,14 @@ async def submit_job(request: web.Request) -> web.Response:
     spec = parse_job(body, now_ms=now, defaults=defaults(rt))
     check_rate(rt, [spec], now)
     job_id = new_job_id(now)
-    res = await commit(rt, lambda rid, t: c.Submit(rid, t, ((job_id, spec),)), await request_id(request))
+    res = await commit(
+        rt, lambda rid, t: c.Submit(rid, t, ((job_id, spec),)), await request_id(request)
+    )
     [(job, created, latest)] = unwrap(res)  # the job and its latest run, as applied
     view = job_view(job, latest)
-    log_event(log, "job.submitted", level=logging.DEBUG, job_id=job.id, task=spec.task,
-              created=created)
+    log_event(
+        log, "job.submitted", level=logging.DEBUG, job_id=job.id, task=spec.task, created=created
+    )
     return json_response(view, 201 if created else 200)
 
 
@@ -225,8 +247,9 @@ async def submit_batch(request: web.Request) -> web.Response:
     body = await read_json(request)
     now = clock.wall_ms()
     refs = _take_refs(body)
-    specs = parse_batch(body, now_ms=now, defaults=defaults(rt),
-                        max_jobs=rt.config.limits.max_batch)
+    specs = parse_batch(
+        body, now_ms=now, defaults=defaults(rt), max_jobs=rt.config.limits.max_batch
+    )
     check_rate(rt, specs, now)
     ids = [new_job_id(now) for _ in specs]
     by_ref = {ref: ids[i] for i, ref in enumerate(refs) if ref is not None}
@@ -253,11 +276,13 @@ def _take_refs(body: Any) -> list[str | None]:
     for i, item in enumerate(body["jobs"]):
         ref = item.pop("ref", None) if isinstance(item, dict) else None
         if ref is not None and (not isinstance(ref, str) or not 1 <= len(ref) <= 200):
-            raise InvalidArgument(f"jobs[{i}].ref: expected a name of 1 to 200 characters",
-                                  field=f"jobs[{i}].ref")
+            raise InvalidArgument(
+                f"jobs[{i}].ref: expected a name of 1 to 200 characters", field=f"jobs[{i}].ref"
+            )
         if ref is not None and ref in refs:
-            raise InvalidArgument(f"jobs[{i}].ref: {ref!r} is used twice in this batch",
-                                  field=f"jobs[{i}].ref")
+            raise InvalidArgument(
+                f"jobs[{i}].ref: {ref!r} is used twice in this batch", field=f"jobs[{i}].ref"
+            )
         refs.append(ref)
     return refs
 
@@ -269,10 +294,13 @@ def _int_param(request: web.Request, name: str, default: int, lo: int, hi: int) 
     try:
         value = int(raw)
     except ValueError:
-        raise InvalidArgument(f"{name}: expected an integer from {lo} to {hi}, got {raw!r}",
-                              field=name) from None
+        raise InvalidArgument(
+            f"{name}: expected an integer from {lo} to {hi}, got {raw!r}", field=name
+        ) from None
     if not lo <= value <= hi:
-        raise InvalidArgument(f"{name}: expected an integer from {lo} to {hi}, got {value}", field=name)
+        raise InvalidArgument(
+            f"{name}: expected an integer from {lo} to {hi}, got {value}", field=name
+        )
     return value
 
 
@@ -284,8 +312,10 @@ def _page(request: web.Request, first: int) -> tuple[int, int]:
     if raw is None:
         return limit, first
     if not (raw.isascii() and raw.isdigit() and len(raw) <= 19 and int(raw) <= FIRST):
-        raise InvalidArgument(f"cursor: expected the next_cursor of a previous page (digits), "
-                              f"got {raw!r}", field="cursor")
+        raise InvalidArgument(
+            f"cursor: expected the next_cursor of a previous page (digits), got {raw!r}",
+            field="cursor",
+        )
     return limit, int(raw)
 
 
@@ -297,13 +327,17 @@ async def list_jobs(request: web.Request) -> web.Response:
     require(request, "read")
     rt = request.app[RUNTIME]
     limit, cursor = _page(request, 0)
-    filters = {k: request.query[k] for k in ("namespace", "queue", "status", "task") if k in request.query}
+    filters = {
+        k: request.query[k] for k in ("namespace", "queue", "status", "task") if k in request.query
+    }
     for key in ("namespace", "queue"):
         if key in filters:
             parse_ident(filters[key], key)
     if "status" in filters and filters["status"] not in set(JobStatus):
-        raise InvalidArgument(f"status: expected one of {', '.join(JobStatus)}, got "
-                              f"{filters['status']!r}", field="status")
+        raise InvalidArgument(
+            f"status: expected one of {', '.join(JobStatus)}, got {filters['status']!r}",
+            field="status",
+        )
     jobs, after = await rt.reader.jobs_page(cursor, limit, filters)
     latest = await rt.reader.latest_runs([job.id for job in jobs])
     return _paged("jobs", [job_view(job, latest.get(job.id)) for job in jobs], after)
@@ -342,8 +376,9 @@ async def update_job(request: web.Request) -> web.Response:
     if current is None:
         raise NotFound(f"no job with id {job_id}", field="id")
     paused, spec = parse_patch(body, current.spec, now_ms=now, defaults=defaults(rt))
-    res = await commit(rt, lambda rid, t: c.UpdateJob(rid, t, job_id, paused, spec),
-                       await request_id(request))
+    res = await commit(
+        rt, lambda rid, t: c.UpdateJob(rid, t, job_id, paused, spec), await request_id(request)
+    )
     job = unwrap(res)
     view = job_view(await rt.reader.job(job.id) or job, await rt.reader.latest_run(job.id))
     log_event(log, "job.updated", job_id=job_id, paused=paused, spec_changed=spec is not None)
@@ -359,18 +394,23 @@ async def trigger_job(request: web.Request) -> web.Response:
         raise InvalidArgument('expected {"overlap": "respect"} or {"overlap": "override"}')
     overlap = body.get("overlap", "respect")
     if overlap not in ("respect", "override"):
-        raise InvalidArgument(f'overlap: expected "respect" or "override", got {overlap!r}',
-                              field="overlap")
-    res = await commit(rt, lambda rid, t: c.Trigger(rid, t, job_id, overlap == "override"),
-                       await request_id(request))
+        raise InvalidArgument(
+            f'overlap: expected "respect" or "override", got {overlap!r}', field="overlap"
+        )
+    res = await commit(
+        rt,
+        lambda rid, t: c.Trigger(rid, t, job_id, overlap == "override"),
+        await request_id(request),
+    )
     run = unwrap(res)
     view = run_view(await rt.reader.run(run.id) or run)
     log_event(log, "job.triggered", job_id=job_id, run_id=run.id, overlap=overlap)
     return json_response(view, 201)
 
 
-async def _run_command(request: web.Request, make: Callable[[str, int, str], c.Command],
-                       event: str, reply: bool = True) -> web.Response:
+async def _run_command(
+    request: web.Request, make: Callable[[str, int, str], c.Command], event: str, reply: bool = True
+) -> web.Response:
     """A client command about one run (cancel, replay, drop): commit, log, answer."""
     require(request, "submit")
     rt = request.app[RUNTIME]
@@ -398,10 +438,17 @@ async def drop_dead(request: web.Request) -> web.Response:
 
 
 def _fires_view(fires: list[dict[str, Any]]) -> dict[str, Any]:
-    return {"fires": [
-        {"scheduled_at": format_time(int(f["scheduled_ms"])), "due_at": format_time(int(f["due_ms"])),
-         "local": f["local"], "note": f["note"]} for f in fires
-    ]}
+    return {
+        "fires": [
+            {
+                "scheduled_at": format_time(int(f["scheduled_ms"])),
+                "due_at": format_time(int(f["due_ms"])),
+                "local": f["local"],
+                "note": f["note"],
+            }
+            for f in fires
+        ]
+    }
 
 
 async def explain_job(request: web.Request) -> web.Response:
@@ -414,8 +461,11 @@ async def explain_job(request: web.Request) -> web.Response:
         raise NotFound(f"no job with id {job_id}", field="id")
     if not is_recurring(job.spec):
         at = job.next_run_at_ms
-        one: list[dict[str, Any]] = [] if at is None else [{"scheduled_ms": at, "due_ms": at,
-                                        "local": format_time(at), "note": "one-off"}]
+        one: list[dict[str, Any]] = (
+            []
+            if at is None
+            else [{"scheduled_ms": at, "due_ms": at, "local": format_time(at), "note": "one-off"}]
+        )
         return json_response(_fires_view(one))
     now = clock.wall_ms()
     fires: list[dict[str, Any]] = explain(recurrence(job), now, count, job.id)
@@ -423,15 +473,26 @@ async def explain_job(request: web.Request) -> web.Response:
     if pending is not None and now - pending.scheduled_ms > MISFIRE_GRACE_MS:
         opts = job.spec.schedule.options
         policy = opts.misfire.value if opts else "run_once"
-        fires.insert(0, {"scheduled_ms": pending.scheduled_ms, "due_ms": pending.due_ms,
-                         "local": format_time(pending.scheduled_ms),
-                         "note": f"missed (more than {MISFIRE_GRACE_MS // 1000}s late): the "
-                                 f"misfire policy {policy} decides whether it and the "
-                                 f"occurrences since run when it fires"})
+        fires.insert(
+            0,
+            {
+                "scheduled_ms": pending.scheduled_ms,
+                "due_ms": pending.due_ms,
+                "local": format_time(pending.scheduled_ms),
+                "note": f"missed (more than {MISFIRE_GRACE_MS // 1000}s late): the "
+                f"misfire policy {policy} decides whether it and the "
+                f"occurrences since run when it fires",
+            },
+        )
     elif job.status is JobStatus.PAUSED:
-        fires = [dict(f, note=(f["note"] + "; " if f["note"] else "") + "job paused: occurrences "
-                      "missed while paused are handled by its misfire policy on resume")
-                 for f in fires]
+        fires = [
+            dict(
+                f,
+                note=(f["note"] + "; " if f["note"] else "") + "job paused: occurrences "
+                "missed while paused are handled by its misfire policy on resume",
+            )
+            for f in fires
+        ]
     return json_response(_fires_view(fires[:count]))
 
 
@@ -444,8 +505,10 @@ async def explain_expr(request: web.Request) -> web.Response:
     if dst:
         schedule["dst"] = dst
     if "cron" not in schedule and "every" not in schedule:
-        raise InvalidArgument("expected a cron=EXPR (and optionally timezone=ZONE) or every=DUR "
-                              "query parameter", field="cron")
+        raise InvalidArgument(
+            "expected a cron=EXPR (and optionally timezone=ZONE) or every=DUR query parameter",
+            field="cron",
+        )
     now = clock.wall_ms()
     parsed, options = parse_schedule(schedule, now, "schedule")
     assert options is not None
@@ -483,6 +546,7 @@ async def list_dlq(request: web.Request) -> web.Response:
 
 
 # -- cluster --------------------------------------------------------------------------------------
+
 
 async def cluster(request: web.Request) -> web.Response:
     require(request, "read")
@@ -522,8 +586,10 @@ def make_app(rt: Runtime) -> web.Application:
     from schedd.api.openapi import openapi_json
     from schedd.api.ws import worker_connect
 
-    app = web.Application(middlewares=[metrics_middleware, errors_middleware, auth_middleware],
-                          client_max_size=rt.config.http.max_body)
+    app = web.Application(
+        middlewares=[metrics_middleware, errors_middleware, auth_middleware],
+        client_max_size=rt.config.http.max_body,
+    )
     app[RUNTIME] = rt
     r = app.router
     r.add_post(f"{PREFIX}/jobs", submit_job)

@@ -68,8 +68,11 @@ def _text(description: str, max_len: int = MAX_TEXT) -> Schema:
 
 
 _TIME: Final[Schema] = {"type": "string", "format": "date-time"}
-_SECONDS: Final[Schema] = {"type": "number", "minimum": 0,
-                           "description": "a duration in seconds (an integer when whole)"}
+_SECONDS: Final[Schema] = {
+    "type": "number",
+    "minimum": 0,
+    "description": "a duration in seconds (an integer when whole)",
+}
 # What parse_duration takes as text: "90s", "5m", "1h30m", "250ms", "2d" (spaces are ignored),
 # or a plain decimal number of seconds.
 _DURATION_PATTERN: Final = (
@@ -90,22 +93,40 @@ def _duration(minimum_s: float, description: str) -> Schema:
 
 # -- request bodies -----------------------------------------------------------------------------
 
+
 def _recurring_fields() -> dict[str, Schema]:
     return {
-        "timezone": _nullable({
-            "type": "string", "maxLength": 64,
-            "pattern": r"^[A-Za-z0-9_+-]+(?:/[A-Za-z0-9_+-]+)*$",
-            "description": 'an IANA time zone like "Europe/Berlin"; default "UTC"',
-        }),
-        "jitter": _nullable(_ref("DurationOrZero")
-                            | {"description": "a random delay added to each fire time, shorter "
-                                              "than an every interval; default 0"}),
-        "misfire": _nullable(_enum(Misfire, "fire times missed while no leader was scheduling; "
-                                            "run_all is bounded by catchup_window; default "
-                                            f"{Misfire.RUN_ONCE.value}")),
+        "timezone": _nullable(
+            {
+                "type": "string",
+                "maxLength": 64,
+                "pattern": r"^[A-Za-z0-9_+-]+(?:/[A-Za-z0-9_+-]+)*$",
+                "description": 'an IANA time zone like "Europe/Berlin"; default "UTC"',
+            }
+        ),
+        "jitter": _nullable(
+            _ref("DurationOrZero")
+            | {
+                "description": "a random delay added to each fire time, shorter "
+                "than an every interval; default 0"
+            }
+        ),
+        "misfire": _nullable(
+            _enum(
+                Misfire,
+                "fire times missed while no leader was scheduling; "
+                "run_all is bounded by catchup_window; default "
+                f"{Misfire.RUN_ONCE.value}",
+            )
+        ),
         "catchup_window": _nullable(_ref("Duration")),
-        "overlap": _nullable(_enum(Overlap, "a fire time that comes while the previous run is "
-                                            f"still going; default {Overlap.SKIP.value}")),
+        "overlap": _nullable(
+            _enum(
+                Overlap,
+                "a fire time that comes while the previous run is "
+                f"still going; default {Overlap.SKIP.value}",
+            )
+        ),
         "dst": _nullable(_ref("Dst")),
         "start_at": _nullable(_TIME),
         "end_at": _nullable(_TIME | {"description": "after start_at"}),
@@ -118,14 +139,19 @@ def _schedule_variant(kind: str) -> Schema:
     kinds: dict[str, Schema] = {
         "at": _TIME | {"description": "run once at this time (RFC 3339)"},
         "in": _ref("DurationOrZero") | {"description": "run once after this delay"},
-        "every": _duration(1, "run every interval (at least 1s), counted from the submission "
-                              "(or start_at)"),
-        "cron": {"type": "string", "minLength": 1, "maxLength": MAX_TEXT,
-                 "pattern": r"^\s*(?:@[A-Za-z]+|\S+(?:\s+\S+){4,5})\s*$",
-                 "description": 'a cron expression of 5 fields ("0 2 * * *"), 6 with seconds '
-                                "as the last field, or @yearly, @annually, @monthly, @weekly, "
-                                "@daily, @midnight, @hourly; no random (R) or hashed (H) "
-                                "fields"},
+        "every": _duration(
+            1, "run every interval (at least 1s), counted from the submission (or start_at)"
+        ),
+        "cron": {
+            "type": "string",
+            "minLength": 1,
+            "maxLength": MAX_TEXT,
+            "pattern": r"^\s*(?:@[A-Za-z]+|\S+(?:\s+\S+){4,5})\s*$",
+            "description": 'a cron expression of 5 fields ("0 2 * * *"), 6 with seconds '
+            "as the last field, or @yearly, @annually, @monthly, @weekly, "
+            "@daily, @midnight, @hourly; no random (R) or hashed (H) "
+            "fields",
+        },
     }
     recurring = kind in ("every", "cron")
     props: dict[str, Schema] = {k: kinds[k] if k == kind else {"type": "null"} for k in _KINDS}
@@ -142,30 +168,49 @@ def _schedule_variant(kind: str) -> Schema:
 
 def _job_body_properties() -> dict[str, Schema]:
     return {
-        "task": {"type": "string", "pattern": r"^[A-Za-z0-9_.:-]{1,200}$",
-                 "description": 'the task name workers register, like "reports.generate"'},
+        "task": {
+            "type": "string",
+            "pattern": r"^[A-Za-z0-9_.:-]{1,200}$",
+            "description": 'the task name workers register, like "reports.generate"',
+        },
         "name": _nullable(_text("a name for people")),
         "namespace": _nullable(_ref("Ident") | {"description": 'the tenant; default "default"'}),
         "queue": _nullable(_ref("Ident") | {"description": 'the worker lane; default "default"'}),
-        "payload": {"description": "any JSON value, handed to the task; at most "
-                                   "scheduler.max_payload bytes encoded (default 65536, else "
-                                   "413)"},
+        "payload": {
+            "description": "any JSON value, handed to the task; at most "
+            "scheduler.max_payload bytes encoded (default 65536, else "
+            "413)"
+        },
         "schedule": _nullable(_ref("Schedule") | {"description": "absent or null: run now"}),
         "priority": _nullable(_enum(Priority, f"default {Priority.NORMAL.value}")),
         "retry": _nullable(_ref("Retry")),
-        "timeout": _nullable(_ref("Duration") | {"description": "an attempt running longer is "
-                                                                "cancelled and retried; default "
-                                                                "none"}),
-        "heartbeat_timeout": _nullable(_duration(1, "a lease whose heartbeats stop this long is "
-                                                    "lost; at least 1s; default "
-                                                    "scheduler.heartbeat_timeout")),
-        "depends_on": _nullable({
-            "type": "array", "maxItems": MAX_DEPENDS_ON, "uniqueItems": True,
-            "items": _text("a job id of the same namespace"),
-            "description": "jobs that must succeed first",
-        }),
-        "idempotency_key": _nullable(_text("a repeated key (per namespace) returns the existing "
-                                           "job with 200 instead of creating another")),
+        "timeout": _nullable(
+            _ref("Duration")
+            | {"description": "an attempt running longer is cancelled and retried; default none"}
+        ),
+        "heartbeat_timeout": _nullable(
+            _duration(
+                1,
+                "a lease whose heartbeats stop this long is "
+                "lost; at least 1s; default "
+                "scheduler.heartbeat_timeout",
+            )
+        ),
+        "depends_on": _nullable(
+            {
+                "type": "array",
+                "maxItems": MAX_DEPENDS_ON,
+                "uniqueItems": True,
+                "items": _text("a job id of the same namespace"),
+                "description": "jobs that must succeed first",
+            }
+        ),
+        "idempotency_key": _nullable(
+            _text(
+                "a repeated key (per namespace) returns the existing "
+                "job with 200 instead of creating another"
+            )
+        ),
     }
 
 
@@ -183,9 +228,12 @@ def _job_body() -> Schema:
 
 def _batch_job() -> Schema:
     props = _job_body_properties()
-    props["ref"] = _nullable(_text(
-        "a name for this job that other jobs of the same batch can use in depends_on (the "
-        "server assigns the ids)"))
+    props["ref"] = _nullable(
+        _text(
+            "a name for this job that other jobs of the same batch can use in depends_on (the "
+            "server assigns the ids)"
+        )
+    )
     return {
         "type": "object",
         "description": "A job of a batch: a JobBody plus an optional ref.",
@@ -198,20 +246,26 @@ def _batch_job() -> Schema:
 def _job_patch() -> Schema:
     props: dict[str, Schema] = {
         "paused": _nullable({"type": "boolean", "description": "pause or resume"}),
-        "schedule": _nullable(_ref("Schedule") | {"description": "replaces the pending "
-                                                                 "occurrence; null: run now"}),
+        "schedule": _nullable(
+            _ref("Schedule") | {"description": "replaces the pending occurrence; null: run now"}
+        ),
         "payload": {"description": "any JSON value; replaces the payload"},
         "priority": _nullable(_enum(Priority)),
-        "retry": _nullable(_ref("Retry") | {"description": "replaces the whole policy (unset "
-                                                           "keys take their defaults); null: "
-                                                           "no change"}),
+        "retry": _nullable(
+            _ref("Retry")
+            | {
+                "description": "replaces the whole policy (unset "
+                "keys take their defaults); null: "
+                "no change"
+            }
+        ),
         "timeout": _nullable(_ref("Duration") | {"description": "null removes the timeout"}),
     }
     assert tuple(props) == PATCH_FIELDS
     return {
         "type": "object",
         "description": "Changes that apply to runs not yet started; at least one field. A "
-                       "one-off job whose run already started cannot change (409).",
+        "one-off job whose run already started cannot change (409).",
         "minProperties": 1,
         "properties": props,
         "additionalProperties": False,
@@ -223,16 +277,25 @@ def _request_schemas() -> dict[str, Schema]:
     names = {name for v in variants for name in v["properties"]}
     assert names == set(SCHEDULE_FIELDS)
     return {
-        "Duration": _duration(0.001, 'a duration: a number of seconds or a string like "90s", '
-                                     '"5m", "1h30m"; more than zero, at most 100 years'),
-        "DurationOrZero": _duration(0, 'a duration: a number of seconds or a string like "90s", '
-                                       '"5m", "1h30m"; zero allowed, at most 100 years'),
-        "Ident": {"type": "string", "pattern": r"^[a-z0-9_-]{1,64}$",
-                  "description": "1 to 64 lowercase letters, digits, - and _"},
+        "Duration": _duration(
+            0.001,
+            'a duration: a number of seconds or a string like "90s", '
+            '"5m", "1h30m"; more than zero, at most 100 years',
+        ),
+        "DurationOrZero": _duration(
+            0,
+            'a duration: a number of seconds or a string like "90s", '
+            '"5m", "1h30m"; zero allowed, at most 100 years',
+        ),
+        "Ident": {
+            "type": "string",
+            "pattern": r"^[a-z0-9_-]{1,64}$",
+            "description": "1 to 64 lowercase letters, digits, - and _",
+        },
         "Dst": {
             "type": "object",
             "description": "what to do with local times that do not exist (gap) or happen "
-                           "twice (repeat) around daylight-saving changes",
+            "twice (repeat) around daylight-saving changes",
             "properties": {
                 "gap": _nullable(_enum(DstGap, f"default {DstGap.SHIFT.value}")),
                 "repeat": _nullable(_enum(DstRepeat, f"default {DstRepeat.FIRST.value}")),
@@ -243,21 +306,26 @@ def _request_schemas() -> dict[str, Schema]:
             "type": "object",
             "description": "exponential backoff between attempts; initial <= max",
             "properties": {
-                "max_attempts": _nullable({"type": "integer", "minimum": 1,
-                                           "maximum": MAX_ATTEMPTS,
-                                           "description": "default "
-                                                          "scheduler.default_max_attempts"}),
+                "max_attempts": _nullable(
+                    {
+                        "type": "integer",
+                        "minimum": 1,
+                        "maximum": MAX_ATTEMPTS,
+                        "description": "default scheduler.default_max_attempts",
+                    }
+                ),
                 "initial": _nullable(_ref("Duration") | {"description": "default 1s"}),
                 "max": _nullable(_ref("Duration") | {"description": "default 10m"}),
-                "multiplier": _nullable({"type": "number", "minimum": 1, "maximum": 10,
-                                         "description": "default 2"}),
+                "multiplier": _nullable(
+                    {"type": "number", "minimum": 1, "maximum": 10, "description": "default 2"}
+                ),
                 "jitter": _nullable({"type": "boolean", "description": "default true"}),
             },
             "additionalProperties": False,
         },
         "Schedule": {
             "description": 'when to run: {"at": TIME}, {"in": DURATION}, {"every": DURATION, '
-                           '...} or {"cron": EXPR, ...}',
+            '...} or {"cron": EXPR, ...}',
             "oneOf": variants,
         },
         "JobBody": _job_body(),
@@ -265,17 +333,16 @@ def _request_schemas() -> dict[str, Schema]:
         "Batch": {
             "type": "object",
             "description": "All or nothing, committed as one Raft entry; at most "
-                           "limits.max_batch jobs (default 10000).",
+            "limits.max_batch jobs (default 10000).",
             "required": ["jobs"],
-            "properties": {"jobs": {"type": "array", "minItems": 1,
-                                    "items": _ref("BatchJob")}},
+            "properties": {"jobs": {"type": "array", "minItems": 1, "items": _ref("BatchJob")}},
             "additionalProperties": False,
         },
         "JobPatch": _job_patch(),
         "Trigger": {
             "type": "object",
             "description": "respect (the default) applies the job's overlap policy; override "
-                           "runs now regardless",
+            "runs now regardless",
             "properties": {"overlap": {"type": "string", "enum": ["respect", "override"]}},
             "additionalProperties": False,
         },
@@ -284,8 +351,10 @@ def _request_schemas() -> dict[str, Schema]:
 
 # -- response bodies ----------------------------------------------------------------------------
 
-def _closed(props: dict[str, Schema], description: str | None = None,
-            optional: tuple[str, ...] = ()) -> Schema:
+
+def _closed(
+    props: dict[str, Schema], description: str | None = None, optional: tuple[str, ...] = ()
+) -> Schema:
     out: Schema = {
         "type": "object",
         "required": [k for k in props if k not in optional],
@@ -302,8 +371,12 @@ _RECURRING_VIEW: Final[dict[str, Schema]] = {
     "misfire": _enum(Misfire),
     "catchup_window": {"type": ["number", "null"], "minimum": 0},
     "overlap": _enum(Overlap),
-    "dst": {"type": "object", "additionalProperties": False, "required": ["gap", "repeat"],
-            "properties": {"gap": _enum(DstGap), "repeat": _enum(DstRepeat)}},
+    "dst": {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["gap", "repeat"],
+        "properties": {"gap": _enum(DstGap), "repeat": _enum(DstRepeat)},
+    },
     "start_at": {"type": ["string", "null"], "format": "date-time"},
     "end_at": {"type": ["string", "null"], "format": "date-time"},
 }
@@ -314,139 +387,200 @@ def _response_schemas() -> dict[str, Schema]:
     return {
         "JobSchedule": {
             "description": "the schedule as given; null for run-now. An in schedule also shows "
-                           "its resolved time.",
+            "its resolved time.",
             "oneOf": [
                 _closed({"at": _TIME}),
                 _closed({"in": _SECONDS, "at": _TIME}),
-                _closed({"every": _SECONDS, "timezone": {"type": "string"},
-                         **_RECURRING_VIEW}),
-                _closed({"cron": {"type": "string"}, "timezone": {"type": "string"},
-                         **_RECURRING_VIEW}),
+                _closed({"every": _SECONDS, "timezone": {"type": "string"}, **_RECURRING_VIEW}),
+                _closed(
+                    {"cron": {"type": "string"}, "timezone": {"type": "string"}, **_RECURRING_VIEW}
+                ),
             ],
         },
-        "RetryPolicy": _closed({
-            "max_attempts": {"type": "integer", "minimum": 1},
-            "initial": _SECONDS,
-            "max": _SECONDS,
-            "multiplier": {"type": "number"},
-            "jitter": {"type": "boolean"},
-        }),
-        "Job": _closed({
-            "id": {"type": "string", "description": "opaque"},
-            "task": {"type": "string"},
-            "name": {"type": ["string", "null"]},
-            "namespace": {"type": "string"},
-            "queue": {"type": "string"},
-            "payload": {"description": "any JSON value"},
-            "schedule": _nullable(_ref("JobSchedule")),
-            "priority": _enum(Priority),
-            "retry": _ref("RetryPolicy"),
-            "timeout": {"type": ["number", "null"], "minimum": 0},
-            "heartbeat_timeout": _SECONDS,
-            "depends_on": {"type": "array", "items": {"type": "string"}},
-            "idempotency_key": {"type": ["string", "null"]},
-            "status": _enum(JobStatus),
-            "created_at": _TIME,
-            "updated_at": _TIME,
-            "next_run_at": time_or_null,
-            "latest_run": _nullable(_ref("Run")),
-        }, "A job, with its next fire time and its latest run."),
-        "Attempt": _closed({
-            "attempt": {"type": "integer", "minimum": 1},
-            "fence": {"type": "integer", "description": "only grows; sent back by the worker"},
-            "worker_id": {"type": "string"},
-            "started_at": _TIME,
-            "deadline": time_or_null,
-            "ended_at": time_or_null,
-            "outcome": {"type": ["string", "null"],
-                        "enum": [o.value for o in AttemptOutcome] + [None]},
-            "error": {"type": ["string", "null"]},
-        }, "One lease of a run to a worker."),
-        "Run": _closed({
-            "id": {"type": "string", "description": "opaque (<job_id>@<unix_ms>)"},
-            "job_id": {"type": "string"},
-            "namespace": {"type": "string"},
-            "state": _enum(RunState),
-            "scheduled_at": _TIME,
-            "due_at": _TIME,
-            "created_at": _TIME,
-            "updated_at": _TIME,
-            "attempts": {"type": "array", "items": _ref("Attempt")},
-            "result": {"description": "the task's return value (any JSON value)"},
-            "error": {"type": ["string", "null"]},
-            "reason": {"type": ["string", "null"],
-                       "description": "why a run was skipped, cancelled or blocked"},
-        }, "One occurrence of a job."),
-        "JobList": _closed({
-            "jobs": {"type": "array", "items": _ref("Job")},
-            "next_cursor": {"type": ["string", "null"],
-                            "description": "pass as cursor for the next page; null at the end"},
-        }),
-        "BatchResult": _closed({"jobs": {"type": "array", "items": _ref("Job")}},
-                               "the batch's jobs, in order"),
-        "RunList": _closed({
-            "runs": {"type": "array", "items": _ref("Run")},
-            "next_cursor": {"type": ["string", "null"],
-                            "description": "pass as cursor for the next page; null at the end"},
-        }, "newest first"),
-        "Fire": _closed({
-            "scheduled_at": _TIME,
-            "due_at": _TIME | {"description": "scheduled_at plus jitter"},
-            "local": _TIME | {"description": "scheduled_at in the schedule's zone, with offset"},
-            "note": {"type": ["string", "null"],
-                     "description": "set when a DST change moves, skips or doubles the fire"},
-        }),
-        "Explain": _closed({"fires": {"type": "array", "items": _ref("Fire")}},
-                           "the next fire times"),
-        "ClusterNode": _closed({
-            "id": {"type": ["string", "null"], "description": "null when not known"},
-            "raft": {"type": "string", "description": "host:port"},
-            "http": {"type": ["string", "null"], "description": "the node's API URL"},
-            "role": {"type": "string", "enum": ["leader", "follower", "candidate", "unknown"]},
-            "self": {"type": "boolean"},
-            "healthy": {"type": "boolean"},
-            "connected": {"type": "boolean", "description": "peers only"},
-            "match_index": {"type": ["integer", "null"],
-                            "description": "peers only, when this node leads"},
-            "lag": {"type": ["integer", "null"], "minimum": 0,
+        "RetryPolicy": _closed(
+            {
+                "max_attempts": {"type": "integer", "minimum": 1},
+                "initial": _SECONDS,
+                "max": _SECONDS,
+                "multiplier": {"type": "number"},
+                "jitter": {"type": "boolean"},
+            }
+        ),
+        "Job": _closed(
+            {
+                "id": {"type": "string", "description": "opaque"},
+                "task": {"type": "string"},
+                "name": {"type": ["string", "null"]},
+                "namespace": {"type": "string"},
+                "queue": {"type": "string"},
+                "payload": {"description": "any JSON value"},
+                "schedule": _nullable(_ref("JobSchedule")),
+                "priority": _enum(Priority),
+                "retry": _ref("RetryPolicy"),
+                "timeout": {"type": ["number", "null"], "minimum": 0},
+                "heartbeat_timeout": _SECONDS,
+                "depends_on": {"type": "array", "items": {"type": "string"}},
+                "idempotency_key": {"type": ["string", "null"]},
+                "status": _enum(JobStatus),
+                "created_at": _TIME,
+                "updated_at": _TIME,
+                "next_run_at": time_or_null,
+                "latest_run": _nullable(_ref("Run")),
+            },
+            "A job, with its next fire time and its latest run.",
+        ),
+        "Attempt": _closed(
+            {
+                "attempt": {"type": "integer", "minimum": 1},
+                "fence": {"type": "integer", "description": "only grows; sent back by the worker"},
+                "worker_id": {"type": "string"},
+                "started_at": _TIME,
+                "deadline": time_or_null,
+                "ended_at": time_or_null,
+                "outcome": {
+                    "type": ["string", "null"],
+                    "enum": [o.value for o in AttemptOutcome] + [None],
+                },
+                "error": {"type": ["string", "null"]},
+            },
+            "One lease of a run to a worker.",
+        ),
+        "Run": _closed(
+            {
+                "id": {"type": "string", "description": "opaque (<job_id>@<unix_ms>)"},
+                "job_id": {"type": "string"},
+                "namespace": {"type": "string"},
+                "state": _enum(RunState),
+                "scheduled_at": _TIME,
+                "due_at": _TIME,
+                "created_at": _TIME,
+                "updated_at": _TIME,
+                "attempts": {"type": "array", "items": _ref("Attempt")},
+                "result": {"description": "the task's return value (any JSON value)"},
+                "error": {"type": ["string", "null"]},
+                "reason": {
+                    "type": ["string", "null"],
+                    "description": "why a run was skipped, cancelled or blocked",
+                },
+            },
+            "One occurrence of a job.",
+        ),
+        "JobList": _closed(
+            {
+                "jobs": {"type": "array", "items": _ref("Job")},
+                "next_cursor": {
+                    "type": ["string", "null"],
+                    "description": "pass as cursor for the next page; null at the end",
+                },
+            }
+        ),
+        "BatchResult": _closed(
+            {"jobs": {"type": "array", "items": _ref("Job")}}, "the batch's jobs, in order"
+        ),
+        "RunList": _closed(
+            {
+                "runs": {"type": "array", "items": _ref("Run")},
+                "next_cursor": {
+                    "type": ["string", "null"],
+                    "description": "pass as cursor for the next page; null at the end",
+                },
+            },
+            "newest first",
+        ),
+        "Fire": _closed(
+            {
+                "scheduled_at": _TIME,
+                "due_at": _TIME | {"description": "scheduled_at plus jitter"},
+                "local": _TIME
+                | {"description": "scheduled_at in the schedule's zone, with offset"},
+                "note": {
+                    "type": ["string", "null"],
+                    "description": "set when a DST change moves, skips or doubles the fire",
+                },
+            }
+        ),
+        "Explain": _closed(
+            {"fires": {"type": "array", "items": _ref("Fire")}}, "the next fire times"
+        ),
+        "ClusterNode": _closed(
+            {
+                "id": {"type": ["string", "null"], "description": "null when not known"},
+                "raft": {"type": "string", "description": "host:port"},
+                "http": {"type": ["string", "null"], "description": "the node's API URL"},
+                "role": {"type": "string", "enum": ["leader", "follower", "candidate", "unknown"]},
+                "self": {"type": "boolean"},
+                "healthy": {"type": "boolean"},
+                "connected": {"type": "boolean", "description": "peers only"},
+                "match_index": {
+                    "type": ["integer", "null"],
+                    "description": "peers only, when this node leads",
+                },
+                "lag": {
+                    "type": ["integer", "null"],
+                    "minimum": 0,
                     "description": "entries behind the leader's commit index (peers only, when "
-                                   "this node leads)"},
-        }, optional=("connected", "match_index", "lag")),
-        "Cluster": _closed({
-            "node_id": {"type": "string"},
-            "role": {"type": "string", "enum": ["leader", "follower", "candidate", "unknown"]},
-            "leader": {"type": ["string", "null"], "description": "node id (or Raft address)"},
-            "leader_url": {"type": ["string", "null"]},
-            "term": {"type": "integer", "minimum": 0},
-            "commit_index": {"type": "integer", "minimum": 0},
-            "applied_index": {"type": "integer", "minimum": 0},
-            "state_index": {"type": "integer", "minimum": 0,
-                            "description": "the last applied entry that reads see"},
-            "has_quorum": {"type": "boolean"},
-            "ready": {"type": "boolean"},
-            "nodes": {"type": "array", "items": _ref("ClusterNode")},
-        }, "this node's view of the cluster"),
-        "Worker": _closed({
-            "worker_id": {"type": "string"},
-            "queues": {"type": "array", "items": {"type": "string"}},
-            "capacity": {"type": "integer", "minimum": 1},
-            "leases": {"type": "integer", "minimum": 0, "description": "leases in flight"},
-            "connected_at": _TIME,
-            "draining": {"type": "boolean"},
-        }),
-        "Workers": _closed({"workers": {"type": "array", "items": _ref("Worker")}},
-                           "the workers connected to the leader"),
+                    "this node leads)",
+                },
+            },
+            optional=("connected", "match_index", "lag"),
+        ),
+        "Cluster": _closed(
+            {
+                "node_id": {"type": "string"},
+                "role": {"type": "string", "enum": ["leader", "follower", "candidate", "unknown"]},
+                "leader": {"type": ["string", "null"], "description": "node id (or Raft address)"},
+                "leader_url": {"type": ["string", "null"]},
+                "term": {"type": "integer", "minimum": 0},
+                "commit_index": {"type": "integer", "minimum": 0},
+                "applied_index": {"type": "integer", "minimum": 0},
+                "state_index": {
+                    "type": "integer",
+                    "minimum": 0,
+                    "description": "the last applied entry that reads see",
+                },
+                "has_quorum": {"type": "boolean"},
+                "ready": {"type": "boolean"},
+                "nodes": {"type": "array", "items": _ref("ClusterNode")},
+            },
+            "this node's view of the cluster",
+        ),
+        "Worker": _closed(
+            {
+                "worker_id": {"type": "string"},
+                "queues": {"type": "array", "items": {"type": "string"}},
+                "capacity": {"type": "integer", "minimum": 1},
+                "leases": {"type": "integer", "minimum": 0, "description": "leases in flight"},
+                "connected_at": _TIME,
+                "draining": {"type": "boolean"},
+            }
+        ),
+        "Workers": _closed(
+            {"workers": {"type": "array", "items": _ref("Worker")}},
+            "the workers connected to the leader",
+        ),
         "Health": _closed({"status": {"const": "ok"}, "node_id": {"type": "string"}}),
-        "Ready": _closed({"status": {"const": "ready"},
-                          "leader": {"type": "string", "description": "the leader's Raft "
-                                                                      "address"}}),
-        "Error": _closed({"error": _closed({
-            "code": {"type": "string", "enum": [c.value for c in Code]},
-            "message": {"type": "string", "description": "what was expected"},
-            "field": {"type": "string",
-                      "description": "the offending value's path, like schedule.cron or "
-                                     "jobs[3].task"},
-        }, optional=("field",))}),
+        "Ready": _closed(
+            {
+                "status": {"const": "ready"},
+                "leader": {"type": "string", "description": "the leader's Raft address"},
+            }
+        ),
+        "Error": _closed(
+            {
+                "error": _closed(
+                    {
+                        "code": {"type": "string", "enum": [c.value for c in Code]},
+                        "message": {"type": "string", "description": "what was expected"},
+                        "field": {
+                            "type": "string",
+                            "description": "the offending value's path, like schedule.cron or "
+                            "jobs[3].task",
+                        },
+                    },
+                    optional=("field",),
+                )
+            }
+        ),
     }
 
 
@@ -457,12 +591,21 @@ _ERRORS: Final = {
     401: ("Unauthenticated", "no or an unknown bearer token"),
     403: ("PermissionDenied", "the token's role may not do this"),
     404: ("NotFound", "no such object"),
-    409: ("Conflict", "conflicts with the current state (a dependency cycle, a change to a run "
-                      "that already started, a cancelled job)"),
-    413: ("PayloadTooLarge", "the body is over http.max_body (default 1 MiB) or the payload is "
-                             "over scheduler.max_payload (default 64 KiB)"),
-    429: ("TooManyRequests", "over the namespace's submission rate, or the node is overloaded; "
-                             "retry after Retry-After seconds when given"),
+    409: (
+        "Conflict",
+        "conflicts with the current state (a dependency cycle, a change to a run "
+        "that already started, a cancelled job)",
+    ),
+    413: (
+        "PayloadTooLarge",
+        "the body is over http.max_body (default 1 MiB) or the payload is "
+        "over scheduler.max_payload (default 64 KiB)",
+    ),
+    429: (
+        "TooManyRequests",
+        "over the namespace's submission rate, or the node is overloaded; "
+        "retry after Retry-After seconds when given",
+    ),
     503: ("Unavailable", "no quorum or no known leader yet; retry after Retry-After seconds"),
 }
 
@@ -475,11 +618,12 @@ _RETRY_AFTER: Final[Schema] = {
 def _error_response(status: int, description: str) -> Schema:
     codes = sorted(c.value for c, s in HTTP_STATUS.items() if s == status)
     schema: Schema = {
-        "allOf": [_ref("Error"),
-                  {"properties": {"error": {"properties": {"code": {"enum": codes}}}}}],
+        "allOf": [
+            _ref("Error"),
+            {"properties": {"error": {"properties": {"code": {"enum": codes}}}}},
+        ],
     }
-    out: Schema = {"description": description,
-                   "content": {"application/json": {"schema": schema}}}
+    out: Schema = {"description": description, "content": {"application/json": {"schema": schema}}}
     if status in (429, 503):
         out["headers"] = {"Retry-After": _RETRY_AFTER}
     return out
@@ -494,9 +638,17 @@ def _json(description: str, schema: Schema) -> Schema:
 _WRITE_ERRORS: Final = (400, 429, 503)  # X-Request-Id, Raft queue full, no leader
 
 
-def _op(op_id: str, summary: str, role: str | None, ok: dict[int, Schema],
-        errors: tuple[int, ...] = (), *, params: tuple[Schema, ...] = (),
-        body: Schema | None = None, description: str | None = None) -> Schema:
+def _op(
+    op_id: str,
+    summary: str,
+    role: str | None,
+    ok: dict[int, Schema],
+    errors: tuple[int, ...] = (),
+    *,
+    params: tuple[Schema, ...] = (),
+    body: Schema | None = None,
+    description: str | None = None,
+) -> Schema:
     codes = set(errors)
     if role is not None:
         codes.add(401)
@@ -525,8 +677,13 @@ def _param(name: str) -> Schema:
 
 
 def _query(name: str, schema: Schema, description: str) -> Schema:
-    return {"name": name, "in": "query", "required": False, "schema": schema,
-            "description": description}
+    return {
+        "name": name,
+        "in": "query",
+        "required": False,
+        "schema": schema,
+        "description": description,
+    }
 
 
 def _body(schema: str, required: bool = True) -> Schema:
@@ -535,144 +692,279 @@ def _body(schema: str, required: bool = True) -> Schema:
 
 def _paths() -> dict[str, Schema]:
     job_id, run_id, rid = _param("JobId"), _param("RunId"), _param("RequestId")
-    page = (_query("limit", {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100},
-                   "page size"),
-            _query("cursor", {"type": "integer", "minimum": 0, "maximum": _CURSOR_MAX},
-                   "next_cursor of the previous page"))
-    count = _query("count", {"type": "integer", "minimum": 1, "maximum": 1000, "default": 10},
-                   "how many fire times")
+    page = (
+        _query(
+            "limit", {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100}, "page size"
+        ),
+        _query(
+            "cursor",
+            {"type": "integer", "minimum": 0, "maximum": _CURSOR_MAX},
+            "next_cursor of the previous page",
+        ),
+    )
+    count = _query(
+        "count",
+        {"type": "integer", "minimum": 1, "maximum": 1000, "default": 10},
+        "how many fire times",
+    )
     job = _json("the job", _ref("Job"))
     run = _json("the run", _ref("Run"))
     no_content = {"description": "done; no body"}
     p = PREFIX
     paths: dict[str, Schema] = {
         f"{p}/jobs": {
-            "post": _op("submit_job", "Submit a job", "submit",
-                        {201: _json("created", _ref("Job")),
-                         200: _json("the existing job: its idempotency_key was seen before (or "
-                                    "the X-Request-Id repeated)", _ref("Job"))},
-                        (*_WRITE_ERRORS, 404, 409, 413), params=(rid,), body=_body("JobBody"),
-                        description="404 when depends_on names an unknown job."),
-            "get": _op("list_jobs", "List jobs", "read", {200: _json("a page", _ref("JobList"))},
-                       (400,), params=(
-                           _query("namespace", _ref("Ident"), "only this namespace"),
-                           _query("queue", _ref("Ident"), "only this queue"),
-                           _query("status", _enum(JobStatus), "only jobs in this status"),
-                           _query("task", {"type": "string"}, "only this task"),
-                           *page,
-                       )),
+            "post": _op(
+                "submit_job",
+                "Submit a job",
+                "submit",
+                {
+                    201: _json("created", _ref("Job")),
+                    200: _json(
+                        "the existing job: its idempotency_key was seen before (or "
+                        "the X-Request-Id repeated)",
+                        _ref("Job"),
+                    ),
+                },
+                (*_WRITE_ERRORS, 404, 409, 413),
+                params=(rid,),
+                body=_body("JobBody"),
+                description="404 when depends_on names an unknown job.",
+            ),
+            "get": _op(
+                "list_jobs",
+                "List jobs",
+                "read",
+                {200: _json("a page", _ref("JobList"))},
+                (400,),
+                params=(
+                    _query("namespace", _ref("Ident"), "only this namespace"),
+                    _query("queue", _ref("Ident"), "only this queue"),
+                    _query("status", _enum(JobStatus), "only jobs in this status"),
+                    _query("task", {"type": "string"}, "only this task"),
+                    *page,
+                ),
+            ),
         },
         f"{p}/jobs/batch": {
-            "post": _op("submit_batch", "Submit jobs at once, all or nothing", "submit",
-                        {201: _json("created (jobs whose idempotency_key repeats are the "
-                                    "existing ones)", _ref("BatchResult"))},
-                        (*_WRITE_ERRORS, 404, 409, 413), params=(rid,), body=_body("Batch"),
-                        description="Items may name each other by ref in depends_on; a cycle "
-                                    "is a 409. A batch larger than the namespace's burst is a "
-                                    "429 without Retry-After: split it."),
+            "post": _op(
+                "submit_batch",
+                "Submit jobs at once, all or nothing",
+                "submit",
+                {
+                    201: _json(
+                        "created (jobs whose idempotency_key repeats are the existing ones)",
+                        _ref("BatchResult"),
+                    )
+                },
+                (*_WRITE_ERRORS, 404, 409, 413),
+                params=(rid,),
+                body=_body("Batch"),
+                description="Items may name each other by ref in depends_on; a cycle "
+                "is a 409. A batch larger than the namespace's burst is a "
+                "429 without Retry-After: split it.",
+            ),
         },
         f"{p}/jobs/{{job_id}}": {
             "get": _op("get_job", "One job", "read", {200: job}, (404,), params=(job_id,)),
-            "patch": _op("update_job", "Change a job", "submit", {200: job},
-                         (*_WRITE_ERRORS, 404, 409, 413), params=(job_id, rid),
-                         body=_body("JobPatch")),
-            "delete": _op("cancel_job", "Cancel a job and its unfinished runs", "submit",
-                          {204: no_content}, (*_WRITE_ERRORS, 404), params=(job_id, rid),
-                          description="Running runs are told to stop. Cancelling a cancelled "
-                                      "or finished job is a no-op (204)."),
+            "patch": _op(
+                "update_job",
+                "Change a job",
+                "submit",
+                {200: job},
+                (*_WRITE_ERRORS, 404, 409, 413),
+                params=(job_id, rid),
+                body=_body("JobPatch"),
+            ),
+            "delete": _op(
+                "cancel_job",
+                "Cancel a job and its unfinished runs",
+                "submit",
+                {204: no_content},
+                (*_WRITE_ERRORS, 404),
+                params=(job_id, rid),
+                description="Running runs are told to stop. Cancelling a cancelled "
+                "or finished job is a no-op (204).",
+            ),
         },
         f"{p}/jobs/{{job_id}}/trigger": {
-            "post": _op("trigger_job", "Run a job now", "submit",
-                        {201: _json("the new run (skipped when the overlap policy says so)",
-                                    _ref("Run"))},
-                        (*_WRITE_ERRORS, 404, 409, 413), params=(job_id, rid),
-                        body=_body("Trigger", required=False),
-                        description="409 when the job is cancelled."),
+            "post": _op(
+                "trigger_job",
+                "Run a job now",
+                "submit",
+                {201: _json("the new run (skipped when the overlap policy says so)", _ref("Run"))},
+                (*_WRITE_ERRORS, 404, 409, 413),
+                params=(job_id, rid),
+                body=_body("Trigger", required=False),
+                description="409 when the job is cancelled.",
+            ),
         },
         f"{p}/jobs/{{job_id}}/runs": {
-            "get": _op("job_runs", "A job's runs, newest first, with their attempts", "read",
-                       {200: _json("a page of runs", _ref("RunList"))}, (400, 404),
-                       params=(job_id, *page)),
+            "get": _op(
+                "job_runs",
+                "A job's runs, newest first, with their attempts",
+                "read",
+                {200: _json("a page of runs", _ref("RunList"))},
+                (400, 404),
+                params=(job_id, *page),
+            ),
         },
         f"{p}/jobs/{{job_id}}/explain": {
-            "get": _op("explain_job", "A job's next fire times", "read",
-                       {200: _json("the next fire times (one or none for a one-off job)",
-                                   _ref("Explain"))},
-                       (400, 404), params=(job_id, count)),
+            "get": _op(
+                "explain_job",
+                "A job's next fire times",
+                "read",
+                {
+                    200: _json(
+                        "the next fire times (one or none for a one-off job)", _ref("Explain")
+                    )
+                },
+                (400, 404),
+                params=(job_id, count),
+            ),
         },
         f"{p}/explain": {
-            "get": _op("explain_expr", "The next fire times of a schedule expression", "read",
-                       {200: _json("the next fire times", _ref("Explain"))}, (400,), params=(
-                           _query("cron", {"type": "string"},
-                                  "a cron expression (this or every is required)"),
-                           _query("every", {"type": "string", "pattern": _DURATION_PATTERN},
-                                  "an interval (this or cron is required)"),
-                           _query("timezone", {"type": "string"}, "an IANA zone; default UTC"),
-                           _query("jitter", {"type": "string", "pattern": _DURATION_PATTERN},
-                                  "a jitter duration"),
-                           _query("dst_gap", _enum(DstGap), "what to do in a DST gap"),
-                           _query("dst_repeat", _enum(DstRepeat), "what to do in a DST repeat"),
-                           count,
-                       )),
+            "get": _op(
+                "explain_expr",
+                "The next fire times of a schedule expression",
+                "read",
+                {200: _json("the next fire times", _ref("Explain"))},
+                (400,),
+                params=(
+                    _query(
+                        "cron", {"type": "string"}, "a cron expression (this or every is required)"
+                    ),
+                    _query(
+                        "every",
+                        {"type": "string", "pattern": _DURATION_PATTERN},
+                        "an interval (this or cron is required)",
+                    ),
+                    _query("timezone", {"type": "string"}, "an IANA zone; default UTC"),
+                    _query(
+                        "jitter",
+                        {"type": "string", "pattern": _DURATION_PATTERN},
+                        "a jitter duration",
+                    ),
+                    _query("dst_gap", _enum(DstGap), "what to do in a DST gap"),
+                    _query("dst_repeat", _enum(DstRepeat), "what to do in a DST repeat"),
+                    count,
+                ),
+            ),
         },
         f"{p}/runs/{{run_id}}": {
             "get": _op("get_run", "One run", "read", {200: run}, (404,), params=(run_id,)),
         },
         f"{p}/runs/{{run_id}}/cancel": {
-            "post": _op("cancel_run", "Cancel a run", "submit", {200: run},
-                        (*_WRITE_ERRORS, 404, 409), params=(run_id, rid),
-                        description="A running run is told to stop; cancelling a finished run "
-                                    "is a no-op (200)."),
+            "post": _op(
+                "cancel_run",
+                "Cancel a run",
+                "submit",
+                {200: run},
+                (*_WRITE_ERRORS, 404, 409),
+                params=(run_id, rid),
+                description="A running run is told to stop; cancelling a finished run "
+                "is a no-op (200).",
+            ),
         },
         f"{p}/dlq": {
-            "get": _op("list_dlq", "The dead-letter queue, newest first", "read",
-                       {200: _json("a page of failed runs", _ref("RunList"))}, (400,),
-                       params=page),
+            "get": _op(
+                "list_dlq",
+                "The dead-letter queue, newest first",
+                "read",
+                {200: _json("a page of failed runs", _ref("RunList"))},
+                (400,),
+                params=page,
+            ),
         },
         f"{p}/dlq/{{run_id}}/replay": {
-            "post": _op("replay_dead", "Run a dead-lettered run again", "submit", {200: run},
-                        (*_WRITE_ERRORS, 404, 409), params=(run_id, rid)),
+            "post": _op(
+                "replay_dead",
+                "Run a dead-lettered run again",
+                "submit",
+                {200: run},
+                (*_WRITE_ERRORS, 404, 409),
+                params=(run_id, rid),
+            ),
         },
         f"{p}/dlq/{{run_id}}": {
-            "delete": _op("drop_dead", "Drop a run from the dead-letter queue", "submit",
-                          {204: no_content}, (*_WRITE_ERRORS, 404), params=(run_id, rid)),
+            "delete": _op(
+                "drop_dead",
+                "Drop a run from the dead-letter queue",
+                "submit",
+                {204: no_content},
+                (*_WRITE_ERRORS, 404),
+                params=(run_id, rid),
+            ),
         },
         f"{p}/cluster": {
-            "get": _op("cluster", "Nodes, roles, leader, term, indexes, health", "read",
-                       {200: _json("this node's view", _ref("Cluster"))}),
+            "get": _op(
+                "cluster",
+                "Nodes, roles, leader, term, indexes, health",
+                "read",
+                {200: _json("this node's view", _ref("Cluster"))},
+            ),
         },
         f"{p}/workers": {
-            "get": _op("workers", "Connected workers", "read",
-                       {200: _json("the leader's workers", _ref("Workers"))}, (503,),
-                       description="Answered by the leader (a follower asks it); 503 when "
-                                   "no leader is known or reachable."),
+            "get": _op(
+                "workers",
+                "Connected workers",
+                "read",
+                {200: _json("the leader's workers", _ref("Workers"))},
+                (503,),
+                description="Answered by the leader (a follower asks it); 503 when "
+                "no leader is known or reachable.",
+            ),
         },
         f"{p}/workers/connect": {
-            "get": _op("worker_connect", "The worker protocol (websocket)", "worker",
-                       {101: {"description": "switching to the websocket protocol: text "
-                                             "frames, one JSON object each, with a type "
-                                             "(hello, welcome, lease, heartbeat, complete, "
-                                             "fail, ack, cancel, drain, redirect, error)"}},
-                       (400,), description="400 for a request that is not a websocket "
-                                           "upgrade."),
+            "get": _op(
+                "worker_connect",
+                "The worker protocol (websocket)",
+                "worker",
+                {
+                    101: {
+                        "description": "switching to the websocket protocol: text "
+                        "frames, one JSON object each, with a type "
+                        "(hello, welcome, lease, heartbeat, complete, "
+                        "fail, ack, cancel, drain, redirect, error)"
+                    }
+                },
+                (400,),
+                description="400 for a request that is not a websocket upgrade.",
+            ),
         },
         f"{p}/openapi.json": {
-            "get": _op("openapi_json", "This document", "read",
-                       {200: _json("the OpenAPI 3.1 description of the API",
-                                   {"type": "object"})}),
+            "get": _op(
+                "openapi_json",
+                "This document",
+                "read",
+                {200: _json("the OpenAPI 3.1 description of the API", {"type": "object"})},
+            ),
         },
         "/metrics": {
-            "get": _op("metrics", "Prometheus metrics", "read",
-                       {200: {"description": "the Prometheus text exposition format",
-                              "content": {"text/plain": {"schema": {"type": "string"}}}}}),
+            "get": _op(
+                "metrics",
+                "Prometheus metrics",
+                "read",
+                {
+                    200: {
+                        "description": "the Prometheus text exposition format",
+                        "content": {"text/plain": {"schema": {"type": "string"}}},
+                    }
+                },
+            ),
         },
         "/healthz": {
-            "get": _op("healthz", "Liveness", None,
-                       {200: _json("the process is up", _ref("Health"))}),
+            "get": _op(
+                "healthz", "Liveness", None, {200: _json("the process is up", _ref("Health"))}
+            ),
         },
         "/readyz": {
-            "get": _op("readyz", "Readiness: a member of a cluster with a known leader",
-                       None, {200: _json("ready", _ref("Ready"))}, (503,)),
+            "get": _op(
+                "readyz",
+                "Readiness: a member of a cluster with a known leader",
+                None,
+                {200: _json("ready", _ref("Ready"))},
+                (503,),
+            ),
         },
     }
     for path, ops in paths.items():  # tag by the first segment: jobs, runs, dlq, cluster, ...
@@ -698,31 +990,53 @@ def _spec() -> Schema:
             "title": "schedd",
             "version": _version(),
             "description": "The schedd HTTP JSON API. Durations are a number of seconds or a "
-                           'string like "90s", "5m", "1h30m"; times are RFC 3339, returned in '
-                           "UTC. Every write is committed through Raft before the reply; "
-                           "repeat a write with the same X-Request-Id to get its first result.",
+            'string like "90s", "5m", "1h30m"; times are RFC 3339, returned in '
+            "UTC. Every write is committed through Raft before the reply; "
+            "repeat a write with the same X-Request-Id to get its first result.",
         },
         "security": [{"bearerAuth": []}],
         "paths": _paths(),
         "components": {
             "securitySchemes": {
-                "bearerAuth": {"type": "http", "scheme": "bearer",
-                               "description": "a token from the tokens file; roles admin, "
-                                              "submit, read, worker"},
+                "bearerAuth": {
+                    "type": "http",
+                    "scheme": "bearer",
+                    "description": "a token from the tokens file; roles admin, "
+                    "submit, read, worker",
+                },
             },
             "parameters": {
-                "JobId": {"name": "job_id", "in": "path", "required": True,
-                          "schema": {"type": "string"}, "description": "a job id (opaque)"},
-                "RunId": {"name": "run_id", "in": "path", "required": True,
-                          "schema": {"type": "string"}, "description": "a run id (opaque)"},
-                "RequestId": {"name": "X-Request-Id", "in": "header", "required": False,
-                              "schema": {"type": "string", "minLength": 8, "maxLength": 128,
-                                         "pattern": r"^[\x20-\x7e]+$"},
-                              "description": "makes a write idempotent: a repeat (with the "
-                                             "same token) gets the first result"},
+                "JobId": {
+                    "name": "job_id",
+                    "in": "path",
+                    "required": True,
+                    "schema": {"type": "string"},
+                    "description": "a job id (opaque)",
+                },
+                "RunId": {
+                    "name": "run_id",
+                    "in": "path",
+                    "required": True,
+                    "schema": {"type": "string"},
+                    "description": "a run id (opaque)",
+                },
+                "RequestId": {
+                    "name": "X-Request-Id",
+                    "in": "header",
+                    "required": False,
+                    "schema": {
+                        "type": "string",
+                        "minLength": 8,
+                        "maxLength": 128,
+                        "pattern": r"^[\x20-\x7e]+$",
+                    },
+                    "description": "makes a write idempotent: a repeat (with the "
+                    "same token) gets the first result",
+                },
             },
-            "responses": {name: _error_response(status, text)
-                          for status, (name, text) in _ERRORS.items()},
+            "responses": {
+                name: _error_response(status, text) for status, (name, text) in _ERRORS.items()
+            },
             "schemas": _request_schemas() | _response_schemas(),
         },
     }

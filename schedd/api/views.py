@@ -39,8 +39,11 @@ def schedule_view(schedule: Schedule) -> dict[str, Any] | None:
     if kind is ScheduleKind.IN:
         return {"in": _opt_seconds(schedule.in_ms), "at": format_time(schedule.at_ms)}
     if kind is ScheduleKind.EVERY:
-        return {"every": _opt_seconds(schedule.every_ms), "timezone": schedule.timezone,
-                **_options_view(schedule)}
+        return {
+            "every": _opt_seconds(schedule.every_ms),
+            "timezone": schedule.timezone,
+            **_options_view(schedule),
+        }
     if kind is ScheduleKind.CRON:
         return {"cron": schedule.cron, "timezone": schedule.timezone, **_options_view(schedule)}
     return None

@@ -76,11 +76,13 @@ async def _serve(request: web.Request, ws: web.WebSocketResponse) -> web.WebSock
         return ws
 
     conn = WorkerConn(hello.worker_id, hello.queues, hello.capacity, clock.wall_ms())
-    conn.send(m.Welcome(
-        node_id=rt.config.node.id,
-        heartbeat_interval=rt.config.scheduler.heartbeat_interval_ms / 1000,
-        lease_timeout=rt.config.scheduler.heartbeat_timeout_ms / 1000,
-    ))
+    conn.send(
+        m.Welcome(
+            node_id=rt.config.node.id,
+            heartbeat_interval=rt.config.scheduler.heartbeat_interval_ms / 1000,
+            lease_timeout=rt.config.scheduler.heartbeat_timeout_ms / 1000,
+        )
+    )
     leader.connect(conn, hello.resume)
     writer = asyncio.create_task(_write(ws, conn))
     pending: set[asyncio.Task[None]] = set()
@@ -103,8 +105,12 @@ async def _serve(request: web.Request, ws: web.WebSocketResponse) -> web.WebSock
                 conn.draining = True
                 log_event(log, "worker.draining", worker_id=conn.worker_id)
             else:
-                conn.send(m.Error(code="invalid_argument",
-                                  message=f"unexpected {type(msg).__name__.lower()} frame"))
+                conn.send(
+                    m.Error(
+                        code="invalid_argument",
+                        message=f"unexpected {type(msg).__name__.lower()} frame",
+                    )
+                )
             if conn.closed:
                 break
     finally:

@@ -114,8 +114,10 @@ def tls_context(cafile: str, option: str = "--cacert") -> ssl.SSLContext:
     except OSError as exc:
         raise UsageError(f"{option}: cannot read {cafile!r}: {exc.strerror or exc}") from None
     if b"-----BEGIN CERTIFICATE-----" not in pem:
-        raise UsageError(f"{option}: {cafile!r} holds no PEM certificate (expected the CA "
-                         f"certificate that signed the server's, \"-----BEGIN CERTIFICATE-----\")")
+        raise UsageError(
+            f"{option}: {cafile!r} holds no PEM certificate (expected the CA "
+            f'certificate that signed the server\'s, "-----BEGIN CERTIFICATE-----")'
+        )
     try:
         return ssl.create_default_context(cafile=cafile)
     except (OSError, ValueError) as exc:
@@ -185,8 +187,10 @@ def _describe_tls(exc: ssl.SSLError, scheme: str) -> str:
     if isinstance(exc, ssl.SSLCertVerificationError):
         why = exc.verify_message or exc.reason or "verification failed"
         if exc.verify_code in _HOSTNAME_MISMATCH:
-            return (f"TLS certificate refused ({why}){_ADVICE}use a URL with a host name or "
-                    f"address that the server's certificate names")
+            return (
+                f"TLS certificate refused ({why}){_ADVICE}use a URL with a host name or "
+                f"address that the server's certificate names"
+            )
         return f"TLS certificate not trusted ({why}){_ADVICE}{_TLS_HINT}"
     reason = exc.reason or str(exc)
     if reason == "WRONG_VERSION_NUMBER" and scheme == "https":
@@ -199,8 +203,10 @@ def _describe(exc: BaseException, timeout: float, host: str, scheme: str = "http
         return _describe_tls(exc, scheme)
     if scheme == "http" and isinstance(exc, http.client.RemoteDisconnected | ConnectionResetError):
         # also what a TLS port does with a plain-http request
-        return (f"closed the connection without answering{_ADVICE}if it serves https, use an "
-                "https:// URL")
+        return (
+            f"closed the connection without answering{_ADVICE}if it serves https, use an "
+            "https:// URL"
+        )
     if isinstance(exc, ConnectionRefusedError):
         return "connection refused"
     if isinstance(exc, TimeoutError | socket.timeout):

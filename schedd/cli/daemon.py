@@ -13,8 +13,10 @@ import sys
 def missing_module(exc: ImportError) -> str:
     """One line for a dependency that cannot be imported."""
     what = f"the Python module '{exc.name}'" if exc.name else "a Python module schedd needs"
-    return (f"schedd: cannot start: {what} cannot be imported ({exc}); install schedd with its "
-            "dependencies (pip install schedd)")
+    return (
+        f"schedd: cannot start: {what} cannot be imported ({exc}); install schedd with its "
+        "dependencies (pip install schedd)"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -32,14 +32,23 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--config", "-c", help="TOML config file (see config/schedd.example.toml)")
     p.add_argument("--node-id", help="this node's id (node.id)")
-    p.add_argument("--data-dir", help="where Raft journal, snapshots and tokens live (node.data_dir)")
+    p.add_argument(
+        "--data-dir", help="where Raft journal, snapshots and tokens live (node.data_dir)"
+    )
     p.add_argument("--http", help="HTTP API listen address host:port (http.listen)")
     p.add_argument("--raft", help="Raft listen address host:port (raft.listen)")
-    p.add_argument("--peer", action="append", default=None,
-                   help="another node's Raft host:port (repeatable; raft.peers)")
+    p.add_argument(
+        "--peer",
+        action="append",
+        default=None,
+        help="another node's Raft host:port (repeatable; raft.peers)",
+    )
     p.add_argument("--log-level", help="debug | info | warning | error (log.level)")
-    p.add_argument("--check-config", action="store_true",
-                   help="validate the configuration, print problems, and exit")
+    p.add_argument(
+        "--check-config",
+        action="store_true",
+        help="validate the configuration, print problems, and exit",
+    )
     return p.parse_args(argv)
 
 
@@ -90,9 +99,17 @@ async def serve(cfg: Config, args: argparse.Namespace) -> int:
 def _dump_tasks() -> None:
     """SIGUSR1: log every asyncio task with its stack (for a node that seems stuck)."""
     for task in asyncio.all_tasks():
-        frames = [f"{f.f_code.co_filename}:{f.f_lineno} {f.f_code.co_name}" for f in task.get_stack()]
-        log_event(log, "debug.task", level=logging.WARNING, task=task.get_name(),
-                  coro=repr(task.get_coro()), stack=frames)
+        frames = [
+            f"{f.f_code.co_filename}:{f.f_lineno} {f.f_code.co_name}" for f in task.get_stack()
+        ]
+        log_event(
+            log,
+            "debug.task",
+            level=logging.WARNING,
+            task=task.get_name(),
+            coro=repr(task.get_coro()),
+            stack=frames,
+        )
 
 
 def _reload(rt: object, args: argparse.Namespace) -> None:
@@ -127,26 +144,37 @@ def _prepare_tokens(cfg: Config) -> tuple[bool, list[str]]:
     except ConfigError as exc:
         return False, exc.problems
     except OSError as exc:
-        return False, [f"{key}: cannot read or create the tokens file \"{cfg.tokens_path}\": "
-                       f"{exc.strerror or exc} (schedd runs as {preflight.run_as()})"]
+        return False, [
+            f'{key}: cannot read or create the tokens file "{cfg.tokens_path}": '
+            f"{exc.strerror or exc} (schedd runs as {preflight.run_as()})"
+        ]
     return created, []
 
 
 def _banner(cfg: Config, created: bool) -> None:
     url = cfg.advertise_url()
-    print(f"schedd node {cfg.node.id}: API {url}  raft {cfg.raft.listen}"
-          + (f"  peers {', '.join(cfg.raft.peers)}" if cfg.raft.peers else "  (single-node cluster)"),
-          file=sys.stderr)
-    print(f"  tokens: {cfg.tokens_path}" + (" (admin token created)" if created else ""),
-          file=sys.stderr)
+    print(
+        f"schedd node {cfg.node.id}: API {url}  raft {cfg.raft.listen}"
+        + (f"  peers {', '.join(cfg.raft.peers)}" if cfg.raft.peers else "  (single-node cluster)"),
+        file=sys.stderr,
+    )
+    print(
+        f"  tokens: {cfg.tokens_path}" + (" (admin token created)" if created else ""),
+        file=sys.stderr,
+    )
     if cfg.tokens_path.resolve() == DEFAULT_TOKENS_FILE.resolve():
         how = "schedctl and schedd-worker run here read the admin token from ./.schedd/tokens.toml"
     else:
-        how = (f"give schedctl and schedd-worker a token: --token-file {cfg.tokens_path} "
-               "or SCHEDD_TOKEN")
-    print(f"  try:    SCHEDD_SERVER={url} schedctl submit demo.echo --payload '{{\"hi\": 1}}'\n"
-          f"          schedd-worker --server {url} --import schedd.worker.demo_tasks\n"
-          f"  ({how})", file=sys.stderr)
+        how = (
+            f"give schedctl and schedd-worker a token: --token-file {cfg.tokens_path} "
+            "or SCHEDD_TOKEN"
+        )
+    print(
+        f"  try:    SCHEDD_SERVER={url} schedctl submit demo.echo --payload '{{\"hi\": 1}}'\n"
+        f"          schedd-worker --server {url} --import schedd.worker.demo_tasks\n"
+        f"  ({how})",
+        file=sys.stderr,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

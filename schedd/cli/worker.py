@@ -158,7 +158,9 @@ def _token(
 def _tls(parser: argparse.ArgumentParser, flag: str | None) -> ssl.SSLContext | None:
     """--cacert, else $SCHEDD_CACERT: the CAs trusted for https/wss servers (None: the
     system's)."""
-    cafile, what = (flag, "--cacert") if flag else (os.environ.get("SCHEDD_CACERT"), "SCHEDD_CACERT")
+    cafile, what = (
+        (flag, "--cacert") if flag else (os.environ.get("SCHEDD_CACERT"), "SCHEDD_CACERT")
+    )
     if not cafile:
         return None
     try:

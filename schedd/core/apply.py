@@ -20,10 +20,10 @@ from schedd.core.state import (
 
 # Commands a client may repeat after a lost reply: their results are remembered by request id.
 # Leader commands are not (they are fenced, and a repeat is judged on the run's state).
-CLIENT_COMMANDS = (c.Submit, c.CancelJob, c.UpdateJob, c.Trigger, c.CancelRun, c.Replay,
-                   c.DropDead)
-ClientCommand = (c.Submit | c.CancelJob | c.UpdateJob | c.Trigger | c.CancelRun | c.Replay
-                 | c.DropDead)
+CLIENT_COMMANDS = (c.Submit, c.CancelJob, c.UpdateJob, c.Trigger, c.CancelRun, c.Replay, c.DropDead)
+ClientCommand = (
+    c.Submit | c.CancelJob | c.UpdateJob | c.Trigger | c.CancelRun | c.Replay | c.DropDead
+)
 
 
 def apply_entry(state: State, blob: object, index: int) -> tuple[list[Result], list[LeaderEvent]]:
@@ -34,7 +34,9 @@ def apply_entry(state: State, blob: object, index: int) -> tuple[list[Result], l
     return results, events
 
 
-def apply(state: State, cmd: c.Command | c.Undecodable, index: int, events: list[LeaderEvent]) -> Result:
+def apply(
+    state: State, cmd: c.Command | c.Undecodable, index: int, events: list[LeaderEvent]
+) -> Result:
     if isinstance(cmd, c.Undecodable):
         return Rejected("invalid_argument", f"undecodable command: {cmd.reason}")
     client = isinstance(cmd, CLIENT_COMMANDS)
@@ -73,8 +75,12 @@ def _recalled(state: State, seen: Result) -> Result:
     for ref, created in seen.value:
         job = ref if isinstance(ref, Job) else state.jobs.get(ref)
         if job is None:
-            return Rejected("not_found", f"this request was applied, but its job {ref} has been "
-                            "forgotten since (history.retention)", "id")
+            return Rejected(
+                "not_found",
+                f"this request was applied, but its job {ref} has been "
+                "forgotten since (history.retention)",
+                "id",
+            )
         out.append((job, created, state.latest_run(job.id)))
     return Ok(out)
 
@@ -84,7 +90,9 @@ def _dispatch(state: State, cmd: c.Command, index: int, events: list[LeaderEvent
         return Ok(index)
     if isinstance(cmd, c.Claim):
         if cmd.term < state.leader_term:
-            return Rejected(STALE_LEADER, f"claim for term {cmd.term} after term {state.leader_term}")
+            return Rejected(
+                STALE_LEADER, f"claim for term {cmd.term} after term {state.leader_term}"
+            )
         state.leader_fence, state.leader_node = index, cmd.node
         state.leader_http, state.leader_term = cmd.http, cmd.term
         return Ok(index)
@@ -106,8 +114,17 @@ def _dispatch(state: State, cmd: c.Command, index: int, events: list[LeaderEvent
         return R.heal(state, cmd.job_id, cmd.now, events)
     if isinstance(cmd, c.Purge):
         return H.purge(state, cmd.before_ms, cmd.keep, cmd.limit)
-    return R.fail(state, cmd.run_id, cmd.fence, cmd.error, cmd.retryable, cmd.outcome, cmd.rand,
-                  cmd.now, events)
+    return R.fail(
+        state,
+        cmd.run_id,
+        cmd.fence,
+        cmd.error,
+        cmd.retryable,
+        cmd.outcome,
+        cmd.rand,
+        cmd.now,
+        events,
+    )
 
 
 def _client(state: State, cmd: ClientCommand, events: list[LeaderEvent]) -> Result:
@@ -125,13 +142,13 @@ def _client(state: State, cmd: ClientCommand, events: list[LeaderEvent]) -> Resu
         return R.replay(state, cmd.run_id, cmd.now, events)
     # DropDead, the last of CLIENT_COMMANDS (mypy checks that ClientCommand has no other)
     if not state.in_dlq(cmd.run_id):
-        return Rejected("not_found", f"run {cmd.run_id} is not in the dead-letter queue",
-                        "run_id")
+        return Rejected("not_found", f"run {cmd.run_id} is not in the dead-letter queue", "run_id")
     state.dlq_remove(cmd.run_id)
     return Ok(cmd.run_id)
 
 
 # -- submission, update, cancellation ---------------------------------------------------------
+
 
 def _check_dependencies(state: State, cmd: c.Submit) -> Rejected | None:
     batch = {job_id: spec for job_id, spec in cmd.jobs}
@@ -140,8 +157,9 @@ def _check_dependencies(state: State, cmd: c.Submit) -> Rejected | None:
         for k, dep in enumerate(spec.depends_on):
             other = batch.get(dep) or (state.jobs[dep].spec if dep in state.jobs else None)
             if other is None:
-                return Rejected("not_found", f"depends_on: no job with id {dep}",
-                                f"{prefix}depends_on[{k}]")
+                return Rejected(
+                    "not_found", f"depends_on: no job with id {dep}", f"{prefix}depends_on[{k}]"
+                )
             if other.namespace != spec.namespace:
                 return Rejected(
                     "invalid_argument",
@@ -153,8 +171,9 @@ def _check_dependencies(state: State, cmd: c.Submit) -> Rejected | None:
     # it or in its own batch (an unknown one is refused above, depends_on cannot be updated and a
     # job that others depend on is never forgotten), so no path from a stored job leads back to
     # a job being submitted.  Only the batch's own edges are searched: no stored job is read.
-    cycle = find_cycle({}, {job_id: spec.depends_on for job_id, spec in cmd.jobs
-                            if spec.depends_on})
+    cycle = find_cycle(
+        {}, {job_id: spec.depends_on for job_id, spec in cmd.jobs if spec.depends_on}
+    )
     if cycle:
         return Rejected("conflict", f"dependency cycle: {format_cycle(cycle)}", "depends_on")
     return None
@@ -182,7 +201,9 @@ def _submit(state: State, cmd: c.Submit, events: list[LeaderEvent]) -> Result:
     return Ok([(state.jobs[job.id], new, state.latest_run(job.id)) for job, new in created])
 
 
-def _create_job(state: State, job_id: str, spec: JobSpec, now: int, events: list[LeaderEvent]) -> Job:
+def _create_job(
+    state: State, job_id: str, spec: JobSpec, now: int, events: list[LeaderEvent]
+) -> Job:
     job = Job(job_id, spec, JobStatus.ACTIVE, now, now)
     state.add_job(job)
     R.schedule_first(state, job, now, events)
@@ -195,8 +216,9 @@ def _cancel_job(state: State, cmd: c.CancelJob, events: list[LeaderEvent]) -> Re
         return Rejected("not_found", f"no job with id {cmd.job_id}", "id")
     if job.status in (JobStatus.CANCELLED, JobStatus.DONE) and not state.has_unfinished(job.id):
         return Ok(job)
-    state.jobs[job.id] = evolve(job, status=JobStatus.CANCELLED, updated_ms=cmd.now,
-                                 next_run_at_ms=None, next_run_id=None)
+    state.jobs[job.id] = evolve(
+        job, status=JobStatus.CANCELLED, updated_ms=cmd.now, next_run_at_ms=None, next_run_id=None
+    )
     for run in state.unfinished_runs(job.id):
         R.cancel_run(state, run.id, cmd.now, "job cancelled", events)
     return Ok(state.jobs[job.id])
@@ -219,4 +241,3 @@ def _update_job(state: State, cmd: c.UpdateJob, events: list[LeaderEvent]) -> Re
         state.jobs[job.id] = evolve(job, status=JobStatus.ACTIVE, updated_ms=cmd.now)
         R.resume(state, state.jobs[job.id], cmd.now, events)
     return Ok(state.jobs[job.id])
-

@@ -185,8 +185,21 @@ class Undecodable:
 
 
 Command = (
-    Claim | Submit | CancelJob | UpdateJob | Trigger | CancelRun | Replay | DropDead | Heal
-    | Fire | Lease | Complete | Fail | Purge | Barrier
+    Claim
+    | Submit
+    | CancelJob
+    | UpdateJob
+    | Trigger
+    | CancelRun
+    | Replay
+    | DropDead
+    | Heal
+    | Fire
+    | Lease
+    | Complete
+    | Fail
+    | Purge
+    | Barrier
 )
 
 _TAGS: dict[type[Any], str] = {
@@ -256,7 +269,11 @@ def decode_entry(blob: object) -> list[Command | Undecodable]:
         obj = orjson.loads(blob)  # type: ignore[arg-type]
     except Exception:  # noqa: BLE001
         return [Undecodable("entry is not valid JSON")]
-    if not isinstance(obj, dict) or obj.get("v") != CODEC_VERSION or not isinstance(obj.get("c"), list):
+    if (
+        not isinstance(obj, dict)
+        or obj.get("v") != CODEC_VERSION
+        or not isinstance(obj.get("c"), list)
+    ):
         version = obj.get("v") if isinstance(obj, dict) else None
         return [Undecodable(f"unsupported entry (version {version!r}, expected {CODEC_VERSION})")]
     return [_from_wire(c) for c in obj["c"]]

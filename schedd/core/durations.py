@@ -22,7 +22,7 @@ def parse_duration(value: object, field: str, *, allow_zero: bool = False) -> in
     """A duration in milliseconds from a number of seconds or a string like ``"1h30m"``."""
     if isinstance(value, bool):
         raise InvalidArgument(
-            f"{field}: expected a duration (seconds or a string like \"90s\"), got a boolean",
+            f'{field}: expected a duration (seconds or a string like "90s"), got a boolean',
             field=field,
         )
     if isinstance(value, int | float):
@@ -35,8 +35,10 @@ def parse_duration(value: object, field: str, *, allow_zero: bool = False) -> in
     elif isinstance(value, str):
         text = value.strip().replace(" ", "")
         if len(text) > 64:
-            raise InvalidArgument(f"{field}: expected a duration like \"90s\", got a string of "
-                                  f"{len(text)} characters", field=field)
+            raise InvalidArgument(
+                f'{field}: expected a duration like "90s", got a string of {len(text)} characters',
+                field=field,
+            )
         if text and _WHOLE.match(text):
             ms = round(sum(float(n) * _UNIT_MS[u] for n, u in _PART.findall(text)))
         else:
@@ -53,15 +55,16 @@ def parse_duration(value: object, field: str, *, allow_zero: bool = False) -> in
                 ) from None
     else:
         raise InvalidArgument(
-            f"{field}: expected a duration (seconds or a string like \"90s\"), "
+            f'{field}: expected a duration (seconds or a string like "90s"), '
             f"got {type(value).__name__}",
             field=field,
         )
     if ms < 0 or (ms == 0 and not allow_zero):
         raise InvalidArgument(f"{field}: expected a positive duration, got {value!r}", field=field)
     if ms > 100 * 365 * 86_400_000:
-        raise InvalidArgument(f"{field}: expected a duration up to 100 years, got {value!r}",
-                              field=field)
+        raise InvalidArgument(
+            f"{field}: expected a duration up to 100 years, got {value!r}", field=field
+        )
     return ms
 
 
@@ -85,7 +88,7 @@ def parse_time(value: object, field: str) -> int:
     """An RFC 3339 time with an offset (``Z`` allowed) → Unix milliseconds (UTC)."""
     if not isinstance(value, str):
         raise InvalidArgument(
-            f"{field}: expected an RFC 3339 time like \"2026-11-25T02:00:00Z\", "
+            f'{field}: expected an RFC 3339 time like "2026-11-25T02:00:00Z", '
             f"got {type(value).__name__}",
             field=field,
         )
@@ -99,7 +102,7 @@ def parse_time(value: object, field: str) -> int:
     if parsed is None or parsed.tzinfo is None or "T" not in text.upper():
         raise InvalidArgument(
             f"{field}: expected an RFC 3339 time with a zone offset like "
-            f"\"2026-11-25T02:00:00Z\", got {value!r}",
+            f'"2026-11-25T02:00:00Z", got {value!r}',
             field=field,
         )
     return round(parsed.timestamp() * 1000)

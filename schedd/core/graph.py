@@ -34,9 +34,7 @@ class Edges(Protocol):
     def get(self, job_id: str, default: tuple[str, ...], /) -> Iterable[str]: ...
 
 
-def find_cycle(
-    edges: Edges, new: Mapping[str, Iterable[str]]
-) -> list[str] | None:
+def find_cycle(edges: Edges, new: Mapping[str, Iterable[str]]) -> list[str] | None:
     """The cycle that adding ``new`` to ``edges`` would create, or ``None``.
 
     ``edges`` maps existing jobs to the jobs they depend on; ``new`` maps the jobs being

@@ -36,7 +36,10 @@ TRANSITIONS: dict[tuple[S, Event], S] = {
     (S.SCHEDULED, Event.BLOCK): S.BLOCKED,
     (S.BLOCKED, Event.UNBLOCK): S.QUEUED,
     (S.FAILED, Event.REPLAY): S.QUEUED,
-    **{(s, Event.CANCEL): S.CANCELLED for s in (S.SCHEDULED, S.BLOCKED, S.QUEUED, S.RUNNING, S.RETRYING)},
+    **{
+        (s, Event.CANCEL): S.CANCELLED
+        for s in (S.SCHEDULED, S.BLOCKED, S.QUEUED, S.RUNNING, S.RETRYING)
+    },
     **{(s, Event.SKIP): S.SKIPPED for s in (S.SCHEDULED, S.BLOCKED, S.QUEUED, S.RETRYING)},
 }
 

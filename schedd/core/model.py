@@ -232,4 +232,3 @@ def evolve(obj: _T, /, **changes: Any) -> _T:
         unknown = sorted(set(changes) - set(names))
         raise TypeError(f"{cls.__name__} has no field(s) {', '.join(unknown)}")
     return new
-

@@ -108,8 +108,9 @@ def _store(state: State, run: Run, events: list[LeaderEvent], *, new: bool = Fal
     return run
 
 
-def _move(state: State, run: Run, event: Event, now: int, events: list[LeaderEvent],
-          **changes: object) -> Run | Rejected:
+def _move(
+    state: State, run: Run, event: Event, now: int, events: list[LeaderEvent], **changes: object
+) -> Run | Rejected:
     target = next_state(run.state, event)
     if isinstance(target, BadTransition):
         return Rejected("conflict", f"run {run.id}: {target.message}")
@@ -126,18 +127,37 @@ def _unique_id(state: State, job_id: str, scheduled_ms: int) -> tuple[str, int]:
     return run_id_for(job_id, scheduled_ms), scheduled_ms
 
 
-def _new_run(state: State, job: Job, scheduled_ms: int, due_ms: int, now: int,
-             events: list[LeaderEvent], *, run_state: RunState = RunState.SCHEDULED,
-             origin: str = "schedule", reason: str | None = None) -> Run:
+def _new_run(
+    state: State,
+    job: Job,
+    scheduled_ms: int,
+    due_ms: int,
+    now: int,
+    events: list[LeaderEvent],
+    *,
+    run_state: RunState = RunState.SCHEDULED,
+    origin: str = "schedule",
+    reason: str | None = None,
+) -> Run:
     run_id, scheduled_ms = _unique_id(state, job.id, scheduled_ms)
-    run = Run(id=run_id, job_id=job.id, namespace=job.spec.namespace, scheduled_ms=scheduled_ms,
-              due_ms=due_ms, state=run_state, created_ms=now, updated_ms=now, origin=origin,
-              reason=reason)
+    run = Run(
+        id=run_id,
+        job_id=job.id,
+        namespace=job.spec.namespace,
+        scheduled_ms=scheduled_ms,
+        due_ms=due_ms,
+        state=run_state,
+        created_ms=now,
+        updated_ms=now,
+        origin=origin,
+        reason=reason,
+    )
     state.jobs[job.id] = evolve(state.jobs[job.id], updated_ms=now)
     return _store(state, run, events, new=True)
 
 
 # -- creating runs ------------------------------------------------------------------------------
+
 
 def schedule_first(state: State, job: Job, now: int, events: list[LeaderEvent]) -> None:
     """The first run of a new job: at its time (one-off) or its first occurrence (recurring)."""
@@ -149,8 +169,9 @@ def schedule_first(state: State, job: Job, now: int, events: list[LeaderEvent]) 
     state.jobs[job.id] = evolve(state.jobs[job.id], next_run_at_ms=first, next_run_id=run.id)
 
 
-def materialize_next(state: State, job_id: str, after_ms: int, now: int,
-                     events: list[LeaderEvent]) -> Run | None:
+def materialize_next(
+    state: State, job_id: str, after_ms: int, now: int, events: list[LeaderEvent]
+) -> Run | None:
     """Create the next occurrence of a recurring job after ``after_ms`` (recording occurrences
     that DST skips); the job is done when its schedule is over."""
     job = state.jobs[job_id]
@@ -158,8 +179,9 @@ def materialize_next(state: State, job_id: str, after_ms: int, now: int,
     for _ in range(MAX_SKIPPED_PER_STEP):
         occ = next_occurrence(rec, after_ms, job_id)
         if occ is None:
-            state.jobs[job_id] = evolve(state.jobs[job_id], next_run_id=None,
-                                         next_run_at_ms=None, updated_ms=now)
+            state.jobs[job_id] = evolve(
+                state.jobs[job_id], next_run_id=None, next_run_at_ms=None, updated_ms=now
+            )
             if job.status is JobStatus.ACTIVE:
                 state.jobs[job_id] = evolve(state.jobs[job_id], status=JobStatus.DONE)
             return None
@@ -167,13 +189,22 @@ def materialize_next(state: State, job_id: str, after_ms: int, now: int,
             after_ms = occ.scheduled_ms
             continue
         if occ.skipped is not None:
-            _new_run(state, job, occ.scheduled_ms, occ.scheduled_ms, now, events,
-                     run_state=RunState.SKIPPED, reason=occ.skipped)
+            _new_run(
+                state,
+                job,
+                occ.scheduled_ms,
+                occ.scheduled_ms,
+                now,
+                events,
+                run_state=RunState.SKIPPED,
+                reason=occ.skipped,
+            )
             after_ms = occ.scheduled_ms
             continue
         run = _new_run(state, job, occ.scheduled_ms, occ.due_ms, now, events)
-        state.jobs[job_id] = evolve(state.jobs[job_id], next_run_id=run.id,
-                                     next_run_at_ms=occ.due_ms)
+        state.jobs[job_id] = evolve(
+            state.jobs[job_id], next_run_id=run.id, next_run_at_ms=occ.due_ms
+        )
         return run
     return None
 
@@ -192,12 +223,14 @@ def heal(state: State, job_id: str, now: int, events: list[LeaderEvent]) -> Resu
 
 # -- fire -----------------------------------------------------------------------------------------
 
+
 def fire(state: State, run_id: str, now: int, events: list[LeaderEvent]) -> Result:
     run = state.runs.get(run_id)
     if run is None:
         return Rejected("not_found", f"no run {run_id}")
-    if run.due_ms > now and (run.due_ms - now > FIRE_AHEAD_MAX_MS
-                             or not may_fire_ahead(state.jobs[run.job_id].spec, run)):
+    if run.due_ms > now and (
+        run.due_ms - now > FIRE_AHEAD_MAX_MS or not may_fire_ahead(state.jobs[run.job_id].spec, run)
+    ):
         return Rejected("conflict", f"run {run_id} is not due before {run.due_ms}")
     if run.state is RunState.RETRYING:
         moved = _move(state, run, Event.FIRE, now, events)
@@ -216,8 +249,9 @@ def fire(state: State, run_id: str, now: int, events: list[LeaderEvent]) -> Resu
     return result
 
 
-def _misfire(state: State, job: Job, run: Run, now: int, reason: str,
-             events: list[LeaderEvent]) -> Result:
+def _misfire(
+    state: State, job: Job, run: Run, now: int, reason: str, events: list[LeaderEvent]
+) -> Result:
     rec = recurrence(job)
     opts = job.spec.schedule.options or RecurringOptions()
     own = Occurrence(run.scheduled_ms, run.due_ms)
@@ -236,14 +270,23 @@ def _misfire(state: State, job: Job, run: Run, now: int, reason: str,
             spacing += CATCHUP_SPACING_MS
             _new_run(state, job, occ.scheduled_ms, now + spacing, now, events, origin="catchup")
         else:
-            _new_run(state, job, occ.scheduled_ms, occ.scheduled_ms, now, events,
-                     run_state=RunState.SKIPPED, reason=occ.skipped or reason)
+            _new_run(
+                state,
+                job,
+                occ.scheduled_ms,
+                occ.scheduled_ms,
+                now,
+                events,
+                run_state=RunState.SKIPPED,
+                reason=occ.skipped or reason,
+            )
     materialize_next(state, job.id, now, now, events)  # every missed one is <= now
     return Ok(run.id)
 
 
-def _start(state: State, job: Job, run: Run, now: int, events: list[LeaderEvent], *,
-           respect_overlap: bool) -> Result:
+def _start(
+    state: State, job: Job, run: Run, now: int, events: list[LeaderEvent], *, respect_overlap: bool
+) -> Result:
     """Queue ``run`` if its dependencies and the job's overlap policy allow it."""
     deps = dependency_status(state, job)
     if deps == "failed":
@@ -253,16 +296,20 @@ def _start(state: State, job: Job, run: Run, now: int, events: list[LeaderEvent]
         _move(state, run, Event.BLOCK, now, events, reason="dependencies")
         return Ok(run.id)
     if respect_overlap and (is_recurring(job.spec) or run.origin == "trigger"):
-        live = [r for r in state.unfinished_runs(job.id)
-                if r.id != run.id and r.state in ACTIVE_STATES]
+        live = [
+            r for r in state.unfinished_runs(job.id) if r.id != run.id and r.state in ACTIVE_STATES
+        ]
         policy = (job.spec.schedule.options or RecurringOptions()).overlap
         if live and policy is not Overlap.ALLOW:
             if policy is Overlap.SKIP:
                 _move(state, run, Event.SKIP, now, events, reason="overlap")
                 return Ok(run.id)
             if policy is Overlap.BUFFER_ONE:
-                buffered = [r for r in state.unfinished_runs(job.id)
-                            if r.state is RunState.BLOCKED and r.reason == "overlap"]
+                buffered = [
+                    r
+                    for r in state.unfinished_runs(job.id)
+                    if r.state is RunState.BLOCKED and r.reason == "overlap"
+                ]
                 if buffered:
                     _move(state, run, Event.SKIP, now, events, reason="overlap")
                 else:
@@ -292,8 +339,10 @@ def dependency_status(state: State, job: Job) -> str:
 
 # -- lease and results --------------------------------------------------------------------------
 
-def lease(state: State, run_id: str, worker_id: str, now: int, fence: int,
-          events: list[LeaderEvent]) -> Result:
+
+def lease(
+    state: State, run_id: str, worker_id: str, now: int, fence: int, events: list[LeaderEvent]
+) -> Result:
     run = state.runs.get(run_id)
     if run is None:
         return Rejected("not_found", f"no run {run_id}")
@@ -302,8 +351,13 @@ def lease(state: State, run_id: str, worker_id: str, now: int, fence: int,
         return Rejected("conflict", target.message)
     timeout = state.jobs[run.job_id].spec.timeout_ms
     start = max(now, run.due_ms)  # a run leased ahead starts when it is due (lease.not_before)
-    attempt = Attempt(number=len(run.attempts) + 1, fence=fence, worker_id=worker_id,
-                      leased_ms=start, deadline_ms=start + timeout if timeout else None)
+    attempt = Attempt(
+        number=len(run.attempts) + 1,
+        fence=fence,
+        worker_id=worker_id,
+        leased_ms=start,
+        deadline_ms=start + timeout if timeout else None,
+    )
     state.put_run(evolve(run, state=target, updated_ms=now, attempts=(*run.attempts, attempt)))
     events.append(("leased", run_id))
     return Ok(attempt)
@@ -325,17 +379,22 @@ def _running(state: State, run_id: str, fence: int, outcome: str) -> Run | Resul
     if _already_ended(run, fence, outcome):
         return Ok(run_id)
     if run.current is None or run.current.fence != fence:
-        return Rejected("stale_fence", f"fence {fence} is not the current lease of {run_id} ({run.fence})")
+        return Rejected(
+            "stale_fence", f"fence {fence} is not the current lease of {run_id} ({run.fence})"
+        )
     return Rejected("stale_fence", f"run {run_id} is {run.state}, not running")
 
 
-def _end_attempt(run: Run, now: int, outcome: AttemptOutcome, error: str | None) -> tuple[Attempt, ...]:
+def _end_attempt(
+    run: Run, now: int, outcome: AttemptOutcome, error: str | None
+) -> tuple[Attempt, ...]:
     assert run.current is not None
     return (*run.attempts[:-1], evolve(run.current, ended_ms=now, outcome=outcome, error=error))
 
 
-def complete(state: State, run_id: str, fence: int, result: object, now: int,
-             events: list[LeaderEvent]) -> Result:
+def complete(
+    state: State, run_id: str, fence: int, result: object, now: int, events: list[LeaderEvent]
+) -> Result:
     run = _running(state, run_id, fence, AttemptOutcome.SUCCEEDED.value)
     if not isinstance(run, Run):
         return run
@@ -344,8 +403,17 @@ def complete(state: State, run_id: str, fence: int, result: object, now: int,
     return Ok(run_id)
 
 
-def fail(state: State, run_id: str, fence: int, error: str, retryable: bool, outcome: str,
-         rand: float, now: int, events: list[LeaderEvent]) -> Result:
+def fail(
+    state: State,
+    run_id: str,
+    fence: int,
+    error: str,
+    retryable: bool,
+    outcome: str,
+    rand: float,
+    now: int,
+    events: list[LeaderEvent],
+) -> Result:
     try:
         how = AttemptOutcome(outcome)
     except ValueError:
@@ -360,8 +428,9 @@ def fail(state: State, run_id: str, fence: int, error: str, retryable: bool, out
         due = now + backoff_ms(spec, used, rand)
         _move(state, run, Event.RETRY, now, events, attempts=attempts, due_ms=due, error=error)
         if state.jobs[run.job_id].next_run_id == run.id:
-            state.jobs[run.job_id] = evolve(state.jobs[run.job_id], next_run_at_ms=due,
-                                             updated_ms=now)
+            state.jobs[run.job_id] = evolve(
+                state.jobs[run.job_id], next_run_at_ms=due, updated_ms=now
+            )
         return Ok(run_id)
     state.dlq_add(run_id)
     _move(state, run, Event.GIVE_UP, now, events, attempts=attempts, error=error)
@@ -370,7 +439,10 @@ def fail(state: State, run_id: str, fence: int, error: str, retryable: bool, out
 
 # -- cancel, trigger, replay, change ------------------------------------------------------------
 
-def cancel_run(state: State, run_id: str, now: int, reason: str, events: list[LeaderEvent]) -> Result:
+
+def cancel_run(
+    state: State, run_id: str, now: int, reason: str, events: list[LeaderEvent]
+) -> Result:
     run = state.runs.get(run_id)
     if run is None:
         return Rejected("not_found", f"no run with id {run_id}", "run_id")
@@ -393,13 +465,18 @@ def cancel_by_client(state: State, run_id: str, now: int, events: list[LeaderEve
     if run is None or run.state in TERMINAL_RUN_STATES or isinstance(result, Rejected):
         return result
     job = state.jobs[run.job_id]
-    if job.next_run_id == run_id and is_recurring(job.spec) \
-            and job.status in (JobStatus.ACTIVE, JobStatus.PAUSED):
+    if (
+        job.next_run_id == run_id
+        and is_recurring(job.spec)
+        and job.status in (JobStatus.ACTIVE, JobStatus.PAUSED)
+    ):
         materialize_next(state, job.id, run.scheduled_ms, now, events)
     return result
 
 
-def trigger(state: State, job_id: str, now: int, override: bool, events: list[LeaderEvent]) -> Result:
+def trigger(
+    state: State, job_id: str, now: int, override: bool, events: list[LeaderEvent]
+) -> Result:
     job = state.jobs.get(job_id)
     if job is None:
         return Rejected("not_found", f"no job with id {job_id}", "id")
@@ -418,20 +495,23 @@ def replay(state: State, run_id: str, now: int, events: list[LeaderEvent]) -> Re
     job = state.jobs[run.job_id]
     if job.status is JobStatus.DONE:
         state.jobs[job.id] = evolve(job, status=JobStatus.ACTIVE, updated_ms=now)
-    moved = _move(state, run, Event.REPLAY, now, events, attempt_base=len(run.attempts),
-                  error=None)
+    moved = _move(state, run, Event.REPLAY, now, events, attempt_base=len(run.attempts), error=None)
     return moved if isinstance(moved, Rejected) else Ok(state.runs[run_id])
 
 
-def change_spec(state: State, job: Job, spec: JobSpec, now: int,
-                events: list[LeaderEvent]) -> Rejected | None:
+def change_spec(
+    state: State, job: Job, spec: JobSpec, now: int, events: list[LeaderEvent]
+) -> Rejected | None:
     """Apply a new spec: it governs runs not yet started; a new schedule replaces the pending
     occurrence.  A one-off job whose run already started cannot change (409)."""
     if not is_recurring(job.spec):
         first = state.runs.get(job.next_run_id) if job.next_run_id else None
         if first is None or first.state not in (RunState.SCHEDULED, RunState.BLOCKED):
-            return Rejected("conflict", f"job {job.id}: its run already started; an update "
-                            "applies only to runs not yet started")
+            return Rejected(
+                "conflict",
+                f"job {job.id}: its run already started; an update "
+                "applies only to runs not yet started",
+            )
     state.jobs[job.id] = evolve(job, spec=spec, updated_ms=now)
     if spec.schedule == job.spec.schedule:
         return None
@@ -439,8 +519,9 @@ def change_spec(state: State, job: Job, spec: JobSpec, now: int,
     if pending is not None and pending.state in (RunState.SCHEDULED, RunState.BLOCKED):
         cancel_run(state, pending.id, now, "rescheduled", events)
     # a one-off job whose only run was just cancelled is not done: its new run follows
-    state.jobs[job.id] = evolve(state.jobs[job.id], status=job.status, next_run_id=None,
-                                next_run_at_ms=None)
+    state.jobs[job.id] = evolve(
+        state.jobs[job.id], status=job.status, next_run_id=None, next_run_at_ms=None
+    )
     if is_recurring(spec):
         state.jobs[job.id] = evolve(state.jobs[job.id], anchor_ms=now)  # re-anchor `every`
         materialize_next(state, job.id, now, now, events)
@@ -465,6 +546,7 @@ def resume(state: State, job: Job, now: int, events: list[LeaderEvent]) -> None:
 
 # -- after a run finished -------------------------------------------------------------------------
 
+
 def settle(state: State, run: Run, now: int, events: list[LeaderEvent]) -> None:
     """Consequences of ``run`` finishing: the job may be done, a buffered run may start,
     dependants may unblock or be skipped.  Iterative, so long dependency chains are fine."""
@@ -473,19 +555,28 @@ def settle(state: State, run: Run, now: int, events: list[LeaderEvent]) -> None:
         finished = work.pop()
         trim(state, finished)
         job = state.jobs[finished.job_id]
-        if not is_recurring(job.spec) and job.status is JobStatus.ACTIVE \
-                and not state.has_unfinished(job.id):
-            state.jobs[job.id] = evolve(job, status=JobStatus.DONE, updated_ms=now,
-                                         next_run_at_ms=None)
+        if (
+            not is_recurring(job.spec)
+            and job.status is JobStatus.ACTIVE
+            and not state.has_unfinished(job.id)
+        ):
+            state.jobs[job.id] = evolve(
+                job, status=JobStatus.DONE, updated_ms=now, next_run_at_ms=None
+            )
         unfinished = state.unfinished_runs(job.id)
         if not any(r.state in ACTIVE_STATES for r in unfinished):
-            buffered = [r for r in unfinished if r.state is RunState.BLOCKED and r.reason == "overlap"]
+            buffered = [
+                r for r in unfinished if r.state is RunState.BLOCKED and r.reason == "overlap"
+            ]
             if buffered:
                 _unblock(state, buffered[0], now, events)
         for dependant in state.dependants_of(job.id):
             djob = state.jobs[dependant]
-            waiting = [r for r in state.unfinished_runs(dependant)
-                       if r.state is RunState.BLOCKED and r.reason == "dependencies"]
+            waiting = [
+                r
+                for r in state.unfinished_runs(dependant)
+                if r.state is RunState.BLOCKED and r.reason == "dependencies"
+            ]
             if not waiting:
                 continue
             status = dependency_status(state, djob)
@@ -493,8 +584,9 @@ def settle(state: State, run: Run, now: int, events: list[LeaderEvent]) -> None:
                 if status == "ok":
                     _unblock(state, r, now, events)
                 elif status == "failed":
-                    skipped = evolve(r, state=RunState.SKIPPED, updated_ms=now,
-                                      reason="upstream_failed")
+                    skipped = evolve(
+                        r, state=RunState.SKIPPED, updated_ms=now, reason="upstream_failed"
+                    )
                     _store(state, skipped, events)
                     work.append(skipped)
 

@@ -139,8 +139,13 @@ class State(ABC):
             if run.state is RunState.SKIPPED:
                 key = f"skipped:{run.reason}"
                 counts[key] = counts.get(key, 0) + 1
-        if old is not None and old.attempts and old.attempts[-1].outcome is None \
-                and run.attempts and run.attempts[len(old.attempts) - 1].outcome is not None:
+        if (
+            old is not None
+            and old.attempts
+            and old.attempts[-1].outcome is None
+            and run.attempts
+            and run.attempts[len(old.attempts) - 1].outcome is not None
+        ):
             key = f"attempt:{run.attempts[len(old.attempts) - 1].outcome}"
             counts[key] = counts.get(key, 0) + 1
 
@@ -302,8 +307,9 @@ class MemoryState(State):
             ids.add(run.id)
 
     def unfinished_runs(self, job_id: str) -> list[Run]:
-        return [self.runs[r] for r in sorted(self.unfinished.get(job_id, ()),
-                                             key=self.seq.__getitem__)]
+        return [
+            self.runs[r] for r in sorted(self.unfinished.get(job_id, ()), key=self.seq.__getitem__)
+        ]
 
     def has_unfinished(self, job_id: str) -> bool:
         return bool(self.unfinished.get(job_id))
@@ -329,8 +335,11 @@ class MemoryState(State):
         return [self.runs[r] for r in sorted(ids, key=self.seq.__getitem__)]
 
     def due_runs(self, start_ms: int, end_ms: int, limit: int | None = None) -> list[Run]:
-        runs = [r for r in self._unfinished() if r.state in WAITING_STATES
-                and start_ms <= r.due_ms < end_ms]
+        runs = [
+            r
+            for r in self._unfinished()
+            if r.state in WAITING_STATES and start_ms <= r.due_ms < end_ms
+        ]
         return sorted(runs, key=lambda r: r.due_ms)[:limit]
 
     def live_runs(self) -> list[Run]:
@@ -339,20 +348,31 @@ class MemoryState(State):
     # -- history -------------------------------------------------------------------------
     def finished_runs_before(self, before_ms: int, limit: int) -> list[Run]:
         runs = [self.runs[r] for r in self.seq]  # in creation order
-        old = [r for r in runs if r.state in TERMINAL_RUN_STATES and r.updated_ms < before_ms
-               and r.id not in self.dlq]
+        old = [
+            r
+            for r in runs
+            if r.state in TERMINAL_RUN_STATES and r.updated_ms < before_ms and r.id not in self.dlq
+        ]
         return sorted(old, key=lambda r: r.updated_ms)[:limit]
 
     def finished_runs_beyond(self, job_id: str, keep: int) -> list[Run]:
-        done = [self.runs[r] for r in self.job_runs.get(job_id, ())
-                if self.runs[r].state in TERMINAL_RUN_STATES]
-        return [r for r in done[:max(0, len(done) - keep)] if r.id not in self.dlq]
+        done = [
+            self.runs[r]
+            for r in self.job_runs.get(job_id, ())
+            if self.runs[r].state in TERMINAL_RUN_STATES
+        ]
+        return [r for r in done[: max(0, len(done) - keep)] if r.id not in self.dlq]
 
     def forgettable_jobs(self, before_ms: int, limit: int) -> list[Job]:
         jobs = [self.jobs[j] for j in self.job_order if j is not None]
-        old = [j for j in jobs if j.status in (JobStatus.DONE, JobStatus.CANCELLED)
-               and j.updated_ms < before_ms and not self.job_runs.get(j.id)
-               and not self.dependants.get(j.id)]
+        old = [
+            j
+            for j in jobs
+            if j.status in (JobStatus.DONE, JobStatus.CANCELLED)
+            and j.updated_ms < before_ms
+            and not self.job_runs.get(j.id)
+            and not self.dependants.get(j.id)
+        ]
         return sorted(old, key=lambda j: j.updated_ms)[:limit]
 
     def _delete_run(self, run: Run) -> None:  # a finished run: not among the unfinished

@@ -628,8 +628,12 @@ _DEFAULT_SPEC: Final = JobSpec(task="")
 _DEFAULT_SCHEDULE: Final = Schedule()
 _DEFAULT_RETRY: Final = RetryPolicy()
 _DEFAULT_OPTIONS: Final = RecurringOptions()
-_OPTION_ENUMS: Final = {"misfire": Misfire, "overlap": Overlap, "dst_gap": DstGap,
-                        "dst_repeat": DstRepeat}
+_OPTION_ENUMS: Final = {
+    "misfire": Misfire,
+    "overlap": Overlap,
+    "dst_gap": DstGap,
+    "dst_repeat": DstRepeat,
+}
 
 
 def _options_from(raw: object) -> RecurringOptions:

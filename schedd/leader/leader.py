@@ -125,8 +125,14 @@ class Leader:
                 fut = self.node.submit_nowait(c.Heal(_rid(), clock.wall_ms(), self.fence, job_id))
                 fut.add_done_callback(_ignore_result)  # retried at the next leadership if lost
             self.ready.set()
-            log_event(log, "leader.ready", fence=self.fence, term=self.node.term,
-                      wheel=len(self.wheel), leases=len(self.leases))
+            log_event(
+                log,
+                "leader.ready",
+                fence=self.fence,
+                term=self.node.term,
+                wheel=len(self.wheel),
+                leases=len(self.leases),
+            )
             while True:
                 self._tick()
                 self._wake.clear()
@@ -156,7 +162,8 @@ class Leader:
         now_mono = clock.mono()
         with self.node.read() as st:
             self._to_heal = [
-                job.id for job in st.active_recurring_jobs()
+                job.id
+                for job in st.active_recurring_jobs()
                 if not _pending(st.runs.get(job.next_run_id) if job.next_run_id else None)
             ]
             self._rebuilt_at = st.applied_index
@@ -175,10 +182,16 @@ class Leader:
                     hb = spec.heartbeat_timeout_ms / 1000
                     # Give the worker time to notice the new leader, reconnect and resume: at
                     # least a heartbeat timeout, and never less than REBUILD_GRACE_S.
-                    self._track(LeaseInfo(
-                        run.id, run.current.fence, run.current.worker_id,
-                        now_mono + max(hb, REBUILD_GRACE_S), hb, run.current.deadline_ms,
-                    ))
+                    self._track(
+                        LeaseInfo(
+                            run.id,
+                            run.current.fence,
+                            run.current.worker_id,
+                            now_mono + max(hb, REBUILD_GRACE_S),
+                            hb,
+                            run.current.deadline_ms,
+                        )
+                    )
 
     # -- events from apply -----------------------------------------------------------------
     def on_events(self, index: int, events: list[LeaderEvent]) -> None:
@@ -286,15 +299,19 @@ class Leader:
             for run in runs:
                 ahead = may_fire_ahead(st.jobs[run.job_id].spec, run)
                 self.wheel.add(run.id, self._fire_at(run.due_ms, ahead))
-        log_event(log, "leader.window_loaded", logging.DEBUG, runs=len(runs), start=start,
-                  until=reached)
+        log_event(
+            log, "leader.window_loaded", logging.DEBUG, runs=len(runs), start=start, until=reached
+        )
         self.loaded_until = reached
         self._loading = reached < until
 
     def _purge(self, now: int) -> None:
         self._purging = True
-        fut = self.node.submit_nowait(c.Purge(_rid(), now, self.fence, now - self.retention_ms,
-                                              self.keep_per_job, PURGE_LIMIT))
+        fut = self.node.submit_nowait(
+            c.Purge(
+                _rid(), now, self.fence, now - self.retention_ms, self.keep_per_job, PURGE_LIMIT
+            )
+        )
         fut.add_done_callback(self._purged)
 
     def _purged(self, fut: asyncio.Future[Result]) -> None:
@@ -336,8 +353,11 @@ class Leader:
                 if run is None or run.state not in (RunState.SCHEDULED, RunState.RETRYING):
                     continue
                 job = st.jobs.get(run.job_id)
-                if run.state is RunState.SCHEDULED and job is not None \
-                        and job.status is JobStatus.PAUSED:
+                if (
+                    run.state is RunState.SCHEDULED
+                    and job is not None
+                    and job.status is JobStatus.PAUSED
+                ):
                     continue
                 self.wheel.add(rid, run.due_ms)
         self._wake.set()
@@ -365,7 +385,7 @@ class Leader:
         conns = list(self.workers.values())
         if len(conns) > 1:  # rotate, so the first-connected worker is not always served first
             self._rr = (self._rr + 1) % len(conns)
-            conns = conns[self._rr:] + conns[: self._rr]
+            conns = conns[self._rr :] + conns[: self._rr]
         for conn in conns:
             room = conn.free
             while room > 0:
@@ -392,8 +412,9 @@ class Leader:
                     return run_id
         return None
 
-    def _leased(self, fut: asyncio.Future[Result], grants: list[tuple[str, str]],
-                reserved: list[WorkerConn]) -> None:
+    def _leased(
+        self, fut: asyncio.Future[Result], grants: list[tuple[str, str]], reserved: list[WorkerConn]
+    ) -> None:
         # On the connections that reserved the room: a worker that reconnected meanwhile has a
         # new connection object, whose count must not go below zero (it would take one lease
         # more than its capacity, which the worker refuses, costing the run an attempt).
@@ -420,21 +441,36 @@ class Leader:
                 self.metrics.lease_lag.observe(max(0.0, (attempt.leased_ms - run.due_ms) / 1000))
                 spec = st.jobs[run.job_id].spec
                 hb = spec.heartbeat_timeout_ms / 1000
-                self._track(LeaseInfo(run_id, attempt.fence, wid, now_mono + hb, hb,
-                                      attempt.deadline_ms))
+                self._track(
+                    LeaseInfo(run_id, attempt.fence, wid, now_mono + hb, hb, attempt.deadline_ms)
+                )
                 conn = self.workers.get(wid)
                 if conn is None:
                     continue  # it reconnects and resumes, or the lease expires
                 conn.leases[run_id] = attempt.fence
-                conn.send(m.Lease(
-                    run_id=run_id, job_id=run.job_id, attempt=attempt.number, fence=attempt.fence,
-                    task=spec.task, payload=spec.payload, scheduled_at=format_time(run.scheduled_ms) or "",
-                    deadline=format_time(attempt.deadline_ms), idempotency_key=spec.idempotency_key,
-                    not_before=format_time(run.due_ms) if run.due_ms > now_ms else None,
-                    heartbeat_interval=hb / 3 if hb / 3 < self.heartbeat_interval_s else None,
-                ))
-                log_event(log, "run.leased", logging.DEBUG, run_id=run_id, fence=attempt.fence,
-                          worker_id=wid)
+                conn.send(
+                    m.Lease(
+                        run_id=run_id,
+                        job_id=run.job_id,
+                        attempt=attempt.number,
+                        fence=attempt.fence,
+                        task=spec.task,
+                        payload=spec.payload,
+                        scheduled_at=format_time(run.scheduled_ms) or "",
+                        deadline=format_time(attempt.deadline_ms),
+                        idempotency_key=spec.idempotency_key,
+                        not_before=format_time(run.due_ms) if run.due_ms > now_ms else None,
+                        heartbeat_interval=hb / 3 if hb / 3 < self.heartbeat_interval_s else None,
+                    )
+                )
+                log_event(
+                    log,
+                    "run.leased",
+                    logging.DEBUG,
+                    run_id=run_id,
+                    fence=attempt.fence,
+                    worker_id=wid,
+                )
 
     def _requeue(self, run_ids: list[str]) -> None:
         for rid in run_ids:
@@ -453,8 +489,12 @@ class Leader:
             if info.ending:
                 continue
             if info.expires < now_mono:
-                self._end_lease(info, now, "lost", "lease lost: no heartbeat within "
-                                f"{info.heartbeat_timeout:g}s")
+                self._end_lease(
+                    info,
+                    now,
+                    "lost",
+                    f"lease lost: no heartbeat within {info.heartbeat_timeout:g}s",
+                )
             elif info.deadline_ms is not None and info.deadline_ms < now:
                 conn = self.workers.get(info.worker_id)
                 if conn is not None:
@@ -464,11 +504,17 @@ class Leader:
     def _end_lease(self, info: LeaseInfo, now: int, outcome: str, error: str) -> None:
         info.ending = True
         self.metrics.leases_lost.labels(outcome).inc()
-        cmd = c.Fail(_rid(), now, self.fence, info.run_id, info.fence, error, True, outcome,
-                     random.random())
+        cmd = c.Fail(
+            _rid(), now, self.fence, info.run_id, info.fence, error, True, outcome, random.random()
+        )
         fut = self.node.submit_nowait(cmd)
-        log_event(log, "run.lease_" + outcome, run_id=info.run_id, fence=info.fence,
-                  worker_id=info.worker_id)
+        log_event(
+            log,
+            "run.lease_" + outcome,
+            run_id=info.run_id,
+            fence=info.fence,
+            worker_id=info.worker_id,
+        )
         conn = self.workers.get(info.worker_id)
         if conn is not None and outcome == "lost":
             # A stalled worker still connected: it must drop the lease before it counts as
@@ -490,9 +536,13 @@ class Leader:
         old = self.workers.get(wid)
         if old is not None and old is not conn:
             if not old.closed:
-                log_event(log, "worker.replaced", worker_id=wid,
-                          hint="a new connection said hello with the id of a connected worker: "
-                               "a reconnect, or two workers with one id (ids must be unique)")
+                log_event(
+                    log,
+                    "worker.replaced",
+                    worker_id=wid,
+                    hint="a new connection said hello with the id of a connected worker: "
+                    "a reconnect, or two workers with one id (ids must be unique)",
+                )
             old.close(discard=True)
         self.workers[wid] = conn
         now_mono, now = clock.mono(), clock.wall_ms()
@@ -537,10 +587,20 @@ class Leader:
         for run_id in sorted(self.by_worker.get(wid, set()) - listed):
             info = self.leases[run_id]
             if not info.ending:
-                self._end_lease(info, now, "lost",
-                                "lease lost: the worker reconnected without it (never delivered)")
-        log_event(log, "worker.connected", worker_id=wid, queues=list(conn.queues),
-                  capacity=conn.capacity, resumed=len(conn.leases))
+                self._end_lease(
+                    info,
+                    now,
+                    "lost",
+                    "lease lost: the worker reconnected without it (never delivered)",
+                )
+        log_event(
+            log,
+            "worker.connected",
+            worker_id=wid,
+            queues=list(conn.queues),
+            capacity=conn.capacity,
+            resumed=len(conn.leases),
+        )
         self._wake.set()
 
     def disconnect(self, conn: WorkerConn) -> None:
@@ -561,8 +621,17 @@ class Leader:
         if isinstance(msg, m.Complete):
             cmd = c.Complete(_rid(), now, self.fence, msg.run_id, msg.fence, msg.result)
         else:
-            cmd = c.Fail(_rid(), now, self.fence, msg.run_id, msg.fence, msg.error,
-                         msg.retryable, "failed", random.random())
+            cmd = c.Fail(
+                _rid(),
+                now,
+                self.fence,
+                msg.run_id,
+                msg.fence,
+                msg.error,
+                msg.retryable,
+                "failed",
+                random.random(),
+            )
         try:
             res = await self.node.submit(cmd, timeout=5.0)
         except SchedError:
@@ -571,20 +640,37 @@ class Leader:
         if isinstance(res, Ok):
             conn.send(m.Ack(run_id=msg.run_id, accepted=True))
             ok = isinstance(msg, m.Complete)
-            log_event(log, "run.finished", logging.DEBUG if ok else logging.INFO,
-                      run_id=msg.run_id, fence=msg.fence, outcome="succeeded" if ok else "failed")
+            log_event(
+                log,
+                "run.finished",
+                logging.DEBUG if ok else logging.INFO,
+                run_id=msg.run_id,
+                fence=msg.fence,
+                outcome="succeeded" if ok else "failed",
+            )
         else:
             self._deposed(res)
             conn.send(m.Ack(run_id=msg.run_id, accepted=False, reason=res.message))
-            log_event(log, "run.result_refused", level=logging.WARNING, run_id=msg.run_id,
-                      fence=msg.fence, reason=res.message)
+            log_event(
+                log,
+                "run.result_refused",
+                level=logging.WARNING,
+                run_id=msg.run_id,
+                fence=msg.fence,
+                reason=res.message,
+            )
         conn.leases.pop(msg.run_id, None)
         self._wake.set()
 
     def workers_view(self) -> list[dict[str, Any]]:
         return [
-            {"worker_id": w.worker_id, "queues": list(w.queues), "capacity": w.capacity,
-             "leases": len(w.leases), "connected_at": format_time(w.connected_at_ms),
-             "draining": w.draining}
+            {
+                "worker_id": w.worker_id,
+                "queues": list(w.queues),
+                "capacity": w.capacity,
+                "leases": len(w.leases),
+                "connected_at": format_time(w.connected_at_ms),
+                "draining": w.draining,
+            }
             for w in self.workers.values()
         ]

@@ -179,8 +179,10 @@ def scan(buf: memoryview, start: int = HEADER_SIZE) -> tuple[list[Entry], list[i
         if not isinstance(rec, str):
             entry, end = rec
             if entries and (entry[1] != entries[-1][1] + 1 or entry[2] < entries[-1][2]):
-                rec = (f"out of sequence: index {entry[1]} term {entry[2]} after index "
-                       f"{entries[-1][1]} term {entries[-1][2]}")
+                rec = (
+                    f"out of sequence: index {entry[1]} term {entry[2]} after index "
+                    f"{entries[-1][1]} term {entries[-1][2]}"
+                )
         if isinstance(rec, str):
             last = entries[-1][1] if entries else None
             return entries, ends, Damage(off, rec, _count_records(buf, off), len(buf) - off, last)
@@ -222,8 +224,10 @@ class RaftState:
         if self.abstain_until is not None:
             d["abstain_until"] = self.abstain_until
         payload = json.dumps(d, sort_keys=True).encode()
-        return _STATE_HEAD.pack(STATE_MAGIC, STATE_VERSION, 0, len(payload),
-                                zlib.crc32(payload)) + payload
+        return (
+            _STATE_HEAD.pack(STATE_MAGIC, STATE_VERSION, 0, len(payload), zlib.crc32(payload))
+            + payload
+        )
 
     @classmethod
     def decode(cls, buf: bytes) -> RaftState:
@@ -235,13 +239,19 @@ class RaftState:
             raise ValueError(f"bad state header (magic {magic!r}, version {version})")
         payload = buf[_STATE_HEAD.size :]
         if length != len(payload):
-            raise ValueError(f"state file has {len(payload)} payload bytes, its header says {length}")
+            raise ValueError(
+                f"state file has {len(payload)} payload bytes, its header says {length}"
+            )
         if zlib.crc32(payload) != crc:
             raise ValueError("state checksum mismatch")
         d = json.loads(payload)
         until = d.get("abstain_until")
-        return cls(int(d["term"]), d["voted_for"], int(d["commit_index"]),
-                   None if until is None else int(until))
+        return cls(
+            int(d["term"]),
+            d["voted_for"],
+            int(d["commit_index"]),
+            None if until is None else int(until),
+        )
 
 
 # -- file helpers ------------------------------------------------------------------------------
@@ -305,8 +315,9 @@ class _Compaction(threading.Thread):
     syncs it (after syncing the snapshot that replaces the head).  Never touches the journal's
     own state: the tick thread looks at ``done`` and finishes or drops the copy."""
 
-    def __init__(self, src_fd: int, cut: int, upto: int, gen: int, tmp: str,
-                 snapshot_path: str | None) -> None:
+    def __init__(
+        self, src_fd: int, cut: int, upto: int, gen: int, tmp: str, snapshot_path: str | None
+    ) -> None:
         super().__init__(name="journal-compaction", daemon=True)
         self.src_fd, self.cut, self.upto, self.gen, self.tmp = src_fd, cut, upto, gen, tmp
         self.snapshot_path = snapshot_path
@@ -389,8 +400,9 @@ class DurableJournal(Journal):  # type: ignore[misc]
         self._open(state_ok)
         if not state_ok:
             # Unknown vote: refuse to vote in the last known term rather than vote twice.
-            self._state = RaftState(max(self._state.term, self._last_term()), UNKNOWN_VOTE, 1,
-                                    self._state.abstain_until)
+            self._state = RaftState(
+                max(self._state.term, self._last_term()), UNKNOWN_VOTE, 1, self._state.abstain_until
+            )
             self._store_state()
 
     # -- open and recovery ---------------------------------------------------------------------
@@ -401,8 +413,9 @@ class DurableJournal(Journal):  # type: ignore[misc]
         except FileNotFoundError:
             return RaftState(), True
         except (OSError, ValueError, KeyError, TypeError) as exc:
-            log_event(log, "raft.state_damaged", logging.ERROR, path=self.state_path,
-                      error=str(exc))
+            log_event(
+                log, "raft.state_damaged", logging.ERROR, path=self.state_path, error=str(exc)
+            )
             return RaftState(), False
 
     def _open(self, state_known: bool) -> None:
@@ -417,8 +430,13 @@ class DurableJournal(Journal):  # type: ignore[misc]
         header_ok = len(data) >= HEADER_SIZE and data[:HEADER_SIZE] == encode_header()
         if not header_ok:
             self._check_newer(data)
-            log_event(log, "raft.journal_header_damaged", logging.ERROR, path=self.path,
-                      header=data[:HEADER_SIZE].hex())
+            log_event(
+                log,
+                "raft.journal_header_damaged",
+                logging.ERROR,
+                path=self.path,
+                header=data[:HEADER_SIZE].hex(),
+            )
         with memoryview(data) as buf:
             entries, ends, damage = scan(buf)
             if damage is not None:
@@ -442,8 +460,10 @@ class DurableJournal(Journal):  # type: ignore[misc]
             _magic, version, _flags = _HEAD.unpack_from(data)
             intact = _U32.unpack_from(data, _HEAD.size)[0] == zlib.crc32(data[: _HEAD.size])
             if intact and version > VERSION:
-                raise JournalError(f"{self.path} has journal format {version}, newer than this "
-                                   f"schedd ({VERSION}): upgrade schedd, do not delete it")
+                raise JournalError(
+                    f"{self.path} has journal format {version}, newer than this "
+                    f"schedd ({VERSION}): upgrade schedd, do not delete it"
+                )
 
     def _keep_dropped(self, tail: memoryview) -> None:
         try:
@@ -461,18 +481,28 @@ class DurableJournal(Journal):  # type: ignore[misc]
         # then whatever was cut may have been acknowledged.
         lost_acknowledged = not state_known or self._state.commit_index > last_kept
         if lost_acknowledged:
-            self._state.abstain_until = max(self._state.abstain_until or 0,
-                                            self._state.commit_index,
-                                            last_kept + d.dropped_records)
+            self._state.abstain_until = max(
+                self._state.abstain_until or 0,
+                self._state.commit_index,
+                last_kept + d.dropped_records,
+            )
             self._store_state()  # until caught up, even across restarts
-        log_event(log, "raft.journal_truncated",
-                  logging.ERROR if lost_acknowledged else logging.WARNING,
-                  path=self.path, offset=d.offset, reason=d.reason,
-                  dropped_records=d.dropped_records, dropped_bytes=d.dropped_bytes,
-                  kept_records=len(self._entries), last_kept_index=d.last_kept_index,
-                  stored_commit_index=self._state.commit_index if state_known else None,
-                  lost_acknowledged=lost_acknowledged, abstain_until=self._state.abstain_until,
-                  note="the node re-syncs the rest from the leader")
+        log_event(
+            log,
+            "raft.journal_truncated",
+            logging.ERROR if lost_acknowledged else logging.WARNING,
+            path=self.path,
+            offset=d.offset,
+            reason=d.reason,
+            dropped_records=d.dropped_records,
+            dropped_bytes=d.dropped_bytes,
+            kept_records=len(self._entries),
+            last_kept_index=d.last_kept_index,
+            stored_commit_index=self._state.commit_index if state_known else None,
+            lost_acknowledged=lost_acknowledged,
+            abstain_until=self._state.abstain_until,
+            note="the node re-syncs the rest from the leader",
+        )
 
     def may_vote(self) -> bool:
         """False while this node has lost entries it had acknowledged and has not got them back.
@@ -493,8 +523,13 @@ class DurableJournal(Journal):  # type: ignore[misc]
         if until is not None and self._synced_index >= until:
             self._state.abstain_until = None
             self._store_state()
-            log_event(log, "raft.journal_caught_up", logging.WARNING, path=self.path,
-                      index=self._synced_index)
+            log_event(
+                log,
+                "raft.journal_caught_up",
+                logging.WARNING,
+                path=self.path,
+                index=self._synced_index,
+            )
 
     def _import_legacy(self, data: bytes) -> bytes:
         entries = parse_legacy(data)
@@ -505,14 +540,23 @@ class DurableJournal(Journal):  # type: ignore[misc]
         except Exception:  # noqa: BLE001 - a missing or unreadable meta means defaults
             meta = {}
         if not os.path.exists(self.state_path):
-            self._state = RaftState(int(meta.get("currentTerm", 0)), meta.get("votedForNodeId"),
-                                    int(meta.get("raftCommitIndex", 1)))
+            self._state = RaftState(
+                int(meta.get("currentTerm", 0)),
+                meta.get("votedForNodeId"),
+                int(meta.get("raftCommitIndex", 1)),
+            )
             atomic_write(self.state_path, self._state.encode())
         shutil.copyfile(self.path, self.path + ".pysyncobj.bak")
         new = encode_header() + b"".join(encode_record(*e) for e in entries)
         atomic_write(self.path, new)
-        log_event(log, "raft.journal_imported", logging.WARNING, path=self.path,
-                  entries=len(entries), backup=self.path + ".pysyncobj.bak")
+        log_event(
+            log,
+            "raft.journal_imported",
+            logging.WARNING,
+            path=self.path,
+            entries=len(entries),
+            backup=self.path + ".pysyncobj.bak",
+        )
         return new
 
     def _last_term(self) -> int:
@@ -531,8 +575,14 @@ class DurableJournal(Journal):  # type: ignore[misc]
             yield
         except OSError as exc:
             self._failed = exc
-            log_event(log, "raft.journal_failed", logging.CRITICAL, path=self.path, op=what,
-                      error=str(exc))
+            log_event(
+                log,
+                "raft.journal_failed",
+                logging.CRITICAL,
+                path=self.path,
+                op=what,
+                error=str(exc),
+            )
             self.on_io_failure(exc)
             raise JournalError(f"journal {self.path}: {what} failed: {exc}") from exc
 
@@ -570,8 +620,7 @@ class DurableJournal(Journal):  # type: ignore[misc]
     def add(self, command: Any, idx: int, term: int) -> None:
         data = to_bytes(command)
         if self._entries and idx != self._entries[-1][1] + 1:
-            log_event(log, "raft.journal_gap", logging.ERROR, index=idx,
-                      after=self._entries[-1][1])
+            log_event(log, "raft.journal_gap", logging.ERROR, index=idx, after=self._entries[-1][1])
         record = encode_record(data, idx, term)
         self._ends.append((self._ends[-1] if self._ends else self._head) + len(record))
         self._entries.append((data, idx, term))
@@ -648,8 +697,9 @@ class DurableJournal(Journal):  # type: ignore[misc]
             return False
         if self._entries[at] != first or self._entries[at + 1] != second:
             return False
-        log_event(log, "raft.journal_head_dropped", path=self.path, records=at,
-                  first_index=first[1])
+        log_event(
+            log, "raft.journal_head_dropped", path=self.path, records=at, first_index=first[1]
+        )
         self.deleteEntriesTo(at)
         return True
 
@@ -659,8 +709,14 @@ class DurableJournal(Journal):  # type: ignore[misc]
         src = os.dup(self._fd)
         # The copy takes the records written so far; the rest (and a head not yet written, in
         # which case there is nothing to copy) is left for the tick thread at the swap.
-        job = _Compaction(src, self._head, max(self._written, self._head), self._gen,
-                          self.path + ".compact", self.snapshot_path)
+        job = _Compaction(
+            src,
+            self._head,
+            max(self._written, self._head),
+            self._gen,
+            self.path + ".compact",
+            self.snapshot_path,
+        )
         self._compaction = job
         job.start()
 
@@ -681,7 +737,7 @@ class DurableJournal(Journal):  # type: ignore[misc]
         assert job is not None and job.done
         self._compaction = None
         if job.gen != self._gen:  # the copied records were truncated meanwhile (its read of
-            job.discard()         # them may have failed for that reason alone)
+            job.discard()  # them may have failed for that reason alone)
             self._start_compaction()
             return False
         if job.error is not None:
@@ -709,9 +765,15 @@ class DurableJournal(Journal):  # type: ignore[misc]
         self._dirty = False
         self._synced_index = self._entries[-1][1] if self._entries else 0
         self.compactions += 1
-        log_event(log, "raft.journal_compacted", logging.DEBUG, path=self.path,
-                  dropped_bytes=shift, kept_bytes=self._written - HEADER_SIZE,
-                  copy_seconds=round(job.seconds, 3))
+        log_event(
+            log,
+            "raft.journal_compacted",
+            logging.DEBUG,
+            path=self.path,
+            dropped_bytes=shift,
+            kept_bytes=self._written - HEADER_SIZE,
+            copy_seconds=round(job.seconds, 3),
+        )
         if self._state.abstain_until is not None:
             self._check_caught_up()
         if self._head > HEADER_SIZE:  # more was dropped while the copy ran

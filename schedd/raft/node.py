@@ -182,8 +182,9 @@ class _StateMachine(SyncObjConsumer, ApplyBatch):  # type: ignore[misc]
         # not wait for it to learn that there is nothing to commit.  (Checked again under the
         # lock for close(), which commits from another thread once the ticks have stopped.)
         state = self.state
-        if not state.in_transaction or (due_only and not self._visible
-                                        and clock.mono() - self._began < LAZY_COMMIT_S):
+        if not state.in_transaction or (
+            due_only and not self._visible and clock.mono() - self._began < LAZY_COMMIT_S
+        ):
             return
         with self.lock:
             if not state.in_transaction:
@@ -260,9 +261,12 @@ class RaftNode:
         self._pending: list[tuple[c.Command, asyncio.Future[Result]]] = []
         self._flush_scheduled = False
         self.snapshots = SqlSnapshots(
-            self._sm, settings.data_dir / "state.db", settings.data_dir / "raft.dump",
+            self._sm,
+            settings.data_dir / "state.db",
+            settings.data_dir / "raft.dump",
             on_replaced=lambda: hooks.on_reset(),
-            on_fatal=lambda message: _StateMachine.on_storage_failure(message))
+            on_fatal=lambda message: _StateMachine.on_storage_failure(message),
+        )
         conf = SyncObjConf(
             journalFile=str(settings.data_dir / "raft.journal"),
             fullDumpFile=str(settings.data_dir / "raft.dump"),
@@ -306,15 +310,23 @@ class RaftNode:
         # in raft.peers), which pysyncobj drops without a word (schedd/raft/peerguard.py).
         check_installed()  # the patches below fit this pysyncobj (schedd/raft/patches.py)
         with durable_journal(snapshot_path=conf.fullDumpFile) as durable:
-            guarded = type("GuardedTransport", (PeerGuard, durable.transport),
-                           {"on_fatal": staticmethod(lambda message: hooks.on_fatal(message))})
+            guarded = type(
+                "GuardedTransport",
+                (PeerGuard, durable.transport),
+                {"on_fatal": staticmethod(lambda message: hooks.on_fatal(message))},
+            )
 
             def transport(sync_obj: SyncObj, *args: Any) -> Any:
                 self._transport = guarded(sync_obj, *args)
                 return self._transport
 
-            self._obj = SyncObj(settings.self_addr, list(settings.peers), conf,
-                                consumers=[self._sm], transportClass=transport)
+            self._obj = SyncObj(
+                settings.self_addr,
+                list(settings.peers),
+                conf,
+                consumers=[self._sm],
+                transportClass=transport,
+            )
         check_node(self._obj)
         if durable.journal is not None:
             self.snapshots.on_loaded = durable.journal.skip_to
@@ -485,14 +497,20 @@ class RaftNode:
             alive = connected and now - answered.get(peer, -1e9) < FOLLOWER_ANSWERED_WITHIN
             match = None if raw is None else int(raw)
             seen = self._followers.get(peer)
-            if match is None or not alive or match >= commit or seen is None \
-                    or match != seen.match:
+            if match is None or not alive or match >= commit or seen is None or match != seen.match:
                 if seen is not None and seen.stalled:
                     changed = True
                     moved = match is not None and (match != seen.match or match >= commit)
-                    log_event(log, "raft.follower_recovered" if moved else "raft.follower_silent",
-                              logging.WARNING, peer=peer, match_index=match, commit_index=commit,
-                              answering=alive, stalled_for=round(now - seen.since, 1))
+                    log_event(
+                        log,
+                        "raft.follower_recovered" if moved else "raft.follower_silent",
+                        logging.WARNING,
+                        peer=peer,
+                        match_index=match,
+                        commit_index=commit,
+                        answering=alive,
+                        stalled_for=round(now - seen.since, 1),
+                    )
                 self._followers[peer] = _FollowerProgress(match or 0, now)
                 continue
             stalled_for = now - seen.since
@@ -503,12 +521,19 @@ class RaftNode:
             seen.next_recovery = now + seen.backoff
             self._stall_recoveries[peer] = self._stall_recoveries.get(peer, 0) + 1
             changed = True
-            log_event(log, "raft.follower_stalled", logging.WARNING, peer=peer,
-                      match_index=match, commit_index=commit,
-                      next_index=status.get(f"next_node_idx_server_{peer}"),
-                      stalled_for=round(stalled_for, 1),
-                      recovery="compacting the log now, so the follower is sent a snapshot",
-                      recoveries=self._stall_recoveries[peer], next_attempt_in=seen.backoff)
+            log_event(
+                log,
+                "raft.follower_stalled",
+                logging.WARNING,
+                peer=peer,
+                match_index=match,
+                commit_index=commit,
+                next_index=status.get(f"next_node_idx_server_{peer}"),
+                stalled_for=round(stalled_for, 1),
+                recovery="compacting the log now, so the follower is sent a snapshot",
+                recoveries=self._stall_recoveries[peer],
+                next_attempt_in=seen.backoff,
+            )
             self._force_compaction()
         if changed:
             self._publish_stalls()
@@ -576,7 +601,9 @@ class RaftNode:
         assert loop is not None, "RaftNode.attach(loop) first"
         fut: asyncio.Future[Result] = loop.create_future()
         if len(self._pending) >= MAX_PENDING:
-            fut.set_exception(ResourceExhausted("too many commands waiting for Raft", retry_after=1))
+            fut.set_exception(
+                ResourceExhausted("too many commands waiting for Raft", retry_after=1)
+            )
             return fut
         self._pending.append((cmd, fut))
         if not self._flush_scheduled:
@@ -621,8 +648,9 @@ def _resolve(futures: list[asyncio.Future[Result]], res: Any, err: int) -> None:
                 fut.set_result(r)
         return
     if err == FAIL_REASON.SUCCESS:
-        error: SchedError = Unavailable("the entry was applied but its results were lost",
-                                        retry_after=1)
+        error: SchedError = Unavailable(
+            "the entry was applied but its results were lost", retry_after=1
+        )
     elif err == FAIL_REASON.QUEUE_FULL:
         error = ResourceExhausted(_FAIL_MESSAGES[err], retry_after=1)
     else:

@@ -89,16 +89,30 @@ PYSYNCOBJ_VERSION: Final = "0.3.17"
 
 #: methods of SyncObj that the patches call or replace
 PRIVATE_METHODS: Final = (
-    "_onTick", "_isLeader", "_SyncObj__doApplyCommand", "_SyncObj__getEntries",
-    "_SyncObj__applyLogEntries", "_SyncObj__getCurrentLogIndex",
+    "_onTick",
+    "_isLeader",
+    "_SyncObj__doApplyCommand",
+    "_SyncObj__getEntries",
+    "_SyncObj__applyLogEntries",
+    "_SyncObj__getCurrentLogIndex",
 )
 #: attributes of a built SyncObj that the patches read or write
 PRIVATE_ATTRIBUTES: Final = (
-    "_poller", "_SyncObj__transport", "_SyncObj__properies", "_SyncObj__conf",
-    "_SyncObj__raftCommitIndex", "_SyncObj__raftLastApplied", "_SyncObj__raftLog",
-    "_SyncObj__commandsWaitingCommit", "_SyncObj__raftNextIndex", "_SyncObj__raftMatchIndex",
-    "_SyncObj__connectedNodes", "_SyncObj__otherNodes", "_SyncObj__newAppendEntriesTime",
-    "_SyncObj__lastResponseTime", "_SyncObj__forceLogCompaction",
+    "_poller",
+    "_SyncObj__transport",
+    "_SyncObj__properies",
+    "_SyncObj__conf",
+    "_SyncObj__raftCommitIndex",
+    "_SyncObj__raftLastApplied",
+    "_SyncObj__raftLog",
+    "_SyncObj__commandsWaitingCommit",
+    "_SyncObj__raftNextIndex",
+    "_SyncObj__raftMatchIndex",
+    "_SyncObj__connectedNodes",
+    "_SyncObj__otherNodes",
+    "_SyncObj__newAppendEntriesTime",
+    "_SyncObj__lastResponseTime",
+    "_SyncObj__forceLogCompaction",
 )
 #: a connection's socket, read only to name a refused peer (without it the name is "?")
 CONNECTION_SOCKET: Final = "_TcpConnection__socket"
@@ -112,8 +126,10 @@ class PysyncobjMismatch(RuntimeError):
     """The installed pysyncobj is not the one schedd's patches were written for."""
 
 
-_HINT = (f"schedd patches pysyncobj {PYSYNCOBJ_VERSION} and runs only with it: reinstall "
-         "schedd with its pinned dependencies (pip install schedd, not a newer pysyncobj)")
+_HINT = (
+    f"schedd patches pysyncobj {PYSYNCOBJ_VERSION} and runs only with it: reinstall "
+    "schedd with its pinned dependencies (pip install schedd, not a newer pysyncobj)"
+)
 
 
 def check_installed() -> None:
@@ -135,8 +151,10 @@ def check_installed() -> None:
     except (OSError, TypeError):
         return  # installed without its source: the version check above is what there is
     if hashlib.sha256(source.encode()).hexdigest() != APPLY_SOURCE_SHA256:
-        raise PysyncobjMismatch(f"pysyncobj's SyncObj.__applyLogEntries is not the one "
-                                f"schedd's bound_apply copies; {_HINT}")
+        raise PysyncobjMismatch(
+            f"pysyncobj's SyncObj.__applyLogEntries is not the one "
+            f"schedd's bound_apply copies; {_HINT}"
+        )
 
 
 def check_node(obj: SyncObj) -> None:
@@ -145,6 +163,7 @@ def check_node(obj: SyncObj) -> None:
     missing = [name for name in PRIVATE_ATTRIBUTES if not hasattr(obj, name)]
     if missing:
         raise PysyncobjMismatch(f"this pysyncobj's SyncObj has no {', '.join(missing)}; {_HINT}")
+
 
 #: a gap between two ticks longer than this counts as a pause (a tick ends with a poll of at
 #: most ``autoTickPeriod``, 10 ms by default, so consecutive ticks are normally ~0 apart)
@@ -194,8 +213,9 @@ class ApplyBatch:
         """On a tick with nothing to apply."""
 
 
-def bound_apply(obj: Any, budget: float = DEFAULT_APPLY_BUDGET_S,
-                batch: ApplyBatch | None = None) -> None:
+def bound_apply(
+    obj: Any, budget: float = DEFAULT_APPLY_BUDGET_S, batch: ApplyBatch | None = None
+) -> None:
     """Replace the pysyncobj ``obj``'s apply step (``SyncObj.__applyLogEntries``, looked up on
     the instance by its mangled name) with one that stops after ``budget`` seconds and calls
     ``batch`` around the entries it applies; the results reach their callers after
@@ -257,8 +277,11 @@ def guard_snapshot_commit(obj: SyncObj) -> None:
     inner = transport._onMessageReceivedCallback
 
     def on_message(node: Any, message: Any) -> None:
-        if not (isinstance(message, dict) and message.get("type") == "append_entries"
-                and "prevLogIdx" not in message):
+        if not (
+            isinstance(message, dict)
+            and message.get("type") == "append_entries"
+            and "prevLogIdx" not in message
+        ):
             inner(node, message)
             return
         commit = obj._SyncObj__raftCommitIndex
@@ -267,7 +290,8 @@ def guard_snapshot_commit(obj: SyncObj) -> None:
         first = raft_log[0] if len(raft_log) else None
         inner(node, message)
         installed = obj._SyncObj__raftLastApplied != applied or (
-            (raft_log[0] if len(raft_log) else None) != first)
+            (raft_log[0] if len(raft_log) else None) != first
+        )
         if not installed and obj._SyncObj__raftCommitIndex > commit:
             obj._SyncObj__raftCommitIndex = commit
             raft_log.setRaftCommitIndex(commit)
@@ -275,8 +299,13 @@ def guard_snapshot_commit(obj: SyncObj) -> None:
     transport.setOnMessageReceivedCallback(on_message)
 
 
-def append_due(current: int, next_index: dict[Any, int], match_index: dict[Any, int],
-               connected: Any, followers: Any) -> bool:
+def append_due(
+    current: int,
+    next_index: dict[Any, int],
+    match_index: dict[Any, int],
+    connected: Any,
+    followers: Any,
+) -> bool:
     """Whether new entries may be sent now: some connected follower lacks entries up to
     ``current`` and no connected follower has an append in flight (its match index is behind
     the next index it was sent: pysyncobj would send the same entries again)."""
@@ -297,11 +326,13 @@ def append_now(obj: SyncObj) -> bool:
     wakes the tick thread."""
     if not obj._isLeader():
         return False
-    if not append_due(obj._SyncObj__getCurrentLogIndex(),
-                      obj._SyncObj__raftNextIndex,
-                      obj._SyncObj__raftMatchIndex,
-                      obj._SyncObj__connectedNodes,
-                      obj._SyncObj__otherNodes):
+    if not append_due(
+        obj._SyncObj__getCurrentLogIndex(),
+        obj._SyncObj__raftNextIndex,
+        obj._SyncObj__raftMatchIndex,
+        obj._SyncObj__connectedNodes,
+        obj._SyncObj__otherNodes,
+    ):
         return False
     obj._SyncObj__newAppendEntriesTime = 0
     return True
@@ -311,8 +342,7 @@ def append_now(obj: SyncObj) -> bool:
 def last_response_times(obj: SyncObj) -> dict[str, float]:
     """When each follower last answered an append_entries (pysyncobj's monotonic clock; tick
     thread, read only)."""
-    return {str(node.id): float(t)
-            for node, t in obj._SyncObj__lastResponseTime.items()}
+    return {str(node.id): float(t) for node, t in obj._SyncObj__lastResponseTime.items()}
 
 
 def compaction_forced(obj: SyncObj) -> bool:

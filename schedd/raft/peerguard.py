@@ -110,7 +110,8 @@ class PeerGuard:
         if conn.encryptor is not None:
             remote = peer_address(conn)
             conn.encryptor = _Authenticating(
-                conn.encryptor, lambda: self._refused(WRONG_SECRET, remote, _WRONG_SECRET_HINT))
+                conn.encryptor, lambda: self._refused(WRONG_SECRET, remote, _WRONG_SECRET_HINT)
+            )
 
     def addNode(self, node: Any) -> None:
         super().addNode(node)  # type: ignore[misc]
@@ -119,7 +120,8 @@ class PeerGuard:
             address = str(node.address)
             conn.encryptor = _Authenticating(
                 conn.encryptor,
-                lambda: self._refused(WRONG_SECRET, address, _WRONG_SECRET_HINT, peer=address))
+                lambda: self._refused(WRONG_SECRET, address, _WRONG_SECRET_HINT, peer=address),
+            )
 
     def _onOutgoingConnected(self, conn: Any) -> None:
         if self._syncObj.encryptor is not None:
@@ -142,15 +144,21 @@ class PeerGuard:
 
     def _onIncomingMessageReceived(self, conn: Any, message: Any) -> None:
         handshake = self._syncObj.encryptor is not None and not conn.sendRandKey
-        if (handshake or not isinstance(message, str) or message == "readonly"
-                or message in self._nodeAddrToNode):
+        if (
+            handshake
+            or not isinstance(message, str)
+            or message == "readonly"
+            or message in self._nodeAddrToNode
+        ):
             super()._onIncomingMessageReceived(conn, message)  # type: ignore[misc]
             return
         self._refused(
-            NOT_IN_PEERS, peer_address(conn),
+            NOT_IN_PEERS,
+            peer_address(conn),
             f"a node that calls itself {message} connected, but raft.peers does not list it: "
             "every node must list the others by the address each sets in raft.listen",
-            peer=message)
+            peer=message,
+        )
         # Tell it why, then read and ignore what it sends until the connection is closed a
         # moment later (closing a socket with unread data resets it, and the notice with it).
         conn.send([NOT_A_MEMBER, str(self._selfNode.address), self._peer_list()])
@@ -197,8 +205,14 @@ class PeerGuard:
             fields["peer"] = peer
         if suppressed:
             fields["refused_since_last_report"] = suppressed
-        log_event(log, "raft.peer_refused", level=logging.ERROR, node=str(self._selfNode.address),
-                  hint=hint, **fields)
+        log_event(
+            log,
+            "raft.peer_refused",
+            level=logging.ERROR,
+            node=str(self._selfNode.address),
+            hint=hint,
+            **fields,
+        )
 
     def _not_a_member(self, message: list[Any]) -> None:
         refuser = str(message[1]) if len(message) > 1 else "?"
@@ -209,17 +223,27 @@ class PeerGuard:
             self._refused_by[refuser] = their_peers
             everyone = {str(n.address) for n in self._nodes} <= set(self._refused_by)
         if first:
-            log_event(log, "raft.not_a_member", level=logging.ERROR, node=me, peer=refuser,
-                      its_peers=their_peers,
-                      hint=f"{refuser} does not list this node's raft.listen ({me}) in its "
-                           "raft.peers: every node must list the others by the address each "
-                           "sets in raft.listen")
+            log_event(
+                log,
+                "raft.not_a_member",
+                level=logging.ERROR,
+                node=me,
+                peer=refuser,
+                its_peers=their_peers,
+                hint=f"{refuser} does not list this node's raft.listen ({me}) in its "
+                "raft.peers: every node must list the others by the address each "
+                "sets in raft.listen",
+            )
         if everyone and not self._saw_leader and self.fatal is None:
-            listed = "; ".join(f"{p} lists {', '.join(ps) or 'no peers'}"
-                               for p, ps in sorted(self._refused_by.items()))
-            self.fatal = (f"raft.listen: no peer lists this node's address {me} in its "
-                          f"raft.peers ({listed}); every node must list the others by the "
-                          "address each sets in raft.listen")
+            listed = "; ".join(
+                f"{p} lists {', '.join(ps) or 'no peers'}"
+                for p, ps in sorted(self._refused_by.items())
+            )
+            self.fatal = (
+                f"raft.listen: no peer lists this node's address {me} in its "
+                f"raft.peers ({listed}); every node must list the others by the "
+                "address each sets in raft.listen"
+            )
             self.on_fatal(self.fatal)
 
 

@@ -56,8 +56,14 @@ class Machine(Protocol):
 
 
 class SqlSnapshots:
-    def __init__(self, machine: Machine, live: Path, dump: Path,
-                 on_replaced: Callable[[], None], on_fatal: Callable[[str], None]) -> None:
+    def __init__(
+        self,
+        machine: Machine,
+        live: Path,
+        dump: Path,
+        on_replaced: Callable[[], None],
+        on_fatal: Callable[[str], None],
+    ) -> None:
         self.machine = machine
         self.live = live
         self.dump = dump
@@ -85,21 +91,32 @@ class SqlSnapshots:
             copy.start(self.live, self.dump, raft_data, self._copied)
         except Exception as exc:  # noqa: BLE001 - a failed snapshot is retried later
             self._status = SERIALIZER_STATE.FAILED
-            log_event(log, "raft.snapshot_failed", logging.ERROR, path=str(self.dump),
-                      error=str(exc))
+            log_event(
+                log, "raft.snapshot_failed", logging.ERROR, path=str(self.dump), error=str(exc)
+            )
             return
         self._copy = copy
 
     def _copied(self, copy: CopyThread) -> None:  # the copy's thread
         duration = clock.mono() - (self._started or clock.mono())
         if copy.error is not None:
-            log_event(log, "raft.snapshot_failed", logging.ERROR, path=str(self.dump),
-                      error=str(copy.error))
+            log_event(
+                log,
+                "raft.snapshot_failed",
+                logging.ERROR,
+                path=str(self.dump),
+                error=str(copy.error),
+            )
             self._status = SERIALIZER_STATE.FAILED
             return
         self.last_duration, self.last_index = duration, copy.pinned
-        log_event(log, "raft.snapshot_written", path=str(self.dump), applied_index=copy.pinned,
-                  seconds=round(duration, 3))
+        log_event(
+            log,
+            "raft.snapshot_written",
+            path=str(self.dump),
+            applied_index=copy.pinned,
+            seconds=round(duration, 3),
+        )
         self._status = SERIALIZER_STATE.SUCCESS
 
     def check(self) -> int:
@@ -126,10 +143,17 @@ class SqlSnapshots:
         with self.machine.lock:
             held = self.machine.state.applied_index
             if self.running or held < info.applied_index:
-                log_event(log, "raft.snapshot_install", path=str(path), live=str(self.live),
-                          snapshot_index=info.applied_index, live_index=held,
-                          reason="received from the leader" if self.running
-                          else "the live database is older than the snapshot")
+                log_event(
+                    log,
+                    "raft.snapshot_install",
+                    path=str(path),
+                    live=str(self.live),
+                    snapshot_index=info.applied_index,
+                    live_index=held,
+                    reason="received from the leader"
+                    if self.running
+                    else "the live database is older than the snapshot",
+                )
                 try:
                     self.machine.state.install(path)
                 except StorageFailure as exc:

@@ -60,8 +60,13 @@ class Checkpointer:
             _, pages, copied = self._db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
         except sqlite3.Error as exc:
             self.failures += 1
-            log_event(log, "storage.checkpoint_failed", logging.WARNING, path=str(self.path),
-                      error=str(exc))
+            log_event(
+                log,
+                "storage.checkpoint_failed",
+                logging.WARNING,
+                path=str(self.path),
+                error=str(exc),
+            )
             return 0, 0
         if copied > 0:
             self.checkpoints += 1

@@ -46,8 +46,12 @@ def job_body(job: Job, spec_of: SpecOf | None = None) -> bytes:
 
 def _job_dict(job: Job, spec_of: SpecOf | None = None) -> dict[str, Any]:
     spec = spec_to_dict(job.spec) if spec_of is None else spec_of(job)
-    out: dict[str, Any] = {"s": spec, "st": job.status.value,
-                           "c": job.created_ms, "u": job.updated_ms}
+    out: dict[str, Any] = {
+        "s": spec,
+        "st": job.status.value,
+        "c": job.created_ms,
+        "u": job.updated_ms,
+    }
     if job.next_run_at_ms is not None:
         out["n"] = job.next_run_at_ms
     if job.last_run_id is not None:
@@ -67,21 +71,47 @@ def job_from_body(job_id: str, body: bytes) -> Job:
 
 
 def _job_from(job_id: str, d: dict[str, Any]) -> Job:
-    return Job(job_id, spec_from_dict(d["s"]), JobStatus(d["st"]), d["c"], d["u"],
-               d.get("n"), d.get("l"), d.get("x"), d.get("a"))
+    return Job(
+        job_id,
+        spec_from_dict(d["s"]),
+        JobStatus(d["st"]),
+        d["c"],
+        d["u"],
+        d.get("n"),
+        d.get("l"),
+        d.get("x"),
+        d.get("a"),
+    )
 
 
 # -- runs ---------------------------------------------------------------------------------------
 
+
 def _attempt(a: Attempt) -> list[Any]:
-    return [a.number, a.fence, a.worker_id, a.leased_ms, a.deadline_ms, a.ended_ms,
-            None if a.outcome is None else a.outcome.value, a.error]
+    return [
+        a.number,
+        a.fence,
+        a.worker_id,
+        a.leased_ms,
+        a.deadline_ms,
+        a.ended_ms,
+        None if a.outcome is None else a.outcome.value,
+        a.error,
+    ]
 
 
 def _attempt_from(v: list[Any]) -> Attempt:
     number, fence, worker, leased, deadline, ended, outcome, error = v
-    return Attempt(number, fence, worker, leased, deadline, ended,
-                   None if outcome is None else AttemptOutcome(outcome), error)
+    return Attempt(
+        number,
+        fence,
+        worker,
+        leased,
+        deadline,
+        ended,
+        None if outcome is None else AttemptOutcome(outcome),
+        error,
+    )
 
 
 def run_body(run: Run) -> bytes:
@@ -89,8 +119,13 @@ def run_body(run: Run) -> bytes:
 
 
 def _run_dict(run: Run) -> dict[str, Any]:
-    out: dict[str, Any] = {"ns": run.namespace, "d": run.due_ms, "st": run.state.value,
-                           "c": run.created_ms, "u": run.updated_ms}
+    out: dict[str, Any] = {
+        "ns": run.namespace,
+        "d": run.due_ms,
+        "st": run.state.value,
+        "c": run.created_ms,
+        "u": run.updated_ms,
+    }
     if run.attempts:
         out["at"] = [_attempt(a) for a in run.attempts]
     if run.result is not None:
@@ -114,9 +149,22 @@ def run_from_body(job_id: str, scheduled_ms: int, body: bytes) -> Run:
 
 
 def _run_from(job_id: str, scheduled_ms: int, d: dict[str, Any]) -> Run:
-    return Run(f"{job_id}@{scheduled_ms}", job_id, d["ns"], scheduled_ms, d["d"],
-               RunState(d["st"]), d["c"], d["u"], tuple(_attempt_from(a) for a in d.get("at", ())),
-               d.get("r"), d.get("e"), d.get("why"), d.get("o", "schedule"), d.get("b", 0))
+    return Run(
+        f"{job_id}@{scheduled_ms}",
+        job_id,
+        d["ns"],
+        scheduled_ms,
+        d["d"],
+        RunState(d["st"]),
+        d["c"],
+        d["u"],
+        tuple(_attempt_from(a) for a in d.get("at", ())),
+        d.get("r"),
+        d.get("e"),
+        d.get("why"),
+        d.get("o", "schedule"),
+        d.get("b", 0),
+    )
 
 
 def split_run_id(run_id: str) -> tuple[str, int] | None:
@@ -131,6 +179,7 @@ def split_run_id(run_id: str) -> tuple[str, int] | None:
 # A result is what apply answered a client command: Ok or Rejected, whose value is built of
 # None, booleans, numbers, strings, lists, tuples, jobs, runs and attempts.  Tagged so that it decodes to
 # the same Python values (a tuple stays a tuple, a job a Job).
+
 
 def _value(v: Any, spec_of: SpecOf | None) -> Any:
     if v is None or isinstance(v, bool | int | float | str):

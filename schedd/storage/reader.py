@@ -59,8 +59,9 @@ class Reader:
 
     async def open(self) -> None:
         for _ in range(self.size):
-            db = await aiosqlite.connect(f"file:{self.path}?mode=ro", uri=True,
-                                         isolation_level=None)
+            db = await aiosqlite.connect(
+                f"file:{self.path}?mode=ro", uri=True, isolation_level=None
+            )
             # A small cache each: the writer's is the big one, and pages are shared by the OS.
             await db.execute(f"PRAGMA cache_size = -{max(1024, PAGE_CACHE_KIB // 16)}")
             await db.execute("PRAGMA query_only = ON")
@@ -89,8 +90,9 @@ class Reader:
         rows = await self._rows(JOB_BODY, (job_id,))
         return job_from_body(job_id, rows[0][0]) if rows else None
 
-    async def jobs_page(self, cursor: int, limit: int, filters: Mapping[str, str]
-                        ) -> tuple[list[Job], int | None]:
+    async def jobs_page(
+        self, cursor: int, limit: int, filters: Mapping[str, str]
+    ) -> tuple[list[Job], int | None]:
         """Up to ``limit`` jobs matching ``filters`` (column = value) from position ``cursor`` on,
         in the order they were added; and the cursor of the next page (None: this is the last)."""
         params = (cursor, *(filters[key] for key in JOB_FILTERS if key in filters), limit)
@@ -153,8 +155,7 @@ class Reader:
                 out[row[0]] = run_from_body(*row)
         return out
 
-    async def runs_page(self, job_id: str, before: int, limit: int
-                        ) -> tuple[list[Run], int | None]:
+    async def runs_page(self, job_id: str, before: int, limit: int) -> tuple[list[Run], int | None]:
         """Up to ``limit`` of the job's runs scheduled before ``before`` (ms; ``schema.FIRST`` for
         the newest), newest first; and the cursor of the next page (None: this is the last)."""
         rows = await self._rows(RUNS_OF_JOB_BEFORE, (job_id, before, limit + 1))
@@ -167,17 +168,24 @@ class Reader:
         page (None: this is the last).  Two queries, whatever the page size."""
         async with self._conn() as db:
             rows = await _fetch(db, DLQ_BEFORE, (before, limit + 1))
-            keys = [parts for _, run_id in rows[:limit]
-                    if (parts := split_run_id(run_id)) is not None]
+            keys = [
+                parts for _, run_id in rows[:limit] if (parts := split_run_id(run_id)) is not None
+            ]
             bodies: dict[tuple[str, int], bytes] = {}
             if keys:
                 values = ", ".join("(?, ?)" for _ in keys)
                 found = await _fetch(
-                    db, f"SELECT job_id, sched_ms, body FROM runs WHERE (sched_ms, job_id) IN "
-                    f"(VALUES {values})", tuple(x for job_id, ms in keys for x in (ms, job_id)))
+                    db,
+                    f"SELECT job_id, sched_ms, body FROM runs WHERE (sched_ms, job_id) IN "
+                    f"(VALUES {values})",
+                    tuple(x for job_id, ms in keys for x in (ms, job_id)),
+                )
                 bodies = {(job_id, ms): body for job_id, ms, body in found}
-        runs = [run_from_body(job_id, ms, bodies[(job_id, ms)])
-                for job_id, ms in keys if (job_id, ms) in bodies]
+        runs = [
+            run_from_body(job_id, ms, bodies[(job_id, ms)])
+            for job_id, ms in keys
+            if (job_id, ms) in bodies
+        ]
         return runs, int(rows[limit - 1][0]) if len(rows) > limit else None
 
 

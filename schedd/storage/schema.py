@@ -41,8 +41,14 @@ SCHEMA_VERSION = 2
 
 #: run state -> the small number stored in ``runs.state`` (unfinished states are < 5)
 STATE_CODES: dict[RunState, int] = {
-    RunState.SCHEDULED: 0, RunState.BLOCKED: 1, RunState.QUEUED: 2, RunState.RUNNING: 3,
-    RunState.RETRYING: 4, RunState.SUCCEEDED: 5, RunState.FAILED: 6, RunState.CANCELLED: 7,
+    RunState.SCHEDULED: 0,
+    RunState.BLOCKED: 1,
+    RunState.QUEUED: 2,
+    RunState.RUNNING: 3,
+    RunState.RETRYING: 4,
+    RunState.SUCCEEDED: 5,
+    RunState.FAILED: 6,
+    RunState.CANCELLED: 7,
     RunState.SKIPPED: 8,
 }
 FINISHED = 5  # runs.state >= FINISHED: a terminal state
@@ -53,13 +59,17 @@ JOB_BODY = "SELECT body FROM jobs WHERE id = ?"
 RUN_BODY = "SELECT body FROM runs WHERE sched_ms = ? AND job_id = ?"  # a run id, split
 LATEST_RUN = "SELECT job_id, sched_ms, body FROM runs WHERE job_id = ? ORDER BY seq DESC LIMIT 1"
 #: LATEST_RUN of several jobs at once (``{}``: as many ``?`` as job ids)
-LATEST_RUNS = ("SELECT r.job_id, r.sched_ms, r.body FROM (SELECT job_id, max(seq) AS seq FROM runs "
-               "WHERE job_id IN ({}) GROUP BY job_id) AS l JOIN runs AS r "
-               "ON r.job_id = l.job_id AND r.seq = l.seq")
+LATEST_RUNS = (
+    "SELECT r.job_id, r.sched_ms, r.body FROM (SELECT job_id, max(seq) AS seq FROM runs "
+    "WHERE job_id IN ({}) GROUP BY job_id) AS l JOIN runs AS r "
+    "ON r.job_id = l.job_id AND r.seq = l.seq"
+)
 # Newest first, from a cursor on (``?`` after it: the page size; -1, every row): a job's runs
 # scheduled before a time, and the dead-letter queue before a position.
-RUNS_OF_JOB_BEFORE = ("SELECT job_id, sched_ms, body FROM runs WHERE job_id = ? AND sched_ms < ? "
-                      "ORDER BY sched_ms DESC LIMIT ?")
+RUNS_OF_JOB_BEFORE = (
+    "SELECT job_id, sched_ms, body FROM runs WHERE job_id = ? AND sched_ms < ? "
+    "ORDER BY sched_ms DESC LIMIT ?"
+)
 DLQ_BEFORE = "SELECT seq, run_id FROM dlq WHERE seq < ? ORDER BY seq DESC LIMIT ?"
 #: a cursor before every time and position: the first page
 FIRST = 1 << 62
@@ -114,6 +124,7 @@ CREATE INDEX recent_at ON recent (at_ms, rid);
 CREATE TABLE counts (key TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;
 """
 
+
 def _create(db: sqlite3.Connection) -> None:
     db.executescript(f"BEGIN IMMEDIATE; {_V1}")
 
@@ -167,7 +178,8 @@ def migrate(db: sqlite3.Connection, path: Path | str) -> None:
         raise NewerSchema(
             f"{path}: the database has schema version {version}, and this schedd knows up to "
             f"{SCHEMA_VERSION}: it was written by a newer schedd. Run that version (or newer), "
-            "or remove the database to rebuild it from the cluster.")
+            "or remove the database to rebuild it from the cluster."
+        )
     while version < SCHEMA_VERSION:
         MIGRATIONS[version](db)
         version += 1

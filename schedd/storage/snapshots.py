@@ -71,8 +71,13 @@ def _entry_from(v: Any) -> RaftEntry:
 def encode_raft(raft: Any) -> bytes:
     """pysyncobj's snapshot data (last applied entry, the one before, the cluster's nodes)."""
     last, prev, cluster = raft
-    return orjson.dumps({"last": _entry(last), "prev": _entry(prev),
-                         "cluster": sorted(str(getattr(n, "id", n)) for n in cluster)})
+    return orjson.dumps(
+        {
+            "last": _entry(last),
+            "prev": _entry(prev),
+            "cluster": sorted(str(getattr(n, "id", n)) for n in cluster),
+        }
+    )
 
 
 def pin(live: Path) -> tuple[sqlite3.Connection, int]:
@@ -89,8 +94,9 @@ def pin(live: Path) -> tuple[sqlite3.Connection, int]:
     return src, int(row[0]) if row else 0
 
 
-def write_copy(src: sqlite3.Connection, dest: Path, raft: Any,
-               step: Callable[[], None] | None = None) -> None:
+def write_copy(
+    src: sqlite3.Connection, dest: Path, raft: Any, step: Callable[[], None] | None = None
+) -> None:
     """Copy the database ``src`` is pinned on into ``dest`` (synced, then renamed into place),
     with ``raft`` in its ``snapshot`` table.  Releases ``src``.  ``step`` runs between the
     copy's steps (tests use it to hold a copy half-way)."""
@@ -98,8 +104,9 @@ def write_copy(src: sqlite3.Connection, dest: Path, raft: Any,
     try:
         _remove(tmp)
         with contextlib.ExitStack() as stack:
-            dst = stack.enter_context(contextlib.closing(
-                sqlite3.connect(str(tmp), isolation_level=None)))  # creates the file
+            dst = stack.enter_context(
+                contextlib.closing(sqlite3.connect(str(tmp), isolation_level=None))
+            )  # creates the file
             fd = os.open(tmp, os.O_RDONLY)
             stack.callback(os.close, fd)
 
@@ -113,8 +120,10 @@ def write_copy(src: sqlite3.Connection, dest: Path, raft: Any,
             src.backup(dst, pages=BACKUP_PAGES, progress=progress)
             dst.execute("PRAGMA journal_mode = DELETE")
             dst.execute("CREATE TABLE snapshot (key TEXT PRIMARY KEY, value) WITHOUT ROWID")
-            dst.executemany("INSERT INTO snapshot (key, value) VALUES (?, ?)",
-                            [("format", SNAPSHOT_FORMAT), ("raft", encode_raft(raft))])
+            dst.executemany(
+                "INSERT INTO snapshot (key, value) VALUES (?, ?)",
+                [("format", SNAPSHOT_FORMAT), ("raft", encode_raft(raft))],
+            )
     finally:
         with contextlib.suppress(sqlite3.Error):
             src.execute("COMMIT")
@@ -135,7 +144,8 @@ def read_snapshot(path: Path) -> SnapshotInfo:
         raise SnapshotError(
             f"{path}: not a schedd snapshot of this version (it is not an SQLite database; an "
             "older schedd wrote snapshots in another format): move it away, and the state "
-            "database next to it, to rebuild this node from the cluster")
+            "database next to it, to rebuild this node from the cluster"
+        )
     try:
         db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     except sqlite3.Error as exc:
@@ -153,11 +163,15 @@ def read_snapshot(path: Path) -> SnapshotInfo:
         raise SnapshotError(
             f"{path}: the snapshot has format {fmt} and schema version {schema}; this schedd "
             f"reads format {SNAPSHOT_FORMAT} up to schema version {SCHEMA_VERSION}: it was written "
-            "by a newer schedd. Upgrade this node to the version the others run.")
+            "by a newer schedd. Upgrade this node to the version the others run."
+        )
     try:
         raft = orjson.loads(rows["raft"])
-        info = (_entry_from(raft["last"]), _entry_from(raft["prev"]),
-                [str(n) for n in raft["cluster"]])
+        info = (
+            _entry_from(raft["last"]),
+            _entry_from(raft["prev"]),
+            [str(n) for n in raft["cluster"]],
+        )
     except (KeyError, TypeError, ValueError, orjson.JSONDecodeError) as exc:
         raise SnapshotError(f"{path}: damaged Raft data in the snapshot: {exc}") from exc
     return SnapshotInfo(int(row[0]) if row else 0, info)
@@ -173,8 +187,9 @@ class CopyThread:
         self.pinned: int | None = None
         self.done = threading.Event()
 
-    def start(self, live: Path, dest: Path, raft: Any,
-              on_done: Callable[[CopyThread], None]) -> None:
+    def start(
+        self, live: Path, dest: Path, raft: Any, on_done: Callable[[CopyThread], None]
+    ) -> None:
         src, self.pinned = pin(live)
         self.done.clear()
 

@@ -74,8 +74,18 @@ from schedd.storage.schema import (
 
 CACHE_MAX = 10_000  # decoded jobs (and as many runs) kept in front of the database (~13 MB)
 HOT_MS = 600_000  # the hot window's default (scheduler.hot_window)
-_META = ("applied_index", "leader_fence", "leader_node", "leader_http", "leader_term",
-         "runs_created", "jobs_added", "runs_kept", "jobs_kept", "history_keep")
+_META = (
+    "applied_index",
+    "leader_fence",
+    "leader_node",
+    "leader_http",
+    "leader_term",
+    "runs_created",
+    "jobs_added",
+    "runs_kept",
+    "jobs_kept",
+    "history_keep",
+)
 
 
 class StorageFailure(BaseException):  # it stops the node, like SystemExit
@@ -169,8 +179,9 @@ class _Runs(Mapping[str, Run]):
 class SqlState(State):
     """The state in a SQLite database (a file, or ``":memory:"``)."""
 
-    def __init__(self, path: Path | str = ":memory:", *, cache_max: int = CACHE_MAX,
-                 hot_ms: int = HOT_MS) -> None:
+    def __init__(
+        self, path: Path | str = ":memory:", *, cache_max: int = CACHE_MAX, hot_ms: int = HOT_MS
+    ) -> None:
         try:
             self.db = open_database(path)
         except sqlite3.Error as exc:
@@ -252,13 +263,15 @@ class SqlState(State):
             self.db.execute("DROP TABLE IF EXISTS snapshot")  # its Raft data: not state
             migrate(self.db, self.path)  # a snapshot from a node of an older version
         except sqlite3.Error as exc:
-            raise StorageFailure(f"{self.path}: cannot install the snapshot {snapshot}: {exc}"
-                                 ) from exc
+            raise StorageFailure(
+                f"{self.path}: cannot install the snapshot {snapshot}: {exc}"
+            ) from exc
         self._load()
 
     # -- SQL, failing the node on any error ----------------------------------------------
-    def _x(self, sql: str, params: Sequence[Any],
-           fetch: Callable[[sqlite3.Cursor], Any] | None = None) -> Any:
+    def _x(
+        self, sql: str, params: Sequence[Any], fetch: Callable[[sqlite3.Cursor], Any] | None = None
+    ) -> Any:
         """Run ``sql`` (and ``fetch`` its rows); any SQLite error is a StorageFailure."""
         try:
             cur = self.db.execute(sql, params)
@@ -305,8 +318,11 @@ class SqlState(State):
         in the cache."""
         rid = run.id
         state = run.state
-        if state in LIVE_STATES or hot or (state in WAITING_STATES
-                                           and run.due_ms < self._now + self.hot_ms):
+        if (
+            state in LIVE_STATES
+            or hot
+            or (state in WAITING_STATES and run.due_ms < self._now + self.hot_ms)
+        ):
             if rid not in self._hot_runs:
                 refs = self._hot_refs
                 refs[run.job_id] = refs.get(run.job_id, 0) + 1
@@ -349,8 +365,11 @@ class SqlState(State):
 
     def _job_in_memory(self, job_id: str) -> Job | None:
         """The job as this entry left it, if it is in memory (else it is read from disk)."""
-        return (self._job_writes.get(job_id) or self._hot_jobs.get(job_id)
-                or self._job_cache.get(job_id))
+        return (
+            self._job_writes.get(job_id)
+            or self._hot_jobs.get(job_id)
+            or self._job_cache.get(job_id)
+        )
 
     def _run_in_memory(self, rid: str) -> Run | None:
         return self._run_writes.get(rid) or self._hot_runs.get(rid) or self._run_cache.get(rid)
@@ -358,8 +377,9 @@ class SqlState(State):
     def _row_run(self, job_id: str, sched_ms: int, body: bytes) -> Run:
         """The run of a row read from disk: as it is in memory, if it is (a pending change is
         newer than the row), else decoded."""
-        return (self._run_in_memory(f"{job_id}@{sched_ms}")
-                or self._decode_run(job_id, sched_ms, body))
+        return self._run_in_memory(f"{job_id}@{sched_ms}") or self._decode_run(
+            job_id, sched_ms, body
+        )
 
     def _runs(self, sql: str, params: Sequence[Any], *, hot: bool = False) -> list[Run]:
         """Runs from rows of ``(job_id, sched_ms, body)`` (the pending rows written first);
@@ -375,16 +395,23 @@ class SqlState(State):
     def _flush(self, *, jobs: bool = True, runs: bool = True) -> None:
         """Write the rows changed in this entry (before a query reads their table)."""
         if jobs and self._job_writes:
-            self._write(self._job_writes, self._job_inserts, self._job_row, _JOB_INSERT,
-                        _JOB_UPDATE)
+            self._write(
+                self._job_writes, self._job_inserts, self._job_row, _JOB_INSERT, _JOB_UPDATE
+            )
         if runs and self._run_writes:
             self._write(self._run_writes, self._run_inserts, _run_row, _RUN_INSERT, _RUN_UPDATE)
             self._new_runs_of.clear()
             self._reopened.clear()
             self._on_disk.clear()
 
-    def _write(self, writes: dict[str, Any], inserts: dict[str, int],
-               row_of: Callable[[Any], tuple[Any, ...]], insert: str, update: str) -> None:
+    def _write(
+        self,
+        writes: dict[str, Any],
+        inserts: dict[str, int],
+        row_of: Callable[[Any], tuple[Any, ...]],
+        insert: str,
+        update: str,
+    ) -> None:
         """Insert (with their seq) or update the rows of ``writes``, one statement each, and
         forget them.  An update of a row that is not there is a damaged database."""
         new, changed = [], []
@@ -399,8 +426,10 @@ class SqlState(State):
         if new:
             self._many(insert, new)
         if changed and (done := self._many(update, changed)) != len(changed):
-            raise StorageFailure(f"{self.path}: {len(changed) - done} of the {len(changed)} rows "
-                                 f"this entry changed in {update.split()[1]} are not there")
+            raise StorageFailure(
+                f"{self.path}: {len(changed) - done} of the {len(changed)} rows "
+                f"this entry changed in {update.split()[1]} are not there"
+            )
 
     # -- transactions --------------------------------------------------------------------
     @property
@@ -417,8 +446,11 @@ class SqlState(State):
             if job_id not in self._hot_refs:
                 self._specs.pop(job_id, None)
         self._specs_new.clear()
-        meta = [(key, getattr(self, key)) for key in _META
-                if getattr(self, key) != self._meta_written[key]]
+        meta = [
+            (key, getattr(self, key))
+            for key in _META
+            if getattr(self, key) != self._meta_written[key]
+        ]
         if meta:
             self._many("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", meta)
             self._meta_written.update(meta)
@@ -441,12 +473,16 @@ class SqlState(State):
         self.jobs_added = seq + 1
         self.jobs_kept += 1
         for dep in spec.depends_on:
-            self._x("INSERT OR IGNORE INTO deps (upstream, seq, downstream) VALUES (?, ?, ?)",
-                    (dep, seq, job.id))
+            self._x(
+                "INSERT OR IGNORE INTO deps (upstream, seq, downstream) VALUES (?, ?, ?)",
+                (dep, seq, job.id),
+            )
             self._any_deps = True
         if spec.idempotency_key is not None:
-            self._x("INSERT OR REPLACE INTO idem (key, job_id) VALUES (?, ?)",
-                    (f"{spec.namespace}\0{spec.idempotency_key}", job.id))
+            self._x(
+                "INSERT OR REPLACE INTO idem (key, job_id) VALUES (?, ?)",
+                (f"{spec.namespace}\0{spec.idempotency_key}", job.id),
+            )
         self._keep_job(job)
 
     def job_by_key(self, namespace: str, key: str) -> str | None:
@@ -456,14 +492,19 @@ class SqlState(State):
     def dependants_of(self, job_id: str) -> Sequence[str]:
         if not self._any_deps:
             return []
-        return [r[0] for r in self._all(
-            "SELECT downstream FROM deps WHERE upstream = ? ORDER BY seq", (job_id,))]
+        return [
+            r[0]
+            for r in self._all(
+                "SELECT downstream FROM deps WHERE upstream = ? ORDER BY seq", (job_id,)
+            )
+        ]
 
     def active_recurring_jobs(self) -> Iterator[Job]:
         self._flush(runs=False)
         for job_id, body in self._all(
-                "SELECT id, body FROM jobs INDEXED BY jobs_recurring "
-                "WHERE recurring = 1 AND status = 'active' ORDER BY seq"):
+            "SELECT id, body FROM jobs INDEXED BY jobs_recurring "
+            "WHERE recurring = 1 AND status = 'active' ORDER BY seq"
+        ):
             yield self._job_in_memory(job_id) or self._decode(job_id, body)
 
     # -- runs ----------------------------------------------------------------------------
@@ -530,8 +571,11 @@ class SqlState(State):
         return runs[0] if runs else None
 
     def latest_finished_run(self, job_id: str) -> Run | None:
-        runs = self._runs(f"SELECT {self._COLS} FROM runs WHERE job_id = ? "
-                          f"AND state >= {FINISHED} ORDER BY seq DESC LIMIT 1", (job_id,))
+        runs = self._runs(
+            f"SELECT {self._COLS} FROM runs WHERE job_id = ? "
+            f"AND state >= {FINISHED} ORDER BY seq DESC LIMIT 1",
+            (job_id,),
+        )
         return runs[0] if runs else None
 
     def runs_of(self, job_id: str) -> list[Run]:
@@ -539,9 +583,12 @@ class SqlState(State):
 
     def due_runs(self, start_ms: int, end_ms: int, limit: int | None = None) -> list[Run]:
         # the leader's next window: hot until they are done
-        return self._runs(f"SELECT {self._COLS} FROM runs WHERE state IN (0, 4) "
-                          "AND due_ms >= ? AND due_ms < ? ORDER BY due_ms, seq LIMIT ?",
-                          (start_ms, end_ms, -1 if limit is None else limit), hot=True)
+        return self._runs(
+            f"SELECT {self._COLS} FROM runs WHERE state IN (0, 4) "
+            "AND due_ms >= ? AND due_ms < ? ORDER BY due_ms, seq LIMIT ?",
+            (start_ms, end_ms, -1 if limit is None else limit),
+            hot=True,
+        )
 
     def live_runs(self) -> list[Run]:
         return self._runs(f"SELECT {self._COLS} FROM runs WHERE state IN (2, 3) ORDER BY seq", ())
@@ -551,15 +598,20 @@ class SqlState(State):
         return self._runs(
             f"SELECT {self._COLS} FROM runs WHERE state >= {FINISHED} AND updated_ms < ? "
             "AND NOT EXISTS (SELECT 1 FROM dlq WHERE dlq.run_id = runs.job_id || '@' || "
-            "runs.sched_ms) ORDER BY updated_ms, seq LIMIT ?", (before_ms, limit))
+            "runs.sched_ms) ORDER BY updated_ms, seq LIMIT ?",
+            (before_ms, limit),
+        )
 
     def finished_runs_beyond(self, job_id: str, keep: int) -> list[Run]:
         # Most jobs have fewer runs than are kept: counted without writing what is pending
         count = self._job_on_disk(job_id)[0]
         if count + len(self._new_runs_of.get(job_id, ())) <= keep:
             return []
-        runs = self._runs(f"SELECT {self._COLS} FROM runs WHERE job_id = ? AND state >= {FINISHED} "
-                          "ORDER BY seq DESC LIMIT -1 OFFSET ?", (job_id, keep))
+        runs = self._runs(
+            f"SELECT {self._COLS} FROM runs WHERE job_id = ? AND state >= {FINISHED} "
+            "ORDER BY seq DESC LIMIT -1 OFFSET ?",
+            (job_id, keep),
+        )
         return [r for r in reversed(runs) if not self.in_dlq(r.id)]
 
     def forgettable_jobs(self, before_ms: int, limit: int) -> list[Job]:
@@ -569,14 +621,17 @@ class SqlState(State):
             "WHERE status IN ('done', 'cancelled') AND updated_ms < ? "
             "AND NOT EXISTS (SELECT 1 FROM runs WHERE runs.job_id = jobs.id) "
             "AND NOT EXISTS (SELECT 1 FROM deps WHERE deps.upstream = jobs.id) "
-            "ORDER BY updated_ms, seq LIMIT ?", (before_ms, limit))
-        return [self._job_in_memory(job_id) or self._decode(job_id, body)
-                for job_id, body in rows]
+            "ORDER BY updated_ms, seq LIMIT ?",
+            (before_ms, limit),
+        )
+        return [self._job_in_memory(job_id) or self._decode(job_id, body) for job_id, body in rows]
 
     def _delete_run(self, run: Run) -> None:
         self._flush(jobs=False)
         self._on_disk.pop(run.job_id, None)
-        self._x("DELETE FROM runs WHERE sched_ms = ? AND job_id = ?", (run.scheduled_ms, run.job_id))
+        self._x(
+            "DELETE FROM runs WHERE sched_ms = ? AND job_id = ?", (run.scheduled_ms, run.job_id)
+        )
         self._cool(run.id, run.job_id)
         self._run_cache.pop(run.id, None)
         self.runs_kept -= 1
@@ -588,8 +643,10 @@ class SqlState(State):
         for dep in spec.depends_on:
             self._x("DELETE FROM deps WHERE upstream = ? AND downstream = ?", (dep, job.id))
         if spec.idempotency_key is not None:  # its key, if it is under it (see MemoryState)
-            self._x("DELETE FROM idem WHERE key = ? AND job_id = ?",
-                    (f"{spec.namespace}\0{spec.idempotency_key}", job.id))
+            self._x(
+                "DELETE FROM idem WHERE key = ? AND job_id = ?",
+                (f"{spec.namespace}\0{spec.idempotency_key}", job.id),
+            )
         self._job_cache.pop(job.id, None)
         self._hot_jobs.pop(job.id, None)
         self._specs.pop(job.id, None)
@@ -598,7 +655,9 @@ class SqlState(State):
     # -- dead-letter queue ---------------------------------------------------------------
     def dlq_add(self, run_id: str) -> None:
         # seq: SQLite's next rowid, above every run in the queue (the order is all that counts)
-        self._dlq_size += self._x("INSERT OR IGNORE INTO dlq (run_id) VALUES (?)", (run_id,)).rowcount
+        self._dlq_size += self._x(
+            "INSERT OR IGNORE INTO dlq (run_id) VALUES (?)", (run_id,)
+        ).rowcount
 
     def dlq_remove(self, run_id: str) -> None:
         self._dlq_size -= self._x("DELETE FROM dlq WHERE run_id = ?", (run_id,)).rowcount
@@ -624,40 +683,64 @@ class SqlState(State):
             raise StorageFailure(f"{self.path}: {exc}") from exc
 
     def remember(self, rid: str, now: int, result: Result) -> None:
-        self._x("INSERT OR REPLACE INTO recent (rid, at_ms, result) VALUES (?, ?, ?)",
-                (rid, now, result_body(result, self._spec_of)))
+        self._x(
+            "INSERT OR REPLACE INTO recent (rid, at_ms, result) VALUES (?, ?, ?)",
+            (rid, now, result_body(result, self._spec_of)),
+        )
         self._x("DELETE FROM recent WHERE at_ms < ?", (now - DEDUP_WINDOW_MS,))
 
     def remembered(self) -> int:
         return int(self._one("SELECT count(*) FROM recent", ())[0])
 
-
     # A job's and a run's row: the columns beside the body, then the key (then seq, when new)
     def _job_row(self, job: Job) -> tuple[Any, ...]:
         spec = job.spec
-        return (spec.namespace, spec.queue, spec.task, job.status.value,
-                int(spec.schedule.kind in RECURRING_KINDS), job.updated_ms,
-                job_body(job, self._spec_of), job.id)
+        return (
+            spec.namespace,
+            spec.queue,
+            spec.task,
+            job.status.value,
+            int(spec.schedule.kind in RECURRING_KINDS),
+            job.updated_ms,
+            job_body(job, self._spec_of),
+            job.id,
+        )
 
 
 def _run_row(run: Run) -> tuple[Any, ...]:
-    return (STATE_CODES[run.state], run.due_ms, run.updated_ms, run_body(run), run.scheduled_ms,
-            run.job_id)
+    return (
+        STATE_CODES[run.state],
+        run.due_ms,
+        run.updated_ms,
+        run_body(run),
+        run.scheduled_ms,
+        run.job_id,
+    )
 
 
-_JOB_INSERT = ("INSERT INTO jobs (namespace, queue, task, status, recurring, updated_ms, body, "
-               "id, seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)")
-_JOB_UPDATE = ("UPDATE jobs SET namespace = ?, queue = ?, task = ?, status = ?, recurring = ?, "
-               "updated_ms = ?, body = ? WHERE id = ?")
-_RUN_INSERT = ("INSERT INTO runs (state, due_ms, updated_ms, body, sched_ms, job_id, seq) "
-               "VALUES (?, ?, ?, ?, ?, ?, ?)")
-_RUN_UPDATE = ("UPDATE runs SET state = ?, due_ms = ?, updated_ms = ?, body = ? "
-               "WHERE sched_ms = ? AND job_id = ?")
+_JOB_INSERT = (
+    "INSERT INTO jobs (namespace, queue, task, status, recurring, updated_ms, body, "
+    "id, seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+_JOB_UPDATE = (
+    "UPDATE jobs SET namespace = ?, queue = ?, task = ?, status = ?, recurring = ?, "
+    "updated_ms = ?, body = ? WHERE id = ?"
+)
+_RUN_INSERT = (
+    "INSERT INTO runs (state, due_ms, updated_ms, body, sched_ms, job_id, seq) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?)"
+)
+_RUN_UPDATE = (
+    "UPDATE runs SET state = ?, due_ms = ?, updated_ms = ?, body = ? "
+    "WHERE sched_ms = ? AND job_id = ?"
+)
 
 
 # A job's unfinished runs in the database, and (sched_ms NULL) how many runs it has there
-_JOB_ON_DISK = (f"SELECT sched_ms, body, seq FROM runs WHERE job_id = ?1 AND state < {FINISHED} "
-                "UNION ALL SELECT NULL, NULL, count(*) FROM runs WHERE job_id = ?1")
+_JOB_ON_DISK = (
+    f"SELECT sched_ms, body, seq FROM runs WHERE job_id = ?1 AND state < {FINISHED} "
+    "UNION ALL SELECT NULL, NULL, count(*) FROM runs WHERE job_id = ?1"
+)
 
 
 def _cache(cache: OrderedDict[str, Any], key: str, value: object, limit: int) -> None:
@@ -669,8 +752,9 @@ def _cache(cache: OrderedDict[str, Any], key: str, value: object, limit: int) ->
     cache[key] = value
 
 
-def apply_entry(state: SqlState, blob: object, index: int, *, commit: bool = True
-                ) -> tuple[list[Result], list[LeaderEvent]] | None:
+def apply_entry(
+    state: SqlState, blob: object, index: int, *, commit: bool = True
+) -> tuple[list[Result], list[LeaderEvent]] | None:
     """Apply the Raft entry at ``index`` in the open transaction (or a new one), committed
     with the index unless ``commit`` is false (the caller commits a batch of entries with the
     last one's index); None (nothing done) when the database already holds it.  Raises

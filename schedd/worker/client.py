@@ -482,7 +482,10 @@ class Worker:
         headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
         try:
             async with session.ws_connect(
-                url, headers=headers, heartbeat=WS_PING, max_msg_size=MAX_FRAME_BYTES * 4,
+                url,
+                headers=headers,
+                heartbeat=WS_PING,
+                max_msg_size=MAX_FRAME_BYTES * 4,
                 ssl=self._ssl,
             ) as ws:
                 return await self._converse(ws, target)
@@ -596,8 +599,11 @@ class Worker:
     def _beat_period(self, interval: float) -> float:
         """Seconds between heartbeats: the welcome's interval, or less when a lease held asks
         for less (its job's heartbeat timeout is short)."""
-        asked = [h.lease.heartbeat_interval for h in self._held.values()
-                 if h.lease.heartbeat_interval is not None]
+        asked = [
+            h.lease.heartbeat_interval
+            for h in self._held.values()
+            if h.lease.heartbeat_interval is not None
+        ]
         return max(0.05, min([interval, *asked]))
 
     async def _heartbeats(self, interval: float) -> None:
@@ -869,4 +875,3 @@ async def _until(not_before: str | None) -> None:
     # little before the wall clock got there.
     while (wait := start - time.time()) > 0:  # noqa: ASYNC110
         await asyncio.sleep(wait)
-

@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-TASKS = '''
+TASKS = """
 import os, time
 from celery import Celery
 app = Celery("bench", broker=os.environ["BENCH_REDIS"])
@@ -35,7 +35,7 @@ def mark(path):
     with open(path + ".tmp", "w") as fh:
         fh.write(repr(t))
     os.replace(path + ".tmp", path)
-'''
+"""
 
 
 def main() -> int:
@@ -43,6 +43,7 @@ def main() -> int:
 
     def _exit(*_: object) -> None:
         raise SystemExit(143)
+
     signal.signal(signal.SIGTERM, _exit)
     work, url, n = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
     work.mkdir(parents=True, exist_ok=True)
@@ -64,10 +65,29 @@ def main() -> int:
 
     env = dict(os.environ, PYTHONPATH=str(work))
     log = open(work / "celery-worker.log", "ab")
-    worker = subprocess.Popen([sys.executable, "-m", "celery", "-A", "celerytasks", "worker",
-                               "-P", "solo", "-c", "1", "--loglevel", "WARNING",
-                               "--without-gossip", "--without-mingle", "--without-heartbeat"],
-                              cwd=work, env=env, stdout=log, stderr=subprocess.STDOUT)
+    worker = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "celerytasks",
+            "worker",
+            "-P",
+            "solo",
+            "-c",
+            "1",
+            "--loglevel",
+            "WARNING",
+            "--without-gossip",
+            "--without-mingle",
+            "--without-heartbeat",
+        ],
+        cwd=work,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     log.close()
     try:
         deadline = time.monotonic() + 300

@@ -30,8 +30,7 @@ async def leader_url(cluster: Cluster) -> tuple[int, str]:
     return i, cluster.urls[i]
 
 
-async def find_leader(http: aiohttp.ClientSession, cluster: Cluster,
-                      timeout: float = 30.0) -> int:
+async def find_leader(http: aiohttp.ClientSession, cluster: Cluster, timeout: float = 30.0) -> int:
     """Index of the node that reports the Raft role leader (the highest term if two do).
 
     Unlike ``Cluster.wait_leader`` this does not need the node's leader claim to be committed
@@ -56,7 +55,9 @@ async def wait_worker(http: aiohttp.ClientSession, url: str, cluster: Cluster, n
     """Until the leader lists the worker ``name`` as connected."""
     while True:
         async with http.get(url + "/api/v1/workers", headers=cluster.headers()) as r:
-            if r.status == 200 and any(w.get("worker_id") == name for w in (await r.json())["workers"]):
+            if r.status == 200 and any(
+                w.get("worker_id") == name for w in (await r.json())["workers"]
+            ):
                 return
         await asyncio.sleep(0.1)
 
@@ -77,9 +78,14 @@ class Batches:
     retries: int = 0  # batches sent again
 
 
-async def post_batches(http: aiohttp.ClientSession, url: str, headers: dict[str, str],
-                       bodies: Sequence[bytes], clients: int,
-                       stop_after: float | None = None) -> Batches:
+async def post_batches(
+    http: aiohttp.ClientSession,
+    url: str,
+    headers: dict[str, str],
+    bodies: Sequence[bytes],
+    clients: int,
+    stop_after: float | None = None,
+) -> Batches:
     """POST each body (``{"jobs": [...]}``) to ``/api/v1/jobs/batch`` with ``clients`` concurrent
     clients, each batch committed before its reply.  The replies (every created job's view) are
     read but not parsed.  With ``stop_after`` (seconds), no batch is started after that."""
@@ -97,15 +103,15 @@ async def post_batches(http: aiohttp.ClientSession, url: str, headers: dict[str,
             wait = 0.1
             while True:
                 try:
-                    async with http.post(url + "/api/v1/jobs/batch", data=body,
-                                         headers=hdrs) as r:
+                    async with http.post(url + "/api/v1/jobs/batch", data=body, headers=hdrs) as r:
                         await r.read()
                         if r.status == 201:
                             out.done += 1
                             break
                         if r.status not in RETRY_STATUS or time.monotonic() > give_up:
                             raise RuntimeError(
-                                f"batch submit: {r.status}: {(await r.text())[:500]}")
+                                f"batch submit: {r.status}: {(await r.text())[:500]}"
+                            )
                 except aiohttp.ClientConnectionError:
                     if time.monotonic() > give_up:
                         raise
@@ -118,11 +124,13 @@ async def post_batches(http: aiohttp.ClientSession, url: str, headers: dict[str,
     return out
 
 
-async def scrape(http: aiohttp.ClientSession, url: str,
-                 headers: dict[str, str]) -> dict[str, list[tuple[str, dict[str, str], float]]]:
+async def scrape(
+    http: aiohttp.ClientSession, url: str, headers: dict[str, str]
+) -> dict[str, list[tuple[str, dict[str, str], float]]]:
     """``GET /metrics`` parsed: family name -> [(sample name, labels, value)]."""
-    async with http.get(url + "/metrics", headers=headers,
-                        timeout=aiohttp.ClientTimeout(total=10)) as r:
+    async with http.get(
+        url + "/metrics", headers=headers, timeout=aiohttp.ClientTimeout(total=10)
+    ) as r:
         if r.status != 200:
             raise RuntimeError(f"/metrics: {r.status}: {(await r.text())[:300]}")
         text = await r.text()
@@ -137,16 +145,21 @@ def gauge(metrics: dict[str, list[tuple[str, dict[str, str], float]]], name: str
     return samples[0][2] if samples else None
 
 
-def buckets(metrics: dict[str, list[tuple[str, dict[str, str], float]]],
-            name: str) -> list[tuple[float, float]]:
+def buckets(
+    metrics: dict[str, list[tuple[str, dict[str, str], float]]], name: str
+) -> list[tuple[float, float]]:
     """A histogram's cumulative buckets ``[(le, count)]`` in ``le`` order (``+Inf`` last)."""
-    out = [(float(labels["le"]), value) for sample, labels, value in metrics.get(name, [])
-           if sample == name + "_bucket"]
+    out = [
+        (float(labels["le"]), value)
+        for sample, labels, value in metrics.get(name, [])
+        if sample == name + "_bucket"
+    ]
     return sorted(out)
 
 
-def bucket_diff(after: list[tuple[float, float]],
-                before: list[tuple[float, float]]) -> list[tuple[float, float]]:
+def bucket_diff(
+    after: list[tuple[float, float]], before: list[tuple[float, float]]
+) -> list[tuple[float, float]]:
     """What was observed between two scrapes of the same histogram."""
     prev = dict(before)
     return [(le, count - prev.get(le, 0.0)) for le, count in after]
@@ -190,8 +203,11 @@ def stop_cluster(cluster: Cluster) -> int:
                 os.kill(int(entry.name), signal.SIGKILL)
                 killed += 1
     if killed:
-        print(f"    reaped {killed} leftover process(es) of {cluster.root}",
-              file=sys.stderr, flush=True)
+        print(
+            f"    reaped {killed} leftover process(es) of {cluster.root}",
+            file=sys.stderr,
+            flush=True,
+        )
     return killed
 
 

@@ -26,8 +26,9 @@ def summary(values: list[float]) -> dict[str, float]:
     return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
 
-def stop_pid(proc: subprocess.Popen[bytes] | asyncio.subprocess.Process | None,
-             grace: float = 10.0) -> None:
+def stop_pid(
+    proc: subprocess.Popen[bytes] | asyncio.subprocess.Process | None, grace: float = 10.0
+) -> None:
     """SIGTERM the process by its PID, then SIGKILL after ``grace`` seconds (blocking)."""
     if proc is None:
         return
@@ -63,13 +64,19 @@ def stop_pid(proc: subprocess.Popen[bytes] | asyncio.subprocess.Process | None,
         pass
 
 
-async def run_json(args: list[str], timeout: float, env: dict[str, str] | None = None,
-                   cwd: Path | None = None, log: Path | None = None) -> dict[str, Any]:
+async def run_json(
+    args: list[str],
+    timeout: float,
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+    log: Path | None = None,
+) -> dict[str, Any]:
     """Run a child that prints one JSON object as its last stdout line; stopped by PID on
     timeout or cancellation (it gets SIGTERM first, so its own ``finally`` blocks run)."""
     err = open(log, "ab") if log else subprocess.DEVNULL
-    proc = await asyncio.create_subprocess_exec(*args, stdout=subprocess.PIPE, stderr=err,
-                                                env=env, cwd=cwd)
+    proc = await asyncio.create_subprocess_exec(
+        *args, stdout=subprocess.PIPE, stderr=err, env=env, cwd=cwd
+    )
     if log:
         err.close()
     try:
@@ -80,8 +87,9 @@ async def run_json(args: list[str], timeout: float, env: dict[str, str] | None =
         raise
     if proc.returncode != 0:
         tail = log.read_text(errors="replace")[-2000:] if log else ""
-        raise RuntimeError(f"{Path(args[1]).name if len(args) > 1 else args[0]} exited "
-                           f"{proc.returncode}\n{tail}")
+        raise RuntimeError(
+            f"{Path(args[1]).name if len(args) > 1 else args[0]} exited {proc.returncode}\n{tail}"
+        )
     lines = [ln for ln in out.decode().splitlines() if ln.strip()]
     if not lines:
         raise RuntimeError(f"{args[:2]} printed no result")
@@ -102,6 +110,8 @@ def wait_port(port: int, timeout: float) -> None:
 
 def sigterm_exits() -> None:
     """In a child script: SIGTERM raises SystemExit so ``finally`` blocks stop grandchildren."""
+
     def _exit(*_: Any) -> None:
         raise SystemExit(143)
+
     signal.signal(signal.SIGTERM, _exit)

@@ -120,8 +120,11 @@ class _Load:
             due = int((time.monotonic() - t0) * self.rate)
             while n < due:
                 n += 1
-                up = [k for k, node in enumerate(self.cluster.nodes)
-                      if node.alive and k not in self.down]
+                up = [
+                    k
+                    for k, node in enumerate(self.cluster.nodes)
+                    if node.alive and k not in self.down
+                ]
                 if not up or len(self.inflight) >= MAX_INFLIGHT:
                     self.skipped += 1
                     continue
@@ -136,9 +139,12 @@ class _Load:
         self.subs.append(sub)
         body = orjson.dumps({"task": TASK, "payload": seq, "heartbeat_timeout": HEARTBEAT_TIMEOUT})
         try:
-            async with self.http.post(self.cluster.urls[k] + "/api/v1/jobs", data=body,
-                                      headers=self.cluster.headers(),
-                                      timeout=aiohttp.ClientTimeout(total=REQUEST_TIMEOUT)) as r:
+            async with self.http.post(
+                self.cluster.urls[k] + "/api/v1/jobs",
+                data=body,
+                headers=self.cluster.headers(),
+                timeout=aiohttp.ClientTimeout(total=REQUEST_TIMEOUT),
+            ) as r:
                 data = await r.read()
                 sub.status = r.status
                 if r.status in (200, 201):
@@ -148,8 +154,9 @@ class _Load:
             pass
 
     def first_ack_after(self, t: float) -> float:
-        return min((s.acked for s in self.subs if s.sent >= t and s.acked == s.acked),
-                   default=math.nan)
+        return min(
+            (s.acked for s in self.subs if s.sent >= t and s.acked == s.acked), default=math.nan
+        )
 
 
 @dataclass
@@ -249,8 +256,9 @@ class _Kill:
     restart_failures: int = 0  # restarts that exited at once
 
 
-async def _steady(http: aiohttp.ClientSession, cluster: Cluster, starts: _Starts, worker: str,
-                  timeout: float) -> int:
+async def _steady(
+    http: aiohttp.ClientSession, cluster: Cluster, starts: _Starts, worker: str, timeout: float
+) -> int:
     """Until the leader lists ``worker`` and welcomed it SESSION_BEFORE_KILL seconds ago or
     more, every node has applied the leader's commit index and jobs have been starting for
     WARMUP seconds; the leader's index."""
@@ -264,8 +272,9 @@ async def _steady(http: aiohttp.ClientSession, cluster: Cluster, starts: _Starts
         i = await find_leader(http, cluster, timeout=max(1.0, deadline - time.monotonic()))
         url, headers = cluster.urls[i], cluster.headers()
         try:
-            async with http.get(url + "/api/v1/workers", headers=headers,
-                                timeout=aiohttp.ClientTimeout(total=2)) as r:
+            async with http.get(
+                url + "/api/v1/workers", headers=headers, timeout=aiohttp.ClientTimeout(total=2)
+            ) as r:
                 listed = (await r.json())["workers"] if r.status == 200 else []
         except (aiohttp.ClientError, TimeoutError):
             listed = []
@@ -274,8 +283,7 @@ async def _steady(http: aiohttp.ClientSession, cluster: Cluster, starts: _Starts
             continue
         lead = await cluster_view(http, url, headers)
         views = [await cluster_view(http, u, headers) for u in cluster.urls]
-        if lead is None or not all(v and v["applied_index"] >= lead["commit_index"]
-                                   for v in views):
+        if lead is None or not all(v and v["applied_index"] >= lead["commit_index"] for v in views):
             state = "a node has not caught up with the leader"
             continue
         if not starts.last() >= since + WARMUP:
@@ -291,8 +299,14 @@ async def _steady(http: aiohttp.ClientSession, cluster: Cluster, starts: _Starts
     raise RuntimeError(f"S5: not steady within {timeout:.0f}s: {state}")
 
 
-async def _failover(http: aiohttp.ClientSession, cluster: Cluster, load: _Load, starts: _Starts,
-                    worker_log: Path, timeout: float) -> _Kill:
+async def _failover(
+    http: aiohttp.ClientSession,
+    cluster: Cluster,
+    load: _Load,
+    starts: _Starts,
+    worker_log: Path,
+    timeout: float,
+) -> _Kill:
     """SIGKILL the leader; until the new leader's first dispatch and the next ack are seen."""
     i = await find_leader(http, cluster, timeout=10.0)
     survivors = [k for k in range(len(cluster.nodes)) if k != i]
@@ -306,9 +320,11 @@ async def _failover(http: aiohttp.ClientSession, cluster: Cluster, load: _Load, 
         await asyncio.sleep(0.05)
         starts.poll()
         if kill.claim is None:
-            readies = sorted((t, k, line) for k in survivors
-                             for t, line in _node_events(cluster.nodes[k].log, "leader.ready",
-                                                         t_kill))
+            readies = sorted(
+                (t, k, line)
+                for k in survivors
+                for t, line in _node_events(cluster.nodes[k].log, "leader.ready", t_kill)
+            )
             for t, k, line in readies:
                 m = _FENCE.search(line)
                 if m is not None:
@@ -316,28 +332,43 @@ async def _failover(http: aiohttp.ClientSession, cluster: Cluster, load: _Load, 
                     kill.new_leader = cluster.nodes[k].node_id
                     break
         if kill.claim is not None:
-            kill.dispatch = min((t for t, fence in starts.starts[seen:] if fence > kill.claim),
-                                default=math.nan) - t_kill
+            kill.dispatch = (
+                min(
+                    (t for t, fence in starts.starts[seen:] if fence > kill.claim), default=math.nan
+                )
+                - t_kill
+            )
         kill.ack = load.first_ack_after(t_kill) - t_kill
         if kill.dispatch == kill.dispatch and kill.ack == kill.ack:
             break
         if time.monotonic() > deadline:
             raise RuntimeError(
                 f"S5: {timeout:.0f}s after SIGKILL of the leader {kill.node}: "
-                + ("no leader.ready logged by a surviving node" if kill.claim is None else
-                   f"new leader {kill.new_leader} (fence {kill.claim}): "
-                   + ("no run it leased has started" if kill.dispatch != kill.dispatch
-                      else "no submit acknowledged")))
-    elected = [t for k in survivors
-               for t, _ in _node_events(cluster.nodes[k].log, "leader.elected", t_kill)]
+                + (
+                    "no leader.ready logged by a surviving node"
+                    if kill.claim is None
+                    else f"new leader {kill.new_leader} (fence {kill.claim}): "
+                    + (
+                        "no run it leased has started"
+                        if kill.dispatch != kill.dispatch
+                        else "no submit acknowledged"
+                    )
+                )
+            )
+    elected = [
+        t
+        for k in survivors
+        for t, _ in _node_events(cluster.nodes[k].log, "leader.elected", t_kill)
+    ]
     kill.elected = min(elected, default=math.nan) - t_kill
     welcomed = [t for t, node in _welcomes(worker_log, t_kill) if node == kill.new_leader]
     kill.welcome = min(welcomed, default=math.nan) - t_kill
     return kill
 
 
-async def _restart(http: aiohttp.ClientSession, cluster: Cluster, load: _Load, kill: _Kill,
-                   timeout: float) -> None:
+async def _restart(
+    http: aiohttp.ClientSession, cluster: Cluster, load: _Load, kill: _Kill, timeout: float
+) -> None:
     """Start the killed node again (again each time it exits at once, as a supervisor would)
     until its applied index reaches the leader's commit index."""
     j = next(k for k, n in enumerate(cluster.nodes) if n.node_id == kill.node)
@@ -360,19 +391,29 @@ async def _restart(http: aiohttp.ClientSession, cluster: Cluster, load: _Load, k
         if lead is None:
             continue
         if kill.reconnected != kill.reconnected and any(
-                n.get("raft") == f"127.0.0.1:{cluster.nodes[j].raft_port}" and n.get("connected")
-                for n in lead["nodes"]):
+            n.get("raft") == f"127.0.0.1:{cluster.nodes[j].raft_port}" and n.get("connected")
+            for n in lead["nodes"]
+        ):
             kill.reconnected = time.monotonic() - t0
         if mine["applied_index"] >= lead["commit_index"]:
             kill.restart = time.monotonic() - t0
             return
-    raise RuntimeError(f"S5: the killed node {kill.node} did not catch up within {timeout:.0f}s "
-                       f"of its restart ({kill.restart_failures} restarts exited at once)")
+    raise RuntimeError(
+        f"S5: the killed node {kill.node} did not catch up within {timeout:.0f}s "
+        f"of its restart ({kill.restart_failures} restarts exited at once)"
+    )
 
 
-async def s5(root: Path, kills: int, rate: float, bound: float, failover_timeout: float = 30.0,
-             steady_timeout: float = 30.0, catchup_timeout: float = 60.0,
-             detail: Path | None = None) -> dict[str, float]:
+async def s5(
+    root: Path,
+    kills: int,
+    rate: float,
+    bound: float,
+    failover_timeout: float = 30.0,
+    steady_timeout: float = 30.0,
+    catchup_timeout: float = 60.0,
+    detail: Path | None = None,
+) -> dict[str, float]:
     """The scenario (see the module docstring); figures in seconds unless named otherwise.
     ``detail``: the per-kill figures, as JSON."""
     cluster = Cluster(root)
@@ -387,12 +428,21 @@ async def s5(root: Path, kills: int, rate: float, bound: float, failover_timeout
     results: list[_Kill] = []
     acked: dict[str, float] = {}  # job id -> acknowledged at
     try:
-        async with aiohttp.ClientSession() as http, aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=MAX_INFLIGHT + 10)) as loadhttp:
+        async with (
+            aiohttp.ClientSession() as http,
+            aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=MAX_INFLIGHT + 10)
+            ) as loadhttp,
+        ):
             await find_leader(http, cluster)
             worker = cluster.start_worker(
-                "--import", "scripts.benchlib.tasks", "--concurrency", str(WORKER_CONCURRENCY),
-                name=name, env={"SCHEDD_BENCH_LAG": str(record)})
+                "--import",
+                "scripts.benchlib.tasks",
+                "--concurrency",
+                str(WORKER_CONCURRENCY),
+                name=name,
+                env={"SCHEDD_BENCH_LAG": str(record)},
+            )
             load = _Load(cluster, loadhttp, rate)
             load_task = asyncio.create_task(load.run())
             i = await _steady(http, cluster, starts, name, steady_timeout)
@@ -405,12 +455,15 @@ async def s5(root: Path, kills: int, rate: float, bound: float, failover_timeout
                 kill = await _failover(http, cluster, load, starts, worker_log, failover_timeout)
                 await _restart(http, cluster, load, kill, catchup_timeout)
                 results.append(kill)
-                print(f"    s5: kill {n + 1}/{kills} ({kill.node}, new leader "
-                      f"{kill.new_leader}): first dispatch {kill.dispatch:.2f}s, next ack "
-                      f"{kill.ack:.2f}s, elected {kill.elected:.2f}s, ready {kill.ready:.2f}s, "
-                      f"worker welcomed {kill.welcome:.2f}s; restart -> leader connected "
-                      f"{kill.reconnected:.1f}s, caught up {kill.restart:.1f}s",
-                      file=sys.stderr, flush=True)
+                print(
+                    f"    s5: kill {n + 1}/{kills} ({kill.node}, new leader "
+                    f"{kill.new_leader}): first dispatch {kill.dispatch:.2f}s, next ack "
+                    f"{kill.ack:.2f}s, elected {kill.elected:.2f}s, ready {kill.ready:.2f}s, "
+                    f"worker welcomed {kill.welcome:.2f}s; restart -> leader connected "
+                    f"{kill.reconnected:.1f}s, caught up {kill.restart:.1f}s",
+                    file=sys.stderr,
+                    flush=True,
+                )
             term1 = await _term(http, cluster, await find_leader(http, cluster))
             # stop the load; every acknowledged job must start within ``bound``
             load_task.cancel()
@@ -445,9 +498,11 @@ async def s5(root: Path, kills: int, rate: float, bound: float, failover_timeout
         return statistics.median(values) if values else math.nan
 
     out = {
-        "s5_dispatch_p50": p50(dispatch), "s5_dispatch_p99": pct(dispatch, 0.99),
+        "s5_dispatch_p50": p50(dispatch),
+        "s5_dispatch_p99": pct(dispatch, 0.99),
         "s5_dispatch_max": max(dispatch),
-        "s5_ack_p50": p50([k.ack for k in results]), "s5_ack_max": max(k.ack for k in results),
+        "s5_ack_p50": p50([k.ack for k in results]),
+        "s5_ack_max": max(k.ack for k in results),
         "s5_elected_p50": p50([k.elected for k in results]),
         "s5_ready_p50": p50([k.ready for k in results]),
         "s5_welcome_p50": p50([k.welcome for k in results]),
@@ -468,19 +523,31 @@ async def s5(root: Path, kills: int, rate: float, bound: float, failover_timeout
         "s5_max_start_gap": max(gaps, default=math.nan),
     }
     if detail is not None:
-        slow = sorted(((starts.first[job] - t, job, t) for job, t in acked.items()
-                       if job in starts.first), reverse=True)[:20]
-        detail.write_text(json.dumps({
-            "kills": [asdict(k) for k in results], "rate": rate, "bound_s": bound,
-            "lost": lost[:100],
-            "slowest_ack_to_start": [{"job": job, "acked": t, "seconds": round(d, 3)}
-                                     for d, job, t in slow],
-            "not_acked_by_status": _by_status(load.subs)}, indent=1))
+        slow = sorted(
+            ((starts.first[job] - t, job, t) for job, t in acked.items() if job in starts.first),
+            reverse=True,
+        )[:20]
+        detail.write_text(
+            json.dumps(
+                {
+                    "kills": [asdict(k) for k in results],
+                    "rate": rate,
+                    "bound_s": bound,
+                    "lost": lost[:100],
+                    "slowest_ack_to_start": [
+                        {"job": job, "acked": t, "seconds": round(d, 3)} for d, job, t in slow
+                    ],
+                    "not_acked_by_status": _by_status(load.subs),
+                },
+                indent=1,
+            )
+        )
     return out
 
 
-async def _all_started(cluster: Cluster, starts: _Starts, jobs: set[str], since: float,
-                       bound: float) -> None:
+async def _all_started(
+    cluster: Cluster, starts: _Starts, jobs: set[str], since: float, bound: float
+) -> None:
     """Until every job in ``jobs`` has started, or ``bound`` seconds have passed since ``since``
     (the load's end) and since the last leader change (``leader.ready`` in any node's log: a
     new leader gives the old leader's leases a fresh grace, see the module docstring), at most
@@ -494,8 +561,9 @@ async def _all_started(cluster: Cluster, starts: _Starts, jobs: set[str], since:
         now = time.time()
         if now - checked > 1.0:
             checked = now
-            readies = [t for n in cluster.nodes for t, _ in _node_events(n.log, "leader.ready",
-                                                                           since)]
+            readies = [
+                t for n in cluster.nodes for t, _ in _node_events(n.log, "leader.ready", since)
+            ]
             last_ready = max([since, *readies])
         if now > min(since + 2 * bound, last_ready + bound):
             await asyncio.sleep(0.2)  # the worker's records are flushed every 50 ms

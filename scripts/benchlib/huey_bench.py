@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-TASKS = '''
+TASKS = """
 import os, time
 from huey import SqliteHuey
 huey = SqliteHuey("bench", filename=os.environ["BENCH_HUEY_DB"], results=False)
@@ -32,7 +32,7 @@ def mark(path):
     with open(path + ".tmp", "w") as fh:
         fh.write(repr(t))
     os.replace(path + ".tmp", path)
-'''
+"""
 
 
 def main() -> int:
@@ -40,6 +40,7 @@ def main() -> int:
 
     def _exit(*_: object) -> None:
         raise SystemExit(143)
+
     signal.signal(signal.SIGTERM, _exit)
     work, n = Path(sys.argv[1]), int(sys.argv[2])
     work.mkdir(parents=True, exist_ok=True)
@@ -62,9 +63,23 @@ def main() -> int:
 
     env = dict(os.environ, PYTHONPATH=str(work))
     log = open(work / "huey-consumer.log", "ab")
-    consumer = subprocess.Popen([sys.executable, "-m", "huey.bin.huey_consumer", "hueytasks.huey",
-                                 "-w", "1", "-k", "thread", "-q"],
-                                cwd=work, env=env, stdout=log, stderr=subprocess.STDOUT)
+    consumer = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "huey.bin.huey_consumer",
+            "hueytasks.huey",
+            "-w",
+            "1",
+            "-k",
+            "thread",
+            "-q",
+        ],
+        cwd=work,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     log.close()
     try:
         deadline = time.monotonic() + 300

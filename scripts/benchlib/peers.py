@@ -38,8 +38,10 @@ async def ensure_env(envs: Path, name: str, timeout: float = 600) -> Path:
         return py
     envs.mkdir(parents=True, exist_ok=True)
     log = envs / f"{name}-install.log"
-    for args in ([base_python(), "-m", "venv", "--clear", str(env)],
-                 [str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check", *PEERS[name]]):
+    for args in (
+        [base_python(), "-m", "venv", "--clear", str(env)],
+        [str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check", *PEERS[name]],
+    ):
         with open(log, "ab") as out:
             proc = await asyncio.create_subprocess_exec(*args, stdout=out, stderr=subprocess.STDOUT)
         try:
@@ -62,8 +64,15 @@ async def ensure_redis_server() -> str:
     if os.geteuid() != 0:
         raise RuntimeError("redis-server is missing (apt-get install -y redis-server, as root)")
     proc = await asyncio.create_subprocess_exec(
-        "apt-get", "install", "-y", "-q", "redis-server", stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL, env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
+        "apt-get",
+        "install",
+        "-y",
+        "-q",
+        "redis-server",
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"},
+    )
     try:
         async with asyncio.timeout(600):
             await proc.wait()
@@ -79,8 +88,11 @@ async def ensure_redis_server() -> str:
 async def huey(envs: Path, work: Path, n: int, timeout: float) -> dict[str, Any]:
     py = await ensure_env(envs, "huey")
     work.mkdir(parents=True, exist_ok=True)
-    return await run_json([str(py), str(HERE / "huey_bench.py"), str(work), str(n)], timeout,
-                          log=work / "huey-bench.log")
+    return await run_json(
+        [str(py), str(HERE / "huey_bench.py"), str(work), str(n)],
+        timeout,
+        log=work / "huey-bench.log",
+    )
 
 
 async def celery(envs: Path, work: Path, n: int, timeout: float, free_port) -> dict[str, Any]:  # type: ignore[no-untyped-def]
@@ -89,15 +101,39 @@ async def celery(envs: Path, work: Path, n: int, timeout: float, free_port) -> d
     work.mkdir(parents=True, exist_ok=True)
     port = free_port()
     log = open(work / "redis.log", "ab")
-    redis = subprocess.Popen([server, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-                              "--appendonly", "no", "--daemonize", "no", "--dir", str(work)],
-                             stdout=log, stderr=subprocess.STDOUT)
+    redis = subprocess.Popen(
+        [
+            server,
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--daemonize",
+            "no",
+            "--dir",
+            str(work),
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     log.close()
     try:
         await asyncio.to_thread(wait_port, port, 15)
-        return await run_json([str(py), str(HERE / "celery_bench.py"), str(work),
-                               f"redis://127.0.0.1:{port}/0", str(n)], timeout,
-                              log=work / "celery-bench.log")
+        return await run_json(
+            [
+                str(py),
+                str(HERE / "celery_bench.py"),
+                str(work),
+                f"redis://127.0.0.1:{port}/0",
+                str(n),
+            ],
+            timeout,
+            log=work / "celery-bench.log",
+        )
     finally:
         stop_pid(redis, grace=5)
         _ = time

@@ -58,8 +58,10 @@ def _batch_body(jobs: list[dict[str, Any]]) -> bytes:
 
 # -- S1b ------------------------------------------------------------------------------------------
 
-async def s1b(cluster: Cluster, batch: int, total: int,
-              clients: int = S1B_CLIENTS) -> dict[str, float]:
+
+async def s1b(
+    cluster: Cluster, batch: int, total: int, clients: int = S1B_CLIENTS
+) -> dict[str, float]:
     """``clients`` concurrent clients POST batches of ``batch`` one-hour-delayed no-op jobs to
     ``/api/v1/jobs/batch`` (each batch committed on a majority before its reply) until ``total``
     jobs are in: jobs/s, and how many leader elections happened meanwhile (term changes)."""
@@ -72,8 +74,11 @@ async def s1b(cluster: Cluster, batch: int, total: int,
         sent = await post_batches(http, url, cluster.headers(), [body] * count, clients)
         url = await current_leader(http, cluster)
         term1 = await _term(http, url, cluster.headers())
-    return {key: count * batch / sent.elapsed, f"{key}_elections": term1 - term0,
-            f"{key}_retries": float(sent.retries)}
+    return {
+        key: count * batch / sent.elapsed,
+        f"{key}_elections": term1 - term0,
+        f"{key}_retries": float(sent.retries),
+    }
 
 
 async def _term(http: aiohttp.ClientSession, url: str, headers: dict[str, str]) -> float:
@@ -135,20 +140,31 @@ def _lines(path: Path) -> list[str]:
 
 
 def _last_start(paths: list[Path]) -> float:
-    return max((float(line.split(" ", 1)[0]) for p in paths if p.exists()
-                for line in _lines(p)), default=math.nan)
+    return max(
+        (float(line.split(" ", 1)[0]) for p in paths if p.exists() for line in _lines(p)),
+        default=math.nan,
+    )
 
 
-async def _fire_histograms(http: aiohttp.ClientSession,
-                           cluster: Cluster) -> list[list[tuple[float, float]]]:
+async def _fire_histograms(
+    http: aiohttp.ClientSession, cluster: Cluster
+) -> list[list[tuple[float, float]]]:
     """Every node's ``schedd_fire_lag_seconds`` buckets (a node observes the fires it commits
     while leading: after an election the fires are split between nodes)."""
-    return [buckets(await scrape(http, url, cluster.headers()), "schedd_fire_lag_seconds")
-            for url in cluster.urls]
+    return [
+        buckets(await scrape(http, url, cluster.headers()), "schedd_fire_lag_seconds")
+        for url in cluster.urls
+    ]
 
 
-async def s3b(root: Path, n: int, submit_rate: float, bound: float, concurrency: int,
-              s2_rate: float | None = None) -> dict[str, float]:
+async def s3b(
+    root: Path,
+    n: int,
+    submit_rate: float,
+    bound: float,
+    concurrency: int,
+    s2_rate: float | None = None,
+) -> dict[str, float]:
     """``n`` one-off ``bench.lag`` jobs due at instants spread evenly over one second ``[D, D+1)``,
     all submitted (batches of 1,000, 4 clients) before ``D - dispatch_ahead``; two worker
     processes with ``concurrency`` each.  ``D`` is chosen from ``submit_rate`` (an estimate of
@@ -171,9 +187,16 @@ async def s3b(root: Path, n: int, submit_rate: float, bound: float, concurrency:
         records = [root / f"w{k}.lag" for k in range(S3B_WORKERS)]
         names = [f"bench-s3b-{k}-{time.monotonic_ns()}" for k in range(S3B_WORKERS)]
         for name, record in zip(names, records, strict=True):
-            workers.append(cluster.start_worker(
-                "--import", "scripts.benchlib.tasks", "--concurrency", str(concurrency),
-                name=name, env={"SCHEDD_BENCH_LAG": str(record)}))
+            workers.append(
+                cluster.start_worker(
+                    "--import",
+                    "scripts.benchlib.tasks",
+                    "--concurrency",
+                    str(concurrency),
+                    name=name,
+                    env={"SCHEDD_BENCH_LAG": str(record)},
+                )
+            )
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=8)) as http:
             for name in names:
                 await wait_worker(http, url, cluster, name)
@@ -186,8 +209,15 @@ async def s3b(root: Path, n: int, submit_rate: float, bound: float, concurrency:
                 jobs = []
                 for k in range(start, min(n, start + S3B_BATCH)):
                     at = datetime.fromtimestamp(due + (k * 1000 // n) / 1000, UTC)
-                    jobs.append({"task": "bench.lag", "payload": k, "schedule": {
-                        "at": at.isoformat(timespec="milliseconds").replace("+00:00", "Z")}})
+                    jobs.append(
+                        {
+                            "task": "bench.lag",
+                            "payload": k,
+                            "schedule": {
+                                "at": at.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+                            },
+                        }
+                    )
                 bodies.append(_batch_body(jobs))
             t_submit = time.time()
             sent = await post_batches(http, url, headers, bodies, S3B_CLIENTS)
@@ -199,7 +229,8 @@ async def s3b(root: Path, n: int, submit_rate: float, bound: float, concurrency:
                 raise RuntimeError(
                     f"submitting {n} jobs took {submitted - t_submit:.1f}s and ended "
                     f"{-margin:.1f}s into the due second (lead was {lead:.1f}s from an "
-                    f"estimated {submit_rate:.0f} jobs/s): the scenario is void")
+                    f"estimated {submit_rate:.0f} jobs/s): the scenario is void"
+                )
             deadline = due + 1 + bound
             while time.time() < deadline:
                 await asyncio.sleep(0.5)
@@ -212,22 +243,31 @@ async def s3b(root: Path, n: int, submit_rate: float, bound: float, concurrency:
             lead_url = cluster.urls[await find_leader(http, cluster)]
             term1 = await _term(http, lead_url, headers)
             # where the jobs that did not start are: stuck (queued, running) or still waiting
-            states = {labels["state"]: value for _, labels, value in
-                      (await scrape(http, lead_url, headers)).get("schedd_runs", [])}
+            states = {
+                labels["state"]: value
+                for _, labels, value in (await scrape(http, lead_url, headers)).get(
+                    "schedd_runs", []
+                )
+            }
         if not lags:
             raise RuntimeError("no bench.lag job started")
         # summed over the nodes: complete even when the leader changed
         fires: list[tuple[float, float]] = []
         for b, a in zip(before, after, strict=True):
             diff = bucket_diff(a, b)
-            fires = diff if not fires else [(le, c + d) for (le, c), (_, d)
-                                            in zip(fires, diff, strict=True)]
+            fires = (
+                diff
+                if not fires
+                else [(le, c + d) for (le, c), (_, d) in zip(fires, diff, strict=True)]
+            )
         out = {
             "s3b_fire_p50": histogram_quantile(fires, 0.5) * 1000,
             "s3b_fire_p99": histogram_quantile(fires, 0.99) * 1000,
             "s3b_fires": fires[-1][1] if fires else 0.0,
-            "s3b_p50": pct(lags, 0.5) * 1000, "s3b_p99": pct(lags, 0.99) * 1000,
-            "s3b_max": max(lags) * 1000, "s3b_early": float(sum(1 for x in lags if x < 0)),
+            "s3b_p50": pct(lags, 0.5) * 1000,
+            "s3b_p99": pct(lags, 0.99) * 1000,
+            "s3b_max": max(lags) * 1000,
+            "s3b_early": float(sum(1 for x in lags if x < 0)),
             "s3b_missing": float(n - len(lags)),
             "s3b_repeated": float(repeated),
             "s3b_drain": len(lags) / max(1e-3, last - due),
@@ -264,15 +304,18 @@ class _Probe:
     samples: list[tuple[float, float, bool]] = field(default_factory=list)
 
     async def run(self, http: aiohttp.ClientSession) -> None:
-        body = orjson.dumps({"task": "bench.noop", "payload": {"n": 1},
-                             "schedule": {"in": "6h"}})
+        body = orjson.dumps({"task": "bench.noop", "payload": {"n": 1}, "schedule": {"in": "6h"}})
         nxt = time.monotonic()
         while True:
             t0 = time.monotonic()
             ok = False
             try:
-                async with http.post(self.url + "/api/v1/jobs", data=body, headers=self.headers,
-                                     timeout=aiohttp.ClientTimeout(total=30)) as r:
+                async with http.post(
+                    self.url + "/api/v1/jobs",
+                    data=body,
+                    headers=self.headers,
+                    timeout=aiohttp.ClientTimeout(total=30),
+                ) as r:
                     await r.read()
                     ok = r.status == 201
             except (aiohttp.ClientError, TimeoutError):
@@ -358,8 +401,10 @@ class _Snapshots:
         for _ in range(30):
             await asyncio.sleep(0.1)
             with contextlib.suppress(aiohttp.ClientError, TimeoutError, RuntimeError):
-                value = gauge(await scrape(http, node.url, self.cluster.headers()),
-                              "schedd_raft_snapshot_duration_seconds")
+                value = gauge(
+                    await scrape(http, node.url, self.cluster.headers()),
+                    "schedd_raft_snapshot_duration_seconds",
+                )
                 if value is not None and value != self.gauges.get(snap.node):
                     self.gauges[snap.node] = snap.duration = value
                     return
@@ -373,8 +418,11 @@ class _Snapshots:
         out = []
         for s in self.done:
             if s.node == k:
-                start = s.start if s.start == s.start else s.end - (
-                    s.duration if s.duration == s.duration else 0.0)
+                start = (
+                    s.start
+                    if s.start == s.start
+                    else s.end - (s.duration if s.duration == s.duration else 0.0)
+                )
                 out.append((start, s.end))
         if k in self.running:
             out.append((self.running[k].start, until))
@@ -397,8 +445,15 @@ def _ms(values: list[float], p: float) -> float:
     return pct(values, p) * 1000 if values else math.nan
 
 
-async def s4(root: Path, n: int, compaction: float, load_cap: float, quiet_cap: float,
-             catchup_timeout: float, detail: Path | None = None) -> dict[str, float]:
+async def s4(
+    root: Path,
+    n: int,
+    compaction: float,
+    load_cap: float,
+    quiet_cap: float,
+    catchup_timeout: float,
+    detail: Path | None = None,
+) -> dict[str, float]:
     """``n`` pending delayed no-op jobs (due in 6 h, payload ``{"n": 1}``) submitted in batches
     of 1,000 by 4 clients to a fresh cluster whose nodes snapshot every ``compaction`` seconds
     (``raft.log_compaction_min_time``; batches never reach ``log_compaction_min_entries``).  No
@@ -430,8 +485,10 @@ async def s4(root: Path, n: int, compaction: float, load_cap: float, quiet_cap: 
             # warm-up (code paths, buffers) outside the measurement
             await post_batches(http, url, headers, [_batch_body([job] * 1000)], 1)
             await asyncio.sleep(1.0)
-            rss0 = {k: rss_bytes(cluster.nodes[k].proc.pid)  # type: ignore[union-attr]
-                    for k in range(len(cluster.nodes))}
+            rss0 = {
+                k: rss_bytes(cluster.nodes[k].proc.pid)  # type: ignore[union-attr]
+                for k in range(len(cluster.nodes))
+            }
             view0 = await cluster_view(http, url, headers)
             probe = _Probe(url, headers)
             snaps = _Snapshots(cluster, probe)
@@ -439,18 +496,31 @@ async def s4(root: Path, n: int, compaction: float, load_cap: float, quiet_cap: 
             probing = asyncio.create_task(probe.run(http))
             try:
                 load_start = time.monotonic()
-                sent = await _guarded(post_batches(
-                    http, url, headers, [body] * max(1, n // S4_BATCH), S4_CLIENTS,
-                    stop_after=load_cap), guard)
+                sent = await _guarded(
+                    post_batches(
+                        http,
+                        url,
+                        headers,
+                        [body] * max(1, n // S4_BATCH),
+                        S4_CLIENTS,
+                        stop_after=load_cap,
+                    ),
+                    guard,
+                )
                 load_end = time.monotonic()
                 jobs = sent.done * S4_BATCH
-                print(f"    s4: {jobs} jobs in {sent.elapsed:.1f}s, quiet period...",
-                      file=sys.stderr, flush=True)
+                print(
+                    f"    s4: {jobs} jobs in {sent.elapsed:.1f}s, quiet period...",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 everyone = set(range(len(cluster.nodes)))
 
                 async def quiet() -> None:
-                    while snaps.completed_since(load_end) != everyone \
-                            and time.monotonic() - load_end < quiet_cap:
+                    while (
+                        snaps.completed_since(load_end) != everyone
+                        and time.monotonic() - load_end < quiet_cap
+                    ):
                         await asyncio.sleep(0.2)
                     await asyncio.sleep(1.0)
 
@@ -466,18 +536,25 @@ async def s4(root: Path, n: int, compaction: float, load_cap: float, quiet_cap: 
                 followers = [k for k in range(len(cluster.nodes)) if k != i]
                 windows = snaps.windows(i, quiet_end)
                 if not any(hi > load_end for _, hi in windows):
-                    raise RuntimeError(f"the leader did not snapshot within {quiet_cap}s of "
-                                       f"quiet (snapshots every {compaction}s)")
+                    raise RuntimeError(
+                        f"the leader did not snapshot within {quiet_cap}s of "
+                        f"quiet (snapshots every {compaction}s)"
+                    )
                 submitted = jobs + sum(1 for *_, ok in probe.samples if ok)
-                rss1 = {k: rss_bytes(cluster.nodes[k].proc.pid)  # type: ignore[union-attr]
-                        for k in range(len(cluster.nodes))}
+                rss1 = {
+                    k: rss_bytes(cluster.nodes[k].proc.pid)  # type: ignore[union-attr]
+                    for k in range(len(cluster.nodes))
+                }
                 view1 = await cluster_view(http, url, headers)
                 if not view0 or not view1:
                     raise RuntimeError("the leader does not answer /api/v1/cluster")
                 # quiet-period probes in flight while the leader was snapshotting (under load
                 # the probes wait behind the batches, whatever the snapshots do)
-                during = [lat for t, lat, _ in probe.samples if t >= load_end
-                          and any(t < hi and t + lat > lo for lo, hi in windows)]
+                during = [
+                    lat
+                    for t, lat, _ in probe.samples
+                    if t >= load_end and any(t < hi and t + lat > lo for lo, hi in windows)
+                ]
                 load = probe.window(load_start, load_end)
                 calm = probe.window(load_end, quiet_end)
                 durations = [x.duration for x in snaps.done if x.duration == x.duration]
@@ -485,12 +562,15 @@ async def s4(root: Path, n: int, compaction: float, load_cap: float, quiet_cap: 
                     "s4_submit_rate": jobs / sent.elapsed,
                     "s4_jobs": float(jobs),
                     "s4_bytes_per_job": (rss1[i] - rss0[i]) / submitted,
-                    "s4_follower_bytes_per_job": max((rss1[k] - rss0[k]) / submitted
-                                                     for k in followers),
+                    "s4_follower_bytes_per_job": max(
+                        (rss1[k] - rss0[k]) / submitted for k in followers
+                    ),
                     "s4_leader_rss_mib": rss1[i] / 2**20,
-                    "s4_load_probe_p99": _ms(load, 0.99), "s4_load_probe_max": _ms(load, 1.0),
+                    "s4_load_probe_p99": _ms(load, 0.99),
+                    "s4_load_probe_max": _ms(load, 1.0),
                     "s4_load_probes": float(len(load)),
-                    "s4_quiet_probe_p99": _ms(calm, 0.99), "s4_quiet_probe_max": _ms(calm, 1.0),
+                    "s4_quiet_probe_p99": _ms(calm, 0.99),
+                    "s4_quiet_probe_max": _ms(calm, 1.0),
                     "s4_quiet_s": quiet_end - load_end,
                     "s4_quiet_snapshots_done": float(len(snaps.completed_since(load_end))),
                     "s4_snapshot_probe_max": max(during, default=math.nan) * 1000,
@@ -501,19 +581,41 @@ async def s4(root: Path, n: int, compaction: float, load_cap: float, quiet_cap: 
                     "s4_retries": float(sent.retries),
                 }
                 if detail is not None:
-                    detail.write_text(json.dumps({
-                        "n": n, "leader": i, "load": [0.0, load_end - load_start],
-                        "quiet_end": quiet_end - load_start,
-                        "probes": [(round(t - load_start, 3), round(lat, 4), ok)
-                                   for t, lat, ok in probe.samples],
-                        "snapshots": [(x.node, round(x.start - load_start, 2),
-                                       round(x.end - load_start, 2), x.duration)
-                                      for x in snaps.done],
-                        "running": [(k, round(x.start - load_start, 2))
-                                    for k, x in snaps.running.items()]}))
-                out.update(await _guarded(
-                    _catchup(cluster, http, url, followers[0], max(1000, n // 100),
-                             catchup_timeout), guard))
+                    detail.write_text(
+                        json.dumps(
+                            {
+                                "n": n,
+                                "leader": i,
+                                "load": [0.0, load_end - load_start],
+                                "quiet_end": quiet_end - load_start,
+                                "probes": [
+                                    (round(t - load_start, 3), round(lat, 4), ok)
+                                    for t, lat, ok in probe.samples
+                                ],
+                                "snapshots": [
+                                    (
+                                        x.node,
+                                        round(x.start - load_start, 2),
+                                        round(x.end - load_start, 2),
+                                        x.duration,
+                                    )
+                                    for x in snaps.done
+                                ],
+                                "running": [
+                                    (k, round(x.start - load_start, 2))
+                                    for k, x in snaps.running.items()
+                                ],
+                            }
+                        )
+                    )
+                out.update(
+                    await _guarded(
+                        _catchup(
+                            cluster, http, url, followers[0], max(1000, n // 100), catchup_timeout
+                        ),
+                        guard,
+                    )
+                )
                 return out
             finally:
                 for task in (probing, guard):
@@ -524,8 +626,9 @@ async def s4(root: Path, n: int, compaction: float, load_cap: float, quiet_cap: 
         stop_cluster(cluster)
 
 
-async def _catchup(cluster: Cluster, http: aiohttp.ClientSession, url: str, j: int, extra: int,
-                   timeout: float) -> dict[str, float]:
+async def _catchup(
+    cluster: Cluster, http: aiohttp.ClientSession, url: str, j: int, extra: int, timeout: float
+) -> dict[str, float]:
     """SIGKILL follower ``j``, submit ``extra`` jobs, restart it: seconds until it answers and
     until its applied index reaches the leader's commit index (``s4_catchup``); when it does
     not within ``timeout``, ``s4_catchup_timeout`` and how far behind it still was."""
@@ -555,8 +658,15 @@ async def _catchup(cluster: Cluster, http: aiohttp.ClientSession, url: str, j: i
                 answered = time.monotonic() - t0
             behind = lead["commit_index"] - mine["applied_index"]
             if behind <= 0:
-                return {"s4_catchup": time.monotonic() - t0, "s4_restart_answer": answered,
-                        "s4_restart_failures": float(failed)}
+                return {
+                    "s4_catchup": time.monotonic() - t0,
+                    "s4_restart_answer": answered,
+                    "s4_restart_failures": float(failed),
+                }
         await asyncio.sleep(0.1)
-    return {"s4_catchup_timeout": timeout, "s4_restart_answer": answered,
-            "s4_catchup_behind": behind, "s4_restart_failures": float(failed)}
+    return {
+        "s4_catchup_timeout": timeout,
+        "s4_restart_answer": answered,
+        "s4_catchup_behind": behind,
+        "s4_restart_failures": float(failed),
+    }

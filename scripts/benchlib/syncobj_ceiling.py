@@ -27,13 +27,20 @@ async def syncobj_ceiling(root: Path, n: int, free_port) -> dict[str, float]:  #
         for i, me in enumerate(addrs):
             others = ",".join(a for j, a in enumerate(addrs) if j != i)
             log = open(root / f"syncobj-node{i}.log", "ab")
-            procs.append(subprocess.Popen([sys.executable, str(NODE), me, others, str(result), str(n)],
-                                          stdout=log, stderr=subprocess.STDOUT))
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, str(NODE), me, others, str(result), str(n)],
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                )
+            )
             log.close()
         while not result.exists():
             if all(p.poll() is not None for p in procs):
-                raise RuntimeError("pysyncobj nodes exited without a result: see "
-                                   + str(root / "syncobj-node*.log"))
+                raise RuntimeError(
+                    "pysyncobj nodes exited without a result: see "
+                    + str(root / "syncobj-node*.log")
+                )
             await asyncio.sleep(0.05)
         data = json.loads(result.read_text())
         return {"syncobj_entries": data["entries_per_s"], "syncobj_ops": data["ops_per_s"]}

@@ -70,8 +70,9 @@ class Lab:
 
     def __enter__(self) -> Lab:
         try:
-            self._do(["link", "add", self.bridge, "type", "bridge"],
-                     undo=["link", "del", self.bridge])
+            self._do(
+                ["link", "add", self.bridge, "type", "bridge"], undo=["link", "del", self.bridge]
+            )
             ip("addr", "add", f"{self.addr(ROOT_HOST)}/{self.subnet.prefixlen}", "dev", self.bridge)
             ip("link", "set", self.bridge, "up")
         except BaseException:
@@ -79,8 +80,9 @@ class Lab:
             raise
         return self
 
-    def __exit__(self, et: type[BaseException] | None, e: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.close()
 
     def _do(self, args: list[str], undo: list[str]) -> None:
@@ -93,8 +95,10 @@ class Lab:
         outer, inner = f"sdv{name}{self.tag}", f"sdp{name}{self.tag}"
         assert len(outer) <= 15 and len(inner) <= 15, (outer, inner)
         self._do(["netns", "add", ns], undo=["netns", "del", ns])
-        self._do(["link", "add", outer, "type", "veth", "peer", "name", inner],
-                 undo=["link", "del", outer])
+        self._do(
+            ["link", "add", outer, "type", "veth", "peer", "name", inner],
+            undo=["link", "del", outer],
+        )
         ip("link", "set", outer, "master", self.bridge)
         ip("link", "set", outer, "up")
         ip("link", "set", inner, "netns", ns)
@@ -118,5 +122,10 @@ class Lab:
     def leftovers(self) -> list[str]:
         """Names of this lab's namespaces and links that still exist (for a teardown check)."""
         names = ip("-o", "link", "show").stdout + ip("netns", "list").stdout
-        return sorted({w.split("@")[0].rstrip(":") for w in names.split()
-                       if self.tag in w and (w.startswith(("sd", f"sd{self.tag}")))})
+        return sorted(
+            {
+                w.split("@")[0].rstrip(":")
+                for w in names.split()
+                if self.tag in w and (w.startswith(("sd", f"sd{self.tag}")))
+            }
+        )

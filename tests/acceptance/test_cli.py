@@ -32,8 +32,16 @@ def single(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         cluster.stop()
 
 
-def ctl(cluster: Cluster, *args: str, token: str | None = None) -> subprocess.CompletedProcess[bytes]:
-    cmd = [str(BIN / "schedctl"), "--server", cluster.urls[0], f"--token={token or cluster.token}", *args]
+def ctl(
+    cluster: Cluster, *args: str, token: str | None = None
+) -> subprocess.CompletedProcess[bytes]:
+    cmd = [
+        str(BIN / "schedctl"),
+        "--server",
+        cluster.urls[0],
+        f"--token={token or cluster.token}",
+        *args,
+    ]
     return subprocess.run(cmd, capture_output=True, timeout=30, cwd=cluster.root)
 
 
@@ -47,11 +55,28 @@ def api_get(cluster: Cluster, path: str) -> bytes:
 
 
 def test_submit_get_runs_list_json_is_the_api_json(single: Cluster) -> None:
-    out = ctl(single, "-o", "json", "submit", "t", "--payload", '{"a": 1}', "--in", "1h",
-              "--name", "nightly", "--max-attempts", "4")
+    out = ctl(
+        single,
+        "-o",
+        "json",
+        "submit",
+        "t",
+        "--payload",
+        '{"a": 1}',
+        "--in",
+        "1h",
+        "--name",
+        "nightly",
+        "--max-attempts",
+        "4",
+    )
     assert out.returncode == 0, out.stderr
     job = orjson.loads(out.stdout)
-    assert job["name"] == "nightly" and job["retry"]["max_attempts"] == 4 and job["payload"] == {"a": 1}
+    assert (
+        job["name"] == "nightly"
+        and job["retry"]["max_attempts"] == 4
+        and job["payload"] == {"a": 1}
+    )
     for args, path in [
         (("get", job["id"]), f"/api/v1/jobs/{job['id']}"),
         (("runs", job["id"]), f"/api/v1/jobs/{job['id']}/runs"),
@@ -68,8 +93,19 @@ def test_submit_get_runs_list_json_is_the_api_json(single: Cluster) -> None:
 
 
 def test_tables_fit_80_columns(single: Cluster) -> None:
-    job = orjson.loads(ctl(single, "-o", "json", "submit", "a.very.long.task.name.for.testing.widths",
-                           "--in", "1h", "--name", "n" * 120).stdout)
+    job = orjson.loads(
+        ctl(
+            single,
+            "-o",
+            "json",
+            "submit",
+            "a.very.long.task.name.for.testing.widths",
+            "--in",
+            "1h",
+            "--name",
+            "n" * 120,
+        ).stdout
+    )
     for args in (("list",), ("get", job["id"]), ("runs", job["id"]), ("cluster",)):
         out = ctl(single, *args)
         assert out.returncode == 0, out.stderr
@@ -96,14 +132,21 @@ def test_cancel_and_exit_codes(single: Cluster) -> None:
 
 
 def test_unreachable_cluster_exits_4(tmp_path: Path) -> None:
-    out = subprocess.run([str(BIN / "schedctl"), "--server", "http://127.0.0.1:1", "--token",
-                          "x" * 20, "list"], capture_output=True, timeout=30, cwd=tmp_path)
+    out = subprocess.run(
+        [str(BIN / "schedctl"), "--server", "http://127.0.0.1:1", "--token", "x" * 20, "list"],
+        capture_output=True,
+        timeout=30,
+        cwd=tmp_path,
+    )
     assert out.returncode == 4 and b"cannot reach" in out.stderr
 
 
 def test_lifecycle_commands_against_a_live_server(single: Cluster) -> None:
-    job = orjson.loads(ctl(single, "-o", "json", "submit", "t", "--cron", "0 3 * * *",
-                           "--tz", "Europe/Berlin").stdout)
+    job = orjson.loads(
+        ctl(
+            single, "-o", "json", "submit", "t", "--cron", "0 3 * * *", "--tz", "Europe/Berlin"
+        ).stdout
+    )
     paused = ctl(single, "-o", "json", "pause", job["id"])
     assert paused.returncode == 0 and orjson.loads(paused.stdout)["status"] == "paused"
     resumed = ctl(single, "-o", "json", "resume", job["id"])
@@ -113,7 +156,9 @@ def test_lifecycle_commands_against_a_live_server(single: Cluster) -> None:
     assert orjson.loads(updated.stdout)["priority"] == "low"
     trig = ctl(single, "-o", "json", "trigger", job["id"], "--override")
     assert trig.returncode == 0 and orjson.loads(trig.stdout)["job_id"] == job["id"]
-    explain = ctl(single, "explain", "--cron", "30 2 * * *", "--tz", "Europe/Berlin", "--count", "400")
+    explain = ctl(
+        single, "explain", "--cron", "30 2 * * *", "--tz", "Europe/Berlin", "--count", "400"
+    )
     assert explain.returncode == 0 and b"does not exist" in explain.stdout
     assert max(len(line) for line in explain.stdout.decode().splitlines()) <= 80
     one = ctl(single, "-o", "json", "explain", job["id"], "--count", "2")

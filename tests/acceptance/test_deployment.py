@@ -82,8 +82,9 @@ HEARTBEAT_TIMEOUT = "3s"
 pytestmark = [
     pytest.mark.acceptance,
     pytest.mark.timeout(300),
-    pytest.mark.skipif(os.geteuid() != 0,
-                       reason="needs root: network namespaces, a bridge, setpriv to uid 65534"),
+    pytest.mark.skipif(
+        os.geteuid() != 0, reason="needs root: network namespaces, a bridge, setpriv to uid 65534"
+    ),
     pytest.mark.skipif(shutil.which("ip") is None, reason="needs iproute2's `ip`"),
 ]
 
@@ -119,9 +120,11 @@ def readme_step(n: int) -> str:
 
 
 def unit_value(unit: str, key: str) -> str:
-    values = [line.split("=", 1)[1].strip()
-              for line in (REPO / "systemd" / unit).read_text().splitlines()
-              if line.startswith(f"{key}=")]
+    values = [
+        line.split("=", 1)[1].strip()
+        for line in (REPO / "systemd" / unit).read_text().splitlines()
+        if line.startswith(f"{key}=")
+    ]
     assert len(values) == 1, f"{unit}: expected one {key}=, found {values}"
     return values[0]
 
@@ -167,8 +170,15 @@ def clean_env(**extra: str) -> dict[str, str]:
 
 
 def as_service_user(argv: list[str], ns: str | None = None) -> list[str]:
-    user = ["setpriv", f"--reuid={SERVICE_UID}", f"--regid={SERVICE_UID}", "--clear-groups",
-            "--no-new-privs", "--bounding-set=-all", *argv]
+    user = [
+        "setpriv",
+        f"--reuid={SERVICE_UID}",
+        f"--regid={SERVICE_UID}",
+        "--clear-groups",
+        "--no-new-privs",
+        "--bounding-set=-all",
+        *argv,
+    ]
     return user if ns is None else ["ip", "netns", "exec", ns, *user]
 
 
@@ -176,14 +186,28 @@ def system_python() -> str:
     """The machine's python3 (>= 3.11, with venv) that the service user can run: a venv's
     interpreter links to it, and e.g. a pyenv under /root is out of uid 65534's reach."""
     tried: list[str] = []
-    for cand in ("/usr/bin/python3", "/usr/local/bin/python3", shutil.which("python3"),
-                 shutil.which("python3.13"), shutil.which("python3.12"), shutil.which("python3.11")):
+    for cand in (
+        "/usr/bin/python3",
+        "/usr/local/bin/python3",
+        shutil.which("python3"),
+        shutil.which("python3.13"),
+        shutil.which("python3.12"),
+        shutil.which("python3.11"),
+    ):
         if not cand or cand in tried:
             continue
         tried.append(cand)
         probe = "import sys, venv, ensurepip; sys.exit(sys.version_info < (3, 11))"
-        if subprocess.run(as_service_user([cand, "-c", probe]), capture_output=True,
-                          env=clean_env(), cwd="/", timeout=30).returncode == 0:
+        if (
+            subprocess.run(
+                as_service_user([cand, "-c", probe]),
+                capture_output=True,
+                env=clean_env(),
+                cwd="/",
+                timeout=30,
+            ).returncode
+            == 0
+        ):
             return cand
     raise AssertionError(f"no python3 >= 3.11 with venv that uid {SERVICE_UID} can run: {tried}")
 
@@ -205,14 +229,29 @@ os.execvp(sys.argv[1], sys.argv[1:])
 
 def sandboxed(argv: list[str], data: Path) -> list[str]:
     """``argv`` under the node unit's ProtectSystem=strict and MemoryDenyWriteExecute=yes."""
-    return ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", PROTECT_SYSTEM,
-            "sh", str(data), sys.executable, "-c", DENY_WRITE_EXECUTE, *argv]
+    return [
+        "unshare",
+        "--mount",
+        "--propagation",
+        "private",
+        "--",
+        "sh",
+        "-c",
+        PROTECT_SYSTEM,
+        "sh",
+        str(data),
+        sys.executable,
+        "-c",
+        DENY_WRITE_EXECUTE,
+        *argv,
+    ]
 
 
 def check_run(argv: list[str], what: str, timeout: float, **kw: Any) -> str:
     out = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, **kw)
-    assert out.returncode == 0, f"{what}: {shlex.join(argv)} exited {out.returncode}:\n" \
-                                f"{out.stdout}\n{out.stderr}"
+    assert out.returncode == 0, (
+        f"{what}: {shlex.join(argv)} exited {out.returncode}:\n{out.stdout}\n{out.stderr}"
+    )
     return str(out.stdout)
 
 
@@ -275,8 +314,14 @@ class Deployment:
     def spawn(self, name: str, argv: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
         log = self.root / "log" / f"{name}.log"
         with open(log, "ab") as out:
-            proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, cwd="/",
-                                    stdin=subprocess.DEVNULL)
+            proc = subprocess.Popen(
+                argv,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=env,
+                cwd="/",
+                stdin=subprocess.DEVNULL,
+            )
         self.procs.append(proc)
         self.logs_[name] = log
         return proc
@@ -333,8 +378,9 @@ def api(url: str, path: str, token: str, timeout: float = 2.0) -> Any:
         return None
 
 
-def wait_leader(dep: Deployment, timeout: float,
-                exclude: Node | None = None) -> tuple[Node, dict[str, Any]]:
+def wait_leader(
+    dep: Deployment, timeout: float, exclude: Node | None = None
+) -> tuple[Node, dict[str, Any]]:
     """The node that reports itself leader with its claim applied (``leader`` is its own id),
     and its ``GET /api/v1/cluster``."""
     deadline = time.monotonic() + timeout
@@ -358,15 +404,20 @@ def schedctl(dep: Deployment, servers: list[str], *args: str) -> list[str]:
 
 def run_all(argvs: list[list[str]], timeout: float = 90) -> list[Any]:
     """Run the commands at once (from the root namespace); each must exit 0; their JSON."""
-    procs = [subprocess.Popen(a, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              env=clean_env(), cwd="/") for a in argvs]
+    procs = [
+        subprocess.Popen(
+            a, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=clean_env(), cwd="/"
+        )
+        for a in argvs
+    ]
     results = []
     deadline = time.monotonic() + timeout
     try:
         for argv, p in zip(argvs, procs, strict=True):
             stdout, stderr = p.communicate(timeout=max(1.0, deadline - time.monotonic()))
-            assert p.returncode == 0, \
+            assert p.returncode == 0, (
                 f"schedctl {shlex.join(argv[5:])} exited {p.returncode}: {stderr.decode()}"
+            )
             results.append(json.loads(stdout))
     finally:
         for p in procs:
@@ -383,27 +434,51 @@ def install(dep: Deployment, record: Path) -> None:
     python = system_python()
     src = dep.root / "build" / "src"
     junk = {".git", ".venv", "build", "dist", ".schedd", ".cluster", ".demo", "bench-results"}
-    shutil.copytree(WHEEL_SOURCE, src, ignore=lambda d, names: {  # never a stale build/ tree
-        n for n in names if n == "__pycache__" or n.endswith((".egg-info", "_cache"))
-        or (Path(d) == WHEEL_SOURCE and n in junk)})
+    shutil.copytree(
+        WHEEL_SOURCE,
+        src,
+        ignore=lambda d, names: {  # never a stale build/ tree
+            n
+            for n in names
+            if n == "__pycache__"
+            or n.endswith((".egg-info", "_cache"))
+            or (Path(d) == WHEEL_SOURCE and n in junk)
+        },
+    )
     wheels = dep.root / "build" / "wheels"
-    pip_env = {k: v for k, v in os.environ.items()
-               if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
-    check_run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheels),
-               str(src)], "building the wheel", 180, env=pip_env)
+    pip_env = {
+        k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")
+    }
+    check_run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheels), str(src)],
+        "building the wheel",
+        180,
+        env=pip_env,
+    )
     (wheel,) = wheels.glob("schedd-*.whl")
     dep.prefix = dep.root / "opt" / "schedd"
     commands = next(code for code in re.findall(r"`([^`]+)`", readme_step(1)) if "-m venv" in code)
     for command in commands.split("&&"):
-        argv = [python if w == "python3" else
-                w.replace(README_PREFIX, str(dep.prefix)).replace("/path/to/schedd", str(wheel))
-                for w in shlex.split(command)]
+        argv = [
+            python
+            if w == "python3"
+            else w.replace(README_PREFIX, str(dep.prefix)).replace("/path/to/schedd", str(wheel))
+            for w in shlex.split(command)
+        ]
         check_run(argv, "README step 1", 240, env=pip_env, cwd="/")
     py = str(dep.prefix / "bin" / "python")
     where, no_tests, purelib = check_run(
-        [py, "-c", "import importlib.util as u, sysconfig, schedd; print(schedd.__file__, "
-         "u.find_spec('pytest') is None, sysconfig.get_paths()['purelib'])"],
-        "import schedd from the venv", 60, env=clean_env(), cwd="/").split()
+        [
+            py,
+            "-c",
+            "import importlib.util as u, sysconfig, schedd; print(schedd.__file__, "
+            "u.find_spec('pytest') is None, sysconfig.get_paths()['purelib'])",
+        ],
+        "import schedd from the venv",
+        60,
+        env=clean_env(),
+        cwd="/",
+    ).split()
     assert where.startswith(f"{dep.prefix}/") and no_tests == "True", (where, no_tests)
     (Path(purelib) / f"{TASK_MODULE}.py").write_text(TASKS_SOURCE.format(record=str(record)))
     dep.note(f"installed {wheel.name} with {python} into {dep.prefix}")
@@ -414,10 +489,16 @@ def make_secrets(dep: Deployment) -> None:
     files copied to the other VMs and owned by the service user everywhere."""
     first = dep.vm("n1", README_ETC)
     first.parent.mkdir(parents=True)
-    check_run([str(REPO / "scripts" / "make-secrets"), str(first)], "make-secrets", 60,
-              env=clean_env(), cwd="/")
-    dep.tokens = {t["role"]: t["secret"]
-                  for t in tomllib.loads((first / "tokens.toml").read_text())["token"]}
+    check_run(
+        [str(REPO / "scripts" / "make-secrets"), str(first)],
+        "make-secrets",
+        60,
+        env=clean_env(),
+        cwd="/",
+    )
+    dep.tokens = {
+        t["role"]: t["secret"] for t in tomllib.loads((first / "tokens.toml").read_text())["token"]
+    }
     for k in NODES:
         etc = dep.vm(f"n{k}", README_ETC)
         if k != 1:
@@ -441,8 +522,12 @@ def configure_nodes(dep: Deployment) -> None:
         others = [j for j in NODES if j != k]
         seen_from_k = {1: dep.lab.addr(k), 2: dep.lab.addr(others[0]), 3: dep.lab.addr(others[1])}
         etc, data = dep.vm(f"n{k}", README_ETC), dep.vm(f"n{k}", README_STATE)
-        text = (readme_addresses(template, seen_from_k).replace('"n1"', f'"n{k}"')
-                .replace(README_STATE, str(data)).replace(README_ETC, str(etc)))
+        text = (
+            readme_addresses(template, seen_from_k)
+            .replace('"n1"', f'"n{k}"')
+            .replace(README_STATE, str(data))
+            .replace(README_ETC, str(etc))
+        )
         cfg = tomllib.loads(text)
         assert (cfg["node"]["id"], cfg["http"]["listen"]) == (f"n{k}", f"{dep.lab.addr(k)}:7700")
         assert sorted(cfg["raft"]["peers"]) == sorted(f"{dep.lab.addr(j)}:7701" for j in others)
@@ -455,17 +540,20 @@ def configure_nodes(dep: Deployment) -> None:
         # README step 3: "sudo -u schedd /opt/schedd/bin/schedd --config … --check-config"
         check = re.search(r"`sudo -u schedd ([^`]*--check-config)`", readme_step(3))
         assert check, "README step 3: the --check-config command run as the service user"
-        argv = shlex.split(check.group(1).replace(README_PREFIX, str(dep.prefix))
-                           .replace(README_ETC, str(etc)))
-        out = check_run(as_service_user(argv, ns), "README step 3 --check-config", 60,
-                        env=clean_env(), cwd="/")
+        argv = shlex.split(
+            check.group(1).replace(README_PREFIX, str(dep.prefix)).replace(README_ETC, str(etc))
+        )
+        out = check_run(
+            as_service_user(argv, ns), "README step 3 --check-config", 60, env=clean_env(), cwd="/"
+        )
         assert "config ok" in out, out
         path = run_dir / f"notify-n{k}.sock"
         notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         notify.bind(str(path))
         path.chmod(0o777)  # as /run/systemd/notify: the service user may send
-        dep.nodes.append(Node(f"n{k}", ns, dep.lab.addr(k), etc, data,
-                              dep.root / "log" / f"n{k}.log", notify))
+        dep.nodes.append(
+            Node(f"n{k}", ns, dep.lab.addr(k), etc, data, dep.root / "log" / f"n{k}.log", notify)
+        )
 
 
 def start_nodes(dep: Deployment) -> None:
@@ -474,24 +562,34 @@ def start_nodes(dep: Deployment) -> None:
     exec_start = unit_value("schedd.service", "ExecStart")
     watchdog_usec = int(unit_value("schedd.service", "WatchdogSec")) * 1_000_000
     for n in dep.nodes:
-        argv = shlex.split(exec_start.replace(README_PREFIX, str(dep.prefix))
-                           .replace(README_ETC, str(n.etc)))
+        argv = shlex.split(
+            exec_start.replace(README_PREFIX, str(dep.prefix)).replace(README_ETC, str(n.etc))
+        )
         n.log.touch()
         st = n.log.stat()
         env = clean_env(
-            HOME=str(n.data), USER="schedd", LOGNAME="schedd",  # useradd --home /var/lib/schedd
-            NOTIFY_SOCKET=n.notify.getsockname(), WATCHDOG_USEC=str(watchdog_usec),
-            JOURNAL_STREAM=f"{st.st_dev}:{st.st_ino}", INVOCATION_ID=os.urandom(16).hex(),
-            STATE_DIRECTORY=str(n.data), CONFIGURATION_DIRECTORY=str(n.etc))
-        n.proc = dep.spawn(n.name, ["ip", "netns", "exec", n.ns,
-                                    *sandboxed(as_service_user(argv), n.data)], env)
+            HOME=str(n.data),
+            USER="schedd",
+            LOGNAME="schedd",  # useradd --home /var/lib/schedd
+            NOTIFY_SOCKET=n.notify.getsockname(),
+            WATCHDOG_USEC=str(watchdog_usec),
+            JOURNAL_STREAM=f"{st.st_dev}:{st.st_ino}",
+            INVOCATION_ID=os.urandom(16).hex(),
+            STATE_DIRECTORY=str(n.data),
+            CONFIGURATION_DIRECTORY=str(n.etc),
+        )
+        n.proc = dep.spawn(
+            n.name, ["ip", "netns", "exec", n.ns, *sandboxed(as_service_user(argv), n.data)], env
+        )
     deadline = time.monotonic() + 60
     pending = {n.notify: n for n in dep.nodes}
     while pending:
         exited = [n for n in pending.values() if not n.alive]
         assert not exited, "\n".join(
             f"{n.name} exited with {n.proc and n.proc.returncode} before READY=1:\n"
-            + n.log.read_text(errors="replace")[-3000:] for n in exited)
+            + n.log.read_text(errors="replace")[-3000:]
+            for n in exited
+        )
         left = deadline - time.monotonic()
         assert left > 0, f"no READY=1 within 60s from {sorted(n.name for n in pending.values())}"
         readable, _, _ = select.select(list(pending), [], [], min(0.5, left))
@@ -505,41 +603,59 @@ def start_nodes(dep: Deployment) -> None:
         status = proc_status(n.proc.pid)  # the PID is schedd's own (ip and setpriv exec it)
         assert status["Uid"].split() == [str(SERVICE_UID)] * 4, status["Uid"]
         assert status["NoNewPrivs"] == "1" and int(status["CapEff"], 16) == 0, status
-        mounts = {f[1]: f[3].split(",") for f in (ln.split() for ln in
-                  Path(f"/proc/{n.proc.pid}/mounts").read_text().splitlines())}
+        mounts = {
+            f[1]: f[3].split(",")
+            for f in (
+                ln.split() for ln in Path(f"/proc/{n.proc.pid}/mounts").read_text().splitlines()
+            )
+        }
         assert "ro" in mounts["/"] and "rw" in mounts[str(n.data)], "ProtectSystem=strict"
-        assert str(dep.prefix / "bin" / "schedd").encode() in \
-            Path(f"/proc/{n.proc.pid}/cmdline").read_bytes().split(b"\0")
+        assert str(dep.prefix / "bin" / "schedd").encode() in Path(
+            f"/proc/{n.proc.pid}/cmdline"
+        ).read_bytes().split(b"\0")
     dep.note("READY=1 from every node")
 
 
 def start_worker(dep: Deployment) -> tuple[subprocess.Popen[bytes], str]:
     """Step 5: the env file of the README, and the worker unit's ExecStart expanded as systemd
     does, run from a fourth VM as the service user.  Returns the process and the worker id."""
-    lines = [readme_addresses(line, {k: dep.lab.addr(k) for k in NODES})
-             .replace("<worker token>", dep.tokens["worker"]).replace("my.tasks", TASK_MODULE)
-             for line in re.findall(r"`((?:SCHEDD_SERVER|SCHEDD_TOKEN|WORKER_ARGS)=[^`]*)`",
-                                    readme_step(5))]
+    lines = [
+        readme_addresses(line, {k: dep.lab.addr(k) for k in NODES})
+        .replace("<worker token>", dep.tokens["worker"])
+        .replace("my.tasks", TASK_MODULE)
+        for line in re.findall(
+            r"`((?:SCHEDD_SERVER|SCHEDD_TOKEN|WORKER_ARGS)=[^`]*)`", readme_step(5)
+        )
+    ]
     assert len(lines) == 3, f"README step 5: SCHEDD_SERVER, SCHEDD_TOKEN, WORKER_ARGS? {lines}"
-    env_file = Path(unit_value("schedd-worker@.service", "EnvironmentFile")
-                    .replace("%i", WORKER_INSTANCE).replace(README_ETC, str(dep.vm("w", README_ETC))))
+    env_file = Path(
+        unit_value("schedd-worker@.service", "EnvironmentFile")
+        .replace("%i", WORKER_INSTANCE)
+        .replace(README_ETC, str(dep.vm("w", README_ETC)))
+    )
     env_file.parent.mkdir(parents=True)
     env_file.write_text("\n".join(lines) + "\n")
     env_file.chmod(0o600)  # systemd (root) reads it, the worker does not
     env = parse_environment_file(env_file.read_text())
     assert env["SCHEDD_SERVER"] == ",".join(n.url for n in dep.nodes), env
     hostname = socket.gethostname()
-    argv = expand_exec(unit_value("schedd-worker@.service", "ExecStart")
-                       .replace(README_PREFIX, str(dep.prefix)),
-                       {"H": hostname, "i": WORKER_INSTANCE}, env)
+    argv = expand_exec(
+        unit_value("schedd-worker@.service", "ExecStart").replace(README_PREFIX, str(dep.prefix)),
+        {"H": hostname, "i": WORKER_INSTANCE},
+        env,
+    )
     worker_id = f"{hostname}-{WORKER_INSTANCE}"
     assert argv[1:] == ["--worker-id", worker_id, "--import", TASK_MODULE, "--concurrency", "16"]
     log = dep.root / "log" / "worker.log"
     log.touch()
     st = log.stat()
-    proc = dep.spawn("worker", as_service_user(argv, dep.lab.add_host("w", WORKER_HOST)),
-                     clean_env(**env, JOURNAL_STREAM=f"{st.st_dev}:{st.st_ino}",
-                               INVOCATION_ID=os.urandom(16).hex()))
+    proc = dep.spawn(
+        "worker",
+        as_service_user(argv, dep.lab.add_host("w", WORKER_HOST)),
+        clean_env(
+            **env, JOURNAL_STREAM=f"{st.st_dev}:{st.st_ino}", INVOCATION_ID=os.urandom(16).hex()
+        ),
+    )
     deadline = time.monotonic() + 30
     while True:
         assert proc.poll() is None, f"the worker exited with {proc.returncode}"
@@ -591,8 +707,14 @@ def _deploy_and_run(dep: Deployment) -> None:
     urls = [n.url for n in dep.nodes]
 
     def submit(servers: list[str], sleep: float, count: int) -> list[str]:
-        args = ["submit", "deploy.record", "--payload", json.dumps({"sleep": sleep}),
-                "--heartbeat-timeout", HEARTBEAT_TIMEOUT]
+        args = [
+            "submit",
+            "deploy.record",
+            "--payload",
+            json.dumps({"sleep": sleep}),
+            "--heartbeat-timeout",
+            HEARTBEAT_TIMEOUT,
+        ]
         return [job["id"] for job in run_all([schedctl(dep, servers, *args)] * count)]
 
     # The first batch; once every one of its runs has started, SIGKILL to the leader of the moment.
@@ -609,8 +731,10 @@ def _deploy_and_run(dep: Deployment) -> None:
     assert leader.proc.wait(10) == -signal.SIGKILL
     new_leader, new_view = wait_leader(dep, timeout=60, exclude=leader)
     assert new_view["term"] > view["term"], (view, new_view)
-    dep.note(f"new leader {new_leader.name} (term {new_view['term']}) "
-             f"{time.monotonic() - killed_at:.1f}s after the kill")
+    dep.note(
+        f"new leader {new_leader.name} (term {new_view['term']}) "
+        f"{time.monotonic() - killed_at:.1f}s after the kill"
+    )
     # The second batch, the dead node first in --server: schedctl must pass over it.
     acked += submit([leader.url] + [u for u in urls if u != leader.url], 0.1, JOBS_AFTER)
     assert len(set(acked)) == JOBS_BEFORE + JOBS_AFTER, acked
@@ -641,13 +765,15 @@ def _deploy_and_run(dep: Deployment) -> None:
         assert run["id"].startswith(f"{job_id}@") and run["state"] == "succeeded", run
         (won,) = [a for a in run["attempts"] if a["outcome"] == "succeeded"]
         assert won["worker_id"] == worker_id, run
-        assert executions.get(run["id"]) == [(won["fence"], won["attempt"])], \
+        assert executions.get(run["id"]) == [(won["fence"], won["attempt"])], (
             f"{run['id']} started as {executions.get(run['id'])}; history {run['attempts']}"
+        )
     assert set(executions) == run_ids, set(executions) ^ run_ids
     for n in dep.nodes:  # under systemd (JOURNAL_STREAM) a node logs JSON lines only
         text = [ln for ln in n.log.read_text(errors="replace").splitlines() if ln.strip()]
         assert all(ln.startswith("{") for ln in text), [ln for ln in text if ln[:1] != "{"]
-    elections = [(e["node_id"], e["term"]) for _, e in dep.events()
-                 if e.get("event") == "leader.elected"]
+    elections = [
+        (e["node_id"], e["term"]) for _, e in dep.events() if e.get("event") == "leader.elected"
+    ]
     dep.note(f"done; elections (node, term): {sorted(elections, key=lambda e: e[1])}")
     print("\n".join(dep.notes))

@@ -31,10 +31,13 @@ class Api:
             if not n.alive:
                 continue
             try:
-                async with self.http.request(method, n.url + "/api/v1" + path,
-                                             data=None if body is None else orjson.dumps(body),
-                                             headers=self.cluster.headers(),
-                                             timeout=aiohttp.ClientTimeout(total=10)) as r:
+                async with self.http.request(
+                    method,
+                    n.url + "/api/v1" + path,
+                    data=None if body is None else orjson.dumps(body),
+                    headers=self.cluster.headers(),
+                    timeout=aiohttp.ClientTimeout(total=10),
+                ) as r:
                     if r.status < 500:
                         assert r.status < 400, (r.status, await r.text())
                         return await r.json() if r.status != 204 else None
@@ -59,11 +62,15 @@ def ts(text: str) -> float:
 
 
 @pytest.fixture
-async def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[tuple[Cluster, Api, Path]]:
+async def env(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[tuple[Cluster, Api, Path]]:
     record = tmp_path / "executions.txt"
     record.touch()
     monkeypatch.setenv("SCHEDD_TEST_RECORD", str(record))
-    cluster = Cluster(tmp_path / "c", scheduler={"heartbeat_interval": "0.5s", "heartbeat_timeout": "3s"})
+    cluster = Cluster(
+        tmp_path / "c", scheduler={"heartbeat_interval": "0.5s", "heartbeat_timeout": "3s"}
+    )
     cluster.start()
     try:
         async with aiohttp.ClientSession() as http:
@@ -74,20 +81,33 @@ async def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[
         cluster.stop()
 
 
-async def test_per_second_cron_keeps_its_cadence_across_a_leader_kill(env: tuple[Cluster, Api, Path]) -> None:
+async def test_per_second_cron_keeps_its_cadence_across_a_leader_kill(
+    env: tuple[Cluster, Api, Path],
+) -> None:
     cluster, api, record = env
-    job = await api.call("POST", "/jobs", {
-        "task": "acc.record", "payload": {"sleep": 0.01},
-        "schedule": {"cron": "* * * * * *", "overlap": "allow"}, "heartbeat_timeout": "3s"})
+    job = await api.call(
+        "POST",
+        "/jobs",
+        {
+            "task": "acc.record",
+            "payload": {"sleep": 0.01},
+            "schedule": {"cron": "* * * * * *", "overlap": "allow"},
+            "heartbeat_timeout": "3s",
+        },
+    )
     await api.wait(job["id"], lambda runs: sum(r["state"] == "succeeded" for r in runs) >= 4)
     leader = await cluster.wait_leader(api.http)
     cluster.kill(leader)
     await cluster.wait_leader(api.http, exclude=leader)
-    runs = await api.wait(job["id"], lambda runs: sum(r["state"] == "succeeded" for r in runs) >= 12,
-                          timeout=90)
+    runs = await api.wait(
+        job["id"], lambda runs: sum(r["state"] == "succeeded" for r in runs) >= 12, timeout=90
+    )
     await api.call("DELETE", f"/jobs/{job['id']}")
-    finished = sorted((ts(r["scheduled_at"]), r["state"]) for r in runs if r["state"] != "scheduled"
-                      and r["state"] != "cancelled")
+    finished = sorted(
+        (ts(r["scheduled_at"]), r["state"])
+        for r in runs
+        if r["state"] != "scheduled" and r["state"] != "cancelled"
+    )
     seconds = [t for t, _ in finished]
     assert seconds == [seconds[0] + i for i in range(len(seconds))], "a gap or a duplicate second"
     assert all(state in ("succeeded", "running", "queued") for _, state in finished), finished
@@ -111,11 +131,17 @@ async def test_dependency_chain_runs_in_order(env: tuple[Cluster, Api, Path]) ->
 
 
 async def test_always_failing_job_is_dead_lettered_with_backoff_then_replayed(
-    env: tuple[Cluster, Api, Path]
+    env: tuple[Cluster, Api, Path],
 ) -> None:
     _, api, _ = env
-    job = await api.call("POST", "/jobs", {"task": "acc.fail", "retry": {
-        "max_attempts": 3, "initial": "0.5s", "multiplier": 2, "jitter": False}})
+    job = await api.call(
+        "POST",
+        "/jobs",
+        {
+            "task": "acc.fail",
+            "retry": {"max_attempts": 3, "initial": "0.5s", "multiplier": 2, "jitter": False},
+        },
+    )
     runs = await api.wait(job["id"], lambda runs: runs and runs[0]["state"] == "failed")
     attempts = runs[0]["attempts"]
     assert [a["outcome"] for a in attempts] == ["failed"] * 3
@@ -126,6 +152,7 @@ async def test_always_failing_job_is_dead_lettered_with_backoff_then_replayed(
     assert runs[0]["id"] in [r["id"] for r in dlq["runs"]]
     replayed = await api.call("POST", f"/dlq/{runs[0]['id']}/replay")
     assert replayed["state"] in ("queued", "running")
-    runs = await api.wait(job["id"], lambda runs: runs[0]["state"] == "failed"
-                          and len(runs[0]["attempts"]) == 6)
+    runs = await api.wait(
+        job["id"], lambda runs: runs[0]["state"] == "failed" and len(runs[0]["attempts"]) == 6
+    )
     assert len(runs[0]["attempts"]) == 6  # a fresh set of attempts after the replay

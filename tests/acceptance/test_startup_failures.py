@@ -37,15 +37,25 @@ def world() -> Iterator[Path]:
     shutil.rmtree(path, ignore_errors=True)
 
 
-def write_config(root: Path, *, raft_listen: str | None = None, peers: list[str] | None = None,
-                 secret_file: Path | None = None, data_dir: Path | None = None) -> tuple[Path, int]:
+def write_config(
+    root: Path,
+    *,
+    raft_listen: str | None = None,
+    peers: list[str] | None = None,
+    secret_file: Path | None = None,
+    data_dir: Path | None = None,
+) -> tuple[Path, int]:
     """A node config in ``root`` (readable by everyone); returns it and its HTTP port."""
     port = free_port()
     raft = raft_listen or f"127.0.0.1:{port + 1}"
     lines = [
-        "[node]", 'id = "n1"', f'data_dir = "{data_dir or root / "data"}"',
-        "[http]", f'listen = "127.0.0.1:{port}"',
-        "[raft]", f'listen = "{raft}"',
+        "[node]",
+        'id = "n1"',
+        f'data_dir = "{data_dir or root / "data"}"',
+        "[http]",
+        f'listen = "127.0.0.1:{port}"',
+        "[raft]",
+        f'listen = "{raft}"',
         "peers = [" + ", ".join(f'"{p}"' for p in peers or []) + "]",
     ]
     if secret_file is not None:
@@ -63,14 +73,26 @@ def write_secret(path: Path, size: int = 48, mode: int = 0o600) -> Path:
     return path
 
 
-def schedd(cfg: Path, cwd: Path, *, user: int | None = None,
-           env: dict[str, str] | None = None, timeout: float = 40) -> tuple[int, list[str]]:
+def schedd(
+    cfg: Path,
+    cwd: Path,
+    *,
+    user: int | None = None,
+    env: dict[str, str] | None = None,
+    timeout: float = 40,
+) -> tuple[int, list[str]]:
     """Run ``schedd --config cfg`` until it exits: (exit status, stderr lines)."""
     args = [str(BIN / "schedd"), "--config", str(cfg)]
     if user is not None:
         args = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups", *args]
-    proc = subprocess.run(args, capture_output=True, text=True, cwd=cwd, timeout=timeout,
-                          env={**_env(), **(env or {})})
+    proc = subprocess.run(
+        args,
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=timeout,
+        env={**_env(), **(env or {})},
+    )
     return proc.returncode, [ln for ln in proc.stderr.splitlines() if ln.strip()]
 
 
@@ -87,7 +109,8 @@ def shadow_module(root: Path, name: str) -> dict[str, str]:
     pkg = root / "shadow" / name
     pkg.mkdir(parents=True)
     (pkg / "__init__.py").write_text(
-        f"raise ModuleNotFoundError(\"No module named '{name}'\", name={name!r})\n")
+        f"raise ModuleNotFoundError(\"No module named '{name}'\", name={name!r})\n"
+    )
     return {"PYTHONPATH": f"{root / 'shadow'}{os.pathsep}{_env()['PYTHONPATH']}"}
 
 
@@ -137,10 +160,18 @@ def test_ports_in_use_are_named_by_their_keys(world: Path) -> None:
 
 def test_an_address_this_host_does_not_have(world: Path) -> None:
     # 192.0.2.0/24 is TEST-NET-1: never an address of this host's namespaces we did not make
-    cfg, _ = write_config(world, raft_listen="192.0.2.77:7701", peers=["192.0.2.78:7701"],
-                          secret_file=write_secret(world / "raft.key"))
-    if any("192.0.2.77" in ln for ln in subprocess.run(["ip", "-br", "addr"], capture_output=True,
-                                                       text=True).stdout.splitlines()):
+    cfg, _ = write_config(
+        world,
+        raft_listen="192.0.2.77:7701",
+        peers=["192.0.2.78:7701"],
+        secret_file=write_secret(world / "raft.key"),
+    )
+    if any(
+        "192.0.2.77" in ln
+        for ln in subprocess.run(
+            ["ip", "-br", "addr"], capture_output=True, text=True
+        ).stdout.splitlines()
+    ):
         pytest.skip("this host has 192.0.2.77")
     code, lines = schedd(cfg, world)
     assert code == 1
@@ -174,8 +205,9 @@ def test_data_dir_the_service_user_cannot_write(world: Path) -> None:
     os.chown(world / "tokens.toml", NOBODY, NOBODY)
     code, lines = schedd(cfg, world, user=NOBODY)
     assert code == 1
-    assert_one_line(lines, "node.data_dir", str(data / "raft"), "Permission denied",
-                    f"uid {NOBODY}")
+    assert_one_line(
+        lines, "node.data_dir", str(data / "raft"), "Permission denied", f"uid {NOBODY}"
+    )
 
 
 def test_a_journal_left_by_root_in_the_data_dir(world: Path) -> None:
@@ -198,8 +230,9 @@ def test_a_journal_left_by_root_in_the_data_dir(world: Path) -> None:
 
 def test_a_peer_list_naming_the_node_itself(world: Path) -> None:
     port = free_port()
-    cfg, _ = write_config(world, raft_listen=f"127.0.0.1:{port}",
-                          peers=[f"127.0.0.1:{port}", f"127.0.0.1:{port + 1}"])
+    cfg, _ = write_config(
+        world, raft_listen=f"127.0.0.1:{port}", peers=[f"127.0.0.1:{port}", f"127.0.0.1:{port + 1}"]
+    )
     code, lines = schedd(cfg, world)
     assert code == 2
     assert_one_line(lines, f'raft.peers[0]: "127.0.0.1:{port}" is this node\'s own raft.listen')
@@ -215,10 +248,18 @@ def test_a_valid_node_still_starts(world: Path) -> None:
     cfg, port = write_config(world, data_dir=data, secret_file=key)
     ensure_admin_token(world / "tokens.toml")
     os.chown(world / "tokens.toml", NOBODY, NOBODY)
-    args = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups",
-            str(BIN / "schedd"), "--config", str(cfg)]
-    proc = subprocess.Popen(args, cwd=world, env=_env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    args = [
+        "setpriv",
+        f"--reuid={NOBODY}",
+        f"--regid={NOBODY}",
+        "--clear-groups",
+        str(BIN / "schedd"),
+        "--config",
+        str(cfg),
+    ]
+    proc = subprocess.Popen(
+        args, cwd=world, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     try:
         assert proc.stdout is not None
         for line in proc.stdout:

@@ -16,7 +16,9 @@ pytestmark = [pytest.mark.acceptance, pytest.mark.timeout(60)]
 REPO = Path(__file__).resolve().parents[2]
 
 
-def test_notify_protocol_against_a_fake_notify_socket(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_notify_protocol_against_a_fake_notify_socket(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     path = tmp_path / "notify.sock"
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     sock.bind(str(path))
@@ -53,8 +55,12 @@ def test_units_pass_systemd_analyze_verify(tmp_path: Path) -> None:
         text = (REPO / "systemd" / unit).read_text().replace("/opt/schedd/bin/", "/bin/")
         target = tmp_path / unit.replace("@.", "@x.")
         target.write_text(text)
-        out = subprocess.run(["systemd-analyze", "verify", str(target)], capture_output=True, text=True)
-        problems = [ln for ln in out.stderr.splitlines() if unit.split("@")[0] in ln and "Unknown" in ln]
+        out = subprocess.run(
+            ["systemd-analyze", "verify", str(target)], capture_output=True, text=True
+        )
+        problems = [
+            ln for ln in out.stderr.splitlines() if unit.split("@")[0] in ln and "Unknown" in ln
+        ]
         assert not problems, out.stderr
 
 
@@ -69,13 +75,17 @@ def test_sighup_reloads_tokens_and_log_level(tmp_path: Path) -> None:
         url = cluster.urls[0] + "/api/v1/jobs"
         for _ in range(100):
             try:
-                urllib.request.urlopen(urllib.request.Request(url, headers=cluster.headers()), timeout=2)
+                urllib.request.urlopen(
+                    urllib.request.Request(url, headers=cluster.headers()), timeout=2
+                )
                 break
             except (urllib.error.URLError, ConnectionError):
                 time.sleep(0.1)
         new = "a-freshly-added-token-0123456789"
         tokens = tmp_path / "c" / "tokens.toml"
-        tokens.write_text(tokens.read_text() + f'\n[[token]]\nname = "new"\nsecret = "{new}"\nrole = "read"\n')
+        tokens.write_text(
+            tokens.read_text() + f'\n[[token]]\nname = "new"\nsecret = "{new}"\nrole = "read"\n'
+        )
         req = urllib.request.Request(url, headers={"Authorization": f"Bearer {new}"})
         try:
             urllib.request.urlopen(req, timeout=5)
@@ -100,8 +110,12 @@ def test_sighup_reloads_tokens_and_log_level(tmp_path: Path) -> None:
 
 
 def test_make_secrets_writes_private_files(tmp_path: Path) -> None:
-    out = subprocess.run([str(REPO / "scripts" / "make-secrets"), str(tmp_path / "etc")],
-                         capture_output=True, text=True, timeout=30)
+    out = subprocess.run(
+        [str(REPO / "scripts" / "make-secrets"), str(tmp_path / "etc")],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert out.returncode == 0, out.stderr
     for name in ("raft.key", "tokens.toml"):
         path = tmp_path / "etc" / name
@@ -110,23 +124,37 @@ def test_make_secrets_writes_private_files(tmp_path: Path) -> None:
     from schedd.auth import load_tokens
 
     assert [t.role for t in load_tokens(tmp_path / "etc" / "tokens.toml").tokens] == [
-        "admin", "submit", "read", "worker"]
+        "admin",
+        "submit",
+        "read",
+        "worker",
+    ]
 
 
 def test_check_config_names_every_problem(tmp_path: Path) -> None:
     from tests.cluster.harness import BIN
 
     bad = tmp_path / "bad.toml"
-    bad.write_text('[node]\ncolour = "red"\n[raft]\nlisten = "10.0.0.1:7701"\npeers = ["10.0.0.2:7701", "x"]\n'
-                   '[scheduler]\nheartbeat_timeout = "soon"\n')
-    out = subprocess.run([str(BIN / "schedd"), "--config", str(bad), "--check-config"],
-                         capture_output=True, text=True, timeout=30)
+    bad.write_text(
+        '[node]\ncolour = "red"\n[raft]\nlisten = "10.0.0.1:7701"\npeers = ["10.0.0.2:7701", "x"]\n'
+        '[scheduler]\nheartbeat_timeout = "soon"\n'
+    )
+    out = subprocess.run(
+        [str(BIN / "schedd"), "--config", str(bad), "--check-config"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert out.returncode == 2
     problems = out.stderr.splitlines()
     for key in ("node.colour", "raft.peers[1]", "scheduler.heartbeat_timeout", "raft.secret_file"):
         assert any(key in line for line in problems), (key, out.stderr)
     assert "Traceback" not in out.stderr
-    good = subprocess.run([str(BIN / "schedd"), "--config", str(REPO / "config/cluster/n1.toml"),
-                           "--check-config"], capture_output=True, text=True, timeout=30,
-                          cwd=tmp_path)
+    good = subprocess.run(
+        [str(BIN / "schedd"), "--config", str(REPO / "config/cluster/n1.toml"), "--check-config"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        cwd=tmp_path,
+    )
     assert good.returncode == 0 and "config ok" in good.stdout

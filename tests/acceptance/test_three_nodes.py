@@ -23,15 +23,19 @@ API_JOBS = 300
 CLI_JOBS = 12
 
 
-async def submit_api(http: aiohttp.ClientSession, cluster: Cluster, body: dict[str, Any],
-                     start: int) -> str | None:
+async def submit_api(
+    http: aiohttp.ClientSession, cluster: Cluster, body: dict[str, Any], start: int
+) -> str | None:
     """Submit through any live node, trying the others on failure; the job id once acknowledged."""
     for attempt in range(40):
         url = cluster.urls[(start + attempt) % len(cluster.urls)]
         try:
-            async with http.post(url + "/api/v1/jobs", data=orjson.dumps(body),
-                                 headers=cluster.headers(),
-                                 timeout=aiohttp.ClientTimeout(total=12)) as r:
+            async with http.post(
+                url + "/api/v1/jobs",
+                data=orjson.dumps(body),
+                headers=cluster.headers(),
+                timeout=aiohttp.ClientTimeout(total=12),
+            ) as r:
                 if r.status in (200, 201):
                     return str((await r.json())["id"])
                 assert r.status in (503, 429), await r.text()  # never a 4xx/5xx for a good body
@@ -45,19 +49,30 @@ def submit_cli(cluster: Cluster, i: int) -> str:
     args = [str(BIN / "schedctl"), f"--token={cluster.token}", "-o", "json"]
     for url in cluster.urls:
         args += ["--server", url]
-    args += ["submit", "acc.record", "--payload", orjson.dumps({"n": i, "via": "cli"}).decode(),
-             "--heartbeat-timeout", "3s"]
+    args += [
+        "submit",
+        "acc.record",
+        "--payload",
+        orjson.dumps({"n": i, "via": "cli"}).decode(),
+        "--heartbeat-timeout",
+        "3s",
+    ]
     out = subprocess.run(args, capture_output=True, timeout=60, check=True)
     return str(orjson.loads(out.stdout)["id"])
 
 
-async def job_state(http: aiohttp.ClientSession, cluster: Cluster, job_id: str) -> dict[str, Any] | None:
+async def job_state(
+    http: aiohttp.ClientSession, cluster: Cluster, job_id: str
+) -> dict[str, Any] | None:
     for n in cluster.nodes:
         if not n.alive:
             continue
         try:
-            async with http.get(f"{n.url}/api/v1/jobs/{job_id}/runs", headers=cluster.headers(),
-                                timeout=aiohttp.ClientTimeout(total=3)) as r:
+            async with http.get(
+                f"{n.url}/api/v1/jobs/{job_id}/runs",
+                headers=cluster.headers(),
+                timeout=aiohttp.ClientTimeout(total=3),
+            ) as r:
                 if r.status == 200:
                     data: dict[str, Any] = await r.json()
                     return data
@@ -72,8 +87,9 @@ async def test_leader_killed_mid_load_loses_nothing_and_completes_nothing_twice(
     record = tmp_path / "executions.txt"
     record.touch()
     monkeypatch.setenv("SCHEDD_TEST_RECORD", str(record))
-    cluster = Cluster(tmp_path / "cluster", scheduler={"heartbeat_interval": "1s",
-                                                       "heartbeat_timeout": "3s"})
+    cluster = Cluster(
+        tmp_path / "cluster", scheduler={"heartbeat_interval": "1s", "heartbeat_timeout": "3s"}
+    )
     try:
         cluster.start()
         async with aiohttp.ClientSession() as http:
@@ -82,7 +98,9 @@ async def test_leader_killed_mid_load_loses_nothing_and_completes_nothing_twice(
 
             acked: list[str] = []
             loop = asyncio.get_running_loop()
-            cli_jobs = loop.run_in_executor(None, lambda: [submit_cli(cluster, i) for i in range(CLI_JOBS)])
+            cli_jobs = loop.run_in_executor(
+                None, lambda: [submit_cli(cluster, i) for i in range(CLI_JOBS)]
+            )
 
             body = {"task": "acc.record", "heartbeat_timeout": "3s", "payload": {"sleep": 0.05}}
             sem = asyncio.Semaphore(16)
@@ -104,7 +122,9 @@ async def test_leader_killed_mid_load_loses_nothing_and_completes_nothing_twice(
             await asyncio.gather(*second)
             acked += await cli_jobs
             assert new_leader != leader
-            assert len(acked) >= API_JOBS + CLI_JOBS - 5, "nearly every submission must be acknowledged"
+            assert len(acked) >= API_JOBS + CLI_JOBS - 5, (
+                "nearly every submission must be acknowledged"
+            )
             assert len(set(acked)) == len(acked), "no job id may be acknowledged twice"
 
             # Every acknowledged job runs to success.
@@ -118,7 +138,9 @@ async def test_leader_killed_mid_load_loses_nothing_and_completes_nothing_twice(
                         histories[job_id] = runs["runs"]
                         pending.discard(job_id)
                 await asyncio.sleep(0.2)
-            assert not pending, f"{len(pending)} acknowledged jobs never succeeded\n{cluster.logs()}"
+            assert not pending, (
+                f"{len(pending)} acknowledged jobs never succeeded\n{cluster.logs()}"
+            )
 
         executions = collections.Counter()
         for line in record.read_text().splitlines():

@@ -22,19 +22,47 @@ pytestmark = [pytest.mark.cluster, pytest.mark.timeout(RUN_TIMEOUT + 60)]
 
 # One or more figures per scenario (peers are skipped by --no-peers).
 SCENARIO_KEYS = [
-    "ceiling", "syncobj_entries", "syncobj_ops",                      # ceilings
-    "s1", "s1_vs_ceiling", "s1_vs_syncobj",                           # S1
-    "s1b", "s1b_5000", "s1b_vs_syncobj_ops",                          # S1b
-    "s1c_p50", "s1c_p99",                                             # S1c
-    "s2", "s2_2w", "s2_2w_vs_s2",                                     # S2, 1 and 2 workers
-    "s3_p50", "s3_p99", "s3_max", "s3_bad",                           # S3
-    "s3b_fire_p50", "s3b_fire_p99", "s3b_p50", "s3b_p99", "s3b_max",  # S3b
-    "s3b_bad", "s3b_drain", "s3b_drain_vs_s2",
-    "s4_bytes_per_job", "s4_load_probe_p99", "s4_load_probe_max",     # S4
-    "s4_quiet_probe_p99", "s4_quiet_probe_max", "s4_snapshot_max", "s4_catchup",
-    "s5_dispatch_p50", "s5_dispatch_p99", "s5_dispatch_max",          # S5: 1 kill under load
-    "s5_ack_p50", "s5_lost",
-    "s6_runs_per_s", "s6_db_kib_per_min", "s6_keep_db_kib_per_min",   # S6: both configurations
+    "ceiling",
+    "syncobj_entries",
+    "syncobj_ops",  # ceilings
+    "s1",
+    "s1_vs_ceiling",
+    "s1_vs_syncobj",  # S1
+    "s1b",
+    "s1b_5000",
+    "s1b_vs_syncobj_ops",  # S1b
+    "s1c_p50",
+    "s1c_p99",  # S1c
+    "s2",
+    "s2_2w",
+    "s2_2w_vs_s2",  # S2, 1 and 2 workers
+    "s3_p50",
+    "s3_p99",
+    "s3_max",
+    "s3_bad",  # S3
+    "s3b_fire_p50",
+    "s3b_fire_p99",
+    "s3b_p50",
+    "s3b_p99",
+    "s3b_max",  # S3b
+    "s3b_bad",
+    "s3b_drain",
+    "s3b_drain_vs_s2",
+    "s4_bytes_per_job",
+    "s4_load_probe_p99",
+    "s4_load_probe_max",  # S4
+    "s4_quiet_probe_p99",
+    "s4_quiet_probe_max",
+    "s4_snapshot_max",
+    "s4_catchup",
+    "s5_dispatch_p50",
+    "s5_dispatch_p99",
+    "s5_dispatch_max",  # S5: 1 kill under load
+    "s5_ack_p50",
+    "s5_lost",
+    "s6_runs_per_s",
+    "s6_db_kib_per_min",
+    "s6_keep_db_kib_per_min",  # S6: both configurations
     "s6_db_growth_vs_keep_all",
 ]
 
@@ -44,9 +72,19 @@ def test_bench_quick_runs_every_scenario(tmp_path: Path) -> None:
     log = tmp_path / "bench.log"
     with open(log, "wb") as fh:
         proc = subprocess.Popen(
-            [sys.executable, str(REPO / "scripts" / "bench.py"), "--quick", "--no-peers",
-             "--json", str(out)],
-            cwd=REPO, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
+            [
+                sys.executable,
+                str(REPO / "scripts" / "bench.py"),
+                "--quick",
+                "--no-peers",
+                "--json",
+                str(out),
+            ],
+            cwd=REPO,
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         try:
             proc.wait(RUN_TIMEOUT)
         except subprocess.TimeoutExpired:

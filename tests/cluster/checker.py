@@ -126,8 +126,15 @@ class History:
         self.ops.append(op)
         return op
 
-    def fault_started(self, step: int, kind: str, target: str, detail: str,
-                      keeps_majority: bool, clock_shift_s: float = 0.0) -> Fault:
+    def fault_started(
+        self,
+        step: int,
+        kind: str,
+        target: str,
+        detail: str,
+        keeps_majority: bool,
+        clock_shift_s: float = 0.0,
+    ) -> Fault:
         f = Fault(step, kind, target, detail, self.now(), None, keeps_majority, clock_shift_s)
         self.faults.append(f)
         self.note(f"fault {step} {kind} {target} {detail}")
@@ -139,6 +146,7 @@ class History:
 
 
 # -- reading the final state ---------------------------------------------------------------------
+
 
 @dataclass
 class NodeState:
@@ -152,8 +160,12 @@ class NodeState:
         h = hashlib.sha256()
         for job_id in sorted(self.jobs):
             h.update(orjson.dumps(self.jobs[job_id], option=orjson.OPT_SORT_KEYS))
-            h.update(orjson.dumps(sorted(self.runs.get(job_id, []), key=lambda r: r["id"]),
-                                  option=orjson.OPT_SORT_KEYS))
+            h.update(
+                orjson.dumps(
+                    sorted(self.runs.get(job_id, []), key=lambda r: r["id"]),
+                    option=orjson.OPT_SORT_KEYS,
+                )
+            )
         return h.hexdigest()
 
 
@@ -164,8 +176,9 @@ async def _get(http: aiohttp.ClientSession, url: str, headers: dict[str, str]) -
         return await r.json(loads=orjson.loads)
 
 
-async def read_node(http: aiohttp.ClientSession, url: str, headers: dict[str, str],
-                    node: int) -> NodeState:
+async def read_node(
+    http: aiohttp.ClientSession, url: str, headers: dict[str, str], node: int
+) -> NodeState:
     """Every job (all pages) and every job's runs, from one node's local state."""
     view = await _get(http, url + "/api/v1/cluster", headers)
     jobs: dict[str, dict[str, Any]] = {}
@@ -188,8 +201,9 @@ async def read_node(http: aiohttp.ClientSession, url: str, headers: dict[str, st
     return NodeState(node, int(view["applied_index"]), jobs, runs, listed)
 
 
-async def indexes(http: aiohttp.ClientSession, urls: list[str],
-                  headers: dict[str, str]) -> list[dict[str, Any] | None]:
+async def indexes(
+    http: aiohttp.ClientSession, urls: list[str], headers: dict[str, str]
+) -> list[dict[str, Any] | None]:
     async def one(url: str) -> dict[str, Any] | None:
         try:
             v: dict[str, Any] = await _get(http, url + "/api/v1/cluster", headers)
@@ -200,8 +214,9 @@ async def indexes(http: aiohttp.ClientSession, urls: list[str],
     return list(await asyncio.gather(*(one(u) for u in urls)))
 
 
-async def converged(http: aiohttp.ClientSession, urls: list[str], headers: dict[str, str],
-                    timeout: float) -> tuple[bool, list[dict[str, Any] | None]]:
+async def converged(
+    http: aiohttp.ClientSession, urls: list[str], headers: dict[str, str], timeout: float
+) -> tuple[bool, list[dict[str, Any] | None]]:
     """Poll until one leader is known to all and every applied index equals its commit index."""
     deadline = time.monotonic() + timeout
     views: list[dict[str, Any] | None] = []
@@ -210,15 +225,21 @@ async def converged(http: aiohttp.ClientSession, urls: list[str], headers: dict[
         leaders = [v for v in views if v and v["role"] == "leader"]
         if len(leaders) == 1 and all(v is not None for v in views):
             commit = leaders[0]["commit_index"]
-            if all(v is not None and v["applied_index"] == commit and v["commit_index"] == commit
-                   and v.get("state_index", commit) == commit for v in views):
+            if all(
+                v is not None
+                and v["applied_index"] == commit
+                and v["commit_index"] == commit
+                and v.get("state_index", commit) == commit
+                for v in views
+            ):
                 return True, views
         await asyncio.sleep(0.2)
     return False, views
 
 
-async def collect(http: aiohttp.ClientSession, urls: list[str], headers: dict[str, str],
-                  timeout: float = 60.0) -> tuple[list[NodeState], dict[str, Any]]:
+async def collect(
+    http: aiohttp.ClientSession, urls: list[str], headers: dict[str, str], timeout: float = 60.0
+) -> tuple[list[NodeState], dict[str, Any]]:
     """A consistent read of every node: all applied up to the leader's commit index, and that
     index unchanged from before the reads to after them."""
     deadline = time.monotonic() + timeout
@@ -230,11 +251,14 @@ async def collect(http: aiohttp.ClientSession, urls: list[str], headers: dict[st
         if not ok:
             info["views"] = before
             break
-        states = list(await asyncio.gather(*(read_node(http, u, headers, i)
-                                             for i, u in enumerate(urls))))
+        states = list(
+            await asyncio.gather(*(read_node(http, u, headers, i) for i, u in enumerate(urls)))
+        )
         after = await indexes(http, urls, headers)
-        same = all(a is not None and b is not None and a["applied_index"] == b["applied_index"]
-                   for a, b in zip(before, after, strict=True))
+        same = all(
+            a is not None and b is not None and a["applied_index"] == b["applied_index"]
+            for a, b in zip(before, after, strict=True)
+        )
         if same and len({s.applied_index for s in states}) == 1:
             info["converged"] = True
             info["index"] = states[0].applied_index
@@ -244,6 +268,7 @@ async def collect(http: aiohttp.ClientSession, urls: list[str], headers: dict[st
 
 
 # -- worker evidence -------------------------------------------------------------------------------
+
 
 def read_executions(paths: list[Path]) -> tuple[list[tuple[str, int, int, str]], int]:
     """(run_id, fence, attempt, worker record file) per execution; and malformed lines."""
@@ -275,6 +300,7 @@ def read_refusals(paths: list[Path]) -> list[tuple[str, int]]:
 
 # -- the checks ------------------------------------------------------------------------------------
 
+
 def _pct(values: list[float], p: float) -> float | None:
     if not values:
         return None
@@ -288,6 +314,7 @@ def recovery_times(history: History, bound_s: float) -> list[dict[str, Any]]:
     acked = sorted((op.invoked, op.completed) for op in history.ops if op.ok and op.completed)
     out = []
     for f in history.faults:
+
         def first_ack(t: float) -> float | None:
             times = [done - t for inv, done in acked if inv >= t]
             return round(min(times), 3) if times else None
@@ -295,19 +322,31 @@ def recovery_times(history: History, bound_s: float) -> list[dict[str, Any]]:
         from_start = first_ack(f.started)
         from_heal = first_ack(f.healed) if f.healed is not None else None
         measured = from_start if f.keeps_majority else from_heal
-        out.append({
-            "step": f.step, "kind": f.kind, "target": f.target,
-            "from_start_s": from_start, "from_heal_s": from_heal,
-            "bound_from": "start" if f.keeps_majority else "heal",
-            "within_bound": measured is not None and measured <= bound_s,
-        })
+        out.append(
+            {
+                "step": f.step,
+                "kind": f.kind,
+                "target": f.target,
+                "from_start_s": from_start,
+                "from_heal_s": from_heal,
+                "bound_from": "start" if f.keeps_majority else "heal",
+                "within_bound": measured is not None and measured <= bound_s,
+            }
+        )
     return out
 
 
-def check(history: History, states: list[NodeState], collect_info: dict[str, Any],
-          executions: list[tuple[str, int, int, str]], malformed: int,
-          refusals: list[tuple[str, int]], *, bound_s: float,
-          cron_jobs: list[str]) -> dict[str, Any]:
+def check(
+    history: History,
+    states: list[NodeState],
+    collect_info: dict[str, Any],
+    executions: list[tuple[str, int, int, str]],
+    malformed: int,
+    refusals: list[tuple[str, int]],
+    *,
+    bound_s: float,
+    cron_jobs: list[str],
+) -> dict[str, Any]:
     """Count every invariant's violations (each with its evidence) and build the report."""
     v: dict[str, list[str]] = {k: [] for k in INVARIANTS}
     stats: Counter[str] = Counter()
@@ -317,7 +356,8 @@ def check(history: History, states: list[NodeState], collect_info: dict[str, Any
             v["failover_over_bound"].append(
                 f"fault {r['step']} {r['kind']} ({r['target']}): first ack "
                 f"{r['from_start_s']}s after start, {r['from_heal_s']}s after heal; "
-                f"bound {bound_s}s from its {r['bound_from']}")
+                f"bound {bound_s}s from its {r['bound_from']}"
+            )
     sums: list[str] = []
     if not states:
         v["replica_divergence"].append(f"no consistent read of the nodes: {collect_info}")
@@ -329,11 +369,26 @@ def check(history: History, states: list[NodeState], collect_info: dict[str, Any
         all_runs = _check_runs(ref, executions, set(cron_jobs), skew_ms, v, stats)
         _check_executions(executions, all_runs, v)
         stats["refused_then_recorded_succeeded"] = sum(
-            1 for r, f in refusals if r in all_runs and any(
-                a["fence"] == f and a["outcome"] == "succeeded" for a in all_runs[r]["attempts"]))
+            1
+            for r, f in refusals
+            if r in all_runs
+            and any(
+                a["fence"] == f and a["outcome"] == "succeeded" for a in all_runs[r]["attempts"]
+            )
+        )
     stats["refused_completions"] = len(refusals)
-    return _report(history, v, {"checksums": sums, **collect_info}, executions, malformed,
-                   refusals, bound_s, cron_jobs, recov, stats)
+    return _report(
+        history,
+        v,
+        {"checksums": sums, **collect_info},
+        executions,
+        malformed,
+        refusals,
+        bound_s,
+        cron_jobs,
+        recov,
+        stats,
+    )
 
 
 def _check_replicas(states: list[NodeState], ref: NodeState, v: dict[str, list[str]]) -> list[str]:
@@ -341,16 +396,21 @@ def _check_replicas(states: list[NodeState], ref: NodeState, v: dict[str, list[s
     mine = ref.checksum()
     for s, digest in zip(states, sums, strict=True):
         if digest != mine:
-            diff = [j for j in set(s.jobs) | set(ref.jobs)
-                    if s.jobs.get(j) != ref.jobs.get(j) or s.runs.get(j) != ref.runs.get(j)]
+            diff = [
+                j
+                for j in set(s.jobs) | set(ref.jobs)
+                if s.jobs.get(j) != ref.jobs.get(j) or s.runs.get(j) != ref.runs.get(j)
+            ]
             v["replica_divergence"].append(
                 f"node n{s.node + 1} checksum {digest[:12]} != leader n{ref.node + 1} "
-                f"{mine[:12]}; differing jobs: {sorted(diff)[:5]}")
+                f"{mine[:12]}; differing jobs: {sorted(diff)[:5]}"
+            )
     return sums
 
 
-def _check_duplicates(history: History, states: list[NodeState], ref: NodeState,
-                      v: dict[str, list[str]]) -> None:
+def _check_duplicates(
+    history: History, states: list[NodeState], ref: NodeState, v: dict[str, list[str]]
+) -> None:
     for s in states:
         for job_id, n in Counter(s.listed).items():
             if n > 1:
@@ -368,8 +428,9 @@ def _check_duplicates(history: History, states: list[NodeState], ref: NodeState,
             v["duplicate_job_ids"].append(f"job id {acked} acknowledged to {n} submissions")
 
 
-def _check_jobs(history: History, states: list[NodeState], ref: NodeState,
-                v: dict[str, list[str]]) -> None:
+def _check_jobs(
+    history: History, states: list[NodeState], ref: NodeState, v: dict[str, list[str]]
+) -> None:
     """Acknowledged jobs present everywhere with their payload, no duplicates, none stuck."""
     _check_duplicates(history, states, ref, v)
     for op in history.ops:
@@ -380,21 +441,30 @@ def _check_jobs(history: History, states: list[NodeState], ref: NodeState,
             if job is None:
                 v["lost_acknowledged_jobs"].append(
                     f"op {op.op} (tag {op.tag}) acknowledged as {op.job_id} at "
-                    f"t={op.completed}: missing on n{s.node + 1}")
+                    f"t={op.completed}: missing on n{s.node + 1}"
+                )
             elif job.get("payload") != op.body["payload"]:
                 v["lost_acknowledged_jobs"].append(
                     f"job {op.job_id} on n{s.node + 1} has payload {job.get('payload')}, "
-                    f"submitted {op.body['payload']}")
+                    f"submitted {op.body['payload']}"
+                )
         job = ref.jobs.get(op.job_id or "")
         if op.kind != "cron" and job is not None and job["status"] not in ("done", "cancelled"):
             latest = job.get("latest_run") or {}
-            v["stuck_jobs"].append(f"job {op.job_id} status {job['status']}, latest run "
-                                   f"{latest.get('id')} {latest.get('state')}")
+            v["stuck_jobs"].append(
+                f"job {op.job_id} status {job['status']}, latest run "
+                f"{latest.get('id')} {latest.get('state')}"
+            )
 
 
-def _check_runs(ref: NodeState, executions: list[tuple[str, int, int, str]], cron: set[str],
-                skew_ms: float, v: dict[str, list[str]],
-                stats: Counter[str]) -> dict[str, dict[str, Any]]:
+def _check_runs(
+    ref: NodeState,
+    executions: list[tuple[str, int, int, str]],
+    cron: set[str],
+    skew_ms: float,
+    v: dict[str, list[str]],
+    stats: Counter[str],
+) -> dict[str, dict[str, Any]]:
     """Every run of every job: fires, leases, completions.  Returns the runs by id."""
     execs_by_run: dict[str, list[tuple[int, int, str]]] = defaultdict(list)
     for run_id, fence, attempt, src in executions:
@@ -415,14 +485,18 @@ def _check_runs(ref: NodeState, executions: list[tuple[str, int, int, str]], cro
             if job_id in cron and ms is not None and ms % 1000 != 0:
                 v["duplicate_fires"].append(
                     f"cron run {run['id']} scheduled at {run['scheduled_at']}: not on the "
-                    "cron's second (a colliding occurrence made unique)")
+                    "cron's second (a colliding occurrence made unique)"
+                )
             _check_attempts(run, v, skew_ms)
             _check_completion(run, execs_by_run.get(run["id"], []), v)
     return all_runs
 
 
-def _check_executions(executions: list[tuple[str, int, int, str]],
-                      all_runs: dict[str, dict[str, Any]], v: dict[str, list[str]]) -> None:
+def _check_executions(
+    executions: list[tuple[str, int, int, str]],
+    all_runs: dict[str, dict[str, Any]],
+    v: dict[str, list[str]],
+) -> None:
     """Each execution a worker made had a fence the log granted to that run, and ran once."""
     by_run: dict[str, list[tuple[int, int, str]]] = defaultdict(list)
     for run_id, fence, attempt, src in executions:
@@ -438,7 +512,8 @@ def _check_executions(executions: list[tuple[str, int, int, str]],
             if granted is None or granted["attempt"] != attempt:
                 v["executions_without_lease"].append(
                     f"{src}: run {run_id} executed with fence {fence} attempt {attempt}; the "
-                    f"log granted {sorted((a['fence'], a['attempt']) for a in fences.values())}")
+                    f"log granted {sorted((a['fence'], a['attempt']) for a in fences.values())}"
+                )
 
 
 def _check_attempts(run: dict[str, Any], v: dict[str, list[str]], skew_ms: float) -> None:
@@ -447,29 +522,34 @@ def _check_attempts(run: dict[str, Any], v: dict[str, list[str]], skew_ms: float
         if a["outcome"] is None and i != len(attempts) - 1:
             v["overlapping_leases"].append(
                 f"run {run['id']}: attempt {a['attempt']} (fence {a['fence']}) never ended but "
-                f"attempt {attempts[i + 1]['attempt']} (fence {attempts[i + 1]['fence']}) was leased")
+                f"attempt {attempts[i + 1]['attempt']} (fence {attempts[i + 1]['fence']}) was leased"
+            )
         if i + 1 < len(attempts):
             b = attempts[i + 1]
             if b["fence"] <= a["fence"]:
                 v["overlapping_leases"].append(
-                    f"run {run['id']}: fences not increasing: {a['fence']} then {b['fence']}")
+                    f"run {run['id']}: fences not increasing: {a['fence']} then {b['fence']}"
+                )
             end, start = parse_ms(a["ended_at"]), parse_ms(b["started_at"])
             if end is not None and start is not None and end > start + skew_ms:
                 v["overlapping_leases"].append(
                     f"run {run['id']}: attempt {a['attempt']} ended {a['ended_at']} after "
-                    f"attempt {b['attempt']} started {b['started_at']} (tolerance {skew_ms:.0f} ms)")
+                    f"attempt {b['attempt']} started {b['started_at']} (tolerance {skew_ms:.0f} ms)"
+                )
     if run["state"] == "running" and (not attempts or attempts[-1]["outcome"] is not None):
         v["overlapping_leases"].append(f"run {run['id']} is running without an open attempt")
 
 
-def _check_completion(run: dict[str, Any], execs: list[tuple[int, int, str]],
-                      v: dict[str, list[str]]) -> None:
+def _check_completion(
+    run: dict[str, Any], execs: list[tuple[int, int, str]], v: dict[str, list[str]]
+) -> None:
     attempts = run["attempts"]
     won = [a for a in attempts if a["outcome"] == "succeeded"]
     if run["state"] != "succeeded":
         if won:
             v["stale_completions"].append(
-                f"run {run['id']} is {run['state']} with a succeeded attempt {won[0]['fence']}")
+                f"run {run['id']} is {run['state']} with a succeeded attempt {won[0]['fence']}"
+            )
         return
     if len(won) != 1:
         v["stale_completions"].append(f"run {run['id']}: {len(won)} succeeded attempts")
@@ -478,26 +558,38 @@ def _check_completion(run: dict[str, Any], execs: list[tuple[int, int, str]],
     if a is not attempts[-1] or a["fence"] != max(x["fence"] for x in attempts):
         v["stale_completions"].append(
             f"run {run['id']}: completion accepted for fence {a['fence']} (attempt "
-            f"{a['attempt']}) but the latest lease is fence {attempts[-1]['fence']}")
+            f"{a['attempt']}) but the latest lease is fence {attempts[-1]['fence']}"
+        )
     result = run.get("result")
     if isinstance(result, dict) and "attempt" in result:
         if result.get("attempt") != a["attempt"] or result.get("run_id") != run["id"]:
             v["stale_completions"].append(
-                f"run {run['id']}: result {result} stored for succeeded attempt {a['attempt']}")
+                f"run {run['id']}: result {result} stored for succeeded attempt {a['attempt']}"
+            )
     if not any(f == a["fence"] for f, _, _ in execs):
         v["stale_completions"].append(
             f"run {run['id']}: succeeded with fence {a['fence']} but no worker executed that "
-            f"fence (executions: {sorted(execs)})")
+            f"fence (executions: {sorted(execs)})"
+        )
 
 
-def _report(history: History, v: dict[str, list[str]], state_info: dict[str, Any],
-            executions: list[tuple[str, int, int, str]], malformed: int,
-            refusals: list[tuple[str, int]], bound_s: float, cron_jobs: list[str],
-            recov: list[dict[str, Any]], stats: Counter[str] | None = None) -> dict[str, Any]:
+def _report(
+    history: History,
+    v: dict[str, list[str]],
+    state_info: dict[str, Any],
+    executions: list[tuple[str, int, int, str]],
+    malformed: int,
+    refusals: list[tuple[str, int]],
+    bound_s: float,
+    cron_jobs: list[str],
+    recov: list[dict[str, Any]],
+    stats: Counter[str] | None = None,
+) -> dict[str, Any]:
     acked = [op for op in history.ops if op.ok]
     latencies = [op.completed - op.invoked for op in acked if op.completed is not None]
-    failover = [r["from_start_s"] if r["bound_from"] == "start" else r["from_heal_s"]
-                for r in recov]
+    failover = [
+        r["from_start_s"] if r["bound_from"] == "start" else r["from_heal_s"] for r in recov
+    ]
     failover_f = [x for x in failover if x is not None]
     return {
         "invariants": {k: len(v[k]) for k in INVARIANTS},
@@ -509,8 +601,9 @@ def _report(history: History, v: dict[str, list[str]], state_info: dict[str, Any
             "unacknowledged": len(history.ops) - len(acked),
             "by_kind": dict(Counter(op.kind for op in acked)),
             "http_attempts": sum(len(op.attempts) for op in history.ops),
-            "http_statuses": dict(Counter(str(a.status or "no reply") for op in history.ops
-                                          for a in op.attempts)),
+            "http_statuses": dict(
+                Counter(str(a.status or "no reply") for op in history.ops for a in op.attempts)
+            ),
             "submit_latency_p50_s": _pct(latencies, 0.5),
             "submit_latency_max_s": round(max(latencies), 3) if latencies else None,
         },

@@ -54,9 +54,20 @@ from tests.cluster import checker
 from tests.cluster.harness import Cluster
 
 KINDS = (
-    "kill_leader", "kill_follower", "pause_leader", "pause_follower", "isolate_leader",
-    "isolate_follower", "cut_link", "one_way_leader_out", "one_way_leader_in", "flaky_link",
-    "kill_all", "clock_skew", "worker_kill", "worker_stall",
+    "kill_leader",
+    "kill_follower",
+    "pause_leader",
+    "pause_follower",
+    "isolate_leader",
+    "isolate_follower",
+    "cut_link",
+    "one_way_leader_out",
+    "one_way_leader_in",
+    "flaky_link",
+    "kill_all",
+    "clock_skew",
+    "worker_kill",
+    "worker_stall",
 )
 # Faults that leave a connected majority of live nodes (one-way faults too: the two followers
 # still talk to each other both ways): writes must resume within the bound while the fault
@@ -104,8 +115,9 @@ def _duration(kind: str, rng: random.Random) -> tuple[float, float]:
     raise ValueError(f"unknown fault kind {kind!r}")
 
 
-def make_schedule(seed: int, duration: float = 40.0,
-                  kinds: tuple[str, ...] | list[str] = KINDS) -> list[Step]:
+def make_schedule(
+    seed: int, duration: float = 40.0, kinds: tuple[str, ...] | list[str] = KINDS
+) -> list[Step]:
     """Steps one after another (each healed before the next), with 2–4 s between them so
     recovery can be seen; kinds come from a shuffled bag, so a long run uses all of them."""
     rng = random.Random(seed)
@@ -120,13 +132,15 @@ def make_schedule(seed: int, duration: float = 40.0,
         dur, value = _duration(kind, rng)
         if t + dur > duration:
             break
-        steps.append(Step(round(t, 3), kind, round(dur, 3), round(rng.random(), 4),
-                          round(value, 3)))
+        steps.append(
+            Step(round(t, 3), kind, round(dur, 3), round(rng.random(), 4), round(value, 3))
+        )
         t += dur + rng.uniform(2, 4)
     return steps
 
 
 # -- running one schedule -------------------------------------------------------------------------
+
 
 @dataclass
 class Run:
@@ -146,16 +160,24 @@ class Run:
 
     def start_worker(self, name: str) -> None:
         self.workers[name] = self.cluster.start_worker(
-            "--import", "tests.acceptance.tasks", "--concurrency", "8", name=name,
-            env={"SCHEDD_TEST_RECORD": str(self.record_file(name))})
+            "--import",
+            "tests.acceptance.tasks",
+            "--concurrency",
+            "8",
+            name=name,
+            env={"SCHEDD_TEST_RECORD": str(self.record_file(name))},
+        )
 
     # -- client operations ---------------------------------------------------------------------
     async def submit(self, op: checker.Op, deadline_s: float = 30.0) -> None:
         """POST the job, retrying on every node with one X-Request-Id until acknowledged."""
         h = self.history
         body = orjson.dumps(op.body)
-        headers = {**self.cluster.headers(), "X-Request-Id": f"torture-{self.seed}-{op.op}",
-                   "Content-Type": "application/json"}
+        headers = {
+            **self.cluster.headers(),
+            "X-Request-Id": f"torture-{self.seed}-{op.op}",
+            "Content-Type": "application/json",
+        }
         urls = self.cluster.urls
         i = op.op
         delay = 0.05
@@ -164,11 +186,22 @@ class Run:
             i += 1
             sent = h.now()
             try:
-                async with self.http.post(urls[node] + "/api/v1/jobs", data=body, headers=headers,
-                                          timeout=aiohttp.ClientTimeout(total=3)) as r:
+                async with self.http.post(
+                    urls[node] + "/api/v1/jobs",
+                    data=body,
+                    headers=headers,
+                    timeout=aiohttp.ClientTimeout(total=3),
+                ) as r:
                     data = await r.read()
-                    op.attempts.append(checker.Attempt(node, sent, h.now(), r.status,
-                                                       None if r.status < 300 else data[:200].decode(errors="replace")))
+                    op.attempts.append(
+                        checker.Attempt(
+                            node,
+                            sent,
+                            h.now(),
+                            r.status,
+                            None if r.status < 300 else data[:200].decode(errors="replace"),
+                        )
+                    )
                     if r.status in (200, 201):
                         op.ok, op.completed = True, h.now()
                         op.job_id = str(orjson.loads(data)["id"])
@@ -183,8 +216,11 @@ class Run:
 
     def body(self, kind: str, n: int) -> dict[str, Any]:
         payload: dict[str, Any] = {"tag": f"s{self.seed}-{n}"}
-        body: dict[str, Any] = {"task": "acc.record", "payload": payload,
-                                "retry": {"max_attempts": 10, "initial": "0.2s", "max": "2s"}}
+        body: dict[str, Any] = {
+            "task": "acc.record",
+            "payload": payload,
+            "retry": {"max_attempts": 10, "initial": "0.2s", "max": "2s"},
+        }
         if kind == "long":
             payload["sleep"] = round(self.rng.uniform(1.0, 3.0), 2)
         elif kind == "cron":
@@ -216,10 +252,15 @@ class Run:
     async def leader(self, timeout: float = 4.0) -> int | None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            views = [await self.cluster.view(self.http, i) if n.alive and i not in self.paused
-                     else None for i, n in enumerate(self.cluster.nodes)]
-            claims = [(v["term"], i) for i, v in enumerate(views)
-                      if v and v["role"] == "leader" and v["leader"] == self.cluster.nodes[i].node_id]
+            views = [
+                await self.cluster.view(self.http, i) if n.alive and i not in self.paused else None
+                for i, n in enumerate(self.cluster.nodes)
+            ]
+            claims = [
+                (v["term"], i)
+                for i, v in enumerate(views)
+                if v and v["role"] == "leader" and v["leader"] == self.cluster.nodes[i].node_id
+            ]
             if claims:
                 return max(claims)[1]
             await asyncio.sleep(0.1)
@@ -242,19 +283,25 @@ class Run:
             follower = others[int(step.pick * len(others)) % len(others)]
         if step.kind.startswith("worker_"):
             target, detail, heal = await self._worker_fault(step)
-        elif step.kind in ("isolate_leader", "isolate_follower", "cut_link", "flaky_link") \
-                or step.kind.startswith("one_way"):
+        elif step.kind in (
+            "isolate_leader",
+            "isolate_follower",
+            "cut_link",
+            "flaky_link",
+        ) or step.kind.startswith("one_way"):
             assert lead is not None and follower is not None
             target, detail, heal = self._network_fault(step, lead, follower)
         else:
             target, detail, heal = self._node_fault(step, lead, follower)
         shift = step.value if step.kind == "clock_skew" else 0.0
-        fault = self.history.fault_started(n, step.kind, target, detail,
-                                           step.kind in KEEPS_MAJORITY, shift)
+        fault = self.history.fault_started(
+            n, step.kind, target, detail, step.kind in KEEPS_MAJORITY, shift
+        )
         return fault, heal
 
-    def _node_fault(self, step: Step, lead: int | None,
-                    follower: int | None) -> tuple[str, str, list[Any]]:
+    def _node_fault(
+        self, step: Step, lead: int | None, follower: int | None
+    ) -> tuple[str, str, list[Any]]:
         c = self.cluster
         kind = step.kind
         if kind == "kill_all":
@@ -277,8 +324,7 @@ class Run:
         self.paused.add(victim)
         return self.name(victim), f"SIGSTOP for {step.duration:.1f}s", [("cont", victim)]
 
-    def _network_fault(self, step: Step, lead: int,
-                       follower: int) -> tuple[str, str, list[Any]]:
+    def _network_fault(self, step: Step, lead: int, follower: int) -> tuple[str, str, list[Any]]:
         net = self.cluster.net
         size = len(self.cluster.nodes)
         others = [i for i in range(size) if i != lead]
@@ -307,8 +353,11 @@ class Run:
         b = (a + 1) % size
         net.drop(a, b, 0.02)
         net.drop(b, a, 0.02)
-        return (f"all links +{step.value:.0f}ms, {self.name(a)}<->{self.name(b)} drop 2%", "",
-                [("heal",)])
+        return (
+            f"all links +{step.value:.0f}ms, {self.name(a)}<->{self.name(b)} drop 2%",
+            "",
+            [("heal",)],
+        )
 
     async def _worker_fault(self, step: Step) -> tuple[str, str, list[Any]]:
         names = sorted(self.workers)
@@ -318,17 +367,26 @@ class Run:
         if step.kind == "worker_kill":
             proc.send_signal(signal.SIGKILL)
             proc.wait(10)
-            return (wname, f"holding {held} leases; restart after {step.duration:.1f}s",
-                    [("worker_start", wname)])
+            return (
+                wname,
+                f"holding {held} leases; restart after {step.duration:.1f}s",
+                [("worker_start", wname)],
+            )
         proc.send_signal(signal.SIGSTOP)
-        return (wname, f"holding {held} leases; SIGSTOP {step.duration:.1f}s > heartbeat timeout",
-                [("worker_cont", wname)])
+        return (
+            wname,
+            f"holding {held} leases; SIGSTOP {step.duration:.1f}s > heartbeat timeout",
+            [("worker_cont", wname)],
+        )
 
     async def leases_of(self, worker: str) -> int | None:
         for url in self.cluster.urls:
             try:
-                async with self.http.get(url + "/api/v1/workers", headers=self.cluster.headers(),
-                                         timeout=aiohttp.ClientTimeout(total=1)) as r:
+                async with self.http.get(
+                    url + "/api/v1/workers",
+                    headers=self.cluster.headers(),
+                    timeout=aiohttp.ClientTimeout(total=1),
+                ) as r:
                     if r.status == 200:
                         for w in (await r.json())["workers"]:
                             if w["worker_id"] == worker:
@@ -391,8 +449,11 @@ class Run:
             for attempt in range(100):
                 url = self.cluster.urls[attempt % len(self.cluster.urls)]
                 try:
-                    async with self.http.delete(f"{url}/api/v1/jobs/{job_id}", headers=headers,
-                                                timeout=aiohttp.ClientTimeout(total=5)) as r:
+                    async with self.http.delete(
+                        f"{url}/api/v1/jobs/{job_id}",
+                        headers=headers,
+                        timeout=aiohttp.ClientTimeout(total=5),
+                    ) as r:
                         if r.status in (204, 404):
                             break
                 except (aiohttp.ClientError, TimeoutError):
@@ -403,9 +464,11 @@ class Run:
     async def active_jobs(self) -> int | None:
         for url in self.cluster.urls:
             try:
-                async with self.http.get(url + "/api/v1/jobs?status=active&limit=1000",
-                                         headers=self.cluster.headers(),
-                                         timeout=aiohttp.ClientTimeout(total=5)) as r:
+                async with self.http.get(
+                    url + "/api/v1/jobs?status=active&limit=1000",
+                    headers=self.cluster.headers(),
+                    timeout=aiohttp.ClientTimeout(total=5),
+                ) as r:
                     if r.status == 200:
                         return len((await r.json())["jobs"])
             except (aiohttp.ClientError, TimeoutError):
@@ -419,23 +482,41 @@ class Run:
                 self.history.note("settled: no active job")
                 return
             await asyncio.sleep(0.5)
-        self.history.note(f"not settled after {timeout:.0f}s: {await self.active_jobs()} active jobs")
+        self.history.note(
+            f"not settled after {timeout:.0f}s: {await self.active_jobs()} active jobs"
+        )
 
 
-async def run_schedule(seed: int, root: Path, *, duration: float = 40.0,
-                       kinds: tuple[str, ...] | list[str] = KINDS, rate: float = 8.0,
-                       long_share: float = 0.15, cron_jobs: int = 3,
-                       bound_s: float = FAILOVER_BOUND_S, settle_timeout: float = 60.0,
-                       compaction: tuple[int, str] = (1000, "10s")) -> dict[str, Any]:
+async def run_schedule(
+    seed: int,
+    root: Path,
+    *,
+    duration: float = 40.0,
+    kinds: tuple[str, ...] | list[str] = KINDS,
+    rate: float = 8.0,
+    long_share: float = 0.15,
+    cron_jobs: int = 3,
+    bound_s: float = FAILOVER_BOUND_S,
+    settle_timeout: float = 60.0,
+    compaction: tuple[int, str] = (1000, "10s"),
+) -> dict[str, Any]:
     """Play ``make_schedule(seed, duration, kinds)`` on a fresh cluster in ``root`` and check
     the history.  Every process started here is stopped by PID before this returns."""
     steps = make_schedule(seed, duration, kinds)
     began = time.monotonic()
-    cluster = Cluster(root / "cluster", proxied=True, clock_skew=True,
-                      scheduler={"heartbeat_interval": f"{HEARTBEAT_INTERVAL_S}s",
-                                 "heartbeat_timeout": f"{HEARTBEAT_TIMEOUT_S}s"},
-                      raft={"log_compaction_min_entries": compaction[0],
-                            "log_compaction_min_time": compaction[1]})
+    cluster = Cluster(
+        root / "cluster",
+        proxied=True,
+        clock_skew=True,
+        scheduler={
+            "heartbeat_interval": f"{HEARTBEAT_INTERVAL_S}s",
+            "heartbeat_timeout": f"{HEARTBEAT_TIMEOUT_S}s",
+        },
+        raft={
+            "log_compaction_min_entries": compaction[0],
+            "log_compaction_min_time": compaction[1],
+        },
+    )
     history = checker.History()
     states: list[checker.NodeState] = []
     info: dict[str, Any] = {}
@@ -470,8 +551,16 @@ async def run_schedule(seed: int, root: Path, *, duration: float = 40.0,
     workers = sorted({w for w in (run.workers if run else {})})
     executions, malformed = checker.read_executions([root / f"exec-{w}.txt" for w in workers])
     refusals = checker.read_refusals([root / "cluster" / f"{w}.log" for w in workers])
-    report = checker.check(history, states, info, executions, malformed, refusals,
-                           bound_s=bound_s, cron_jobs=run.cron_ids if run else [])
+    report = checker.check(
+        history,
+        states,
+        info,
+        executions,
+        malformed,
+        refusals,
+        bound_s=bound_s,
+        cron_jobs=run.cron_ids if run else [],
+    )
     report["seed"] = seed
     report["schedule"] = [asdict(s) | {"text": s.describe()} for s in steps]
     report["elapsed_s"] = round(time.monotonic() - began, 1)
@@ -482,9 +571,11 @@ async def run_schedule(seed: int, root: Path, *, duration: float = 40.0,
 def summary_line(report: dict[str, Any]) -> str:
     inv = report["invariants"]
     bad = {k: n for k, n in inv.items() if n}
-    return (f"seed {report['seed']}: {'OK  ' if report['ok'] else 'FAIL'} "
-            f"{report['ops']['acknowledged']}/{report['ops']['submitted']} acked, "
-            f"{report['runs'].get('runs', 0)} runs, {report['executions']} executions, "
-            f"{len(report['faults'])} faults ({', '.join(f['kind'] for f in report['faults'])}), "
-            f"failover p50 {report['failover_p50_s']}s max {report['failover_max_s']}s, "
-            f"{report['elapsed_s']}s" + (f" VIOLATIONS {bad}" if bad else ""))
+    return (
+        f"seed {report['seed']}: {'OK  ' if report['ok'] else 'FAIL'} "
+        f"{report['ops']['acknowledged']}/{report['ops']['submitted']} acked, "
+        f"{report['runs'].get('runs', 0)} runs, {report['executions']} executions, "
+        f"{len(report['faults'])} faults ({', '.join(f['kind'] for f in report['faults'])}), "
+        f"failover p50 {report['failover_p50_s']}s max {report['failover_max_s']}s, "
+        f"{report['elapsed_s']}s" + (f" VIOLATIONS {bad}" if bad else "")
+    )

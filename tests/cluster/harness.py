@@ -28,7 +28,13 @@ BIN = Path(sys.executable).parent
 def _toml(value: Any) -> str:
     if isinstance(value, list | tuple):
         return "[" + ", ".join(_toml(v) for v in value) + "]"
-    return f'"{value}"' if isinstance(value, str) else str(value).lower() if isinstance(value, bool) else str(value)
+    return (
+        f'"{value}"'
+        if isinstance(value, str)
+        else str(value).lower()
+        if isinstance(value, bool)
+        else str(value)
+    )
 
 
 # ``Cluster(clock_skew=True)`` starts each node through this launcher: the node's Python wall clock
@@ -112,15 +118,18 @@ class Cluster:
         self.root.mkdir(parents=True, exist_ok=True)
         tokens = self.root / "tokens.toml"
         self.token, _ = ensure_admin_token(tokens)
-        ports = list(self.http_ports) or [free_port() for _ in range(self.size * (2 if self.proxied else 1))]
+        ports = list(self.http_ports) or [
+            free_port() for _ in range(self.size * (2 if self.proxied else 1))
+        ]
         if self.proxied:
             # Node i gets (http, raft) from one pair and its proxy port from the next, every
             # port of node i below every port of node j > i (see tests/cluster/proxy.py).
             ports.sort()
             proxy_ports = ports[1::2]
             ports = ports[0::2]
-        peer_addr = [f"127.0.0.1:{proxy_ports[i] if self.proxied else p + 1}"
-                     for i, p in enumerate(ports)]
+        peer_addr = [
+            f"127.0.0.1:{proxy_ports[i] if self.proxied else p + 1}" for i, p in enumerate(ports)
+        ]
         for i, port in enumerate(ports):
             node_id = f"n{i + 1}"
             others = [j for j in range(self.size) if j != i]
@@ -178,8 +187,9 @@ class Cluster:
                 env["SCHEDD_TEST_CLOCK_FILE"] = str(self.clock_file(k))
                 args = [sys.executable, "-c", SKEW_LAUNCHER, "--config", str(n.config)]
             out = open(n.log, "ab")  # owned by the child
-            n.proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=env,
-                                      cwd=self.root)
+            n.proc = subprocess.Popen(
+                args, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=self.root
+            )
             out.close()
 
     def kill(self, i: int, sig: int = signal.SIGKILL) -> None:
@@ -189,17 +199,20 @@ class Cluster:
         if sig == signal.SIGKILL:
             proc.wait(10)
 
-    def spawn(self, args: list[str], log: Path,
-              env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    def spawn(
+        self, args: list[str], log: Path, env: dict[str, str] | None = None
+    ) -> subprocess.Popen[bytes]:
         out = open(log, "ab")
-        proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT,
-                                env={**_env(), **(env or {})}, cwd=REPO)
+        proc = subprocess.Popen(
+            args, stdout=out, stderr=subprocess.STDOUT, env={**_env(), **(env or {})}, cwd=REPO
+        )
         out.close()
         self.others.append(proc)
         return proc
 
-    def start_worker(self, *extra: str, name: str = "worker",
-                     env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    def start_worker(
+        self, *extra: str, name: str = "worker", env: dict[str, str] | None = None
+    ) -> subprocess.Popen[bytes]:
         args = [str(BIN / "schedd-worker"), f"--token={self.token}", "--worker-id", name]
         for url in self.urls:
             args += ["--server", url]
@@ -231,8 +244,9 @@ class Cluster:
     async def view(self, http: aiohttp.ClientSession, i: int) -> dict[str, Any] | None:
         return await cluster_view(http, self.nodes[i].url, self.headers())
 
-    async def wait_leader(self, http: aiohttp.ClientSession, timeout: float = 30.0,
-                          exclude: int | None = None) -> int:
+    async def wait_leader(
+        self, http: aiohttp.ClientSession, timeout: float = 30.0, exclude: int | None = None
+    ) -> int:
         """Index of the node that reports itself leader with a committed claim."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -246,12 +260,14 @@ class Cluster:
         raise AssertionError(f"no leader within {timeout}s\n{self.logs()}")
 
 
-async def cluster_view(http: aiohttp.ClientSession, url: str, headers: dict[str, str],
-                       timeout: float = 2.0) -> dict[str, Any] | None:
+async def cluster_view(
+    http: aiohttp.ClientSession, url: str, headers: dict[str, str], timeout: float = 2.0
+) -> dict[str, Any] | None:
     """``GET /api/v1/cluster`` of the node at ``url``, or None when it does not answer."""
     try:
-        async with http.get(url + "/api/v1/cluster", headers=headers,
-                            timeout=aiohttp.ClientTimeout(total=timeout)) as r:
+        async with http.get(
+            url + "/api/v1/cluster", headers=headers, timeout=aiohttp.ClientTimeout(total=timeout)
+        ) as r:
             if r.status == 200:
                 data: dict[str, Any] = await r.json()
                 return data

@@ -74,8 +74,9 @@ def encode_frame(message: Any) -> bytes:
 class ProxyNet:
     """One listening proxy per node; faults per directed link between nodes."""
 
-    def __init__(self, real_ports: list[int], proxy_ports: list[int], host: str = "127.0.0.1",
-                 seed: int = 0) -> None:
+    def __init__(
+        self, real_ports: list[int], proxy_ports: list[int], host: str = "127.0.0.1", seed: int = 0
+    ) -> None:
         assert len(real_ports) == len(proxy_ports)
         self.host = host
         self.real_ports = list(real_ports)
@@ -92,8 +93,14 @@ class ProxyNet:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._stopped = threading.Event()
-        self.stats = {"connections": 0, "refused": 0, "frames": 0, "dropped_frames": 0,
-                      "closed_by_drop": 0, "unknown_callers": 0}
+        self.stats = {
+            "connections": 0,
+            "refused": 0,
+            "frames": 0,
+            "dropped_frames": 0,
+            "closed_by_drop": 0,
+            "unknown_callers": 0,
+        }
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> None:
@@ -143,8 +150,8 @@ class ProxyNet:
     async def _listen(self) -> None:
         for dst, port in enumerate(self.proxy_ports):
             server = await asyncio.start_server(
-                functools.partial(self._accept, dst), self.host, port,
-                reuse_address=True)
+                functools.partial(self._accept, dst), self.host, port, reuse_address=True
+            )
             self._servers.append(server)
 
     async def _shutdown(self) -> None:
@@ -232,8 +239,9 @@ class ProxyNet:
             return all(v.clean for v in self._links.values())
 
     # -- data path ---------------------------------------------------------------------------
-    async def _accept(self, dst: int, reader: asyncio.StreamReader,
-                      writer: asyncio.StreamWriter) -> None:
+    async def _accept(
+        self, dst: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
         conn: _Conn | None = None
         try:
             try:
@@ -246,7 +254,8 @@ class ProxyNet:
                 return
             try:
                 up_reader, up_writer = await asyncio.wait_for(
-                    asyncio.open_connection(self.host, self.real_ports[dst]), 5)
+                    asyncio.open_connection(self.host, self.real_ports[dst]), 5
+                )
             except (OSError, TimeoutError):
                 return  # the node is down: the caller sees a closed connection, as it would
             self.stats["connections"] += 1
@@ -273,7 +282,7 @@ class ProxyNet:
         """Which node opened this connection (its first frame names its raft.listen), and that
         frame rewritten to the name the callee knows it by (its proxy address)."""
         try:
-            raw = zlib.decompress(frame[FRAME_HEADER.size:])
+            raw = zlib.decompress(frame[FRAME_HEADER.size :])
         except zlib.error:
             return None, frame
         for addr, i in self._by_real.items():
@@ -281,8 +290,15 @@ class ProxyNet:
                 return i, encode_frame(f"{self.host}:{self.proxy_ports[i]}")
         return None, frame
 
-    async def _pump(self, conn: _Conn, src: int, dst: int, reader: asyncio.StreamReader,
-                    writer: asyncio.StreamWriter, first: bytes | None) -> None:
+    async def _pump(
+        self,
+        conn: _Conn,
+        src: int,
+        dst: int,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        first: bytes | None,
+    ) -> None:
         """Frames src → dst, with that link's faults; delayed frames keep their order."""
         queue: asyncio.Queue[tuple[float, bytes]] = asyncio.Queue()
 

@@ -44,8 +44,10 @@ async def test_damaged_journal_is_cut_and_resynced_without_losing_acknowledged_j
         cluster.start()
         async with aiohttp.ClientSession() as http:
             await cluster.wait_leader(http)
-            acked = [await submit(http, cluster, {"task": "acc.record", "schedule": {"in": "1h"}})
-                     for _ in range(40)]
+            acked = [
+                await submit(http, cluster, {"task": "acc.record", "schedule": {"in": "1h"}})
+                for _ in range(40)
+            ]
             # Cutting synced records is only survivable while the other nodes hold them: wait
             # until every node has every job (a node can lag for seconds after the start).
             for url in cluster.urls:

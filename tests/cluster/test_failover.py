@@ -22,8 +22,9 @@ async def submit(http: aiohttp.ClientSession, cluster: Cluster, body: dict[str, 
     for attempt in range(50):
         url = cluster.urls[attempt % len(cluster.urls)]
         try:
-            async with http.post(url + "/api/v1/jobs", data=orjson.dumps(body),
-                                 headers=cluster.headers()) as r:
+            async with http.post(
+                url + "/api/v1/jobs", data=orjson.dumps(body), headers=cluster.headers()
+            ) as r:
                 if r.status == 201:
                     return str((await r.json())["id"])
         except aiohttp.ClientError:
@@ -32,12 +33,16 @@ async def submit(http: aiohttp.ClientSession, cluster: Cluster, body: dict[str, 
     raise AssertionError("could not submit")
 
 
-async def runs_of(http: aiohttp.ClientSession, cluster: Cluster, job_id: str) -> list[dict[str, Any]]:
+async def runs_of(
+    http: aiohttp.ClientSession, cluster: Cluster, job_id: str
+) -> list[dict[str, Any]]:
     for n in cluster.nodes:
         if not n.alive:
             continue
         try:
-            async with http.get(f"{n.url}/api/v1/jobs/{job_id}/runs", headers=cluster.headers()) as r:
+            async with http.get(
+                f"{n.url}/api/v1/jobs/{job_id}/runs", headers=cluster.headers()
+            ) as r:
                 if r.status == 200:
                     runs: list[dict[str, Any]] = (await r.json())["runs"]
                     return runs
@@ -46,8 +51,9 @@ async def runs_of(http: aiohttp.ClientSession, cluster: Cluster, job_id: str) ->
     return []
 
 
-async def wait_states(http: aiohttp.ClientSession, cluster: Cluster, ids: list[str], states: set[str],
-                      timeout: float) -> dict[str, list[dict[str, Any]]]:
+async def wait_states(
+    http: aiohttp.ClientSession, cluster: Cluster, ids: list[str], states: set[str], timeout: float
+) -> dict[str, list[dict[str, Any]]]:
     deadline = time.monotonic() + timeout
     out: dict[str, list[dict[str, Any]]] = {}
     while time.monotonic() < deadline:
@@ -55,8 +61,10 @@ async def wait_states(http: aiohttp.ClientSession, cluster: Cluster, ids: list[s
         if all(r and r[0]["state"] in states for r in out.values()):
             return out
         await asyncio.sleep(0.1)
-    raise AssertionError(f"not all in {states}: { {j: r[0]['state'] if r else None for j, r in out.items()} }"
-                         f"\n{cluster.logs()}")
+    raise AssertionError(
+        f"not all in {states}: { {j: r[0]['state'] if r else None for j, r in out.items()} }"
+        f"\n{cluster.logs()}"
+    )
 
 
 @pytest.fixture
@@ -67,15 +75,21 @@ def record(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return path
 
 
-async def test_running_leases_are_resumed_after_the_leader_is_killed(tmp_path: Path, record: Path) -> None:
-    cluster = Cluster(tmp_path / "c", scheduler={"heartbeat_interval": "1s", "heartbeat_timeout": "6s"})
+async def test_running_leases_are_resumed_after_the_leader_is_killed(
+    tmp_path: Path, record: Path
+) -> None:
+    cluster = Cluster(
+        tmp_path / "c", scheduler={"heartbeat_interval": "1s", "heartbeat_timeout": "6s"}
+    )
     try:
         cluster.start()
         async with aiohttp.ClientSession() as http:
             leader = await cluster.wait_leader(http)
             cluster.start_worker("--import", "tests.acceptance.tasks", "--concurrency", "8")
-            ids = [await submit(http, cluster, {"task": "acc.record", "payload": {"sleep": 4}})
-                   for _ in range(6)]
+            ids = [
+                await submit(http, cluster, {"task": "acc.record", "payload": {"sleep": 4}})
+                for _ in range(6)
+            ]
             await wait_states(http, cluster, ids, {"running"}, timeout=30)
             cluster.kill(leader)
             await cluster.wait_leader(http, exclude=leader)
@@ -90,16 +104,27 @@ async def test_running_leases_are_resumed_after_the_leader_is_killed(tmp_path: P
         cluster.stop()
 
 
-async def test_killed_worker_loses_its_lease_and_the_run_is_retried(tmp_path: Path, record: Path) -> None:
-    cluster = Cluster(tmp_path / "c", scheduler={"heartbeat_interval": "0.5s", "heartbeat_timeout": "2s"})
+async def test_killed_worker_loses_its_lease_and_the_run_is_retried(
+    tmp_path: Path, record: Path
+) -> None:
+    cluster = Cluster(
+        tmp_path / "c", scheduler={"heartbeat_interval": "0.5s", "heartbeat_timeout": "2s"}
+    )
     try:
         cluster.start()
         async with aiohttp.ClientSession() as http:
             await cluster.wait_leader(http)
             doomed = cluster.start_worker("--import", "tests.acceptance.tasks", name="doomed")
-            job = await submit(http, cluster, {"task": "acc.record", "payload": {"sleep": 60},
-                                               "heartbeat_timeout": "2s",
-                                               "retry": {"initial": "0.1s", "jitter": False}})
+            job = await submit(
+                http,
+                cluster,
+                {
+                    "task": "acc.record",
+                    "payload": {"sleep": 60},
+                    "heartbeat_timeout": "2s",
+                    "retry": {"initial": "0.1s", "jitter": False},
+                },
+            )
             await wait_states(http, cluster, [job], {"running"}, timeout=30)
             doomed.send_signal(signal.SIGKILL)
             doomed.wait(10)
@@ -119,18 +144,24 @@ async def test_killed_worker_loses_its_lease_and_the_run_is_retried(tmp_path: Pa
 async def test_sigterm_of_the_leader_hands_over_without_losing_or_duplicating(
     tmp_path: Path, record: Path
 ) -> None:
-    cluster = Cluster(tmp_path / "c", scheduler={"heartbeat_interval": "0.5s", "heartbeat_timeout": "3s"})
+    cluster = Cluster(
+        tmp_path / "c", scheduler={"heartbeat_interval": "0.5s", "heartbeat_timeout": "3s"}
+    )
     try:
         cluster.start()
         async with aiohttp.ClientSession() as http:
             leader = await cluster.wait_leader(http)
             cluster.start_worker("--import", "tests.acceptance.tasks", "--concurrency", "16")
-            ids = [await submit(http, cluster, {"task": "acc.record", "payload": {"sleep": 0.2}})
-                   for _ in range(40)]
+            ids = [
+                await submit(http, cluster, {"task": "acc.record", "payload": {"sleep": 0.2}})
+                for _ in range(40)
+            ]
             leader = await cluster.wait_leader(http)  # (it may have changed under load)
             cluster.kill(leader, signal.SIGTERM)
-            ids += [await submit(http, cluster, {"task": "acc.record", "payload": {"sleep": 0.05}})
-                    for _ in range(40)]
+            ids += [
+                await submit(http, cluster, {"task": "acc.record", "payload": {"sleep": 0.05}})
+                for _ in range(40)
+            ]
             proc = cluster.nodes[leader].proc
             assert proc is not None and proc.wait(30) == 0  # a clean exit within the drain time
             new = await cluster.wait_leader(http, exclude=leader)

@@ -50,8 +50,10 @@ class _Records(logging.Handler):
         return [r for r in self.records if "worker.welcome" in r.getMessage()]
 
     def first(self, event: str, since: float) -> float:
-        return min((r.created for r in self.records
-                    if event in r.getMessage() and r.created >= since), default=float("inf"))
+        return min(
+            (r.created for r in self.records if event in r.getMessage() and r.created >= since),
+            default=float("inf"),
+        )
 
 
 @contextlib.asynccontextmanager
@@ -87,7 +89,10 @@ async def test_worker_reaches_the_new_leader_without_backing_off(tmp_path: Path)
     cluster = Cluster(tmp_path / "c")
     try:
         cluster.start()
-        async with aiohttp.ClientSession() as http, sdk_worker(cluster.urls, cluster.token) as (w, rec):
+        async with (
+            aiohttp.ClientSession() as http,
+            sdk_worker(cluster.urls, cluster.token) as (w, rec),
+        ):
             # Kill only once the worker has been with the leader a while: a session that ends
             # sooner than STABLE_SESSION keeps the backoff of the attempts before it (here: the
             # worker started before the nodes listened); a real failover comes long after the
@@ -103,15 +108,23 @@ async def test_worker_reaches_the_new_leader_without_backing_off(tmp_path: Path)
                     continue
                 welcomes = len(rec.welcomes())
                 await asyncio.sleep(STABLE_SESSION + 0.5)
-                if (w.connected and w.node_id == old_id and len(rec.welcomes()) == welcomes
-                        and await cluster.wait_leader(http) == leader):
+                if (
+                    w.connected
+                    and w.node_id == old_id
+                    and len(rec.welcomes()) == welcomes
+                    and await cluster.wait_leader(http) == leader
+                ):
                     break
             t_kill = time.time()
             cluster.kill(leader, signal.SIGKILL)
             new = await cluster.wait_leader(http, exclude=leader)
             new_id = cluster.nodes[new].node_id
-            await wait_until(lambda: w.connected and w.node_id == new_id, 30,
-                             "worker welcomed by the new leader", cluster)
+            await wait_until(
+                lambda: w.connected and w.node_id == new_id,
+                30,
+                "worker welcomed by the new leader",
+                cluster,
+            )
             welcomed = rec.first(f"worker.welcome node={new_id}", t_kill)
             tries = rec.reconnects(t_kill, welcomed)
         # Each delay is one of: after the drop 50-100 ms, after the dead node refused 0-100 ms,

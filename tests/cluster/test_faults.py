@@ -39,8 +39,9 @@ def test_the_ci_schedules_cover_every_fault_kind() -> None:
 
 @pytest.mark.timeout(150)
 @pytest.mark.parametrize(("seed", "kinds"), CI_SCHEDULES, ids=[f"seed{s}" for s, _ in CI_SCHEDULES])
-async def test_invariants_hold_under_a_fault_schedule(tmp_path: Path, seed: int,
-                                                      kinds: tuple[str, ...]) -> None:
+async def test_invariants_hold_under_a_fault_schedule(
+    tmp_path: Path, seed: int, kinds: tuple[str, ...]
+) -> None:
     report = await run_schedule(seed, tmp_path, duration=DURATION_S, kinds=kinds, rate=8.0)
     (tmp_path / "report.json").write_text(json.dumps(report, indent=1, default=str))
     print(summary_line(report))
@@ -51,20 +52,43 @@ async def test_invariants_hold_under_a_fault_schedule(tmp_path: Path, seed: int,
     assert report["ok"], (
         f"seed {seed}: invariants {report['invariants']}\nschedule:\n{schedule}\n"
         f"violations: {json.dumps(report['violations'], indent=1)}\nnotes: {report['notes']}\n"
-        f"report: {tmp_path / 'report.json'}")
+        f"report: {tmp_path / 'report.json'}"
+    )
 
 
 # -- the checker itself: it must see what it is meant to see ------------------------------------
 
-def _attempt(n: int, fence: int, start: str, end: str | None, outcome: str | None) -> dict[str, Any]:
-    return {"attempt": n, "fence": fence, "worker_id": "w1", "started_at": start,
-            "deadline": None, "ended_at": end, "outcome": outcome, "error": None}
+
+def _attempt(
+    n: int, fence: int, start: str, end: str | None, outcome: str | None
+) -> dict[str, Any]:
+    return {
+        "attempt": n,
+        "fence": fence,
+        "worker_id": "w1",
+        "started_at": start,
+        "deadline": None,
+        "ended_at": end,
+        "outcome": outcome,
+        "error": None,
+    }
 
 
-def _run(run_id: str, state: str, attempts: list[dict[str, Any]],
-         result: Any = None, scheduled: str = "2026-01-01T00:00:00.000Z") -> dict[str, Any]:
-    return {"id": run_id, "job_id": run_id.split("@")[0], "state": state, "scheduled_at": scheduled,
-            "attempts": attempts, "result": result}
+def _run(
+    run_id: str,
+    state: str,
+    attempts: list[dict[str, Any]],
+    result: Any = None,
+    scheduled: str = "2026-01-01T00:00:00.000Z",
+) -> dict[str, Any]:
+    return {
+        "id": run_id,
+        "job_id": run_id.split("@")[0],
+        "state": state,
+        "scheduled_at": scheduled,
+        "attempts": attempts,
+        "result": result,
+    }
 
 
 def test_the_checker_counts_each_kind_of_violation() -> None:
@@ -82,37 +106,90 @@ def test_the_checker_counts_each_kind_of_violation() -> None:
     t0, t1, t2 = "2026-01-01T00:00:01.000Z", "2026-01-01T00:00:02.000Z", "2026-01-01T00:00:03.000Z"
     runs = {
         # fine: lost, then succeeded with the newer fence and its own result
-        "J0": [_run("J0@1", "succeeded", [_attempt(1, 10, t0, t1, "lost"),
-                                         _attempt(2, 20, t1, t2, "succeeded")],
-                    {"run_id": "J0@1", "attempt": 2})],
+        "J0": [
+            _run(
+                "J0@1",
+                "succeeded",
+                [_attempt(1, 10, t0, t1, "lost"), _attempt(2, 20, t1, t2, "succeeded")],
+                {"run_id": "J0@1", "attempt": 2},
+            )
+        ],
         # stale completion: attempt 1 (fence 10) accepted after attempt 2 was leased
-        "J1": [_run("J1@1", "succeeded", [_attempt(1, 10, t0, t2, "succeeded"),
-                                         _attempt(2, 20, t1, None, None)],
-                    {"run_id": "J1@1", "attempt": 1})],
+        "J1": [
+            _run(
+                "J1@1",
+                "succeeded",
+                [_attempt(1, 10, t0, t2, "succeeded"), _attempt(2, 20, t1, None, None)],
+                {"run_id": "J1@1", "attempt": 1},
+            )
+        ],
         # the stored result came from attempt 1, whose lease was lost
-        "J4": [_run("J4@1", "succeeded", [_attempt(1, 50, t0, t1, "lost"),
-                                         _attempt(2, 60, t1, t2, "succeeded")],
-                    {"run_id": "J4@1", "attempt": 1})],
+        "J4": [
+            _run(
+                "J4@1",
+                "succeeded",
+                [_attempt(1, 50, t0, t1, "lost"), _attempt(2, 60, t1, t2, "succeeded")],
+                {"run_id": "J4@1", "attempt": 1},
+            )
+        ],
         # a one-off job fired twice
-        "J2": [_run("J2@1", "succeeded", [_attempt(1, 30, t0, t1, "succeeded")],
-                    {"run_id": "J2@1", "attempt": 1}),
-               _run("J2@2", "queued", [], None, t2)],
-        "C": [_run("C@1000", "succeeded", [_attempt(1, 40, t0, t1, "succeeded")],
-                   {"run_id": "C@1000", "attempt": 1}, "2026-01-01T00:00:01.000Z"),
-              _run("C@1001", "queued", [], None, "2026-01-01T00:00:01.001Z")],
+        "J2": [
+            _run(
+                "J2@1",
+                "succeeded",
+                [_attempt(1, 30, t0, t1, "succeeded")],
+                {"run_id": "J2@1", "attempt": 1},
+            ),
+            _run("J2@2", "queued", [], None, t2),
+        ],
+        "C": [
+            _run(
+                "C@1000",
+                "succeeded",
+                [_attempt(1, 40, t0, t1, "succeeded")],
+                {"run_id": "C@1000", "attempt": 1},
+                "2026-01-01T00:00:01.000Z",
+            ),
+            _run("C@1001", "queued", [], None, "2026-01-01T00:00:01.001Z"),
+        ],
     }
-    jobs = {j: {"id": j, "payload": {"tag": f"t{j[1:]}" if j != "C" else "c"}, "status": "done"}
-            for j in runs}
+    jobs = {
+        j: {"id": j, "payload": {"tag": f"t{j[1:]}" if j != "C" else "c"}, "status": "done"}
+        for j in runs
+    }
     # J3 acknowledged but missing everywhere
-    states = [checker.NodeState(i, 100, {k: dict(v) for k, v in jobs.items()},
-                                {k: list(v) for k, v in runs.items()}, list(jobs)) for i in range(3)]
+    states = [
+        checker.NodeState(
+            i,
+            100,
+            {k: dict(v) for k, v in jobs.items()},
+            {k: list(v) for k, v in runs.items()},
+            list(jobs),
+        )
+        for i in range(3)
+    ]
     states[2].jobs["J0"] = {**jobs["J0"], "status": "active"}  # replica diverged
-    executions = [("J0@1", 10, 1, "w1"), ("J0@1", 20, 2, "w2"), ("J1@1", 10, 1, "w1"),
-                  ("J2@1", 30, 1, "w1"), ("J2@1", 30, 1, "w1"),  # one fence executed twice
-                  ("C@1000", 40, 1, "w1"), ("J4@1", 50, 1, "w1"), ("J4@1", 60, 2, "w2"),
-                  ("J9@1", 99, 1, "w2")]  # never granted
-    report = checker.check(h, states, {"converged": True, "leader": 0}, executions, 0, [],
-                           bound_s=10.0, cron_jobs=["C"])
+    executions = [
+        ("J0@1", 10, 1, "w1"),
+        ("J0@1", 20, 2, "w2"),
+        ("J1@1", 10, 1, "w1"),
+        ("J2@1", 30, 1, "w1"),
+        ("J2@1", 30, 1, "w1"),  # one fence executed twice
+        ("C@1000", 40, 1, "w1"),
+        ("J4@1", 50, 1, "w1"),
+        ("J4@1", 60, 2, "w2"),
+        ("J9@1", 99, 1, "w2"),
+    ]  # never granted
+    report = checker.check(
+        h,
+        states,
+        {"converged": True, "leader": 0},
+        executions,
+        0,
+        [],
+        bound_s=10.0,
+        cron_jobs=["C"],
+    )
     inv = report["invariants"]
     assert inv["lost_acknowledged_jobs"] == 3  # J3 on each of the three nodes
     assert inv["replica_divergence"] == 1

@@ -45,8 +45,12 @@ async def wait_log(cluster: Cluster, i: int, pattern: str, timeout: float = 30.0
 
 
 async def submit(http: aiohttp.ClientSession, url: str, cluster: Cluster, payload: Any) -> None:
-    async with http.post(url + "/api/v1/jobs", data=orjson.dumps({"task": "t", "payload": payload}),
-                         headers=cluster.headers(), timeout=aiohttp.ClientTimeout(total=10)) as r:
+    async with http.post(
+        url + "/api/v1/jobs",
+        data=orjson.dumps({"task": "t", "payload": payload}),
+        headers=cluster.headers(),
+        timeout=aiohttp.ClientTimeout(total=10),
+    ) as r:
         assert r.status == 201, await r.text()
 
 
@@ -61,8 +65,9 @@ async def metric(http: aiohttp.ClientSession, cluster: Cluster, i: int, name: st
 async def test_a_node_with_another_secret_is_refused_and_both_sides_say_so(tmp_path: Path) -> None:
     good = new_secret(tmp_path / "good.key")
     other = new_secret(tmp_path / "other.key")
-    cluster = Cluster(tmp_path / "c", raft={"secret_file": str(good)},
-                      node_raft={2: {"secret_file": str(other)}})
+    cluster = Cluster(
+        tmp_path / "c", raft={"secret_file": str(good)}, node_raft={2: {"secret_file": str(other)}}
+    )
     try:
         cluster.start()
         async with aiohttp.ClientSession() as http:
@@ -78,8 +83,12 @@ async def test_a_node_with_another_secret_is_refused_and_both_sides_say_so(tmp_p
             odd = views[2]
             assert odd is not None and odd["leader"] is None
             assert odd["applied_index"] < views[leader]["commit_index"], "it applied nothing new"
-            assert await metric(http, cluster, leader,
-                                'schedd_raft_peer_refused_total{reason="wrong_secret"}') >= 1
+            assert (
+                await metric(
+                    http, cluster, leader, 'schedd_raft_peer_refused_total{reason="wrong_secret"}'
+                )
+                >= 1
+            )
             # The same node with the right secret joins and catches up.
             cluster.kill(2)
             text = cluster.nodes[2].config.read_text().replace(str(other), str(good))
@@ -92,7 +101,9 @@ async def test_a_node_with_another_secret_is_refused_and_both_sides_say_so(tmp_p
                     break
                 await asyncio.sleep(0.1)
             else:
-                raise AssertionError(f"the node with the right secret never caught up\n{cluster.logs()}")
+                raise AssertionError(
+                    f"the node with the right secret never caught up\n{cluster.logs()}"
+                )
     finally:
         cluster.stop()
 
@@ -117,8 +128,10 @@ async def test_a_node_no_peer_lists_exits_with_one_line(tmp_path: Path) -> None:
         assert not any("Traceback" in ln for ln in lines), cluster.logs()
         final = [ln for ln in lines if ln.startswith("schedd: ")]
         assert len(final) == 1, cluster.logs()
-        assert final[0].startswith(f"schedd: raft.listen: no peer lists this node's address "
-                                   f"127.0.0.1:{cluster.nodes[hi].raft_port} in its raft.peers")
+        assert final[0].startswith(
+            f"schedd: raft.listen: no peer lists this node's address "
+            f"127.0.0.1:{cluster.nodes[hi].raft_port} in its raft.peers"
+        )
         assert f"127.0.0.1:{wrong}" in final[0], "it says what the peers list instead"
         for i in range(3):
             if i != hi:
@@ -157,7 +170,8 @@ class Tap:
     def _run(self) -> None:
         asyncio.set_event_loop(self._loop)
         server = self._loop.run_until_complete(
-            asyncio.start_server(self._serve, "127.0.0.1", self.port))
+            asyncio.start_server(self._serve, "127.0.0.1", self.port)
+        )
         self._ready.set()
         self._loop.run_forever()
         server.close()
@@ -177,7 +191,9 @@ class Tap:
         up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target)
         self._writers.append(up_writer)
 
-        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter, into: bytearray) -> None:
+        async def pipe(
+            src: asyncio.StreamReader, dst: asyncio.StreamWriter, into: bytearray
+        ) -> None:
             while chunk := await src.read(65536):
                 with self._lock:
                     into += chunk
@@ -185,8 +201,11 @@ class Tap:
                 await dst.drain()
             dst.close()
 
-        await asyncio.gather(pipe(reader, up_writer, self.sent),
-                             pipe(up_reader, writer, self.received), return_exceptions=True)
+        await asyncio.gather(
+            pipe(reader, up_writer, self.sent),
+            pipe(up_reader, writer, self.received),
+            return_exceptions=True,
+        )
 
 
 def frames(data: bytes) -> list[bytes]:
@@ -194,23 +213,29 @@ def frames(data: bytes) -> list[bytes]:
     out, off = [], 0
     while off + 4 <= len(data):
         (size,) = struct.unpack_from("i", data, off)
-        out.append(data[off + 4: off + 4 + size])
+        out.append(data[off + 4 : off + 4 + size])
         off += 4 + size
     return out
 
 
 @pytest.mark.parametrize("with_secret", [True, False], ids=["secret", "no-secret"])
-async def test_raft_traffic_cannot_be_read_without_the_secret(tmp_path: Path,
-                                                              with_secret: bool) -> None:
+async def test_raft_traffic_cannot_be_read_without_the_secret(
+    tmp_path: Path, with_secret: bool
+) -> None:
     """Two nodes; node 2 (the higher address, so the one that opens the connection) reaches
     node 1 through a tap that records both directions.  A job's payload crosses the link before
     its submit is answered (a majority of two is both)."""
     p1, tap_port, p2 = sorted(free_port() for _ in range(3))  # raft 1 < tap < raft 2
     key = new_secret(tmp_path / "raft.key")
-    cluster = Cluster(tmp_path / "c", size=2, http_ports=[p1, p2],
-                      raft={"secret_file": str(key)} if with_secret else {},
-                      node_raft={1: {"peers": [f"127.0.0.1:{tap_port}"],
-                                     "peer_http": [f"http://127.0.0.1:{p1}"]}})
+    cluster = Cluster(
+        tmp_path / "c",
+        size=2,
+        http_ports=[p1, p2],
+        raft={"secret_file": str(key)} if with_secret else {},
+        node_raft={
+            1: {"peers": [f"127.0.0.1:{tap_port}"], "peer_http": [f"http://127.0.0.1:{p1}"]}
+        },
+    )
     tap = Tap(tap_port, p1 + 1)
     tap.start()
     marker = "payload-" + secrets.token_hex(8)
@@ -237,5 +262,6 @@ async def test_raft_traffic_cannot_be_read_without_the_secret(tmp_path: Path,
         with pytest.raises(InvalidToken):
             wrong.decrypt(m)
     right = getEncryptor(key.read_bytes().strip())
-    assert any(marker.encode() in zlib.decompress(right.decrypt(m)) for m in messages), \
+    assert any(marker.encode() in zlib.decompress(right.decrypt(m)) for m in messages), (
         "with the secret the same bytes hold the job: the capture saw it"
+    )

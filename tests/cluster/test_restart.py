@@ -17,7 +17,9 @@ from tests.conftest import wait_for
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(180)]
 
 
-async def all_visible(http: aiohttp.ClientSession, cluster: Cluster, url: str, ids: list[str]) -> bool:
+async def all_visible(
+    http: aiohttp.ClientSession, cluster: Cluster, url: str, ids: list[str]
+) -> bool:
     try:
         async with http.get(f"{url}/api/v1/jobs?limit=1000", headers=cluster.headers()) as r:
             return r.status == 200 and set(ids) <= {j["id"] for j in (await r.json())["jobs"]}
@@ -27,19 +29,28 @@ async def all_visible(http: aiohttp.ClientSession, cluster: Cluster, url: str, i
 
 async def test_all_nodes_killed_and_restarted_lose_nothing(tmp_path: Path, record: Path) -> None:
     # Tiny compaction threshold: the restart goes through a snapshot (dump) plus the journal.
-    cluster = Cluster(tmp_path / "c", raft={"log_compaction_min_entries": 20,
-                                            "log_compaction_min_time": "1s"})
+    cluster = Cluster(
+        tmp_path / "c", raft={"log_compaction_min_entries": 20, "log_compaction_min_time": "1s"}
+    )
     try:
         cluster.start()
         async with aiohttp.ClientSession() as http:
             await cluster.wait_leader(http)
-            later = [await submit(http, cluster, {"task": "acc.record", "schedule": {"in": "6s"}})
-                     for _ in range(30)]
-            far = [await submit(http, cluster, {"task": "acc.record", "schedule": {"in": "1h"}})
-                   for _ in range(30)]
+            later = [
+                await submit(http, cluster, {"task": "acc.record", "schedule": {"in": "6s"}})
+                for _ in range(30)
+            ]
+            far = [
+                await submit(http, cluster, {"task": "acc.record", "schedule": {"in": "1h"}})
+                for _ in range(30)
+            ]
             # the restart must go through a snapshot: wait until one is written (in the background)
-            await wait_for(lambda: any((tmp_path / "c" / f"n{i}" / "raft" / "raft.dump").exists()
-                                       for i in (1, 2, 3)), timeout=30)
+            await wait_for(
+                lambda: any(
+                    (tmp_path / "c" / f"n{i}" / "raft" / "raft.dump").exists() for i in (1, 2, 3)
+                ),
+                timeout=30,
+            )
             for i in range(3):
                 cluster.kill(i, signal.SIGKILL)
             cluster.start()

@@ -45,8 +45,12 @@ RECOVERY_BOUND = 10.0  # from SIGCONT until the paused node has applied the lead
 
 async def _post(http: aiohttp.ClientSession, cluster: Cluster, i: int, body: bytes) -> None:
     try:
-        async with http.post(cluster.nodes[i].url + "/api/v1/jobs", data=body,
-                             headers=cluster.headers(), timeout=aiohttp.ClientTimeout(total=3)) as r:
+        async with http.post(
+            cluster.nodes[i].url + "/api/v1/jobs",
+            data=body,
+            headers=cluster.headers(),
+            timeout=aiohttp.ClientTimeout(total=3),
+        ) as r:
             await r.read()
     except (aiohttp.ClientError, TimeoutError):
         pass
@@ -55,8 +59,11 @@ async def _post(http: aiohttp.ClientSession, cluster: Cluster, i: int, body: byt
 async def _metric(http: aiohttp.ClientSession, cluster: Cluster, i: int, name: str) -> float:
     """Sum of every sample of ``name`` on node i (0 when absent or unreachable)."""
     try:
-        async with http.get(cluster.nodes[i].url + "/metrics", headers=cluster.headers(),
-                            timeout=aiohttp.ClientTimeout(total=2)) as r:
+        async with http.get(
+            cluster.nodes[i].url + "/metrics",
+            headers=cluster.headers(),
+            timeout=aiohttp.ClientTimeout(total=2),
+        ) as r:
             text = await r.text()
     except (aiohttp.ClientError, TimeoutError):
         return 0.0
@@ -67,9 +74,11 @@ async def _metric(http: aiohttp.ClientSession, cluster: Cluster, i: int, name: s
 async def test_raft_follower_stalled_by_a_leader_pause_catches_up_within_seconds(
     tmp_path: Path,
 ) -> None:
-    cluster = Cluster(tmp_path / "c", proxied=True,
-                      raft={"log_compaction_min_entries": 1_000_000,
-                            "log_compaction_min_time": "300s"})
+    cluster = Cluster(
+        tmp_path / "c",
+        proxied=True,
+        raft={"log_compaction_min_entries": 1_000_000, "log_compaction_min_time": "300s"},
+    )
     stop = asyncio.Event()
     submitted = [0, 0]  # accepted, failed
     try:
@@ -82,9 +91,12 @@ async def test_raft_follower_stalled_by_a_leader_pause_catches_up_within_seconds
                 while not stop.is_set():
                     url = cluster.urls[k % len(cluster.urls)]
                     try:
-                        async with http.post(url + "/api/v1/jobs", data=body,
-                                             headers=cluster.headers(),
-                                             timeout=aiohttp.ClientTimeout(total=3)) as r:
+                        async with http.post(
+                            url + "/api/v1/jobs",
+                            data=body,
+                            headers=cluster.headers(),
+                            timeout=aiohttp.ClientTimeout(total=3),
+                        ) as r:
                             await r.read()
                             submitted[0 if r.status == 201 else 1] += 1
                             if r.status != 201:
@@ -123,25 +135,36 @@ async def test_raft_follower_stalled_by_a_leader_pause_catches_up_within_seconds
             caught_up = None
             trace: list[tuple[float, int, int, str]] = []
             while time.monotonic() < resumed + RECOVERY_BOUND:
-                lv, fv = await asyncio.gather(cluster.view(http, new_leader),
-                                              cluster.view(http, leader))
+                lv, fv = await asyncio.gather(
+                    cluster.view(http, new_leader), cluster.view(http, leader)
+                )
                 if lv is not None and fv is not None:
-                    trace.append((round(time.monotonic() - resumed, 1), lv["commit_index"],
-                                  fv["applied_index"], fv["role"]))
+                    trace.append(
+                        (
+                            round(time.monotonic() - resumed, 1),
+                            lv["commit_index"],
+                            fv["applied_index"],
+                            fv["role"],
+                        )
+                    )
                     if lv["role"] == "leader" and fv["applied_index"] >= lv["commit_index"]:
                         caught_up = time.monotonic() - resumed
                         break
                 await asyncio.sleep(0.2)
-            recoveries = await _metric(http, cluster, new_leader,
-                                       "schedd_raft_follower_stall_recoveries_total")
-            print(f"n{leader + 1} (leader, term {before['term']}) paused; new leader "
-                  f"n{new_leader + 1}; submitted {submitted}; the paused node caught up "
-                  f"{caught_up} s after SIGCONT; stall recoveries on the new leader: {recoveries}")
+            recoveries = await _metric(
+                http, cluster, new_leader, "schedd_raft_follower_stall_recoveries_total"
+            )
+            print(
+                f"n{leader + 1} (leader, term {before['term']}) paused; new leader "
+                f"n{new_leader + 1}; submitted {submitted}; the paused node caught up "
+                f"{caught_up} s after SIGCONT; stall recoveries on the new leader: {recoveries}"
+            )
             assert new_leader != leader, "the pause did not depose the leader"
             assert caught_up is not None, (
                 f"the paused node (n{leader + 1}) did not catch up within {RECOVERY_BOUND} s of "
                 f"SIGCONT: (seconds, leader commit, its applied, its role) {trace}\n"
-                f"{cluster.logs()}")
+                f"{cluster.logs()}"
+            )
     finally:
         stop.set()
         cluster.stop()

@@ -10,8 +10,9 @@ from tests.conftest import Node
 API = "/api/v1"
 
 
-async def post(http: aiohttp.ClientSession, node: Node, path: str, body: object,
-               token: str | None = None) -> tuple[int, dict]:
+async def post(
+    http: aiohttp.ClientSession, node: Node, path: str, body: object, token: str | None = None
+) -> tuple[int, dict]:
     async with http.post(node.url + API + path, json=body, headers=node.headers(token)) as r:
         return r.status, await r.json()
 
@@ -21,7 +22,9 @@ async def get(http: aiohttp.ClientSession, node: Node, path: str) -> tuple[int, 
         return r.status, await r.json()
 
 
-async def test_submit_is_committed_before_201_and_readable(node: Node, http: aiohttp.ClientSession) -> None:
+async def test_submit_is_committed_before_201_and_readable(
+    node: Node, http: aiohttp.ClientSession
+) -> None:
     applied_before = node.rt.node.applied_index
     status, job = await post(http, node, "/jobs", {"task": "demo.echo", "payload": {"x": 1}})
     assert status == 201
@@ -29,10 +32,16 @@ async def test_submit_is_committed_before_201_and_readable(node: Node, http: aio
     with node.rt.node.read() as st:
         assert job["id"] in st.jobs  # applied locally before the reply
     status, again = await get(http, node, f"/jobs/{job['id']}")
-    assert status == 200 and again["payload"] == {"x": 1} and again["latest_run"]["job_id"] == job["id"]
+    assert (
+        status == 200
+        and again["payload"] == {"x": 1}
+        and again["latest_run"]["job_id"] == job["id"]
+    )
 
 
-async def test_idempotency_key_returns_200_with_the_same_job(node: Node, http: aiohttp.ClientSession) -> None:
+async def test_idempotency_key_returns_200_with_the_same_job(
+    node: Node, http: aiohttp.ClientSession
+) -> None:
     body = {"task": "t", "idempotency_key": "invoice-1"}
     s1, j1 = await post(http, node, "/jobs", body)
     s2, j2 = await post(http, node, "/jobs", body)
@@ -50,8 +59,9 @@ async def test_idempotency_key_returns_200_with_the_same_job(node: Node, http: a
         ({"task": "t", "colour": "red"}, "colour"),
     ],
 )
-async def test_bad_bodies_get_400_naming_the_field(node: Node, http: aiohttp.ClientSession,
-                                                   body: dict, field: str) -> None:
+async def test_bad_bodies_get_400_naming_the_field(
+    node: Node, http: aiohttp.ClientSession, body: dict, field: str
+) -> None:
     status, err = await post(http, node, "/jobs", body)
     assert status == 400
     assert err["error"]["code"] == "invalid_argument" and err["error"]["field"] == field
@@ -71,7 +81,9 @@ async def test_payload_over_the_limit_is_413(node: Node, http: aiohttp.ClientSes
 async def test_auth_is_required_and_roles_apply(node: Node, http: aiohttp.ClientSession) -> None:
     async with http.get(node.url + API + "/jobs") as r:
         assert r.status == 401
-    async with http.get(node.url + API + "/jobs", headers={"Authorization": "Bearer wrong-token-123456"}) as r:
+    async with http.get(
+        node.url + API + "/jobs", headers={"Authorization": "Bearer wrong-token-123456"}
+    ) as r:
         assert r.status == 401 and (await r.json())["error"]["code"] == "unauthenticated"
     async with http.get(node.url + "/healthz") as r:
         assert r.status == 200
@@ -86,10 +98,14 @@ async def test_unknown_job_and_route_are_404(node: Node, http: aiohttp.ClientSes
         assert r.status == 404
 
 
-async def test_list_pages_with_a_cursor_and_filters(node: Node, http: aiohttp.ClientSession) -> None:
+async def test_list_pages_with_a_cursor_and_filters(
+    node: Node, http: aiohttp.ClientSession
+) -> None:
     ids = []
     for i in range(5):
-        _, job = await post(http, node, "/jobs", {"task": "a" if i % 2 else "b", "schedule": {"in": "1h"}})
+        _, job = await post(
+            http, node, "/jobs", {"task": "a" if i % 2 else "b", "schedule": {"in": "1h"}}
+        )
         ids.append(job["id"])
     seen: list[str] = []
     cursor = None
@@ -134,7 +150,9 @@ async def test_cluster_view_names_the_leader(node: Node, http: aiohttp.ClientSes
         assert r.status == 200
 
 
-async def test_a_repeated_request_id_is_applied_once(node: Node, http: aiohttp.ClientSession) -> None:
+async def test_a_repeated_request_id_is_applied_once(
+    node: Node, http: aiohttp.ClientSession
+) -> None:
     headers = dict(node.headers(), **{"X-Request-Id": "retry-me-12345"})
     ids = []
     for _ in range(2):
@@ -144,6 +162,9 @@ async def test_a_repeated_request_id_is_applied_once(node: Node, http: aiohttp.C
     assert ids[0] == ids[1]
     _, listed = await get(http, node, "/jobs")
     assert [j["id"] for j in listed["jobs"]] == ids[:1]
-    async with http.post(node.url + API + "/jobs", json={"task": "t"},
-                         headers=dict(node.headers(), **{"X-Request-Id": "x"})) as r:
+    async with http.post(
+        node.url + API + "/jobs",
+        json={"task": "t"},
+        headers=dict(node.headers(), **{"X-Request-Id": "x"}),
+    ) as r:
         assert r.status == 400 and (await r.json())["error"]["field"] == "X-Request-Id"

@@ -9,18 +9,25 @@ from tests.conftest import Node
 from tests.integration.test_api import API, get, post
 
 
-async def patch(http: aiohttp.ClientSession, node: Node, path: str, body: object) -> tuple[int, dict]:
+async def patch(
+    http: aiohttp.ClientSession, node: Node, path: str, body: object
+) -> tuple[int, dict]:
     async with http.patch(node.url + API + path, json=body, headers=node.headers()) as r:
         return r.status, await r.json()
 
 
 async def test_pause_resume_and_update(node: Node, http: aiohttp.ClientSession) -> None:
-    _, job = await post(http, node, "/jobs", {"task": "t", "schedule": {"cron": "0 3 * * *",
-                                                                        "timezone": "Europe/Berlin"}})
+    _, job = await post(
+        http,
+        node,
+        "/jobs",
+        {"task": "t", "schedule": {"cron": "0 3 * * *", "timezone": "Europe/Berlin"}},
+    )
     status, paused = await patch(http, node, f"/jobs/{job['id']}", {"paused": True})
     assert status == 200 and paused["status"] == "paused"
-    status, resumed = await patch(http, node, f"/jobs/{job['id']}", {"paused": False,
-                                                                     "priority": "high"})
+    status, resumed = await patch(
+        http, node, f"/jobs/{job['id']}", {"paused": False, "priority": "high"}
+    )
     assert status == 200 and resumed["status"] == "active" and resumed["priority"] == "high"
     status, moved = await patch(http, node, f"/jobs/{job['id']}", {"schedule": {"every": "90s"}})
     assert status == 200 and moved["schedule"]["every"] == 90
@@ -31,11 +38,16 @@ async def test_pause_resume_and_update(node: Node, http: aiohttp.ClientSession) 
 
 @pytest.mark.parametrize(
     ("body", "field"),
-    [({}, None), ({"paused": "yes"}, "paused"), ({"colour": 1}, "colour"),
-     ({"schedule": {"cron": "nope"}}, "schedule.cron")],
+    [
+        ({}, None),
+        ({"paused": "yes"}, "paused"),
+        ({"colour": 1}, "colour"),
+        ({"schedule": {"cron": "nope"}}, "schedule.cron"),
+    ],
 )
-async def test_bad_patches_are_400(node: Node, http: aiohttp.ClientSession, body: object,
-                                   field: str | None) -> None:
+async def test_bad_patches_are_400(
+    node: Node, http: aiohttp.ClientSession, body: object, field: str | None
+) -> None:
     _, job = await post(http, node, "/jobs", {"task": "t", "schedule": {"in": "1h"}})
     status, err = await patch(http, node, f"/jobs/{job['id']}", body)
     assert status == 400 and err["error"].get("field") == field
@@ -63,7 +75,9 @@ async def test_explain_names_dst_changes(node: Node, http: aiohttp.ClientSession
     assert status == 400
 
 
-async def test_dependency_cycle_and_unknown_dependency(node: Node, http: aiohttp.ClientSession) -> None:
+async def test_dependency_cycle_and_unknown_dependency(
+    node: Node, http: aiohttp.ClientSession
+) -> None:
     status, err = await post(http, node, "/jobs", {"task": "t", "depends_on": ["nope"]})
     assert status == 404 and err["error"]["field"] == "depends_on[0]"
     _, a = await post(http, node, "/jobs", {"task": "a", "schedule": {"in": "1h"}})
@@ -75,18 +89,34 @@ async def test_dependency_cycle_and_unknown_dependency(node: Node, http: aiohttp
         assert r.status == 404
 
 
-async def test_a_whole_graph_in_one_batch_with_refs(node: Node, http: aiohttp.ClientSession) -> None:
-    status, out = await post(http, node, "/jobs/batch", {"jobs": [
-        {"ref": "extract", "task": "etl.extract"},
-        {"ref": "load", "task": "etl.load", "depends_on": ["extract"]},
-    ]})
+async def test_a_whole_graph_in_one_batch_with_refs(
+    node: Node, http: aiohttp.ClientSession
+) -> None:
+    status, out = await post(
+        http,
+        node,
+        "/jobs/batch",
+        {
+            "jobs": [
+                {"ref": "extract", "task": "etl.extract"},
+                {"ref": "load", "task": "etl.load", "depends_on": ["extract"]},
+            ]
+        },
+    )
     assert status == 201
     extract, load = out["jobs"]
     assert load["depends_on"] == [extract["id"]]
-    status, err = await post(http, node, "/jobs/batch", {"jobs": [
-        {"ref": "a", "task": "t", "depends_on": ["b"]},
-        {"ref": "b", "task": "t", "depends_on": ["a"]},
-    ]})
+    status, err = await post(
+        http,
+        node,
+        "/jobs/batch",
+        {
+            "jobs": [
+                {"ref": "a", "task": "t", "depends_on": ["b"]},
+                {"ref": "b", "task": "t", "depends_on": ["a"]},
+            ]
+        },
+    )
     assert status == 409 and "a -> b -> a" in err["error"]["message"]
 
 

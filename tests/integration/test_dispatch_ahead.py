@@ -33,7 +33,8 @@ async def slow_node(tmp_path: Path) -> AsyncIterator[Node]:
 
 
 async def test_a_lease_arrives_before_the_due_time_with_not_before(
-        node: Node, http: aiohttp.ClientSession) -> None:
+    node: Node, http: aiohttp.ClientSession
+) -> None:
     w = await connect(http, node, "w-ahead")
     job = await submit(http, node, {"task": "t", "schedule": {"in": "1500ms"}})
     lease = await w.expect(m.Lease, timeout=10)
@@ -52,7 +53,8 @@ async def test_a_lease_arrives_before_the_due_time_with_not_before(
 
 
 async def test_without_dispatch_ahead_the_lease_comes_at_the_due_time(
-        slow_node: Node, http: aiohttp.ClientSession) -> None:
+    slow_node: Node, http: aiohttp.ClientSession
+) -> None:
     w = await connect(http, slow_node, "w-due")
     await submit(http, slow_node, {"task": "t", "schedule": {"in": "500ms"}})
     lease = await w.expect(m.Lease, timeout=10)
@@ -74,7 +76,8 @@ async def _with_worker(node: Node, registry: Registry, body: Any) -> None:
 
 
 async def test_the_sdk_starts_a_run_leased_ahead_at_its_due_time_never_before(
-        node: Node, http: aiohttp.ClientSession) -> None:
+    node: Node, http: aiohttp.ClientSession
+) -> None:
     registry = Registry()
     started: dict[str, float] = {}
 
@@ -83,8 +86,10 @@ async def test_the_sdk_starts_a_run_leased_ahead_at_its_due_time_never_before(
         started[ctx.run_id] = time.time()
 
     async def body() -> None:
-        jobs = [await submit(http, node, {"task": "ahead.record", "schedule": {"in": f"{ms}ms"}})
-                for ms in (1200, 1500, 1800)]
+        jobs = [
+            await submit(http, node, {"task": "ahead.record", "schedule": {"in": f"{ms}ms"}})
+            for ms in (1200, 1500, 1800)
+        ]
         await wait_for(lambda: len(started) == 3, timeout=15)
         for job in jobs:
             [run] = await runs(http, node, job["id"])
@@ -101,7 +106,8 @@ async def _succeeded(http: aiohttp.ClientSession, node: Node, job_id: str) -> bo
 
 
 async def test_a_run_cancelled_while_it_waits_on_the_worker_never_starts(
-        node: Node, http: aiohttp.ClientSession) -> None:
+    node: Node, http: aiohttp.ClientSession
+) -> None:
     registry = Registry()
     started: list[str] = []
 
@@ -119,8 +125,9 @@ async def test_a_run_cancelled_while_it_waits_on_the_worker_never_starts(
         run_id = await wait_for(running, timeout=10)
         due = _epoch((await runs(http, node, job["id"]))[0]["scheduled_at"])
         assert time.time() < due, "the run should be leased (and waiting) before it is due"
-        async with http.post(node.url + API + f"/runs/{run_id}/cancel",
-                             headers=node.headers()) as r:
+        async with http.post(
+            node.url + API + f"/runs/{run_id}/cancel", headers=node.headers()
+        ) as r:
             assert r.status == 200, await r.text()
         # The handler would start at `due`: wait past it, then check it never ran.
         await asyncio.sleep(max(0.0, due - time.time()) + 0.5)
@@ -134,13 +141,16 @@ async def test_a_run_cancelled_while_it_waits_on_the_worker_never_starts(
 async def _metric(http: aiohttp.ClientSession, node: Node, name: str) -> float:
     async with http.get(node.url + "/metrics", headers=node.headers()) as r:
         text = await r.text()
-    values = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name + " ")]
+    values = [
+        float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name + " ")
+    ]
     return values[0] if values else 0.0
 
 
 @pytest.mark.parametrize("ahead", [True, False])
 async def test_fire_lag_is_measured_and_a_fire_ahead_counts_as_zero(
-        tmp_path: Path, http: aiohttp.ClientSession, ahead: bool) -> None:
+    tmp_path: Path, http: aiohttp.ClientSession, ahead: bool
+) -> None:
     n = await start_node(tmp_path / "n1", dispatch_ahead="1s" if ahead else "0s")
     try:
         await submit(http, n, {"task": "t", "schedule": {"in": "1200ms"}})

@@ -56,8 +56,9 @@ async def test_a_new_leader_ends_only_the_leases_the_worker_does_not_resume(
     lists is resumed, and another worker's lease (not connected yet) is left alone."""
     w1 = await connect(http, node, "w1", capacity=2)
     jobs = [await submit(http, node, {"task": "t", "retry": RETRY}) for _ in range(2)]
-    kept, lost = sorted([await w1.expect(m.Lease), await w1.expect(m.Lease)],
-                        key=lambda lease: lease.run_id)
+    kept, lost = sorted(
+        [await w1.expect(m.Lease), await w1.expect(m.Lease)], key=lambda lease: lease.run_id
+    )
     w2 = await connect(http, node, "w2", capacity=1)
     other_job = await submit(http, node, {"task": "t", "retry": RETRY})
     other = await w2.expect(m.Lease)
@@ -68,8 +69,9 @@ async def test_a_new_leader_ends_only_the_leases_the_worker_does_not_resume(
     await restart_leader_in_new_term(rt, monkeypatch)
     assert len(rt.leader.leases) == 3  # all three rebuilt, each with the 60 s grace
 
-    again = await connect(http, node, "w1", capacity=2,
-                          resume=(m.LeaseRef(run_id=kept.run_id, fence=kept.fence),))
+    again = await connect(
+        http, node, "w1", capacity=2, resume=(m.LeaseRef(run_id=kept.run_id, fence=kept.fence),)
+    )
     retry = await again.expect(m.Lease, timeout=PROMPT_S)
     assert retry.run_id == lost.run_id and retry.fence > lost.fence and retry.attempt == 2
 
@@ -85,8 +87,9 @@ async def test_a_new_leader_ends_only_the_leases_the_worker_does_not_resume(
     assert rt.leader.by_worker == {"w1": {kept.run_id, retry.run_id}, "w2": {other.run_id}}
     await again.send(m.Complete(run_id=kept.run_id, fence=kept.fence))
     assert (await again.expect(m.Ack)).accepted
-    w2_again = await connect(http, node, "w2", capacity=1,
-                             resume=(m.LeaseRef(run_id=other.run_id, fence=other.fence),))
+    w2_again = await connect(
+        http, node, "w2", capacity=1, resume=(m.LeaseRef(run_id=other.run_id, fence=other.fence),)
+    )
     await w2_again.send(m.Complete(run_id=other.run_id, fence=other.fence))
     assert (await w2_again.expect(m.Ack)).accepted
     [run] = await committed_runs(http, node, other_job["id"])

@@ -17,9 +17,16 @@ from tests.integration.test_metrics import scrape
 
 async def start(tmp: Path, freeze: str) -> Node:
     port = free_port()
-    cfg = load_config(None, env={}, overrides={
-        "node.data_dir": str(tmp), "node.gc_freeze_interval": freeze,
-        "http.listen": f"127.0.0.1:{port}", "raft.listen": f"127.0.0.1:{port + 1}"})
+    cfg = load_config(
+        None,
+        env={},
+        overrides={
+            "node.data_dir": str(tmp),
+            "node.gc_freeze_interval": freeze,
+            "http.listen": f"127.0.0.1:{port}",
+            "raft.listen": f"127.0.0.1:{port + 1}",
+        },
+    )
     token, _ = ensure_admin_token(cfg.tokens_path)
     rt = Runtime(cfg)
     await rt.start()
@@ -28,10 +35,12 @@ async def start(tmp: Path, freeze: str) -> Node:
 
 
 async def test_a_node_freezes_on_schedule_and_exports_its_collections(
-        tmp_path: Path, http: aiohttp.ClientSession) -> None:
+    tmp_path: Path, http: aiohttp.ClientSession
+) -> None:
     gc.unfreeze()
     node = await start(tmp_path / "n1", "100ms")
     try:
+
         async def frozen() -> bool:
             m = await scrape(http, node)
             return m[("schedd_gc_frozen_objects", ())] > 0

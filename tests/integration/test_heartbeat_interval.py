@@ -18,7 +18,8 @@ from tests.integration.test_worker_protocol import connect, runs, submit
 
 
 async def test_a_short_heartbeat_timeout_is_carried_by_the_lease(
-        node: Node, http: aiohttp.ClientSession) -> None:
+    node: Node, http: aiohttp.ClientSession
+) -> None:
     assert node.rt.config.scheduler.heartbeat_interval_ms == 5000  # the default
     w = await connect(http, node, "w-raw")
     await submit(http, node, {"task": "t", "heartbeat_timeout": "1500ms"})
@@ -33,7 +34,8 @@ async def test_a_short_heartbeat_timeout_is_carried_by_the_lease(
 
 
 async def test_a_healthy_worker_keeps_a_lease_with_a_short_heartbeat_timeout(
-        node: Node, http: aiohttp.ClientSession) -> None:
+    node: Node, http: aiohttp.ClientSession
+) -> None:
     registry = Registry()
     finished: list[int] = []
 

@@ -16,9 +16,11 @@ from tests.integration.test_worker_protocol import connect, runs, submit
 
 
 async def test_finished_history_is_forgotten_and_bounded_per_job(
-        tmp_path: Path, http: aiohttp.ClientSession) -> None:
-    node = await start_node(tmp_path / "n1", dispatch_ahead="0s",
-                            history={"retention": "1s", "max_runs_per_job": 2})
+    tmp_path: Path, http: aiohttp.ClientSession
+) -> None:
+    node = await start_node(
+        tmp_path / "n1", dispatch_ahead="0s", history={"retention": "1s", "max_runs_per_job": 2}
+    )
     try:
         w = await connect(http, node, "w-history", capacity=4)
 

@@ -29,7 +29,8 @@ def in_wheel(node: Node, run_id: str) -> bool:
 
 
 async def test_a_run_due_beyond_the_window_waits_on_disk_and_fires_on_time(
-        windowed: Node, http: aiohttp.ClientSession) -> None:
+    windowed: Node, http: aiohttp.ClientSession
+) -> None:
     w = await connect(http, windowed, "w-window")
     near = await submit(http, windowed, {"task": "t", "schedule": {"in": "500ms"}})
     far = await submit(http, windowed, {"task": "t", "schedule": {"in": "4s"}})
@@ -44,12 +45,13 @@ async def test_a_run_due_beyond_the_window_waits_on_disk_and_fires_on_time(
     received = time.time()
     assert second.run_id == far_run
     due = int(far_run.rpartition("@")[2]) / 1000
-    assert due <= received < due + 1.5, (received - due)
+    assert due <= received < due + 1.5, received - due
     await w.ws.close()
 
 
 async def test_a_new_leader_loads_only_the_window_and_what_is_live(
-        windowed: Node, http: aiohttp.ClientSession, monkeypatch: pytest.MonkeyPatch) -> None:
+    windowed: Node, http: aiohttp.ClientSession, monkeypatch: pytest.MonkeyPatch
+) -> None:
     w = await connect(http, windowed, "w-live")
     soon = await submit(http, windowed, {"task": "t"})
     lease = await w.expect(m.Lease, timeout=10)  # running: must be tracked by the new leader
@@ -66,7 +68,8 @@ async def test_a_new_leader_loads_only_the_window_and_what_is_live(
 
 
 async def test_a_new_leader_reads_a_large_window_a_chunk_per_tick(
-        tmp_path: Path, http: aiohttp.ClientSession, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, http: aiohttp.ClientSession, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # Each read of the window holds the state's lock, which the Raft thread needs: a window of
     # many runs is read in chunks of LOAD_CHUNK (3 here), one per tick of the leader's loop;
     # runs due in the same millisecond as many as a chunk come in one read.
@@ -75,11 +78,14 @@ async def test_a_new_leader_reads_a_large_window_a_chunk_per_tick(
     monkeypatch.setattr(leader_module, "LOAD_CHUNK", 3)
     node = await start_node(tmp_path / "n1", hot_window="1h", dispatch_ahead="0s")
     try:
-        spread = [await submit(http, node, {"task": "t", "schedule": {"in": f"{30 + k}s"}})
-                  for k in range(8)]
+        spread = [
+            await submit(http, node, {"task": "t", "schedule": {"in": f"{30 + k}s"}})
+            for k in range(8)
+        ]
         same = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 60))
-        together = [await submit(http, node, {"task": "t", "schedule": {"at": same}})
-                    for _ in range(4)]
+        together = [
+            await submit(http, node, {"task": "t", "schedule": {"at": same}}) for _ in range(4)
+        ]
         ids = [j["latest_run"]["id"] for j in spread + together]
         added: list[int] = []
         real = leader_module.Leader._load_window

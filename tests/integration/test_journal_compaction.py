@@ -26,7 +26,8 @@ def journal_of(node: Any) -> DurableJournal:
 
 
 async def test_a_restart_after_an_unfinished_compaction_keeps_the_entries_after_the_snapshot(
-        tmp_path: Path, http: aiohttp.ClientSession, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, http: aiohttp.ClientSession, monkeypatch: pytest.MonkeyPatch
+) -> None:
     data = tmp_path / "n1"
     # The copy never starts: the file keeps its head, as after a stop before the rename.
     monkeypatch.setattr(DurableJournal, "_start_compaction", lambda self: None)
@@ -47,7 +48,7 @@ async def test_a_restart_after_an_unfinished_compaction_keeps_the_entries_after_
     head = DurableJournal(journal.path)
     on_disk = list(head[:])
     head._destroy()
-    assert len(on_disk) > len(kept) and on_disk[-len(kept):] == kept  # the head is still there
+    assert len(on_disk) > len(kept) and on_disk[-len(kept) :] == kept  # the head is still there
 
     monkeypatch.undo()
     node = await start_node(data)  # compacts rarely: the log at start is what the node kept

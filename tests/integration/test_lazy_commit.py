@@ -33,7 +33,8 @@ async def lazy_node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIte
 
 
 async def test_worker_driven_changes_wait_for_the_next_commit_and_are_written_once(
-        lazy_node: Node, http: aiohttp.ClientSession) -> None:
+    lazy_node: Node, http: aiohttp.ClientSession
+) -> None:
     node = lazy_node
     rt = node.rt
     db = rt.node._sm.state.db
@@ -71,7 +72,8 @@ async def test_worker_driven_changes_wait_for_the_next_commit_and_are_written_on
 
 
 async def test_an_idle_node_commits_once_the_window_has_passed(
-        node: Node, http: aiohttp.ClientSession, monkeypatch: pytest.MonkeyPatch) -> None:
+    node: Node, http: aiohttp.ClientSession, monkeypatch: pytest.MonkeyPatch
+) -> None:
     rt = node.rt
     monkeypatch.setattr(raft_node, "LAZY_COMMIT_S", 3600.0)
     w = await connect(http, node, "w-idle")
@@ -89,7 +91,8 @@ async def test_an_idle_node_commits_once_the_window_has_passed(
 
 
 async def test_a_failure_to_hand_on_the_leader_events_does_not_stop_the_node(
-        node: Node, monkeypatch: pytest.MonkeyPatch) -> None:
+    node: Node, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # The events are handed on at the end of a tick, outside the apply's own guard: an error
     # there (the event loop closing while the node stops) must not reach pysyncobj's tick,
     # which would drop the answers of that tick's entries.
@@ -106,7 +109,8 @@ async def test_a_failure_to_hand_on_the_leader_events_does_not_stop_the_node(
 
 
 async def test_a_follower_commits_a_clients_command_at_once_only_if_a_caller_waits_there(
-        lazy_node: Node, http: aiohttp.ClientSession, monkeypatch: pytest.MonkeyPatch) -> None:
+    lazy_node: Node, http: aiohttp.ClientSession, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # A follower applies a client's command that a caller on another node waits for: nobody
     # was told about it here, so it waits for the next commit like the leader's own commands.
     # (The node plays a follower's state machine; the command, proposed here without a

@@ -16,7 +16,8 @@ from tests.integration.test_worker_protocol import API
 
 
 async def test_a_term_change_while_leading_restarts_the_leader_with_a_new_claim(
-        tmp_path: Path, http: aiohttp.ClientSession, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, http: aiohttp.ClientSession, monkeypatch: pytest.MonkeyPatch
+) -> None:
     n = await start_node(tmp_path / "n1")
     try:
         rt: Any = n.rt
@@ -30,10 +31,12 @@ async def test_a_term_change_while_leading_restarts_the_leader_with_a_new_claim(
         # and it schedules: a job submitted now is fired and queued by the new leader
         async with http.post(n.url + API + "/jobs", json={"task": "t"}, headers=n.headers()) as r:
             job = await r.json()
+
         async def queued() -> bool:
             async with http.get(n.url + API + f"/jobs/{job['id']}/runs", headers=n.headers()) as r:
                 runs = (await r.json())["runs"]
             return bool(runs) and runs[0]["state"] == "queued"
+
         await wait_for(queued, timeout=10)
     finally:
         await n.rt.stop()

@@ -17,33 +17,42 @@ from tests.integration.test_worker_protocol import connect
 
 @pytest.fixture
 async def limited(tmp_path: Path) -> AsyncIterator[Node]:
-    n = await start_node(tmp_path / "n1", limits={"submit_rate": {"slow": 1.0}, "submit_burst": 3,
-                                                  "concurrency": {"capped": 1}})
+    n = await start_node(
+        tmp_path / "n1",
+        limits={"submit_rate": {"slow": 1.0}, "submit_burst": 3, "concurrency": {"capped": 1}},
+    )
     try:
         yield n
     finally:
         await n.rt.stop()
 
 
-async def test_submission_rate_limit_is_a_429_with_retry_after(limited: Node,
-                                                               http: aiohttp.ClientSession) -> None:
+async def test_submission_rate_limit_is_a_429_with_retry_after(
+    limited: Node, http: aiohttp.ClientSession
+) -> None:
     for _ in range(3):  # the burst
-        status, _ = await post(http, limited, "/jobs", {"task": "t", "namespace": "slow",
-                                                        "schedule": {"in": "1h"}})
+        status, _ = await post(
+            http, limited, "/jobs", {"task": "t", "namespace": "slow", "schedule": {"in": "1h"}}
+        )
         assert status == 201
-    async with http.post(limited.url + API + "/jobs", headers=limited.headers(),
-                         json={"task": "t", "namespace": "slow"}) as r:
+    async with http.post(
+        limited.url + API + "/jobs",
+        headers=limited.headers(),
+        json={"task": "t", "namespace": "slow"},
+    ) as r:
         assert r.status == 429 and int(r.headers["Retry-After"]) >= 1
         assert (await r.json())["error"]["code"] == "resource_exhausted"
     status, _ = await post(http, limited, "/jobs", {"task": "t", "schedule": {"in": "1h"}})
     assert status == 201  # other namespaces are not limited
-    status, err = await post(http, limited, "/jobs/batch",
-                             {"jobs": [{"task": "t", "namespace": "slow"}] * 5})
+    status, err = await post(
+        http, limited, "/jobs/batch", {"jobs": [{"task": "t", "namespace": "slow"}] * 5}
+    )
     assert status == 400 and "burst" in err["error"]["message"]  # retrying would never help
 
 
-async def test_a_namespace_concurrency_cap_holds_back_leases(limited: Node,
-                                                             http: aiohttp.ClientSession) -> None:
+async def test_a_namespace_concurrency_cap_holds_back_leases(
+    limited: Node, http: aiohttp.ClientSession
+) -> None:
     w = await connect(http, limited, "w1", capacity=5)
     for _ in range(3):
         await post(http, limited, "/jobs", {"task": "t", "namespace": "capped"})

@@ -13,7 +13,9 @@ from tests.integration.test_api import post
 from tests.integration.test_worker_protocol import connect
 
 
-async def scrape(http: aiohttp.ClientSession, node: Node) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+async def scrape(
+    http: aiohttp.ClientSession, node: Node
+) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     async with http.get(node.url + "/metrics", headers=node.headers()) as r:
         assert r.status == 200 and r.headers["Content-Type"].startswith("text/plain")
         text = await r.text()
@@ -33,7 +35,9 @@ async def test_metrics_follow_a_run_and_a_skip(node: Node, http: aiohttp.ClientS
     lease = await w.expect(m.Lease)
     await w.send(m.Complete(run_id=lease.run_id, fence=lease.fence))
     await w.expect(m.Ack)
-    _, rec = await post(http, node, "/jobs", {"task": "t", "schedule": {"every": "1h", "overlap": "skip"}})
+    _, rec = await post(
+        http, node, "/jobs", {"task": "t", "schedule": {"every": "1h", "overlap": "skip"}}
+    )
     _status, _run = await post(http, node, f"/jobs/{rec['id']}/trigger", {"overlap": "override"})
     await w.expect(m.Lease)  # the triggered run is running now
     await post(http, node, f"/jobs/{rec['id']}/trigger", {"overlap": "respect"})  # skipped: overlap
@@ -46,8 +50,10 @@ async def test_metrics_follow_a_run_and_a_skip(node: Node, http: aiohttp.ClientS
     assert after[("schedd_workers_connected", ())] == 1.0
     assert after[("schedd_leases_in_flight", ())] == 1.0
     assert after[("schedd_raft_applied_index", ())] > before[("schedd_raft_applied_index", ())]
-    key = ("schedd_api_request_duration_seconds_count",
-           (("method", "POST"), ("route", "/api/v1/jobs"), ("status", "201")))
+    key = (
+        "schedd_api_request_duration_seconds_count",
+        (("method", "POST"), ("route", "/api/v1/jobs"), ("status", "201")),
+    )
     assert after[key] >= 2
     await w.ws.close()
 
@@ -57,17 +63,22 @@ async def test_metrics_need_a_token(node: Node, http: aiohttp.ClientSession) -> 
         assert r.status == 401
 
 
-async def test_snapshot_age_and_duration_are_exported(tmp_path: Path, http: aiohttp.ClientSession) -> None:
-    node = await start_node(tmp_path / "n1", raft={"log_compaction_min_entries": 20,
-                                                   "log_compaction_min_time": "1s"})
+async def test_snapshot_age_and_duration_are_exported(
+    tmp_path: Path, http: aiohttp.ClientSession
+) -> None:
+    node = await start_node(
+        tmp_path / "n1", raft={"log_compaction_min_entries": 20, "log_compaction_min_time": "1s"}
+    )
     try:
         for _ in range(40):
             await post(http, node, "/jobs", {"task": "t", "schedule": {"in": "1h"}})
 
         async def exported() -> bool:
             m = await scrape(http, node)
-            return ("schedd_raft_snapshot_duration_seconds", ()) in m and \
-                ("schedd_raft_snapshot_age_seconds", ()) in m
+            return ("schedd_raft_snapshot_duration_seconds", ()) in m and (
+                "schedd_raft_snapshot_age_seconds",
+                (),
+            ) in m
 
         await wait_for(exported, timeout=20)
         m = await scrape(http, node)

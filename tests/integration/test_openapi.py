@@ -22,8 +22,10 @@ from tests.integration.test_worker_protocol import connect
 API = "/api/v1"
 READ_SECRET = "viewer-secret-0123456789"
 # shared/ sits beside the repository (in CI too)
-CONTRACTS = (Path(__file__).resolve().parents[3] / "shared" / "contract.md",
-             Path("/work/shared/contract.md"))
+CONTRACTS = (
+    Path(__file__).resolve().parents[3] / "shared" / "contract.md",
+    Path("/work/shared/contract.md"),
+)
 
 
 def _resolve(doc: dict[str, Any], obj: dict[str, Any]) -> dict[str, Any]:
@@ -40,8 +42,11 @@ def _validator(doc: dict[str, Any], schema: dict[str, Any]) -> Any:
     """A 2020-12 validator for ``schema``, with ``#/components/...`` refs resolving into ``doc``
     and formats (date-time) checked."""
     jsonschema = pytest.importorskip("jsonschema")
-    root = {"$schema": "https://json-schema.org/draft/2020-12/schema",
-            "components": doc["components"], "allOf": [schema]}
+    root = {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "components": doc["components"],
+        "allOf": [schema],
+    }
     checker = jsonschema.Draft202012Validator.FORMAT_CHECKER
     assert "date-time" in checker.checkers, "install rfc3339-validator to check date-times"
     return jsonschema.Draft202012Validator(root, format_checker=checker)
@@ -65,8 +70,16 @@ class Checker:
                 return template, ops[method.lower()]
         raise AssertionError(f"{method} {path} is not in the document")
 
-    async def __call__(self, method: str, path: str, expect: int, body: Any = None, *,
-                       token: str | None = "default", raw: bytes | None = None) -> Any:
+    async def __call__(
+        self,
+        method: str,
+        path: str,
+        expect: int,
+        body: Any = None,
+        *,
+        token: str | None = "default",
+        raw: bytes | None = None,
+    ) -> Any:
         headers: dict[str, str] = {}
         if token == "default":
             headers = self.node.headers()
@@ -94,8 +107,10 @@ class Checker:
         if content_type != "application/json":
             return data.decode()
         value = json.loads(data)
-        errors = sorted(_validator(self.doc, response["content"][content_type]["schema"])
-                        .iter_errors(value), key=str)
+        errors = sorted(
+            _validator(self.doc, response["content"][content_type]["schema"]).iter_errors(value),
+            key=str,
+        )
         assert not errors, f"{method} {template} {status}: {errors[0]}"
         if retry_after is not None:
             assert "Retry-After" in response.get("headers", {}), (method, template, status)
@@ -125,7 +140,8 @@ async def test_every_route_is_documented_and_nothing_else(doc: dict[str, Any], n
     }
     documented = {
         (method, path): op["operationId"]
-        for path, ops in doc["paths"].items() for method, op in ops.items()
+        for path, ops in doc["paths"].items()
+        for method, op in ops.items()
     }
     assert routes == documented  # same routes, and each operationId names its handler
     ids = list(documented.values())
@@ -160,10 +176,12 @@ def test_the_schema_refuses_what_the_server_refuses(doc: dict[str, Any], body: A
     assert list(_component(doc, "JobBody").iter_errors(body))
 
 
-async def test_live_answers_match_the_document(node: Node, http: aiohttp.ClientSession,
-                                               doc: dict[str, Any]) -> None:
-    node.rt.tokens = TokenStore([(Token("admin", Role.ADMIN), node.token),
-                                 (Token("viewer", Role.READ), READ_SECRET)])
+async def test_live_answers_match_the_document(
+    node: Node, http: aiohttp.ClientSession, doc: dict[str, Any]
+) -> None:
+    node.rt.tokens = TokenStore(
+        [(Token("admin", Role.ADMIN), node.token), (Token("viewer", Role.READ), READ_SECRET)]
+    )
     call = Checker(doc, http, node)
 
     # the document itself, for any role; the same as spec()
@@ -172,25 +190,54 @@ async def test_live_answers_match_the_document(node: Node, http: aiohttp.ClientS
     await call("GET", API + "/openapi.json", 401, token=None)
 
     # submissions of every kind of schedule
-    cron = {"task": "reports.generate", "name": "nightly-report", "namespace": "default",
-            "queue": "default", "payload": {"report": "sales"},
-            "schedule": {"cron": "30 2 * * *", "timezone": "Europe/Berlin", "jitter": "5m",
-                         "misfire": "run_once", "catchup_window": "1h", "overlap": "skip",
-                         "dst": {"gap": "shift", "repeat": "first"}},
-            "priority": "high", "retry": {"max_attempts": 5, "initial": "1s", "max": "10m",
-                                          "multiplier": 2, "jitter": True},
-            "timeout": "30m", "heartbeat_timeout": 60, "idempotency_key": "nightly"}
+    cron = {
+        "task": "reports.generate",
+        "name": "nightly-report",
+        "namespace": "default",
+        "queue": "default",
+        "payload": {"report": "sales"},
+        "schedule": {
+            "cron": "30 2 * * *",
+            "timezone": "Europe/Berlin",
+            "jitter": "5m",
+            "misfire": "run_once",
+            "catchup_window": "1h",
+            "overlap": "skip",
+            "dst": {"gap": "shift", "repeat": "first"},
+        },
+        "priority": "high",
+        "retry": {
+            "max_attempts": 5,
+            "initial": "1s",
+            "max": "10m",
+            "multiplier": 2,
+            "jitter": True,
+        },
+        "timeout": "30m",
+        "heartbeat_timeout": 60,
+        "idempotency_key": "nightly",
+    }
     job = await call("POST", API + "/jobs", 201, cron)
     again = await call("POST", API + "/jobs", 200, cron)
     assert again["id"] == job["id"]
     later = await call("POST", API + "/jobs", 201, {"task": "t", "schedule": {"in": "1h"}})
-    await call("POST", API + "/jobs", 201, {"task": "t", "schedule": {"at": "2030-01-01T00:00:00Z"}})
-    every = await call("POST", API + "/jobs", 201, {"task": "t", "schedule": {"every": 90.5},
-                                                    "timeout": 1.5})
-    batch = await call("POST", API + "/jobs/batch", 201, {"jobs": [
-        {"ref": "a", "task": "etl.extract", "schedule": {"in": "1h"}},
-        {"task": "etl.load", "depends_on": ["a"]},
-    ]})
+    await call(
+        "POST", API + "/jobs", 201, {"task": "t", "schedule": {"at": "2030-01-01T00:00:00Z"}}
+    )
+    every = await call(
+        "POST", API + "/jobs", 201, {"task": "t", "schedule": {"every": 90.5}, "timeout": 1.5}
+    )
+    batch = await call(
+        "POST",
+        API + "/jobs/batch",
+        201,
+        {
+            "jobs": [
+                {"ref": "a", "task": "etl.extract", "schedule": {"in": "1h"}},
+                {"task": "etl.load", "depends_on": ["a"]},
+            ]
+        },
+    )
     assert batch["jobs"][1]["depends_on"] == [batch["jobs"][0]["id"]]
 
     # reads
@@ -208,8 +255,12 @@ async def test_live_answers_match_the_document(node: Node, http: aiohttp.ClientS
 
     # changes
     await call("PATCH", API + f"/jobs/{job['id']}", 200, {"paused": True})
-    await call("PATCH", API + f"/jobs/{every['id']}", 200,
-               {"schedule": {"in": "2h"}, "timeout": None, "retry": {"max_attempts": 2}})
+    await call(
+        "PATCH",
+        API + f"/jobs/{every['id']}",
+        200,
+        {"schedule": {"in": "2h"}, "timeout": None, "retry": {"max_attempts": 2}},
+    )
     run = await call("POST", API + f"/jobs/{later['id']}/trigger", 201, {"overlap": "override"})
     await call("GET", API + f"/runs/{run['id']}", 200)
     await call("POST", API + f"/runs/{run['id']}/cancel", 200)
@@ -219,20 +270,28 @@ async def test_live_answers_match_the_document(node: Node, http: aiohttp.ClientS
     worker = await connect(http, node, "w1", capacity=2)
     workers = await call("GET", API + "/workers", 200)
     assert [w["worker_id"] for w in workers["workers"]] == ["w1"]
-    doomed = [await call("POST", API + "/jobs", 201, {"task": "t", "queue": "default",
-                                                      "retry": {"max_attempts": 1}})
-              for _ in range(2)]
+    doomed = [
+        await call(
+            "POST",
+            API + "/jobs",
+            201,
+            {"task": "t", "queue": "default", "retry": {"max_attempts": 1}},
+        )
+        for _ in range(2)
+    ]
     doomed_ids = {j["id"] for j in doomed}
     failed: list[str] = []
     while len(failed) < 2:
         lease = await worker.expect(m.Lease)
         if lease.job_id in doomed_ids:
-            await worker.send(m.Fail(run_id=lease.run_id, fence=lease.fence, error="boom",
-                                     retryable=False))
+            await worker.send(
+                m.Fail(run_id=lease.run_id, fence=lease.fence, error="boom", retryable=False)
+            )
             failed.append(lease.run_id)
         else:
-            await worker.send(m.Complete(run_id=lease.run_id, fence=lease.fence,
-                                         result={"ok": [1, 2.5, None]}))
+            await worker.send(
+                m.Complete(run_id=lease.run_id, fence=lease.fence, result={"ok": [1, 2.5, None]})
+            )
 
     async def in_dlq() -> bool:
         dlq = await call("GET", API + "/dlq", 200)
@@ -277,16 +336,24 @@ async def test_live_answers_match_the_document(node: Node, http: aiohttp.ClientS
     await call("POST", API + "/dlq/nope@1/replay", 404)
     await call("DELETE", API + "/dlq/nope@1", 404)
     await call("POST", API + "/jobs", 404, {"task": "t", "depends_on": ["nope"]})
-    await call("POST", API + "/jobs/batch", 409, {"jobs": [
-        {"ref": "a", "task": "t", "depends_on": ["b"]},
-        {"ref": "b", "task": "t", "depends_on": ["a"]},
-    ]})
+    await call(
+        "POST",
+        API + "/jobs/batch",
+        409,
+        {
+            "jobs": [
+                {"ref": "a", "task": "t", "depends_on": ["b"]},
+                {"ref": "b", "task": "t", "depends_on": ["a"]},
+            ]
+        },
+    )
     await call("PATCH", API + f"/jobs/{later['id']}", 409, {"priority": "low"})  # cancelled
     await call("POST", API + f"/jobs/{later['id']}/trigger", 409)
     await call("POST", API + "/jobs", 413, {"task": "t", "payload": "x" * 70_000})
     await call("POST", API + "/jobs/batch", 413, {"jobs": [{"task": "t", "payload": "x" * 70_000}]})
-    await call("POST", API + "/jobs", 413, raw=b'{"task": "t", "payload": "' + b"x" * (2 << 20)
-               + b'"}')
+    await call(
+        "POST", API + "/jobs", 413, raw=b'{"task": "t", "payload": "' + b"x" * (2 << 20) + b'"}'
+    )
 
     statuses = {s for _, _, s in call.seen}
     assert statuses >= {200, 201, 204, 400, 401, 403, 404, 409, 413}

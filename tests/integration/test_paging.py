@@ -14,8 +14,9 @@ from tests.conftest import Node
 from tests.integration.test_worker_protocol import API, committed, connect, submit
 
 
-async def pages(http: aiohttp.ClientSession, node: Node, path: str, limit: int
-                ) -> list[list[dict[str, Any]]]:
+async def pages(
+    http: aiohttp.ClientSession, node: Node, path: str, limit: int
+) -> list[list[dict[str, Any]]]:
     out: list[list[dict[str, Any]]] = []
     cursor: str | None = None
     for _ in range(50):
@@ -38,17 +39,21 @@ async def everything(http: aiohttp.ClientSession, node: Node, path: str) -> list
     return runs
 
 
-async def test_a_jobs_run_history_pages_newest_first(node: Node, http: aiohttp.ClientSession) -> None:
+async def test_a_jobs_run_history_pages_newest_first(
+    node: Node, http: aiohttp.ClientSession
+) -> None:
     job = await submit(http, node, {"task": "t", "schedule": {"in": "1h"}})
     for _ in range(6):  # six triggered runs and the scheduled one
-        async with http.post(node.url + API + f"/jobs/{job['id']}/trigger", data=b"{}",
-                             headers=node.headers()) as r:
+        async with http.post(
+            node.url + API + f"/jobs/{job['id']}/trigger", data=b"{}", headers=node.headers()
+        ) as r:
             assert r.status in (200, 201), await r.text()
     path = f"/jobs/{job['id']}/runs"
     whole = await everything(http, node, path)
     assert len(whole) == 7
-    assert [r["scheduled_at"] for r in whole] == sorted((r["scheduled_at"] for r in whole),
-                                                        reverse=True)
+    assert [r["scheduled_at"] for r in whole] == sorted(
+        (r["scheduled_at"] for r in whole), reverse=True
+    )
     got = await pages(http, node, path, 3)
     assert [len(p) for p in got] == [3, 3, 1]
     assert [r["id"] for p in got for r in p] == [r["id"] for r in whole]
@@ -60,16 +65,16 @@ async def test_a_jobs_run_history_pages_newest_first(node: Node, http: aiohttp.C
         assert err["field"] == "cursor" and "next_cursor" in err["message"]
 
 
-async def test_the_dead_letter_queue_pages_newest_first(node: Node,
-                                                          http: aiohttp.ClientSession) -> None:
+async def test_the_dead_letter_queue_pages_newest_first(
+    node: Node, http: aiohttp.ClientSession
+) -> None:
     w = await connect(http, node, "w-dead", capacity=1)
     dead = []
     for k in range(5):
         job = await submit(http, node, {"task": "t", "payload": k, "retry": {"max_attempts": 1}})
         lease = await w.expect(m.Lease)
         assert lease.job_id == job["id"]
-        await w.send(m.Fail(run_id=lease.run_id, fence=lease.fence, error=f"e{k}",
-                            retryable=False))
+        await w.send(m.Fail(run_id=lease.run_id, fence=lease.fence, error=f"e{k}", retryable=False))
         assert (await w.expect(m.Ack)).accepted
         dead.append(lease.run_id)
     await w.ws.close()
@@ -79,8 +84,13 @@ async def test_the_dead_letter_queue_pages_newest_first(node: Node,
     assert [r["id"] for p in got for r in p] == dead[::-1]
     assert [r["error"] for p in got for r in p] == [f"e{k}" for k in range(4, -1, -1)]
     # a replayed run leaves the queue; the pages close over the gap
-    async with http.post(node.url + API + f"/dlq/{dead[2]}/replay", data=orjson.dumps({}),
-                         headers=node.headers()) as r:
+    async with http.post(
+        node.url + API + f"/dlq/{dead[2]}/replay", data=orjson.dumps({}), headers=node.headers()
+    ) as r:
         assert r.status == 200, await r.text()
-    assert [r["id"] for p in await pages(http, node, "/dlq", 2) for r in p] == \
-        [dead[4], dead[3], dead[1], dead[0]]
+    assert [r["id"] for p in await pages(http, node, "/dlq", 2) for r in p] == [
+        dead[4],
+        dead[3],
+        dead[1],
+        dead[0],
+    ]

@@ -85,8 +85,9 @@ class _Loop:
 
     def __init__(self) -> None:
         self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, name="schedd-node",
-                                       daemon=True)
+        self.thread = threading.Thread(
+            target=self.loop.run_forever, name="schedd-node", daemon=True
+        )
         self.thread.start()
 
     def run(self, coro: Coroutine[Any, Any, T], timeout: float = 60.0) -> T:
@@ -115,11 +116,13 @@ async def _work(worker: RawWorker) -> None:
         if not isinstance(msg, m.Lease):
             continue
         if msg.task.startswith("doomed"):
-            await worker.send(m.Fail(run_id=msg.run_id, fence=msg.fence, error="boom",
-                                     retryable=False))
+            await worker.send(
+                m.Fail(run_id=msg.run_id, fence=msg.fence, error="boom", retryable=False)
+            )
         else:
-            await worker.send(m.Complete(run_id=msg.run_id, fence=msg.fence,
-                                         result={"ok": [1, 2.5, None]}))
+            await worker.send(
+                m.Complete(run_id=msg.run_id, fence=msg.fence, result={"ok": [1, 2.5, None]})
+            )
 
 
 class Live:
@@ -140,16 +143,21 @@ class Live:
         self.auth = {"Authorization": f"Bearer {self.node.token}"}
         self.session.headers.update(self.auth)
         self.loop.run(self._connect_worker())
-        self.jobs = [self.submit(body)["id"] for body in (
-            {"task": "reports.generate", "schedule": {"cron": "30 2 * * *",
-                                                      "timezone": "Europe/Berlin"}},
-            {"task": "t", "schedule": {"every": "90s", "jitter": "5s", "overlap": "allow"}},
-            {"task": "t", "schedule": {"in": "1h"}},
-            {"task": "t", "schedule": {"at": "2030-01-01T00:00:00Z"}},
-            {"task": "t", "queue": "nobody"},  # run now, never leased: stays pending
-            {"task": "t", "queue": "done"},
-            {"task": "doomed", "queue": "doomed", "retry": {"max_attempts": 1}},
-        )]
+        self.jobs = [
+            self.submit(body)["id"]
+            for body in (
+                {
+                    "task": "reports.generate",
+                    "schedule": {"cron": "30 2 * * *", "timezone": "Europe/Berlin"},
+                },
+                {"task": "t", "schedule": {"every": "90s", "jitter": "5s", "overlap": "allow"}},
+                {"task": "t", "schedule": {"in": "1h"}},
+                {"task": "t", "schedule": {"at": "2030-01-01T00:00:00Z"}},
+                {"task": "t", "queue": "nobody"},  # run now, never leased: stays pending
+                {"task": "t", "queue": "done"},
+                {"task": "doomed", "queue": "doomed", "retry": {"max_attempts": 1}},
+            )
+        ]
         self.call("PATCH", f"/jobs/{self.jobs[1]}", {"paused": True})
         runs = [self.wait_run(self.jobs[5], "succeeded"), self.wait_run(self.jobs[6], "failed")]
         runs += [self.call("GET", f"/jobs/{j}")["latest_run"]["id"] for j in self.jobs[:5]]
@@ -158,8 +166,9 @@ class Live:
     async def _connect_worker(self) -> None:
         assert self.node is not None
         self.http = aiohttp.ClientSession()
-        ws = await self.http.ws_connect(self.node.url + API + "/workers/connect",
-                                        headers=self.node.headers())
+        ws = await self.http.ws_connect(
+            self.node.url + API + "/workers/connect", headers=self.node.headers()
+        )
         self.worker = RawWorker(ws)
         await self.worker.send(m.Hello(worker_id="w1", queues=("done", "doomed"), capacity=4))
         await self.worker.expect(m.Welcome)
@@ -253,15 +262,18 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
 def api_schema(live: Live) -> Any:
     """The document, as the live node serves it."""
     assert live.node is not None
-    config = schemathesis.Config.from_dict({
-        # the token is sent with every call; a generated Authorization would only get 401s
-        "generation": {"with-security-parameters": False, "database": "none"},
-        # a request that violates the schema must get a 4xx: nothing else (a 5xx is
-        # not_a_server_error's business)
-        "checks": {"negative_data_rejection": {"expected-statuses": ["4xx"]}},
-    })
-    return schemathesis.openapi.from_url(live.url + API + "/openapi.json", config=config,
-                                         headers=live.auth, timeout=30)
+    config = schemathesis.Config.from_dict(
+        {
+            # the token is sent with every call; a generated Authorization would only get 401s
+            "generation": {"with-security-parameters": False, "database": "none"},
+            # a request that violates the schema must get a 4xx: nothing else (a 5xx is
+            # not_a_server_error's business)
+            "checks": {"negative_data_rejection": {"expected-statuses": ["4xx"]}},
+        }
+    )
+    return schemathesis.openapi.from_url(
+        live.url + API + "/openapi.json", config=config, headers=live.auth, timeout=30
+    )
 
 
 def _cases() -> list[Any]:
@@ -272,13 +284,23 @@ def _cases() -> list[Any]:
     out = []
     for ops in doc["paths"].values():
         for op in ops.values():
-            out.append(pytest.param(op["operationId"], GenerationMode.POSITIVE,
-                                    id=f"{op['operationId']}-valid"))
-            params = [doc["components"]["parameters"][p["$ref"].rsplit("/", 1)[1]]
-                      if "$ref" in p else p for p in op.get("parameters", ())]
+            out.append(
+                pytest.param(
+                    op["operationId"], GenerationMode.POSITIVE, id=f"{op['operationId']}-valid"
+                )
+            )
+            params = [
+                doc["components"]["parameters"][p["$ref"].rsplit("/", 1)[1]] if "$ref" in p else p
+                for p in op.get("parameters", ())
+            ]
             if "requestBody" in op or any(p["in"] != "path" for p in params):
-                out.append(pytest.param(op["operationId"], GenerationMode.NEGATIVE,
-                                        id=f"{op['operationId']}-invalid"))
+                out.append(
+                    pytest.param(
+                        op["operationId"],
+                        GenerationMode.NEGATIVE,
+                        id=f"{op['operationId']}-invalid",
+                    )
+                )
     return sorted(out, key=lambda p: str(p.id))
 
 
@@ -287,8 +309,9 @@ OPERATIONS = sorted({p.values[0] for p in CASES})
 
 
 def test_every_operation_is_tested(api_schema: Any) -> None:
-    served = {op["operationId"] for ops in api_schema.raw_schema["paths"].values()
-              for op in ops.values()}
+    served = {
+        op["operationId"] for ops in api_schema.raw_schema["paths"].values() for op in ops.values()
+    }
     assert served == set(OPERATIONS)
 
 
@@ -297,14 +320,23 @@ def test_bad_input(api_schema: Any, live: Live, operation_id: str, mode: Generat
     operation = api_schema.find_operation_by_id(operation_id)
     strategy = operation.as_strategy(generation_mode=mode)
 
-    @settings(max_examples=MAX_EXAMPLES, deadline=None, derandomize=True, database=None,
-              suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much,
-                                     HealthCheck.data_too_large])
+    @settings(
+        max_examples=MAX_EXAMPLES,
+        deadline=None,
+        derandomize=True,
+        database=None,
+        suppress_health_check=[
+            HealthCheck.too_slow,
+            HealthCheck.filter_too_much,
+            HealthCheck.data_too_large,
+        ],
+    )
     @given(case=strategy)
     def run(case: schemathesis.Case[Any]) -> None:
         live.prepare(case)
-        response = case.call_and_validate(session=live.session, headers=live.auth,
-                                          checks=CHECKS, timeout=30)
+        response = case.call_and_validate(
+            session=live.session, headers=live.auth, checks=CHECKS, timeout=30
+        )
         statuses[response.status_code] += 1
 
     statuses: Counter[int] = Counter()

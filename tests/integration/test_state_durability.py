@@ -34,11 +34,18 @@ def entries() -> list[bytes]:
     lands inside one more often than not."""
     out = [c.encode_entry([c.Claim("claim", T0, "n1", 1)])]
     for i in range(1, ENTRIES):
-        jobs = tuple((f"J{i}-{k}", JobSpec(task="t", payload={"k": k, "pad": "x" * 100},
-                                           retry=RetryPolicy(max_attempts=2),
-                                           schedule=Schedule(kind=ScheduleKind.AT,
-                                                             at_ms=T0 + i)))
-                     for k in range(100))
+        jobs = tuple(
+            (
+                f"J{i}-{k}",
+                JobSpec(
+                    task="t",
+                    payload={"k": k, "pad": "x" * 100},
+                    retry=RetryPolicy(max_attempts=2),
+                    schedule=Schedule(kind=ScheduleKind.AT, at_ms=T0 + i),
+                ),
+            )
+            for k in range(100)
+        )
         cmds: list[c.Command] = [c.Submit(f"s{i}", T0 + i, jobs)]
         if i > 1:
             prev = tuple(f"J{i - 1}-{k}@{T0 + i - 1}" for k in range(100))
@@ -75,9 +82,13 @@ def test_a_node_killed_while_applying_keeps_a_whole_prefix_of_the_entries(tmp_pa
     root = Path(__file__).resolve().parents[2]
     kills = []
     for attempt in range(4):
-        with subprocess.Popen([sys.executable, "-c", WRITER, str(path)], cwd=root,
-                              stdout=subprocess.PIPE, text=True,
-                              env={**os.environ, "PYTHONPATH": str(root)}) as proc:
+        with subprocess.Popen(
+            [sys.executable, "-c", WRITER, str(path)],
+            cwd=root,
+            stdout=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "PYTHONPATH": str(root)},
+        ) as proc:
             try:
                 assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
                 time.sleep(rnd.uniform(0.05, 1.5))

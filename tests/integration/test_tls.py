@@ -57,12 +57,31 @@ def _openssl(cwd: Path, *args: str) -> None:
 
 
 def _make_ca(d: Path, name: str) -> None:
-    _openssl(d, "req", "-x509", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-             "-nodes", "-keyout", f"{name}.key", "-out", f"{name}.pem", "-days", "2",
-             "-subj", f"/CN=schedd test {name}",
-             "-addext", "basicConstraints=critical,CA:TRUE",
-             "-addext", "keyUsage=critical,keyCertSign,cRLSign",
-             "-addext", "subjectKeyIdentifier=hash")
+    _openssl(
+        d,
+        "req",
+        "-x509",
+        "-new",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+        "-keyout",
+        f"{name}.key",
+        "-out",
+        f"{name}.pem",
+        "-days",
+        "2",
+        "-subj",
+        f"/CN=schedd test {name}",
+        "-addext",
+        "basicConstraints=critical,CA:TRUE",
+        "-addext",
+        "keyUsage=critical,keyCertSign,cRLSign",
+        "-addext",
+        "subjectKeyIdentifier=hash",
+    )
 
 
 @pytest.fixture(scope="module")
@@ -70,8 +89,22 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
     d = tmp_path_factory.mktemp("pki")
     _make_ca(d, "ca")
     _make_ca(d, "other")
-    _openssl(d, "req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-             "-nodes", "-keyout", "server.key", "-out", "server.csr", "-subj", "/CN=localhost")
+    _openssl(
+        d,
+        "req",
+        "-new",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+        "-keyout",
+        "server.key",
+        "-out",
+        "server.csr",
+        "-subj",
+        "/CN=localhost",
+    )
     (d / "server.ext").write_text(
         "subjectAltName = IP:127.0.0.1, DNS:localhost\n"
         "basicConstraints = critical, CA:FALSE\n"
@@ -80,9 +113,25 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
         "subjectKeyIdentifier = hash\n"
         "authorityKeyIdentifier = keyid:always\n"
     )
-    _openssl(d, "x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
-             "-set_serial", f"0x{secrets.token_hex(8)}", "-days", "2", "-extfile", "server.ext",
-             "-out", "server.pem")
+    _openssl(
+        d,
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-set_serial",
+        f"0x{secrets.token_hex(8)}",
+        "-days",
+        "2",
+        "-extfile",
+        "server.ext",
+        "-out",
+        "server.pem",
+    )
     return Pki(d / "ca.pem", d / "server.pem", d / "server.key", d / "other.pem", d / "other.key")
 
 
@@ -105,8 +154,9 @@ def tls_overrides(pki: Pki, data_dir: Path, port: int, **extra: object) -> dict[
     }
 
 
-async def start_tls_nodes(pki: Pki, root: Path, size: int = 1, token_file: Path | None = None,
-                          **extra: object) -> list[Node]:
+async def start_tls_nodes(
+    pki: Pki, root: Path, size: int = 1, token_file: Path | None = None, **extra: object
+) -> list[Node]:
     """``size`` in-process nodes serving https, every one with a tokens file in common."""
     from schedd.runtime import Runtime
 
@@ -117,16 +167,19 @@ async def start_tls_nodes(pki: Pki, root: Path, size: int = 1, token_file: Path 
     for i, port in enumerate(ports):
         peers = [f"127.0.0.1:{p + 1}" for p in ports if p != port]
         overrides = tls_overrides(pki, root / f"n{i + 1}", port, **extra)
-        overrides.update({"node.id": f"n{i + 1}", "raft.peers": peers,
-                          "auth.tokens_file": str(tokens)})
+        overrides.update(
+            {"node.id": f"n{i + 1}", "raft.peers": peers, "auth.tokens_file": str(tokens)}
+        )
         cfg = load_config(None, env={}, overrides=overrides)
         assert check_files(cfg) == []
         assert cfg.advertise_url() == f"https://127.0.0.1:{port}"
         rt = Runtime(cfg)
         await rt.start()
         nodes.append(Node(rt, cfg.advertise_url(), token, root / f"n{i + 1}"))
-    await wait_for(lambda: any(n.rt.leader is not None and n.rt.leader.ready.is_set()
-                               for n in nodes), timeout=20)
+    await wait_for(
+        lambda: any(n.rt.leader is not None and n.rt.leader.ready.is_set() for n in nodes),
+        timeout=20,
+    )
     return nodes
 
 
@@ -147,8 +200,9 @@ async def https(pki: Pki) -> AsyncIterator[aiohttp.ClientSession]:
 
 
 async def submit(http: aiohttp.ClientSession, node: Node, body: dict[str, Any]) -> dict[str, Any]:
-    async with http.post(node.url + API + "/jobs", data=orjson.dumps(body),
-                         headers=node.headers()) as r:
+    async with http.post(
+        node.url + API + "/jobs", data=orjson.dumps(body), headers=node.headers()
+    ) as r:
         assert r.status == 201, await r.text()
         job: dict[str, Any] = await r.json()
         return job
@@ -199,44 +253,78 @@ async def test_a_client_without_the_ca_is_refused(tls_node: Node, pki: Pki) -> N
 
 
 def _env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("SCHEDD_SERVER", "SCHEDD_TOKEN", "SCHEDD_CACERT")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("SCHEDD_SERVER", "SCHEDD_TOKEN", "SCHEDD_CACERT")
+    }
     env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
     return {**env, **extra}
 
 
-async def run_tool(module: str, *args: str, cwd: Path, env: dict[str, str] | None = None,
-                   ) -> tuple[int, str, str]:
+async def run_tool(
+    module: str,
+    *args: str,
+    cwd: Path,
+    env: dict[str, str] | None = None,
+) -> tuple[int, str, str]:
     """A CLI in a subprocess (so this event loop keeps serving the node meanwhile)."""
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", module, *args, cwd=cwd, env=env or _env(),
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        sys.executable,
+        "-m",
+        module,
+        *args,
+        cwd=cwd,
+        env=env or _env(),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
     out, err = await asyncio.wait_for(proc.communicate(), 60)
     assert proc.returncode is not None
     return proc.returncode, out.decode(), err.decode()
 
 
-async def schedctl(node: Node, *args: str, cwd: Path, env: dict[str, str] | None = None,
-                   server: str | None = None) -> tuple[int, str, str]:
-    return await run_tool("schedd.cli.schedctl", "--server", server or node.url,
-                          "--token", node.token, "--timeout", "5", *args, cwd=cwd, env=env)
+async def schedctl(
+    node: Node, *args: str, cwd: Path, env: dict[str, str] | None = None, server: str | None = None
+) -> tuple[int, str, str]:
+    return await run_tool(
+        "schedd.cli.schedctl",
+        "--server",
+        server or node.url,
+        "--token",
+        node.token,
+        "--timeout",
+        "5",
+        *args,
+        cwd=cwd,
+        env=env,
+    )
 
 
 async def test_schedctl_trusts_the_ca_from_cacert_or_env(
     tls_node: Node, pki: Pki, tmp_path: Path
 ) -> None:
-    code, out, err = await schedctl(tls_node, "--cacert", str(pki.ca), "-o", "json", "cluster",
-                                    cwd=tmp_path)
+    code, out, err = await schedctl(
+        tls_node, "--cacert", str(pki.ca), "-o", "json", "cluster", cwd=tmp_path
+    )
     assert (code, err) == (0, ""), err
     assert orjson.loads(out)["nodes"][0]["http"] == tls_node.url
-    code, out, err = await schedctl(tls_node, "-o", "json", "submit", "tls.nothing",
-                                    cwd=tmp_path, env=_env(SCHEDD_CACERT=str(pki.ca)))
+    code, out, err = await schedctl(
+        tls_node,
+        "-o",
+        "json",
+        "submit",
+        "tls.nothing",
+        cwd=tmp_path,
+        env=_env(SCHEDD_CACERT=str(pki.ca)),
+    )
     assert (code, err) == (0, ""), err
     assert orjson.loads(out)["task"] == "tls.nothing"
     # a worker's wss:// URL names the same node
     wss = tls_node.url.replace("https://", "wss://")
-    code, out, err = await schedctl(tls_node, "--cacert", str(pki.ca), "list", cwd=tmp_path,
-                                    server=wss)
+    code, out, err = await schedctl(
+        tls_node, "--cacert", str(pki.ca), "list", cwd=tmp_path, server=wss
+    )
     assert (code, err) == (0, "") and "tls.nothing" in out, err
 
 
@@ -262,11 +350,13 @@ async def test_schedctl_plain_http_to_the_tls_port(tls_node: Node, tmp_path: Pat
 async def test_schedctl_bad_cacert_is_a_usage_error(
     tls_node: Node, pki: Pki, tmp_path: Path
 ) -> None:
-    code, _, err = await schedctl(tls_node, "--cacert", str(tmp_path / "nope.pem"), "cluster",
-                                  cwd=tmp_path)
+    code, _, err = await schedctl(
+        tls_node, "--cacert", str(tmp_path / "nope.pem"), "cluster", cwd=tmp_path
+    )
     assert code == 2 and err.startswith("schedctl: --cacert: cannot read ") and "nope.pem" in err
-    code, _, err = await schedctl(tls_node, "cluster", cwd=tmp_path,
-                                  env=_env(SCHEDD_CACERT=str(pki.key)))
+    code, _, err = await schedctl(
+        tls_node, "cluster", cwd=tmp_path, env=_env(SCHEDD_CACERT=str(pki.key))
+    )
     assert code == 2 and err.startswith("schedctl: SCHEDD_CACERT: ") and "no PEM certificate" in err
 
 
@@ -284,8 +374,9 @@ async def test_sdk_worker_over_wss_leases_and_completes(
         return {"echo": payload, "fence": ctx.fence}
 
     url = tls_node.url.replace("https://", f"{scheme}://")
-    worker = Worker([url], token=tls_node.token, registry=registry, cafile=pki.ca,
-                    drain_timeout=2.0)
+    worker = Worker(
+        [url], token=tls_node.token, registry=registry, cafile=pki.ca, drain_timeout=2.0
+    )
     stop = asyncio.Event()
     runner = asyncio.create_task(worker.serve(stop))
     try:
@@ -328,11 +419,22 @@ async def test_schedd_worker_cli_with_cacert_completes_a_job(
     log = tmp_path / "worker.log"
     with log.open("wb") as out:
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "schedd.cli.worker", "--server", tls_node.url,
-            "--token", tls_node.token, "--import", "schedd.worker.demo_tasks",
-            "--drain-timeout", "2",
-            stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path,
-            env=_env(SCHEDD_CACERT=str(pki.ca)))
+            sys.executable,
+            "-m",
+            "schedd.cli.worker",
+            "--server",
+            tls_node.url,
+            "--token",
+            tls_node.token,
+            "--import",
+            "schedd.worker.demo_tasks",
+            "--drain-timeout",
+            "2",
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=tmp_path,
+            env=_env(SCHEDD_CACERT=str(pki.ca)),
+        )
     try:
         job = await submit(https, tls_node, {"task": "demo.echo", "payload": {"tls": True}})
         await wait_for(lambda: succeeded(https, tls_node, job["id"]), timeout=30)
@@ -348,8 +450,14 @@ async def test_schedd_worker_cli_with_cacert_completes_a_job(
 
 
 async def test_schedd_worker_cli_bad_cacert_is_a_usage_error(tmp_path: Path) -> None:
-    code, _, err = await run_tool("schedd.cli.worker", "--server", "https://127.0.0.1:1",
-                                  "--cacert", str(tmp_path / "nope.pem"), cwd=tmp_path)
+    code, _, err = await run_tool(
+        "schedd.cli.worker",
+        "--server",
+        "https://127.0.0.1:1",
+        "--cacert",
+        str(tmp_path / "nope.pem"),
+        cwd=tmp_path,
+    )
     assert code == 2 and "--cacert: cannot load" in err and "nope.pem" in err
 
 
@@ -361,6 +469,7 @@ async def test_cluster_forwarding_and_worker_redirects_over_https(
 ) -> None:
     nodes = await start_tls_nodes(pki, tmp_path, size=3, **{"http.tls_ca": str(pki.ca)})
     try:
+
         def settled() -> Node | None:
             # one ready leader every other node names (a first election can be followed by a
             # second one right after the start, so the first leader seen may not be the one)
@@ -368,8 +477,9 @@ async def test_cluster_forwarding_and_worker_redirects_over_https(
             if len(ready) != 1:
                 return None
             lead = ready[0]
-            return lead if all(n.rt.leader_url() == lead.url for n in nodes if n is not lead) \
-                else None
+            return (
+                lead if all(n.rt.leader_url() == lead.url for n in nodes if n is not lead) else None
+            )
 
         leader = await wait_for(settled, timeout=20)
         followers = [n for n in nodes if n is not leader]
@@ -384,8 +494,13 @@ async def test_cluster_forwarding_and_worker_redirects_over_https(
         async def handler(ctx: Context, payload: Any) -> Any:
             return payload
 
-        worker = Worker([followers[0].url], token=leader.token, registry=registry,
-                        cafile=pki.ca, drain_timeout=2.0)
+        worker = Worker(
+            [followers[0].url],
+            token=leader.token,
+            registry=registry,
+            cafile=pki.ca,
+            drain_timeout=2.0,
+        )
         stop = asyncio.Event()
         runner = asyncio.create_task(worker.serve(stop))
         try:
@@ -398,8 +513,9 @@ async def test_cluster_forwarding_and_worker_redirects_over_https(
             await asyncio.wait_for(runner, 15)
         # without the CA (the system's trusted CAs) a follower says what to set
         followers[0].rt._peer_ssl = True
-        async with https.get(followers[0].url + API + "/workers",
-                             headers=followers[0].headers()) as r:
+        async with https.get(
+            followers[0].url + API + "/workers", headers=followers[0].headers()
+        ) as r:
             assert r.status == 503
             message = (await r.json())["error"]["message"]
         assert "TLS certificate was refused" in message and "http.tls_ca" in message
@@ -426,29 +542,53 @@ def _toml_pki(pki: Pki, tmp_path: Path, case: str) -> tuple[str, str]:
     cases = {
         "cert without key": (cert, "http.tls_key: required when the other of"),
         "key without cert": (key, "http.tls_cert: required when the other of"),
-        "missing key": (cert + f'tls_key = "{tmp_path / "nope.key"}"\n',
-                        f'http.tls_key: file "{tmp_path / "nope.key"}" not found'),
-        "key is a directory": (cert + f'tls_key = "{tmp_path}"\n',
-                               f'http.tls_key: "{tmp_path}" is a directory'),
-        "cert is not PEM": (f'tls_cert = "{garbage}"\n' + key,
-                            f'http.tls_cert: "{garbage}" holds no PEM certificate'),
-        "key is not PEM": (cert + f'tls_key = "{garbage}"\n',
-                           f'http.tls_key: "{garbage}" holds no PEM private key'),
-        "key of another cert": (cert + f'tls_key = "{pki.other_key}"\n',
-                                f'http.tls_key: "{pki.other_key}" is not the private key of the '
-                                f'certificate in http.tls_cert'),
-        "missing ca": (cert + key + f'tls_ca = "{tmp_path / "nope.pem"}"\n',
-                       f'http.tls_ca: file "{tmp_path / "nope.pem"}" not found'),
-        "ca is not PEM": (cert + key + f'tls_ca = "{pki.key}"\n',
-                          f'http.tls_ca: "{pki.key}" holds no PEM certificate'),
+        "missing key": (
+            cert + f'tls_key = "{tmp_path / "nope.key"}"\n',
+            f'http.tls_key: file "{tmp_path / "nope.key"}" not found',
+        ),
+        "key is a directory": (
+            cert + f'tls_key = "{tmp_path}"\n',
+            f'http.tls_key: "{tmp_path}" is a directory',
+        ),
+        "cert is not PEM": (
+            f'tls_cert = "{garbage}"\n' + key,
+            f'http.tls_cert: "{garbage}" holds no PEM certificate',
+        ),
+        "key is not PEM": (
+            cert + f'tls_key = "{garbage}"\n',
+            f'http.tls_key: "{garbage}" holds no PEM private key',
+        ),
+        "key of another cert": (
+            cert + f'tls_key = "{pki.other_key}"\n',
+            f'http.tls_key: "{pki.other_key}" is not the private key of the '
+            f"certificate in http.tls_cert",
+        ),
+        "missing ca": (
+            cert + key + f'tls_ca = "{tmp_path / "nope.pem"}"\n',
+            f'http.tls_ca: file "{tmp_path / "nope.pem"}" not found',
+        ),
+        "ca is not PEM": (
+            cert + key + f'tls_ca = "{pki.key}"\n',
+            f'http.tls_ca: "{pki.key}" holds no PEM certificate',
+        ),
     }
     return cases[case]
 
 
-@pytest.mark.parametrize("case", [
-    "cert without key", "key without cert", "missing key", "key is a directory",
-    "cert is not PEM", "key is not PEM", "key of another cert", "missing ca", "ca is not PEM",
-])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "cert without key",
+        "key without cert",
+        "missing key",
+        "key is a directory",
+        "cert is not PEM",
+        "key is not PEM",
+        "key of another cert",
+        "missing ca",
+        "ca is not PEM",
+    ],
+)
 def test_bad_tls_settings_are_refused_naming_the_key(
     pki: Pki, tmp_path: Path, capsys: pytest.CaptureFixture[str], case: str
 ) -> None:
@@ -480,8 +620,11 @@ def test_good_tls_settings_pass_check_config(
 def test_the_runtime_refuses_an_unusable_key_without_check_files(pki: Pki, tmp_path: Path) -> None:
     from schedd.runtime import Runtime
 
-    cfg = load_config(None, env={}, overrides={
-        **tls_overrides(pki, tmp_path, free_port()), "http.tls_key": str(pki.other_key)})
+    cfg = load_config(
+        None,
+        env={},
+        overrides={**tls_overrides(pki, tmp_path, free_port()), "http.tls_key": str(pki.other_key)},
+    )
     ensure_admin_token(cfg.tokens_path)
     with pytest.raises(ConfigError) as info:
         Runtime(cfg)

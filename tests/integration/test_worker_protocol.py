@@ -35,18 +35,27 @@ class RawWorker:
                 return msg
 
 
-async def connect(http: aiohttp.ClientSession, node: Node, worker_id: str, capacity: int = 1,
-                  resume: tuple[m.LeaseRef, ...] = ()) -> RawWorker:
+async def connect(
+    http: aiohttp.ClientSession,
+    node: Node,
+    worker_id: str,
+    capacity: int = 1,
+    resume: tuple[m.LeaseRef, ...] = (),
+) -> RawWorker:
     ws = await http.ws_connect(node.url + API + "/workers/connect", headers=node.headers())
     w = RawWorker(ws)
-    await w.send(m.Hello(worker_id=worker_id, queues=("default",), capacity=capacity, resume=resume))
+    await w.send(
+        m.Hello(worker_id=worker_id, queues=("default",), capacity=capacity, resume=resume)
+    )
     welcome = await w.expect(m.Welcome)
     assert welcome.node_id == "n1"
     return w
 
 
 async def submit(http: aiohttp.ClientSession, node: Node, body: dict[str, Any]) -> dict[str, Any]:
-    async with http.post(node.url + API + "/jobs", data=orjson.dumps(body), headers=node.headers()) as r:
+    async with http.post(
+        node.url + API + "/jobs", data=orjson.dumps(body), headers=node.headers()
+    ) as r:
         assert r.status == 201, await r.text()
         job: dict[str, Any] = await r.json()
         return job
@@ -66,8 +75,9 @@ async def committed(node: Node) -> None:
     await wait_for(lambda: node.rt.node.state_index >= applied, timeout=5)
 
 
-async def committed_runs(http: aiohttp.ClientSession, node: Node,
-                         job_id: str) -> list[dict[str, Any]]:
+async def committed_runs(
+    http: aiohttp.ClientSession, node: Node, job_id: str
+) -> list[dict[str, Any]]:
     """The job's runs as the API shows them once everything applied so far is visible."""
     await committed(node)
     return await runs(http, node, job_id)
@@ -75,7 +85,9 @@ async def committed_runs(http: aiohttp.ClientSession, node: Node,
 
 @pytest.fixture
 async def fast_node(tmp_path: Any) -> AsyncIterator[Node]:
-    async with running_node(tmp_path / "n1", heartbeat_interval="0.2s", heartbeat_timeout="1s") as n:
+    async with running_node(
+        tmp_path / "n1", heartbeat_interval="0.2s", heartbeat_timeout="1s"
+    ) as n:
         yield n
 
 
@@ -113,8 +125,11 @@ async def test_stale_worker_result_is_refused_after_its_lease_is_lost(
 ) -> None:
     node = fast_node
     stale = await connect(http, node, "stale")
-    job = await submit(http, node, {"task": "t", "heartbeat_timeout": "1s",
-                                    "retry": {"initial": "0.05s", "jitter": False}})
+    job = await submit(
+        http,
+        node,
+        {"task": "t", "heartbeat_timeout": "1s", "retry": {"initial": "0.05s", "jitter": False}},
+    )
     old = await stale.expect(m.Lease)
     await stale.send(m.Drain())  # takes nothing new, and never heartbeats: its lease is lost
     await wait_for(lambda: _state_is(http, node, job["id"], {"retrying", "queued"}), timeout=10)
@@ -155,12 +170,16 @@ async def test_heartbeats_keep_a_lease_alive(fast_node: Node, http: aiohttp.Clie
     await w.ws.close()
 
 
-async def test_reconnecting_worker_resumes_its_lease(node: Node, http: aiohttp.ClientSession) -> None:
+async def test_reconnecting_worker_resumes_its_lease(
+    node: Node, http: aiohttp.ClientSession
+) -> None:
     w = await connect(http, node, "w1")
     job = await submit(http, node, {"task": "t"})
     lease = await w.expect(m.Lease)
     await w.ws.close()
-    again = await connect(http, node, "w1", resume=(m.LeaseRef(run_id=lease.run_id, fence=lease.fence),))
+    again = await connect(
+        http, node, "w1", resume=(m.LeaseRef(run_id=lease.run_id, fence=lease.fence),)
+    )
     await again.send(m.Complete(run_id=lease.run_id, fence=lease.fence))
     assert (await again.expect(m.Ack)).accepted
     [run] = await committed_runs(http, node, job["id"])
@@ -173,7 +192,9 @@ async def test_reconnecting_worker_resumes_its_lease(node: Node, http: aiohttp.C
         await x.ws.close()
 
 
-async def test_bad_frames_get_an_error_not_a_disconnect(node: Node, http: aiohttp.ClientSession) -> None:
+async def test_bad_frames_get_an_error_not_a_disconnect(
+    node: Node, http: aiohttp.ClientSession
+) -> None:
     w = await connect(http, node, "w1")
     await w.ws.send_str("{not json")
     err = await w.expect(m.Error)
@@ -198,8 +219,15 @@ async def test_a_run_past_its_timeout_is_cancelled_and_counts_as_a_failed_attemp
 ) -> None:
     node = fast_node
     w = await connect(http, node, "w1")
-    job = await submit(http, node, {"task": "t", "timeout": "0.5s",
-                                    "retry": {"max_attempts": 2, "initial": "0.05s", "jitter": False}})
+    job = await submit(
+        http,
+        node,
+        {
+            "task": "t",
+            "timeout": "0.5s",
+            "retry": {"max_attempts": 2, "initial": "0.05s", "jitter": False},
+        },
+    )
     lease = await w.expect(m.Lease)
     assert lease.deadline is not None
     for _ in range(20):  # keeps heartbeating: alive, but past its deadline
@@ -223,13 +251,16 @@ async def test_fuzzed_frames_never_wedge_the_node(node: Node, http: aiohttp.Clie
     import orjson
 
     rng = random.Random(20261125)
-    valid = [m.encode(x) for x in (
-        m.Heartbeat(leases=(m.LeaseRef(run_id="a@1", fence=1),)),
-        m.Complete(run_id="a@1", fence=1, result={"x": 1}),
-        m.Fail(run_id="a@1", fence=2, error="e", retryable=False),
-        m.Drain(),
-        m.Hello(worker_id="w", queues=("default",), capacity=1, resume=()),
-    )]
+    valid = [
+        m.encode(x)
+        for x in (
+            m.Heartbeat(leases=(m.LeaseRef(run_id="a@1", fence=1),)),
+            m.Complete(run_id="a@1", fence=1, result={"x": 1}),
+            m.Fail(run_id="a@1", fence=2, error="e", retryable=False),
+            m.Drain(),
+            m.Hello(worker_id="w", queues=("default",), capacity=1, resume=()),
+        )
+    ]
 
     def frame() -> str | bytes:
         kind = rng.randrange(5)
@@ -250,8 +281,9 @@ async def test_fuzzed_frames_never_wedge_the_node(node: Node, http: aiohttp.Clie
     for i in range(4):  # several connections, half of them past a valid hello
         ws = await http.ws_connect(node.url + API + "/workers/connect", headers=node.headers())
         if i % 2 == 0:
-            await ws.send_str(m.encode(m.Hello(worker_id=f"fuzz{i}", queues=("default",),
-                                               capacity=1, resume=())))
+            await ws.send_str(
+                m.encode(m.Hello(worker_id=f"fuzz{i}", queues=("default",), capacity=1, resume=()))
+            )
             assert isinstance(m.decode((await ws.receive(timeout=10)).data), m.Welcome)
         for _ in range(150):
             f = frame()
@@ -278,8 +310,11 @@ async def test_a_stalled_worker_is_told_to_drop_a_lost_lease_before_new_work(
 ) -> None:
     node = fast_node
     w = await connect(http, node, "stalled", capacity=1)
-    await submit(http, node, {"task": "t", "heartbeat_timeout": "1s",
-                              "retry": {"initial": "0.05s", "jitter": False}})
+    await submit(
+        http,
+        node,
+        {"task": "t", "heartbeat_timeout": "1s", "retry": {"initial": "0.05s", "jitter": False}},
+    )
     first = await w.expect(m.Lease)
     # no heartbeats: the lease is lost; the cancel must come before the retry's lease
     frames = []

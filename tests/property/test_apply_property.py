@@ -30,7 +30,9 @@ spec = st.builds(
     task=st.just("t"),
     schedule=st.one_of(
         st.just(Schedule()),
-        st.builds(Schedule, kind=st.just(ScheduleKind.AT), at_ms=st.sampled_from([T0 + 10, T0 + 1000])),
+        st.builds(
+            Schedule, kind=st.just(ScheduleKind.AT), at_ms=st.sampled_from([T0 + 10, T0 + 1000])
+        ),
     ),
     retry=st.builds(RetryPolicy, max_attempts=st.integers(1, 3), initial_ms=st.integers(1, 2000)),
     timeout_ms=st.one_of(st.none(), st.integers(1, 3000)),
@@ -39,15 +41,34 @@ spec = st.builds(
 
 command = st.one_of(
     st.builds(c.Claim, rid, now, st.sampled_from(["n1", "n2"]), st.integers(1, 4)),
-    st.builds(c.Submit, rid, now, st.lists(st.tuples(st.sampled_from(JOBS), spec), min_size=1,
-                                           max_size=2).map(tuple)),
+    st.builds(
+        c.Submit,
+        rid,
+        now,
+        st.lists(st.tuples(st.sampled_from(JOBS), spec), min_size=1, max_size=2).map(tuple),
+    ),
     st.builds(c.CancelJob, rid, now, st.sampled_from([*JOBS, "nope"])),
     st.builds(c.Fire, rid, now, fence, st.lists(run_ids, max_size=3).map(tuple)),
-    st.builds(c.Lease, rid, now, fence,
-              st.lists(st.tuples(run_ids, st.sampled_from(["w1", "w2"])), max_size=2).map(tuple)),
+    st.builds(
+        c.Lease,
+        rid,
+        now,
+        fence,
+        st.lists(st.tuples(run_ids, st.sampled_from(["w1", "w2"])), max_size=2).map(tuple),
+    ),
     st.builds(c.Complete, rid, now, fence, run_ids, fence, st.none()),
-    st.builds(c.Fail, rid, now, fence, run_ids, fence, st.just("e"), st.booleans(),
-              st.sampled_from(["failed", "lost", "timed_out"]), st.floats(0, 1)),
+    st.builds(
+        c.Fail,
+        rid,
+        now,
+        fence,
+        run_ids,
+        fence,
+        st.just("e"),
+        st.booleans(),
+        st.sampled_from(["failed", "lost", "timed_out"]),
+        st.floats(0, 1),
+    ),
     st.builds(c.Barrier, rid, now),
 )
 
@@ -91,11 +112,22 @@ def test_arbitrary_bytes_never_raise(blob: bytes) -> None:
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.recursive(st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.text(max_size=5),
-                    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
-                        st.sampled_from(["t", "rid", "now", "lf", "jobs", "run_ids", "grants",
-                                         "fence", "v", "c", "x"]), inner, max_size=5),
-                    max_leaves=15))
+@given(
+    st.recursive(
+        st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.text(max_size=5),
+        lambda inner: (
+            st.lists(inner, max_size=3)
+            | st.dictionaries(
+                st.sampled_from(
+                    ["t", "rid", "now", "lf", "jobs", "run_ids", "grants", "fence", "v", "c", "x"]
+                ),
+                inner,
+                max_size=5,
+            )
+        ),
+        max_leaves=15,
+    )
+)
 def test_arbitrary_json_commands_never_raise(obj: object) -> None:
     import orjson
 

@@ -8,8 +8,14 @@ from hypothesis import strategies as st
 from schedd.core.durations import format_duration, parse_duration, parse_time
 from schedd.errors import InvalidArgument
 
-anything = st.one_of(st.text(max_size=80), st.floats(), st.integers(), st.booleans(), st.none(),
-                     st.from_regex(r"\A[0-9.]{1,30}(ms|s|m|h|d)?\Z"))
+anything = st.one_of(
+    st.text(max_size=80),
+    st.floats(),
+    st.integers(),
+    st.booleans(),
+    st.none(),
+    st.from_regex(r"\A[0-9.]{1,30}(ms|s|m|h|d)?\Z"),
+)
 
 
 @settings(max_examples=500, deadline=None)
@@ -43,5 +49,8 @@ def test_format_time_matches_the_datetime_rendering(ms: int) -> None:
 
     from schedd.core.durations import format_time
 
-    expected = datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
+    expected = (
+        datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S.")
+        + f"{ms % 1000:03d}Z"
+    )
     assert format_time(ms) == expected

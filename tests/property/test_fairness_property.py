@@ -33,8 +33,11 @@ class ReadyQueuesMachine(RuleBasedStateMachine):
     def setup(self, weights: tuple[int, int, int], quantum: int) -> None:
         self.q = ReadyQueues(dict(zip(PRIORITIES, weights, strict=True)), quantum)
 
-    @rule(run_id=st.sampled_from(IDS), ns=st.sampled_from(NAMESPACES),
-          priority=st.sampled_from(PRIORITIES))
+    @rule(
+        run_id=st.sampled_from(IDS),
+        ns=st.sampled_from(NAMESPACES),
+        priority=st.sampled_from(PRIORITIES),
+    )
     def push(self, run_id: str, ns: str, priority: Priority) -> None:
         self.q.push(run_id, ns, priority)
         if run_id in self.where:
@@ -88,6 +91,7 @@ class ReadyQueuesMachine(RuleBasedStateMachine):
             assert n <= self.pushes[run_id] - (1 if run_id in self.where else 0)
 
 
-ReadyQueuesMachine.TestCase.settings = settings(max_examples=300, stateful_step_count=60,
-                                                deadline=None)
+ReadyQueuesMachine.TestCase.settings = settings(
+    max_examples=300, stateful_step_count=60, deadline=None
+)
 TestReadyQueues = ReadyQueuesMachine.TestCase

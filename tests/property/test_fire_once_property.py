@@ -12,8 +12,12 @@ from schedd.core.model import JobSpec, Overlap, RecurringOptions, RunState, Sche
 from schedd.core.state import MemoryState, Ok
 
 T0 = 1_800_000_040_000 - 1_800_000_040_000 % 1000
-SPEC = JobSpec(task="t", schedule=Schedule(kind=ScheduleKind.CRON, cron="* * * * * *",
-                                           options=RecurringOptions(overlap=Overlap.ALLOW)))
+SPEC = JobSpec(
+    task="t",
+    schedule=Schedule(
+        kind=ScheduleKind.CRON, cron="* * * * * *", options=RecurringOptions(overlap=Overlap.ALLOW)
+    ),
+)
 
 # Steps: ("claim",) a new leader; ("fire", leader_age, lag) the leader `leader_age` claims ago
 # fires every scheduled run it knows that is due at the current time; ("tick", ms) time passes.
@@ -59,7 +63,10 @@ def test_no_occurrence_fires_twice_across_leader_changes(steps: list[tuple]) -> 
                 [res] = entry(c.Fire(f"f{index}", now, lf, tuple(due)))
                 if isinstance(res, Ok):
                     for rid in due:
-                        if before.get(rid) is RunState.SCHEDULED and state.runs[rid].state is not RunState.SCHEDULED:
+                        if (
+                            before.get(rid) is RunState.SCHEDULED
+                            and state.runs[rid].state is not RunState.SCHEDULED
+                        ):
                             fired[rid] = fired.get(rid, 0) + 1
     assert all(n == 1 for n in fired.values()), fired
     # every occurrence up to the pending one exists exactly once, one second apart, no gaps

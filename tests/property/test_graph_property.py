@@ -21,14 +21,18 @@ def dags(draw: st.DrawFn) -> dict[str, list[str]]:
     return graph
 
 
-def split(graph: dict[str, list[str]], cut: int) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
+def split(
+    graph: dict[str, list[str]], cut: int
+) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
     """Existing jobs (the first ``cut``) and a new batch (the rest), in a shuffled-ish order."""
     items = list(graph.items())
     return dict(items[:cut]), dict(reversed(items[cut:]))
 
 
 def is_path(cycle: list[str], edges: dict[str, list[str]], new: dict[str, list[str]]) -> bool:
-    return all(b in (new[a] if a in new else edges.get(a, [])) for a, b in itertools.pairwise(cycle))
+    return all(
+        b in (new[a] if a in new else edges.get(a, [])) for a, b in itertools.pairwise(cycle)
+    )
 
 
 @given(dags(), st.data())

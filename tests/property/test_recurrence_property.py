@@ -142,7 +142,9 @@ def check_occurrence(rec: Recurrence, occ: Occurrence, zone: ZoneInfo) -> None:
 
 @settings(max_examples=100, deadline=None)
 @given(cases())
-def test_iterating_is_strictly_increasing_and_matches_the_cron(case: tuple[Recurrence, int]) -> None:
+def test_iterating_is_strictly_increasing_and_matches_the_cron(
+    case: tuple[Recurrence, int],
+) -> None:
     rec, start = case
     zone = ZoneInfo(rec.timezone)
     got: list[Occurrence] = []
@@ -200,8 +202,12 @@ def test_the_fast_matcher_agrees_with_croniter() -> None:
             match = it.get_next(datetime)
             assert _matches(sets, day_or, match), (cron, match)
             # nothing in between matches: probe just after the previous match and just before
-            for probe in (prev + timedelta(seconds=1), prev + timedelta(minutes=1),
-                          match - timedelta(seconds=1), match - timedelta(minutes=1)):
+            for probe in (
+                prev + timedelta(seconds=1),
+                prev + timedelta(minutes=1),
+                match - timedelta(seconds=1),
+                match - timedelta(minutes=1),
+            ):
                 if prev < probe < match:
                     assert not _matches(sets, day_or, probe), (cron, probe)
             prev = match

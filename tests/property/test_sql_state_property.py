@@ -32,18 +32,46 @@ spec = st.builds(
     task=st.sampled_from(["t", "u"]),
     schedule=st.one_of(
         st.just(Schedule()),
-        st.builds(Schedule, kind=st.just(ScheduleKind.AT), at_ms=st.sampled_from([T0 + 10, T0 + 1000])),
-        st.builds(Schedule, kind=st.just(ScheduleKind.EVERY), every_ms=st.sampled_from([5_000, 60_000]),
-                  options=st.builds(RecurringOptions, overlap=st.sampled_from(
-                      ["skip", "allow", "buffer_one", "cancel_other"]))),
+        st.builds(
+            Schedule, kind=st.just(ScheduleKind.AT), at_ms=st.sampled_from([T0 + 10, T0 + 1000])
+        ),
+        st.builds(
+            Schedule,
+            kind=st.just(ScheduleKind.EVERY),
+            every_ms=st.sampled_from([5_000, 60_000]),
+            options=st.builds(
+                RecurringOptions,
+                overlap=st.sampled_from(["skip", "allow", "buffer_one", "cancel_other"]),
+            ),
+        ),
     ),
     retry=st.builds(RetryPolicy, max_attempts=st.integers(1, 3), initial_ms=st.integers(1, 2000)),
     timeout_ms=st.one_of(st.none(), st.integers(1, 3000)),
     idempotency_key=st.one_of(st.none(), st.sampled_from(["k1", "k2"])),
 )
-KINDS = ["submit", "submit", "fire", "fire", "lease", "lease", "complete", "fail", "fail",
-         "cancel_run", "replay", "drop", "update", "pause", "resume", "trigger", "cancel_job",
-         "heal", "claim", "repeat", "purge"]
+KINDS = [
+    "submit",
+    "submit",
+    "fire",
+    "fire",
+    "lease",
+    "lease",
+    "complete",
+    "fail",
+    "fail",
+    "cancel_run",
+    "replay",
+    "drop",
+    "update",
+    "pause",
+    "resume",
+    "trigger",
+    "cancel_job",
+    "heal",
+    "claim",
+    "repeat",
+    "purge",
+]
 
 
 def one_command(data: st.DataObject, state: MemoryState, t: int, n: int) -> c.Command:
@@ -60,14 +88,24 @@ def one_command(data: st.DataObject, state: MemoryState, t: int, n: int) -> c.Co
         return data.draw(st.sampled_from(chosen or ["J1@1"]))
 
     if kind == "submit":  # new jobs (an existing id now and then), depending on earlier ones
-        ids = data.draw(st.lists(st.sampled_from([f"N{n}", f"M{n}", "J1"]), min_size=1,
-                                 max_size=2, unique=True))
+        ids = data.draw(
+            st.lists(st.sampled_from([f"N{n}", f"M{n}", "J1"]), min_size=1, max_size=2, unique=True)
+        )
         deps = st.lists(st.sampled_from(job_ids), max_size=2, unique=True).map(tuple)
-        return c.Submit(r, t, tuple((j, replace(data.draw(spec), depends_on=data.draw(deps)))
-                                    for j in ids))
+        return c.Submit(
+            r, t, tuple((j, replace(data.draw(spec), depends_on=data.draw(deps))) for j in ids)
+        )
     if kind == "fire":
-        return c.Fire(r, t, lf, tuple(data.draw(st.lists(st.just(pick_run("scheduled", "retrying")),
-                                                         min_size=1, max_size=2))))
+        return c.Fire(
+            r,
+            t,
+            lf,
+            tuple(
+                data.draw(
+                    st.lists(st.just(pick_run("scheduled", "retrying")), min_size=1, max_size=2)
+                )
+            ),
+        )
     if kind == "lease":
         return c.Lease(r, t, lf, ((pick_run("queued"), data.draw(st.sampled_from(["w1", "w2"]))),))
     if kind in ("complete", "fail"):
@@ -76,12 +114,26 @@ def one_command(data: st.DataObject, state: MemoryState, t: int, n: int) -> c.Co
         f = (current or 0) - data.draw(st.sampled_from([0, 0, 0, 1]))
         if kind == "complete":
             return c.Complete(r, t, lf, run_id, f, data.draw(st.sampled_from([None, {"n": 1}])))
-        return c.Fail(r, t, lf, run_id, f, "e", data.draw(st.booleans()),
-                      data.draw(st.sampled_from(["failed", "lost", "timed_out"])),
-                      data.draw(st.floats(0, 1)))
+        return c.Fail(
+            r,
+            t,
+            lf,
+            run_id,
+            f,
+            "e",
+            data.draw(st.booleans()),
+            data.draw(st.sampled_from(["failed", "lost", "timed_out"])),
+            data.draw(st.floats(0, 1)),
+        )
     if kind == "purge":
-        return c.Purge(r, t, lf, t - data.draw(st.sampled_from([0, 1_000, 100_000])),
-                       data.draw(st.integers(1, 3)), data.draw(st.sampled_from([1, 3, 100])))
+        return c.Purge(
+            r,
+            t,
+            lf,
+            t - data.draw(st.sampled_from([0, 1_000, 100_000])),
+            data.draw(st.integers(1, 3)),
+            data.draw(st.sampled_from([1, 3, 100])),
+        )
     if kind == "cancel_run":
         return c.CancelRun(r, t, pick_run("scheduled", "queued", "running", "retrying", "blocked"))
     if kind == "replay":
@@ -91,8 +143,9 @@ def one_command(data: st.DataObject, state: MemoryState, t: int, n: int) -> c.Co
     return _job_command(data, state, kind, r, t, lf, n, data.draw(st.sampled_from(job_ids)))
 
 
-def _job_command(data: st.DataObject, state: MemoryState, kind: str, r: str, t: int, lf: int,
-                 n: int, job_id: str) -> c.Command:
+def _job_command(
+    data: st.DataObject, state: MemoryState, kind: str, r: str, t: int, lf: int, n: int, job_id: str
+) -> c.Command:
     if kind == "update":
         return c.UpdateJob(r, t, job_id, None, data.draw(spec))
     if kind in ("pause", "resume"):
@@ -116,7 +169,9 @@ def draw_entries(data: st.DataObject, state: MemoryState, count: int) -> list[li
         batch = []
         for _ in range(data.draw(st.integers(1, 3))):
             t += data.draw(st.sampled_from([0, 1, 10, 700, 1_000, 5_000, 130_000]))
-            batch.append(one_command(data, state, t, len(batches) * 3 + len(batch) + state.applied_index * 3))
+            batch.append(
+                one_command(data, state, t, len(batches) * 3 + len(batch) + state.applied_index * 3)
+            )
         apply_entry(state, c.encode_entry(batch), state.applied_index + 1)
         batches.append(batch)
     return batches
@@ -129,25 +184,48 @@ def answers(state: State) -> dict[str, Any]:
         "jobs": [state.jobs[j] for j in job_ids],
         "runs": [state.runs[r] for r in state.runs],
         "len": (len(state.jobs), len(state.runs)),
-        "per_job": {j: (state.unfinished_runs(j), state.has_unfinished(j), state.latest_run(j),
-                        state.latest_finished_run(j), state.runs_of(j),
-                        list(state.dependants_of(j))) for j in JOBS},
-        "due": [state.due_runs(T0, T0 + 1_000), state.due_runs(T0 + 1_000, 2 * T0),
-                state.due_runs(0, 2 * T0, 1), state.due_runs(0, 2 * T0, 3)],
+        "per_job": {
+            j: (
+                state.unfinished_runs(j),
+                state.has_unfinished(j),
+                state.latest_run(j),
+                state.latest_finished_run(j),
+                state.runs_of(j),
+                list(state.dependants_of(j)),
+            )
+            for j in JOBS
+        },
+        "due": [
+            state.due_runs(T0, T0 + 1_000),
+            state.due_runs(T0 + 1_000, 2 * T0),
+            state.due_runs(0, 2 * T0, 1),
+            state.due_runs(0, 2 * T0, 3),
+        ],
         "live": state.live_runs(),
         "recurring": list(state.active_recurring_jobs()),
         "keys": [state.job_by_key("default", k) for k in ("k1", "k2")],
         "dlq": (list(state.dlq_newest_first()), state.dlq_size()),
         "remembered": state.remembered(),
         "counts": {k: v for k, v in state.counts.items() if v},
-        "leader": (state.leader_fence, state.leader_node, state.leader_http, state.leader_term,
-                   state.applied_index, state.history_keep),
-        "history": (state.finished_runs_before(2 * T0, 1000), state.forgettable_jobs(2 * T0, 1000),
-                    {j: state.finished_runs_beyond(j, 1) for j in list(state.jobs)}),
+        "leader": (
+            state.leader_fence,
+            state.leader_node,
+            state.leader_http,
+            state.leader_term,
+            state.applied_index,
+            state.history_keep,
+        ),
+        "history": (
+            state.finished_runs_before(2 * T0, 1000),
+            state.forgettable_jobs(2 * T0, 1000),
+            {j: state.finished_runs_beyond(j, 1) for j in list(state.jobs)},
+        ),
     }
 
 
-def replay_both(mem: MemoryState, sql: SqlState, batches: list[list[c.Command]], start: int) -> None:
+def replay_both(
+    mem: MemoryState, sql: SqlState, batches: list[list[c.Command]], start: int
+) -> None:
     for i, batch in enumerate(batches):
         blob = c.encode_entry(batch)
         expected = apply_entry(mem, blob, start + i)
@@ -164,8 +242,9 @@ def drawn(data: st.DataObject, count: int) -> list[list[c.Command]]:
 
 
 #: what the SQL state keeps in memory, from nothing (every read from the database) to everything
-MEMORY = st.builds(dict, cache_max=st.sampled_from([1, 3, 10_000]),
-                   hot_ms=st.sampled_from([0, 1_000, 600_000]))
+MEMORY = st.builds(
+    dict, cache_max=st.sampled_from([1, 3, 10_000]), hot_ms=st.sampled_from([0, 1_000, 600_000])
+)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

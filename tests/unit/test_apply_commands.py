@@ -33,6 +33,7 @@ def dead_lettered(h: Harness, lf: int) -> str:
 
 # -- entries ----------------------------------------------------------------------------------
 
+
 class Watched(MemoryState):
     """Counts the calls of the store's visibility hook."""
 
@@ -88,7 +89,8 @@ def test_an_undecodable_command_is_an_invalid_argument_naming_why() -> None:
 
 
 def test_a_command_that_fails_unexpectedly_is_an_internal_rejection_and_its_events_are_dropped(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     # apply must never raise (an exception would wedge Raft): a bug in one command becomes a
     # 500 for that command only; the leader never hears of its half-made events, and the other
     # commands of the same entry keep theirs.
@@ -98,14 +100,16 @@ def test_a_command_that_fails_unexpectedly_is_an_internal_rejection_and_its_even
 
     monkeypatch.setattr(R, "trigger", broken)
     h = Harness()
-    submitted, triggered = h.apply(c.Submit(h.rid(), T0, (("J1", JobSpec(task="t")),)),
-                                   c.Trigger(h.rid(), T0, "J1"))
+    submitted, triggered = h.apply(
+        c.Submit(h.rid(), T0, (("J1", JobSpec(task="t")),)), c.Trigger(h.rid(), T0, "J1")
+    )
     assert isinstance(submitted, Ok)
     assert triggered == Rejected("internal", "Trigger failed: RuntimeError: boom")
     assert h.events == [("due", f"J1@{T0}", T0, True)]
 
 
 # -- leadership -------------------------------------------------------------------------------
+
 
 def test_a_leader_repeating_its_claim_in_the_same_term_gets_a_new_fence() -> None:
     # The reply to a claim can be lost (a timeout): the leader claims again in its term.
@@ -137,10 +141,13 @@ def test_a_failed_attempt_keeps_the_workers_error() -> None:
     assert h.one(c.Fail(h.rid(), T0 + 5, lf, rid, fence, "disk full", True)) == Ok(rid)
     run = h.state.runs[rid]
     assert run.state is RunState.RETRYING and run.error == "disk full"
-    assert [(a.outcome, a.error, a.ended_ms) for a in run.attempts] == [("failed", "disk full", T0 + 5)]
+    assert [(a.outcome, a.error, a.ended_ms) for a in run.attempts] == [
+        ("failed", "disk full", T0 + 5)
+    ]
 
 
 # -- runs: cancel, replay, drop from the dead-letter queue -----------------------------------
+
 
 def test_cancelling_a_running_run_stops_its_worker_and_records_when_and_why() -> None:
     h = Harness()
@@ -152,7 +159,9 @@ def test_cancelling_a_running_run_stops_its_worker_and_records_when_and_why() ->
     assert h.one(c.CancelRun(h.rid(), T0 + 5, rid)) == Ok(rid)
     run = h.state.runs[rid]
     assert (run.state, run.reason, run.updated_ms) == (RunState.CANCELLED, "cancelled", T0 + 5)
-    assert [(a.outcome, a.error, a.ended_ms) for a in run.attempts] == [("cancelled", "cancelled", T0 + 5)]
+    assert [(a.outcome, a.error, a.ended_ms) for a in run.attempts] == [
+        ("cancelled", "cancelled", T0 + 5)
+    ]
     assert h.events == [("stop", rid, fence), ("gone", rid)]
 
 
@@ -181,36 +190,78 @@ def test_dropping_a_run_from_the_dead_letter_queue_answers_its_id() -> None:
 
 # -- submit: all or nothing, each refusal naming the field -------------------------------------
 
+
 def spec(*depends_on: str, namespace: str = "default") -> JobSpec:
     return JobSpec(task="t", namespace=namespace, depends_on=depends_on)
 
 
 # (name, jobs already submitted, the batch, the refusal)
-SUBMIT_REFUSALS: list[tuple[str, list[tuple[str, JobSpec]], list[tuple[str, JobSpec]], Rejected]] = [
-    ("an id that exists", [("J1", spec())], [("J1", spec())],
-     Rejected("conflict", "job id J1 already exists", "id")),
-    ("an id twice in one batch", [], [("J1", spec()), ("J1", spec())],
-     Rejected("conflict", "job id J1 already exists", "jobs[1].id")),
-    ("an unknown dependency", [], [("J1", spec("nope"))],
-     Rejected("not_found", "depends_on: no job with id nope", "depends_on[0]")),
-    ("an unknown dependency in a batch", [("A", spec())], [("J1", spec()), ("J2", spec("A", "nope"))],
-     Rejected("not_found", "depends_on: no job with id nope", "jobs[1].depends_on[1]")),
-    ("a dependency in another namespace", [("A", spec(namespace="other"))], [("J1", spec("A"))],
-     Rejected("invalid_argument", "depends_on: job A is in namespace other, expected jobs of the "
-              "same namespace (default)", "depends_on[0]")),
-    ("a dependency in another namespace in a batch", [],
-     [("A", spec(namespace="other")), ("J1", spec("A"))],
-     Rejected("invalid_argument", "depends_on: job A is in namespace other, expected jobs of the "
-              "same namespace (default)", "jobs[1].depends_on[0]")),
-    ("a cycle in a batch", [], [("A", spec("B")), ("B", spec("A"))],
-     Rejected("conflict", "dependency cycle: A -> B -> A", "depends_on")),
+SUBMIT_REFUSALS: list[
+    tuple[str, list[tuple[str, JobSpec]], list[tuple[str, JobSpec]], Rejected]
+] = [
+    (
+        "an id that exists",
+        [("J1", spec())],
+        [("J1", spec())],
+        Rejected("conflict", "job id J1 already exists", "id"),
+    ),
+    (
+        "an id twice in one batch",
+        [],
+        [("J1", spec()), ("J1", spec())],
+        Rejected("conflict", "job id J1 already exists", "jobs[1].id"),
+    ),
+    (
+        "an unknown dependency",
+        [],
+        [("J1", spec("nope"))],
+        Rejected("not_found", "depends_on: no job with id nope", "depends_on[0]"),
+    ),
+    (
+        "an unknown dependency in a batch",
+        [("A", spec())],
+        [("J1", spec()), ("J2", spec("A", "nope"))],
+        Rejected("not_found", "depends_on: no job with id nope", "jobs[1].depends_on[1]"),
+    ),
+    (
+        "a dependency in another namespace",
+        [("A", spec(namespace="other"))],
+        [("J1", spec("A"))],
+        Rejected(
+            "invalid_argument",
+            "depends_on: job A is in namespace other, expected jobs of the "
+            "same namespace (default)",
+            "depends_on[0]",
+        ),
+    ),
+    (
+        "a dependency in another namespace in a batch",
+        [],
+        [("A", spec(namespace="other")), ("J1", spec("A"))],
+        Rejected(
+            "invalid_argument",
+            "depends_on: job A is in namespace other, expected jobs of the "
+            "same namespace (default)",
+            "jobs[1].depends_on[0]",
+        ),
+    ),
+    (
+        "a cycle in a batch",
+        [],
+        [("A", spec("B")), ("B", spec("A"))],
+        Rejected("conflict", "dependency cycle: A -> B -> A", "depends_on"),
+    ),
 ]
 
 
-@pytest.mark.parametrize(("existing", "batch", "refusal"), [x[1:] for x in SUBMIT_REFUSALS],
-                         ids=[x[0] for x in SUBMIT_REFUSALS])
+@pytest.mark.parametrize(
+    ("existing", "batch", "refusal"),
+    [x[1:] for x in SUBMIT_REFUSALS],
+    ids=[x[0] for x in SUBMIT_REFUSALS],
+)
 def test_a_refused_submission_names_the_field_and_creates_nothing(
-        existing: list[tuple[str, JobSpec]], batch: list[tuple[str, JobSpec]], refusal: Rejected) -> None:
+    existing: list[tuple[str, JobSpec]], batch: list[tuple[str, JobSpec]], refusal: Rejected
+) -> None:
     h = Harness()
     for job_id, s in existing:
         assert isinstance(h.submit(job_id, s), Ok)
@@ -222,11 +273,20 @@ def test_a_refused_submission_names_the_field_and_creates_nothing(
 def test_a_batch_with_a_known_idempotency_key_still_creates_its_other_jobs() -> None:
     h = Harness()
     h.submit("J1", JobSpec(task="t", idempotency_key="k"))
-    res = h.one(c.Submit(h.rid(), T0 + 1, (("J2", JobSpec(task="t", idempotency_key="k")),
-                                            ("J3", JobSpec(task="t")))))
+    res = h.one(
+        c.Submit(
+            h.rid(),
+            T0 + 1,
+            (("J2", JobSpec(task="t", idempotency_key="k")), ("J3", JobSpec(task="t"))),
+        )
+    )
     st = h.state
-    assert res == Ok([(st.jobs["J1"], False, st.runs[f"J1@{T0}"]),
-                      (st.jobs["J3"], True, st.runs[f"J3@{T0 + 1}"])])
+    assert res == Ok(
+        [
+            (st.jobs["J1"], False, st.runs[f"J1@{T0}"]),
+            (st.jobs["J3"], True, st.runs[f"J3@{T0 + 1}"]),
+        ]
+    )
     assert sorted(h.state.jobs) == ["J1", "J3"]
 
 
@@ -241,6 +301,7 @@ def test_jobs_are_listed_in_submission_order() -> None:
 
 # -- cancel a job ------------------------------------------------------------------------------
 
+
 def test_cancelling_a_job_cancels_its_pending_run_and_clears_its_next_run() -> None:
     h = Harness()
     h.submit(spec=later())
@@ -249,7 +310,11 @@ def test_cancelling_a_job_cancels_its_pending_run_and_clears_its_next_run() -> N
     job = h.state.jobs["J1"]
     assert res == Ok(job)
     assert (job.status, job.updated_ms, job.next_run_at_ms, job.next_run_id) == (
-        JobStatus.CANCELLED, T0 + 5, None, None)
+        JobStatus.CANCELLED,
+        T0 + 5,
+        None,
+        None,
+    )
     run = h.state.runs[f"J1@{T0 + MIN}"]
     assert (run.state, run.reason, run.updated_ms) == (RunState.CANCELLED, "job cancelled", T0 + 5)
     # Cancelling it again changes nothing and answers the job.
@@ -284,10 +349,13 @@ def test_cancelling_a_finished_job_with_a_triggered_run_in_flight_cancels_that_r
 
 @pytest.mark.parametrize("command", [c.CancelJob, c.UpdateJob])
 def test_cancelling_or_updating_an_unknown_job_is_not_found(command: Any) -> None:
-    assert Harness().one(command("x", T0, "nope")) == Rejected("not_found", "no job with id nope", "id")
+    assert Harness().one(command("x", T0, "nope")) == Rejected(
+        "not_found", "no job with id nope", "id"
+    )
 
 
 # -- update a job: pause and resume ------------------------------------------------------------
+
 
 @pytest.mark.parametrize(
     ("paused_before", "paused", "paused_after"),

@@ -38,8 +38,7 @@ ONE_COMMAND: list[tuple[object, str]] = [
     ({"t": ["barrier"], "rid": "r1", "now": 1}, "unknown command type ['barrier']"),
     ({"t": "barrier", "rid": "r1", "now": "soon"}, "malformed Barrier: rid and now are required"),
     ({"t": "barrier", "rid": 5, "now": 1}, "malformed Barrier: rid and now are required"),
-    ({"t": "barrier", "rid": None, "now": None},
-     "malformed Barrier: rid and now are required"),
+    ({"t": "barrier", "rid": None, "now": None}, "malformed Barrier: rid and now are required"),
 ]
 
 
@@ -58,8 +57,9 @@ def test_a_command_that_does_not_decode_says_why(cmd: object, reason: str) -> No
     ],
     ids=["missing", "unknown", "fire-run-ids", "submit-spec"],
 )
-def test_a_malformed_command_names_its_type_and_the_problem(cmd: object, name: str,
-                                                            words: str) -> None:
+def test_a_malformed_command_names_its_type_and_the_problem(
+    cmd: object, name: str, words: str
+) -> None:
     [bad] = c.decode_entry(entry(cmd))
     assert isinstance(bad, c.Undecodable)
     assert bad.reason.startswith(f"malformed {name}: ")
@@ -67,7 +67,11 @@ def test_a_malformed_command_names_its_type_and_the_problem(cmd: object, name: s
 
 
 def test_one_bad_command_does_not_spoil_the_others_in_its_entry() -> None:
-    decoded = c.decode_entry(entry({"t": "barrier", "rid": "a", "now": 1}, 5,
-                                   {"t": "barrier", "rid": "b", "now": 2}))
-    assert decoded == [c.Barrier("a", 1), c.Undecodable("a command must be an object"),
-                       c.Barrier("b", 2)]
+    decoded = c.decode_entry(
+        entry({"t": "barrier", "rid": "a", "now": 1}, 5, {"t": "barrier", "rid": "b", "now": 2})
+    )
+    assert decoded == [
+        c.Barrier("a", 1),
+        c.Undecodable("a command must be an object"),
+        c.Barrier("b", 2),
+    ]

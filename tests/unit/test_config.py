@@ -356,9 +356,15 @@ def test_env_and_override_problems_name_key_and_source() -> None:
         for g in got
     )
     assert any(g.startswith("scheduler.max_payload: expected a size") for g in got)
-    assert "SCHEDD_NODE_COLOUR: unknown key node.colour (expected one of: id, data_dir, gc_freeze_interval, gc_thaw_interval)" in got
+    assert (
+        "SCHEDD_NODE_COLOUR: unknown key node.colour (expected one of: id, data_dir, gc_freeze_interval, gc_thaw_interval)"
+        in got
+    )
     assert 'http.listen: expected host:port, got "nope" (from the command line)' in got
-    assert "node.colour: unknown key (expected one of: id, data_dir, gc_freeze_interval, gc_thaw_interval)" in got
+    assert (
+        "node.colour: unknown key (expected one of: id, data_dir, gc_freeze_interval, gc_thaw_interval)"
+        in got
+    )
     assert any(g.startswith("bogus.key: unknown section") for g in got)
     assert len(got) == 7, got
 
@@ -533,13 +539,19 @@ def test_local_cluster_files_form_one_cluster() -> None:
 
 
 def test_namespace_limits_from_toml_env_and_errors() -> None:
-    cfg = load_config(None, env={"SCHEDD_LIMITS_CONCURRENCY": "reports=2,billing=1"},
-                      overrides={"limits.submit_rate": {"reports": 50}})
+    cfg = load_config(
+        None,
+        env={"SCHEDD_LIMITS_CONCURRENCY": "reports=2,billing=1"},
+        overrides={"limits.submit_rate": {"reports": 50}},
+    )
     assert cfg.limits.concurrency == (("billing", 1), ("reports", 2))
     assert cfg.limits.submit_rate == (("reports", 50.0),)
     with pytest.raises(ConfigError) as exc:
-        load_config(None, env={}, overrides={"limits.concurrency": {"Bad!": 1, "ok": -1},
-                                             "limits.submit_rate": {"x": 0}})
+        load_config(
+            None,
+            env={},
+            overrides={"limits.concurrency": {"Bad!": 1, "ok": -1}, "limits.submit_rate": {"x": 0}},
+        )
     problems = exc.value.problems
     assert any(p.startswith("limits.concurrency.Bad!: expected a namespace name") for p in problems)
     assert any(p.startswith("limits.concurrency.ok: expected an integer") for p in problems)
@@ -550,5 +562,7 @@ def test_dispatch_ahead_is_bounded_and_may_be_zero() -> None:
     assert load_config(None, env={}).scheduler.dispatch_ahead_ms == 1000
     zero = load_config(None, env={}, overrides={"scheduler.dispatch_ahead": "0s"})
     assert zero.scheduler.dispatch_ahead_ms == 0
-    with pytest.raises(ConfigError, match=r"scheduler\.dispatch_ahead: expected at most 2000ms, got 3000ms"):
+    with pytest.raises(
+        ConfigError, match=r"scheduler\.dispatch_ahead: expected at most 2000ms, got 3000ms"
+    ):
         load_config(None, env={}, overrides={"scheduler.dispatch_ahead": "3s"})

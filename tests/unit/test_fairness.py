@@ -40,6 +40,7 @@ def busy_queues(count: int = 10_000, weights: dict[Priority, int] | None = None)
 
 # --- exact sequences ------------------------------------------------------------------------
 
+
 def test_nginx_example_sequence() -> None:
     # nginx's own example: weights 5, 1, 1 give a a b a c a a.
     q = busy_queues(20, {H: 5, N: 1, L: 1})
@@ -80,6 +81,7 @@ def test_pop_on_empty_is_none() -> None:
 
 
 # --- priority weights -----------------------------------------------------------------------
+
 
 def test_weights_over_10000_pops() -> None:
     q = busy_queues()
@@ -176,6 +178,7 @@ def test_ready_queues_reject_bad_weights_and_quantum(kwargs: dict, message: str)
 
 # --- namespaces -----------------------------------------------------------------------------
 
+
 def test_namespaces_with_unequal_backlogs_get_equal_service() -> None:
     q = ReadyQueues()
     fill(q, "big", N, 10_000)
@@ -271,6 +274,7 @@ def test_concurrency_caps() -> None:
 
 # --- remove ---------------------------------------------------------------------------------
 
+
 def test_remove_then_pop_never_returns_a_removed_id() -> None:
     q = ReadyQueues()
     for i in range(100):
@@ -362,7 +366,10 @@ def test_depth_lists_namespaces_by_name_then_priority_high_first() -> None:
     fill(q, "m", N, 1)
     fill(q, "b", L, 1)
     assert list(q.depth().items()) == [
-        (("b", L), 1), (("m", N), 1), (("z", H), 2), (("z", L), 1),
+        (("b", L), 1),
+        (("m", N), 1),
+        (("z", H), 2),
+        (("z", L), 1),
     ]
 
 

@@ -24,9 +24,15 @@ LANE_CASES: list[tuple[str, list[Op], list[str | None]]] = [
     (
         "an id removed twice and queued again pops once, at its last place",
         [
-            ("push", "a"), ("push", "b"), ("push", "c"),
-            ("remove", "a"), ("push", "a"), ("remove", "a"),
-            ("push", "d"), ("push", "a"), ("push", "e"),
+            ("push", "a"),
+            ("push", "b"),
+            ("push", "c"),
+            ("remove", "a"),
+            ("push", "a"),
+            ("remove", "a"),
+            ("push", "d"),
+            ("push", "a"),
+            ("push", "e"),
         ],
         ["b", "c", "d", "a", "e", None],
     ),
@@ -38,24 +44,37 @@ LANE_CASES: list[tuple[str, list[Op], list[str | None]]] = [
     (
         "a lane emptied while it holds removed entries is as good as new",
         [
-            ("push", "a"), ("push", "b"), ("remove", "b"), ("pop",),
-            ("push", "b"), ("push", "c"), ("remove", "c"), ("push", "d"),
+            ("push", "a"),
+            ("push", "b"),
+            ("remove", "b"),
+            ("pop",),
+            ("push", "b"),
+            ("push", "c"),
+            ("remove", "c"),
+            ("push", "d"),
         ],
         ["b", "d", None],
     ),
     (
         "a lane emptied by removals is as good as new",
         [
-            ("push", "a"), ("push", "b"), ("remove", "a"), ("remove", "b"),
-            ("push", "a"), ("push", "c"), ("remove", "c"), ("push", "b"),
+            ("push", "a"),
+            ("push", "b"),
+            ("remove", "a"),
+            ("remove", "b"),
+            ("push", "a"),
+            ("push", "c"),
+            ("remove", "c"),
+            ("push", "b"),
         ],
         ["a", "b", None],
     ),
 ]
 
 
-@pytest.mark.parametrize(("ops", "expected"), [c[1:] for c in LANE_CASES],
-                         ids=[c[0] for c in LANE_CASES])
+@pytest.mark.parametrize(
+    ("ops", "expected"), [c[1:] for c in LANE_CASES], ids=[c[0] for c in LANE_CASES]
+)
 def test_removed_runs_are_never_leased_and_queued_ones_never_lost(
     ops: list[Op], expected: list[str | None]
 ) -> None:

@@ -73,8 +73,9 @@ CYCLE_CASES: list[tuple[str, Graph, Graph, list[str] | None]] = [
 ]
 
 
-@pytest.mark.parametrize(("edges", "new", "expected"), [c[1:] for c in CYCLE_CASES],
-                         ids=[c[0] for c in CYCLE_CASES])
+@pytest.mark.parametrize(
+    ("edges", "new", "expected"), [c[1:] for c in CYCLE_CASES], ids=[c[0] for c in CYCLE_CASES]
+)
 def test_find_cycle(edges: Graph, new: Graph, expected: list[str] | None) -> None:
     cycle = find_cycle(edges, new)
     assert cycle == expected
@@ -183,8 +184,9 @@ ORDER_CASES: list[tuple[str, Graph, list[str]]] = [
 ]
 
 
-@pytest.mark.parametrize(("batch", "expected"), [c[1:] for c in ORDER_CASES],
-                         ids=[c[0] for c in ORDER_CASES])
+@pytest.mark.parametrize(
+    ("batch", "expected"), [c[1:] for c in ORDER_CASES], ids=[c[0] for c in ORDER_CASES]
+)
 def test_topological_order(batch: Graph, expected: list[str]) -> None:
     order = topological_order(batch)
     assert order == expected

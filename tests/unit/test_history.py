@@ -20,7 +20,9 @@ def finish(h: Checked, lf: int, run_id: str, now: int, ok: bool = True) -> None:
         h.one(c.Fail(h.rid(), now + 1, lf, run_id, fence, "boom", False))
 
 
-def purge(h: Harness, lf: int, now: int, before: int, keep: int = 1000, limit: int = 1000) -> object:
+def purge(
+    h: Harness, lf: int, now: int, before: int, keep: int = 1000, limit: int = 1000
+) -> object:
     return h.one(c.Purge(h.rid(), now, lf, before, keep, limit))
 
 

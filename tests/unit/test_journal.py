@@ -103,8 +103,9 @@ def test_commit_index_beyond_synced_entries_forces_a_sync(tmp_path: Path) -> Non
 
 
 # -- recovery ----------------------------------------------------------------------------------
-def test_torn_tail_at_every_byte_of_the_last_record(tmp_path: Path,
-                                                   caplog: pytest.LogCaptureFixture) -> None:
+def test_torn_tail_at_every_byte_of_the_last_record(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     src = tmp_path / "full.journal"
     items = entries(6)
     write(src, items)
@@ -117,7 +118,11 @@ def test_torn_tail_at_every_byte_of_the_last_record(tmp_path: Path,
         with caplog.at_level(logging.WARNING, logger="schedd.raft.journal"):
             j = reopen(path)
         assert list(j[:]) == items[:-1], cut
-        assert j.damage is not None and j.damage.offset == start and j.damage.dropped_bytes == cut - start
+        assert (
+            j.damage is not None
+            and j.damage.offset == start
+            and j.damage.dropped_bytes == cut - start
+        )
         assert os.path.getsize(path) == start  # cut on disk, not only ignored
         [event] = truncated_events(caplog)
         assert event.fields["offset"] == start and event.fields["dropped_records"] == 1  # type: ignore[attr-defined]
@@ -140,8 +145,9 @@ def test_zero_filled_tail_is_cut(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("where", ["length", "crc", "index", "term", "command"])
-def test_flipped_byte_in_the_middle_cuts_there(tmp_path: Path, where: str,
-                                               caplog: pytest.LogCaptureFixture) -> None:
+def test_flipped_byte_in_the_middle_cuts_there(
+    tmp_path: Path, where: str, caplog: pytest.LogCaptureFixture
+) -> None:
     path = tmp_path / "raft.journal"
     items = entries(20)
     write(path, items)
@@ -307,8 +313,10 @@ FROZEN_JOURNAL = bytes.fromhex(
     "0000000000"
 )
 FROZEN_ENTRIES = [(b"\x00", 1, 0), (b"\x01job-42", 2, 3), (b"", 3, 3)]
-FROZEN_STATE = (b'SCHDSTAT\x01\x00\x00\x00=\x00\x00\x00ie\xa0\xca{"commit_index": 2, "term": 7, '
-                b'"voted_for": "127.0.0.1:4321"}')
+FROZEN_STATE = (
+    b'SCHDSTAT\x01\x00\x00\x00=\x00\x00\x00ie\xa0\xca{"commit_index": 2, "term": 7, '
+    b'"voted_for": "127.0.0.1:4321"}'
+)
 
 
 def test_frozen_format_version_1(tmp_path: Path) -> None:
@@ -320,7 +328,11 @@ def test_frozen_format_version_1(tmp_path: Path) -> None:
     (tmp_path / "raft.journal.state").write_bytes(FROZEN_STATE)
     j = reopen(path)
     assert list(j[:]) == FROZEN_ENTRIES and j.damage is None
-    assert (j.getCurrentTerm(), j.getVotedForNodeId(), j.getRaftCommitIndex()) == (7, "127.0.0.1:4321", 2)
+    assert (j.getCurrentTerm(), j.getVotedForNodeId(), j.getRaftCommitIndex()) == (
+        7,
+        "127.0.0.1:4321",
+        2,
+    )
     j._destroy()
 
 
@@ -336,15 +348,20 @@ def test_a_pysyncobj_file_journal_is_imported(tmp_path: Path) -> None:
     old._destroy()
     j = reopen(path)
     assert list(j[:]) == items
-    assert (j.getCurrentTerm(), j.getVotedForNodeId(), j.getRaftCommitIndex()) == (6, "127.0.0.1:9", 11)
+    assert (j.getCurrentTerm(), j.getVotedForNodeId(), j.getRaftCommitIndex()) == (
+        6,
+        "127.0.0.1:9",
+        11,
+    )
     j._destroy()
     assert (tmp_path / "raft.journal.pysyncobj.bak").exists()
     assert list(reopen(path)[:]) == items  # now in our format
 
 
 # -- the acknowledgement hook ------------------------------------------------------------------
-def test_transport_syncs_before_log_bearing_messages(tmp_path: Path,
-                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_transport_syncs_before_log_bearing_messages(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     path = tmp_path / "raft.journal"
     j = DurableJournal(str(path))
     seen: list[tuple[str, int]] = []
@@ -379,18 +396,23 @@ def test_durable_journal_is_installed_only_inside_the_block(tmp_path: Path) -> N
 
 
 # -- property: any sequence of operations, crash or clean close, reads back consistently -------
-OPS = st.lists(st.one_of(
-    st.tuples(st.just("add"), st.integers(1, 4)),
-    st.tuples(st.just("sync"), st.just(0)),
-    st.tuples(st.just("from"), st.integers(0, 30)),
-    st.tuples(st.just("to"), st.integers(0, 30)),
-    st.tuples(st.just("finish"), st.just(0)),
-    st.tuples(st.just("crash"), st.just(0)),
-    st.tuples(st.just("close"), st.just(0)),
-), max_size=40)
+OPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("add"), st.integers(1, 4)),
+        st.tuples(st.just("sync"), st.just(0)),
+        st.tuples(st.just("from"), st.integers(0, 30)),
+        st.tuples(st.just("to"), st.integers(0, 30)),
+        st.tuples(st.just("finish"), st.just(0)),
+        st.tuples(st.just("crash"), st.just(0)),
+        st.tuples(st.just("close"), st.just(0)),
+    ),
+    max_size=40,
+)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(ops=OPS)
 def test_model(tmp_path: Path, ops: list[tuple[str, int]]) -> None:
     root = tmp_path / "m"
@@ -498,14 +520,19 @@ def test_a_torn_tail_after_power_loss_does_not_make_the_node_abstain(tmp_path: P
 
 
 def test_an_abstaining_node_withholds_votes_and_looks_out_of_date(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     j = reopen(damaged_with_commit(tmp_path, n=10, commit=10, victim=4))
     sent: list[Any] = []
-    monkeypatch.setattr(TCPTransport, "send", lambda self, node, message: sent.append(message) or True)
+    monkeypatch.setattr(
+        TCPTransport, "send", lambda self, node, message: sent.append(message) or True
+    )
     transport = DurableTransport.__new__(DurableTransport)
     transport.durable_journal = j
     assert transport.send(None, {"type": "response_vote", "term": 3})
-    transport.send(None, {"type": "request_vote", "term": 4, "last_log_index": 4, "last_log_term": 1})
+    transport.send(
+        None, {"type": "request_vote", "term": 4, "last_log_index": 4, "last_log_term": 1}
+    )
     assert sent == [{"type": "request_vote", "term": 4, "last_log_index": 0, "last_log_term": -1}]
     for e in entries(6, start=5):
         j.add(*e)
@@ -535,7 +562,8 @@ def test_a_failed_sync_stops_everything(tmp_path: Path, monkeypatch: pytest.Monk
 
 
 def test_the_snapshot_is_made_durable_before_the_head_it_replaces_goes(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # pysyncobj renames the dump into place without fsync; dropping the journal's head (or all
     # of it, when a snapshot is installed) must not outlive the snapshot in a power loss.
     dump = tmp_path / "raft.dump"
@@ -546,8 +574,14 @@ def test_the_snapshot_is_made_durable_before_the_head_it_replaces_goes(
     j.sync()
     order: list[str] = []
     real_sync, real_replace = jmod._fsync_file, os.replace
-    monkeypatch.setattr(jmod, "_fsync_file", lambda p: (order.append(f"fsync {Path(p).name}"), real_sync(p))[1])
-    monkeypatch.setattr(os, "replace", lambda a, b: (order.append(f"rename {Path(a).name} {Path(b).name}"), real_replace(a, b))[1])
+    monkeypatch.setattr(
+        jmod, "_fsync_file", lambda p: (order.append(f"fsync {Path(p).name}"), real_sync(p))[1]
+    )
+    monkeypatch.setattr(
+        os,
+        "replace",
+        lambda a, b: (order.append(f"rename {Path(a).name} {Path(b).name}"), real_replace(a, b))[1],
+    )
     j.deleteEntriesTo(5)
     assert j.finish_compaction(wait=True)
     assert order == ["fsync raft.dump", "rename raft.journal.compact raft.journal"]

@@ -82,17 +82,22 @@ def synced(path: Path, items: list[Entry]) -> DurableJournal:
 HEAD = struct.Struct("<II")
 
 
-@pytest.mark.parametrize(("tail", "reason"), [
-    (encode_record(b"next", 4, 1)[:5], "torn record header"),
-    (encode_record(b"next", 4, 1)[:8], "torn record (runs past the end of the file)"),
-    (encode_record(b"next", 4, 1)[:-1], "torn record (runs past the end of the file)"),
-    (HEAD.pack(MAX_PAYLOAD, 0), "torn record (runs past the end of the file)"),
-    (HEAD.pack(MAX_PAYLOAD + 1, 0), f"impossible record length {MAX_PAYLOAD + 1}"),
-    (HEAD.pack(15, 0) + b"\0" * 15, "impossible record length 15"),
-    (encode_record(b"next", 4, 1)[:-1] + b"X", "checksum mismatch"),
-], ids=["header", "header-only", "payload", "max-length", "too-long", "too-short", "crc"])
+@pytest.mark.parametrize(
+    ("tail", "reason"),
+    [
+        (encode_record(b"next", 4, 1)[:5], "torn record header"),
+        (encode_record(b"next", 4, 1)[:8], "torn record (runs past the end of the file)"),
+        (encode_record(b"next", 4, 1)[:-1], "torn record (runs past the end of the file)"),
+        (HEAD.pack(MAX_PAYLOAD, 0), "torn record (runs past the end of the file)"),
+        (HEAD.pack(MAX_PAYLOAD + 1, 0), f"impossible record length {MAX_PAYLOAD + 1}"),
+        (HEAD.pack(15, 0) + b"\0" * 15, "impossible record length 15"),
+        (encode_record(b"next", 4, 1)[:-1] + b"X", "checksum mismatch"),
+    ],
+    ids=["header", "header-only", "payload", "max-length", "too-long", "too-short", "crc"],
+)
 def test_the_cut_says_whether_a_write_was_torn_or_data_is_corrupt(
-        tmp_path: Path, caplog: pytest.LogCaptureFixture, tail: bytes, reason: str) -> None:
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, tail: bytes, reason: str
+) -> None:
     # A torn tail is the expected result of a power loss; a checksum mismatch or an impossible
     # length is a disk or operator problem: the operator reads which one in the event.
     path = tmp_path / "raft.journal"
@@ -142,8 +147,9 @@ def test_an_out_of_sequence_record_is_reported_with_both_positions(tmp_path: Pat
     j._destroy()
 
 
-def test_an_empty_journal_file_is_initialised_silently(tmp_path: Path,
-                                                        caplog: pytest.LogCaptureFixture) -> None:
+def test_an_empty_journal_file_is_initialised_silently(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     # A crash between creating the file and writing its header leaves 0 bytes: not damage.
     path = tmp_path / "raft.journal"
     path.touch()
@@ -157,7 +163,8 @@ def test_an_empty_journal_file_is_initialised_silently(tmp_path: Path,
 
 # -- the truncation event and the abstain window -------------------------------------------------
 def test_the_truncation_event_says_what_was_lost_and_for_how_long_the_node_abstains(
-        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     path = damaged_with_commit(tmp_path, n=10, commit=9, victim=4)
     _, end_of_kept = bounds(entries(10))[3]
     size = os.path.getsize(path)
@@ -165,16 +172,24 @@ def test_the_truncation_event_says_what_was_lost_and_for_how_long_the_node_absta
     [event] = events(caplog, "raft.journal_truncated")
     assert event.levelno == logging.ERROR
     assert fields(event) == {
-        "path": str(path), "offset": end_of_kept, "reason": "checksum mismatch",
-        "dropped_records": 6, "dropped_bytes": size - end_of_kept, "kept_records": 4,
-        "last_kept_index": 4, "stored_commit_index": 9, "lost_acknowledged": True,
-        "abstain_until": 10, "note": "the node re-syncs the rest from the leader",
+        "path": str(path),
+        "offset": end_of_kept,
+        "reason": "checksum mismatch",
+        "dropped_records": 6,
+        "dropped_bytes": size - end_of_kept,
+        "kept_records": 4,
+        "last_kept_index": 4,
+        "stored_commit_index": 9,
+        "lost_acknowledged": True,
+        "abstain_until": 10,
+        "note": "the node re-syncs the rest from the leader",
     }
     j._destroy()
 
 
-def test_a_torn_tail_is_a_warning_and_no_abstention(tmp_path: Path,
-                                                    caplog: pytest.LogCaptureFixture) -> None:
+def test_a_torn_tail_is_a_warning_and_no_abstention(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     path = tmp_path / "raft.journal"
     j = DurableJournal(str(path))
     for e in entries(5):
@@ -228,8 +243,9 @@ def test_new_damage_while_abstaining_never_shortens_the_abstention(tmp_path: Pat
     j._destroy()
 
 
-def test_catching_up_is_logged_with_the_index_reached(tmp_path: Path,
-                                                      caplog: pytest.LogCaptureFixture) -> None:
+def test_catching_up_is_logged_with_the_index_reached(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     path = damaged_with_commit(tmp_path, n=10, commit=9, victim=4)
     j = reopen(path)
     for e in entries(6, start=5):
@@ -243,7 +259,8 @@ def test_catching_up_is_logged_with_the_index_reached(tmp_path: Path,
 
 
 def test_compaction_that_makes_the_log_durable_past_the_window_ends_the_abstention(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     path = damaged_with_commit(tmp_path, n=10, commit=9, victim=4)
     j = reopen(path)
     assert j.abstain_until == 10
@@ -266,16 +283,21 @@ def with_version(data: bytes, version: int) -> bytes:
     return data[:8] + struct.pack("<H", version) + data[10:]
 
 
-@pytest.mark.parametrize(("damaged", "message"), [
-    (state_bytes()[:10], "short state file"),
-    (b"SCHDSTAX" + state_bytes()[8:], "bad state header (magic b'SCHDSTAX', version 1)"),
-    (with_version(state_bytes(), 2), "bad state header (magic b'SCHDSTAT', version 2)"),
-    (state_bytes()[:20], "state file has 0 payload bytes, its header says 49"),
-    (state_bytes()[:-3], "state file has 46 payload bytes, its header says 49"),
-    (state_bytes()[:-1] + b"]", "state checksum mismatch"),
-], ids=["short", "magic", "version", "header-only", "cut", "crc"])
+@pytest.mark.parametrize(
+    ("damaged", "message"),
+    [
+        (state_bytes()[:10], "short state file"),
+        (b"SCHDSTAX" + state_bytes()[8:], "bad state header (magic b'SCHDSTAX', version 1)"),
+        (with_version(state_bytes(), 2), "bad state header (magic b'SCHDSTAT', version 2)"),
+        (state_bytes()[:20], "state file has 0 payload bytes, its header says 49"),
+        (state_bytes()[:-3], "state file has 46 payload bytes, its header says 49"),
+        (state_bytes()[:-1] + b"]", "state checksum mismatch"),
+    ],
+    ids=["short", "magic", "version", "header-only", "cut", "crc"],
+)
 def test_a_damaged_state_file_is_reported_with_its_path_and_cause(
-        tmp_path: Path, caplog: pytest.LogCaptureFixture, damaged: bytes, message: str) -> None:
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, damaged: bytes, message: str
+) -> None:
     path = tmp_path / "raft.journal"
     write(path, entries(3, term=2))
     (tmp_path / "raft.journal.state").write_bytes(damaged)
@@ -286,7 +308,10 @@ def test_a_damaged_state_file_is_reported_with_its_path_and_cause(
     # never trusted: the vote is unknown, the term the last one in the log, the commit index
     # back at pysyncobj's start
     assert (j.getCurrentTerm(), j.getVotedForNodeId(), j.getRaftCommitIndex()) == (
-        2, UNKNOWN_VOTE, 1)
+        2,
+        UNKNOWN_VOTE,
+        1,
+    )
     j._destroy()
 
 
@@ -303,12 +328,14 @@ def test_the_frozen_state_format_with_an_abstention(tmp_path: Path) -> None:
     # If this fails the state file's format changed (keys are stored sorted).
     assert RaftState(7, None, 2, 12).encode() == (
         b'SCHDSTAT\x01\x00\x00\x00F\x00\x00\x00w\xbf[\xb9{"abstain_until": 12, '
-        b'"commit_index": 2, "term": 7, "voted_for": null}')
+        b'"commit_index": 2, "term": 7, "voted_for": null}'
+    )
     assert RaftState.decode(RaftState(7, None, 2, 12).encode()) == RaftState(7, None, 2, 12)
 
 
-def test_the_state_is_written_once_per_change(tmp_path: Path,
-                                              monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_state_is_written_once_per_change(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     path = tmp_path / "raft.journal"
     j = synced(path, entries(4))
     writes: list[str] = []
@@ -350,7 +377,8 @@ def legacy_bounds(data: bytes, n: int) -> list[tuple[int, int]]:
 
 
 def test_an_import_without_pysyncobj_meta_starts_from_the_defaults(
-        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     path = tmp_path / "raft.journal"
     items = entries(5)
     original = legacy(path, items)
@@ -360,8 +388,11 @@ def test_an_import_without_pysyncobj_meta_starts_from_the_defaults(
     assert (j.getCurrentTerm(), j.getVotedForNodeId(), j.getRaftCommitIndex()) == (0, None, 1)
     [event] = events(caplog, "raft.journal_imported")
     assert event.levelno == logging.WARNING
-    assert fields(event) == {"path": str(path), "entries": 5,
-                             "backup": str(path) + ".pysyncobj.bak"}
+    assert fields(event) == {
+        "path": str(path),
+        "entries": 5,
+        "backup": str(path) + ".pysyncobj.bak",
+    }
     j._destroy()
     assert (tmp_path / "raft.journal.pysyncobj.bak").read_bytes() == original  # untouched
 
@@ -387,8 +418,9 @@ def test_entries_pysyncobj_had_deleted_are_not_imported(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("where", ["at a record boundary", "inside a record"])
-def test_a_pysyncobj_journal_cut_short_imports_its_whole_records(tmp_path: Path,
-                                                                 where: str) -> None:
+def test_a_pysyncobj_journal_cut_short_imports_its_whole_records(
+    tmp_path: Path, where: str
+) -> None:
     path = tmp_path / "raft.journal"
     items = entries(6)
     data = legacy(path, items)
@@ -448,14 +480,21 @@ def test_a_newer_header_alone_is_refused(tmp_path: Path) -> None:
     assert path.read_bytes() == encode_header(version=2)
 
 
-@pytest.mark.parametrize("header", [
-    MAGIC + b"\x01\x00",  # cut inside the header
-    encode_header(version=3)[:12] + encode_header()[12:],  # version damaged, checksum not fixed
-    struct.pack("<8sHH", MAGIC, 1, 1) + struct.pack("<I", zlib.crc32(
-        struct.pack("<8sHH", MAGIC, 1, 1))),  # this version, unknown flags: not a newer one
-], ids=["torn", "bit-flipped-version", "flags"])
+@pytest.mark.parametrize(
+    "header",
+    [
+        MAGIC + b"\x01\x00",  # cut inside the header
+        encode_header(version=3)[:12] + encode_header()[12:],  # version damaged, checksum not fixed
+        struct.pack("<8sHH", MAGIC, 1, 1)
+        + struct.pack(
+            "<I", zlib.crc32(struct.pack("<8sHH", MAGIC, 1, 1))
+        ),  # this version, unknown flags: not a newer one
+    ],
+    ids=["torn", "bit-flipped-version", "flags"],
+)
 def test_a_damaged_header_is_rebuilt_not_taken_for_a_newer_format(
-        tmp_path: Path, caplog: pytest.LogCaptureFixture, header: bytes) -> None:
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, header: bytes
+) -> None:
     path = tmp_path / "raft.journal"
     items = entries(3)
     body = b"".join(encode_record(*e) for e in items) if len(header) == HEADER_SIZE else b""
@@ -472,7 +511,8 @@ def test_a_damaged_header_is_rebuilt_not_taken_for_a_newer_format(
 
 
 def test_failing_to_keep_the_dropped_bytes_does_not_stop_recovery(
-        tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
     path = tmp_path / "raft.journal"
     write(path, entries(3))
     with open(path, "ab") as f:
@@ -519,14 +559,23 @@ def break_compaction(j: DurableJournal, monkeypatch: pytest.MonkeyPatch) -> None
     j.finish_compaction(wait=True)
 
 
-@pytest.mark.parametrize(("op", "breaker"), [
-    ("sync", break_sync), ("sync snapshot", break_snapshot_sync),
-    ("write state", break_state_write),
-    ("truncate", break_truncate), ("compact", break_compaction),
-])
+@pytest.mark.parametrize(
+    ("op", "breaker"),
+    [
+        ("sync", break_sync),
+        ("sync snapshot", break_snapshot_sync),
+        ("write state", break_state_write),
+        ("truncate", break_truncate),
+        ("compact", break_compaction),
+    ],
+)
 def test_a_failed_write_names_the_operation_and_the_file(
-        tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch,
-        op: str, breaker: Any) -> None:
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+    op: str,
+    breaker: Any,
+) -> None:
     failures: list[OSError] = []
     monkeypatch.setattr(DurableJournal, "on_io_failure", staticmethod(failures.append))
     path = tmp_path / "raft.journal"
@@ -536,21 +585,20 @@ def test_a_failed_write_names_the_operation_and_the_file(
     for e in entries(5):
         j.add(*e)
     j.sync()
-    with caplog.at_level(logging.INFO, logger=LOGGER), \
-            pytest.raises(JournalError) as raised:
+    with caplog.at_level(logging.INFO, logger=LOGGER), pytest.raises(JournalError) as raised:
         breaker(j, monkeypatch)
     assert str(raised.value) == f"journal {path}: {op} failed: [Errno 5] Input/output error"
     [event] = events(caplog, "raft.journal_failed")
     assert event.levelno == logging.CRITICAL
-    assert fields(event) == {"path": str(path), "op": op,
-                             "error": "[Errno 5] Input/output error"}
+    assert fields(event) == {"path": str(path), "op": op, "error": "[Errno 5] Input/output error"}
     assert [f.errno for f in failures] == [errno.EIO]
     monkeypatch.undo()
     j._destroy()
 
 
 def test_a_journal_shorter_on_disk_than_in_memory_fails_the_compaction(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     failures: list[OSError] = []
     monkeypatch.setattr(DurableJournal, "on_io_failure", staticmethod(failures.append))
     path = tmp_path / "raft.journal"
@@ -566,7 +614,8 @@ def test_a_journal_shorter_on_disk_than_in_memory_fails_the_compaction(
 
 
 def test_compaction_copies_the_tail_exactly_through_short_reads(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # pread may return fewer bytes than asked (a signal, some file systems): the rewritten
     # journal must still hold every kept record, byte for byte.
     path = tmp_path / "raft.journal"
@@ -620,8 +669,9 @@ def test_dropping_unwritten_records_drops_them_from_the_disk_too(tmp_path: Path)
     j._destroy()
 
 
-def test_dropping_unwritten_records_costs_no_disk_write(tmp_path: Path,
-                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_dropping_unwritten_records_costs_no_disk_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     path = tmp_path / "raft.journal"
     items = entries(8)
     j = synced(path, items[:4])
@@ -732,7 +782,8 @@ class HeldCopy:
 
 
 def test_compaction_drops_the_head_at_once_and_rewrites_the_file_in_the_background(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     path = tmp_path / "raft.journal"
     items = entries(30)
     j = synced(path, items[:20])
@@ -760,7 +811,8 @@ def test_compaction_drops_the_head_at_once_and_rewrites_the_file_in_the_backgrou
 
 
 def test_a_truncation_into_the_copied_records_cancels_the_copy_and_compacts_again(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     path = tmp_path / "raft.journal"
     items = entries(20)
     j = synced(path, items)
@@ -782,7 +834,8 @@ def test_a_truncation_into_the_copied_records_cancels_the_copy_and_compacts_agai
 
 
 def test_a_stop_before_the_rename_leaves_the_head_which_skip_to_drops_again(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     path = tmp_path / "raft.journal"
     items = entries(12)
     j = synced(path, items)
@@ -833,7 +886,8 @@ def test_compaction_leaves_nothing_to_sync(tmp_path: Path) -> None:
 
 # -- the transport ---------------------------------------------------------------------------------
 def test_the_transport_passes_messages_through_to_their_node(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     sent: list[tuple[Any, Any]] = []
 
     def fake_send(self: Any, node: Any, message: Any) -> bool:
@@ -854,7 +908,8 @@ def test_the_transport_passes_messages_through_to_their_node(
 
 # -- durability bookkeeping ------------------------------------------------------------------------
 def test_a_journal_opened_and_closed_without_changes_writes_nothing(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     path = tmp_path / "raft.journal"
     write(path, entries(3))
     before = path.read_bytes()
@@ -869,7 +924,8 @@ def test_a_journal_opened_and_closed_without_changes_writes_nothing(
 
 
 def test_syncs_counts_the_fdatasync_calls_that_made_entries_durable(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     calls: list[int] = []
     real = jmod._fdatasync
 
@@ -888,7 +944,8 @@ def test_syncs_counts_the_fdatasync_calls_that_made_entries_durable(
 
 
 def test_records_reach_the_disk_whole_through_short_writes(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # pwrite may write fewer bytes than asked (a signal, a full disk about to fail).
     path = tmp_path / "raft.journal"
     real = os.pwrite
@@ -919,8 +976,7 @@ def test_after_reopening_only_a_commit_past_the_disk_forces_a_sync(tmp_path: Pat
     j._destroy()
 
 
-def test_the_first_entry_of_a_new_journal_is_durable_before_it_is_committed(
-        tmp_path: Path) -> None:
+def test_the_first_entry_of_a_new_journal_is_durable_before_it_is_committed(tmp_path: Path) -> None:
     path = tmp_path / "raft.journal"
     j = DurableJournal(str(path))
     j.add(b"no-op", 1, 0)  # what pysyncobj adds to an empty log
@@ -946,8 +1002,7 @@ def test_the_journal_and_its_state_are_private_to_the_service_user(tmp_path: Pat
         assert stat.S_IMODE(os.stat(p).st_mode) == 0o600, p
 
 
-def test_a_gap_in_added_indexes_is_logged(tmp_path: Path,
-                                          caplog: pytest.LogCaptureFixture) -> None:
+def test_a_gap_in_added_indexes_is_logged(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     j = DurableJournal(str(tmp_path / "raft.journal"))
     with caplog.at_level(logging.INFO, logger=LOGGER):
         for e in entries(5):
@@ -959,8 +1014,9 @@ def test_a_gap_in_added_indexes_is_logged(tmp_path: Path,
     j._destroy()
 
 
-def test_closing_twice_closes_nothing_the_second_time(tmp_path: Path,
-                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def test_closing_twice_closes_nothing_the_second_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     j = synced(tmp_path / "raft.journal", entries(2))
     j._destroy()
     closed: list[int] = []
@@ -990,7 +1046,8 @@ def test_a_journal_on_file_descriptor_0_is_synced_and_closed(tmp_path: Path) -> 
 
 
 def test_a_damaged_state_file_proves_nothing_so_a_cut_journal_abstains(
-        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     # The commit index that would prove the cut entries unacknowledged is lost with the state
     # file: the node must assume they were acknowledged (a state file is replaced by a rename,
     # so a power loss alone never damages it).

@@ -18,6 +18,7 @@ SEC = 1_000
 
 # -- request-id dedup: a client repeating a write (across an election) gets the first answer ---
 
+
 @pytest.mark.parametrize(
     ("traffic_at", "repeat_at", "deduplicated"),
     [
@@ -27,7 +28,8 @@ SEC = 1_000
     ids=["within the window", "after the window"],
 )
 def test_a_repeated_request_id_gets_the_first_answer_for_fifteen_minutes(
-        traffic_at: int, repeat_at: int, deduplicated: bool) -> None:
+    traffic_at: int, repeat_at: int, deduplicated: bool
+) -> None:
     h = Checked()
     first = h.one(c.Submit("R-submit", T0, (("J1", JobSpec(task="t")),)))
     assert isinstance(first, Ok)
@@ -44,10 +46,13 @@ def test_a_repeated_request_id_gets_the_first_answer_for_fifteen_minutes(
 
 # -- replay from the dead-letter queue: a fresh set of attempts -------------------------------
 
+
 def test_a_replayed_run_retries_a_failure_and_dead_letters_only_after_max_attempts_more() -> None:
     h = Checked()
     lf = h.claim()
-    h.submit(spec=JobSpec(task="t", retry=RetryPolicy(max_attempts=2, initial_ms=SEC, jitter=False)))
+    h.submit(
+        spec=JobSpec(task="t", retry=RetryPolicy(max_attempts=2, initial_ms=SEC, jitter=False))
+    )
     rid = f"J1@{T0}"
 
     def lease_and_fail(now: int) -> None:
@@ -70,6 +75,7 @@ def test_a_replayed_run_retries_a_failure_and_dead_letters_only_after_max_attemp
 
 # -- overlap: judged on every live state of the previous run, not only running ----------------
 
+
 def _queued(h: Harness, lf: int, run_id: str) -> None:
     """Fired, but not leased: every worker of the queue is busy."""
 
@@ -90,17 +96,26 @@ REPLACED = "cancelled:replaced by a newer run (overlap)"
     ("policy", "expected"),
     [  # occurrences 1, 2, 3 (1 is still live when 2 and 3 fire)
         pytest.param(Overlap.SKIP, [PREV, "skipped:overlap", "skipped:overlap"], id="skip"),
-        pytest.param(Overlap.BUFFER_ONE, [PREV, "blocked:overlap", "skipped:overlap"], id="buffer_one"),
+        pytest.param(
+            Overlap.BUFFER_ONE, [PREV, "blocked:overlap", "skipped:overlap"], id="buffer_one"
+        ),
         pytest.param(Overlap.CANCEL_OTHER, [REPLACED, REPLACED, "queued"], id="cancel_other"),
         pytest.param(Overlap.ALLOW, [PREV, "queued", "queued"], id="allow"),
     ],
 )
 def test_overlap_counts_a_queued_or_retrying_previous_run_as_live(
-        previous: Callable[[Harness, int, str], None], policy: Overlap, expected: list[str]) -> None:
+    previous: Callable[[Harness, int, str], None], policy: Overlap, expected: list[str]
+) -> None:
     h = Checked()
     lf = h.claim()
-    h.submit(spec=JobSpec(task="t", schedule=cron(overlap=policy).schedule,
-                          retry=RetryPolicy(initial_ms=5 * MIN, jitter=False)), now=T0)
+    h.submit(
+        spec=JobSpec(
+            task="t",
+            schedule=cron(overlap=policy).schedule,
+            retry=RetryPolicy(initial_ms=5 * MIN, jitter=False),
+        ),
+        now=T0,
+    )
     first = next_id(h)
     fire(h, lf, first, T0 + MIN)
     previous(h, lf, first)

@@ -33,10 +33,14 @@ def test_the_installed_pysyncobj_passes_the_check() -> None:
 
 
 def test_another_version_is_refused_saying_which_and_what_to_do(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setattr(patches.metadata, "version", lambda name: "0.3.18")
-    with pytest.raises(PysyncobjMismatch, match=r"pysyncobj 0\.3\.18 is installed; schedd "
-                                                r"patches pysyncobj 0\.3\.17 and runs only"):
+    with pytest.raises(
+        PysyncobjMismatch,
+        match=r"pysyncobj 0\.3\.18 is installed; schedd "
+        r"patches pysyncobj 0\.3\.17 and runs only",
+    ):
         check_installed()
 
 
@@ -47,15 +51,21 @@ def test_a_missing_private_method_is_named(monkeypatch: pytest.MonkeyPatch) -> N
 
 
 def test_an_apply_step_unlike_the_copied_one_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(patches.inspect, "getsource", lambda obj: "def __applyLogEntries(self): pass\n")
-    with pytest.raises(PysyncobjMismatch, match=r"__applyLogEntries is not the one schedd's "
-                                                r"bound_apply copies"):
+    monkeypatch.setattr(
+        patches.inspect, "getsource", lambda obj: "def __applyLogEntries(self): pass\n"
+    )
+    with pytest.raises(
+        PysyncobjMismatch,
+        match=r"__applyLogEntries is not the one schedd's "
+        r"bound_apply copies",
+    ):
         check_installed()
 
 
 def test_a_built_node_missing_an_attribute_is_named(tmp_path: Path) -> None:
-    conf = SyncObjConf(autoTick=False, journalFile=str(tmp_path / "j"),
-                       fullDumpFile=str(tmp_path / "d"))
+    conf = SyncObjConf(
+        autoTick=False, journalFile=str(tmp_path / "j"), fullDumpFile=str(tmp_path / "d")
+    )
     obj = SyncObj(f"127.0.0.1:{free_port()}", [], conf)
     try:
         check_node(obj)
@@ -70,16 +80,20 @@ def test_a_built_node_missing_an_attribute_is_named(tmp_path: Path) -> None:
 A, B = "a", "b"
 
 
-@pytest.mark.parametrize(("nxt", "match", "connected", "due"), [
-    ({A: 11, B: 11}, {A: 10, B: 10}, {A, B}, False),  # all caught up: nothing new to send
-    ({A: 10, B: 11}, {A: 9, B: 10}, {A, B}, True),    # A lacks entry 10, nothing in flight
-    ({A: 11, B: 11}, {A: 9, B: 10}, {A, B}, False),   # entry 10 is in flight to A: wait
-    ({A: 10, B: 11}, {A: 9, B: 8}, {A, B}, False),    # entries in flight to B: wait
-    ({A: 10, B: 11}, {A: 9, B: 8}, {A}, True),        # ... unless B is not connected
-    ({A: 10, B: 10}, {A: 9, B: 9}, set(), False),     # nobody connected
-])
+@pytest.mark.parametrize(
+    ("nxt", "match", "connected", "due"),
+    [
+        ({A: 11, B: 11}, {A: 10, B: 10}, {A, B}, False),  # all caught up: nothing new to send
+        ({A: 10, B: 11}, {A: 9, B: 10}, {A, B}, True),  # A lacks entry 10, nothing in flight
+        ({A: 11, B: 11}, {A: 9, B: 10}, {A, B}, False),  # entry 10 is in flight to A: wait
+        ({A: 10, B: 11}, {A: 9, B: 8}, {A, B}, False),  # entries in flight to B: wait
+        ({A: 10, B: 11}, {A: 9, B: 8}, {A}, True),  # ... unless B is not connected
+        ({A: 10, B: 10}, {A: 9, B: 9}, set(), False),  # nobody connected
+    ],
+)
 def test_new_entries_go_out_only_when_no_append_is_in_flight(
-        nxt: dict[str, int], match: dict[str, int], connected: set[str], due: bool) -> None:
+    nxt: dict[str, int], match: dict[str, int], connected: set[str], due: bool
+) -> None:
     assert append_due(10, nxt, match, connected, [A, B]) is due
 
 
@@ -101,10 +115,15 @@ def pair(tmp_path: Path) -> Iterator[tuple[Counter, Counter]]:
     made: list[Counter] = []
     try:
         for i, addr in enumerate(addrs):
-            conf = SyncObjConf(autoTick=False, appendEntriesPeriod=APPEND_PERIOD,
-                               raftMinTimeout=3.5 * APPEND_PERIOD, raftMaxTimeout=4.5 * APPEND_PERIOD,
-                               connectionTimeout=5 * APPEND_PERIOD,
-                               journalFile=str(tmp_path / f"j{i}"), fullDumpFile=str(tmp_path / f"d{i}"))
+            conf = SyncObjConf(
+                autoTick=False,
+                appendEntriesPeriod=APPEND_PERIOD,
+                raftMinTimeout=3.5 * APPEND_PERIOD,
+                raftMaxTimeout=4.5 * APPEND_PERIOD,
+                connectionTimeout=5 * APPEND_PERIOD,
+                journalFile=str(tmp_path / f"j{i}"),
+                fullDumpFile=str(tmp_path / f"d{i}"),
+            )
             made.append(Counter(addr, [a for a in addrs if a != addr], conf))
         made[0]._SyncObj__raftElectionDeadline = 0  # the first one calls the election at once
         yield made[0], made[1]
@@ -124,22 +143,30 @@ def tick_until(nodes: list[Counter], done: Any, seconds: float) -> bool:
 
 
 def test_a_new_entry_reaches_the_follower_before_the_append_period_would_send_it(
-        pair: tuple[Counter, Counter]) -> None:
+    pair: tuple[Counter, Counter],
+) -> None:
     leader, follower = pair
     nodes = [leader, follower]
     assert tick_until(nodes, lambda: leader._isLeader() and follower._getLeader() is not None, 10)
     leader.add(0)
     assert tick_until(nodes, lambda: follower.values == [0], 3 * APPEND_PERIOD)
     # Right after an append went out, pysyncobj sends the next one a whole period later.
-    assert tick_until(nodes, lambda: leader._SyncObj__newAppendEntriesTime
-                      > raft_clock() + 0.8 * APPEND_PERIOD, 3 * APPEND_PERIOD)
+    assert tick_until(
+        nodes,
+        lambda: leader._SyncObj__newAppendEntriesTime > raft_clock() + 0.8 * APPEND_PERIOD,
+        3 * APPEND_PERIOD,
+    )
     scheduled = leader._SyncObj__newAppendEntriesTime
     leader.add(1)
     leader.doTick(0.002)  # the command is in the leader's log now; nothing has been sent yet
     follower.doTick(0.002)
     assert follower.values == [0] and not append_due(
-        leader._SyncObj__getCurrentLogIndex(), leader._SyncObj__raftNextIndex,
-        leader._SyncObj__raftMatchIndex, set(), leader._SyncObj__otherNodes)
+        leader._SyncObj__getCurrentLogIndex(),
+        leader._SyncObj__raftNextIndex,
+        leader._SyncObj__raftMatchIndex,
+        set(),
+        leader._SyncObj__otherNodes,
+    )
 
     assert append_now(leader)  # the follower lacks it, nothing in flight: send it now
     leader.doTick(0.002)  # sends
@@ -151,7 +178,8 @@ def test_a_new_entry_reaches_the_follower_before_the_append_period_would_send_it
 
 
 def test_a_follower_is_not_sent_anything_by_a_node_that_does_not_lead(
-        pair: tuple[Counter, Counter]) -> None:
+    pair: tuple[Counter, Counter],
+) -> None:
     leader, follower = pair
     assert tick_until([leader, follower], lambda: follower._getLeader() is not None, 10)
     assert not append_now(follower)

@@ -25,10 +25,15 @@ def nodes(tmp_path: Path) -> Iterator[list[SyncObj]]:
     made = []
     try:
         for i, addr in enumerate(addrs):
-            conf = SyncObjConf(autoTick=False, raftMinTimeout=MIN_TIMEOUT,
-                               raftMaxTimeout=MAX_TIMEOUT, leaderFallbackTimeout=MAX_TIMEOUT,
-                               appendEntriesPeriod=0.05, journalFile=str(tmp_path / f"j{i}"),
-                               fullDumpFile=str(tmp_path / f"d{i}"))
+            conf = SyncObjConf(
+                autoTick=False,
+                raftMinTimeout=MIN_TIMEOUT,
+                raftMaxTimeout=MAX_TIMEOUT,
+                leaderFallbackTimeout=MAX_TIMEOUT,
+                appendEntriesPeriod=0.05,
+                journalFile=str(tmp_path / f"j{i}"),
+                fullDumpFile=str(tmp_path / f"d{i}"),
+            )
             made.append(SyncObj(addr, [a for a in addrs if a != addr], conf))
         yield made
     finally:
@@ -61,7 +66,8 @@ def settled(nodes: list[SyncObj]) -> tuple[int, SyncObj]:
 
 @pytest.mark.parametrize("wrapped", [False, True])
 def test_a_paused_follower_reads_the_heartbeats_before_its_election_deadline(
-        nodes: list[SyncObj], wrapped: bool) -> None:
+    nodes: list[SyncObj], wrapped: bool
+) -> None:
     if wrapped:
         for n in nodes:
             read_before_judging(n)
@@ -78,7 +84,8 @@ def test_a_paused_follower_reads_the_heartbeats_before_its_election_deadline(
 
 
 def test_a_follower_whose_leader_died_meanwhile_still_calls_an_election(
-        nodes: list[SyncObj]) -> None:
+    nodes: list[SyncObj],
+) -> None:
     for n in nodes:
         read_before_judging(n)
     term, leader = settled(nodes)
@@ -96,9 +103,13 @@ def test_a_follower_whose_leader_died_meanwhile_still_calls_an_election(
 def test_a_wrapped_node_still_writes_snapshots(tmp_path: Path) -> None:
     """pysyncobj pickles the SyncObj's own attributes into snapshots: the wrapper must not be
     one of them (a closure does not pickle, and every snapshot write failed)."""
-    conf = SyncObjConf(autoTick=False, journalFile=str(tmp_path / "j"),
-                       fullDumpFile=str(tmp_path / "d"), logCompactionMinEntries=2,
-                       logCompactionMinTime=0.01)
+    conf = SyncObjConf(
+        autoTick=False,
+        journalFile=str(tmp_path / "j"),
+        fullDumpFile=str(tmp_path / "d"),
+        logCompactionMinEntries=2,
+        logCompactionMinTime=0.01,
+    )
     obj = SyncObj(f"127.0.0.1:{free_port()}", [], conf)
     try:
         read_before_judging(obj)
@@ -129,8 +140,9 @@ class Slow(SyncObj):
 
 @pytest.mark.parametrize("bounded", [False, True])
 def test_one_tick_applies_at_most_its_budget_of_entries(tmp_path: Path, bounded: bool) -> None:
-    conf = SyncObjConf(autoTick=False, journalFile=str(tmp_path / "j"),
-                       fullDumpFile=str(tmp_path / "d"))
+    conf = SyncObjConf(
+        autoTick=False, journalFile=str(tmp_path / "j"), fullDumpFile=str(tmp_path / "d")
+    )
     obj = Slow(f"127.0.0.1:{free_port()}", [], conf)
     try:
         if bounded:
@@ -157,9 +169,11 @@ def test_one_tick_applies_at_most_its_budget_of_entries(tmp_path: Path, bounded:
 
 
 def test_the_entries_of_a_tick_are_applied_between_begin_and_end_and_answered_after(
-        tmp_path: Path) -> None:
-    conf = SyncObjConf(autoTick=False, journalFile=str(tmp_path / "j"),
-                       fullDumpFile=str(tmp_path / "d"))
+    tmp_path: Path,
+) -> None:
+    conf = SyncObjConf(
+        autoTick=False, journalFile=str(tmp_path / "j"), fullDumpFile=str(tmp_path / "d")
+    )
     obj = Slow(f"127.0.0.1:{free_port()}", [], conf)
     seen: list[object] = []
     flags: list[bool] = []  # before each entry: whether a caller here waits for it
@@ -195,10 +209,10 @@ def test_the_entries_of_a_tick_are_applied_between_begin_and_end_and_answered_af
             one = seen[start:stop]
             end = next(k for k, x in enumerate(one) if isinstance(x, tuple) and x[0] == "end")
             assert not [x for x in one[:end] if isinstance(x, tuple)]  # none before the end
-            answered = [x for x in one[end + 1:] if isinstance(x, tuple)]
+            answered = [x for x in one[end + 1 :] if isinstance(x, tuple)]
             # every answer of the tick comes after its end, when all its entries were applied
             assert all(a[0] == "answer" and a[2] == one[end][1] for a in answered)
-            assert [a[1] for a in answered] == one[end][1][len(one[end][1]) - len(answered):]
+            assert [a[1] for a in answered] == one[end][1][len(one[end][1]) - len(answered) :]
         assert [x[1] for x in seen if isinstance(x, tuple) and x[0] == "answer"] == list(range(6))
         seen.clear()
         obj.doTick(0)  # nothing left to apply

@@ -19,8 +19,9 @@ def follower_with_own_entries(tmp_path: Path) -> SyncObj:
     """A node in term 3 whose log holds entries 2..10 of its own (term 3), committed up to 1:
     what a leader cut off from its followers is left with after it stepped down."""
     ports = [free_port() for _ in range(3)]
-    conf = SyncObjConf(autoTick=False, journalFile=str(tmp_path / "j"),
-                       fullDumpFile=str(tmp_path / "d"))
+    conf = SyncObjConf(
+        autoTick=False, journalFile=str(tmp_path / "j"), fullDumpFile=str(tmp_path / "d")
+    )
     obj = SyncObj(f"127.0.0.1:{ports[0]}", [f"127.0.0.1:{p}" for p in ports[1:]], conf)
     obj._SyncObj__raftCurrentTerm = 3
     for idx in range(2, 11):
@@ -31,8 +32,12 @@ def follower_with_own_entries(tmp_path: Path) -> SyncObj:
 
 def snapshot_chunk(term: int, commit_index: int) -> dict[str, Any]:
     # what the leader sends while its snapshot is being written (serialized=None) or in chunks
-    return {"type": "append_entries", "term": term, "commit_index": commit_index,
-            "serialized": None}
+    return {
+        "type": "append_entries",
+        "term": term,
+        "commit_index": commit_index,
+        "serialized": None,
+    }
 
 
 def deliver(obj: SyncObj, message: dict[str, Any]) -> None:
@@ -41,7 +46,8 @@ def deliver(obj: SyncObj, message: dict[str, Any]) -> None:
 
 
 def test_unguarded_pysyncobj_commits_a_followers_own_entries_on_a_snapshot_chunk(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     obj = follower_with_own_entries(tmp_path)
     try:
         deliver(obj, snapshot_chunk(term=3, commit_index=50))
@@ -53,7 +59,8 @@ def test_unguarded_pysyncobj_commits_a_followers_own_entries_on_a_snapshot_chunk
 
 @pytest.mark.parametrize("term", [3, 4])
 def test_guard_keeps_the_commit_index_until_the_snapshot_is_installed(
-        tmp_path: Path, term: int) -> None:
+    tmp_path: Path, term: int
+) -> None:
     obj = follower_with_own_entries(tmp_path)
     try:
         guard_snapshot_commit(obj)
@@ -61,8 +68,17 @@ def test_guard_keeps_the_commit_index_until_the_snapshot_is_installed(
         assert obj._SyncObj__raftCommitIndex == 1
         assert obj._SyncObj__raftLastApplied == 1
         # a regular append from the same leader still moves it, after the log-matching check
-        deliver(obj, {"type": "append_entries", "term": term, "commit_index": 5,
-                      "entries": [], "prevLogIdx": 5, "prevLogTerm": 3})
+        deliver(
+            obj,
+            {
+                "type": "append_entries",
+                "term": term,
+                "commit_index": 5,
+                "entries": [],
+                "prevLogIdx": 5,
+                "prevLogTerm": 3,
+            },
+        )
         assert obj._SyncObj__raftCommitIndex == 5
     finally:
         obj.destroy()

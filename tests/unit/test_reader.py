@@ -22,12 +22,21 @@ EVERY = JobSpec(task="t", schedule=Schedule(kind=ScheduleKind.EVERY, every_ms=1_
 def fill(path: Path) -> SqlState:
     """Jobs a0..a9 (one run each), b (a recurring job with many runs), c (no run: over)."""
     st = SqlState(path)
-    over = JobSpec(task="t", schedule=Schedule(kind=ScheduleKind.EVERY, every_ms=1_000,
-                                               options=RecurringOptions(end_at_ms=T0 - 1)))
+    over = JobSpec(
+        task="t",
+        schedule=Schedule(
+            kind=ScheduleKind.EVERY, every_ms=1_000, options=RecurringOptions(end_at_ms=T0 - 1)
+        ),
+    )
     entries: list[list[c.Command]] = [
         [c.Claim("claim", T0, "n1", 1)],
-        [c.Submit("s", T0, (*((f"a{k}", JobSpec(task="t")) for k in range(10)),
-                            ("b", EVERY), ("c", over)))],
+        [
+            c.Submit(
+                "s",
+                T0,
+                (*((f"a{k}", JobSpec(task="t")) for k in range(10)), ("b", EVERY), ("c", over)),
+            )
+        ],
     ]
     for k in range(30):  # b fires 30 times: each fire makes its next run
         entries.append([c.Fire(f"f{k}", T0 + k * 1_000, 1, (f"b@{T0 + k * 1_000}",))])
@@ -37,7 +46,8 @@ def fill(path: Path) -> SqlState:
 
 
 async def test_latest_runs_asked_in_one_turn_share_one_query(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     st = fill(tmp_path / "state.db")
     reader = Reader(tmp_path / "state.db")
     await reader.open()
@@ -66,7 +76,8 @@ async def test_latest_runs_asked_in_one_turn_share_one_query(
 
 
 async def test_many_jobs_are_read_in_chunks_and_a_failure_reaches_every_caller(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     st = fill(tmp_path / "state.db")
     reader = Reader(tmp_path / "state.db")
     await reader.open()
@@ -75,8 +86,9 @@ async def test_many_jobs_are_read_in_chunks_and_a_failure_reaches_every_caller(
         assert len(await reader.latest_runs(ids)) == 10
         await reader.close()
         reader._idle.put_nowait(await _closed(tmp_path))  # every statement now fails
-        results = await asyncio.gather(reader.latest_run("a0"), reader.latest_run("a1"),
-                                       return_exceptions=True)
+        results = await asyncio.gather(
+            reader.latest_run("a0"), reader.latest_run("a1"), return_exceptions=True
+        )
         assert all(isinstance(r, Exception) for r in results), results
     finally:
         st.close()
@@ -88,10 +100,17 @@ async def _closed(tmp_path: Path) -> aiosqlite.Connection:
     return db
 
 
-@pytest.mark.parametrize("filters", [{"status": "active"}, {"status": "done", "task": "t"},
-                                     {"status": "paused", "namespace": "n", "queue": "q"}])
+@pytest.mark.parametrize(
+    "filters",
+    [
+        {"status": "active"},
+        {"status": "done", "task": "t"},
+        {"status": "paused", "namespace": "n", "queue": "q"},
+    ],
+)
 def test_a_listing_by_status_reads_the_jobs_of_that_status_only(
-        tmp_path: Path, filters: dict[str, str]) -> None:
+    tmp_path: Path, filters: dict[str, str]
+) -> None:
     st = SqlState(tmp_path / "state.db")
     try:
         sql = jobs_page_sql(filters)
@@ -111,8 +130,9 @@ def test_the_purge_and_the_recurring_jobs_read_their_own_indexes(tmp_path: Path)
     class Explaining:
         def execute(self, sql: str, params: object = ()) -> sqlite3.Cursor:
             if sql.lstrip().startswith("SELECT id, body FROM jobs"):
-                plans.append(" ".join(r[3] for r in real.execute(f"EXPLAIN QUERY PLAN {sql}",
-                                                                  params)))  # type: ignore[arg-type]
+                plans.append(
+                    " ".join(r[3] for r in real.execute(f"EXPLAIN QUERY PLAN {sql}", params))
+                )  # type: ignore[arg-type]
             return real.execute(sql, params)  # type: ignore[arg-type]
 
         def __getattr__(self, name: str) -> object:

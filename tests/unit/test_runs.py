@@ -64,9 +64,14 @@ class Checked(Harness):
         self._follow(self.events[mark:])
         for rid in fired:  # Leader._fired: what did not fire goes back, unless its job is paused
             run = self.state.runs.get(rid)
-            if run is not None and run.state in WAITING and not (
+            if (
+                run is not None
+                and run.state in WAITING
+                and not (
                     run.state is RunState.SCHEDULED
-                    and self.state.jobs[run.job_id].status is JobStatus.PAUSED):
+                    and self.state.jobs[run.job_id].status is JobStatus.PAUSED
+                )
+            ):
                 self.wheel[rid] = run.due_ms
         if len(cmds) == 1:
             self._check_times(cmds[0].now, runs, jobs)
@@ -152,13 +157,17 @@ class Checked(Harness):
 
 
 def cron(expr: str = "* * * * *", **opts: Any) -> JobSpec:
-    return JobSpec(task="t", schedule=Schedule(kind=ScheduleKind.CRON, cron=expr,
-                                               options=RecurringOptions(**opts)))
+    return JobSpec(
+        task="t",
+        schedule=Schedule(kind=ScheduleKind.CRON, cron=expr, options=RecurringOptions(**opts)),
+    )
 
 
 def every(ms: int, **opts: Any) -> JobSpec:
-    return JobSpec(task="t", schedule=Schedule(kind=ScheduleKind.EVERY, every_ms=ms,
-                                               options=RecurringOptions(**opts)))
+    return JobSpec(
+        task="t",
+        schedule=Schedule(kind=ScheduleKind.EVERY, every_ms=ms, options=RecurringOptions(**opts)),
+    )
 
 
 def states(h: Harness, job: str = "J1") -> list[tuple[int, str, str | None]]:
@@ -230,8 +239,9 @@ def test_jitter_spreads_due_times_stably_within_the_window() -> None:
         (Misfire.RUN_ALL, 3 * MIN + 30_000, [8, 9, 10], [1, 2, 3, 4, 5, 6, 7]),
     ],
 )
-def test_misfire_after_an_outage(policy: Misfire, window: int | None, expected_run: list[int],
-                                 expected_skip: list[int]) -> None:
+def test_misfire_after_an_outage(
+    policy: Misfire, window: int | None, expected_run: list[int], expected_skip: list[int]
+) -> None:
     h = Checked()
     lf = h.claim()
     h.submit(spec=cron(misfire=policy, catchup_window_ms=window, overlap=Overlap.ALLOW), now=T0)
@@ -282,7 +292,10 @@ def test_overlap_is_judged_on_live_runs(policy: Overlap, expected: list[str]) ->
     if policy is Overlap.BUFFER_ONE:
         third = next_id(h)
         fire(h, lf, third, T0 + 3 * MIN)
-        assert h.state.runs[third].reason == "overlap" and h.state.runs[third].state is RunState.SKIPPED
+        assert (
+            h.state.runs[third].reason == "overlap"
+            and h.state.runs[third].state is RunState.SKIPPED
+        )
         h.one(c.Complete(h.rid(), T0 + 3 * MIN, lf, first, fence, None))
         assert h.state.runs[second].state is RunState.QUEUED  # the buffered one starts
 
@@ -311,11 +324,15 @@ def test_pause_then_resume_records_occurrences_missed_while_paused() -> None:
     h.one(c.UpdateJob(h.rid(), T0 + 5 * MIN + 31_000, "J1", paused=False))
     assert h.state.jobs["J1"].status is JobStatus.ACTIVE
     got = states(h)
-    assert [g for g in got if g[1] == "skipped"] == [(m * MIN, "skipped", "paused") for m in (1, 2, 3, 4)]
+    assert [g for g in got if g[1] == "skipped"] == [
+        (m * MIN, "skipped", "paused") for m in (1, 2, 3, 4)
+    ]
     # the most recent missed occurrence runs (as a catch-up, due right away), then the schedule
     assert got[-2:] == [(5 * MIN, "scheduled", None), (6 * MIN, "scheduled", None)]
     catchup = h.state.runs[f"J1@{T0 + 5 * MIN}"]
-    assert catchup.origin == "catchup" and catchup.due_ms == T0 + 5 * MIN + 31_000 + CATCHUP_SPACING_MS
+    assert (
+        catchup.origin == "catchup" and catchup.due_ms == T0 + 5 * MIN + 31_000 + CATCHUP_SPACING_MS
+    )
 
 
 def test_one_off_pause_and_resume() -> None:
@@ -334,24 +351,35 @@ def test_one_off_pause_and_resume() -> None:
 def test_dependency_chain_runs_in_order_and_failure_skips_dependants() -> None:
     h = Checked()
     lf = h.claim()
-    res = h.one(c.Submit(h.rid(), T0, (
-        ("A", JobSpec(task="a", retry=RetryPolicy(max_attempts=1))),
-        ("B", JobSpec(task="b", depends_on=("A",))),
-        ("C", JobSpec(task="c", depends_on=("B",))),
-    )))
+    res = h.one(
+        c.Submit(
+            h.rid(),
+            T0,
+            (
+                ("A", JobSpec(task="a", retry=RetryPolicy(max_attempts=1))),
+                ("B", JobSpec(task="b", depends_on=("A",))),
+                ("C", JobSpec(task="c", depends_on=("B",))),
+            ),
+        )
+    )
     assert isinstance(res, Ok)
     a, b, cc = f"A@{T0}", f"B@{T0}", f"C@{T0}"
     for run_id in (a, b, cc):
         fire(h, lf, run_id, T0)
-    assert [h.state.runs[r].state for r in (a, b, cc)] == [RunState.QUEUED, RunState.BLOCKED,
-                                                           RunState.BLOCKED]
+    assert [h.state.runs[r].state for r in (a, b, cc)] == [
+        RunState.QUEUED,
+        RunState.BLOCKED,
+        RunState.BLOCKED,
+    ]
     fence = lease(h, lf, a, T0)
     h.one(c.Complete(h.rid(), T0 + 1, lf, a, fence, None))
     assert h.state.runs[b].state is RunState.QUEUED and h.state.runs[cc].state is RunState.BLOCKED
     fence = lease(h, lf, b, T0 + 2)
     h.one(c.Fail(h.rid(), T0 + 3, lf, b, fence, "boom", False))
     assert h.state.runs[b].state is RunState.FAILED
-    assert h.state.runs[cc].state is RunState.SKIPPED and h.state.runs[cc].reason == "upstream_failed"
+    assert (
+        h.state.runs[cc].state is RunState.SKIPPED and h.state.runs[cc].reason == "upstream_failed"
+    )
     assert h.state.jobs["C"].status is JobStatus.DONE
 
 
@@ -362,8 +390,9 @@ def test_dependency_chain_runs_in_order_and_failure_skips_dependants() -> None:
         ((("A", ("B",)), ("B", ("A",))), "A -> B -> A"),
     ],
 )
-def test_cycles_are_rejected_naming_the_cycle(jobs: tuple[tuple[str, tuple[str, ...]], ...],
-                                              cycle: str) -> None:
+def test_cycles_are_rejected_naming_the_cycle(
+    jobs: tuple[tuple[str, tuple[str, ...]], ...], cycle: str
+) -> None:
     h = Checked()
     res = h.one(c.Submit(h.rid(), T0, tuple((j, JobSpec(task="t", depends_on=d)) for j, d in jobs)))
     assert isinstance(res, Rejected) and res.code == "conflict" and cycle in res.message
@@ -406,7 +435,10 @@ def test_replay_from_the_dead_letter_queue_gets_fresh_attempts() -> None:
     fence2 = lease(h, lf, rid, T0 + 6)
     h.one(c.Complete(h.rid(), T0 + 7, lf, rid, fence2, "ok"))
     run = h.state.runs[rid]
-    assert run.state is RunState.SUCCEEDED and [a.outcome for a in run.attempts] == ["failed", "succeeded"]
+    assert run.state is RunState.SUCCEEDED and [a.outcome for a in run.attempts] == [
+        "failed",
+        "succeeded",
+    ]
     assert isinstance(h.one(c.Replay(h.rid(), T0 + 8, rid)), Rejected)
 
 
@@ -428,7 +460,9 @@ def test_update_reschedules_the_pending_occurrence() -> None:
     old = next_id(h)
     new_spec = cron("*/5 * * * *")
     assert isinstance(h.one(c.UpdateJob(h.rid(), T0 + 2, "J1", spec=new_spec)), Ok)
-    assert h.state.runs[old].state is RunState.CANCELLED and h.state.runs[old].reason == "rescheduled"
+    assert (
+        h.state.runs[old].state is RunState.CANCELLED and h.state.runs[old].reason == "rescheduled"
+    )
     assert h.state.runs[next_id(h)].scheduled_ms == T0 + 5 * MIN
 
 
@@ -456,14 +490,16 @@ def test_heal_recreates_a_missing_next_occurrence() -> None:
 
 # -- firing ahead (scheduler.dispatch_ahead) -------------------------------------------------------
 
+
 def test_a_one_off_run_may_fire_and_lease_ahead_but_not_more_than_the_limit() -> None:
     from schedd.core.runs import FIRE_AHEAD_MAX_MS
 
     h = Checked()
     lf = h.claim()
     due = T0 + 10_000
-    h.submit(spec=JobSpec(task="t", timeout_ms=5_000,
-                          schedule=Schedule(kind=ScheduleKind.AT, at_ms=due)))
+    h.submit(
+        spec=JobSpec(task="t", timeout_ms=5_000, schedule=Schedule(kind=ScheduleKind.AT, at_ms=due))
+    )
     rid = f"J1@{due}"
     assert ("due", rid, due, True) in h.events
     assert isinstance(fire(h, lf, rid, due - FIRE_AHEAD_MAX_MS - 1), Rejected)
@@ -475,19 +511,27 @@ def test_a_one_off_run_may_fire_and_lease_ahead_but_not_more_than_the_limit() ->
     assert attempt.deadline_ms == due + 5_000  # the timeout counts from the due time
 
 
-@pytest.mark.parametrize("spec", [
-    every(MIN, overlap=Overlap.SKIP),
-    cron(overlap=Overlap.BUFFER_ONE),
-    JobSpec(task="t", depends_on=("J0",), schedule=Schedule(kind=ScheduleKind.AT, at_ms=T0 + 5000)),
-])
+@pytest.mark.parametrize(
+    "spec",
+    [
+        every(MIN, overlap=Overlap.SKIP),
+        cron(overlap=Overlap.BUFFER_ONE),
+        JobSpec(
+            task="t", depends_on=("J0",), schedule=Schedule(kind=ScheduleKind.AT, at_ms=T0 + 5000)
+        ),
+    ],
+)
 def test_runs_whose_fire_decides_on_live_state_never_fire_ahead(spec: JobSpec) -> None:
     h = Checked()
     lf = h.claim()
     h.submit("J0", JobSpec(task="t", schedule=Schedule(kind=ScheduleKind.AT, at_ms=T0 + MIN)))
     h.events.clear()
     h.submit("J1", spec)
-    rid = next_id(h) if spec.schedule.kind in (ScheduleKind.EVERY, ScheduleKind.CRON) \
+    rid = (
+        next_id(h)
+        if spec.schedule.kind in (ScheduleKind.EVERY, ScheduleKind.CRON)
         else f"J1@{T0 + 5000}"
+    )
     run = h.state.runs[rid]
     assert run.state is RunState.SCHEDULED
     assert ("due", rid, run.due_ms, False) in h.events

@@ -50,6 +50,7 @@ def got(h: Harness, job: str = "J1") -> list[str]:
 
 # -- what the leader is told ---------------------------------------------------------------------
 
+
 def test_the_leader_is_told_where_each_run_waits_in_every_state() -> None:
     h = Checked()
     lf = h.claim()
@@ -60,8 +61,12 @@ def test_the_leader_is_told_where_each_run_waits_in_every_state() -> None:
     fire(h, lf, rid, T0)
     fence = lease(h, lf, rid, T0)
     h.one(c.Complete(h.rid(), T0 + 5, lf, rid, fence, None))
-    assert h.events == [("due", rid, T0, True), ("ready", rid, "q", "high", "ns"),
-                        ("leased", rid), ("gone", rid)]
+    assert h.events == [
+        ("due", rid, T0, True),
+        ("ready", rid, "q", "high", "ns"),
+        ("leased", rid),
+        ("gone", rid),
+    ]
     h.submit("A", at(T0 + HOUR), now=T0 + 6)
     h.submit("B", JobSpec(task="t", depends_on=("A",)), now=T0 + 6)
     h.events.clear()
@@ -80,10 +85,14 @@ def test_a_fire_batch_fires_every_run_it_can_whatever_the_others_are() -> None:
     assert [isinstance(r, Ok) for r in res.value] == [False, False, False, True]
     assert res.value[3] == Ok(f"J3@{T0}")
     assert [h.state.runs[r].state for r in (f"J1@{T0}", f"J2@{T0 + HOUR}", f"J3@{T0}")] == [
-        RunState.QUEUED, RunState.SCHEDULED, RunState.QUEUED]
+        RunState.QUEUED,
+        RunState.SCHEDULED,
+        RunState.QUEUED,
+    ]
 
 
 # -- lease ----------------------------------------------------------------------------------------
+
 
 def test_a_lease_batch_leases_the_queued_runs_and_leaves_the_others_as_they_are() -> None:
     h = Checked()
@@ -95,8 +104,14 @@ def test_a_lease_batch_leases_the_queued_runs_and_leaves_the_others_as_they_are(
     h.start(lf, running, T0)
     fire(h, lf, queued, T0)
     before = {r: h.state.runs[r] for r in (running, scheduled)}
-    res = h.one(c.Lease(h.rid(), T0 + 1, lf, (("J9@1", "w2"), (running, "w2"),
-                                              (scheduled, "w2"), (queued, "w2"))))
+    res = h.one(
+        c.Lease(
+            h.rid(),
+            T0 + 1,
+            lf,
+            (("J9@1", "w2"), (running, "w2"), (scheduled, "w2"), (queued, "w2")),
+        )
+    )
     assert [isinstance(r, Ok) for r in res.value] == [False, False, False, True]
     assert {r: h.state.runs[r] for r in (running, scheduled)} == before
     run = h.state.runs[queued]
@@ -116,11 +131,13 @@ def test_each_lease_of_a_retried_run_is_its_next_attempt_on_the_worker_that_took
 
 # -- worker results ---------------------------------------------------------------------------
 
+
 def test_a_result_for_a_run_that_does_not_exist_is_refused_naming_the_run() -> None:
     h = Checked()
     lf = h.claim()
-    assert h.one(c.Complete(h.rid(), T0, lf, "J9@1", 12, None)) == \
-        Rejected("not_found", "no run J9@1")
+    assert h.one(c.Complete(h.rid(), T0, lf, "J9@1", 12, None)) == Rejected(
+        "not_found", "no run J9@1"
+    )
 
 
 def test_a_result_of_an_older_lease_is_refused_naming_the_current_one() -> None:
@@ -130,7 +147,8 @@ def test_a_result_of_an_older_lease_is_refused_naming_the_current_one() -> None:
     rid = f"J1@{T0}"
     fence = h.start(lf, rid, T0)
     assert h.one(c.Fail(h.rid(), T0 + 1, lf, rid, fence - 1, "boom", True)) == Rejected(
-        "stale_fence", f"fence {fence - 1} is not the current lease of {rid} ({fence})")
+        "stale_fence", f"fence {fence - 1} is not the current lease of {rid} ({fence})"
+    )
     assert h.state.runs[rid].state is RunState.RUNNING
 
 
@@ -141,10 +159,13 @@ def test_the_result_of_a_run_cancelled_while_running_is_refused_and_it_stays_can
     rid = f"J1@{T0}"
     fence = h.start(lf, rid, T0)
     assert h.one(c.CancelRun(h.rid(), T0 + 1, rid)) == Ok(rid)
-    assert [(a.outcome, a.error) for a in h.state.runs[rid].attempts] == [("cancelled", "cancelled")]
+    assert [(a.outcome, a.error) for a in h.state.runs[rid].attempts] == [
+        ("cancelled", "cancelled")
+    ]
     # the worker finished before the stop reached it
     assert h.one(c.Complete(h.rid(), T0 + 2, lf, rid, fence, "done")) == Rejected(
-        "stale_fence", f"run {rid} is cancelled, not running")
+        "stale_fence", f"run {rid} is cancelled, not running"
+    )
     run = h.state.runs[rid]
     assert run.state is RunState.CANCELLED and run.result is None
 
@@ -180,7 +201,10 @@ def test_a_run_shows_its_last_error_until_an_attempt_succeeds() -> None:
     run = h.state.runs[rid]
     assert (run.state, run.error, run.result) == (RunState.SUCCEEDED, None, 42)
     assert [(a.outcome, a.error) for a in run.attempts] == [
-        ("failed", "disk full"), ("failed", "oom"), ("succeeded", None)]
+        ("failed", "disk full"),
+        ("failed", "oom"),
+        ("succeeded", None),
+    ]
 
 
 def test_a_run_that_fails_for_good_keeps_the_error_in_the_dead_letter_queue() -> None:
@@ -197,6 +221,7 @@ def test_a_run_that_fails_for_good_keeps_the_error_in_the_dead_letter_queue() ->
 
 # -- cancel ---------------------------------------------------------------------------------------
 
+
 def test_cancelling_a_finished_run_answers_its_id_and_changes_nothing() -> None:
     h = Checked()
     lf = h.claim()
@@ -207,7 +232,8 @@ def test_cancelling_a_finished_run_answers_its_id_and_changes_nothing() -> None:
     assert h.one(c.CancelRun(h.rid(), T0 + 2, rid)) == Ok(rid)
     assert h.state.runs[rid] == run
     assert h.one(c.CancelRun(h.rid(), T0 + 3, "J1@1")) == Rejected(
-        "not_found", "no run with id J1@1", "run_id")
+        "not_found", "no run with id J1@1", "run_id"
+    )
 
 
 def test_cancelling_a_run_waiting_for_its_retry_keeps_its_attempts_and_stops_no_worker() -> None:
@@ -227,7 +253,8 @@ def test_cancelling_a_run_waiting_for_its_retry_keeps_its_attempts_and_stops_no_
 
 @pytest.mark.parametrize("paused", [False, True])
 def test_cancelling_the_next_occurrence_of_a_recurring_job_schedules_the_one_after_it(
-        paused: bool) -> None:
+    paused: bool,
+) -> None:
     h = Checked()
     h.claim()
     h.submit(spec=cron(), now=T0)
@@ -256,6 +283,7 @@ def test_cancelling_a_recurring_job_s_fired_run_leaves_its_next_occurrence_alone
 
 
 # -- trigger --------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize(
     ("job_id", "expected"),
@@ -310,6 +338,7 @@ def test_a_triggered_run_retries_at_its_due_time_never_ahead_of_it() -> None:
 
 # -- replay ---------------------------------------------------------------------------------------
 
+
 def test_only_a_run_in_the_dead_letter_queue_can_be_replayed() -> None:
     h = Checked()
     lf = h.claim()
@@ -318,7 +347,8 @@ def test_only_a_run_in_the_dead_letter_queue_can_be_replayed() -> None:
     h.one(c.Complete(h.rid(), T0 + 1, lf, rid, h.start(lf, rid, T0), None))
     for run_id in (rid, "J9@1"):
         assert h.one(c.Replay(h.rid(), T0 + 2, run_id)) == Rejected(
-            "not_found", f"run {run_id} is not in the dead-letter queue", "run_id")
+            "not_found", f"run {run_id} is not in the dead-letter queue", "run_id"
+        )
     assert h.state.runs[rid].state is RunState.SUCCEEDED
 
 
@@ -339,8 +369,9 @@ def test_a_replayed_run_is_queued_without_its_old_error_and_its_job_is_active_ag
 def test_replaying_a_dead_run_of_a_paused_job_does_not_resume_the_job() -> None:
     h = Checked()
     lf = h.claim()
-    h.submit(spec=JobSpec(task="t", schedule=every(HOUR).schedule,
-                          retry=RetryPolicy(max_attempts=1)))
+    h.submit(
+        spec=JobSpec(task="t", schedule=every(HOUR).schedule, retry=RetryPolicy(max_attempts=1))
+    )
     rid = next_id(h)
     h.one(c.Fail(h.rid(), T0 + HOUR + 1, lf, rid, h.start(lf, rid, T0 + HOUR), "boom", True))
     h.one(c.UpdateJob(h.rid(), T0 + HOUR + 2, "J1", paused=True))
@@ -350,6 +381,7 @@ def test_replaying_a_dead_run_of_a_paused_job_does_not_resume_the_job() -> None:
 
 
 # -- heal -----------------------------------------------------------------------------------------
+
 
 def test_healing_a_job_that_has_its_next_occurrence_changes_nothing() -> None:
     h = Checked()
@@ -389,6 +421,7 @@ def test_healing_a_job_whose_schedule_is_over_marks_it_done() -> None:
 
 # -- the end of a schedule, DST -------------------------------------------------------------
 
+
 def test_a_recurring_job_is_done_when_its_last_occurrence_fires() -> None:
     h = Checked()
     lf = h.claim()
@@ -406,9 +439,15 @@ def test_a_recurring_job_is_done_when_its_last_occurrence_fires() -> None:
 def test_an_occurrence_in_a_dst_gap_with_skip_is_recorded_skipped_and_the_next_one_waits() -> None:
     h = Checked()
     h.claim()
-    spec = JobSpec(task="t", schedule=Schedule(
-        kind=ScheduleKind.CRON, cron="30 2 * * *", timezone="Europe/Berlin",
-        options=RecurringOptions(dst_gap=DstGap.SKIP)))
+    spec = JobSpec(
+        task="t",
+        schedule=Schedule(
+            kind=ScheduleKind.CRON,
+            cron="30 2 * * *",
+            timezone="Europe/Berlin",
+            options=RecurringOptions(dst_gap=DstGap.SKIP),
+        ),
+    )
     now = utc("2026-03-28T02:00:00+00:00")  # 03:00 in Berlin; 02:30 does not exist tomorrow
     h.submit(spec=spec, now=now)
     gap, after = utc("2026-03-29T01:00:00+00:00"), utc("2026-03-30T00:30:00+00:00")
@@ -428,16 +467,23 @@ def test_an_occurrence_already_taken_by_a_trigger_at_its_time_is_not_run_again()
     assert taken.id == f"J1@{T0 + 20_000}"
     fire(h, lf, f"J1@{T0 + 10_000}", T0 + 20_001)  # a little late, within the grace
     assert next_id(h) == f"J1@{T0 + 30_000}"
-    assert [(o // 1000, s) for o, s, _ in states(h)] == [(10, "queued"), (20, "queued"),
-                                                         (30, "scheduled")]
+    assert [(o // 1000, s) for o, s, _ in states(h)] == [
+        (10, "queued"),
+        (20, "queued"),
+        (30, "scheduled"),
+    ]
 
 
 # -- misfires -------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize(("late", "expected"), [
-    (MISFIRE_GRACE_MS, "queued"),
-    (MISFIRE_GRACE_MS + 1, "skipped:misfire"),
-])
+
+@pytest.mark.parametrize(
+    ("late", "expected"),
+    [
+        (MISFIRE_GRACE_MS, "queued"),
+        (MISFIRE_GRACE_MS + 1, "skipped:misfire"),
+    ],
+)
 def test_a_fire_is_a_misfire_only_when_more_than_the_grace_late(late: int, expected: str) -> None:
     h = Checked()
     lf = h.claim()
@@ -467,18 +513,25 @@ def test_a_misfire_does_not_catch_up_an_occurrence_a_trigger_already_ran() -> No
     runs = {r.scheduled_ms - T0: r for r in h.state.runs_of("J1")}
     assert sorted(runs) == [10_000, 20_000, 30_000, 40_000, 50_000]
     assert [(runs[s].origin, runs[s].due_ms - now) for s in (20_000, 30_000, 40_000)] == [
-        ("trigger", 20_000 - 45_000), ("catchup", CATCHUP_SPACING_MS),
-        ("catchup", 2 * CATCHUP_SPACING_MS)]
+        ("trigger", 20_000 - 45_000),
+        ("catchup", CATCHUP_SPACING_MS),
+        ("catchup", 2 * CATCHUP_SPACING_MS),
+    ]
 
 
 # -- pause and resume -----------------------------------------------------------------------------
 
-@pytest.mark.parametrize(("late", "misfired"), [
-    (MISFIRE_GRACE_MS, False),
-    (MISFIRE_GRACE_MS + 1, True),
-])
+
+@pytest.mark.parametrize(
+    ("late", "misfired"),
+    [
+        (MISFIRE_GRACE_MS, False),
+        (MISFIRE_GRACE_MS + 1, True),
+    ],
+)
 def test_a_resumed_job_misfires_its_pending_occurrence_only_when_more_than_the_grace_late(
-        late: int, misfired: bool) -> None:
+    late: int, misfired: bool
+) -> None:
     h = Checked()
     h.claim()
     h.submit(spec=cron(misfire=Misfire.SKIP), now=T0)
@@ -520,13 +573,15 @@ def test_resuming_a_job_whose_run_already_fired_leaves_the_run_queued() -> None:
 
 @pytest.mark.parametrize("then", ["resumed", "rescheduled"])
 def test_a_paused_job_given_a_schedule_that_is_over_stays_paused_until_resumed_or_changed(
-        then: str) -> None:
+    then: str,
+) -> None:
     h = Checked()
     h.claim()
     h.submit(spec=every(MIN), now=T0)
     h.one(c.UpdateJob(h.rid(), T0 + 1, "J1", paused=True))
-    assert isinstance(h.one(c.UpdateJob(h.rid(), T0 + 2, "J1",
-                                        spec=every(MIN, end_at_ms=T0 + 30_000))), Ok)
+    assert isinstance(
+        h.one(c.UpdateJob(h.rid(), T0 + 2, "J1", spec=every(MIN, end_at_ms=T0 + 30_000))), Ok
+    )
     job = h.state.jobs["J1"]
     assert (job.status, job.next_run_id, job.next_run_at_ms) == (JobStatus.PAUSED, None, None)
     if then == "resumed":
@@ -538,6 +593,7 @@ def test_a_paused_job_given_a_schedule_that_is_over_stays_paused_until_resumed_o
 
 
 # -- update ---------------------------------------------------------------------------------------
+
 
 def test_a_one_off_job_not_yet_started_takes_an_update() -> None:
     h = Checked()
@@ -555,8 +611,10 @@ def test_an_update_of_a_one_off_job_whose_run_started_says_why_it_is_refused() -
     h.submit()
     h.start(lf, f"J1@{T0}", T0)
     res = h.one(c.UpdateJob(h.rid(), T0 + 1, "J1", spec=JobSpec(task="t", payload=1)))
-    assert res == Rejected("conflict", "job J1: its run already started; an update applies only "
-                                       "to runs not yet started")
+    assert res == Rejected(
+        "conflict",
+        "job J1: its run already started; an update applies only to runs not yet started",
+    )
 
 
 def test_a_new_time_for_a_one_off_job_replaces_its_run_and_the_job_stays_active() -> None:
@@ -584,6 +642,7 @@ def test_an_every_schedule_set_by_an_update_counts_from_the_update() -> None:
 
 
 # -- dependencies ---------------------------------------------------------------------------------
+
 
 def test_a_run_whose_upstream_already_failed_for_good_is_skipped() -> None:
     h = Checked()
@@ -637,18 +696,25 @@ def test_an_upstream_success_does_not_release_a_run_buffered_behind_its_own_runn
     lf = h.claim()
     h.submit("A", now=T0)
     h.one(c.Complete(h.rid(), T0 + 1, lf, f"A@{T0}", h.start(lf, f"A@{T0}", T0), None))
-    h.submit("C", JobSpec(task="t", depends_on=("A",),
-                          schedule=cron(overlap=Overlap.BUFFER_ONE).schedule), now=T0)
+    h.submit(
+        "C",
+        JobSpec(task="t", depends_on=("A",), schedule=cron(overlap=Overlap.BUFFER_ONE).schedule),
+        now=T0,
+    )
     h.start(lf, next_id(h, "C"), T0 + MIN)
     fire(h, lf, next_id(h, "C"), T0 + 2 * MIN)
     assert got(h, "C")[:2] == ["running", "blocked:overlap"]
     again = h.trigger(T0 + 2 * MIN + 1, "A").id
-    h.one(c.Complete(h.rid(), T0 + 2 * MIN + 2, lf, again, lease(h, lf, again, T0 + 2 * MIN + 1),
-                     None))
+    h.one(
+        c.Complete(
+            h.rid(), T0 + 2 * MIN + 2, lf, again, lease(h, lf, again, T0 + 2 * MIN + 1), None
+        )
+    )
     assert got(h, "C")[:2] == ["running", "blocked:overlap"]
 
 
 # -- one-off jobs ---------------------------------------------------------------------------------
+
 
 def test_a_one_off_job_is_done_when_its_last_unfinished_run_finishes() -> None:
     h = Checked()
@@ -668,9 +734,15 @@ def test_a_one_off_job_is_done_when_its_last_unfinished_run_finishes() -> None:
 @pytest.mark.parametrize("paused", [False, True])
 def test_a_job_given_a_schedule_that_never_runs_shows_no_next_run(paused: bool) -> None:
     # The fifth Sunday of March is the last one, when Berlin's clocks skip 02:00-03:00.
-    never = JobSpec(task="t", schedule=Schedule(
-        kind=ScheduleKind.CRON, cron="30 2 * 3 sun#5", timezone="Europe/Berlin",
-        options=RecurringOptions(dst_gap=DstGap.SKIP)))
+    never = JobSpec(
+        task="t",
+        schedule=Schedule(
+            kind=ScheduleKind.CRON,
+            cron="30 2 * 3 sun#5",
+            timezone="Europe/Berlin",
+            options=RecurringOptions(dst_gap=DstGap.SKIP),
+        ),
+    )
     h = Checked()
     h.claim()
     h.submit(spec=cron(), now=T0)
@@ -686,9 +758,15 @@ def test_a_job_given_a_schedule_that_never_runs_shows_no_next_run(paused: bool) 
 
 
 def test_an_occurrence_skipped_for_dst_is_recorded_once_when_the_job_is_healed() -> None:
-    spec = JobSpec(task="t", schedule=Schedule(
-        kind=ScheduleKind.CRON, cron="30 2 * * *", timezone="Europe/Berlin",
-        options=RecurringOptions(dst_gap=DstGap.SKIP)))
+    spec = JobSpec(
+        task="t",
+        schedule=Schedule(
+            kind=ScheduleKind.CRON,
+            cron="30 2 * * *",
+            timezone="Europe/Berlin",
+            options=RecurringOptions(dst_gap=DstGap.SKIP),
+        ),
+    )
     h = Checked()
     lf = h.claim()
     now = utc("2026-03-28T02:00:00+00:00")

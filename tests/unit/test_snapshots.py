@@ -40,7 +40,8 @@ def filled(path: Path, entries: int, per_entry: int = 1) -> SqlState:
 
 
 def test_a_copy_holds_exactly_the_entries_up_to_its_pin_while_more_are_applied(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     live, dump = tmp_path / "state.db", tmp_path / "raft.dump"
     state = filled(live, 20, per_entry=50)
     src, pinned = S.pin(live)
@@ -71,7 +72,8 @@ def test_a_copy_holds_exactly_the_entries_up_to_its_pin_while_more_are_applied(
 
 
 def test_the_copy_is_synced_step_by_step_as_it_is_written(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # Not one flush of the whole file at the end: each step's pages go to disk before the next
     # step, so the journal's syncs never wait behind a whole snapshot's writeback.
     live, dump = tmp_path / "state.db", tmp_path / "raft.dump"
@@ -95,11 +97,13 @@ def test_the_copy_is_synced_step_by_step_as_it_is_written(
 
 
 def test_the_write_ahead_log_shrinks_back_once_a_long_copy_lets_it(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # A snapshot copy pins the database for as long as it writes, and the log grows meanwhile;
     # the first checkpoint after it cuts the file back to the limit instead of keeping its
     # largest size for good.
     from schedd.storage import schema
+
     monkeypatch.setattr(schema, "WAL_SIZE_LIMIT", 256 << 10)
     live = tmp_path / "state.db"
     wal = tmp_path / "state.db-wal"
@@ -153,19 +157,26 @@ def test_an_installed_snapshot_answers_as_the_database_it_was_copied_from(tmp_pa
 @pytest.mark.parametrize(
     ("make", "message"),
     [
-        (lambda p: p.write_bytes(gzip.compress(b"an old pickled snapshot")),
-         "not a schedd snapshot of this version (it is not an SQLite database"),
-        (lambda p: sqlite3.connect(p).execute("CREATE TABLE x (a)"),
-         "not a complete schedd snapshot: no such table: snapshot"),
-        (lambda p: _snapshot_with(p, version=99),
-         f"schema version 99; this schedd reads format 1 up to schema version {SCHEMA_VERSION}: "
-         "it was written "
-         "by a newer schedd"),
+        (
+            lambda p: p.write_bytes(gzip.compress(b"an old pickled snapshot")),
+            "not a schedd snapshot of this version (it is not an SQLite database",
+        ),
+        (
+            lambda p: sqlite3.connect(p).execute("CREATE TABLE x (a)"),
+            "not a complete schedd snapshot: no such table: snapshot",
+        ),
+        (
+            lambda p: _snapshot_with(p, version=99),
+            f"schema version 99; this schedd reads format 1 up to schema version {SCHEMA_VERSION}: "
+            "it was written "
+            "by a newer schedd",
+        ),
         (lambda p: _snapshot_with(p, raft=b"{"), "damaged Raft data in the snapshot"),
     ],
 )
 def test_a_snapshot_that_cannot_be_used_is_refused_saying_why(
-        tmp_path: Path, make: Any, message: str) -> None:
+    tmp_path: Path, make: Any, message: str
+) -> None:
     path = tmp_path / "raft.dump"
     make(path)
     with pytest.raises(S.SnapshotError) as caught:
@@ -204,9 +215,13 @@ def snapshots_of(tmp_path: Path, live_entries: int) -> tuple[SqlSnapshots, Machi
     filled(tmp_path / "state.db", live_entries).close()
     machine = Machine(tmp_path / "state.db")
     seen: list[str] = []
-    snaps = SqlSnapshots(machine, tmp_path / "state.db", tmp_path / "raft.dump",  # type: ignore[arg-type]
-                         on_replaced=lambda: seen.append("replaced"),
-                         on_fatal=lambda m: seen.append(f"fatal: {m}"))
+    snaps = SqlSnapshots(
+        machine,
+        tmp_path / "state.db",
+        tmp_path / "raft.dump",  # type: ignore[arg-type]
+        on_replaced=lambda: seen.append("replaced"),
+        on_fatal=lambda m: seen.append(f"fatal: {m}"),
+    )
     return snaps, machine, seen
 
 
@@ -231,7 +246,8 @@ def test_a_snapshot_from_the_leader_always_replaces_the_live_database(tmp_path: 
 
 
 def test_a_snapshot_that_cannot_be_used_stops_the_node_instead_of_being_skipped(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     snaps, machine, seen = snapshots_of(tmp_path, live_entries=4)
     (tmp_path / "raft.dump").write_bytes(b"not a database at all, 16+ bytes")
     with pytest.raises(S.SnapshotError):
@@ -245,8 +261,9 @@ def test_a_snapshot_is_written_in_the_background_and_reported_once(tmp_path: Pat
     # the sixth entry applied and not yet committed (a leader command waits a little): the
     # copy still holds every entry applied before it began
     jobs = (("J6-0", JobSpec(task="t")),)
-    assert apply_entry(machine.state, c.encode_entry([c.Submit("r6", T0 + 6, jobs)]), 6,
-                       commit=False)
+    assert apply_entry(
+        machine.state, c.encode_entry([c.Submit("r6", T0 + 6, jobs)]), 6, commit=False
+    )
     assert machine.state.committed_index == 5
     (tmp_path / "raft.dump").unlink()
     snaps.serialize(str(tmp_path / "raft.dump.tmp"), RAFT)

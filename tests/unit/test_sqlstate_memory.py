@@ -48,7 +48,8 @@ def at(ms: int) -> JobSpec:
 
 
 def test_live_runs_and_runs_due_within_the_hot_window_stay_in_memory_until_done(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     node = Node(tmp_path / "state.db", cache_max=1, hot_ms=60_000)
     st = node.state
     try:
@@ -76,7 +77,8 @@ def test_live_runs_and_runs_due_within_the_hot_window_stay_in_memory_until_done(
 
 
 def test_a_run_pushed_out_of_the_cache_within_its_entry_reads_back_as_written(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     # cache of one, nothing hot: each new run pushes the previous one out before the entry
     # has written anything to the database
     node = Node(tmp_path / "state.db", cache_max=1, hot_ms=-(1 << 62))
@@ -92,8 +94,10 @@ def test_a_run_pushed_out_of_the_cache_within_its_entry_reads_back_as_written(
         assert st.jobs["j0"].updated_ms == T0 + 1
         assert [j for j in st.jobs] == ["j0", "j1", "j2", "j3", "j4"]
         # the same for runs, of jobs already in the database
-        runs = [Run(f"j{k}@{T0}", f"j{k}", "default", T0, T0 + 10, RunState.SCHEDULED, T0, T0)
-                for k in range(5)]
+        runs = [
+            Run(f"j{k}@{T0}", f"j{k}", "default", T0, T0 + 10, RunState.SCHEDULED, T0, T0)
+            for k in range(5)
+        ]
         st.begin()
         for run in runs:
             st.add_run(run)
@@ -112,8 +116,10 @@ def test_unfinished_runs_read_before_the_entry_is_written_are_as_after(tmp_path:
     # that was finished on disk and is not any more (a replay) is not missed
     st = SqlState(tmp_path / "state.db", cache_max=1, hot_ms=-(1 << 62))
     try:
-        runs = [Run(f"j@{T0 + k}", "j", "default", T0 + k, T0 + k, RunState.SCHEDULED, T0, T0)
-                for k in range(3)]
+        runs = [
+            Run(f"j@{T0 + k}", "j", "default", T0 + k, T0 + k, RunState.SCHEDULED, T0, T0)
+            for k in range(3)
+        ]
         st.begin()
         st.add_job(_job("j", at(T0)))
         for run in runs:
@@ -202,7 +208,8 @@ def test_an_entry_writes_each_row_it_changed_once_at_its_end(tmp_path: Path) -> 
         assert {reopened.runs[f"j{k}@{T0 + 5}"].state for k in range(100)} == {RunState.QUEUED}
         # the job's row holds its last change in the submit (the run it made), not the first
         assert [reopened.jobs[f"j{k}"].next_run_id for k in range(100)] == [
-            f"j{k}@{T0 + 5}" for k in range(100)]
+            f"j{k}@{T0 + 5}" for k in range(100)
+        ]
     finally:
         reopened.close()
 
@@ -230,7 +237,9 @@ def test_the_writer_leaves_checkpoints_to_the_checkpointer_thread(tmp_path: Path
         assert st.db.execute("PRAGMA journal_size_limit").fetchone()[0] == WAL_SIZE_LIMIT
         assert st.checkpointer is not None
         for k in range(20):
-            node.apply([c.Submit(f"s{k}", T0, tuple((f"j{k}-{i}", at(T0 + 5)) for i in range(200)))])
+            node.apply(
+                [c.Submit(f"s{k}", T0, tuple((f"j{k}-{i}", at(T0 + 5)) for i in range(200)))]
+            )
         assert st.checkpointer.copied.wait(10), "no checkpoint by the thread within 10 s"
         assert st.checkpointer.checkpoints > 0
         # what it copied is in the database file itself: a reader without the log sees it

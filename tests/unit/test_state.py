@@ -210,7 +210,9 @@ def test_non_retryable_failure_goes_straight_to_the_dead_letter_queue() -> None:
     ],
 )
 def test_backoff(attempt: int, rand: float, jitter: bool, expected: int) -> None:
-    spec = JobSpec(task="t", retry=RetryPolicy(initial_ms=1000, max_ms=600_000, multiplier=2, jitter=jitter))
+    spec = JobSpec(
+        task="t", retry=RetryPolicy(initial_ms=1000, max_ms=600_000, multiplier=2, jitter=jitter)
+    )
     assert backoff_ms(spec, attempt, rand) == expected
 
 
@@ -229,26 +231,33 @@ def test_a_repeated_submit_gets_its_jobs_as_they_are_now_and_only_their_ids_are_
     batch = (("J1", JobSpec(task="t")), ("J2", JobSpec(task="t", idempotency_key="k")))
     first = h.one(c.Submit("R1", T0, batch))
     assert [(job.id, created, run.id) for job, created, run in first.value] == [
-        ("J1", True, f"J1@{T0}"), ("J2", True, f"J2@{T0}")]
+        ("J1", True, f"J1@{T0}"),
+        ("J2", True, f"J2@{T0}"),
+    ]
     # what is kept for a repeat: the ids and whether each was created, not the records
     assert h.state.recall("R1") == Ok([("J1", True), ("J2", True)])
     assert isinstance(h.one(c.CancelJob(h.rid(), T0 + 1, "J1")), Ok)
     again = h.one(c.Submit("R1", T0 + 2, (("J3", JobSpec(task="t")), ("J4", JobSpec(task="t")))))
     assert [(job.id, job.status, created, run.state) for job, created, run in again.value] == [
         ("J1", JobStatus.CANCELLED, True, RunState.CANCELLED),
-        ("J2", JobStatus.ACTIVE, True, RunState.SCHEDULED)]
+        ("J2", JobStatus.ACTIVE, True, RunState.SCHEDULED),
+    ]
     assert again.value[0][:1] == (h.state.jobs["J1"],)
     assert sorted(h.state.jobs) == ["J1", "J2"]
     # a job forgotten meanwhile (history retention) cannot be shown again: a clear not_found
     assert h.one(c.Purge(h.rid(), T0 + 10, lf, T0 + 5, 1000, 100)) == Ok([1, 1])
     gone = h.one(c.Submit("R1", T0 + 20, (("J5", JobSpec(task="t")),)))
-    assert gone == Rejected("not_found", "this request was applied, but its job J1 has been "
-                            "forgotten since (history.retention)", "id")
+    assert gone == Rejected(
+        "not_found",
+        "this request was applied, but its job J1 has been forgotten since (history.retention)",
+        "id",
+    )
     assert "J5" not in h.state.jobs
     # a result remembered by an earlier version holds the jobs themselves, as they were
     h.state.remember("R-old", T0 + 20, Ok([(first.value[1][0], True)]))
     assert h.one(c.Submit("R-old", T0 + 30, (("J6", JobSpec(task="t")),))) == Ok(
-        [(first.value[1][0], True, h.state.runs[f"J2@{T0}"])])
+        [(first.value[1][0], True, h.state.runs[f"J2@{T0}"])]
+    )
 
 
 def test_a_submit_repeating_the_request_id_of_another_command_gets_that_answer() -> None:
@@ -309,8 +318,15 @@ def test_cancel_unknown_job_is_not_found() -> None:
 
 @pytest.mark.parametrize(
     "blob",
-    [b"", b"garbage", b"[]", b'{"v": 99, "c": []}', b'{"v": 1, "c": [1, {"t": "nope"}]}',
-     b'{"v": 1, "c": [{"t": "fire", "rid": "x"}]}', b'{"v": 1, "c": [{"t": "submit", "rid": "x", "now": 1, "jobs": [[1]]}]}'],
+    [
+        b"",
+        b"garbage",
+        b"[]",
+        b'{"v": 99, "c": []}',
+        b'{"v": 1, "c": [1, {"t": "nope"}]}',
+        b'{"v": 1, "c": [{"t": "fire", "rid": "x"}]}',
+        b'{"v": 1, "c": [{"t": "submit", "rid": "x", "now": 1, "jobs": [[1]]}]}',
+    ],
 )
 def test_garbage_entries_are_rejected_as_values(blob: bytes) -> None:
     state = MemoryState()
@@ -341,7 +357,9 @@ def test_a_repeated_result_for_the_same_fence_is_accepted_and_changes_nothing() 
     fence = lease_one(h, lf, rid)
     assert h.one(c.Complete(h.rid(), T0 + 5, lf, rid, fence, 1)) == Ok(rid)
     before = h.state.runs[rid]
-    assert h.one(c.Complete(h.rid(), T0 + 9, lf, rid, fence, 2)) == Ok(rid)  # re-sent after failover
+    assert h.one(c.Complete(h.rid(), T0 + 9, lf, rid, fence, 2)) == Ok(
+        rid
+    )  # re-sent after failover
     assert h.state.runs[rid] == before
     assert isinstance(h.one(c.Complete(h.rid(), T0, lf, rid, fence + 1, 3)), Rejected)
 
@@ -356,13 +374,22 @@ def test_leader_commands_are_not_kept_in_the_dedup_table() -> None:
 
 # -- evolve: the fast dataclasses.replace used by apply ----------------------------------------
 
+
 def test_evolve_matches_dataclasses_replace_on_every_record() -> None:
     import dataclasses
 
     from schedd.core.model import Attempt, Run, RunState, evolve
 
-    run = Run(id="j@1", job_id="j", namespace="default", scheduled_ms=1, due_ms=2,
-              state=RunState.SCHEDULED, created_ms=1, updated_ms=1)
+    run = Run(
+        id="j@1",
+        job_id="j",
+        namespace="default",
+        scheduled_ms=1,
+        due_ms=2,
+        state=RunState.SCHEDULED,
+        created_ms=1,
+        updated_ms=1,
+    )
     for changes in ({}, {"state": RunState.QUEUED, "updated_ms": 5}, {"reason": "x", "due_ms": 9}):
         got = evolve(run, **changes)
         assert got == dataclasses.replace(run, **changes)  # type: ignore[arg-type]
@@ -377,8 +404,16 @@ def test_evolve_refuses_an_unknown_field() -> None:
 
     from schedd.core.model import Run, RunState, evolve
 
-    run = Run(id="j@1", job_id="j", namespace="default", scheduled_ms=1, due_ms=2,
-              state=RunState.SCHEDULED, created_ms=1, updated_ms=1)
+    run = Run(
+        id="j@1",
+        job_id="j",
+        namespace="default",
+        scheduled_ms=1,
+        due_ms=2,
+        state=RunState.SCHEDULED,
+        created_ms=1,
+        updated_ms=1,
+    )
     with pytest.raises(TypeError, match=r"^Run has no field\(s\) stat, stats$"):
         evolve(run, stat=RunState.QUEUED, stats=1, state=RunState.QUEUED)
 
@@ -389,8 +424,10 @@ MIN = 60_000
 
 
 def every_minute(**opts: Any) -> JobSpec:
-    return JobSpec(task="t", schedule=Schedule(kind=ScheduleKind.EVERY, every_ms=MIN,
-                                               options=RecurringOptions(**opts)))
+    return JobSpec(
+        task="t",
+        schedule=Schedule(kind=ScheduleKind.EVERY, every_ms=MIN, options=RecurringOptions(**opts)),
+    )
 
 
 def test_a_recurring_job_whose_schedule_is_already_over_is_done_without_runs() -> None:
@@ -467,9 +504,15 @@ def test_the_metrics_counters_stay_in_step_with_the_runs() -> None:
         step()
         assert {k: v for k, v in h.state.counts.items() if v} == recount(h.state)
     assert recount(h.state) == {
-        "state:succeeded": 2, "state:failed": 1, "state:cancelled": 1, "state:skipped": 4,
-        "state:scheduled": 2, "skipped:misfire": 4,
-        "attempt:failed": 2, "attempt:succeeded": 2, "attempt:cancelled": 1,
+        "state:succeeded": 2,
+        "state:failed": 1,
+        "state:cancelled": 1,
+        "state:skipped": 4,
+        "state:scheduled": 2,
+        "skipped:misfire": 4,
+        "attempt:failed": 2,
+        "attempt:succeeded": 2,
+        "attempt:cancelled": 1,
     }
 
 

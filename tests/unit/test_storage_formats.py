@@ -44,6 +44,8 @@ def db_sample(version: int) -> Path:
 
 def dump_sample(version: int) -> Path:
     return DATA / f"raft-dump-v{version}.sqlite"
+
+
 T0 = 1_800_000_000_000
 RAFT = ((b"\x01last", 31, 2), (b"\x01prev", 30, 2), ["127.0.0.1:9001", "127.0.0.1:9002"])
 
@@ -51,12 +53,24 @@ RAFT = ((b"\x01last", 31, 2), (b"\x01prev", 30, 2), ["127.0.0.1:9001", "127.0.0.
 def sample_entries() -> list[bytes]:
     """Every kind of record: jobs of each schedule kind and policy, runs in each state, attempts,
     a dead-lettered run, dependencies, an idempotency key, remembered requests, a purge."""
-    cron = Schedule(kind=ScheduleKind.CRON, cron="*/5 * * * *", timezone="Europe/Berlin",
-                    options=RecurringOptions(overlap="buffer_one", misfire="run_all"))
+    cron = Schedule(
+        kind=ScheduleKind.CRON,
+        cron="*/5 * * * *",
+        timezone="Europe/Berlin",
+        options=RecurringOptions(overlap="buffer_one", misfire="run_all"),
+    )
     every = Schedule(kind=ScheduleKind.EVERY, every_ms=60_000, options=RecurringOptions())
     jobs = (
-        ("once", JobSpec(task="t", payload={"a": [1, 2.5, None, "é"]}, priority=Priority.HIGH,
-                         idempotency_key="k1", timeout_ms=30_000)),
+        (
+            "once",
+            JobSpec(
+                task="t",
+                payload={"a": [1, 2.5, None, "é"]},
+                priority=Priority.HIGH,
+                idempotency_key="k1",
+                timeout_ms=30_000,
+            ),
+        ),
         ("dead", JobSpec(task="t", retry=RetryPolicy(max_attempts=1))),
         ("cron", JobSpec(task="c", namespace="ns", queue="q", schedule=cron)),
         ("tick", JobSpec(task="e", schedule=every)),
@@ -108,7 +122,8 @@ def test_every_version_has_its_samples_of_the_version_they_are_named_after() -> 
 
 @pytest.mark.parametrize("version", VERSIONS)
 def test_a_database_of_every_schema_version_opens_and_holds_what_its_entries_give(
-        tmp_path: Path, version: int) -> None:
+    tmp_path: Path, version: int
+) -> None:
     db = tmp_path / "state.db"
     shutil.copyfile(db_sample(version), db)
     state = SqlState(db)
@@ -124,7 +139,8 @@ def test_a_database_of_every_schema_version_opens_and_holds_what_its_entries_giv
 
 @pytest.mark.parametrize("version", VERSIONS)
 def test_a_snapshot_of_every_schema_version_installs_and_holds_what_its_entries_give(
-        tmp_path: Path, version: int) -> None:
+    tmp_path: Path, version: int
+) -> None:
     dump = tmp_path / "raft.dump"
     shutil.copyfile(dump_sample(version), dump)
     info = S.read_snapshot(dump)
@@ -139,8 +155,10 @@ def test_a_snapshot_of_every_schema_version_installs_and_holds_what_its_entries_
 
 
 def schema_of(db: sqlite3.Connection) -> list[tuple[str, str, str]]:
-    return db.execute("SELECT type, name, sql FROM sqlite_master WHERE name NOT LIKE 'sqlite_%' "
-                      "ORDER BY type, name").fetchall()
+    return db.execute(
+        "SELECT type, name, sql FROM sqlite_master WHERE name NOT LIKE 'sqlite_%' "
+        "ORDER BY type, name"
+    ).fetchall()
 
 
 if __name__ == "__main__":

@@ -40,8 +40,11 @@ def _text_files(rel: str) -> Iterator[Path]:
         yield path
         return
     for p in sorted(path.rglob("*")):
-        if p.is_file() and not SKIP_DIRS.intersection(p.relative_to(ROOT).parts) \
-                and p.suffix not in (".pyc", ".pyo"):
+        if (
+            p.is_file()
+            and not SKIP_DIRS.intersection(p.relative_to(ROOT).parts)
+            and p.suffix not in (".pyc", ".pyo")
+        ):
             yield p
 
 
@@ -67,9 +70,16 @@ def user_facing_paths() -> list[Path]:
 
 def test_the_scope_is_not_empty() -> None:
     rels = {p.relative_to(ROOT).as_posix() for p in user_facing_paths()}
-    for expected in ("README.md", "CHANGELOG.md", "pyproject.toml", "docs/api.md",
-                     "config/schedd.example.toml", "config/alerts.yml",
-                     "systemd/schedd.service", "schedd/metrics.py"):
+    for expected in (
+        "README.md",
+        "CHANGELOG.md",
+        "pyproject.toml",
+        "docs/api.md",
+        "config/schedd.example.toml",
+        "config/alerts.yml",
+        "systemd/schedd.service",
+        "schedd/metrics.py",
+    ):
         assert expected in rels
 
 

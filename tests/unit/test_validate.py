@@ -112,13 +112,17 @@ VALID: list[tuple[str, Any, Check]] = [
     (
         "every",
         t(schedule={"every": "5m"}),
-        lambda s: replace(s.schedule, options=None) == Schedule(kind=ScheduleKind.EVERY, every_ms=300_000),
+        lambda s: (
+            replace(s.schedule, options=None) == Schedule(kind=ScheduleKind.EVERY, every_ms=300_000)
+        ),
     ),
     ("every-1s", t(schedule={"every": 1}), lambda s: s.schedule.every_ms == 1000),
     (
         "cron",
         t(schedule={"cron": "0 2 * * *"}),
-        lambda s: replace(s.schedule, options=None) == Schedule(kind=ScheduleKind.CRON, cron="0 2 * * *"),
+        lambda s: (
+            replace(s.schedule, options=None) == Schedule(kind=ScheduleKind.CRON, cron="0 2 * * *")
+        ),
     ),
     (
         "cron-spaces-normalised",
@@ -529,8 +533,9 @@ def test_recurring_options_all_set() -> None:
         NOW,
         "schedule",
     )
-    assert schedule == Schedule(kind=ScheduleKind.EVERY, every_ms=3_600_000, timezone="Asia/Tokyo",
-                                options=options)
+    assert schedule == Schedule(
+        kind=ScheduleKind.EVERY, every_ms=3_600_000, timezone="Asia/Tokyo", options=options
+    )
     assert options == RecurringOptions(
         jitter_ms=30_000,
         misfire=Misfire.RUN_ALL,
@@ -640,8 +645,12 @@ def test_spec_dict_is_compact() -> None:
         "payload": {"report": "sales"},
         "timeout_ms": 1_800_000,
         "idem": "invoice-2026-11-25",
-        "sched": {"kind": "cron", "cron": "0 2 * * *", "tz": "Europe/Berlin",
-                  "opts": {"jitter_ms": 300_000, "catchup_window_ms": 3_600_000}},
+        "sched": {
+            "kind": "cron",
+            "cron": "0 2 * * *",
+            "tz": "Europe/Berlin",
+            "opts": {"jitter_ms": 300_000, "catchup_window_ms": 3_600_000},
+        },
         "prio": "high",
         "retry": {"attempts": 5},
         "deps": ["<job id>"],
@@ -690,15 +699,20 @@ MALFORMED_SPECS: list[tuple[dict[str, Any], str]] = [
     ({"v": 1, "task": 5}, "job spec: missing task or unknown keys []"),
     ({**SPEC, "what": 1, "1": 2}, "job spec: missing task or unknown keys ['1', 'what']"),
     ({**SPEC, "sched": {"kind": "sometimes"}}, "'sometimes' is not a valid ScheduleKind"),
-    ({**SPEC, "sched": {"kind": "at", "zone": "UTC"}}, "job spec: unknown keys in 'sched': ['zone']"),
+    (
+        {**SPEC, "sched": {"kind": "at", "zone": "UTC"}},
+        "job spec: unknown keys in 'sched': ['zone']",
+    ),
     ({**SPEC, "sched": []}, "job spec: 'sched' must be an object"),
     ({**SPEC, "sched": {"kind": "every", "opts": []}}, "job spec: 'opts' must be an object"),
     (
         {**SPEC, "sched": {"kind": "every", "opts": {"fold": 1, "jitter_ms": 5}}},
         "job spec: unknown keys in 'opts': ['fold']",
     ),
-    ({**SPEC, "sched": {"kind": "every", "opts": {"misfire": "later"}}},
-     "'later' is not a valid Misfire"),
+    (
+        {**SPEC, "sched": {"kind": "every", "opts": {"misfire": "later"}}},
+        "'later' is not a valid Misfire",
+    ),
     ({**SPEC, "retry": {"tries": 1}}, "job spec: unknown keys in 'retry': ['tries']"),
     ({**SPEC, "prio": "max"}, "'max' is not a valid Priority"),
     ({**SPEC, "deps": "a"}, "job spec: 'deps' must be a list of strings"),
@@ -726,9 +740,16 @@ def test_a_decoded_multiplier_is_a_float_however_it_is_written() -> None:
 def test_decoded_specs_share_their_equal_records_and_names() -> None:
     """The replicated form decodes to one instance of each equal retry policy and recurring
     schedule, and one string per task/namespace/queue name (memory per pending job)."""
+
     def decoded(payload: int, schedule: dict[str, Any]) -> JobSpec:
-        body = {"task": "t.share", "namespace": "ns1", "queue": "q1", "payload": payload,
-                "schedule": schedule, "retry": {"max_attempts": 7}}
+        body = {
+            "task": "t.share",
+            "namespace": "ns1",
+            "queue": "q1",
+            "payload": payload,
+            "schedule": schedule,
+            "retry": {"max_attempts": 7},
+        }
         return spec_from_dict(orjson.loads(orjson.dumps(spec_to_dict(parse_job(body, now_ms=0)))))
 
     a, b = decoded(1, {"every": "5m"}), decoded(2, {"every": "5m"})

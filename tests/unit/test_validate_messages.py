@@ -68,72 +68,179 @@ MESSAGES: list[tuple[str, Any, str | None, str]] = [
         "retry.max_attempts: expected an integer from 1 to 100, got an integer beyond 64 bits",
     ),
     ("object", t(schedule="now"), "schedule", "schedule: expected an object, got 'now'"),
-    ("choice", t(priority="urgent"), "priority",
-     "priority: expected one of high | normal | low, got 'urgent'"),
-    ("number-as-string", t(retry={"multiplier": "2"}), "retry.multiplier",
-     "retry.multiplier: expected a number from 1 to 10, got '2'"),
+    (
+        "choice",
+        t(priority="urgent"),
+        "priority",
+        "priority: expected one of high | normal | low, got 'urgent'",
+    ),
+    (
+        "number-as-string",
+        t(retry={"multiplier": "2"}),
+        "retry.multiplier",
+        "retry.multiplier: expected a number from 1 to 10, got '2'",
+    ),
     ("bool", t(retry={"jitter": 1}), "retry.jitter", "retry.jitter: expected true or false, got 1"),
-    ("text", t(name=""), "name",
-     "name: expected a non-empty string of at most 200 characters, got ''"),
-    ("depends-on", t(depends_on="a"), "depends_on",
-     "depends_on: expected a list of at most 100 job ids, got 'a'"),
+    (
+        "text",
+        t(name=""),
+        "name",
+        "name: expected a non-empty string of at most 200 characters, got ''",
+    ),
+    (
+        "depends-on",
+        t(depends_on="a"),
+        "depends_on",
+        "depends_on: expected a list of at most 100 job ids, got 'a'",
+    ),
     # durations
-    ("duration-text-too-long", t(timeout="1" * 65), "timeout",
-     f"timeout: expected {DURATION_EXPECTED}, got '{'1' * 56}..."),
-    ("duration-text-with-spaces-too-long", t(timeout="1s" + " " * 63), "timeout",
-     f"timeout: expected {DURATION_EXPECTED}, got '1s{' ' * 54}..."),
-    ("duration-below-minimum", t(heartbeat_timeout="500ms"), "heartbeat_timeout",
-     "heartbeat_timeout: expected a duration of at least 1s, got '500ms'"),
-    ("retry-max-below-initial", t(retry={"initial": "1m", "max": 30}), "retry.max",
-     "retry.max: expected a duration of at least retry.initial (1m), got 30"),
-    ("retry-default-max-below-initial", t(retry={"initial": "2h"}), "retry.max",
-     "retry.max: expected a duration of at least retry.initial (2h), got '10m'"),
+    (
+        "duration-text-too-long",
+        t(timeout="1" * 65),
+        "timeout",
+        f"timeout: expected {DURATION_EXPECTED}, got '{'1' * 56}...",
+    ),
+    (
+        "duration-text-with-spaces-too-long",
+        t(timeout="1s" + " " * 63),
+        "timeout",
+        f"timeout: expected {DURATION_EXPECTED}, got '1s{' ' * 54}...",
+    ),
+    (
+        "duration-below-minimum",
+        t(heartbeat_timeout="500ms"),
+        "heartbeat_timeout",
+        "heartbeat_timeout: expected a duration of at least 1s, got '500ms'",
+    ),
+    (
+        "retry-max-below-initial",
+        t(retry={"initial": "1m", "max": 30}),
+        "retry.max",
+        "retry.max: expected a duration of at least retry.initial (1m), got 30",
+    ),
+    (
+        "retry-default-max-below-initial",
+        t(retry={"initial": "2h"}),
+        "retry.max",
+        "retry.max: expected a duration of at least retry.initial (2h), got '10m'",
+    ),
     # times
-    ("time-before-1970", t(schedule={"at": "1969-12-31T23:59:59Z"}), "schedule.at",
-     f"schedule.at: expected {TIME_EXPECTED}, got '1969-12-31T23:59:59Z'"),
-    ("time-after-9999", t(schedule={"at": "9999-12-31T23:59:59-00:01"}), "schedule.at",
-     f"schedule.at: expected {TIME_EXPECTED}, got '9999-12-31T23:59:59-00:01'"),
-    ("end-before-start",
-     t(schedule={"every": "1h", "start_at": "2026-11-25T02:00:00Z",
-                 "end_at": "2026-11-25T01:00:00Z"}),
-     "schedule.end_at",
-     "schedule.end_at: expected a time after schedule.start_at (2026-11-25T02:00:00.000Z), "
-     "got '2026-11-25T01:00:00Z'"),
+    (
+        "time-before-1970",
+        t(schedule={"at": "1969-12-31T23:59:59Z"}),
+        "schedule.at",
+        f"schedule.at: expected {TIME_EXPECTED}, got '1969-12-31T23:59:59Z'",
+    ),
+    (
+        "time-after-9999",
+        t(schedule={"at": "9999-12-31T23:59:59-00:01"}),
+        "schedule.at",
+        f"schedule.at: expected {TIME_EXPECTED}, got '9999-12-31T23:59:59-00:01'",
+    ),
+    (
+        "end-before-start",
+        t(
+            schedule={
+                "every": "1h",
+                "start_at": "2026-11-25T02:00:00Z",
+                "end_at": "2026-11-25T01:00:00Z",
+            }
+        ),
+        "schedule.end_at",
+        "schedule.end_at: expected a time after schedule.start_at (2026-11-25T02:00:00.000Z), "
+        "got '2026-11-25T01:00:00Z'",
+    ),
     # time zones
-    ("zone-not-a-name", cron(timezone="../etc/passwd"), "schedule.timezone",
-     f"schedule.timezone: expected {ZONE_EXPECTED}, got '../etc/passwd'"),
-    ("zone-unknown", cron(timezone="Mars/Olympus"), "schedule.timezone",
-     f"schedule.timezone: expected {ZONE_EXPECTED}, got 'Mars/Olympus'"),
-    ("zone-posix-copy", cron(timezone="posix/UTC"), "schedule.timezone",
-     f"schedule.timezone: expected {ZONE_EXPECTED}, got 'posix/UTC'"),
-    ("zone-right-copy", cron(timezone="right/UTC"), "schedule.timezone",
-     f"schedule.timezone: expected {ZONE_EXPECTED}, got 'right/UTC'"),
+    (
+        "zone-not-a-name",
+        cron(timezone="../etc/passwd"),
+        "schedule.timezone",
+        f"schedule.timezone: expected {ZONE_EXPECTED}, got '../etc/passwd'",
+    ),
+    (
+        "zone-unknown",
+        cron(timezone="Mars/Olympus"),
+        "schedule.timezone",
+        f"schedule.timezone: expected {ZONE_EXPECTED}, got 'Mars/Olympus'",
+    ),
+    (
+        "zone-posix-copy",
+        cron(timezone="posix/UTC"),
+        "schedule.timezone",
+        f"schedule.timezone: expected {ZONE_EXPECTED}, got 'posix/UTC'",
+    ),
+    (
+        "zone-right-copy",
+        cron(timezone="right/UTC"),
+        "schedule.timezone",
+        f"schedule.timezone: expected {ZONE_EXPECTED}, got 'right/UTC'",
+    ),
     # cron
-    ("cron-not-text", t(schedule={"cron": 5}), "schedule.cron",
-     f"schedule.cron: expected {CRON_EXPECTED}, got 5"),
-    ("cron-too-long", t(schedule={"cron": "0 2 * * *" + " " * 192}), "schedule.cron",
-     f"schedule.cron: expected {CRON_EXPECTED}, got '0 2 * * *{' ' * 47}..."),
-    ("cron-unknown-alias", t(schedule={"cron": "@reboot"}), "schedule.cron",
-     f"schedule.cron: expected {CRON_EXPECTED}, got '@reboot'"),
-    ("cron-4-fields", t(schedule={"cron": "* * * *"}), "schedule.cron",
-     f"schedule.cron: expected {CRON_EXPECTED}, got '* * * *'"),
-    ("cron-bad-field", t(schedule={"cron": "60 * * * *"}), "schedule.cron",
-     f"schedule.cron: expected {CRON_EXPECTED}, got '60 * * * *'"),
-    ("cron-random", t(schedule={"cron": "R * * * *"}), "schedule.cron",
-     "schedule.cron: expected a cron expression without random (R) or hashed (H) fields, "
-     "got 'R * * * *'"),
-    ("cron-never", t(schedule={"cron": "0 0 31 2 *"}), "schedule.cron",
-     "schedule.cron: expected a cron expression that matches at least one date, "
-     "got '0 0 31 2 *'"),
+    (
+        "cron-not-text",
+        t(schedule={"cron": 5}),
+        "schedule.cron",
+        f"schedule.cron: expected {CRON_EXPECTED}, got 5",
+    ),
+    (
+        "cron-too-long",
+        t(schedule={"cron": "0 2 * * *" + " " * 192}),
+        "schedule.cron",
+        f"schedule.cron: expected {CRON_EXPECTED}, got '0 2 * * *{' ' * 47}...",
+    ),
+    (
+        "cron-unknown-alias",
+        t(schedule={"cron": "@reboot"}),
+        "schedule.cron",
+        f"schedule.cron: expected {CRON_EXPECTED}, got '@reboot'",
+    ),
+    (
+        "cron-4-fields",
+        t(schedule={"cron": "* * * *"}),
+        "schedule.cron",
+        f"schedule.cron: expected {CRON_EXPECTED}, got '* * * *'",
+    ),
+    (
+        "cron-bad-field",
+        t(schedule={"cron": "60 * * * *"}),
+        "schedule.cron",
+        f"schedule.cron: expected {CRON_EXPECTED}, got '60 * * * *'",
+    ),
+    (
+        "cron-random",
+        t(schedule={"cron": "R * * * *"}),
+        "schedule.cron",
+        "schedule.cron: expected a cron expression without random (R) or hashed (H) fields, "
+        "got 'R * * * *'",
+    ),
+    (
+        "cron-never",
+        t(schedule={"cron": "0 0 31 2 *"}),
+        "schedule.cron",
+        "schedule.cron: expected a cron expression that matches at least one date, "
+        "got '0 0 31 2 *'",
+    ),
     # recurring options
-    ("jitter-not-shorter", t(schedule={"every": "1m", "jitter": 60}), "schedule.jitter",
-     "schedule.jitter: expected a jitter shorter than the interval (1m), got 60"),
+    (
+        "jitter-not-shorter",
+        t(schedule={"every": "1m", "jitter": 60}),
+        "schedule.jitter",
+        "schedule.jitter: expected a jitter shorter than the interval (1m), got 60",
+    ),
     # payload
-    ("payload-big-int", t(payload=2**70), "payload",
-     "payload: expected a JSON value (integers within 64 bits, string keys, depth ≤ 255), "
-     "got an integer beyond 64 bits"),
-    ("payload-nan", t(payload={"a": [1, float("nan")]}), "payload",
-     "payload: expected a JSON value with finite numbers only, got nan"),
+    (
+        "payload-big-int",
+        t(payload=2**70),
+        "payload",
+        "payload: expected a JSON value (integers within 64 bits, string keys, depth ≤ 255), "
+        "got an integer beyond 64 bits",
+    ),
+    (
+        "payload-nan",
+        t(payload={"a": [1, float("nan")]}),
+        "payload",
+        "payload: expected a JSON value with finite numbers only, got nan",
+    ),
 ]
 
 
@@ -162,7 +269,7 @@ def test_a_batch_that_is_not_an_object_shows_what_it_is() -> None:
         parse_batch("jobs", now_ms=NOW)
     assert (info.value.field, info.value.message) == (
         None,
-        'batch: expected a JSON object like {"jobs": [...]}, got \'jobs\'',
+        "batch: expected a JSON object like {\"jobs\": [...]}, got 'jobs'",
     )
 
 

@@ -24,8 +24,15 @@ from schedd.core.model import (
 T0 = 1_795_572_000_000  # 2026-11-25T02:00:00.000Z
 T0_TEXT = "2026-11-25T02:00:00.000Z"
 
-DEFAULT_OPTIONS = {"jitter": 0, "misfire": "run_once", "catchup_window": None, "overlap": "skip",
-                   "dst": {"gap": "shift", "repeat": "first"}, "start_at": None, "end_at": None}
+DEFAULT_OPTIONS = {
+    "jitter": 0,
+    "misfire": "run_once",
+    "catchup_window": None,
+    "overlap": "skip",
+    "dst": {"gap": "shift", "repeat": "first"},
+    "start_at": None,
+    "end_at": None,
+}
 
 
 @pytest.mark.parametrize(
@@ -47,8 +54,10 @@ def test_seconds(ms: int, expected: float) -> None:
             Schedule(kind=ScheduleKind.IN, in_ms=90_500, at_ms=T0),
             {"in": 90.5, "at": T0_TEXT},
         ),
-        (Schedule(kind=ScheduleKind.EVERY, every_ms=300_000),
-         {"every": 300, "timezone": "UTC", **DEFAULT_OPTIONS}),
+        (
+            Schedule(kind=ScheduleKind.EVERY, every_ms=300_000),
+            {"every": 300, "timezone": "UTC", **DEFAULT_OPTIONS},
+        ),
         (
             Schedule(kind=ScheduleKind.CRON, cron="0 2 * * *", timezone="Europe/Berlin"),
             {"cron": "0 2 * * *", "timezone": "Europe/Berlin", **DEFAULT_OPTIONS},
