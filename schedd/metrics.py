@@ -13,15 +13,43 @@ Each node has its own registry.  Two kinds of metric:
 from __future__ import annotations
 
 import gc
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
-    from schedd.runtime import Runtime
+    import asyncio
+    from collections.abc import Mapping, Sized
+
+    from schedd.raft.node import RaftNode, RaftStatus
+
+
+class QueueLanes(Protocol):
+    def depth(self) -> Mapping[tuple[str, Any], int]:
+        """Queued runs per (namespace, priority)."""
+
+
+class LeaderGauges(Protocol):
+    """What the metrics read of the leader (``schedd.leader.leader.Leader``)."""
+
+    @property
+    def ready(self) -> asyncio.Event: ...
+
+    @property
+    def queues(self) -> Mapping[str, QueueLanes]: ...
+
+    @property
+    def workers(self) -> Sized: ...
+
+    @property
+    def leases(self) -> Sized: ...
+
+    @property
+    def wheel(self) -> Sized: ...
+
 
 LAG_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
 FIRE_BUCKETS = (
@@ -122,22 +150,24 @@ class Metrics:
         if collected:
             self.gc_collected.labels(gen).inc(collected)
 
-    def attach(self, rt: Runtime) -> None:
-        self.registry.register(_StateCollector(rt))
+    def attach(self, node: RaftNode, leader: Callable[[], LeaderGauges | None]) -> None:
+        """Export the state of ``node``, and of the leader ``leader()`` returns while this
+        node leads."""
+        self.registry.register(_StateCollector(node, leader))
 
     def exposition(self) -> bytes:
         return bytes(generate_latest(self.registry))
 
 
 class _StateCollector(Collector):
-    def __init__(self, rt: Runtime) -> None:
-        self.rt = rt
+    def __init__(self, node: RaftNode, leader: Callable[[], LeaderGauges | None]) -> None:
+        self.node = node
+        self.leader = leader
 
     def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
-        rt = self.rt
-        node = rt.node
-        status = node.status()
-        role = ROLES.get(int(status.get("state", 0)), "unknown")
+        node = self.node
+        status = node.raft_status
+        role = status.role
         g = GaugeMetricFamily(
             "schedd_raft_role", "1 for this node's current Raft role.", labels=["role"]
         )
@@ -187,7 +217,7 @@ class _StateCollector(Collector):
             "Size of the state database's write-ahead log (raft/state.db-wal).",
             value=wal,
         )
-        yield from self._followers(status, leader=role == "leader")
+        yield from self._followers(status)
         refused = CounterMetricFamily(
             "schedd_raft_peer_refused",
             "Raft connections this node refused, by reason: "
@@ -231,7 +261,7 @@ class _StateCollector(Collector):
             "scheduler.hot_window.",
             value=node.hot_set(),
         )
-        leader = rt.leader
+        leader = self.leader()
         if leader is not None and leader.ready.is_set():
             depth = GaugeMetricFamily(
                 "schedd_queue_depth",
@@ -254,21 +284,18 @@ class _StateCollector(Collector):
                 "schedd_wheel_pending", "Runs waiting in the timing wheel.", value=len(leader.wheel)
             )
 
-    def _followers(
-        self, status: dict[str, Any], *, leader: bool
-    ) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
-        rt = self.rt
-        peers = rt.config.raft.peers
-        if leader:
+    def _followers(self, status: RaftStatus) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        if status.role == "leader":
             lag = GaugeMetricFamily(
                 "schedd_raft_follower_lag_entries",
                 "Entries a follower's log is behind the leader's commit index.",
                 labels=["peer"],
             )
-            for peer in peers:
-                match = status.get(f"match_idx_server_{peer}")
-                if match is not None:
-                    lag.add_metric([peer], float(max(0, rt.node.commit_index - int(match))))
+            for peer in status.peers:
+                if peer.match_index is not None:
+                    lag.add_metric(
+                        [peer.addr], float(max(0, status.commit_index - peer.match_index))
+                    )
             yield lag
             stalled = GaugeMetricFamily(
                 "schedd_raft_follower_stalled",
@@ -277,8 +304,8 @@ class _StateCollector(Collector):
                 "recovers by sending it a snapshot (see docs/operations.md).",
                 labels=["peer"],
             )
-            for peer in peers:
-                stalled.add_metric([peer], float(status.get(f"follower_stalled_server_{peer}", 0)))
+            for peer in status.peers:
+                stalled.add_metric([peer.addr], float(peer.stalled))
             yield stalled
         recoveries = CounterMetricFamily(
             "schedd_raft_follower_stall_recoveries",
@@ -286,8 +313,6 @@ class _StateCollector(Collector):
             "(the follower is sent a snapshot).",
             labels=["peer"],
         )
-        for peer in peers:
-            recoveries.add_metric(
-                [peer], float(status.get(f"follower_stall_recoveries_server_{peer}", 0))
-            )
+        for peer in status.peers:
+            recoveries.add_metric([peer.addr], float(peer.stall_recoveries))
         yield recoveries

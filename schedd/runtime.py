@@ -15,6 +15,7 @@ from aiohttp import web
 from schedd import auth
 from schedd.aio import wait_event, within
 from schedd.api.app import make_app
+from schedd.api.ports import Ports
 from schedd.config import Config, peer_ssl_context, read_raft_secret, server_ssl_context
 from schedd.core.fairness import TokenBucket
 from schedd.core.state import LeaderEvent
@@ -77,6 +78,22 @@ class Runtime:
         self.node: RaftNode  # created in start(), on the loop's (main) thread
         self.reader: Reader  # the API's read connections to the state database (start())
 
+    def ports(self) -> Ports:
+        """What the API is given of this node (``schedd/api/ports.py``)."""
+        return Ports(
+            config=self.config,
+            raft=self.node,
+            node=self,
+            reader=self.reader,
+            tokens=self,  # authenticate(): the tokens as they are now (reloaded on SIGHUP)
+            rate_limits=self.rate_limits,
+            metrics=self.metrics,
+            sockets=self.sockets,
+        )
+
+    def authenticate(self, header: str | None) -> auth.Token:
+        return self.tokens.authenticate(header)
+
     # -- start / stop ------------------------------------------------------------------------
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
@@ -105,7 +122,7 @@ class Runtime:
         self.node.attach(loop)
         self.reader = Reader(self._settings.data_dir / "state.db")
         await self.reader.open()
-        self.metrics.attach(self)
+        self.metrics.attach(self.node, lambda: self.leader)
         n = self.config.node
         self.gc = GcPolicy(
             n.gc_freeze_interval_ms / 1000,
@@ -115,7 +132,7 @@ class Runtime:
         self.gc.install()
         self._gc_task = asyncio.create_task(self.gc.run(lambda: self.node.is_leader))
         self._watch_task = asyncio.create_task(self._watch_role())
-        app = make_app(self)
+        app = make_app(self.ports())
         # On stop, handlers get at most half the drain time (open worker sockets are closed
         # first, with a reconnect hint).
         self._runner = web.AppRunner(
@@ -292,13 +309,11 @@ class Runtime:
 
     # -- views -------------------------------------------------------------------------------
     def cluster_view(self) -> dict[str, Any]:
-        status = self.node.status()
-        leader_addr = self.node.leader_addr
-        role = {0: "follower", 1: "candidate", 2: "leader"}.get(
-            int(status.get("state", 0)), "unknown"
-        )
+        status = self.node.raft_status  # one consistent view (published by the tick thread)
+        leader_addr = status.leader
+        role = status.role
         with self.node.read() as st:
-            leader_id = st.leader_node if st.leader_term == self.node.term else None
+            leader_id = st.leader_node if st.leader_term == status.term else None
         http = self.config.raft_http_map()
         nodes = [
             {
@@ -310,30 +325,28 @@ class Runtime:
                 "healthy": True,
             }
         ]
-        for peer in self.config.raft.peers:
-            connected = status.get(f"partner_node_status_server_{peer}", 0) == 2
+        for peer in status.peers:
+            connected = peer.connected
             entry: dict[str, Any] = {
-                "id": leader_id if peer == leader_addr else None,
-                "raft": peer,
-                "http": http.get(peer),
-                "role": "leader" if peer == leader_addr else "follower",
+                "id": leader_id if peer.addr == leader_addr else None,
+                "raft": peer.addr,
+                "http": http.get(peer.addr),
+                "role": "leader" if peer.addr == leader_addr else "follower",
                 "self": False,
                 "connected": connected,
                 "healthy": connected,
             }
             if role == "leader":
-                match = status.get(f"match_idx_server_{peer}")
+                match = peer.match_index
                 entry["match_index"] = match
-                entry["lag"] = (
-                    None if match is None else max(0, self.node.commit_index - int(match))
-                )
+                entry["lag"] = None if match is None else max(0, status.commit_index - match)
             nodes.append(entry)
         return {
             "node_id": self.config.node.id,
             "role": role,
             "leader": leader_id or leader_addr,
             "leader_url": self.leader_url(),
-            "term": self.node.term,
+            "term": status.term,
             "commit_index": self.node.commit_index,
             "applied_index": self.node.applied_index,
             "state_index": self.node.state_index,

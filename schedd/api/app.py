@@ -1,4 +1,5 @@
-"""The HTTP JSON API (aiohttp): thin handlers over the runtime, one error table."""
+"""The HTTP JSON API (aiohttp): thin handlers over the node's ports (:mod:`schedd.api.ports`),
+one error table."""
 
 from __future__ import annotations
 
@@ -9,14 +10,34 @@ import math
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-import orjson
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from schedd import auth, clock
+from schedd import clock
+from schedd.api.openapi import openapi_json
+from schedd.api.ports import (
+    CONFIG,
+    METRICS,
+    NODE,
+    PREFIX,
+    RAFT,
+    RATE_LIMITS,
+    READER,
+    TOKEN,
+    TOKENS,
+    Ports,
+    Raft,
+    error_response,
+    install,
+    json_response,
+    read_json,
+    require,
+)
 from schedd.api.views import job_view, run_view
+from schedd.api.ws import worker_connect
+from schedd.config import Config
 from schedd.core import commands as c
 from schedd.core.durations import format_time
 from schedd.core.model import JobStatus, RunState
@@ -44,33 +65,12 @@ from schedd.ids import new_job_id, new_request_id
 from schedd.logs import log_event
 from schedd.storage.schema import FIRST
 
-if TYPE_CHECKING:
-    from schedd.runtime import Runtime
-
 log = logging.getLogger(__name__)
 
-RUNTIME: web.AppKey[Runtime] = web.AppKey("runtime")
-TOKEN: web.RequestKey[auth.Token] = web.RequestKey("token", auth.Token)
-PREFIX = "/api/v1"
 PUBLIC_PATHS = frozenset({"/healthz", "/readyz"})
 WRITE_DEADLINE_S = 10.0
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-
-def json_response(
-    body: Any, status: int = 200, headers: dict[str, str] | None = None
-) -> web.Response:
-    return web.Response(
-        body=orjson.dumps(body), status=status, content_type="application/json", headers=headers
-    )
-
-
-def error_response(err: SchedError) -> web.Response:
-    headers = None
-    if err.retry_after is not None:
-        headers = {"Retry-After": str(max(1, round(err.retry_after)))}
-    return json_response(err.to_dict(), err.http_status, headers)
 
 
 @web.middleware
@@ -109,9 +109,9 @@ async def metrics_middleware(request: web.Request, handler: Handler) -> web.Stre
     response = await handler(request)
     route = request.match_info.route.resource
     name = route.canonical if route is not None else "unmatched"
-    request.app[RUNTIME].metrics.api_latency.labels(
-        name, request.method, str(response.status)
-    ).observe(time.perf_counter() - started)
+    request.app[METRICS].api_latency.labels(name, request.method, str(response.status)).observe(
+        time.perf_counter() - started
+    )
     return response
 
 
@@ -119,24 +119,9 @@ async def metrics_middleware(request: web.Request, handler: Handler) -> web.Stre
 async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     if request.path in PUBLIC_PATHS:
         return await handler(request)
-    rt = request.app[RUNTIME]
-    token = rt.tokens.authenticate(request.headers.get("Authorization"))
+    token = request.app[TOKENS].authenticate(request.headers.get("Authorization"))
     request[TOKEN] = token
     return await handler(request)
-
-
-def require(request: web.Request, action: str) -> None:
-    auth.require(request[TOKEN], action)
-
-
-async def read_json(request: web.Request) -> Any:
-    raw = await request.read()
-    if not raw:
-        raise InvalidArgument("expected a JSON body, got an empty request")
-    try:
-        return orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise InvalidArgument(f"the body is not valid JSON: {exc}") from None
 
 
 async def request_id(request: web.Request) -> str:
@@ -160,7 +145,7 @@ async def request_id(request: web.Request) -> str:
 
 
 async def commit(
-    rt: Runtime, make: Callable[[str, int], c.Command], rid: str | None = None
+    raft: Raft, make: Callable[[str, int], c.Command], rid: str | None = None
 ) -> Result:
     """Commit a client command, retrying with the same request id across elections."""
     rid = rid or new_request_id()
@@ -170,7 +155,7 @@ async def commit(
     delay = 0.05
     while True:
         try:
-            return await rt.node.submit(
+            return await raft.submit(
                 make(rid, now), timeout=max(0.1, min(3.0, deadline - loop.time()))
             )
         except Unavailable:
@@ -187,8 +172,8 @@ def unwrap(res: Result) -> Any:
     return res.value
 
 
-def defaults(rt: Runtime) -> Defaults:
-    s = rt.config.scheduler
+def defaults(config: Config) -> Defaults:
+    s = config.scheduler
     return Defaults(
         max_attempts=s.default_max_attempts,
         heartbeat_timeout_ms=s.heartbeat_timeout_ms,
@@ -199,20 +184,20 @@ def defaults(rt: Runtime) -> Defaults:
 # -- jobs ---------------------------------------------------------------------------------------
 
 
-def check_rate(rt: Runtime, specs: list[Any], now: int) -> None:
+def check_rate(app: web.Application, specs: list[Any], now: int) -> None:
     """Per-namespace submission rate limits: 429 with Retry-After when over."""
     counts: dict[str, int] = {}
     for spec in specs:
         counts[spec.namespace] = counts.get(spec.namespace, 0) + 1
     for ns, n in counts.items():
-        bucket = rt.rate_limits.get(ns)
+        bucket = app[RATE_LIMITS].get(ns)
         if bucket is None:
             continue
         wait = bucket.take(now, n)
         if wait == float("inf"):
             raise InvalidArgument(
                 f"namespace {ns}: {n} jobs at once is more than its burst "
-                f"({rt.config.limits.submit_burst}); expected smaller batches",
+                f"({app[CONFIG].limits.submit_burst}); expected smaller batches",
                 field="jobs",
             )
         if wait > 0:
@@ -224,14 +209,14 @@ def check_rate(rt: Runtime, specs: list[Any], now: int) -> None:
 
 async def submit_job(request: web.Request) -> web.Response:
     require(request, "submit")
-    rt = request.app[RUNTIME]
+    app = request.app
     body = await read_json(request)
     now = clock.wall_ms()
-    spec = parse_job(body, now_ms=now, defaults=defaults(rt))
-    check_rate(rt, [spec], now)
+    spec = parse_job(body, now_ms=now, defaults=defaults(app[CONFIG]))
+    check_rate(app, [spec], now)
     job_id = new_job_id(now)
     res = await commit(
-        rt, lambda rid, t: c.Submit(rid, t, ((job_id, spec),)), await request_id(request)
+        app[RAFT], lambda rid, t: c.Submit(rid, t, ((job_id, spec),)), await request_id(request)
     )
     [(job, created, latest)] = unwrap(res)  # the job and its latest run, as applied
     view = job_view(job, latest)
@@ -243,21 +228,21 @@ async def submit_job(request: web.Request) -> web.Response:
 
 async def submit_batch(request: web.Request) -> web.Response:
     require(request, "submit")
-    rt = request.app[RUNTIME]
+    app = request.app
     body = await read_json(request)
     now = clock.wall_ms()
     refs = _take_refs(body)
     specs = parse_batch(
-        body, now_ms=now, defaults=defaults(rt), max_jobs=rt.config.limits.max_batch
+        body, now_ms=now, defaults=defaults(app[CONFIG]), max_jobs=app[CONFIG].limits.max_batch
     )
-    check_rate(rt, specs, now)
+    check_rate(app, specs, now)
     ids = [new_job_id(now) for _ in specs]
     by_ref = {ref: ids[i] for i, ref in enumerate(refs) if ref is not None}
     jobs = tuple(
         (job_id, replace(spec, depends_on=tuple(by_ref.get(d, d) for d in spec.depends_on)))
         for job_id, spec in zip(ids, specs, strict=True)
     )
-    res = await commit(rt, lambda rid, t: c.Submit(rid, t, jobs), await request_id(request))
+    res = await commit(app[RAFT], lambda rid, t: c.Submit(rid, t, jobs), await request_id(request))
     if isinstance(res, Rejected) and by_ref:  # name the batch's own jobs by their refs
         message = res.message
         for ref, job_id in by_ref.items():
@@ -325,7 +310,7 @@ def _paged(key: str, items: list[dict[str, Any]], after: int | None) -> web.Resp
 
 async def list_jobs(request: web.Request) -> web.Response:
     require(request, "read")
-    rt = request.app[RUNTIME]
+    app = request.app
     limit, cursor = _page(request, 0)
     filters = {
         k: request.query[k] for k in ("namespace", "queue", "status", "task") if k in request.query
@@ -338,8 +323,8 @@ async def list_jobs(request: web.Request) -> web.Response:
             f"status: expected one of {', '.join(JobStatus)}, got {filters['status']!r}",
             field="status",
         )
-    jobs, after = await rt.reader.jobs_page(cursor, limit, filters)
-    latest = await rt.reader.latest_runs([job.id for job in jobs])
+    jobs, after = await app[READER].jobs_page(cursor, limit, filters)
+    latest = await app[READER].latest_runs([job.id for job in jobs])
     return _paged("jobs", [job_view(job, latest.get(job.id)) for job in jobs], after)
 
 
@@ -349,45 +334,51 @@ def _job_id(request: web.Request) -> str:
 
 async def get_job(request: web.Request) -> web.Response:
     require(request, "read")
-    rt = request.app[RUNTIME]
+    app = request.app
     job_id = _job_id(request)
-    job = await rt.reader.job(job_id)
+    job = await app[READER].job(job_id)
     if job is None:
         raise NotFound(f"no job with id {job_id}", field="id")
-    return json_response(job_view(job, await rt.reader.latest_run(job_id)))
+    return json_response(job_view(job, await app[READER].latest_run(job_id)))
 
 
 async def cancel_job(request: web.Request) -> web.Response:
     require(request, "submit")
-    rt = request.app[RUNTIME]
+    app = request.app
     job_id = _job_id(request)
-    unwrap(await commit(rt, lambda rid, t: c.CancelJob(rid, t, job_id), await request_id(request)))
+    unwrap(
+        await commit(
+            app[RAFT], lambda rid, t: c.CancelJob(rid, t, job_id), await request_id(request)
+        )
+    )
     log_event(log, "job.cancelled", job_id=job_id)
     return web.Response(status=204)
 
 
 async def update_job(request: web.Request) -> web.Response:
     require(request, "submit")
-    rt = request.app[RUNTIME]
+    app = request.app
     job_id = _job_id(request)
     body = await read_json(request)
     now = clock.wall_ms()
-    current = await rt.reader.job(job_id)
+    current = await app[READER].job(job_id)
     if current is None:
         raise NotFound(f"no job with id {job_id}", field="id")
-    paused, spec = parse_patch(body, current.spec, now_ms=now, defaults=defaults(rt))
+    paused, spec = parse_patch(body, current.spec, now_ms=now, defaults=defaults(app[CONFIG]))
     res = await commit(
-        rt, lambda rid, t: c.UpdateJob(rid, t, job_id, paused, spec), await request_id(request)
+        app[RAFT],
+        lambda rid, t: c.UpdateJob(rid, t, job_id, paused, spec),
+        await request_id(request),
     )
     job = unwrap(res)
-    view = job_view(await rt.reader.job(job.id) or job, await rt.reader.latest_run(job.id))
+    view = job_view(await app[READER].job(job.id) or job, await app[READER].latest_run(job.id))
     log_event(log, "job.updated", job_id=job_id, paused=paused, spec_changed=spec is not None)
     return json_response(view)
 
 
 async def trigger_job(request: web.Request) -> web.Response:
     require(request, "submit")
-    rt = request.app[RUNTIME]
+    app = request.app
     job_id = _job_id(request)
     body = await read_json(request) if request.can_read_body else {}
     if not isinstance(body, dict) or set(body) - {"overlap"}:
@@ -398,12 +389,12 @@ async def trigger_job(request: web.Request) -> web.Response:
             f'overlap: expected "respect" or "override", got {overlap!r}', field="overlap"
         )
     res = await commit(
-        rt,
+        app[RAFT],
         lambda rid, t: c.Trigger(rid, t, job_id, overlap == "override"),
         await request_id(request),
     )
     run = unwrap(res)
-    view = run_view(await rt.reader.run(run.id) or run)
+    view = run_view(await app[READER].run(run.id) or run)
     log_event(log, "job.triggered", job_id=job_id, run_id=run.id, overlap=overlap)
     return json_response(view, 201)
 
@@ -413,13 +404,13 @@ async def _run_command(
 ) -> web.Response:
     """A client command about one run (cancel, replay, drop): commit, log, answer."""
     require(request, "submit")
-    rt = request.app[RUNTIME]
+    app = request.app
     run_id = request.match_info["run_id"]
-    unwrap(await commit(rt, lambda rid, t: make(rid, t, run_id), await request_id(request)))
+    unwrap(await commit(app[RAFT], lambda rid, t: make(rid, t, run_id), await request_id(request)))
     log_event(log, event, run_id=run_id)
     if not reply:
         return web.Response(status=204)
-    run = await rt.reader.run(run_id)
+    run = await app[READER].run(run_id)
     if run is None:  # committed, so it exists: only a snapshot install in between could hide it
         raise NotFound(f"no run with id {run_id}", field="run_id")
     return json_response(run_view(run))
@@ -453,10 +444,10 @@ def _fires_view(fires: list[dict[str, Any]]) -> dict[str, Any]:
 
 async def explain_job(request: web.Request) -> web.Response:
     require(request, "read")
-    rt = request.app[RUNTIME]
+    app = request.app
     job_id = _job_id(request)
     count = _int_param(request, "count", 10, 1, 1000)
-    job = await rt.reader.job(job_id)
+    job = await app[READER].job(job_id)
     if job is None:
         raise NotFound(f"no job with id {job_id}", field="id")
     if not is_recurring(job.spec):
@@ -469,7 +460,7 @@ async def explain_job(request: web.Request) -> web.Response:
         return json_response(_fires_view(one))
     now = clock.wall_ms()
     fires: list[dict[str, Any]] = explain(recurrence(job), now, count, job.id)
-    pending = await rt.reader.run(job.next_run_id) if job.next_run_id else None
+    pending = await app[READER].run(job.next_run_id) if job.next_run_id else None
     if pending is not None and now - pending.scheduled_ms > MISFIRE_GRACE_MS:
         opts = job.spec.schedule.options
         policy = opts.misfire.value if opts else "run_once"
@@ -518,20 +509,20 @@ async def explain_expr(request: web.Request) -> web.Response:
 
 async def job_runs(request: web.Request) -> web.Response:
     require(request, "read")
-    rt = request.app[RUNTIME]
+    app = request.app
     job_id = _job_id(request)
-    if await rt.reader.job(job_id) is None:
+    if await app[READER].job(job_id) is None:
         raise NotFound(f"no job with id {job_id}", field="id")
     limit, before = _page(request, FIRST)
-    runs, after = await rt.reader.runs_page(job_id, before, limit)
+    runs, after = await app[READER].runs_page(job_id, before, limit)
     return _paged("runs", [run_view(r) for r in runs], after)
 
 
 async def get_run(request: web.Request) -> web.Response:
     require(request, "read")
-    rt = request.app[RUNTIME]
+    app = request.app
     run_id = request.match_info["run_id"]
-    run = await rt.reader.run(run_id)
+    run = await app[READER].run(run_id)
     if run is None:
         raise NotFound(f"no run with id {run_id}", field="run_id")
     return json_response(run_view(run))
@@ -539,9 +530,9 @@ async def get_run(request: web.Request) -> web.Response:
 
 async def list_dlq(request: web.Request) -> web.Response:
     require(request, "read")
-    rt = request.app[RUNTIME]
+    app = request.app
     limit, before = _page(request, FIRST)
-    runs, after = await rt.reader.dead_letters_page(before, limit)
+    runs, after = await app[READER].dead_letters_page(before, limit)
     return _paged("runs", [run_view(r) for r in runs if r.state is RunState.FAILED], after)
 
 
@@ -550,47 +541,44 @@ async def list_dlq(request: web.Request) -> web.Response:
 
 async def cluster(request: web.Request) -> web.Response:
     require(request, "read")
-    return json_response(request.app[RUNTIME].cluster_view())
+    return json_response(request.app[NODE].cluster_view())
 
 
 async def workers(request: web.Request) -> web.Response:
     require(request, "read")
-    rt = request.app[RUNTIME]
-    leader = rt.leader
+    node = request.app[NODE]
+    leader = node.leader
     if leader is not None and leader.ready.is_set():
         return json_response({"workers": leader.workers_view()})
-    return json_response(await rt.forward_get(request, "/api/v1/workers"))
+    return json_response(await node.forward_get(request, "/api/v1/workers"))
 
 
 async def metrics(request: web.Request) -> web.Response:
     require(request, "read")
-    body = request.app[RUNTIME].metrics.exposition()
+    body = request.app[METRICS].exposition()
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
 async def healthz(request: web.Request) -> web.Response:
-    return json_response({"status": "ok", "node_id": request.app[RUNTIME].config.node.id})
+    return json_response({"status": "ok", "node_id": request.app[CONFIG].node.id})
 
 
 async def readyz(request: web.Request) -> web.Response:
-    rt = request.app[RUNTIME]
-    leader = rt.node.leader_addr
-    if rt.draining:
+    raft = request.app[RAFT]
+    leader = raft.leader_addr
+    if request.app[NODE].draining:
         raise Unavailable("not ready: this node is shutting down", retry_after=1)
-    if leader is None or not rt.node.is_ready():
+    if leader is None or not raft.is_ready():
         raise Unavailable("not ready: no known leader yet", retry_after=1)
     return json_response({"status": "ready", "leader": leader})
 
 
-def make_app(rt: Runtime) -> web.Application:
-    from schedd.api.openapi import openapi_json
-    from schedd.api.ws import worker_connect
-
+def make_app(ports: Ports) -> web.Application:
     app = web.Application(
         middlewares=[metrics_middleware, errors_middleware, auth_middleware],
-        client_max_size=rt.config.http.max_body,
+        client_max_size=ports.config.http.max_body,
     )
-    app[RUNTIME] = rt
+    install(app, ports)
     r = app.router
     r.add_post(f"{PREFIX}/jobs", submit_job)
     r.add_post(f"{PREFIX}/jobs/batch", submit_batch)

@@ -17,7 +17,7 @@ from typing import Any, Final
 import orjson
 from aiohttp import web
 
-from schedd.api.app import PREFIX, require
+from schedd.api.ports import PREFIX, require
 from schedd.core.model import (
     AttemptOutcome,
     DstGap,

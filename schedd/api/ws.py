@@ -7,20 +7,16 @@ import contextlib
 import logging
 import random
 import weakref
-from typing import TYPE_CHECKING, Any
 
 from aiohttp import WSMsgType, web
 
 from schedd import clock
 from schedd.aio import within
-from schedd.api.app import RUNTIME, require
+from schedd.api.ports import CONFIG, NODE, RAFT, SOCKETS, Node, Raft, WorkerHub, require
 from schedd.leader.workers import WorkerConn
 from schedd.logs import log_event
 from schedd.protocol import messages as m
 from schedd.protocol.messages import ProtocolError
-
-if TYPE_CHECKING:
-    from schedd.leader.leader import Leader
 
 log = logging.getLogger(__name__)
 
@@ -43,18 +39,18 @@ SPREAD_MAX_S = 0.5
 
 async def worker_connect(request: web.Request) -> web.StreamResponse:
     require(request, "worker")
-    rt = request.app[RUNTIME]
+    sockets = request.app[SOCKETS]
     ws = web.WebSocketResponse(heartbeat=20.0, max_msg_size=MAX_FRAME)
     await ws.prepare(request)
-    rt.sockets.add(ws)
+    sockets.add(ws)
     try:
         return await _serve(request, ws)
     finally:
-        rt.sockets.discard(ws)
+        sockets.discard(ws)
 
 
 async def _serve(request: web.Request, ws: web.WebSocketResponse) -> web.WebSocketResponse:
-    rt = request.app[RUNTIME]
+    app = request.app
     try:
         first = await within(ws.receive(), HELLO_TIMEOUT_S)
         if first.type is not WSMsgType.TEXT:
@@ -68,7 +64,7 @@ async def _serve(request: web.Request, ws: web.WebSocketResponse) -> web.WebSock
         await ws.close()
         return ws
 
-    leader, url = await _place(rt, ws)
+    leader, url = await _place(_Where(app[NODE], app[RAFT]), ws)
     if leader is None:
         with contextlib.suppress(ConnectionError, RuntimeError):
             await ws.send_str(m.encode(m.Redirect(leader=url)))
@@ -78,9 +74,9 @@ async def _serve(request: web.Request, ws: web.WebSocketResponse) -> web.WebSock
     conn = WorkerConn(hello.worker_id, hello.queues, hello.capacity, clock.wall_ms())
     conn.send(
         m.Welcome(
-            node_id=rt.config.node.id,
-            heartbeat_interval=rt.config.scheduler.heartbeat_interval_ms / 1000,
-            lease_timeout=rt.config.scheduler.heartbeat_timeout_ms / 1000,
+            node_id=app[CONFIG].node.id,
+            heartbeat_interval=app[CONFIG].scheduler.heartbeat_interval_ms / 1000,
+            lease_timeout=app[CONFIG].scheduler.heartbeat_timeout_ms / 1000,
         )
     )
     leader.connect(conn, hello.resume)
@@ -125,23 +121,34 @@ async def _serve(request: web.Request, ws: web.WebSocketResponse) -> web.WebSock
     return ws
 
 
-async def _place(rt: Any, ws: web.WebSocketResponse) -> tuple[Leader | None, str | None]:
+class _Where:
+    """What a hello's placement looks at: the node (its leader, whether it drains, the leader's
+    URL) and its Raft replica (who leads, and whether that leader is connected)."""
+
+    __slots__ = ("node", "raft")
+
+    def __init__(self, node: Node, raft: Raft) -> None:
+        self.node, self.raft = node, raft
+
+
+async def _place(where: _Where, ws: web.WebSocketResponse) -> tuple[WorkerHub | None, str | None]:
     """Where a worker's hello goes: (this node's leader once ready, None), or (None, the URL of
     the leader to redirect to, None when none is known), holding it up to ``HOLD_S`` while
     this node neither leads nor reaches a leader it can name."""
-    leader, url, settled = _look(rt)
-    if settled or rt.draining:
+    node = where.node
+    leader, url, settled = _look(where)
+    if settled or node.draining:
         return leader, url
-    looks = _LOOKS.get(rt)
+    looks = _LOOKS.get(node)
     if looks is None:
-        looks = _LOOKS[rt] = _Looks(rt)
+        looks = _LOOKS[node] = _Looks(where)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + HOLD_S
     looks.held += 1
     try:
         while not settled:
-            if loop.time() >= deadline or ws.closed or rt.draining:
-                return None, rt.leader_url()
+            if loop.time() >= deadline or ws.closed or node.draining:
+                return None, node.leader_url()
             leader, url, settled = await looks.next()
         held = looks.held
     finally:
@@ -151,36 +158,33 @@ async def _place(rt: Any, ws: web.WebSocketResponse) -> tuple[Leader | None, str
     return leader, url
 
 
-def _look(rt: Any) -> tuple[Leader | None, str | None, bool]:
+def _look(where: _Where) -> tuple[WorkerHub | None, str | None, bool]:
     """(this node's ready leader, None, True) · (None, a leader URL this node reaches, True) ·
     (None, the leader URL it last heard of, False) while that is not settled."""
-    leader = rt.leader
+    node, raft = where.node, where.raft
+    leader = node.leader
     if leader is not None and leader.ready.is_set():
         return leader, None, True
-    if leader is not None or rt.node.is_leader:
+    if leader is not None or raft.is_leader:
         return None, None, False  # elected here: claiming and rebuilding
-    url = rt.leader_url()
-    addr = rt.node.leader_addr
+    url = node.leader_url()
+    addr = raft.leader_addr
     if url is None or addr is None:
         return None, url, False
     # A follower names its leader until its own election timeout runs out, also one that
     # died: only a leader its Raft connection still reaches is named without waiting.
-    try:
-        status = rt.node.status()
-    except RuntimeError:  # read while the Raft thread changed it: look again next time
-        return None, url, False
-    return None, url, status.get(f"partner_node_status_server_{addr}", 0) == 2
+    return None, url, raft.leader_reachable()
 
 
 class _Looks:
     """``_look`` once per ``LOOK_EVERY_S`` for all the hellos held on this node."""
 
-    def __init__(self, rt: Any) -> None:
-        self.rt = rt
+    def __init__(self, where: _Where) -> None:
+        self.where = where
         self.held = 0
-        self._next: asyncio.Future[tuple[Leader | None, str | None, bool]] | None = None
+        self._next: asyncio.Future[tuple[WorkerHub | None, str | None, bool]] | None = None
 
-    async def next(self) -> tuple[Leader | None, str | None, bool]:
+    async def next(self) -> tuple[WorkerHub | None, str | None, bool]:
         fut = self._next
         if fut is None or fut.done():
             loop = asyncio.get_running_loop()
@@ -188,17 +192,17 @@ class _Looks:
             loop.call_later(LOOK_EVERY_S, self._resolve, fut)
         return await asyncio.shield(fut)
 
-    def _resolve(self, fut: asyncio.Future[tuple[Leader | None, str | None, bool]]) -> None:
+    def _resolve(self, fut: asyncio.Future[tuple[WorkerHub | None, str | None, bool]]) -> None:
         if fut.done():
             return
         try:
-            fut.set_result(_look(self.rt))
+            fut.set_result(_look(self.where))
         except Exception:  # a look that failed is "not settled yet"
             log.debug("ws.look_failed", exc_info=True)
             fut.set_result((None, None, False))
 
 
-_LOOKS: weakref.WeakKeyDictionary[Any, _Looks] = weakref.WeakKeyDictionary()
+_LOOKS: weakref.WeakKeyDictionary[Node, _Looks] = weakref.WeakKeyDictionary()
 
 
 async def _write(ws: web.WebSocketResponse, conn: WorkerConn) -> None:

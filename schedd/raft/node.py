@@ -61,8 +61,43 @@ MAX_PENDING = 200_000
 #: the longest the database keeps applied leader commands uncommitted (_StateMachine)
 LAZY_COMMIT_S = 0.1
 FOLLOWER_CHECK_PERIOD = 0.5  # seconds between two looks at the followers' match indexes
+STATUS_PERIOD = 0.05  # the published RaftStatus is at most this old (or a role change)
+ROLES = {0: "follower", 1: "candidate", 2: "leader"}
 FOLLOWER_ANSWERED_WITHIN = 1.0  # a follower that answered the leader this recently is alive
 FOLLOWER_STALL_MAX_BACKOFF = 60.0  # longest wait between two recoveries of one stalled follower
+
+
+@dataclass(frozen=True, slots=True)
+class PeerStatus:
+    """Another node, as this one sees it."""
+
+    addr: str  # its Raft address
+    connected: bool
+    match_index: int | None  # the last entry it is known to hold (only a leader knows)
+    next_index: int | None  # the next entry the leader sends it (only a leader knows)
+    stalled: bool  # this leader sees its replication stalled (see _watch_followers)
+    stall_recoveries: int  # recoveries this node started for it since the process began
+
+
+@dataclass(frozen=True, slots=True)
+class RaftStatus:
+    """This node's Raft state as the tick thread last saw it.
+
+    pysyncobj's state belongs to its tick thread; its status dict, built there and read
+    elsewhere, can change under the reader.  So the tick thread publishes this instead: a new
+    object at most :data:`STATUS_PERIOD` old (at once on a change of role, term or leader),
+    never changed once published, read by any thread without a lock."""
+
+    role: str  # "leader", "follower" or "candidate"
+    term: int
+    leader: str | None  # the Raft address of the leader it follows (or is)
+    commit_index: int
+    applied_index: int
+    has_quorum: bool
+    peers: tuple[PeerStatus, ...]
+
+    def peer(self, addr: str) -> PeerStatus | None:
+        return next((p for p in self.peers if p.addr == addr), None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -348,8 +383,9 @@ class RaftNode:
         self._followers: dict[str, _FollowerProgress] = {}  # tick thread only
         self._followers_checked = 0.0
         self._stall_recoveries: dict[str, int] = {}  # per peer, for the life of the process
-        # Read from other threads: a new dict is published on every change, never mutated.
-        self._stall_view: dict[str, int] = self._stall_fields()
+        # Read from other threads: a new object is published, never changed (_publish_status).
+        self._status = RaftStatus("follower", 0, None, 0, 0, False, ())
+        self._status_at = 0.0
         self._obj.addOnTickCallback(self._run_on_tick)
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -381,13 +417,59 @@ class RaftNode:
         with self._sm.lock:
             return self._sm.state.hot_set()
 
-    def status(self) -> dict[str, Any]:
-        """pysyncobj's status, plus per peer ``follower_stalled_server_<peer>`` (1 while this
-        leader sees it stalled) and ``follower_stall_recoveries_server_<peer>`` (recoveries
-        started since this process began)."""
-        status = dict(self._obj.getStatus())
-        status.update(self._stall_view)
-        return status
+    @property
+    def raft_status(self) -> RaftStatus:
+        """The Raft state the tick thread last published (any thread)."""
+        return self._status
+
+    def leader_reachable(self) -> bool:
+        """Whether the leader this node names is this node, or a peer it is connected to."""
+        status = self._status
+        if status.leader is None:
+            return False
+        if status.role == "leader":
+            return True
+        peer = status.peer(status.leader)
+        return peer is not None and peer.connected
+
+    def _publish_status(self, now: float) -> None:  # tick thread
+        obj = self._obj
+        leader = obj._getLeader()
+        leader_addr = None if leader is None else str(leader.id)
+        old = self._status
+        changed = (
+            old.leader != leader_addr
+            or old.term != obj.raftCurrentTerm
+            or (old.role == "leader") != bool(obj._isLeader())
+        )
+        if not changed and now - self._status_at < STATUS_PERIOD:
+            return
+        self._status_at = now
+        raw = obj.getStatus()
+        peers = []
+        for addr in self.settings.peers:
+            seen = self._followers.get(addr)
+            match = raw.get(f"match_idx_server_{addr}")
+            nxt = raw.get(f"next_node_idx_server_{addr}")
+            peers.append(
+                PeerStatus(
+                    addr=addr,
+                    connected=raw.get(f"partner_node_status_server_{addr}", 0) == 2,
+                    match_index=None if match is None else int(match),
+                    next_index=None if nxt is None else int(nxt),
+                    stalled=seen is not None and seen.stalled,
+                    stall_recoveries=self._stall_recoveries.get(addr, 0),
+                )
+            )
+        self._status = RaftStatus(
+            role=ROLES.get(int(raw.get("state", 0)), "unknown"),
+            term=int(raw.get("raft_term", obj.raftCurrentTerm)),
+            leader=leader_addr,
+            commit_index=int(raw.get("commit_idx", obj.raftCommitIndex)),
+            applied_index=int(raw.get("last_applied", obj.raftLastApplied)),
+            has_quorum=bool(raw.get("has_quorum", obj.hasQuorum)),
+            peers=tuple(peers),
+        )
 
     @property
     def is_leader(self) -> bool:
@@ -483,7 +565,7 @@ class RaftNode:
         if not self._obj._isLeader():
             if self._followers:
                 self._followers.clear()
-                self._publish_stalls()
+                self._republish()
             return
         status = self._obj.getStatus()
         commit = int(self._obj.raftCommitIndex)
@@ -536,7 +618,7 @@ class RaftNode:
             )
             self._force_compaction()
         if changed:
-            self._publish_stalls()
+            self._republish()
 
     def _force_compaction(self) -> None:  # tick thread
         """Compact the log at the next tick, outside this node's logCompactionSplit slot:
@@ -549,16 +631,8 @@ class RaftNode:
         if not self._conf.logCompactionSplit and not compaction_forced(self._obj):
             self._conf.logCompactionSplit = True
 
-    def _stall_fields(self) -> dict[str, int]:
-        fields: dict[str, int] = {}
-        for peer in self.settings.peers:
-            seen = self._followers.get(peer)
-            fields[f"follower_stalled_server_{peer}"] = int(seen is not None and seen.stalled)
-            fields[f"follower_stall_recoveries_server_{peer}"] = self._stall_recoveries.get(peer, 0)
-        return fields
-
-    def _publish_stalls(self) -> None:  # tick thread
-        self._stall_view = self._stall_fields()
+    def _republish(self) -> None:  # tick thread
+        self._status_at = 0.0  # publish the change at the end of this tick
 
     def _run_on_tick(self) -> None:  # tick thread
         self._fast_append()
@@ -566,6 +640,7 @@ class RaftNode:
         self._restore_split()
         try:
             self._watch_followers()
+            self._publish_status(clock.mono())
         except Exception:  # never break the tick thread
             log.exception("follower watch failed")
         while True:

@@ -11,6 +11,9 @@ async def generate(ctx, payload):
 
 worker.run()
 ```
+
+May import: core, protocol and the foundation modules; never the server's packages (a worker
+machine needs no part of the daemon).
 """
 
 from schedd.worker.client import Worker

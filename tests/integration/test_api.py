@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import aiohttp
 import pytest
 
-from tests.conftest import Node
+from tests.conftest import Node, wait_for
 
 API = "/api/v1"
 
@@ -148,6 +150,17 @@ async def test_cluster_view_names_the_leader(node: Node, http: aiohttp.ClientSes
     assert view["applied_index"] >= 1 and view["leader_url"] == node.url
     async with http.get(node.url + "/readyz") as r:
         assert r.status == 200
+
+
+async def test_the_raft_status_is_published_whole_by_the_tick_thread(node: Node) -> None:
+    raft = node.rt.node
+    status = await wait_for(lambda: raft.raft_status if raft.raft_status.role == "leader" else None)
+    assert status.leader == node.rt.config.raft.listen and status.term == raft.term >= 1
+    assert status.has_quorum and status.peers == () and raft.leader_reachable()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        status.role = "follower"  # type: ignore[misc]
+    await wait_for(lambda: raft.raft_status is not status, timeout=5)  # republished, not changed
+    assert status.role == "leader"
 
 
 async def test_a_repeated_request_id_is_applied_once(

@@ -132,7 +132,7 @@ def test_the_document_is_valid_openapi_3_1(doc: dict[str, Any]) -> None:
 
 
 async def test_every_route_is_documented_and_nothing_else(doc: dict[str, Any], node: Node) -> None:
-    app = make_app(node.rt)
+    app = make_app(node.rt.ports())
     routes = {
         (route.method.lower(), route.resource.canonical): route.handler.__name__
         for route in app.router.routes()

@@ -1,5 +1,6 @@
-"""The arrows in architecture.md, enforced: core and protocol are pure; only raft imports
-pysyncobj; core imports nothing from the outer layers."""
+"""The layers, enforced: core and protocol are pure; only raft imports pysyncobj; each part of
+schedd imports only the parts its layer may (``ALLOWED``), by any kind of import; and no import
+cycle exists anywhere."""
 
 from __future__ import annotations
 
@@ -83,3 +84,132 @@ def test_the_sdk_does_not_depend_on_the_server() -> None:
         for p in modules("worker")
     }
     assert not any(offenders.values()), offenders
+
+
+# -- the layers, and no cycle ------------------------------------------------------------------
+#: what each part of schedd may import of schedd, by any kind of import (at the top, inside a
+#: function, or for type checking only).  The parts are the packages and the top-level modules;
+#: anything not named here may import nothing of schedd.
+FOUNDATION = {"schedd.errors", "schedd.aio", "schedd.clock", "schedd.ids", "schedd.logs"}
+ALLOWED: dict[str, set[str]] = {
+    "schedd.errors": set(),
+    "schedd.aio": set(),
+    "schedd.clock": set(),
+    "schedd.ids": set(),
+    "schedd.logs": set(),
+    "schedd.notify": set(),
+    "schedd.auth": {"schedd.errors"},
+    "schedd.gcpolicy": {"schedd.logs"},
+    # the pure rules, and what travels between nodes and workers
+    "schedd.core": {"schedd.errors"},
+    "schedd.protocol": {"schedd.core", "schedd.errors"},
+    "schedd.config": {"schedd.core", "schedd.errors"},
+    # where the state is kept, and how it is replicated
+    "schedd.storage": {"schedd.core", *FOUNDATION},
+    "schedd.raft": {"schedd.core", "schedd.storage", *FOUNDATION},
+    "schedd.metrics": {"schedd.raft"},
+    "schedd.leader": {
+        "schedd.core",
+        "schedd.protocol",
+        "schedd.raft",
+        "schedd.metrics",
+        *FOUNDATION,
+    },
+    # the outside: the HTTP API sees the rest through its ports, the SDK never sees the server
+    "schedd.api": {
+        "schedd.core",
+        "schedd.protocol",
+        "schedd.storage",
+        "schedd.leader",
+        "schedd.metrics",
+        "schedd.config",
+        "schedd.auth",
+        *FOUNDATION,
+    },
+    "schedd.worker": {"schedd.core", "schedd.protocol", *FOUNDATION},
+    "schedd.preflight": {"schedd.config", "schedd.raft"},
+    # the wiring, and the programs
+    "schedd.runtime": {
+        "schedd.api",
+        "schedd.auth",
+        "schedd.config",
+        "schedd.core",
+        "schedd.gcpolicy",
+        "schedd.leader",
+        "schedd.metrics",
+        "schedd.raft",
+        "schedd.storage",
+        *FOUNDATION,
+    },
+    "schedd.cli": {
+        "schedd.auth",
+        "schedd.config",
+        "schedd.core",
+        "schedd.notify",
+        "schedd.preflight",
+        "schedd.runtime",
+        "schedd.worker",
+        *FOUNDATION,
+    },
+}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PKG.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {module_name(p): p for p in PKG.rglob("*.py")}
+
+
+def schedd_imports(name: str) -> set[str]:
+    """The schedd modules ``name`` imports, by any kind of import statement."""
+    tree = ast.parse(MODULES[name].read_text(), str(MODULES[name]))
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            assert node.level == 0, f"{name}: relative import"
+            module = node.module or ""
+            found.add(module)
+            found.update(f"{module}.{alias.name}" for alias in node.names)
+    out = set()
+    for target in found:
+        while target and target not in MODULES:
+            target = target.rpartition(".")[0]
+        if target and target not in (name, "schedd"):
+            out.add(target)
+    return out
+
+
+def part_of(name: str) -> str:
+    return ".".join(name.split(".")[:2])
+
+
+@pytest.mark.parametrize("name", sorted(n for n in MODULES if n != "schedd"))
+def test_each_module_imports_only_what_its_layer_may(name: str) -> None:
+    part = part_of(name)
+    allowed = ALLOWED.get(part, set()) | {part}
+    bad = sorted(t for t in schedd_imports(name) if part_of(t) not in allowed)
+    assert not bad, f"{name} imports {bad}; {part} may import only {sorted(allowed - {part})}"
+
+
+def test_no_import_cycle_of_any_kind() -> None:
+    graph = {name: schedd_imports(name) for name in MODULES}
+    cycles: list[list[str]] = []
+    state: dict[str, int] = {}  # 1: on the path, 2: done
+
+    def visit(node: str, path: list[str]) -> None:
+        state[node] = 1
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                cycles.append([*path[path.index(nxt) :], nxt])
+            elif nxt not in state:
+                visit(nxt, [*path, nxt])
+        state[node] = 2
+
+    for start in sorted(graph):
+        if start not in state:
+            visit(start, [start])
+    assert not cycles, "import cycles: " + "; ".join(" -> ".join(c) for c in cycles)

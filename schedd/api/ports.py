@@ -1,0 +1,166 @@
+"""What the HTTP API and the worker endpoint use of the rest of the node: one narrow, typed port
+per service, each kept in the aiohttp application under its own key.
+
+The API is the node's outer layer.  It imports neither the Raft node, the leader nor the
+runtime that wires them together: each thing it uses is described here, as a ``Protocol`` that
+says exactly what is called (or a concrete class from a lower layer: the state reader, the
+config, the tokens), and :func:`schedd.api.app.make_app` stores the object that provides it
+under its key.  ``schedd/runtime.py`` builds the :class:`Ports`.
+
+Also here: what every handler module shares about a request (the path prefix, the caller's
+token, the JSON response), so the handler modules do not import one another.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import orjson
+from aiohttp import web
+
+from schedd import auth
+from schedd.config import Config
+from schedd.core.commands import Command
+from schedd.core.fairness import TokenBucket
+from schedd.core.state import Result
+from schedd.errors import InvalidArgument, SchedError
+from schedd.leader.workers import WorkerConn
+from schedd.metrics import Metrics
+from schedd.protocol import messages as m
+from schedd.storage.reader import Reader
+
+
+class Raft(Protocol):
+    """This node's Raft replica: its role as it sees it, and the way to commit a command."""
+
+    @property
+    def leader_addr(self) -> str | None:
+        """The Raft address of the leader this node follows (or is), if it knows one."""
+
+    @property
+    def is_leader(self) -> bool: ...
+
+    def is_ready(self) -> bool:
+        """Whether this node has applied what the leader had committed when it joined."""
+
+    def leader_reachable(self) -> bool:
+        """Whether the leader it names is this node or a peer it is connected to."""
+
+    async def submit(self, cmd: Command, timeout: float = 5.0) -> Result:
+        """Commit ``cmd`` through the leader and return its result as applied."""
+
+
+class WorkerHub(Protocol):
+    """The leader, as the worker endpoint and ``GET /workers`` see it."""
+
+    ready: asyncio.Event  # set once the leader has rebuilt its view and dispatches
+
+    def connect(self, conn: WorkerConn, resume: tuple[m.LeaseRef, ...]) -> None: ...
+
+    def heartbeat(self, conn: WorkerConn, refs: tuple[m.LeaseRef, ...]) -> None: ...
+
+    async def finish(self, conn: WorkerConn, msg: m.Complete | m.Fail) -> None: ...
+
+    def disconnect(self, conn: WorkerConn) -> None: ...
+
+    def workers_view(self) -> list[dict[str, Any]]: ...
+
+
+class Node(Protocol):
+    """The node as a whole: whether it is stopping, its leader (while it leads), the cluster as
+    it sees it, and the way to ask the leader's API what only the leader knows."""
+
+    @property
+    def draining(self) -> bool: ...
+
+    @property
+    def leader(self) -> WorkerHub | None:
+        """This node's leader while it leads (ready or still rebuilding), else None."""
+
+    def leader_url(self) -> str | None:
+        """The API address of the leader, if known."""
+
+    def cluster_view(self) -> dict[str, Any]: ...
+
+    async def forward_get(self, request: web.Request, path: str) -> Any:
+        """The leader's answer to ``GET path`` with this request's credentials."""
+
+
+class Authenticator(Protocol):
+    """Who a request's ``Authorization`` header is (the tokens file may be reloaded meanwhile:
+    the answer is from the tokens as they are now)."""
+
+    def authenticate(self, header: str | None) -> auth.Token: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Ports:
+    """Everything the API is given (:func:`schedd.api.app.make_app`)."""
+
+    config: Config
+    raft: Raft
+    node: Node
+    reader: Reader
+    tokens: Authenticator
+    rate_limits: Mapping[str, TokenBucket]
+    metrics: Metrics
+    sockets: set[web.WebSocketResponse]  # open worker websockets (closed first on stop)
+
+
+CONFIG: web.AppKey[Config] = web.AppKey("config", Config)
+RAFT: web.AppKey[Raft] = web.AppKey("raft")
+NODE: web.AppKey[Node] = web.AppKey("node")
+READER: web.AppKey[Reader] = web.AppKey("reader", Reader)
+TOKENS: web.AppKey[Authenticator] = web.AppKey("tokens")
+RATE_LIMITS: web.AppKey[Mapping[str, TokenBucket]] = web.AppKey("rate_limits")
+METRICS: web.AppKey[Metrics] = web.AppKey("metrics", Metrics)
+SOCKETS: web.AppKey[set[web.WebSocketResponse]] = web.AppKey("sockets")
+
+
+def install(app: web.Application, ports: Ports) -> None:
+    app[CONFIG] = ports.config
+    app[RAFT] = ports.raft
+    app[NODE] = ports.node
+    app[READER] = ports.reader
+    app[TOKENS] = ports.tokens
+    app[RATE_LIMITS] = ports.rate_limits
+    app[METRICS] = ports.metrics
+    app[SOCKETS] = ports.sockets
+
+
+# -- what every handler shares ----------------------------------------------------------------
+PREFIX = "/api/v1"
+TOKEN: web.RequestKey[auth.Token] = web.RequestKey("token", auth.Token)
+
+
+def require(request: web.Request, action: str) -> None:
+    """403 unless the caller's token may do ``action``."""
+    auth.require(request[TOKEN], action)
+
+
+def json_response(
+    body: Any, status: int = 200, headers: dict[str, str] | None = None
+) -> web.Response:
+    return web.Response(
+        body=orjson.dumps(body), status=status, content_type="application/json", headers=headers
+    )
+
+
+def error_response(err: SchedError) -> web.Response:
+    headers = None
+    if err.retry_after is not None:
+        headers = {"Retry-After": str(max(1, round(err.retry_after)))}
+    return json_response(err.to_dict(), err.http_status, headers)
+
+
+async def read_json(request: web.Request) -> Any:
+    raw = await request.read()
+    if not raw:
+        raise InvalidArgument("expected a JSON body, got an empty request")
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidArgument(f"the body is not valid JSON: {exc}") from None
