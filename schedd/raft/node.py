@@ -47,6 +47,7 @@ from schedd.raft.patches import (
     check_node,
     compaction_forced,
     guard_snapshot_commit,
+    keep_next_index,
     last_response_times,
     read_before_judging,
 )
@@ -373,6 +374,7 @@ class RaftNode:
         # entries are sent at once when no append is in flight to any follower (see
         # _fast_append); under load appends are still batched, one round trip at a time.
         guard_snapshot_commit(self._obj)
+        keep_next_index(self._obj)  # no duplicate appends to a follower (schedd/raft/patches.py)
         # A pause of the tick thread (a garbage collection, the event loop holding the GIL)
         # deposes no one whose messages wait in the sockets, and one tick applies at most
         # ~50 ms of entries before it sends heartbeats and reads again (schedd/raft/pauses.py).

@@ -19,6 +19,10 @@ bound_apply              replaces ``__applyLogEntries`` (a copy of 0.3.17's,   t
                          budget per tick, one database transaction per tick
 guard_snapshot_commit    wraps the transport's message callback: a snapshot    tests/unit/test_raft_snapshot_guard.py
                          chunk must not commit without log matching
+keep_next_index          wraps the transport's message callback: an            tests/unit/test_raft_patches.py
+                         acknowledgement never moves a follower's next index
+                         back over entries still in flight (they were sent
+                         again, and the follower truncated and rewrote them)
 append_now               zeroes ``__newAppendEntriesTime`` when no append is   tests/unit/test_raft_patches.py
                          in flight: new entries go out at once, not at the
                          next append period (low-latency commits)
@@ -295,6 +299,42 @@ def guard_snapshot_commit(obj: SyncObj) -> None:
         if not installed and obj._SyncObj__raftCommitIndex > commit:
             obj._SyncObj__raftCommitIndex = commit
             raft_log.setRaftCommitIndex(commit)
+
+    transport.setOnMessageReceivedCallback(on_message)
+
+
+def keep_next_index(obj: SyncObj) -> None:
+    """Stop pysyncobj 0.3.17 from sending a follower entries it already has.
+
+    The leader advances a follower's next index as it sends (appends are pipelined), but a
+    successful ``next_node_idx`` answer sets it to just after the entries *that* answer
+    acknowledges.  When further appends are still in flight (the periodic send went out
+    before the answer came back) it moves back over them, and the next send repeats them: the
+    follower truncates its log there ("truncating already-applied log entries", a CRITICAL
+    line; a truncation and a sync of its journal on its Raft thread) and writes the same
+    entries again.  With entries of a thousand jobs (200 KB) under load that was a steady
+    stream of duplicate writes on every follower.  Here a success answer only ever moves the
+    next index forward; an answer with ``reset`` (the follower lacks the previous entry, or
+    its term differs) still moves it wherever the follower says, which is how Raft repairs a
+    follower's log.  Runs on the tick thread (the transport's message callback)."""
+    transport = obj._SyncObj__transport
+    inner = transport._onMessageReceivedCallback
+
+    def on_message(node: Any, message: Any) -> None:
+        if not (
+            isinstance(message, dict)
+            and message.get("type") == "next_node_idx"
+            and message.get("success")
+            and not message.get("reset")
+        ):
+            inner(node, message)
+            return
+        next_index = obj._SyncObj__raftNextIndex
+        before = next_index.get(node)
+        inner(node, message)
+        after = next_index.get(node)
+        if before is not None and after is not None and after < before:
+            next_index[node] = before
 
     transport.setOnMessageReceivedCallback(on_message)
 

@@ -21,6 +21,7 @@ from schedd.raft.patches import (
     append_now,
     check_installed,
     check_node,
+    keep_next_index,
 )
 from tests.conftest import free_port
 
@@ -184,3 +185,49 @@ def test_a_follower_is_not_sent_anything_by_a_node_that_does_not_lead(
     assert tick_until([leader, follower], lambda: follower._getLeader() is not None, 10)
     assert not append_now(follower)
     assert not append_now(SimpleNamespace(_isLeader=lambda: False))  # type: ignore[arg-type]
+
+
+# -- acknowledgements never send entries in flight again ----------------------------------------
+@pytest.mark.parametrize("patched", [False, True])
+def test_an_acknowledgement_does_not_make_the_leader_send_entries_in_flight_again(
+    pair: tuple[Counter, Counter], patched: bool
+) -> None:
+    leader, follower = pair
+    nodes = [leader, follower]
+    if patched:
+        keep_next_index(leader)
+    assert tick_until(nodes, lambda: leader._isLeader() and follower._getLeader() is not None, 10)
+    leader.add(0)
+    assert tick_until(nodes, lambda: follower.values == [0], 3 * APPEND_PERIOD)
+    truncated: list[int] = []
+    journal = follower._SyncObj__raftLog
+    delete_from = journal.deleteEntriesFrom
+    journal.deleteEntriesFrom = lambda i: (truncated.append(i), delete_from(i))[1]
+    [peer] = list(leader._SyncObj__raftNextIndex)
+
+    def send_now() -> None:
+        leader._SyncObj__newAppendEntriesTime = 0
+        leader.doTick(0.0)
+
+    leader.add(1)
+    leader.doTick(0.0)  # entry A in the leader's log
+    a = leader._SyncObj__getCurrentLogIndex()
+    send_now()  # A goes out
+    leader.add(2)
+    leader.doTick(0.0)  # entry B in the leader's log, not sent yet
+    assert tick_until([follower], lambda: follower._SyncObj__getCurrentLogIndex() == a, 2)
+    # The follower answered A.  B goes out, and the leader reads that answer in the same tick.
+    leader._SyncObj__newAppendEntriesTime = 0
+    leader.doTick(0.2)
+    assert leader._SyncObj__raftMatchIndex[peer] == a
+    in_flight_kept = leader._SyncObj__raftNextIndex[peer] == a + 2
+    send_now()  # pysyncobj alone sends B again from there
+    assert tick_until(nodes, lambda: leader._SyncObj__raftMatchIndex[peer] == a + 1, 2)
+    for _ in range(20):  # let any second copy arrive and be answered
+        for n in nodes:
+            n.doTick(0.005)
+    assert follower.values[:1] == [0] and follower._SyncObj__getCurrentLogIndex() == a + 1
+    if patched:
+        assert in_flight_kept and truncated == []
+    else:  # what pysyncobj 0.3.17 does: B again, and the follower cuts its log to write it again
+        assert not in_flight_kept and len(truncated) == 1
