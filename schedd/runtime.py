@@ -5,21 +5,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import ssl
-from typing import Any
 
-import aiohttp
-import orjson
 from aiohttp import web
 
 from schedd import auth
 from schedd.aio import wait_event, within
 from schedd.api.app import make_app
+from schedd.api.cluster import LeaderProxy
 from schedd.api.ports import Ports
 from schedd.config import Config, peer_ssl_context, read_raft_secret, server_ssl_context
 from schedd.core.fairness import TokenBucket
 from schedd.core.state import LeaderEvent
-from schedd.errors import Unavailable, from_code
 from schedd.gcpolicy import GcPolicy
 from schedd.leader.leader import Leader
 from schedd.logs import log_event
@@ -74,7 +70,7 @@ class Runtime:
         # https when http.tls_cert/tls_key are set (a ConfigError naming the key if unusable);
         # calls to other nodes' https API trust http.tls_ca, else the system's trusted CAs
         self._tls = server_ssl_context(config)
-        self._peer_ssl: ssl.SSLContext | bool = peer_ssl_context(config) or True
+        self.proxy = LeaderProxy(config, self.leader_url, peer_ssl_context(config) or True)
         self.node: RaftNode  # created in start(), on the loop's (main) thread
         self.reader: Reader  # the API's read connections to the state database (start())
 
@@ -89,6 +85,7 @@ class Runtime:
             rate_limits=self.rate_limits,
             metrics=self.metrics,
             sockets=self.sockets,
+            proxy=self.proxy,
         )
 
     def authenticate(self, header: str | None) -> auth.Token:
@@ -306,79 +303,3 @@ class Runtime:
             if st.leader_term == self.node.term and st.leader_http:
                 return st.leader_http
         return self.config.raft_http_map().get(addr)
-
-    # -- views -------------------------------------------------------------------------------
-    def cluster_view(self) -> dict[str, Any]:
-        status = self.node.raft_status  # one consistent view (published by the tick thread)
-        leader_addr = status.leader
-        role = status.role
-        with self.node.read() as st:
-            leader_id = st.leader_node if st.leader_term == status.term else None
-        http = self.config.raft_http_map()
-        nodes = [
-            {
-                "raft": self.config.raft.listen,
-                "http": self.config.advertise_url(),
-                "id": self.config.node.id,
-                "role": role,
-                "self": True,
-                "healthy": True,
-            }
-        ]
-        for peer in status.peers:
-            connected = peer.connected
-            entry: dict[str, Any] = {
-                "id": leader_id if peer.addr == leader_addr else None,
-                "raft": peer.addr,
-                "http": http.get(peer.addr),
-                "role": "leader" if peer.addr == leader_addr else "follower",
-                "self": False,
-                "connected": connected,
-                "healthy": connected,
-            }
-            if role == "leader":
-                match = peer.match_index
-                entry["match_index"] = match
-                entry["lag"] = None if match is None else max(0, status.commit_index - match)
-            nodes.append(entry)
-        return {
-            "node_id": self.config.node.id,
-            "role": role,
-            "leader": leader_id or leader_addr,
-            "leader_url": self.leader_url(),
-            "term": status.term,
-            "commit_index": self.node.commit_index,
-            "applied_index": self.node.applied_index,
-            "state_index": self.node.state_index,
-            "has_quorum": self.node.has_quorum(),
-            "ready": self.node.is_ready(),
-            "nodes": nodes,
-        }
-
-    async def forward_get(self, request: web.Request, path: str) -> Any:
-        url = self.leader_url()
-        if url is None or url == self.config.advertise_url():
-            raise Unavailable("no leader known yet", retry_after=1)
-        headers = {"Authorization": request.headers.get("Authorization", "")}
-        try:
-            async with (
-                aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=3)) as s,
-                s.get(url + path, headers=headers, ssl=self._peer_ssl) as resp,
-            ):
-                body = orjson.loads(await resp.read())
-                if resp.status != 200:
-                    error = body.get("error", {}) if isinstance(body, dict) else {}
-                    raise from_code(
-                        str(error.get("code", "unavailable")),
-                        f"the leader at {url} answered: {error.get('message', resp.status)}",
-                    )
-                return body
-        except aiohttp.ClientConnectorCertificateError as exc:
-            raise Unavailable(
-                f"cannot reach the leader at {url}: its TLS certificate was "
-                f"refused ({exc.certificate_error}); set http.tls_ca on this node "
-                f"to the CA that signed the nodes' certificates",
-                retry_after=1,
-            ) from None
-        except (aiohttp.ClientError, TimeoutError, orjson.JSONDecodeError) as exc:
-            raise Unavailable(f"cannot reach the leader at {url}: {exc}", retry_after=1) from None

@@ -16,12 +16,14 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from schedd import clock
+from schedd.api.cluster import cluster_view
 from schedd.api.openapi import openapi_json
+from schedd.api.operations import BY_ID, OPERATIONS, PUBLIC_PATHS
 from schedd.api.ports import (
     CONFIG,
     METRICS,
     NODE,
-    PREFIX,
+    PROXY,
     RAFT,
     RATE_LIMITS,
     READER,
@@ -67,7 +69,6 @@ from schedd.storage.schema import FIRST
 
 log = logging.getLogger(__name__)
 
-PUBLIC_PATHS = frozenset({"/healthz", "/readyz"})
 WRITE_DEADLINE_S = 10.0
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -208,7 +209,6 @@ def check_rate(app: web.Application, specs: list[Any], now: int) -> None:
 
 
 async def submit_job(request: web.Request) -> web.Response:
-    require(request, "submit")
     app = request.app
     body = await read_json(request)
     now = clock.wall_ms()
@@ -227,7 +227,6 @@ async def submit_job(request: web.Request) -> web.Response:
 
 
 async def submit_batch(request: web.Request) -> web.Response:
-    require(request, "submit")
     app = request.app
     body = await read_json(request)
     now = clock.wall_ms()
@@ -309,7 +308,6 @@ def _paged(key: str, items: list[dict[str, Any]], after: int | None) -> web.Resp
 
 
 async def list_jobs(request: web.Request) -> web.Response:
-    require(request, "read")
     app = request.app
     limit, cursor = _page(request, 0)
     filters = {
@@ -333,7 +331,6 @@ def _job_id(request: web.Request) -> str:
 
 
 async def get_job(request: web.Request) -> web.Response:
-    require(request, "read")
     app = request.app
     job_id = _job_id(request)
     job = await app[READER].job(job_id)
@@ -343,7 +340,6 @@ async def get_job(request: web.Request) -> web.Response:
 
 
 async def cancel_job(request: web.Request) -> web.Response:
-    require(request, "submit")
     app = request.app
     job_id = _job_id(request)
     unwrap(
@@ -356,7 +352,6 @@ async def cancel_job(request: web.Request) -> web.Response:
 
 
 async def update_job(request: web.Request) -> web.Response:
-    require(request, "submit")
     app = request.app
     job_id = _job_id(request)
     body = await read_json(request)
@@ -377,7 +372,6 @@ async def update_job(request: web.Request) -> web.Response:
 
 
 async def trigger_job(request: web.Request) -> web.Response:
-    require(request, "submit")
     app = request.app
     job_id = _job_id(request)
     body = await read_json(request) if request.can_read_body else {}
@@ -403,7 +397,6 @@ async def _run_command(
     request: web.Request, make: Callable[[str, int, str], c.Command], event: str, reply: bool = True
 ) -> web.Response:
     """A client command about one run (cancel, replay, drop): commit, log, answer."""
-    require(request, "submit")
     app = request.app
     run_id = request.match_info["run_id"]
     unwrap(await commit(app[RAFT], lambda rid, t: make(rid, t, run_id), await request_id(request)))
@@ -443,7 +436,6 @@ def _fires_view(fires: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 async def explain_job(request: web.Request) -> web.Response:
-    require(request, "read")
     app = request.app
     job_id = _job_id(request)
     count = _int_param(request, "count", 10, 1, 1000)
@@ -488,7 +480,6 @@ async def explain_job(request: web.Request) -> web.Response:
 
 
 async def explain_expr(request: web.Request) -> web.Response:
-    require(request, "read")
     count = _int_param(request, "count", 10, 1, 1000)
     q = request.query
     schedule: dict[str, Any] = {k: q[k] for k in ("cron", "every", "timezone", "jitter") if k in q}
@@ -508,7 +499,6 @@ async def explain_expr(request: web.Request) -> web.Response:
 
 
 async def job_runs(request: web.Request) -> web.Response:
-    require(request, "read")
     app = request.app
     job_id = _job_id(request)
     if await app[READER].job(job_id) is None:
@@ -519,7 +509,6 @@ async def job_runs(request: web.Request) -> web.Response:
 
 
 async def get_run(request: web.Request) -> web.Response:
-    require(request, "read")
     app = request.app
     run_id = request.match_info["run_id"]
     run = await app[READER].run(run_id)
@@ -529,7 +518,6 @@ async def get_run(request: web.Request) -> web.Response:
 
 
 async def list_dlq(request: web.Request) -> web.Response:
-    require(request, "read")
     app = request.app
     limit, before = _page(request, FIRST)
     runs, after = await app[READER].dead_letters_page(before, limit)
@@ -540,21 +528,19 @@ async def list_dlq(request: web.Request) -> web.Response:
 
 
 async def cluster(request: web.Request) -> web.Response:
-    require(request, "read")
-    return json_response(request.app[NODE].cluster_view())
+    node = request.app[NODE]
+    return json_response(cluster_view(request.app[CONFIG], request.app[RAFT], node.leader_url()))
 
 
 async def workers(request: web.Request) -> web.Response:
-    require(request, "read")
     node = request.app[NODE]
     leader = node.leader
     if leader is not None and leader.ready.is_set():
         return json_response({"workers": leader.workers_view()})
-    return json_response(await node.forward_get(request, "/api/v1/workers"))
+    return json_response(await request.app[PROXY].get(request, "/api/v1/workers"))
 
 
 async def metrics(request: web.Request) -> web.Response:
-    require(request, "read")
     body = request.app[METRICS].exposition()
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
@@ -579,27 +565,48 @@ def make_app(ports: Ports) -> web.Application:
         client_max_size=ports.config.http.max_body,
     )
     install(app, ports)
-    r = app.router
-    r.add_post(f"{PREFIX}/jobs", submit_job)
-    r.add_post(f"{PREFIX}/jobs/batch", submit_batch)
-    r.add_get(f"{PREFIX}/jobs", list_jobs)
-    r.add_get(f"{PREFIX}/jobs/{{job_id}}", get_job)
-    r.add_delete(f"{PREFIX}/jobs/{{job_id}}", cancel_job)
-    r.add_patch(f"{PREFIX}/jobs/{{job_id}}", update_job)
-    r.add_post(f"{PREFIX}/jobs/{{job_id}}/trigger", trigger_job)
-    r.add_get(f"{PREFIX}/jobs/{{job_id}}/runs", job_runs)
-    r.add_get(f"{PREFIX}/jobs/{{job_id}}/explain", explain_job)
-    r.add_get(f"{PREFIX}/explain", explain_expr)
-    r.add_get(f"{PREFIX}/runs/{{run_id}}", get_run)
-    r.add_post(f"{PREFIX}/runs/{{run_id}}/cancel", cancel_run)
-    r.add_get(f"{PREFIX}/dlq", list_dlq)
-    r.add_post(f"{PREFIX}/dlq/{{run_id}}/replay", replay_dead)
-    r.add_delete(f"{PREFIX}/dlq/{{run_id}}", drop_dead)
-    r.add_get(f"{PREFIX}/cluster", cluster)
-    r.add_get(f"{PREFIX}/workers", workers)
-    r.add_get(f"{PREFIX}/workers/connect", worker_connect)
-    r.add_get(f"{PREFIX}/openapi.json", openapi_json)
-    r.add_get("/metrics", metrics)
-    r.add_get("/healthz", healthz)
-    r.add_get("/readyz", readyz)
+    handlers = {h.__name__: h for h in HANDLERS}
+    assert handlers.keys() == BY_ID.keys(), sorted(handlers.keys() ^ BY_ID.keys())
+    for op in OPERATIONS:
+        app.router.add_route(op.method, op.path, _guarded(handlers[op.op_id], op.action))
     return app
+
+
+def _guarded(handler: Handler, action: str | None) -> Handler:
+    """``handler`` behind the role check its operation declares."""
+    if action is None:
+        return handler
+
+    async def guarded(request: web.Request) -> web.StreamResponse:
+        require(request, action)
+        return await handler(request)
+
+    guarded.__name__ = handler.__name__
+    return guarded
+
+
+#: the handler of each operation in OPERATIONS, named by its op_id
+HANDLERS: tuple[Handler, ...] = (
+    submit_job,
+    list_jobs,
+    submit_batch,
+    get_job,
+    update_job,
+    cancel_job,
+    trigger_job,
+    job_runs,
+    explain_job,
+    explain_expr,
+    get_run,
+    cancel_run,
+    list_dlq,
+    replay_dead,
+    drop_dead,
+    cluster,
+    workers,
+    worker_connect,
+    openapi_json,
+    metrics,
+    healthz,
+    readyz,
+)

@@ -17,7 +17,8 @@ from typing import Any, Final
 import orjson
 from aiohttp import web
 
-from schedd.api.ports import PREFIX, require
+from schedd.api.operations import BY_ID, OPERATIONS
+from schedd.api.ports import PREFIX
 from schedd.core.model import (
     AttemptOutcome,
     DstGap,
@@ -640,8 +641,6 @@ _WRITE_ERRORS: Final = (400, 429, 503)  # X-Request-Id, Raft queue full, no lead
 
 def _op(
     op_id: str,
-    summary: str,
-    role: str | None,
     ok: dict[int, Schema],
     errors: tuple[int, ...] = (),
     *,
@@ -649,6 +648,8 @@ def _op(
     body: Schema | None = None,
     description: str | None = None,
 ) -> Schema:
+    declared = BY_ID[op_id]
+    role, summary = declared.action, declared.summary
     codes = set(errors)
     if role is not None:
         codes.add(401)
@@ -710,263 +711,200 @@ def _paths() -> dict[str, Schema]:
     job = _json("the job", _ref("Job"))
     run = _json("the run", _ref("Run"))
     no_content = {"description": "done; no body"}
-    p = PREFIX
-    paths: dict[str, Schema] = {
-        f"{p}/jobs": {
-            "post": _op(
-                "submit_job",
-                "Submit a job",
-                "submit",
-                {
-                    201: _json("created", _ref("Job")),
-                    200: _json(
-                        "the existing job: its idempotency_key was seen before (or "
-                        "the X-Request-Id repeated)",
-                        _ref("Job"),
-                    ),
-                },
-                (*_WRITE_ERRORS, 404, 409, 413),
-                params=(rid,),
-                body=_body("JobBody"),
-                description="404 when depends_on names an unknown job.",
-            ),
-            "get": _op(
-                "list_jobs",
-                "List jobs",
-                "read",
-                {200: _json("a page", _ref("JobList"))},
-                (400,),
-                params=(
-                    _query("namespace", _ref("Ident"), "only this namespace"),
-                    _query("queue", _ref("Ident"), "only this queue"),
-                    _query("status", _enum(JobStatus), "only jobs in this status"),
-                    _query("task", {"type": "string"}, "only this task"),
-                    *page,
+    details: dict[str, Schema] = {
+        "submit_job": _op(
+            "submit_job",
+            {
+                201: _json("created", _ref("Job")),
+                200: _json(
+                    "the existing job: its idempotency_key was seen before (or "
+                    "the X-Request-Id repeated)",
+                    _ref("Job"),
                 ),
+            },
+            (*_WRITE_ERRORS, 404, 409, 413),
+            params=(rid,),
+            body=_body("JobBody"),
+            description="404 when depends_on names an unknown job.",
+        ),
+        "list_jobs": _op(
+            "list_jobs",
+            {200: _json("a page", _ref("JobList"))},
+            (400,),
+            params=(
+                _query("namespace", _ref("Ident"), "only this namespace"),
+                _query("queue", _ref("Ident"), "only this queue"),
+                _query("status", _enum(JobStatus), "only jobs in this status"),
+                _query("task", {"type": "string"}, "only this task"),
+                *page,
             ),
-        },
-        f"{p}/jobs/batch": {
-            "post": _op(
-                "submit_batch",
-                "Submit jobs at once, all or nothing",
-                "submit",
-                {
-                    201: _json(
-                        "created (jobs whose idempotency_key repeats are the existing ones)",
-                        _ref("BatchResult"),
-                    )
-                },
-                (*_WRITE_ERRORS, 404, 409, 413),
-                params=(rid,),
-                body=_body("Batch"),
-                description="Items may name each other by ref in depends_on; a cycle "
-                "is a 409. A batch larger than the namespace's burst is a "
-                "429 without Retry-After: split it.",
-            ),
-        },
-        f"{p}/jobs/{{job_id}}": {
-            "get": _op("get_job", "One job", "read", {200: job}, (404,), params=(job_id,)),
-            "patch": _op(
-                "update_job",
-                "Change a job",
-                "submit",
-                {200: job},
-                (*_WRITE_ERRORS, 404, 409, 413),
-                params=(job_id, rid),
-                body=_body("JobPatch"),
-            ),
-            "delete": _op(
-                "cancel_job",
-                "Cancel a job and its unfinished runs",
-                "submit",
-                {204: no_content},
-                (*_WRITE_ERRORS, 404),
-                params=(job_id, rid),
-                description="Running runs are told to stop. Cancelling a cancelled "
-                "or finished job is a no-op (204).",
-            ),
-        },
-        f"{p}/jobs/{{job_id}}/trigger": {
-            "post": _op(
-                "trigger_job",
-                "Run a job now",
-                "submit",
-                {201: _json("the new run (skipped when the overlap policy says so)", _ref("Run"))},
-                (*_WRITE_ERRORS, 404, 409, 413),
-                params=(job_id, rid),
-                body=_body("Trigger", required=False),
-                description="409 when the job is cancelled.",
-            ),
-        },
-        f"{p}/jobs/{{job_id}}/runs": {
-            "get": _op(
-                "job_runs",
-                "A job's runs, newest first, with their attempts",
-                "read",
-                {200: _json("a page of runs", _ref("RunList"))},
-                (400, 404),
-                params=(job_id, *page),
-            ),
-        },
-        f"{p}/jobs/{{job_id}}/explain": {
-            "get": _op(
-                "explain_job",
-                "A job's next fire times",
-                "read",
-                {
-                    200: _json(
-                        "the next fire times (one or none for a one-off job)", _ref("Explain")
-                    )
-                },
-                (400, 404),
-                params=(job_id, count),
-            ),
-        },
-        f"{p}/explain": {
-            "get": _op(
-                "explain_expr",
-                "The next fire times of a schedule expression",
-                "read",
-                {200: _json("the next fire times", _ref("Explain"))},
-                (400,),
-                params=(
-                    _query(
-                        "cron", {"type": "string"}, "a cron expression (this or every is required)"
-                    ),
-                    _query(
-                        "every",
-                        {"type": "string", "pattern": _DURATION_PATTERN},
-                        "an interval (this or cron is required)",
-                    ),
-                    _query("timezone", {"type": "string"}, "an IANA zone; default UTC"),
-                    _query(
-                        "jitter",
-                        {"type": "string", "pattern": _DURATION_PATTERN},
-                        "a jitter duration",
-                    ),
-                    _query("dst_gap", _enum(DstGap), "what to do in a DST gap"),
-                    _query("dst_repeat", _enum(DstRepeat), "what to do in a DST repeat"),
-                    count,
+        ),
+        "submit_batch": _op(
+            "submit_batch",
+            {
+                201: _json(
+                    "created (jobs whose idempotency_key repeats are the existing ones)",
+                    _ref("BatchResult"),
+                )
+            },
+            (*_WRITE_ERRORS, 404, 409, 413),
+            params=(rid,),
+            body=_body("Batch"),
+            description="Items may name each other by ref in depends_on; a cycle "
+            "is a 409. A batch larger than the namespace's burst is a "
+            "429 without Retry-After: split it.",
+        ),
+        "get_job": _op(
+            "get_job",
+            {200: job},
+            (404,),
+            params=(job_id,),
+        ),
+        "update_job": _op(
+            "update_job",
+            {200: job},
+            (*_WRITE_ERRORS, 404, 409, 413),
+            params=(job_id, rid),
+            body=_body("JobPatch"),
+        ),
+        "cancel_job": _op(
+            "cancel_job",
+            {204: no_content},
+            (*_WRITE_ERRORS, 404),
+            params=(job_id, rid),
+            description="Running runs are told to stop. Cancelling a cancelled "
+            "or finished job is a no-op (204).",
+        ),
+        "trigger_job": _op(
+            "trigger_job",
+            {201: _json("the new run (skipped when the overlap policy says so)", _ref("Run"))},
+            (*_WRITE_ERRORS, 404, 409, 413),
+            params=(job_id, rid),
+            body=_body("Trigger", required=False),
+            description="409 when the job is cancelled.",
+        ),
+        "job_runs": _op(
+            "job_runs",
+            {200: _json("a page of runs", _ref("RunList"))},
+            (400, 404),
+            params=(job_id, *page),
+        ),
+        "explain_job": _op(
+            "explain_job",
+            {200: _json("the next fire times (one or none for a one-off job)", _ref("Explain"))},
+            (400, 404),
+            params=(job_id, count),
+        ),
+        "explain_expr": _op(
+            "explain_expr",
+            {200: _json("the next fire times", _ref("Explain"))},
+            (400,),
+            params=(
+                _query("cron", {"type": "string"}, "a cron expression (this or every is required)"),
+                _query(
+                    "every",
+                    {"type": "string", "pattern": _DURATION_PATTERN},
+                    "an interval (this or cron is required)",
                 ),
+                _query("timezone", {"type": "string"}, "an IANA zone; default UTC"),
+                _query(
+                    "jitter",
+                    {"type": "string", "pattern": _DURATION_PATTERN},
+                    "a jitter duration",
+                ),
+                _query("dst_gap", _enum(DstGap), "what to do in a DST gap"),
+                _query("dst_repeat", _enum(DstRepeat), "what to do in a DST repeat"),
+                count,
             ),
-        },
-        f"{p}/runs/{{run_id}}": {
-            "get": _op("get_run", "One run", "read", {200: run}, (404,), params=(run_id,)),
-        },
-        f"{p}/runs/{{run_id}}/cancel": {
-            "post": _op(
-                "cancel_run",
-                "Cancel a run",
-                "submit",
-                {200: run},
-                (*_WRITE_ERRORS, 404, 409),
-                params=(run_id, rid),
-                description="A running run is told to stop; cancelling a finished run "
-                "is a no-op (200).",
-            ),
-        },
-        f"{p}/dlq": {
-            "get": _op(
-                "list_dlq",
-                "The dead-letter queue, newest first",
-                "read",
-                {200: _json("a page of failed runs", _ref("RunList"))},
-                (400,),
-                params=page,
-            ),
-        },
-        f"{p}/dlq/{{run_id}}/replay": {
-            "post": _op(
-                "replay_dead",
-                "Run a dead-lettered run again",
-                "submit",
-                {200: run},
-                (*_WRITE_ERRORS, 404, 409),
-                params=(run_id, rid),
-            ),
-        },
-        f"{p}/dlq/{{run_id}}": {
-            "delete": _op(
-                "drop_dead",
-                "Drop a run from the dead-letter queue",
-                "submit",
-                {204: no_content},
-                (*_WRITE_ERRORS, 404),
-                params=(run_id, rid),
-            ),
-        },
-        f"{p}/cluster": {
-            "get": _op(
-                "cluster",
-                "Nodes, roles, leader, term, indexes, health",
-                "read",
-                {200: _json("this node's view", _ref("Cluster"))},
-            ),
-        },
-        f"{p}/workers": {
-            "get": _op(
-                "workers",
-                "Connected workers",
-                "read",
-                {200: _json("the leader's workers", _ref("Workers"))},
-                (503,),
-                description="Answered by the leader (a follower asks it); 503 when "
-                "no leader is known or reachable.",
-            ),
-        },
-        f"{p}/workers/connect": {
-            "get": _op(
-                "worker_connect",
-                "The worker protocol (websocket)",
-                "worker",
-                {
-                    101: {
-                        "description": "switching to the websocket protocol: text "
-                        "frames, one JSON object each, with a type "
-                        "(hello, welcome, lease, heartbeat, complete, "
-                        "fail, ack, cancel, drain, redirect, error)"
-                    }
-                },
-                (400,),
-                description="400 for a request that is not a websocket upgrade.",
-            ),
-        },
-        f"{p}/openapi.json": {
-            "get": _op(
-                "openapi_json",
-                "This document",
-                "read",
-                {200: _json("the OpenAPI 3.1 description of the API", {"type": "object"})},
-            ),
-        },
-        "/metrics": {
-            "get": _op(
-                "metrics",
-                "Prometheus metrics",
-                "read",
-                {
-                    200: {
-                        "description": "the Prometheus text exposition format",
-                        "content": {"text/plain": {"schema": {"type": "string"}}},
-                    }
-                },
-            ),
-        },
-        "/healthz": {
-            "get": _op(
-                "healthz", "Liveness", None, {200: _json("the process is up", _ref("Health"))}
-            ),
-        },
-        "/readyz": {
-            "get": _op(
-                "readyz",
-                "Readiness: a member of a cluster with a known leader",
-                None,
-                {200: _json("ready", _ref("Ready"))},
-                (503,),
-            ),
-        },
+        ),
+        "get_run": _op(
+            "get_run",
+            {200: run},
+            (404,),
+            params=(run_id,),
+        ),
+        "cancel_run": _op(
+            "cancel_run",
+            {200: run},
+            (*_WRITE_ERRORS, 404, 409),
+            params=(run_id, rid),
+            description="A running run is told to stop; cancelling a finished run "
+            "is a no-op (200).",
+        ),
+        "list_dlq": _op(
+            "list_dlq",
+            {200: _json("a page of failed runs", _ref("RunList"))},
+            (400,),
+            params=page,
+        ),
+        "replay_dead": _op(
+            "replay_dead",
+            {200: run},
+            (*_WRITE_ERRORS, 404, 409),
+            params=(run_id, rid),
+        ),
+        "drop_dead": _op(
+            "drop_dead",
+            {204: no_content},
+            (*_WRITE_ERRORS, 404),
+            params=(run_id, rid),
+        ),
+        "cluster": _op(
+            "cluster",
+            {200: _json("this node's view", _ref("Cluster"))},
+        ),
+        "workers": _op(
+            "workers",
+            {200: _json("the leader's workers", _ref("Workers"))},
+            (503,),
+            description="Answered by the leader (a follower asks it); 503 when "
+            "no leader is known or reachable.",
+        ),
+        "worker_connect": _op(
+            "worker_connect",
+            {
+                101: {
+                    "description": "switching to the websocket protocol: text "
+                    "frames, one JSON object each, with a type "
+                    "(hello, welcome, lease, heartbeat, complete, "
+                    "fail, ack, cancel, drain, redirect, error)"
+                }
+            },
+            (400,),
+            description="400 for a request that is not a websocket upgrade.",
+        ),
+        "openapi_json": _op(
+            "openapi_json",
+            {200: _json("the OpenAPI 3.1 description of the API", {"type": "object"})},
+        ),
+        "metrics": _op(
+            "metrics",
+            {
+                200: {
+                    "description": "the Prometheus text exposition format",
+                    "content": {"text/plain": {"schema": {"type": "string"}}},
+                }
+            },
+        ),
+        "healthz": _op(
+            "healthz",
+            {200: _json("the process is up", _ref("Health"))},
+        ),
+        "readyz": _op(
+            "readyz",
+            {200: _json("ready", _ref("Ready"))},
+            (503,),
+        ),
     }
+    missing = sorted(op.op_id for op in OPERATIONS if op.op_id not in details)
+    extra = sorted(set(details) - set(BY_ID))
+    if missing or extra:
+        raise AssertionError(
+            f"operations without a document: {missing}; documents of no operation: {extra}"
+        )
+    paths: dict[str, Schema] = {}
+    for op in OPERATIONS:
+        paths.setdefault(op.path, {})[op.method.lower()] = details[op.op_id]
     for path, ops in paths.items():  # tag by the first segment: jobs, runs, dlq, cluster, ...
         tag = path.removeprefix(PREFIX).strip("/").split("/")[0].removesuffix(".json")
         for op in ops.values():
@@ -1054,5 +992,4 @@ def _spec_bytes() -> bytes:
 
 async def openapi_json(request: web.Request) -> web.Response:
     """``GET /api/v1/openapi.json``: the document, for any role."""
-    require(request, "read")
     return web.Response(body=_spec_bytes(), content_type="application/json")

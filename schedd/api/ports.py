@@ -14,7 +14,8 @@ token, the JSON response), so the handler modules do not import one another.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -25,7 +26,7 @@ from schedd import auth
 from schedd.config import Config
 from schedd.core.commands import Command
 from schedd.core.fairness import TokenBucket
-from schedd.core.state import Result
+from schedd.core.state import Result, State
 from schedd.errors import InvalidArgument, SchedError
 from schedd.leader.workers import WorkerConn
 from schedd.metrics import Metrics
@@ -33,8 +34,59 @@ from schedd.protocol import messages as m
 from schedd.storage.reader import Reader
 
 
+class PeerView(Protocol):
+    """Another node as this one sees it (``schedd.raft.node.PeerStatus``)."""
+
+    @property
+    def addr(self) -> str: ...
+
+    @property
+    def connected(self) -> bool: ...
+
+    @property
+    def match_index(self) -> int | None: ...
+
+
+class StatusView(Protocol):
+    """This node's Raft state as last published (``schedd.raft.node.RaftStatus``)."""
+
+    @property
+    def role(self) -> str: ...
+
+    @property
+    def term(self) -> int: ...
+
+    @property
+    def leader(self) -> str | None: ...
+
+    @property
+    def commit_index(self) -> int: ...
+
+    @property
+    def peers(self) -> Sequence[PeerView]: ...
+
+
 class Raft(Protocol):
-    """This node's Raft replica: its role as it sees it, and the way to commit a command."""
+    """This node's Raft replica: its role and indexes as it sees them, a read of the state it
+    applied, and the way to commit a command."""
+
+    @property
+    def raft_status(self) -> StatusView: ...
+
+    @property
+    def commit_index(self) -> int: ...
+
+    @property
+    def applied_index(self) -> int: ...
+
+    @property
+    def state_index(self) -> int:
+        """The last entry the API's reads see."""
+
+    def has_quorum(self) -> bool: ...
+
+    def read(self) -> AbstractContextManager[State]:
+        """The applied state, under the lock the Raft thread applies under (keep it short)."""
 
     @property
     def leader_addr(self) -> str | None:
@@ -70,8 +122,8 @@ class WorkerHub(Protocol):
 
 
 class Node(Protocol):
-    """The node as a whole: whether it is stopping, its leader (while it leads), the cluster as
-    it sees it, and the way to ask the leader's API what only the leader knows."""
+    """The node as a whole: whether it is stopping, its leader (while it leads), and where the
+    leader's API is."""
 
     @property
     def draining(self) -> bool: ...
@@ -83,17 +135,19 @@ class Node(Protocol):
     def leader_url(self) -> str | None:
         """The API address of the leader, if known."""
 
-    def cluster_view(self) -> dict[str, Any]: ...
-
-    async def forward_get(self, request: web.Request, path: str) -> Any:
-        """The leader's answer to ``GET path`` with this request's credentials."""
-
 
 class Authenticator(Protocol):
     """Who a request's ``Authorization`` header is (the tokens file may be reloaded meanwhile:
     the answer is from the tokens as they are now)."""
 
     def authenticate(self, header: str | None) -> auth.Token: ...
+
+
+class LeaderApi(Protocol):
+    """The leader's API, asked by a follower (``schedd.api.cluster.LeaderProxy``)."""
+
+    async def get(self, request: web.Request, path: str) -> Any:
+        """The leader's answer to ``GET path`` with this request's credentials."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +162,7 @@ class Ports:
     rate_limits: Mapping[str, TokenBucket]
     metrics: Metrics
     sockets: set[web.WebSocketResponse]  # open worker websockets (closed first on stop)
+    proxy: LeaderApi  # asks the leader's API (GET /workers on a follower)
 
 
 CONFIG: web.AppKey[Config] = web.AppKey("config", Config)
@@ -118,6 +173,7 @@ TOKENS: web.AppKey[Authenticator] = web.AppKey("tokens")
 RATE_LIMITS: web.AppKey[Mapping[str, TokenBucket]] = web.AppKey("rate_limits")
 METRICS: web.AppKey[Metrics] = web.AppKey("metrics", Metrics)
 SOCKETS: web.AppKey[set[web.WebSocketResponse]] = web.AppKey("sockets")
+PROXY: web.AppKey[LeaderApi] = web.AppKey("proxy")
 
 
 def install(app: web.Application, ports: Ports) -> None:
@@ -129,6 +185,7 @@ def install(app: web.Application, ports: Ports) -> None:
     app[RATE_LIMITS] = ports.rate_limits
     app[METRICS] = ports.metrics
     app[SOCKETS] = ports.sockets
+    app[PROXY] = ports.proxy
 
 
 # -- what every handler shares ----------------------------------------------------------------

@@ -12,7 +12,7 @@ from aiohttp import WSMsgType, web
 
 from schedd import clock
 from schedd.aio import within
-from schedd.api.ports import CONFIG, NODE, RAFT, SOCKETS, Node, Raft, WorkerHub, require
+from schedd.api.ports import CONFIG, NODE, RAFT, SOCKETS, Node, Raft, WorkerHub
 from schedd.leader.workers import WorkerConn
 from schedd.logs import log_event
 from schedd.protocol import messages as m
@@ -38,7 +38,6 @@ SPREAD_MAX_S = 0.5
 
 
 async def worker_connect(request: web.Request) -> web.StreamResponse:
-    require(request, "worker")
     sockets = request.app[SOCKETS]
     ws = web.WebSocketResponse(heartbeat=20.0, max_msg_size=MAX_FRAME)
     await ws.prepare(request)

@@ -512,7 +512,7 @@ async def test_cluster_forwarding_and_worker_redirects_over_https(
             stop.set()
             await asyncio.wait_for(runner, 15)
         # without the CA (the system's trusted CAs) a follower says what to set
-        followers[0].rt._peer_ssl = True
+        followers[0].rt.proxy.ssl = True
         async with https.get(
             followers[0].url + API + "/workers", headers=followers[0].headers()
         ) as r:
