@@ -31,6 +31,7 @@ from urllib.parse import urlsplit
 from schedd.core.durations import parse_duration
 from schedd.core.runs import FIRE_AHEAD_MAX_MS
 from schedd.errors import ConfigError, InvalidArgument
+from schedd.net import PEM_CERT, TrustError, ca_context, is_loopback
 
 __all__ = [
     "MIN_SECRET_BYTES",
@@ -149,12 +150,7 @@ def _ip(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
     return ip
 
 
-def is_loopback_host(host: str) -> bool:
-    """``localhost``, ``127.0.0.0/8`` or ``::1``; host names are never resolved."""
-    if host.lower().rstrip(".") == "localhost":
-        return True
-    ip = _ip(host)
-    return ip is not None and ip.is_loopback
+is_loopback_host = is_loopback  # ``localhost``, ``127.0.0.0/8`` or ``::1``; never resolved
 
 
 def is_wildcard_host(host: str) -> bool:
@@ -846,7 +842,6 @@ def check_files(cfg: Config) -> list[str]:
 # --------------------------------------------------------------------------------------------
 # TLS
 
-_PEM_CERT = b"-----BEGIN CERTIFICATE-----"
 _PEM_KEY = re.compile(rb"-----BEGIN (?:[A-Z]+ )?PRIVATE KEY-----")
 _PEM_ENCRYPTED = re.compile(rb"-----BEGIN ENCRYPTED PRIVATE KEY-----|Proc-Type: 4,ENCRYPTED")
 
@@ -872,7 +867,7 @@ def _server_context(cert: str, key: str) -> tuple[ssl.SSLContext | None, list[st
     cert_pem, cert_problem = _read_pem("http.tls_cert", cert)
     key_pem, key_problem = _read_pem("http.tls_key", key)
     problems = [p for p in (cert_problem, key_problem) if p is not None]
-    if cert_pem is not None and _PEM_CERT not in cert_pem:
+    if cert_pem is not None and PEM_CERT not in cert_pem:
         problems.append(
             f"http.tls_cert: {_show(cert)} holds no PEM certificate "
             '(expected a "-----BEGIN CERTIFICATE-----" block)'
@@ -908,18 +903,10 @@ def _server_context(cert: str, key: str) -> tuple[ssl.SSLContext | None, list[st
 
 
 def _ca_context(path: str) -> tuple[ssl.SSLContext | None, str | None]:
-    pem, problem = _read_pem("http.tls_ca", path)
-    if pem is None:
-        return None, problem
-    if _PEM_CERT not in pem:
-        return None, (
-            f"http.tls_ca: {_show(path)} holds no PEM certificate "
-            '(expected a "-----BEGIN CERTIFICATE-----" block)'
-        )
     try:
-        return ssl.create_default_context(cafile=path), None
-    except ssl.SSLError as e:
-        return None, f"http.tls_ca: cannot load the CA certificates in {_show(path)}: {e}"
+        return ca_context(path, show=_show), None
+    except TrustError as e:
+        return None, f"http.tls_ca: {e}"
 
 
 def _tls_problems(cfg: Config) -> list[str]:

@@ -25,6 +25,7 @@ from urllib.parse import quote, urlencode, urlsplit
 import orjson
 
 from schedd.ids import new_request_id
+from schedd.net import TrustError, ca_context, is_loopback
 
 DEFAULT_SERVER = "http://127.0.0.1:7700"
 DEFAULT_PORT = 7700
@@ -69,14 +70,7 @@ class Server:
 
     @property
     def is_loopback(self) -> bool:
-        if self.host == "localhost":
-            return True
-        import ipaddress
-
-        try:
-            return ipaddress.ip_address(self.host).is_loopback
-        except ValueError:
-            return False
+        return is_loopback(self.host)
 
 
 def parse_server(text: str) -> Server:
@@ -109,19 +103,9 @@ def tls_context(cafile: str, option: str = "--cacert") -> ssl.SSLContext:
     """A TLS context for https servers that trusts only the CA certificates in ``cafile``
     (PEM).  A file that cannot be used is a :class:`UsageError` naming ``option``."""
     try:
-        with open(cafile, "rb") as fh:
-            pem = fh.read()
-    except OSError as exc:
-        raise UsageError(f"{option}: cannot read {cafile!r}: {exc.strerror or exc}") from None
-    if b"-----BEGIN CERTIFICATE-----" not in pem:
-        raise UsageError(
-            f"{option}: {cafile!r} holds no PEM certificate (expected the CA "
-            f'certificate that signed the server\'s, "-----BEGIN CERTIFICATE-----")'
-        )
-    try:
-        return ssl.create_default_context(cafile=cafile)
-    except (OSError, ValueError) as exc:
-        raise UsageError(f"{option}: cannot load the certificates in {cafile!r}: {exc}") from None
+        return ca_context(cafile)
+    except TrustError as exc:
+        raise UsageError(f"{option}: {exc}") from None
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import ipaddress
 import logging
 import os
 import ssl
@@ -21,6 +20,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from schedd.cli.schedctl import DEFAULT_TOKENS_FILE, read_token_file
+from schedd.net import is_loopback
 from schedd.worker import Worker
 from schedd.worker.client import normalise_server, tls_context
 
@@ -123,8 +123,7 @@ def _servers(flags: list[str] | None) -> list[str]:
 
 def _is_loopback(url: str) -> bool:
     try:
-        host = urlsplit(normalise_server(url)).hostname or ""
-        return host == "localhost" or ipaddress.ip_address(host).is_loopback
+        return is_loopback(urlsplit(normalise_server(url)).hostname or "")
     except ValueError:
         return False
 

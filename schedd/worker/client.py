@@ -34,6 +34,7 @@ import orjson
 from schedd.aio import wait_event
 from schedd.core.durations import parse_time
 from schedd.errors import InvalidArgument
+from schedd.net import TrustError, ca_context
 from schedd.protocol.messages import (
     MAX_CAPACITY,
     MAX_FRAME_BYTES,
@@ -126,14 +127,9 @@ def tls_context(cafile: str | os.PathLike[str], what: str = "cafile") -> ssl.SSL
     """A TLS context trusting only the CA certificates in ``cafile`` (PEM); ``ValueError``
     naming ``what`` when the file cannot be used."""
     try:
-        with open(cafile, "rb") as fh:
-            pem = fh.read()
-        if b"-----BEGIN CERTIFICATE-----" not in pem:
-            raise ValueError(f"{what}: {os.fspath(cafile)!r} holds no PEM certificate")
-        return ssl.create_default_context(cafile=cafile)
-    except OSError as exc:  # ssl.SSLError too
-        reason = getattr(exc, "reason", None) or exc.strerror or exc
-        raise ValueError(f"{what}: cannot load {os.fspath(cafile)!r}: {reason}") from None
+        return ca_context(cafile)
+    except TrustError as exc:
+        raise ValueError(f"{what}: {exc}") from None
 
 
 def describe(exc: BaseException) -> str:

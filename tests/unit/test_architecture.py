@@ -90,20 +90,28 @@ def test_the_sdk_does_not_depend_on_the_server() -> None:
 #: what each part of schedd may import of schedd, by any kind of import (at the top, inside a
 #: function, or for type checking only).  The parts are the packages and the top-level modules;
 #: anything not named here may import nothing of schedd.
-FOUNDATION = {"schedd.errors", "schedd.aio", "schedd.clock", "schedd.ids", "schedd.logs"}
+FOUNDATION = {
+    "schedd.errors",
+    "schedd.aio",
+    "schedd.clock",
+    "schedd.ids",
+    "schedd.logs",
+    "schedd.net",
+}
 ALLOWED: dict[str, set[str]] = {
     "schedd.errors": set(),
     "schedd.aio": set(),
     "schedd.clock": set(),
     "schedd.ids": set(),
     "schedd.logs": set(),
+    "schedd.net": set(),
     "schedd.notify": set(),
     "schedd.auth": {"schedd.errors"},
     "schedd.gcpolicy": {"schedd.logs"},
     # the pure rules, and what travels between nodes and workers
     "schedd.core": {"schedd.errors"},
     "schedd.protocol": {"schedd.core", "schedd.errors"},
-    "schedd.config": {"schedd.core", "schedd.errors"},
+    "schedd.config": {"schedd.core", "schedd.errors", "schedd.net"},
     # where the state is kept, and how it is replicated
     "schedd.storage": {"schedd.core", *FOUNDATION},
     "schedd.raft": {"schedd.core", "schedd.storage", *FOUNDATION},
