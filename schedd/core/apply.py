@@ -106,9 +106,9 @@ def _dispatch(state: State, cmd: c.Command, index: int, events: list[LeaderEvent
         )
     if isinstance(cmd, c.Fire):
         return Ok([R.fire(state, rid, cmd.now, events) for rid in cmd.run_ids])
-    if isinstance(cmd, c.Lease):
+    if isinstance(cmd, c.LeaseRuns):
         return Ok([R.lease(state, rid, wid, cmd.now, index, events) for rid, wid in cmd.grants])
-    if isinstance(cmd, c.Complete):
+    if isinstance(cmd, c.CompleteRun):
         return R.complete(state, cmd.run_id, cmd.fence, cmd.result, cmd.now, events)
     if isinstance(cmd, c.Heal):
         return R.heal(state, cmd.job_id, cmd.now, events)

@@ -12,13 +12,26 @@ rejects as a value.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+import sys
+from collections.abc import Hashable, Mapping
+from dataclasses import dataclass, fields
+from enum import StrEnum
+from typing import Any, Final, TypeVar
 
 import orjson
 
-from schedd.core.model import JobSpec
-from schedd.core.validate import spec_from_dict, spec_to_dict
+from schedd.core.model import (
+    DstGap,
+    DstRepeat,
+    JobSpec,
+    Misfire,
+    Overlap,
+    Priority,
+    RecurringOptions,
+    RetryPolicy,
+    Schedule,
+    ScheduleKind,
+)
 
 CODEC_VERSION = 1
 
@@ -117,7 +130,7 @@ class Fire:
 
 
 @dataclass(frozen=True, slots=True)
-class Lease:
+class LeaseRuns:
     """Queued runs are leased to workers; each lease's fence is this entry's index."""
 
     rid: str
@@ -127,7 +140,7 @@ class Lease:
 
 
 @dataclass(frozen=True, slots=True)
-class Complete:
+class CompleteRun:
     rid: str
     now: int
     lf: int
@@ -137,7 +150,7 @@ class Complete:
 
 
 @dataclass(frozen=True, slots=True)
-class Fail:
+class FailRun:
     """An attempt failed (``outcome`` failed), was lost, or timed out.
 
     ``rand`` in [0, 1) is drawn by the leader for the backoff jitter.
@@ -195,9 +208,9 @@ Command = (
     | DropDead
     | Heal
     | Fire
-    | Lease
-    | Complete
-    | Fail
+    | LeaseRuns
+    | CompleteRun
+    | FailRun
     | Purge
     | Barrier
 )
@@ -213,9 +226,9 @@ _TAGS: dict[type[Any], str] = {
     DropDead: "drop_dead",
     Heal: "heal",
     Fire: "fire",
-    Lease: "lease",
-    Complete: "complete",
-    Fail: "fail",
+    LeaseRuns: "lease",
+    CompleteRun: "complete",
+    FailRun: "fail",
     Purge: "purge",
     Barrier: "barrier",
 }
@@ -249,7 +262,7 @@ def _from_wire(obj: Any) -> Command | Undecodable:
             kwargs["spec"] = spec_from_dict(kwargs["spec"])
         elif cls is Fire:
             kwargs["run_ids"] = tuple(kwargs["run_ids"])
-        elif cls is Lease:
+        elif cls is LeaseRuns:
             kwargs["grants"] = tuple((str(r), str(w)) for r, w in kwargs["grants"])
         cmd: Command = cls(**kwargs)
     except Exception as exc:  # noqa: BLE001 - a decode error is a value, never an escape
@@ -277,3 +290,166 @@ def decode_entry(blob: object) -> list[Command | Undecodable]:
         version = obj.get("v") if isinstance(obj, dict) else None
         return [Undecodable(f"unsupported entry (version {version!r}, expected {CODEC_VERSION})")]
     return [_from_wire(c) for c in obj["c"]]
+
+
+# -- the replicated form of a job spec (in Submit and UpdateJob, and in the state database) --
+
+
+SPEC_VERSION: Final = 1
+
+# (dict key, JobSpec attribute) for the fields stored as they are.
+_PLAIN: Final = (
+    ("name", "name"),
+    ("ns", "namespace"),
+    ("queue", "queue"),
+    ("payload", "payload"),
+    ("timeout_ms", "timeout_ms"),
+    ("hb_ms", "heartbeat_timeout_ms"),
+    ("idem", "idempotency_key"),
+)
+_SPEC_KEYS: Final = frozenset(
+    {"v", "task", "sched", "prio", "retry", "deps"} | {k for k, _ in _PLAIN}
+)
+# (dict key, Schedule attribute)
+_SCHED: Final = (
+    ("kind", "kind"),
+    ("at_ms", "at_ms"),
+    ("in_ms", "in_ms"),
+    ("every_ms", "every_ms"),
+    ("cron", "cron"),
+    ("tz", "timezone"),
+)
+# (dict key, RetryPolicy attribute)
+_RETRY: Final = (
+    ("attempts", "max_attempts"),
+    ("initial_ms", "initial_ms"),
+    ("max_ms", "max_ms"),
+    ("mult", "multiplier"),
+    ("jitter", "jitter"),
+)
+_DEFAULT_SPEC: Final = JobSpec(task="")
+_DEFAULT_SCHEDULE: Final = Schedule()
+_DEFAULT_RETRY: Final = RetryPolicy()
+_DEFAULT_OPTIONS: Final = RecurringOptions()
+_OPTION_ENUMS: Final = {
+    "misfire": Misfire,
+    "overlap": Overlap,
+    "dst_gap": DstGap,
+    "dst_repeat": DstRepeat,
+}
+
+
+def _options_from(raw: object) -> RecurringOptions:
+    if not isinstance(raw, Mapping):
+        raise ValueError("job spec: 'opts' must be an object")
+    names = {f.name for f in fields(RecurringOptions)}
+    unknown = set(raw) - names
+    if unknown:
+        raise ValueError(f"job spec: unknown keys in 'opts': {sorted(map(str, unknown))}")
+    kwargs: dict[str, Any] = {
+        k: (_OPTION_ENUMS[k](v) if k in _OPTION_ENUMS else v) for k, v in raw.items()
+    }
+    return RecurringOptions(**kwargs)
+
+
+def spec_to_dict(spec: JobSpec) -> dict[str, Any]:
+    """The compact plain-dict form of ``spec``: ``{"v": 1, "task": …}`` plus non-defaults.
+
+    Defaults are the model's (not the server's :class:`Defaults`), so the form does not depend
+    on the config.  JSON-serialisable; :func:`spec_from_dict` inverts it exactly.
+    """
+    out: dict[str, Any] = {"v": SPEC_VERSION, "task": spec.task}
+    for key, attr in _PLAIN:
+        value = getattr(spec, attr)
+        if value != getattr(_DEFAULT_SPEC, attr):
+            out[key] = value
+    if spec.schedule != _DEFAULT_SCHEDULE:
+        sched: dict[str, Any] = {}
+        for key, attr in _SCHED:
+            value = getattr(spec.schedule, attr)
+            if value != getattr(_DEFAULT_SCHEDULE, attr):
+                sched[key] = value.value if isinstance(value, StrEnum) else value
+        opts = spec.schedule.options
+        if opts is not None:
+            sched["opts"] = {
+                f.name: (v.value if isinstance(v, StrEnum) else v)
+                for f in fields(opts)
+                if (v := getattr(opts, f.name)) != getattr(_DEFAULT_OPTIONS, f.name)
+            }
+        out["sched"] = sched
+    if spec.priority != _DEFAULT_SPEC.priority:
+        out["prio"] = spec.priority.value
+    if spec.retry != _DEFAULT_RETRY:
+        out["retry"] = {
+            key: getattr(spec.retry, attr)
+            for key, attr in _RETRY
+            if getattr(spec.retry, attr) != getattr(_DEFAULT_RETRY, attr)
+        }
+    if spec.depends_on:
+        out["deps"] = list(spec.depends_on)
+    return out
+
+
+def _sub(d: Mapping[str, Any], key: str, keys: tuple[tuple[str, str], ...]) -> dict[str, Any]:
+    """The keyword arguments encoded in ``d[key]`` (a mapping of short keys)."""
+    sub = d.get(key, {})
+    if not isinstance(sub, Mapping):
+        raise ValueError(f"job spec: {key!r} must be an object")
+    names = dict(keys)
+    unknown = set(sub) - set(names)
+    if unknown:
+        raise ValueError(f"job spec: unknown keys in {key!r}: {sorted(map(str, unknown))}")
+    return {names[k]: v for k, v in sub.items()}
+
+
+def spec_from_dict(d: Mapping[str, Any]) -> JobSpec:
+    """The inverse of :func:`spec_to_dict`.  Raises ``ValueError`` on a malformed dict."""
+    if not isinstance(d, Mapping) or d.get("v") != SPEC_VERSION:
+        raise ValueError(f"job spec: expected an object with v={SPEC_VERSION}")
+    unknown = set(d) - _SPEC_KEYS
+    if unknown or not isinstance(d.get("task"), str):
+        raise ValueError(f"job spec: missing task or unknown keys {sorted(map(str, unknown))}")
+    kwargs: dict[str, Any] = {attr: d[key] for key, attr in _PLAIN if key in d}
+    sched = _sub(d, "sched", (*_SCHED, ("opts", "options")))
+    if "kind" in sched:
+        sched["kind"] = ScheduleKind(sched["kind"])
+    if "options" in sched:
+        sched["options"] = _options_from(sched["options"])
+    retry = _sub(d, "retry", _RETRY)
+    if "multiplier" in retry:
+        retry["multiplier"] = float(retry["multiplier"])
+    deps = d.get("deps", [])
+    if not isinstance(deps, list | tuple) or not all(isinstance(x, str) for x in deps):
+        raise ValueError("job spec: 'deps' must be a list of strings")
+    for name in ("namespace", "queue"):
+        if isinstance(kwargs.get(name), str):
+            kwargs[name] = sys.intern(kwargs[name])
+    if isinstance(sched.get("timezone"), str):
+        sched["timezone"] = sys.intern(sched["timezone"])
+    schedule = Schedule(**sched)
+    return JobSpec(
+        task=sys.intern(d["task"]),
+        schedule=_shared(schedule) if schedule.at_ms is None else schedule,
+        priority=Priority(d.get("prio", Priority.NORMAL.value)),
+        retry=_shared(RetryPolicy(**retry)),
+        depends_on=tuple(deps),
+        **kwargs,
+    )
+
+
+_H = TypeVar("_H", bound=Hashable)
+_SHARED: dict[Any, Any] = {}
+_SHARED_MAX = 4096
+
+
+def _shared(value: _H) -> _H:
+    """One instance of each equal frozen record: the state holds a spec per job, and most jobs
+    share their retry policy (and recurring ones their schedule), which then costs nothing per
+    job (about 15 % of a pending job's memory)."""
+    found = _SHARED.get(value)
+    if found is not None:
+        return found  # type: ignore[no-any-return]
+    if len(_SHARED) >= _SHARED_MAX:
+        _SHARED.clear()
+    _SHARED[value] = value
+    return value

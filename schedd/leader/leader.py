@@ -398,7 +398,7 @@ class Leader:
                 room -= 1
         if not grants:
             return
-        fut = self.node.submit_nowait(c.Lease(_rid(), now, self.fence, tuple(grants)))
+        fut = self.node.submit_nowait(c.LeaseRuns(_rid(), now, self.fence, tuple(grants)))
         fut.add_done_callback(functools.partial(self._leased, grants=grants, reserved=reserved))
 
     def _pop_ready(self, queues: tuple[str, ...]) -> str | None:
@@ -504,7 +504,7 @@ class Leader:
     def _end_lease(self, info: LeaseInfo, now: int, outcome: str, error: str) -> None:
         info.ending = True
         self.metrics.leases_lost.labels(outcome).inc()
-        cmd = c.Fail(
+        cmd = c.FailRun(
             _rid(), now, self.fence, info.run_id, info.fence, error, True, outcome, random.random()
         )
         fut = self.node.submit_nowait(cmd)
@@ -619,9 +619,9 @@ class Leader:
         now = clock.wall_ms()
         cmd: c.Command
         if isinstance(msg, m.Complete):
-            cmd = c.Complete(_rid(), now, self.fence, msg.run_id, msg.fence, msg.result)
+            cmd = c.CompleteRun(_rid(), now, self.fence, msg.run_id, msg.fence, msg.result)
         else:
-            cmd = c.Fail(
+            cmd = c.FailRun(
                 _rid(),
                 now,
                 self.fence,

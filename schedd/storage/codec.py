@@ -4,7 +4,7 @@ A body holds every field of its record; the columns beside it in the table only 
 Field names are short and a field at its default is left out, so a field added with a default
 reads old rows as they were.  Each body is decoded exactly as it was encoded: ``decode(encode(x))
 == x`` for every record the core makes (a property test holds it).  The job spec inside a job is
-the versioned wire form of :func:`schedd.core.validate.spec_to_dict`, the same as in commands.
+the versioned wire form of :func:`schedd.core.commands.spec_to_dict`, the same as in commands.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from typing import Any
 
 import orjson
 
+from schedd.core.commands import spec_from_dict, spec_to_dict
 from schedd.core.model import Attempt, AttemptOutcome, Job, JobSpec, JobStatus, Run, RunState
 from schedd.core.state import Ok, Rejected, Result
-from schedd.core.validate import spec_from_dict, spec_to_dict
 
 _dumps = orjson.dumps
 _loads = orjson.loads

@@ -50,7 +50,7 @@ def entries() -> list[bytes]:
         if i > 1:
             prev = tuple(f"J{i - 1}-{k}@{T0 + i - 1}" for k in range(100))
             cmds.append(c.Fire(f"f{i}", T0 + i, 1, prev))
-            cmds.append(c.Lease(f"l{i}", T0 + i, 1, tuple((r, "w1") for r in prev)))
+            cmds.append(c.LeaseRuns(f"l{i}", T0 + i, 1, tuple((r, "w1") for r in prev)))
         out.append(c.encode_entry(cmds))
     return out
 

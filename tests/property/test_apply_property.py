@@ -50,15 +50,15 @@ command = st.one_of(
     st.builds(c.CancelJob, rid, now, st.sampled_from([*JOBS, "nope"])),
     st.builds(c.Fire, rid, now, fence, st.lists(run_ids, max_size=3).map(tuple)),
     st.builds(
-        c.Lease,
+        c.LeaseRuns,
         rid,
         now,
         fence,
         st.lists(st.tuples(run_ids, st.sampled_from(["w1", "w2"])), max_size=2).map(tuple),
     ),
-    st.builds(c.Complete, rid, now, fence, run_ids, fence, st.none()),
+    st.builds(c.CompleteRun, rid, now, fence, run_ids, fence, st.none()),
     st.builds(
-        c.Fail,
+        c.FailRun,
         rid,
         now,
         fence,

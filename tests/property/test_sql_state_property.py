@@ -107,14 +107,16 @@ def one_command(data: st.DataObject, state: MemoryState, t: int, n: int) -> c.Co
             ),
         )
     if kind == "lease":
-        return c.Lease(r, t, lf, ((pick_run("queued"), data.draw(st.sampled_from(["w1", "w2"]))),))
+        return c.LeaseRuns(
+            r, t, lf, ((pick_run("queued"), data.draw(st.sampled_from(["w1", "w2"]))),)
+        )
     if kind in ("complete", "fail"):
         run_id = pick_run("running")
         current = state.runs[run_id].fence if run_id in state.runs else None
         f = (current or 0) - data.draw(st.sampled_from([0, 0, 0, 1]))
         if kind == "complete":
-            return c.Complete(r, t, lf, run_id, f, data.draw(st.sampled_from([None, {"n": 1}])))
-        return c.Fail(
+            return c.CompleteRun(r, t, lf, run_id, f, data.draw(st.sampled_from([None, {"n": 1}])))
+        return c.FailRun(
             r,
             t,
             lf,

@@ -10,6 +10,7 @@ import orjson
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from schedd.core.commands import spec_from_dict, spec_to_dict
 from schedd.core.model import JobSpec, Priority, RetryPolicy, Schedule, ScheduleKind
 from schedd.core.validate import (
     DEFAULTS,
@@ -18,8 +19,6 @@ from schedd.core.validate import (
     Defaults,
     parse_batch,
     parse_job,
-    spec_from_dict,
-    spec_to_dict,
 )
 from schedd.errors import InvalidArgument, PayloadTooLarge
 

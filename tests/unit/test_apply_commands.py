@@ -26,7 +26,7 @@ def later(at_ms: int = T0 + MIN, **kw: Any) -> JobSpec:
 def dead_lettered(h: Harness, lf: int) -> str:
     h.submit(spec=JobSpec(task="t", retry=RetryPolicy(max_attempts=1)))
     rid = f"J1@{T0}"
-    h.one(c.Fail(h.rid(), T0 + 1, lf, rid, lease_one(h, lf, rid), "boom", False))
+    h.one(c.FailRun(h.rid(), T0 + 1, lf, rid, lease_one(h, lf, rid), "boom", False))
     assert h.state.in_dlq(rid)
     return rid
 
@@ -62,8 +62,8 @@ def test_a_command_whose_answer_is_read_back_asks_the_store_to_show_it_at_once()
     lf, rid = 1, f"J1@{T0}"
     assert asks(c.Submit("r1", T0, (("J1", JobSpec(task="t")),))) == 1
     assert asks(c.Fire("r2", T0, lf, (rid,))) == 0
-    assert asks(c.Lease("r3", T0, lf, ((rid, "w1"),))) == 0
-    assert asks(c.Complete("r4", T0, lf, rid, 4)) == 0
+    assert asks(c.LeaseRuns("r3", T0, lf, ((rid, "w1"),))) == 0
+    assert asks(c.CompleteRun("r4", T0, lf, rid, 4)) == 0
     assert state.runs[rid].state is RunState.SUCCEEDED
     assert asks(c.Barrier("r5", T0)) == 1
     assert asks(c.CancelJob("r6", T0, "J1")) == 1
@@ -138,7 +138,7 @@ def test_a_failed_attempt_keeps_the_workers_error() -> None:
     h.submit(spec=JobSpec(task="t", retry=RetryPolicy(max_attempts=2, jitter=False)))
     rid = f"J1@{T0}"
     fence = lease_one(h, lf, rid)
-    assert h.one(c.Fail(h.rid(), T0 + 5, lf, rid, fence, "disk full", True)) == Ok(rid)
+    assert h.one(c.FailRun(h.rid(), T0 + 5, lf, rid, fence, "disk full", True)) == Ok(rid)
     run = h.state.runs[rid]
     assert run.state is RunState.RETRYING and run.error == "disk full"
     assert [(a.outcome, a.error, a.ended_ms) for a in run.attempts] == [
@@ -327,7 +327,7 @@ def test_cancelling_a_finished_job_leaves_it_done() -> None:
     lf = h.claim()
     h.submit()
     rid = f"J1@{T0}"
-    h.one(c.Complete(h.rid(), T0 + 1, lf, rid, lease_one(h, lf, rid), None))
+    h.one(c.CompleteRun(h.rid(), T0 + 1, lf, rid, lease_one(h, lf, rid), None))
     done = h.state.jobs["J1"]
     assert done.status is JobStatus.DONE
     assert h.one(c.CancelJob(h.rid(), T0 + 5, "J1")) == Ok(done)
@@ -339,7 +339,7 @@ def test_cancelling_a_finished_job_with_a_triggered_run_in_flight_cancels_that_r
     lf = h.claim()
     h.submit()
     rid = f"J1@{T0}"
-    h.one(c.Complete(h.rid(), T0 + 1, lf, rid, lease_one(h, lf, rid), None))
+    h.one(c.CompleteRun(h.rid(), T0 + 1, lf, rid, lease_one(h, lf, rid), None))
     triggered = h.one(c.Trigger(h.rid(), T0 + 2, "J1")).value
     assert h.state.jobs["J1"].status is JobStatus.DONE and triggered.state is RunState.QUEUED
     res = h.one(c.CancelJob(h.rid(), T0 + 5, "J1"))
@@ -390,7 +390,7 @@ def test_a_finished_job_can_no_longer_be_changed(status: str) -> None:
         h.one(c.CancelJob(h.rid(), T0, "J1"))
     else:
         rid = f"J1@{T0}"
-        h.one(c.Complete(h.rid(), T0 + 1, lf, rid, lease_one(h, lf, rid), None))
+        h.one(c.CompleteRun(h.rid(), T0 + 1, lf, rid, lease_one(h, lf, rid), None))
     before = h.state.jobs["J1"]
     res = h.one(c.UpdateJob(h.rid(), T0 + 5, "J1", paused=True))
     assert res == Rejected("conflict", f"job J1 is {status}: it can no longer be changed")

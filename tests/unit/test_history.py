@@ -15,9 +15,9 @@ DAY = 1440 * MIN
 def finish(h: Checked, lf: int, run_id: str, now: int, ok: bool = True) -> None:
     fence = h.start(lf, run_id, now)
     if ok:
-        assert h.one(c.Complete(h.rid(), now + 1, lf, run_id, fence, None)) == Ok(run_id)
+        assert h.one(c.CompleteRun(h.rid(), now + 1, lf, run_id, fence, None)) == Ok(run_id)
     else:
-        h.one(c.Fail(h.rid(), now + 1, lf, run_id, fence, "boom", False))
+        h.one(c.FailRun(h.rid(), now + 1, lf, run_id, fence, "boom", False))
 
 
 def purge(

@@ -56,7 +56,7 @@ def test_a_replayed_run_retries_a_failure_and_dead_letters_only_after_max_attemp
     rid = f"J1@{T0}"
 
     def lease_and_fail(now: int) -> None:
-        h.one(c.Fail(h.rid(), now + 10, lf, rid, lease(h, lf, rid, now), "boom", True))
+        h.one(c.FailRun(h.rid(), now + 10, lf, rid, lease(h, lf, rid, now), "boom", True))
 
     for now in (T0, T0 + 2 * SEC):  # attempt 1 fails, is retried, attempt 2 fails
         fire(h, lf, rid, now)
@@ -83,7 +83,7 @@ def _queued(h: Harness, lf: int, run_id: str) -> None:
 def _retrying(h: Harness, lf: int, run_id: str) -> None:
     """Failed once, waiting out its backoff (5 minutes, past the next occurrences)."""
     fence = lease(h, lf, run_id, T0 + MIN)
-    h.one(c.Fail(h.rid(), T0 + MIN + 10, lf, run_id, fence, "boom", True))
+    h.one(c.FailRun(h.rid(), T0 + MIN + 10, lf, run_id, fence, "boom", True))
     assert h.state.runs[run_id].state is RunState.RETRYING
 
 

@@ -187,7 +187,7 @@ def fire(h: Harness, lf: int, run_id: str, now: int) -> Any:
 
 
 def lease(h: Harness, lf: int, run_id: str, now: int, worker: str = "w") -> int:
-    [res] = h.one(c.Lease(h.rid(), now, lf, ((run_id, worker),))).value
+    [res] = h.one(c.LeaseRuns(h.rid(), now, lf, ((run_id, worker),))).value
     assert isinstance(res, Ok), res
     return int(res.value.fence)
 
@@ -296,7 +296,7 @@ def test_overlap_is_judged_on_live_runs(policy: Overlap, expected: list[str]) ->
             h.state.runs[third].reason == "overlap"
             and h.state.runs[third].state is RunState.SKIPPED
         )
-        h.one(c.Complete(h.rid(), T0 + 3 * MIN, lf, first, fence, None))
+        h.one(c.CompleteRun(h.rid(), T0 + 3 * MIN, lf, first, fence, None))
         assert h.state.runs[second].state is RunState.QUEUED  # the buffered one starts
 
 
@@ -308,7 +308,7 @@ def test_a_crashed_worker_does_not_block_the_job_forever() -> None:
     fire(h, lf, first, T0 + MIN)
     fence = lease(h, lf, first, T0 + MIN)
     # heartbeats stop: the leader expires the lease; no attempts left -> the run ends
-    h.one(c.Fail(h.rid(), T0 + MIN + 5000, lf, first, fence, "lost", False, "lost"))
+    h.one(c.FailRun(h.rid(), T0 + MIN + 5000, lf, first, fence, "lost", False, "lost"))
     second = next_id(h)
     fire(h, lf, second, T0 + 2 * MIN)
     assert h.state.runs[second].state is RunState.QUEUED
@@ -372,10 +372,10 @@ def test_dependency_chain_runs_in_order_and_failure_skips_dependants() -> None:
         RunState.BLOCKED,
     ]
     fence = lease(h, lf, a, T0)
-    h.one(c.Complete(h.rid(), T0 + 1, lf, a, fence, None))
+    h.one(c.CompleteRun(h.rid(), T0 + 1, lf, a, fence, None))
     assert h.state.runs[b].state is RunState.QUEUED and h.state.runs[cc].state is RunState.BLOCKED
     fence = lease(h, lf, b, T0 + 2)
-    h.one(c.Fail(h.rid(), T0 + 3, lf, b, fence, "boom", False))
+    h.one(c.FailRun(h.rid(), T0 + 3, lf, b, fence, "boom", False))
     assert h.state.runs[b].state is RunState.FAILED
     assert (
         h.state.runs[cc].state is RunState.SKIPPED and h.state.runs[cc].reason == "upstream_failed"
@@ -428,12 +428,12 @@ def test_replay_from_the_dead_letter_queue_gets_fresh_attempts() -> None:
     rid = f"J1@{T0}"
     fire(h, lf, rid, T0)
     fence = lease(h, lf, rid, T0)
-    h.one(c.Fail(h.rid(), T0, lf, rid, fence, "boom", True))
+    h.one(c.FailRun(h.rid(), T0, lf, rid, fence, "boom", True))
     assert h.state.in_dlq(rid) and h.state.jobs["J1"].status is JobStatus.DONE
     assert isinstance(h.one(c.Replay(h.rid(), T0 + 5, rid)), Ok)
     assert not h.state.in_dlq(rid) and h.state.runs[rid].state is RunState.QUEUED
     fence2 = lease(h, lf, rid, T0 + 6)
-    h.one(c.Complete(h.rid(), T0 + 7, lf, rid, fence2, "ok"))
+    h.one(c.CompleteRun(h.rid(), T0 + 7, lf, rid, fence2, "ok"))
     run = h.state.runs[rid]
     assert run.state is RunState.SUCCEEDED and [a.outcome for a in run.attempts] == [
         "failed",
@@ -448,7 +448,7 @@ def test_drop_from_the_dead_letter_queue_keeps_history() -> None:
     h.submit(spec=JobSpec(task="t", retry=RetryPolicy(max_attempts=1)))
     rid = f"J1@{T0}"
     fire(h, lf, rid, T0)
-    h.one(c.Fail(h.rid(), T0, lf, rid, lease(h, lf, rid, T0), "boom", True))
+    h.one(c.FailRun(h.rid(), T0, lf, rid, lease(h, lf, rid, T0), "boom", True))
     assert isinstance(h.one(c.DropDead(h.rid(), T0, rid)), Ok)
     assert not h.state.in_dlq(rid) and h.state.runs[rid].state is RunState.FAILED
 
@@ -549,7 +549,7 @@ def test_every_allow_fires_ahead_and_a_retry_waits_for_its_backoff_on_the_worker
     assert fire(h, lf, rid, due - 1_000) == Ok(rid)
     fence = lease(h, lf, rid, due - 1_000)
     h.events.clear()
-    assert h.one(c.Fail(h.rid(), due + 50, lf, rid, fence, "boom", True, rand=0.5)) == Ok(rid)
+    assert h.one(c.FailRun(h.rid(), due + 50, lf, rid, fence, "boom", True, rand=0.5)) == Ok(rid)
     retry_due = h.state.runs[rid].due_ms
     assert retry_due > due + 50
     assert ("due", rid, retry_due, True) in h.events

@@ -60,7 +60,7 @@ def test_the_leader_is_told_where_each_run_waits_in_every_state() -> None:
     assert h.state.runs[rid].namespace == "ns"
     fire(h, lf, rid, T0)
     fence = lease(h, lf, rid, T0)
-    h.one(c.Complete(h.rid(), T0 + 5, lf, rid, fence, None))
+    h.one(c.CompleteRun(h.rid(), T0 + 5, lf, rid, fence, None))
     assert h.events == [
         ("due", rid, T0, True),
         ("ready", rid, "q", "high", "ns"),
@@ -105,7 +105,7 @@ def test_a_lease_batch_leases_the_queued_runs_and_leaves_the_others_as_they_are(
     fire(h, lf, queued, T0)
     before = {r: h.state.runs[r] for r in (running, scheduled)}
     res = h.one(
-        c.Lease(
+        c.LeaseRuns(
             h.rid(),
             T0 + 1,
             lf,
@@ -124,7 +124,7 @@ def test_each_lease_of_a_retried_run_is_its_next_attempt_on_the_worker_that_took
     h.submit(spec=JobSpec(task="t", retry=RetryPolicy(initial_ms=1000, jitter=False)))
     rid = f"J1@{T0}"
     fence = h.start(lf, rid, T0, worker="w1")
-    h.one(c.Fail(h.rid(), T0 + 10, lf, rid, fence, "boom", True))
+    h.one(c.FailRun(h.rid(), T0 + 10, lf, rid, fence, "boom", True))
     h.start(lf, rid, T0 + 1010, worker="w2")
     assert [(a.number, a.worker_id) for a in h.state.runs[rid].attempts] == [(1, "w1"), (2, "w2")]
 
@@ -135,7 +135,7 @@ def test_each_lease_of_a_retried_run_is_its_next_attempt_on_the_worker_that_took
 def test_a_result_for_a_run_that_does_not_exist_is_refused_naming_the_run() -> None:
     h = Checked()
     lf = h.claim()
-    assert h.one(c.Complete(h.rid(), T0, lf, "J9@1", 12, None)) == Rejected(
+    assert h.one(c.CompleteRun(h.rid(), T0, lf, "J9@1", 12, None)) == Rejected(
         "not_found", "no run J9@1"
     )
 
@@ -146,7 +146,7 @@ def test_a_result_of_an_older_lease_is_refused_naming_the_current_one() -> None:
     h.submit()
     rid = f"J1@{T0}"
     fence = h.start(lf, rid, T0)
-    assert h.one(c.Fail(h.rid(), T0 + 1, lf, rid, fence - 1, "boom", True)) == Rejected(
+    assert h.one(c.FailRun(h.rid(), T0 + 1, lf, rid, fence - 1, "boom", True)) == Rejected(
         "stale_fence", f"fence {fence - 1} is not the current lease of {rid} ({fence})"
     )
     assert h.state.runs[rid].state is RunState.RUNNING
@@ -163,7 +163,7 @@ def test_the_result_of_a_run_cancelled_while_running_is_refused_and_it_stays_can
         ("cancelled", "cancelled")
     ]
     # the worker finished before the stop reached it
-    assert h.one(c.Complete(h.rid(), T0 + 2, lf, rid, fence, "done")) == Rejected(
+    assert h.one(c.CompleteRun(h.rid(), T0 + 2, lf, rid, fence, "done")) == Rejected(
         "stale_fence", f"run {rid} is cancelled, not running"
     )
     run = h.state.runs[rid]
@@ -176,10 +176,10 @@ def test_a_failure_re_sent_after_a_failover_is_acknowledged_again_and_changes_no
     h.submit()
     rid = f"J1@{T0}"
     fence = h.start(lf, rid, T0)
-    fail = c.Fail(h.rid(), T0 + 10, lf, rid, fence, "boom", True)
+    fail = c.FailRun(h.rid(), T0 + 10, lf, rid, fence, "boom", True)
     assert h.one(fail) == Ok(rid)
     run = h.state.runs[rid]
-    assert h.one(c.Fail(h.rid(), T0 + 20, lf, rid, fence, "boom", True)) == Ok(rid)
+    assert h.one(c.FailRun(h.rid(), T0 + 20, lf, rid, fence, "boom", True)) == Ok(rid)
     assert h.state.runs[rid] == run
 
 
@@ -191,13 +191,13 @@ def test_a_run_shows_its_last_error_until_an_attempt_succeeds() -> None:
     now = T0
     for error in ("disk full", "oom"):
         fence = h.start(lf, rid, now)
-        assert h.one(c.Fail(h.rid(), now + 10, lf, rid, fence, error, True)) == Ok(rid)
+        assert h.one(c.FailRun(h.rid(), now + 10, lf, rid, fence, error, True)) == Ok(rid)
         run = h.state.runs[rid]
         assert (run.state, run.error) == (RunState.RETRYING, error)
         assert h.state.jobs["J1"].next_run_at_ms == run.due_ms  # the job shows when it retries
         now = run.due_ms
     fence = h.start(lf, rid, now)
-    h.one(c.Complete(h.rid(), now + 10, lf, rid, fence, 42))
+    h.one(c.CompleteRun(h.rid(), now + 10, lf, rid, fence, 42))
     run = h.state.runs[rid]
     assert (run.state, run.error, run.result) == (RunState.SUCCEEDED, None, 42)
     assert [(a.outcome, a.error) for a in run.attempts] == [
@@ -213,7 +213,7 @@ def test_a_run_that_fails_for_good_keeps_the_error_in_the_dead_letter_queue() ->
     h.submit(spec=JobSpec(task="t", retry=RetryPolicy(max_attempts=1)))
     rid = f"J1@{T0}"
     fence = h.start(lf, rid, T0)
-    assert h.one(c.Fail(h.rid(), T0 + 10, lf, rid, fence, "ValueError: x", True)) == Ok(rid)
+    assert h.one(c.FailRun(h.rid(), T0 + 10, lf, rid, fence, "ValueError: x", True)) == Ok(rid)
     run = h.state.runs[rid]
     assert (run.state, run.error, h.state.in_dlq(rid)) == (RunState.FAILED, "ValueError: x", True)
     assert [(a.outcome, a.error) for a in run.attempts] == [("failed", "ValueError: x")]
@@ -227,7 +227,7 @@ def test_cancelling_a_finished_run_answers_its_id_and_changes_nothing() -> None:
     lf = h.claim()
     h.submit()
     rid = f"J1@{T0}"
-    h.one(c.Complete(h.rid(), T0 + 1, lf, rid, h.start(lf, rid, T0), None))
+    h.one(c.CompleteRun(h.rid(), T0 + 1, lf, rid, h.start(lf, rid, T0), None))
     run = h.state.runs[rid]
     assert h.one(c.CancelRun(h.rid(), T0 + 2, rid)) == Ok(rid)
     assert h.state.runs[rid] == run
@@ -242,7 +242,7 @@ def test_cancelling_a_run_waiting_for_its_retry_keeps_its_attempts_and_stops_no_
     h.submit()
     rid = f"J1@{T0}"
     fence = h.start(lf, rid, T0)
-    h.one(c.Fail(h.rid(), T0 + 10, lf, rid, fence, "boom", True))
+    h.one(c.FailRun(h.rid(), T0 + 10, lf, rid, fence, "boom", True))
     attempts = h.state.runs[rid].attempts
     h.events.clear()
     assert h.one(c.CancelRun(h.rid(), T0 + 20, rid)) == Ok(rid)
@@ -329,7 +329,7 @@ def test_a_triggered_run_retries_at_its_due_time_never_ahead_of_it() -> None:
     rid = h.trigger(T0).id
     fence = lease(h, lf, rid, T0)
     h.events.clear()
-    h.one(c.Fail(h.rid(), T0 + 10, lf, rid, fence, "boom", True))
+    h.one(c.FailRun(h.rid(), T0 + 10, lf, rid, fence, "boom", True))
     due = T0 + 10 + 10_000
     assert h.events == [("due", rid, due, False)]
     assert isinstance(fire(h, lf, rid, due - 1), Rejected)
@@ -344,7 +344,7 @@ def test_only_a_run_in_the_dead_letter_queue_can_be_replayed() -> None:
     lf = h.claim()
     h.submit()
     rid = f"J1@{T0}"
-    h.one(c.Complete(h.rid(), T0 + 1, lf, rid, h.start(lf, rid, T0), None))
+    h.one(c.CompleteRun(h.rid(), T0 + 1, lf, rid, h.start(lf, rid, T0), None))
     for run_id in (rid, "J9@1"):
         assert h.one(c.Replay(h.rid(), T0 + 2, run_id)) == Rejected(
             "not_found", f"run {run_id} is not in the dead-letter queue", "run_id"
@@ -357,7 +357,7 @@ def test_a_replayed_run_is_queued_without_its_old_error_and_its_job_is_active_ag
     lf = h.claim()
     h.submit(spec=JobSpec(task="t", retry=RetryPolicy(max_attempts=1)))
     rid = f"J1@{T0}"
-    h.one(c.Fail(h.rid(), T0 + 1, lf, rid, h.start(lf, rid, T0), "boom", True))
+    h.one(c.FailRun(h.rid(), T0 + 1, lf, rid, h.start(lf, rid, T0), "boom", True))
     assert h.state.jobs["J1"].status is JobStatus.DONE
     res = h.one(c.Replay(h.rid(), T0 + MIN, rid))
     run = h.state.runs[rid]
@@ -373,7 +373,7 @@ def test_replaying_a_dead_run_of_a_paused_job_does_not_resume_the_job() -> None:
         spec=JobSpec(task="t", schedule=every(HOUR).schedule, retry=RetryPolicy(max_attempts=1))
     )
     rid = next_id(h)
-    h.one(c.Fail(h.rid(), T0 + HOUR + 1, lf, rid, h.start(lf, rid, T0 + HOUR), "boom", True))
+    h.one(c.FailRun(h.rid(), T0 + HOUR + 1, lf, rid, h.start(lf, rid, T0 + HOUR), "boom", True))
     h.one(c.UpdateJob(h.rid(), T0 + HOUR + 2, "J1", paused=True))
     assert isinstance(h.one(c.Replay(h.rid(), T0 + HOUR + 3, rid)), Ok)
     assert h.state.runs[rid].state is RunState.QUEUED
@@ -628,7 +628,7 @@ def test_a_new_time_for_a_one_off_job_replaces_its_run_and_the_job_stays_active(
     # it can be changed again, and is done once the new run finished
     assert isinstance(h.one(c.UpdateJob(h.rid(), T0 + 2, "J1", spec=at(T0 + 3 * HOUR))), Ok)
     rid = next_id(h)
-    h.one(c.Complete(h.rid(), T0 + 3 * HOUR + 1, lf, rid, h.start(lf, rid, T0 + 3 * HOUR), None))
+    h.one(c.CompleteRun(h.rid(), T0 + 3 * HOUR + 1, lf, rid, h.start(lf, rid, T0 + 3 * HOUR), None))
     assert h.state.jobs["J1"].status is JobStatus.DONE
 
 
@@ -648,7 +648,7 @@ def test_a_run_whose_upstream_already_failed_for_good_is_skipped() -> None:
     h = Checked()
     lf = h.claim()
     h.submit("A", JobSpec(task="t", retry=RetryPolicy(max_attempts=1)))
-    h.one(c.Fail(h.rid(), T0 + 1, lf, f"A@{T0}", h.start(lf, f"A@{T0}", T0), "boom", True))
+    h.one(c.FailRun(h.rid(), T0 + 1, lf, f"A@{T0}", h.start(lf, f"A@{T0}", T0), "boom", True))
     h.submit("B", JobSpec(task="t", depends_on=("A",)), now=T0 + 2)
     assert fire(h, lf, f"B@{T0 + 2}", T0 + 2) == Ok(f"B@{T0 + 2}")
     assert got(h, "B") == ["skipped:upstream_failed"]
@@ -660,7 +660,7 @@ def test_a_run_whose_upstream_job_was_cancelled_is_skipped_even_if_its_last_run_
     lf = h.claim()
     h.submit("A", cron(), now=T0)
     ran = h.trigger(T0 + 1, "A").id
-    h.one(c.Complete(h.rid(), T0 + 2, lf, ran, lease(h, lf, ran, T0 + 1), None))
+    h.one(c.CompleteRun(h.rid(), T0 + 2, lf, ran, lease(h, lf, ran, T0 + 1), None))
     h.one(c.CancelJob(h.rid(), T0 + 3, "A"))
     h.submit("B", JobSpec(task="t", depends_on=("A",)), now=T0 + 4)
     fire(h, lf, f"B@{T0 + 4}", T0 + 4)
@@ -686,7 +686,7 @@ def test_an_upstream_success_releases_every_dependant_waiting_for_it() -> None:
     h.submit("B", at(T0 + HOUR, depends_on=("A",)))  # not due yet: nothing waits
     h.submit("C", JobSpec(task="t", depends_on=("A",)))
     fire(h, lf, f"C@{T0}", T0)
-    h.one(c.Complete(h.rid(), T0 + 1, lf, f"A@{T0}", h.start(lf, f"A@{T0}", T0), None))
+    h.one(c.CompleteRun(h.rid(), T0 + 1, lf, f"A@{T0}", h.start(lf, f"A@{T0}", T0), None))
     assert got(h, "B") == ["scheduled"]
     assert got(h, "C") == ["queued"]
 
@@ -695,7 +695,7 @@ def test_an_upstream_success_does_not_release_a_run_buffered_behind_its_own_runn
     h = Checked()
     lf = h.claim()
     h.submit("A", now=T0)
-    h.one(c.Complete(h.rid(), T0 + 1, lf, f"A@{T0}", h.start(lf, f"A@{T0}", T0), None))
+    h.one(c.CompleteRun(h.rid(), T0 + 1, lf, f"A@{T0}", h.start(lf, f"A@{T0}", T0), None))
     h.submit(
         "C",
         JobSpec(task="t", depends_on=("A",), schedule=cron(overlap=Overlap.BUFFER_ONE).schedule),
@@ -706,7 +706,7 @@ def test_an_upstream_success_does_not_release_a_run_buffered_behind_its_own_runn
     assert got(h, "C")[:2] == ["running", "blocked:overlap"]
     again = h.trigger(T0 + 2 * MIN + 1, "A").id
     h.one(
-        c.Complete(
+        c.CompleteRun(
             h.rid(), T0 + 2 * MIN + 2, lf, again, lease(h, lf, again, T0 + 2 * MIN + 1), None
         )
     )
@@ -723,9 +723,9 @@ def test_a_one_off_job_is_done_when_its_last_unfinished_run_finishes() -> None:
     rid = f"J1@{T0}"
     fence = h.start(lf, rid, T0)
     extra = h.trigger(T0 + 1, override=True).id
-    h.one(c.Complete(h.rid(), T0 + 2, lf, rid, fence, None))
+    h.one(c.CompleteRun(h.rid(), T0 + 2, lf, rid, fence, None))
     assert h.state.jobs["J1"].status is JobStatus.ACTIVE
-    h.one(c.Complete(h.rid(), T0 + 4, lf, extra, lease(h, lf, extra, T0 + 3), None))
+    h.one(c.CompleteRun(h.rid(), T0 + 4, lf, extra, lease(h, lf, extra, T0 + 3), None))
     job = h.state.jobs["J1"]
     assert (job.status, job.next_run_at_ms, job.updated_ms) == (JobStatus.DONE, None, T0 + 4)
     assert all(r.state in TERMINAL_RUN_STATES for r in h.state.runs.values())

@@ -59,9 +59,9 @@ def test_live_runs_and_runs_due_within_the_hot_window_stay_in_memory_until_done(
         assert st.runs[soon] is st.runs[soon]  # the same record: never read back from disk
         node.apply([c.Fire("f", T0 + 1_000, node.index - 1, (soon,))])
         assert st.runs[soon].state is RunState.QUEUED and st.hot_set() == 1
-        node.apply([c.Lease("l", T0 + 1_001, 1, ((soon, "w1"),))])
+        node.apply([c.LeaseRuns("l", T0 + 1_001, 1, ((soon, "w1"),))])
         fence = node.index
-        node.apply([c.Complete("d", T0 + 1_002, 1, soon, fence)])
+        node.apply([c.CompleteRun("d", T0 + 1_002, 1, soon, fence)])
         assert st.runs[soon].state is RunState.SUCCEEDED and st.hot_set() == 0
         # the leader loading its next window takes the later run into the hot set
         assert [r.id for r in st.due_runs(T0, T0 + 7_200_000)] == [later]

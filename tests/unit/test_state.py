@@ -74,7 +74,7 @@ class Harness:
 
 def lease_one(h: Harness, lf: int, run_id: str, now: int = T0, worker: str = "w1") -> int:
     assert h.one(c.Fire(h.rid(), now, lf, (run_id,))) == Ok([Ok(run_id)])
-    res = h.one(c.Lease(h.rid(), now, lf, ((run_id, worker),)))
+    res = h.one(c.LeaseRuns(h.rid(), now, lf, ((run_id, worker),)))
     assert isinstance(res, Ok)
     [attempt] = res.value
     assert isinstance(attempt, Ok)
@@ -118,7 +118,7 @@ def test_full_lifecycle_success_and_fence_is_the_lease_index() -> None:
     rid = f"J1@{T0}"
     fence = lease_one(h, lf, rid)
     assert fence == h.index  # the Raft log index of the lease entry
-    res = h.one(c.Complete(h.rid(), T0 + 10, lf, rid, fence, {"ok": True}))
+    res = h.one(c.CompleteRun(h.rid(), T0 + 10, lf, rid, fence, {"ok": True}))
     assert res == Ok(rid)
     run = h.state.runs[rid]
     assert run.state is RunState.SUCCEEDED and run.result == {"ok": True}
@@ -133,7 +133,7 @@ def test_stale_fence_is_refused_and_changes_nothing() -> None:
     rid = f"J1@{T0}"
     fence = lease_one(h, lf, rid)
     before = pickle.dumps(h.state.runs[rid])
-    res = h.one(c.Complete(h.rid(), T0, lf, rid, fence - 1, None))
+    res = h.one(c.CompleteRun(h.rid(), T0, lf, rid, fence - 1, None))
     assert isinstance(res, Rejected) and res.code == "stale_fence"
     assert pickle.dumps(h.state.runs[rid]) == before
 
@@ -172,13 +172,13 @@ def test_failure_retries_with_backoff_then_dead_letters() -> None:
     h.submit(spec=spec)
     rid = f"J1@{T0}"
     fence = lease_one(h, lf, rid)
-    assert h.one(c.Fail(h.rid(), T0 + 100, lf, rid, fence, "boom", True)) == Ok(rid)
+    assert h.one(c.FailRun(h.rid(), T0 + 100, lf, rid, fence, "boom", True)) == Ok(rid)
     run = h.state.runs[rid]
     assert run.state is RunState.RETRYING and run.due_ms == T0 + 100 + 1000
     assert ("due", rid, T0 + 1100, True) in h.events
     fence2 = lease_one(h, lf, rid, now=T0 + 1100)
     assert fence2 > fence
-    h.one(c.Fail(h.rid(), T0 + 1200, lf, rid, fence2, "boom again", True, "lost"))
+    h.one(c.FailRun(h.rid(), T0 + 1200, lf, rid, fence2, "boom again", True, "lost"))
     run = h.state.runs[rid]
     assert run.state is RunState.FAILED and h.state.in_dlq(rid)
     assert [a.outcome for a in run.attempts] == ["failed", "lost"]
@@ -191,7 +191,7 @@ def test_non_retryable_failure_goes_straight_to_the_dead_letter_queue() -> None:
     h.submit()
     rid = f"J1@{T0}"
     fence = lease_one(h, lf, rid)
-    h.one(c.Fail(h.rid(), T0, lf, rid, fence, "bad input", False))
+    h.one(c.FailRun(h.rid(), T0, lf, rid, fence, "bad input", False))
     assert h.state.runs[rid].state is RunState.FAILED and len(h.state.runs[rid].attempts) == 1
 
 
@@ -307,7 +307,7 @@ def test_cancel_stops_a_running_attempt() -> None:
     assert isinstance(h.one(c.CancelJob(h.rid(), T0, "J1")), Ok)
     assert h.state.runs[rid].state is RunState.CANCELLED
     assert ("stop", rid, fence) in h.events
-    late = h.one(c.Complete(h.rid(), T0, lf, rid, fence, None))
+    late = h.one(c.CompleteRun(h.rid(), T0, lf, rid, fence, None))
     assert isinstance(late, Rejected)
 
 
@@ -340,9 +340,9 @@ def test_codec_round_trip() -> None:
         c.Claim("a", T0, "n1", 3, "http://x"),
         c.Submit("b", T0, (("J1", JobSpec(task="t", payload={"k": [1, 2]})),)),
         c.Fire("c", T0, 7, ("J1@1",)),
-        c.Lease("d", T0, 7, (("J1@1", "w"),)),
-        c.Complete("e", T0, 7, "J1@1", 9, {"r": 1}),
-        c.Fail("f", T0, 7, "J1@1", 9, "err", False, "lost", 0.25),
+        c.LeaseRuns("d", T0, 7, (("J1@1", "w"),)),
+        c.CompleteRun("e", T0, 7, "J1@1", 9, {"r": 1}),
+        c.FailRun("f", T0, 7, "J1@1", 9, "err", False, "lost", 0.25),
         c.CancelJob("g", T0, "J1"),
         c.Barrier("h", T0),
     ]
@@ -355,13 +355,13 @@ def test_a_repeated_result_for_the_same_fence_is_accepted_and_changes_nothing() 
     h.submit()
     rid = f"J1@{T0}"
     fence = lease_one(h, lf, rid)
-    assert h.one(c.Complete(h.rid(), T0 + 5, lf, rid, fence, 1)) == Ok(rid)
+    assert h.one(c.CompleteRun(h.rid(), T0 + 5, lf, rid, fence, 1)) == Ok(rid)
     before = h.state.runs[rid]
-    assert h.one(c.Complete(h.rid(), T0 + 9, lf, rid, fence, 2)) == Ok(
+    assert h.one(c.CompleteRun(h.rid(), T0 + 9, lf, rid, fence, 2)) == Ok(
         rid
     )  # re-sent after failover
     assert h.state.runs[rid] == before
-    assert isinstance(h.one(c.Complete(h.rid(), T0, lf, rid, fence + 1, 3)), Rejected)
+    assert isinstance(h.one(c.CompleteRun(h.rid(), T0, lf, rid, fence + 1, 3)), Rejected)
 
 
 def test_leader_commands_are_not_kept_in_the_dedup_table() -> None:
@@ -487,18 +487,18 @@ def test_the_metrics_counters_stay_in_step_with_the_runs() -> None:
     a, b, cc, r1 = f"A@{T0}", f"B@{T0}", f"C@{T0}", f"R@{T0 + MIN}"
     steps = [
         lambda: lease_one(h, lf, a),
-        lambda: h.one(c.Fail(h.rid(), T0 + 1, lf, a, h.state.runs[a].fence, "boom", True)),
+        lambda: h.one(c.FailRun(h.rid(), T0 + 1, lf, a, h.state.runs[a].fence, "boom", True)),
         lambda: lease_one(h, lf, a, now=T0 + 1001),
-        lambda: h.one(c.Complete(h.rid(), T0 + 1002, lf, a, h.state.runs[a].fence, None)),
+        lambda: h.one(c.CompleteRun(h.rid(), T0 + 1002, lf, a, h.state.runs[a].fence, None)),
         lambda: lease_one(h, lf, b),
-        lambda: h.one(c.Fail(h.rid(), T0 + 2, lf, b, h.state.runs[b].fence, "bad", False)),
+        lambda: h.one(c.FailRun(h.rid(), T0 + 2, lf, b, h.state.runs[b].fence, "bad", False)),
         lambda: lease_one(h, lf, cc),
         lambda: h.one(c.CancelRun(h.rid(), T0 + 3, cc)),
         lambda: lease_one(h, lf, r1, now=T0 + MIN),
         # the next occurrence fires 4 minutes late: it and the ones missed since are skipped
         # but the latest, while the first run still holds its lease
         lambda: h.one(c.Fire(h.rid(), T0 + 6 * MIN, lf, (f"R@{T0 + 2 * MIN}",))),
-        lambda: h.one(c.Complete(h.rid(), T0 + 6 * MIN, lf, r1, h.state.runs[r1].fence, None)),
+        lambda: h.one(c.CompleteRun(h.rid(), T0 + 6 * MIN, lf, r1, h.state.runs[r1].fence, None)),
     ]
     for step in steps:
         step()

@@ -10,6 +10,7 @@ from typing import Any
 import orjson
 import pytest
 
+from schedd.core.commands import spec_from_dict, spec_to_dict
 from schedd.core.model import JobSpec, Priority, RetryPolicy, Schedule, ScheduleKind
 from schedd.core.validate import (
     Defaults,
@@ -22,8 +23,6 @@ from schedd.core.validate import (
     parse_job,
     parse_job_and_options,
     parse_schedule,
-    spec_from_dict,
-    spec_to_dict,
 )
 from schedd.errors import Code, InvalidArgument, PayloadTooLarge
 
