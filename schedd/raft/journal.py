@@ -307,7 +307,10 @@ def _fsync_file(path: str) -> None:
 
 
 # -- background compaction ---------------------------------------------------------------------
-COPY_CHUNK: Final = 16 << 20
+#: the copy is written and synced this much at a time: an ext4 journal commit (which the Raft
+#: thread's own fdatasync may have to wait for) then never has more than this of the copy's
+#: dirty pages to flush first, as the snapshot copy does (schedd/storage/snapshots.py)
+COPY_CHUNK: Final = 4 << 20
 
 
 class _Compaction(threading.Thread):
@@ -341,9 +344,10 @@ class _Compaction(threading.Thread):
             while off < self.upto and not self.cancelled:
                 chunk = _read_all(self.src_fd, min(COPY_CHUNK, self.upto - off), off)
                 _write_all(self.fd, chunk, out)
+                _fdatasync(self.fd)
                 off, out = off + len(chunk), out + len(chunk)
             if not self.cancelled:
-                _fdatasync(self.fd)
+                _fdatasync(self.fd)  # the header, when there was nothing to copy
         except OSError as exc:
             self.error = exc
         finally:
