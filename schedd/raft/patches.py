@@ -265,6 +265,26 @@ def bound_apply(
 
 
 # -- commits ------------------------------------------------------------------------------------
+def _intercept(
+    obj: SyncObj,
+    wanted: Callable[[dict[str, Any]], bool],
+    around: Callable[[Any, Any, Callable[[Any, Any], None]], None],
+) -> None:
+    """Route the node's incoming Raft messages that ``wanted`` picks through ``around(node,
+    message, inner)``, which calls ``inner`` (pysyncobj's own handling, or the interceptor
+    installed before) itself; every other message goes straight to ``inner``."""
+    transport = obj._SyncObj__transport
+    inner = transport._onMessageReceivedCallback
+
+    def on_message(node: Any, message: Any) -> None:
+        if isinstance(message, dict) and wanted(message):
+            around(node, message, inner)
+        else:
+            inner(node, message)
+
+    transport.setOnMessageReceivedCallback(on_message)
+
+
 def guard_snapshot_commit(obj: SyncObj) -> None:
     """Work around a pysyncobj 0.3.17 bug that acknowledged writes which were then lost.
 
@@ -277,17 +297,11 @@ def guard_snapshot_commit(obj: SyncObj) -> None:
     (found by the fault suite: seed 3017, one_way_leader_in).  Only installing the snapshot may
     move the commit index on such a message; otherwise it is put back.  Runs on the tick thread
     (the transport's message callback)."""
-    transport = obj._SyncObj__transport
-    inner = transport._onMessageReceivedCallback
 
-    def on_message(node: Any, message: Any) -> None:
-        if not (
-            isinstance(message, dict)
-            and message.get("type") == "append_entries"
-            and "prevLogIdx" not in message
-        ):
-            inner(node, message)
-            return
+    def snapshot_chunk(message: dict[str, Any]) -> bool:
+        return message.get("type") == "append_entries" and "prevLogIdx" not in message
+
+    def around(node: Any, message: Any, inner: Callable[[Any, Any], None]) -> None:
         commit = obj._SyncObj__raftCommitIndex
         applied = obj._SyncObj__raftLastApplied
         raft_log = obj._SyncObj__raftLog
@@ -300,7 +314,7 @@ def guard_snapshot_commit(obj: SyncObj) -> None:
             obj._SyncObj__raftCommitIndex = commit
             raft_log.setRaftCommitIndex(commit)
 
-    transport.setOnMessageReceivedCallback(on_message)
+    _intercept(obj, snapshot_chunk, around)
 
 
 def keep_next_index(obj: SyncObj) -> None:
@@ -317,18 +331,15 @@ def keep_next_index(obj: SyncObj) -> None:
     next index forward; an answer with ``reset`` (the follower lacks the previous entry, or
     its term differs) still moves it wherever the follower says, which is how Raft repairs a
     follower's log.  Runs on the tick thread (the transport's message callback)."""
-    transport = obj._SyncObj__transport
-    inner = transport._onMessageReceivedCallback
 
-    def on_message(node: Any, message: Any) -> None:
-        if not (
-            isinstance(message, dict)
-            and message.get("type") == "next_node_idx"
+    def success_answer(message: dict[str, Any]) -> bool:
+        return bool(
+            message.get("type") == "next_node_idx"
             and message.get("success")
             and not message.get("reset")
-        ):
-            inner(node, message)
-            return
+        )
+
+    def around(node: Any, message: Any, inner: Callable[[Any, Any], None]) -> None:
         next_index = obj._SyncObj__raftNextIndex
         before = next_index.get(node)
         inner(node, message)
@@ -336,7 +347,7 @@ def keep_next_index(obj: SyncObj) -> None:
         if before is not None and after is not None and after < before:
             next_index[node] = before
 
-    transport.setOnMessageReceivedCallback(on_message)
+    _intercept(obj, success_answer, around)
 
 
 def append_due(
