@@ -20,6 +20,8 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from schedd.raft.node import ROLES
+
 if TYPE_CHECKING:
     import asyncio
     from collections.abc import Mapping, Sized
@@ -78,7 +80,6 @@ FIRE_BUCKETS = (
 )
 APPLY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5)
 GC_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.4, 0.8, 1.6, 3.2, 6.4)
-ROLES = {0: "follower", 1: "candidate", 2: "leader"}
 
 
 class Metrics:

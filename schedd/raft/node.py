@@ -555,7 +555,7 @@ class RaftNode:
         from it is recent: a follower that is down, stopped or receiving a snapshot does not
         answer), is behind the commit index, and whose match index has not moved for
         ``follower_stall_timeout`` seconds of that, is stalled.  It is logged, exposed in
-        :meth:`status`, and the leader compacts its log now (``forceLogCompaction``), which
+        :attr:`raft_status`, and the leader compacts its log now (``forceLogCompaction``), which
         sends the follower the snapshot at once instead of at the next scheduled compaction.
         Repeated (with a doubling wait up to a minute) while the stall lasts.  A snapshot only
         holds applied (committed) entries, so installing it on a follower is always safe.
@@ -569,17 +569,15 @@ class RaftNode:
                 self._followers.clear()
                 self._republish()
             return
-        status = self._obj.getStatus()
+        status = self._status  # at most STATUS_PERIOD old: parsed once, in _publish_status
         commit = int(self._obj.raftCommitIndex)
         # Read-only, on the tick thread: when each follower last answered an append_entries.
         answered = last_response_times(self._obj)
         timeout = self.settings.follower_stall_timeout
         changed = False
-        for peer in self.settings.peers:
-            raw = status.get(f"match_idx_server_{peer}")
-            connected = status.get(f"partner_node_status_server_{peer}") == 2
-            alive = connected and now - answered.get(peer, -1e9) < FOLLOWER_ANSWERED_WITHIN
-            match = None if raw is None else int(raw)
+        for view in status.peers:
+            peer, match = view.addr, view.match_index
+            alive = view.connected and now - answered.get(peer, -1e9) < FOLLOWER_ANSWERED_WITHIN
             seen = self._followers.get(peer)
             if match is None or not alive or match >= commit or seen is None or match != seen.match:
                 if seen is not None and seen.stalled:
@@ -612,7 +610,7 @@ class RaftNode:
                 peer=peer,
                 match_index=match,
                 commit_index=commit,
-                next_index=status.get(f"next_node_idx_server_{peer}"),
+                next_index=view.next_index,
                 stalled_for=round(stalled_for, 1),
                 recovery="compacting the log now, so the follower is sent a snapshot",
                 recoveries=self._stall_recoveries[peer],
