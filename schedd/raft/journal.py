@@ -592,8 +592,7 @@ class DurableJournal(Journal):  # type: ignore[misc]
 
     def sync(self) -> None:
         """Write what is pending and make it durable (no-op when nothing is)."""
-        if self._compaction is not None and self._compaction.done:
-            self._finish_compaction()
+        self.finish_compaction()
         if not self._pending and not self._dirty:
             return
         with self._io("sync"):
@@ -837,8 +836,7 @@ class DurableJournal(Journal):  # type: ignore[misc]
         return self._state.voted_for
 
     def onOneSecondTimer(self) -> None:
-        if self._compaction is not None and self._compaction.done:
-            self._finish_compaction()
+        self.finish_compaction()
         if self._state_dirty:
             self._store_state()
 
