@@ -164,5 +164,9 @@ class SqlSnapshots:
             self.on_replaced()
         if not self.running and self.on_loaded is not None:
             last, prev, _ = info.raft
-            self.on_loaded(prev, last)
+            try:
+                self.on_loaded(prev, last)
+            except Exception as exc:  # pysyncobj would log it and go on without the snapshot
+                self.on_fatal(f"{path}: dropping the journal's head the snapshot holds: {exc}")
+                raise
         return info.raft

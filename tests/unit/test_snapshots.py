@@ -290,3 +290,27 @@ def test_a_failed_copy_is_reported_and_the_old_snapshot_kept(tmp_path: Path) -> 
     submit(machine.state, 7)
     busy, _, _ = machine.state.db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
     assert busy == 0
+
+
+def test_at_start_the_journal_is_told_the_snapshots_last_two_entries(tmp_path: Path) -> None:
+    snaps, _, seen = snapshots_of(tmp_path, live_entries=14)
+    told: list[tuple[object, object]] = []
+    snaps.on_loaded = lambda prev, last: told.append((prev, last))
+    snaps.deserialize(str(tmp_path / "raft.dump"))
+    last, prev, _ = RAFT
+    assert told == [(prev, last)] and seen == []
+    snaps.running = True  # a snapshot from the leader replaces the journal: nothing to align
+    snaps.deserialize(str(tmp_path / "raft.dump"))
+    assert told == [(prev, last)]
+
+
+def test_a_journal_that_cannot_drop_its_head_at_start_stops_the_node(tmp_path: Path) -> None:
+    snaps, _, seen = snapshots_of(tmp_path, live_entries=14)
+
+    def broken(prev: object, last: object) -> None:
+        raise OSError("Bad file descriptor")
+
+    snaps.on_loaded = broken
+    with pytest.raises(OSError):
+        snaps.deserialize(str(tmp_path / "raft.dump"))
+    assert len(seen) == 1 and seen[0].startswith("fatal: ") and "Bad file descriptor" in seen[0]
