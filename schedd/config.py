@@ -46,7 +46,6 @@ __all__ = [
     "SchedulerConfig",
     "check_files",
     "config_keys",
-    "is_loopback_host",
     "is_wildcard_host",
     "join_hostport",
     "load_config",
@@ -148,9 +147,6 @@ def _ip(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
     if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
         return ip.ipv4_mapped
     return ip
-
-
-is_loopback_host = is_loopback  # ``localhost``, ``127.0.0.0/8`` or ``::1``; never resolved
 
 
 def is_wildcard_host(host: str) -> bool:
@@ -562,7 +558,7 @@ class Config:
         return (self.raft.listen, *self.raft.peers)
 
     def raft_is_loopback(self) -> bool:
-        return all(is_loopback_host(split_hostport(a)[0]) for a in self.raft_addresses())
+        return all(is_loopback(split_hostport(a)[0]) for a in self.raft_addresses())
 
 
 # --------------------------------------------------------------------------------------------
@@ -756,7 +752,7 @@ def _check_secret_rule(cfg: Config, ok: Callable[..., bool], problems: list[str]
         addresses.append(cfg.raft.listen)
     if ok("raft.peers"):
         addresses.extend(cfg.raft.peers)
-    if any(not is_loopback_host(split_hostport(a)[0]) for a in addresses):
+    if any(not is_loopback(split_hostport(a)[0]) for a in addresses):
         problems.append("raft.secret_file: required unless every raft address is loopback")
 
 

@@ -7,6 +7,7 @@ import contextlib
 import logging
 import random
 import weakref
+from dataclasses import dataclass
 
 from aiohttp import WSMsgType, web
 
@@ -120,14 +121,13 @@ async def _serve(request: web.Request, ws: web.WebSocketResponse) -> web.WebSock
     return ws
 
 
+@dataclass(frozen=True, slots=True)
 class _Where:
     """What a hello's placement looks at: the node (its leader, whether it drains, the leader's
     URL) and its Raft replica (who leads, and whether that leader is connected)."""
 
-    __slots__ = ("node", "raft")
-
-    def __init__(self, node: Node, raft: Raft) -> None:
-        self.node, self.raft = node, raft
+    node: Node
+    raft: Raft
 
 
 async def _place(where: _Where, ws: web.WebSocketResponse) -> tuple[WorkerHub | None, str | None]:

@@ -17,12 +17,12 @@ from schedd.config import (
     SchedulerConfig,
     check_files,
     config_keys,
-    is_loopback_host,
     load_config,
     read_raft_secret,
     split_hostport,
 )
 from schedd.errors import ConfigError
+from schedd.net import is_loopback
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "config" / "schedd.example.toml"
@@ -288,10 +288,8 @@ def test_split_hostport_rejects(text: str) -> None:
 
 
 def test_loopback_hosts() -> None:
-    assert all(
-        map(is_loopback_host, ["127.0.0.1", "127.1.2.3", "::1", "localhost", "::ffff:127.0.0.1"])
-    )
-    assert not any(map(is_loopback_host, ["0.0.0.0", "10.0.0.1", "::", "example.com"]))
+    assert all(map(is_loopback, ["127.0.0.1", "127.1.2.3", "::1", "localhost", "::ffff:127.0.0.1"]))
+    assert not any(map(is_loopback, ["0.0.0.0", "10.0.0.1", "::", "example.com"]))
 
 
 # -- env and overrides ------------------------------------------------------------------------
