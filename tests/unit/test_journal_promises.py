@@ -781,15 +781,24 @@ class HeldCopy:
         monkeypatch.setattr(jmod._Compaction, "run", run)
 
 
+def copy_held(
+    path: Path, items: list[Entry], head: int, monkeypatch: pytest.MonkeyPatch
+) -> tuple[DurableJournal, HeldCopy]:
+    """A synced journal of ``items`` whose first ``head`` entries were compacted away, with the
+    background copy started and held."""
+    j = synced(path, items)
+    held = HeldCopy(monkeypatch)
+    j.deleteEntriesTo(head)
+    assert held.started.wait(10)
+    return j, held
+
+
 def test_compaction_drops_the_head_at_once_and_rewrites_the_file_in_the_background(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = tmp_path / "raft.journal"
     items = entries(30)
-    j = synced(path, items[:20])
-    held = HeldCopy(monkeypatch)
-    j.deleteEntriesTo(15)
-    assert held.started.wait(10)
+    j, held = copy_held(path, items[:20], 15, monkeypatch)
     assert list(j[:]) == items[15:20]
     for e in items[20:25]:
         j.add(*e)
@@ -815,10 +824,7 @@ def test_a_truncation_into_the_copied_records_cancels_the_copy_and_compacts_agai
 ) -> None:
     path = tmp_path / "raft.journal"
     items = entries(20)
-    j = synced(path, items)
-    held = HeldCopy(monkeypatch)
-    j.deleteEntriesTo(5)
-    assert held.started.wait(10)
+    j, held = copy_held(path, items, 5, monkeypatch)
     j.deleteEntriesFrom(3)  # a new leader overwrites the tail the copy holds
     other = [(b"other", i, 9) for i in range(9, 12)]
     for e in other:
@@ -838,10 +844,7 @@ def test_a_stop_before_the_rename_leaves_the_head_which_skip_to_drops_again(
 ) -> None:
     path = tmp_path / "raft.journal"
     items = entries(12)
-    j = synced(path, items)
-    held = HeldCopy(monkeypatch)
-    j.deleteEntriesTo(6)
-    assert held.started.wait(10)
+    j, held = copy_held(path, items, 6, monkeypatch)
     monkeypatch.setattr(j._compaction, "cancelled", True)
     held.release.set()
     j._destroy()  # the copy is discarded, the journal is whole
