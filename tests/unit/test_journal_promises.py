@@ -854,6 +854,7 @@ def test_a_stop_before_the_rename_leaves_the_head_which_skip_to_drops_again(
     assert not again.skip_to(items[6], items[8])  # not consecutive: not the snapshot's pair
     assert not again.skip_to((b"else", 7, 1), items[7])  # another log: pysyncobj discards it
     assert list(again[:]) == items
+    assert not DurableJournal(str(path) + ".empty").skip_to(items[6], items[7])  # no log at all
     assert again.skip_to(items[6], items[7])
     assert list(again[:]) == items[6:]
     assert again.finish_compaction(wait=True)
