@@ -17,6 +17,7 @@ from schedd.config import Config, peer_ssl_context, read_raft_secret, server_ssl
 from schedd.core.fairness import TokenBucket
 from schedd.core.state import LeaderEvent
 from schedd.gcpolicy import GcPolicy
+from schedd.leader.core import Settings as LeaderSettings
 from schedd.leader.leader import Leader
 from schedd.logs import log_event
 from schedd.metrics import Metrics
@@ -228,19 +229,23 @@ class Runtime:
             await wait_event(self._role_changed, 0.05)
 
     def _start_leader(self) -> None:
+        cfg = self.config
+        settings = LeaderSettings(
+            tick_ms=cfg.scheduler.tick_ms,
+            caps=dict(cfg.limits.concurrency),
+            ahead_s=cfg.scheduler.dispatch_ahead_ms / 1000,
+            heartbeat_interval_s=cfg.scheduler.heartbeat_interval_ms / 1000,
+            hot_window_s=cfg.scheduler.hot_window_ms / 1000,
+            retention_s=cfg.history.retention_ms / 1000,
+            keep_per_job=cfg.history.max_runs_per_job,
+        )
         leader = Leader(
             self.node,
-            self.config.node.id,
-            self.config.advertise_url(),
-            tick_s=self.config.scheduler.tick_ms / 1000,
+            cfg.node.id,
+            cfg.advertise_url(),
+            settings,
             on_deposed=self._deposed,
-            caps=dict(self.config.limits.concurrency),
             metrics=self.metrics,
-            ahead_s=self.config.scheduler.dispatch_ahead_ms / 1000,
-            hot_window_s=self.config.scheduler.hot_window_ms / 1000,
-            retention_s=self.config.history.retention_ms / 1000,
-            keep_per_job=self.config.history.max_runs_per_job,
-            heartbeat_interval_s=self.config.scheduler.heartbeat_interval_ms / 1000,
         )
         self.leader = leader
         self._leader_term = self.node.term

@@ -114,7 +114,8 @@ class WorkerHub(Protocol):
 
     def heartbeat(self, conn: WorkerConn, refs: tuple[m.LeaseRef, ...]) -> None: ...
 
-    async def finish(self, conn: WorkerConn, msg: m.Complete | m.Fail) -> None: ...
+    def finish(self, conn: WorkerConn, msg: m.Complete | m.Fail) -> None:
+        """Commit a worker's result; the ack (or refusal) follows on ``conn``."""
 
     def disconnect(self, conn: WorkerConn) -> None: ...
 

@@ -81,7 +81,6 @@ async def _serve(request: web.Request, ws: web.WebSocketResponse) -> web.WebSock
     )
     leader.connect(conn, hello.resume)
     writer = asyncio.create_task(_write(ws, conn))
-    pending: set[asyncio.Task[None]] = set()
     try:
         async for frame in ws:
             if frame.type is not WSMsgType.TEXT:
@@ -94,9 +93,7 @@ async def _serve(request: web.Request, ws: web.WebSocketResponse) -> web.WebSock
             if isinstance(msg, m.Heartbeat):
                 leader.heartbeat(conn, msg.leases)
             elif isinstance(msg, m.Complete | m.Fail):
-                task = asyncio.create_task(leader.finish(conn, msg))
-                pending.add(task)
-                task.add_done_callback(pending.discard)
+                leader.finish(conn, msg)  # acked on this connection once committed
             elif isinstance(msg, m.Drain):
                 conn.draining = True
                 log_event(log, "worker.draining", worker_id=conn.worker_id)
@@ -112,8 +109,6 @@ async def _serve(request: web.Request, ws: web.WebSocketResponse) -> web.WebSock
     finally:
         leader.disconnect(conn)
         conn.close()
-        for task in pending:
-            task.cancel()
         with contextlib.suppress(Exception):
             await writer
         if not ws.closed:

@@ -84,7 +84,7 @@ async def test_a_new_leader_ends_only_the_leases_the_worker_does_not_resume(
     # another worker's lease is not touched by w1's hello
     assert [a["outcome"] for a in by_run[other.run_id]["attempts"]] == [None]
     assert rt.leader.leases[other.run_id].worker_id == "w2"
-    assert rt.leader.by_worker == {"w1": {kept.run_id, retry.run_id}, "w2": {other.run_id}}
+    assert rt.leader.core.by_worker == {"w1": {kept.run_id, retry.run_id}, "w2": {other.run_id}}
     await again.send(m.Complete(run_id=kept.run_id, fence=kept.fence))
     assert (await again.expect(m.Ack)).accepted
     w2_again = await connect(

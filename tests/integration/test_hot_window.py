@@ -73,9 +73,9 @@ async def test_a_new_leader_reads_a_large_window_a_chunk_per_tick(
     # Each read of the window holds the state's lock, which the Raft thread needs: a window of
     # many runs is read in chunks of LOAD_CHUNK (3 here), one per tick of the leader's loop;
     # runs due in the same millisecond as many as a chunk come in one read.
-    from schedd.leader import leader as leader_module
+    from schedd.leader import core as leader_core
 
-    monkeypatch.setattr(leader_module, "LOAD_CHUNK", 3)
+    monkeypatch.setattr(leader_core, "LOAD_CHUNK", 3)
     node = await start_node(tmp_path / "n1", hot_window="1h", dispatch_ahead="0s")
     try:
         spread = [
@@ -88,19 +88,19 @@ async def test_a_new_leader_reads_a_large_window_a_chunk_per_tick(
         ]
         ids = [j["latest_run"]["id"] for j in spread + together]
         added: list[int] = []
-        real = leader_module.Leader._load_window
+        real = leader_core.LeaderCore._load_window
 
-        def counting(self: leader_module.Leader, until: int) -> None:
+        def counting(self: leader_core.LeaderCore, until: int) -> None:
             before = len(self.wheel)
             real(self, until)
             added.append(len(self.wheel) - before)
 
-        monkeypatch.setattr(leader_module.Leader, "_load_window", counting)
+        monkeypatch.setattr(leader_core.LeaderCore, "_load_window", counting)
         await restart_leader_in_new_term(node.rt, monkeypatch)
         await wait_for(lambda: all(in_wheel(node, r) for r in ids), timeout=10)
         new = node.rt.leader
         assert new is not None
-        await wait_for(lambda: not new._loading, timeout=10)
+        await wait_for(lambda: not new.core.loading, timeout=10)
         loaded = [n for n in added if n]
         assert sum(loaded) == len(ids)
         assert len(loaded) >= 4 and max(loaded) == 4  # chunks of at most 3, and the 4 together

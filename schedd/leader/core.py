@@ -1,0 +1,742 @@
+"""The leader's decisions, without I/O: time and events in, typed actions out.
+
+:class:`LeaderCore` holds what only the leader keeps in memory (the timing wheel, the ready
+queues, the leases, the worker registry) and decides what to do about each input, as h11's
+connection or etcd-io/raft's ``Step`` do: it never reads a clock, never awaits, never commits a
+command or writes to a socket.  Each input is a method that takes the time (:class:`Now`) and
+returns the :data:`Action` values to carry out, in order:
+
+* :class:`Commit` a command to the log; once it is applied (or could not be), the shell hands
+  the result back with :meth:`LeaderCore.committed`, together with the :class:`Commit`'s
+  ``then`` (what the command was for);
+* :class:`Send` a frame to a worker's connection, :class:`Close` a connection;
+* :class:`Wake` the loop (something may be due, dispatchable or expired before the next
+  planned tick); :class:`StepDown` (the log says another leader claimed after us).
+
+The only thing it calls out to is ``read``: the replicated state as this node applied it,
+under the lock the Raft thread applies under (local and synchronous; tests pass a plain
+:class:`schedd.core.state.MemoryState`).  :mod:`schedd.leader.leader` is the asyncio shell that
+reads the clocks, runs the loop, commits through Raft and writes to the sockets.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import random
+from collections.abc import Callable, Iterable, Mapping
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from typing import Any
+
+from schedd.core import commands as c
+from schedd.core.durations import format_time
+from schedd.core.fairness import ConcurrencyCaps, ReadyQueues
+from schedd.core.model import TERMINAL_RUN_STATES, Attempt, JobStatus, Priority, Run, RunState
+from schedd.core.runs import FIRE_AHEAD_MAX_MS, may_fire_ahead
+from schedd.core.state import STALE_LEADER, LeaderEvent, Ok, Rejected, Result, State
+from schedd.core.wheel import TimingWheel
+from schedd.leader.workers import LeaseInfo, WorkerConn
+from schedd.logs import log_event
+from schedd.metrics import Metrics
+from schedd.protocol import messages as m
+
+log = logging.getLogger(__name__)
+
+MAX_FIRE_PER_TICK = 5000
+LOAD_CHUNK = 1000  # runs read into the wheel per tick (a read holds the state's lock: ~30 ms)
+LOADING_PAUSE_S = 0.002  # between two chunks: the Raft thread takes the lock meanwhile
+IDLE_S = 0.25  # the longest the loop sleeps (a tick also expires leases)
+PURGE_PERIOD_S = 5.0  # between two purges of old history (schedd.core.history)
+PURGE_LIMIT = 1000  # runs (and jobs) forgotten per purge command
+REBUILD_GRACE_S = 10.0  # a new leader waits this long (at least) for workers to resume leases
+RESULT_TIMEOUT_S = 5.0  # a worker's result not committed by then is not acked (it re-sends)
+_MIN_MS = -(2**62)  # before any due time
+
+
+@dataclass(frozen=True, slots=True)
+class Now:
+    """The time of an input: the wall clock (UTC ms, what due times are in) and the monotonic
+    clock (seconds, what heartbeat expiries are in)."""
+
+    wall_ms: int
+    mono: float
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """The leader's configuration (``scheduler`` and ``history`` in the node's config)."""
+
+    tick_ms: int = 10  # the timing wheel's resolution
+    caps: Mapping[str, int] = field(default_factory=dict)  # namespace -> leases at once
+    ahead_s: float = 0.0  # dispatch ahead: fire and lease this long before due (at most)
+    heartbeat_interval_s: float = 5.0  # what workers are told in their welcome
+    hot_window_s: float = 600.0  # the wheel holds the runs due within this much
+    retention_s: float = 7 * 86_400.0  # finished runs older than this are purged
+    keep_per_job: int = 1_000  # finished runs kept per job at most
+
+
+# -- what a committed command was for (handed back with its result) ---------------------------
+@dataclass(frozen=True, slots=True)
+class Fired:
+    chunk: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Leased:
+    grants: tuple[tuple[str, str], ...]  # (run id, worker id)
+    reserved: tuple[WorkerConn, ...]  # the connection that reserved room, per grant
+
+
+@dataclass(frozen=True, slots=True)
+class Ended:
+    info: LeaseInfo  # a lease the leader ended (lost or timed out)
+
+
+@dataclass(frozen=True, slots=True)
+class Finished:
+    conn: WorkerConn
+    msg: m.Complete | m.Fail  # a worker's result, acked (or refused) once applied
+
+
+@dataclass(frozen=True, slots=True)
+class Purged:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class Healed:
+    pass
+
+
+Purpose = Fired | Leased | Ended | Finished | Purged | Healed
+
+
+# -- actions ------------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Commit:
+    cmd: c.Command
+    then: Purpose
+    timeout_s: float | None = None  # hand back "not committed" after this long
+
+
+@dataclass(frozen=True, slots=True)
+class Send:
+    conn: WorkerConn
+    msg: m.Message
+
+
+@dataclass(frozen=True, slots=True)
+class Close:
+    conn: WorkerConn
+    discard: bool  # drop the frames not sent yet (a connection replaced by a newer one)
+
+
+@dataclass(frozen=True, slots=True)
+class Wake:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class StepDown:
+    reason: str
+
+
+Action = Commit | Send | Close | Wake | StepDown
+WAKE = Wake()
+
+_SEQ = itertools.count()
+
+
+def leader_rid() -> str:
+    """A request id for a leader command.  Leader commands are fenced, not deduplicated, so the
+    id only has to differ from the client ids ``apply`` remembers (hex, or ``token:id:digest``);
+    a counter is much cheaper than uuid4 at thousands of commands a second."""
+    return f"L{next(_SEQ)}"
+
+
+def _pending(run: Run | None) -> bool:
+    """Whether ``run`` is there and not finished (a job's next occurrence should be)."""
+    return run is not None and run.state not in TERMINAL_RUN_STATES
+
+
+class LeaderCore:
+    """The leader's state and decisions for one term (see the module docstring)."""
+
+    def __init__(
+        self,
+        read: Callable[[], AbstractContextManager[State]],
+        fence: int,
+        now: Now,
+        settings: Settings | None = None,
+        metrics: Metrics | None = None,
+        rand: Callable[[], float] = random.random,
+    ) -> None:
+        settings = settings or Settings()
+        self.read = read
+        self.fence = fence  # the log index of this leader's claim: every command carries it
+        self.rand = rand  # the jitter of a retry's backoff (FailRun)
+        # The hot window: the wheel holds the runs due before ``loaded_until`` only; the rest
+        # wait in the state database's due-time index, and the next stretch is loaded from it
+        # when half the window has passed (and at election).  Far-future runs cost no memory.
+        self.hot_window_ms = max(1, round(settings.hot_window_s * 1000))
+        self.loaded_until = _MIN_MS  # nothing loaded yet
+        self.loading = False  # _load_window stopped short of its end: go on at the next tick
+        # History retention: a Purge every PURGE_PERIOD_S (at once again while one is full).
+        self.retention_ms = max(1, round(settings.retention_s * 1000))
+        self.keep_per_job = settings.keep_per_job
+        self._next_purge = 0.0  # monotonic time of the next purge (0: due)
+        self._purging = False  # one in flight
+        # Workers heartbeat every heartbeat_interval_s (welcome); a lease whose job allows less
+        # than three of those between heartbeats asks for a third of its timeout instead.
+        self.heartbeat_interval_s = settings.heartbeat_interval_s
+        # Runs that may fire ahead (core.runs.may_fire_ahead) are fired and leased this long
+        # before they are due; the worker starts them on time (lease.not_before).
+        self.ahead_ms = min(FIRE_AHEAD_MAX_MS, max(0, round(settings.ahead_s * 1000)))
+        self.wheel = TimingWheel(now.wall_ms, tick_ms=max(1, settings.tick_ms))
+        self.queues: dict[str, ReadyQueues] = {}  # queue name -> runs ready for a worker
+        self.metrics = metrics or Metrics()
+        self.caps = ConcurrencyCaps(settings.caps)  # per-namespace limit on leases at once
+        self.namespace_of: dict[str, str] = {}  # run id -> namespace, for queued and leased runs
+        self.leases: dict[str, LeaseInfo] = {}
+        self.by_worker: dict[str, set[str]] = {}  # worker id -> run ids of its leases (above)
+        self.workers: dict[str, WorkerConn] = {}
+        self.rebuilt_at = -1  # the applied index the rebuild read: older events are in it
+        self._rr = 0
+        self._out: list[Action] = []
+
+    def _emit(self) -> list[Action]:
+        out, self._out = self._out, []
+        return out
+
+    # -- establish leadership --------------------------------------------------------------
+    def rebuild(self, now: Now) -> list[Action]:
+        """Read the replicated state into the wheel, the queues and the lease table; heal the
+        recurring jobs that lost their next occurrence.  Raises if another leader claimed
+        after ours (the shell gives up this term)."""
+        with self.read() as st:
+            to_heal = [
+                job.id
+                for job in st.active_recurring_jobs()
+                if not _pending(st.runs.get(job.next_run_id) if job.next_run_id else None)
+            ]
+            self.rebuilt_at = st.applied_index
+            if st.leader_fence != self.fence:
+                raise RuntimeError("another leader claimed after us")
+            # same read (the lock nests); the rest of the window chunk by chunk (tick)
+            self._load_window(now.wall_ms + self.hot_window_ms)
+            for run in st.live_runs():
+                if run.state is RunState.QUEUED:
+                    spec = st.jobs[run.job_id].spec
+                    self._enqueue(run.id, spec.queue, spec.priority, spec.namespace)
+                elif run.state is RunState.RUNNING and run.current is not None:
+                    spec = st.jobs[run.job_id].spec
+                    self.namespace_of[run.id] = run.namespace
+                    self.caps.acquire(run.namespace)
+                    hb = spec.heartbeat_timeout_ms / 1000
+                    # Give the worker time to notice the new leader, reconnect and resume: at
+                    # least a heartbeat timeout, and never less than REBUILD_GRACE_S.
+                    self._track(
+                        LeaseInfo(
+                            run.id,
+                            run.current.fence,
+                            run.current.worker_id,
+                            now.mono + max(hb, REBUILD_GRACE_S),
+                            hb,
+                            run.current.deadline_ms,
+                        )
+                    )
+        for job_id in to_heal:  # a recurring job without its next occurrence
+            # retried at the next leadership if lost
+            self._out.append(
+                Commit(c.Heal(leader_rid(), now.wall_ms, self.fence, job_id), Healed())
+            )
+        return self._emit()
+
+    # -- events from apply -----------------------------------------------------------------
+    def on_events(self, index: int, events: Iterable[LeaderEvent]) -> list[Action]:
+        """What the entry at ``index`` changed (``schedd.core.state.LeaderEvent``)."""
+        if index <= self.rebuilt_at:
+            return []
+        for ev in events:
+            kind, run_id = ev[0], ev[1]
+            if kind == "leased":
+                self.wheel.remove(run_id)
+                self._dequeue(run_id)
+                continue
+            if kind == "stop":
+                info = self.leases.get(run_id)
+                conn = self.workers.get(info.worker_id) if info else None
+                if conn is not None:
+                    self._out.append(Send(conn, m.Cancel(run_id=run_id, fence=int(ev[2]))))
+            self._forget(run_id)
+            if kind == "due" and int(ev[2]) < self.loaded_until:  # else loaded in its time
+                self.wheel.add(run_id, self._fire_at(int(ev[2]), bool(ev[3])))
+            elif kind == "ready":
+                self._enqueue(run_id, ev[2], Priority(ev[3]), ev[4])
+        self._out.append(WAKE)
+        return self._emit()
+
+    def _fire_at(self, due_ms: int, ahead: bool) -> int:
+        return due_ms - self.ahead_ms if ahead else due_ms
+
+    def _enqueue(self, run_id: str, queue: str, priority: Priority, namespace: str) -> None:
+        lanes = self.queues.get(queue)
+        if lanes is None:
+            self.queues[queue] = lanes = ReadyQueues()
+        lanes.push(run_id, namespace, priority)
+        self.namespace_of[run_id] = namespace
+
+    def _dequeue(self, run_id: str) -> None:
+        for lanes in self.queues.values():
+            if lanes.remove(run_id):
+                return
+
+    def _forget(self, run_id: str) -> None:
+        self.wheel.remove(run_id)
+        self._dequeue(run_id)
+        info = self.leases.pop(run_id, None)
+        ns = self.namespace_of.pop(run_id, None)
+        if info is not None:
+            self._untrack(info)
+            if ns is not None:
+                self.caps.release(ns)
+            conn = self.workers.get(info.worker_id)
+            if conn is not None:
+                conn.leases.pop(run_id, None)
+            self._out.append(WAKE)
+
+    def _track(self, info: LeaseInfo) -> None:
+        """Record a lease (replacing any other of its run) under its worker id."""
+        old = self.leases.get(info.run_id)
+        if old is not None:
+            self._untrack(old)
+        self.leases[info.run_id] = info
+        self.by_worker.setdefault(info.worker_id, set()).add(info.run_id)
+
+    def _untrack(self, info: LeaseInfo) -> None:
+        runs = self.by_worker.get(info.worker_id)
+        if runs is not None:
+            runs.discard(info.run_id)
+            if not runs:
+                del self.by_worker[info.worker_id]
+
+    # -- the loop --------------------------------------------------------------------------
+    def sleep_for(self, now: Now) -> float:
+        """How long the loop may sleep before the next tick (unless woken)."""
+        if self.loading:
+            return LOADING_PAUSE_S
+        nxt = self.wheel.next_due_ms()
+        if nxt is None:
+            return IDLE_S
+        return min(IDLE_S, max(0.0, (nxt - now.wall_ms) / 1000))
+
+    def tick(self, now: Now) -> list[Action]:
+        """Load the next stretch of the hot window, purge old history, fire what is due, lease
+        queued runs to workers with room, and end leases that expired or timed out."""
+        if now.wall_ms + self.hot_window_ms // 2 >= self.loaded_until or self.loading:
+            self._load_window(now.wall_ms + self.hot_window_ms)
+        if not self._purging and now.mono >= self._next_purge:
+            self._purging = True
+            cmd = c.Purge(
+                leader_rid(),
+                now.wall_ms,
+                self.fence,
+                now.wall_ms - self.retention_ms,
+                self.keep_per_job,
+                PURGE_LIMIT,
+            )
+            self._out.append(Commit(cmd, Purged()))
+        self._fire_due(now.wall_ms)
+        self._dispatch(now.wall_ms)
+        self._check_leases(now)
+        return self._emit()
+
+    def _load_window(self, until: int) -> None:
+        """Put the runs due in ``[loaded_until, until)`` into the wheel (from the database's
+        due-time index), at most about LOAD_CHUNK of them: ``loaded_until`` then stops where
+        they do, and the next tick goes on from there.  Each read holds the state's lock, which
+        the Raft thread needs to apply entries (and then to send its heartbeats): a new leader
+        with 100,000 runs in its window would hold it for seconds in one read.  Events of
+        entries applied before a read but handled after it are replayed on top in order, so
+        the wheel ends up as the state is."""
+        start = self.loaded_until
+        with self.read() as st:
+            runs = st.due_runs(start, until, LOAD_CHUNK)
+            reached = until
+            if len(runs) == LOAD_CHUNK:  # more may follow: stop before the last due time
+                last = runs[-1].due_ms
+                if runs[0].due_ms == last:  # one millisecond holds them all: take all of it
+                    runs, reached = st.due_runs(last, last + 1), last + 1
+                else:
+                    runs, reached = [r for r in runs if r.due_ms < last], last
+            for run in runs:
+                ahead = may_fire_ahead(st.jobs[run.job_id].spec, run)
+                self.wheel.add(run.id, self._fire_at(run.due_ms, ahead))
+        log_event(
+            log, "leader.window_loaded", logging.DEBUG, runs=len(runs), start=start, until=reached
+        )
+        self.loaded_until = reached
+        self.loading = reached < until
+
+    def _fire_due(self, now: int) -> None:
+        due = self.wheel.advance(now)
+        for start in range(0, len(due), MAX_FIRE_PER_TICK):
+            chunk = tuple(due[start : start + MAX_FIRE_PER_TICK])
+            self._out.append(Commit(c.Fire(leader_rid(), now, self.fence, chunk), Fired(chunk)))
+
+    def _dispatch(self, now: int) -> None:
+        grants: list[tuple[str, str]] = []
+        reserved: list[WorkerConn] = []
+        conns = list(self.workers.values())
+        if len(conns) > 1:  # rotate, so the first-connected worker is not always served first
+            self._rr = (self._rr + 1) % len(conns)
+            conns = conns[self._rr :] + conns[: self._rr]
+        for conn in conns:
+            room = conn.free
+            while room > 0:
+                run_id = self._pop_ready(conn.queues)
+                if run_id is None:
+                    break
+                grants.append((run_id, conn.worker_id))
+                reserved.append(conn)
+                conn.reserved += 1
+                room -= 1
+        if grants:
+            cmd = c.LeaseRuns(leader_rid(), now, self.fence, tuple(grants))
+            self._out.append(Commit(cmd, Leased(tuple(grants), tuple(reserved))))
+
+    def _pop_ready(self, queues: tuple[str, ...]) -> str | None:
+        """Priorities by weight and namespaces by deficit round robin (core.fairness)."""
+        for q in queues:
+            lanes = self.queues.get(q)
+            if lanes:
+                run_id = lanes.pop(self.caps.can_take)
+                if run_id is not None:
+                    self.caps.acquire(self.namespace_of.get(run_id, ""))
+                    return run_id
+        return None
+
+    def _check_leases(self, now: Now) -> None:
+        for info in list(self.leases.values()):
+            if info.ending:
+                continue
+            if info.expires < now.mono:
+                self._end_lease(
+                    info,
+                    now.wall_ms,
+                    "lost",
+                    f"lease lost: no heartbeat within {info.heartbeat_timeout:g}s",
+                )
+            elif info.deadline_ms is not None and info.deadline_ms < now.wall_ms:
+                conn = self.workers.get(info.worker_id)
+                if conn is not None:
+                    self._out.append(Send(conn, m.Cancel(run_id=info.run_id, fence=info.fence)))
+                self._end_lease(info, now.wall_ms, "timed_out", "timed out")
+
+    def _end_lease(self, info: LeaseInfo, now: int, outcome: str, error: str) -> None:
+        info.ending = True
+        self.metrics.leases_lost.labels(outcome).inc()
+        cmd = c.FailRun(
+            leader_rid(),
+            now,
+            self.fence,
+            info.run_id,
+            info.fence,
+            error,
+            True,
+            outcome,
+            self.rand(),
+        )
+        self._out.append(Commit(cmd, Ended(info)))
+        log_event(
+            log,
+            "run.lease_" + outcome,
+            run_id=info.run_id,
+            fence=info.fence,
+            worker_id=info.worker_id,
+        )
+        conn = self.workers.get(info.worker_id)
+        if conn is not None and outcome == "lost":
+            # A stalled worker still connected: it must drop the lease before it counts as
+            # having room again, else new leases would reach it while it is full (the cancel is
+            # ahead of them on the same socket).
+            self._out.append(Send(conn, m.Cancel(run_id=info.run_id, fence=info.fence)))
+
+    # -- results of commands ---------------------------------------------------------------
+    def committed(self, then: Purpose, result: Result | None, now: Now) -> list[Action]:
+        """A command this core asked for was applied with ``result``, or (None) was not
+        committed: no leader, a timeout, a full queue."""
+        if isinstance(result, Rejected) and result.code == STALE_LEADER:
+            log_event(log, "leader.deposed", level=logging.WARNING, reason=result.message)
+            self._out.append(StepDown(result.message))
+            deposed = True
+        else:
+            deposed = False
+        if isinstance(then, Fired):
+            self._fired(then.chunk, None if deposed else result, now, deposed)
+        elif isinstance(then, Leased):
+            self._leased(then, None if deposed else result, now)
+        elif isinstance(then, Ended):
+            if result is None:
+                then.info.ending = False  # retried on a later tick
+        elif isinstance(then, Finished):
+            self._finished(then, result)
+        elif isinstance(then, Purged):
+            self._purged(result, now, deposed)
+        return self._emit()
+
+    def _fired(self, chunk: tuple[str, ...], res: Result | None, now: Now, deposed: bool) -> None:
+        if deposed:
+            return
+        if isinstance(res, Ok):
+            with self.read() as st:
+                for rid, r in zip(chunk, res.value, strict=False):
+                    run = st.runs.get(rid) if isinstance(r, Ok) else None
+                    if run is not None:
+                        self.metrics.fire_lag.observe(max(0, now.wall_ms - run.due_ms) / 1000)
+        # Whatever did not fire (not committed, or refused: e.g. "not due yet" when this node's
+        # wall clock stepped back) goes back into the wheel, or it would never fire.  A paused
+        # job's runs wait for resume, which schedules them again.
+        with self.read() as st:
+            for rid in chunk:
+                run = st.runs.get(rid)
+                if run is None or run.state not in (RunState.SCHEDULED, RunState.RETRYING):
+                    continue
+                job = st.jobs.get(run.job_id)
+                if (
+                    run.state is RunState.SCHEDULED
+                    and job is not None
+                    and job.status is JobStatus.PAUSED
+                ):
+                    continue
+                self.wheel.add(rid, run.due_ms)
+        self._out.append(WAKE)
+
+    def _leased(self, then: Leased, res: Result | None, now: Now) -> None:
+        # On the connections that reserved the room: a worker that reconnected meanwhile has a
+        # new connection object, whose count must not go below zero (it would take one lease
+        # more than its capacity, which the worker refuses, costing the run an attempt).
+        for held in then.reserved:
+            held.reserved -= 1
+        self._out.append(WAKE)
+        if not isinstance(res, Ok):
+            self._requeue([rid for rid, _ in then.grants])
+            return
+        with self.read() as st:
+            for (run_id, wid), r in zip(then.grants, res.value, strict=True):
+                if not isinstance(r, Ok):
+                    ns = self.namespace_of.pop(run_id, None)
+                    if ns is not None:
+                        self.caps.release(ns)
+                    continue
+                attempt: Attempt = r.value
+                run = st.runs[run_id]
+                self.metrics.lease_lag.observe(max(0.0, (attempt.leased_ms - run.due_ms) / 1000))
+                spec = st.jobs[run.job_id].spec
+                hb = spec.heartbeat_timeout_ms / 1000
+                self._track(
+                    LeaseInfo(run_id, attempt.fence, wid, now.mono + hb, hb, attempt.deadline_ms)
+                )
+                conn = self.workers.get(wid)
+                if conn is None:
+                    continue  # it reconnects and resumes, or the lease expires
+                conn.leases[run_id] = attempt.fence
+                lease = m.Lease(
+                    run_id=run_id,
+                    job_id=run.job_id,
+                    attempt=attempt.number,
+                    fence=attempt.fence,
+                    task=spec.task,
+                    payload=spec.payload,
+                    scheduled_at=format_time(run.scheduled_ms) or "",
+                    deadline=format_time(attempt.deadline_ms),
+                    idempotency_key=spec.idempotency_key,
+                    not_before=format_time(run.due_ms) if run.due_ms > now.wall_ms else None,
+                    heartbeat_interval=hb / 3 if hb / 3 < self.heartbeat_interval_s else None,
+                )
+                self._out.append(Send(conn, lease))
+                log_event(
+                    log,
+                    "run.leased",
+                    logging.DEBUG,
+                    run_id=run_id,
+                    fence=attempt.fence,
+                    worker_id=wid,
+                )
+
+    def _requeue(self, run_ids: list[str]) -> None:
+        for rid in run_ids:
+            if rid not in self.leases and rid in self.namespace_of:
+                self.caps.release(self.namespace_of[rid])
+        with self.read() as st:
+            for rid in run_ids:
+                run = st.runs.get(rid)
+                if run is not None and run.state is RunState.QUEUED:
+                    spec = st.jobs[run.job_id].spec
+                    self._enqueue(rid, spec.queue, spec.priority, spec.namespace)
+
+    def _purged(self, res: Result | None, now: Now, deposed: bool) -> None:
+        self._purging = False
+        self._next_purge = now.mono + PURGE_PERIOD_S
+        if deposed or not isinstance(res, Ok):
+            return
+        runs, jobs = res.value
+        self.metrics.purged.labels("runs").inc(runs)
+        self.metrics.purged.labels("jobs").inc(jobs)
+        if runs >= PURGE_LIMIT or jobs >= PURGE_LIMIT:  # more to forget: go on at once
+            self._next_purge = 0.0
+            self._out.append(WAKE)
+
+    def _finished(self, then: Finished, res: Result | None) -> None:
+        conn, msg = then.conn, then.msg
+        if res is None:
+            return  # no ack: the worker keeps the result and re-sends it after reconnecting
+        self.metrics.results.labels("true" if isinstance(res, Ok) else "false").inc()
+        if isinstance(res, Ok):
+            self._out.append(Send(conn, m.Ack(run_id=msg.run_id, accepted=True)))
+            ok = isinstance(msg, m.Complete)
+            log_event(
+                log,
+                "run.finished",
+                logging.DEBUG if ok else logging.INFO,
+                run_id=msg.run_id,
+                fence=msg.fence,
+                outcome="succeeded" if ok else "failed",
+            )
+        else:
+            self._out.append(
+                Send(conn, m.Ack(run_id=msg.run_id, accepted=False, reason=res.message))
+            )
+            log_event(
+                log,
+                "run.result_refused",
+                level=logging.WARNING,
+                run_id=msg.run_id,
+                fence=msg.fence,
+                reason=res.message,
+            )
+        conn.leases.pop(msg.run_id, None)
+        self._out.append(WAKE)
+
+    # -- workers ---------------------------------------------------------------------------
+    def connect(self, conn: WorkerConn, resume: tuple[m.LeaseRef, ...], now: Now) -> list[Action]:
+        """A worker said hello on ``conn``, holding the leases ``resume`` lists."""
+        wid = conn.worker_id
+        old = self.workers.get(wid)
+        if old is not None and old is not conn:
+            if not old.closed:
+                log_event(
+                    log,
+                    "worker.replaced",
+                    worker_id=wid,
+                    hint="a new connection said hello with the id of a connected worker: "
+                    "a reconnect, or two workers with one id (ids must be unique)",
+                )
+            self._out.append(Close(old, discard=True))
+        self.workers[wid] = conn
+        listed: set[str] = set()
+        for ref in resume:
+            info = self.leases.get(ref.run_id)
+            if info is not None and info.fence == ref.fence and not info.ending:
+                if info.worker_id != wid:
+                    self._untrack(info)
+                    info.worker_id = wid
+                    self.by_worker.setdefault(wid, set()).add(info.run_id)
+                info.expires = now.mono + info.heartbeat_timeout
+                conn.leases[ref.run_id] = ref.fence
+                listed.add(ref.run_id)
+            else:
+                # Not a live lease any more (or one being ended): the worker must stop it (a
+                # finished result is still sent and refused by fence, never applied).
+                self._out.append(Send(conn, m.Cancel(run_id=ref.run_id, fence=ref.fence)))
+        # The leases recorded for this worker id that its hello does not list never reached
+        # it, and never will: end them now (lost: retried with backoff and a new fence, as an
+        # expired lease is) instead of after max(heartbeat timeout, REBUILD_GRACE_S) - and
+        # every leader change restarted that wait.  Why nothing the worker holds is ended:
+        # * ``resume`` lists every lease the worker holds: from the frame's arrival until the
+        #   result is acked or the lease cancelled (schedd/worker/client.py, ``_held``),
+        #   including leases waiting for ``not_before``, refused ones whose fail is unacked,
+        #   and finished ones whose result is unacked.  Its heartbeats list the same set, so
+        #   a lease missing here would never be heartbeated: it would expire all the same.
+        # * A worker's socket is one connection at a time: the SDK closes a socket before it
+        #   opens the next and builds the hello when the new one is open, so no lease frame of
+        #   an earlier connection can arrive after it.  Frames still queued for a replaced
+        #   connection are dropped (``Close(discard=True)`` above), and each lease ended here
+        #   is followed by a cancel on this connection, so even a worker that overlapped two
+        #   sockets (not the SDK) would drop one that reached it late.
+        # * Every lease in ``self.leases`` was sent, if at all, on an earlier connection or by
+        #   an earlier leader: ``_leased`` records a lease and sends it on the worker's current
+        #   connection in one step, and grants committed from now on go to this connection.
+        # * A result the worker had acked is already applied here: ``_forget`` runs (from the
+        #   apply) before the ack is sent; if a Complete and this end race anyway, the fenced
+        #   apply keeps the first and refuses the other.
+        # * Two live workers sharing one id already displace each other's connection on every
+        #   hello (above); that misconfiguration is logged, not supported.
+        # The scenarios in tests/unit/test_leader_core.py check each of these.
+        for run_id in sorted(self.by_worker.get(wid, set()) - listed):
+            info = self.leases[run_id]
+            if not info.ending:
+                self._end_lease(
+                    info,
+                    now.wall_ms,
+                    "lost",
+                    "lease lost: the worker reconnected without it (never delivered)",
+                )
+        log_event(
+            log,
+            "worker.connected",
+            worker_id=wid,
+            queues=list(conn.queues),
+            capacity=conn.capacity,
+            resumed=len(conn.leases),
+        )
+        self._out.append(WAKE)
+        return self._emit()
+
+    def disconnect(self, conn: WorkerConn) -> None:
+        """``conn`` closed (its leases stay: the worker may resume them elsewhere)."""
+        if self.workers.get(conn.worker_id) is conn:
+            del self.workers[conn.worker_id]
+        log_event(log, "worker.disconnected", worker_id=conn.worker_id, leases=len(conn.leases))
+
+    def heartbeat(self, conn: WorkerConn, refs: tuple[m.LeaseRef, ...], now: Now) -> None:
+        """The worker on ``conn`` still runs the leases ``refs`` lists."""
+        for ref in refs:
+            info = self.leases.get(ref.run_id)
+            if info is not None and info.fence == ref.fence and info.worker_id == conn.worker_id:
+                info.expires = now.mono + info.heartbeat_timeout
+
+    def finish(self, conn: WorkerConn, msg: m.Complete | m.Fail, now: Now) -> list[Action]:
+        """A worker's result: commit it, then ack (or refuse) it on ``conn``."""
+        cmd: c.Command
+        if isinstance(msg, m.Complete):
+            cmd = c.CompleteRun(
+                leader_rid(), now.wall_ms, self.fence, msg.run_id, msg.fence, msg.result
+            )
+        else:
+            cmd = c.FailRun(
+                leader_rid(),
+                now.wall_ms,
+                self.fence,
+                msg.run_id,
+                msg.fence,
+                msg.error,
+                msg.retryable,
+                "failed",
+                self.rand(),
+            )
+        return [Commit(cmd, Finished(conn, msg), RESULT_TIMEOUT_S)]
+
+    def workers_view(self) -> list[dict[str, Any]]:
+        return [
+            {
+                "worker_id": w.worker_id,
+                "queues": list(w.queues),
+                "capacity": w.capacity,
+                "leases": len(w.leases),
+                "connected_at": format_time(w.connected_at_ms),
+                "draining": w.draining,
+            }
+            for w in self.workers.values()
+        ]
