@@ -15,7 +15,7 @@ import signal
 import sys
 
 from schedd import auth, preflight
-from schedd.cli.schedctl import DEFAULT_TOKENS_FILE
+from schedd.cli.settings import DEFAULT_TOKENS_FILE
 from schedd.config import Config, check_files, load_config
 from schedd.errors import ConfigError
 from schedd.logs import JsonFormatter, log_event, set_level, setup_logging

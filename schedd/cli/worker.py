@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from schedd.cli.schedctl import DEFAULT_TOKENS_FILE, read_token_file
+from schedd.cli.settings import DEFAULT_TOKENS_FILE, read_token_file
 from schedd.net import is_loopback
 from schedd.worker import Worker
 from schedd.worker.client import normalise_server, tls_context

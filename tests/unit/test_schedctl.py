@@ -18,6 +18,7 @@ import orjson
 import pytest
 
 from schedd.cli import render
+from schedd.cli.args import build_parser, parse_args
 from schedd.cli.client import (
     MAX_RETRIES,
     Client,
@@ -26,22 +27,18 @@ from schedd.cli.client import (
     parse_server,
     run_path,
 )
+from schedd.cli.completion import completion_levels, completion_script
+from schedd.cli.requests import ApiRequest, build_request
 from schedd.cli.schedctl import (
     EXIT_NOT_FOUND,
     EXIT_OK,
     EXIT_SERVER,
     EXIT_UNAVAILABLE,
     EXIT_USAGE,
-    ApiRequest,
-    build_parser,
-    build_request,
-    completion_levels,
-    completion_script,
     main,
-    parse_args,
-    resolve_settings,
     watch,
 )
+from schedd.cli.settings import resolve_settings
 
 DEAD = "http://127.0.0.1:1"  # nothing listens on port 1
 
