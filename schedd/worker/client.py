@@ -56,6 +56,7 @@ from schedd.protocol.messages import (
     encode,
 )
 from schedd.worker.builtins import SHELL_DISABLED, TaskFailed, builtin_handlers
+from schedd.worker.leases import Acked, Held, LeaseBook
 from schedd.worker.registry import (
     Context,
     H,
@@ -139,15 +140,6 @@ def describe(exc: BaseException) -> str:
     return out if len(out) <= ERROR_LIMIT else out[: ERROR_LIMIT - 3] + "..."
 
 
-@dataclass(eq=False)
-class _Held:
-    lease: Lease
-    ctx: Context
-    task: asyncio.Task[None] | None = None
-    outcome: Complete | Fail | None = None  # finished, waiting for the server's ack
-    sent: bool = False  # outcome sent on the current connection
-
-
 @dataclass(frozen=True)
 class _End:
     """How one connection ended."""
@@ -205,7 +197,7 @@ class Worker:
             tls_context(cafile) if cafile is not None else ssl_context or True
         )
         self._builtins = builtin_handlers(allow_shell)
-        self._held: dict[str, _Held] = {}
+        self._book = LeaseBook(concurrency)
         self._ws: WebSocket[bool] | None = None  # set between welcome and the socket's end
         self._send_lock = asyncio.Lock()
         self._idle = asyncio.Event()
@@ -234,16 +226,7 @@ class Worker:
     @property
     def leases(self) -> tuple[LeaseRef, ...]:
         """Every lease held: running, or finished with the result not yet acked."""
-        refs = []
-        for h in self._held.values():
-            progress = h.ctx.progress
-            if progress is not None:
-                try:
-                    orjson.dumps(progress)
-                except TypeError:
-                    progress = None
-            refs.append(LeaseRef(h.lease.run_id, h.lease.fence, progress))
-        return tuple(refs)
+        return self._book.refs()
 
     # -- running ---------------------------------------------------------------------------
 
@@ -295,7 +278,7 @@ class Worker:
         self._draining = False
         self._send_lock = asyncio.Lock()  # bound to this loop
         self._idle = asyncio.Event()
-        if not self._held:
+        if not self._book:
             self._idle.set()
         log.info(
             "worker.start worker_id=%s servers=%s queues=%s concurrency=%d tasks=%s",
@@ -331,35 +314,35 @@ class Worker:
         self._draining = True
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.drain_timeout
-        log.info("worker.drain held=%d timeout=%gs", len(self._held), self.drain_timeout)
+        log.info("worker.drain held=%d timeout=%gs", len(self._book), self.drain_timeout)
         await self._send(Drain())
-        running = [h.task for h in self._held.values() if h.task is not None and not h.task.done()]
+        running = [h.task for h in self._book if h.task is not None and not h.task.done()]
         if running:
             await asyncio.wait(running, timeout=self.drain_timeout)
-        for held in list(self._held.values()):
+        for held in self._book:
             if held.outcome is None:
                 log.warning(
                     "worker.drain_timeout run_id=%s returned to the server", held.lease.run_id
                 )
                 self._abandon(held)
                 held.outcome = Fail(held.lease.run_id, held.lease.fence, SHUTDOWN_ERROR, True)
-        for held in list(self._held.values()):
+        for held in self._book:
             if not held.sent:
                 await self._send_outcome(held)
-        if self._held:
+        if self._book:
             await wait_event(self._idle, max(1.0, deadline - loop.time()))
-        if self._held:
-            log.warning("worker.drain_unacked run_ids=%s", ",".join(self._held))
+        if self._book:
+            log.warning("worker.drain_unacked run_ids=%s", ",".join(self._book.run_ids()))
 
     async def _abort_all(self) -> None:
         tasks = []
-        for held in list(self._held.values()):
+        for held in self._book:
             self._abandon(held)
             if held.task is not None:
                 tasks.append(held.task)
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
-        self._held.clear()
+        self._book.clear()
         self._idle.set()
 
     # -- connection ------------------------------------------------------------------------
@@ -578,7 +561,7 @@ class Worker:
             msg.node_id,
             msg.heartbeat_interval,
             msg.lease_timeout,
-            len(self._held),
+            len(self._book),
         )
         self.node_id = msg.node_id
         self._ws = ws
@@ -587,26 +570,16 @@ class Worker:
         beats = asyncio.create_task(self._heartbeats(max(0.05, msg.heartbeat_interval)))
         if self._draining:
             await self._send(Drain())
-        for held in list(self._held.values()):
+        for held in self._book:
             held.sent = False
             await self._send_outcome(held)
         return beats
-
-    def _beat_period(self, interval: float) -> float:
-        """Seconds between heartbeats: the welcome's interval, or less when a lease held asks
-        for less (its job's heartbeat timeout is short)."""
-        asked = [
-            h.lease.heartbeat_interval
-            for h in self._held.values()
-            if h.lease.heartbeat_interval is not None
-        ]
-        return max(0.05, min([interval, *asked]))
 
     async def _heartbeats(self, interval: float) -> None:
         loop = asyncio.get_running_loop()
         last = loop.time()
         while True:
-            wait = last + self._beat_period(interval) - loop.time()
+            wait = last + self._book.beat_period(interval) - loop.time()
             if wait > 0:
                 self._beat_sooner.clear()
                 # woken early by a lease that asks for a shorter period: measure again
@@ -650,19 +623,6 @@ class Worker:
             log.warning("worker.unexpected_message type=%s", msg.TYPE)
 
     async def _on_lease(self, lease: Lease) -> None:
-        old = self._held.get(lease.run_id)
-        if old is not None:
-            if lease.fence <= old.lease.fence:
-                log.debug("worker.duplicate_lease run_id=%s fence=%d", lease.run_id, lease.fence)
-                return
-            log.info(
-                "worker.lease_replaced run_id=%s fence=%d->%d",
-                lease.run_id,
-                old.lease.fence,
-                lease.fence,
-            )
-            self._abandon(old)
-            self._forget(lease.run_id)
         ctx = Context(
             run_id=lease.run_id,
             job_id=lease.job_id,
@@ -674,19 +634,24 @@ class Worker:
             idempotency_key=lease.idempotency_key,
             worker_id=self.worker_id,
         )
-        held = _Held(lease, ctx)
-        self._held[lease.run_id] = held
+        got = self._book.receive(lease, ctx, self._draining)
+        held = got.held
+        if held is None:
+            log.debug("worker.duplicate_lease run_id=%s fence=%d", lease.run_id, lease.fence)
+            return
+        if got.replaced is not None:
+            log.info(
+                "worker.lease_replaced run_id=%s fence=%d->%d",
+                lease.run_id,
+                got.replaced.lease.fence,
+                lease.fence,
+            )
+            self._abandon(got.replaced)
         if lease.heartbeat_interval is not None:
             self._beat_sooner.set()
         self._idle.clear()
-        if self._draining or len(self._held) > self.concurrency:
-            why = (
-                "worker is draining"
-                if self._draining
-                else (f"worker at capacity ({self.concurrency} leases held)")
-            )
-            log.warning("worker.lease_refused run_id=%s reason=%s", lease.run_id, why)
-            held.outcome = Fail(lease.run_id, lease.fence, why, retryable=True)
+        if got.refused is not None:
+            log.warning("worker.lease_refused run_id=%s reason=%s", lease.run_id, got.refused)
             await self._send_outcome(held)
             return
         log.debug(
@@ -699,14 +664,14 @@ class Worker:
         held.task = asyncio.create_task(self._run(held), name=f"schedd-task:{lease.run_id}")
 
     def _on_ack(self, ack: Ack) -> None:
-        held = self._held.get(ack.run_id)
+        kind, held = self._book.acked(ack)
         if held is None:
             log.debug("worker.ack_unknown run_id=%s", ack.run_id)
             return
-        if held.outcome is None:
-            if ack.accepted:
-                log.debug("worker.ack_running run_id=%s (kept)", ack.run_id)
-                return
+        if kind is Acked.RUNNING:
+            log.debug("worker.ack_running run_id=%s (kept)", ack.run_id)
+            return
+        if kind is Acked.REVOKED:
             log.warning(
                 "worker.lease_refused_by_server run_id=%s fence=%d reason=%s",
                 ack.run_id,
@@ -714,45 +679,43 @@ class Worker:
                 ack.reason,
             )
             self._abandon(held)  # the lease is no longer ours: stop working on it
-        elif not ack.accepted:
+        elif kind is Acked.REFUSED:
             log.warning(
                 "worker.result_refused run_id=%s fence=%d reason=%s",
                 ack.run_id,
                 held.lease.fence,
                 ack.reason,
             )
-        self._forget(ack.run_id)
+        self._released()
 
     def _on_cancel(self, cancel: Cancel) -> None:
-        held = self._held.get(cancel.run_id)
-        if held is None or cancel.fence < held.lease.fence:
+        held = self._book.cancelled(cancel)
+        if held is None:
             log.debug("worker.cancel_ignored run_id=%s fence=%d", cancel.run_id, cancel.fence)
             return
         log.info("worker.cancel run_id=%s fence=%d", cancel.run_id, cancel.fence)
         self._abandon(held)
-        self._forget(cancel.run_id)
+        self._released()
 
-    def _abandon(self, held: _Held) -> None:
+    def _abandon(self, held: Held) -> None:
         held.ctx.cancelled.set()
         if held.task is not None and not held.task.done():
             held.task.cancel()
 
-    def _forget(self, run_id: str) -> None:
-        self._held.pop(run_id, None)
-        if not self._held:
+    def _released(self) -> None:
+        if not self._book:
             self._idle.set()
 
     # -- running handlers ------------------------------------------------------------------
 
-    async def _run(self, held: _Held) -> None:
+    async def _run(self, held: Held) -> None:
         await _until(held.lease.not_before)
         outcome = await self.execute(held.lease, held.ctx)
         # Let other handlers due at the same instant start before this result is sent: sending
         # costs more than a short handler, and many runs leased ahead wake up together.
         await asyncio.sleep(0)
-        if self._held.get(held.lease.run_id) is not held:
+        if not self._book.finished(held, outcome):
             return  # cancelled or replaced meanwhile
-        held.outcome = outcome
         log.log(
             logging.INFO if isinstance(outcome, Fail) else logging.DEBUG,
             "worker.finished run_id=%s outcome=%s%s",
@@ -762,7 +725,7 @@ class Worker:
         )
         await self._send_outcome(held)
 
-    async def _send_outcome(self, held: _Held) -> None:
+    async def _send_outcome(self, held: Held) -> None:
         if held.outcome is not None and not held.sent:
             held.sent = await self._send(held.outcome)
 
