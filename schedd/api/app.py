@@ -40,7 +40,7 @@ from schedd.api.ports import (
 from schedd.api.views import job_view, run_view
 from schedd.api.ws import worker_connect
 from schedd.config import Config
-from schedd.core import commands as c
+from schedd.core import commands
 from schedd.core.durations import format_time
 from schedd.core.model import JobStatus, RunState
 from schedd.core.recurrence import explain, recurrence_from
@@ -146,7 +146,7 @@ async def request_id(request: web.Request) -> str:
 
 
 async def commit(
-    raft: Raft, make: Callable[[str, int], c.Command], rid: str | None = None
+    raft: Raft, make: Callable[[str, int], commands.Command], rid: str | None = None
 ) -> Result:
     """Commit a client command, retrying with the same request id across elections."""
     rid = rid or new_request_id()
@@ -216,7 +216,9 @@ async def submit_job(request: web.Request) -> web.Response:
     check_rate(app, [spec], now)
     job_id = new_job_id(now)
     res = await commit(
-        app[RAFT], lambda rid, t: c.Submit(rid, t, ((job_id, spec),)), await request_id(request)
+        app[RAFT],
+        lambda rid, t: commands.Submit(rid, t, ((job_id, spec),)),
+        await request_id(request),
     )
     [(job, created, latest)] = unwrap(res)  # the job and its latest run, as applied
     view = job_view(job, latest)
@@ -241,7 +243,9 @@ async def submit_batch(request: web.Request) -> web.Response:
         (job_id, replace(spec, depends_on=tuple(by_ref.get(d, d) for d in spec.depends_on)))
         for job_id, spec in zip(ids, specs, strict=True)
     )
-    res = await commit(app[RAFT], lambda rid, t: c.Submit(rid, t, jobs), await request_id(request))
+    res = await commit(
+        app[RAFT], lambda rid, t: commands.Submit(rid, t, jobs), await request_id(request)
+    )
     if isinstance(res, Rejected) and by_ref:  # name the batch's own jobs by their refs
         message = res.message
         for ref, job_id in by_ref.items():
@@ -344,7 +348,7 @@ async def cancel_job(request: web.Request) -> web.Response:
     job_id = _job_id(request)
     unwrap(
         await commit(
-            app[RAFT], lambda rid, t: c.CancelJob(rid, t, job_id), await request_id(request)
+            app[RAFT], lambda rid, t: commands.CancelJob(rid, t, job_id), await request_id(request)
         )
     )
     log_event(log, "job.cancelled", job_id=job_id)
@@ -362,7 +366,7 @@ async def update_job(request: web.Request) -> web.Response:
     paused, spec = parse_patch(body, current.spec, now_ms=now, defaults=defaults(app[CONFIG]))
     res = await commit(
         app[RAFT],
-        lambda rid, t: c.UpdateJob(rid, t, job_id, paused, spec),
+        lambda rid, t: commands.UpdateJob(rid, t, job_id, paused, spec),
         await request_id(request),
     )
     job = unwrap(res)
@@ -384,7 +388,7 @@ async def trigger_job(request: web.Request) -> web.Response:
         )
     res = await commit(
         app[RAFT],
-        lambda rid, t: c.Trigger(rid, t, job_id, overlap == "override"),
+        lambda rid, t: commands.Trigger(rid, t, job_id, overlap == "override"),
         await request_id(request),
     )
     run = unwrap(res)
@@ -394,7 +398,10 @@ async def trigger_job(request: web.Request) -> web.Response:
 
 
 async def _run_command(
-    request: web.Request, make: Callable[[str, int, str], c.Command], event: str, reply: bool = True
+    request: web.Request,
+    make: Callable[[str, int, str], commands.Command],
+    event: str,
+    reply: bool = True,
 ) -> web.Response:
     """A client command about one run (cancel, replay, drop): commit, log, answer."""
     app = request.app
@@ -410,15 +417,15 @@ async def _run_command(
 
 
 async def cancel_run(request: web.Request) -> web.Response:
-    return await _run_command(request, c.CancelRun, "run.cancelled")
+    return await _run_command(request, commands.CancelRun, "run.cancelled")
 
 
 async def replay_dead(request: web.Request) -> web.Response:
-    return await _run_command(request, c.Replay, "dlq.replayed")
+    return await _run_command(request, commands.Replay, "dlq.replayed")
 
 
 async def drop_dead(request: web.Request) -> web.Response:
-    return await _run_command(request, c.DropDead, "dlq.dropped", reply=False)
+    return await _run_command(request, commands.DropDead, "dlq.dropped", reply=False)
 
 
 def _fires_view(fires: list[dict[str, Any]]) -> dict[str, Any]:

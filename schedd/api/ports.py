@@ -30,7 +30,7 @@ from schedd.core.state import Result, State
 from schedd.errors import InvalidArgument, SchedError
 from schedd.leader.workers import WorkerConn
 from schedd.metrics import Metrics
-from schedd.protocol import messages as m
+from schedd.protocol import messages
 from schedd.storage.reader import Reader
 
 
@@ -110,11 +110,11 @@ class WorkerHub(Protocol):
 
     ready: asyncio.Event  # set once the leader has rebuilt its view and dispatches
 
-    def connect(self, conn: WorkerConn, resume: tuple[m.LeaseRef, ...]) -> None: ...
+    def connect(self, conn: WorkerConn, resume: tuple[messages.LeaseRef, ...]) -> None: ...
 
-    def heartbeat(self, conn: WorkerConn, refs: tuple[m.LeaseRef, ...]) -> None: ...
+    def heartbeat(self, conn: WorkerConn, refs: tuple[messages.LeaseRef, ...]) -> None: ...
 
-    def finish(self, conn: WorkerConn, msg: m.Complete | m.Fail) -> None:
+    def finish(self, conn: WorkerConn, msg: messages.Complete | messages.Fail) -> None:
         """Commit a worker's result; the ack (or refusal) follows on ``conn``."""
 
     def disconnect(self, conn: WorkerConn) -> None: ...

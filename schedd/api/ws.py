@@ -16,7 +16,7 @@ from schedd.aio import within
 from schedd.api.ports import CONFIG, NODE, RAFT, SOCKETS, Node, Raft, WorkerHub
 from schedd.leader.workers import WorkerConn
 from schedd.logs import log_event
-from schedd.protocol import messages as m
+from schedd.protocol import messages
 from schedd.protocol.messages import ProtocolError
 
 log = logging.getLogger(__name__)
@@ -56,24 +56,26 @@ async def _serve(request: web.Request, ws: web.WebSocketResponse) -> web.WebSock
         if first.type is not WSMsgType.TEXT:
             await ws.close()
             return ws
-        hello = m.decode(first.data)
-        if not isinstance(hello, m.Hello):
+        hello = messages.decode(first.data)
+        if not isinstance(hello, messages.Hello):
             raise ProtocolError(f"expected a hello frame first, got {type(hello).__name__.lower()}")
     except (TimeoutError, ProtocolError) as exc:
-        await ws.send_str(m.encode(m.Error(code="invalid_argument", message=str(exc))))
+        await ws.send_str(
+            messages.encode(messages.Error(code="invalid_argument", message=str(exc)))
+        )
         await ws.close()
         return ws
 
     leader, url = await _place(_Where(app[NODE], app[RAFT]), ws)
     if leader is None:
         with contextlib.suppress(ConnectionError, RuntimeError):
-            await ws.send_str(m.encode(m.Redirect(leader=url)))
+            await ws.send_str(messages.encode(messages.Redirect(leader=url)))
         await ws.close()
         return ws
 
     conn = WorkerConn(hello.worker_id, hello.queues, hello.capacity, clock.wall_ms())
     conn.send(
-        m.Welcome(
+        messages.Welcome(
             node_id=app[CONFIG].node.id,
             heartbeat_interval=app[CONFIG].scheduler.heartbeat_interval_ms / 1000,
             lease_timeout=app[CONFIG].scheduler.heartbeat_timeout_ms / 1000,
@@ -86,20 +88,20 @@ async def _serve(request: web.Request, ws: web.WebSocketResponse) -> web.WebSock
             if frame.type is not WSMsgType.TEXT:
                 continue
             try:
-                msg = m.decode(frame.data)
+                msg = messages.decode(frame.data)
             except ProtocolError as exc:
-                conn.send(m.Error(code="invalid_argument", message=str(exc)))
+                conn.send(messages.Error(code="invalid_argument", message=str(exc)))
                 continue
-            if isinstance(msg, m.Heartbeat):
+            if isinstance(msg, messages.Heartbeat):
                 leader.heartbeat(conn, msg.leases)
-            elif isinstance(msg, m.Complete | m.Fail):
+            elif isinstance(msg, messages.Complete | messages.Fail):
                 leader.finish(conn, msg)  # acked on this connection once committed
-            elif isinstance(msg, m.Drain):
+            elif isinstance(msg, messages.Drain):
                 conn.draining = True
                 log_event(log, "worker.draining", worker_id=conn.worker_id)
             else:
                 conn.send(
-                    m.Error(
+                    messages.Error(
                         code="invalid_argument",
                         message=f"unexpected {type(msg).__name__.lower()} frame",
                     )

@@ -4,9 +4,7 @@ total (a bad command is a :class:`Rejected` value; nothing escapes into Raft).
 
 from __future__ import annotations
 
-from schedd.core import commands as c
-from schedd.core import history as H
-from schedd.core import runs as R
+from schedd.core import commands, history, runs
 from schedd.core.graph import find_cycle, format_cycle
 from schedd.core.model import Job, JobSpec, JobStatus, Run, evolve
 from schedd.core.state import (
@@ -20,9 +18,23 @@ from schedd.core.state import (
 
 # Commands a client may repeat after a lost reply: their results are remembered by request id.
 # Leader commands are not (they are fenced, and a repeat is judged on the run's state).
-CLIENT_COMMANDS = (c.Submit, c.CancelJob, c.UpdateJob, c.Trigger, c.CancelRun, c.Replay, c.DropDead)
+CLIENT_COMMANDS = (
+    commands.Submit,
+    commands.CancelJob,
+    commands.UpdateJob,
+    commands.Trigger,
+    commands.CancelRun,
+    commands.Replay,
+    commands.DropDead,
+)
 ClientCommand = (
-    c.Submit | c.CancelJob | c.UpdateJob | c.Trigger | c.CancelRun | c.Replay | c.DropDead
+    commands.Submit
+    | commands.CancelJob
+    | commands.UpdateJob
+    | commands.Trigger
+    | commands.CancelRun
+    | commands.Replay
+    | commands.DropDead
 )
 
 
@@ -30,21 +42,24 @@ def apply_entry(state: State, blob: object, index: int) -> tuple[list[Result], l
     """Apply one Raft entry at log ``index``.  Total: never raises."""
     events: list[LeaderEvent] = []
     state.applied_index = index
-    results = [apply(state, cmd, index, events) for cmd in c.decode_entry(blob)]
+    results = [apply(state, cmd, index, events) for cmd in commands.decode_entry(blob)]
     return results, events
 
 
 def apply(
-    state: State, cmd: c.Command | c.Undecodable, index: int, events: list[LeaderEvent]
+    state: State,
+    cmd: commands.Command | commands.Undecodable,
+    index: int,
+    events: list[LeaderEvent],
 ) -> Result:
-    if isinstance(cmd, c.Undecodable):
+    if isinstance(cmd, commands.Undecodable):
         return Rejected("invalid_argument", f"undecodable command: {cmd.reason}")
     client = isinstance(cmd, CLIENT_COMMANDS)
-    if client or isinstance(cmd, c.Claim | c.Barrier):
+    if client or isinstance(cmd, commands.Claim | commands.Barrier):
         state.make_visible()
     seen = state.recall(cmd.rid) if cmd.rid and client else None  # (only theirs are kept)
     if seen is not None:
-        return _recalled(state, seen) if isinstance(cmd, c.Submit) else seen
+        return _recalled(state, seen) if isinstance(cmd, commands.Submit) else seen
     mark = len(events)
     try:
         result = _dispatch(state, cmd, index, events)
@@ -56,11 +71,11 @@ def apply(
     return result
 
 
-def _to_remember(cmd: c.Command, result: Result) -> Result:
+def _to_remember(cmd: commands.Command, result: Result) -> Result:
     """What is kept of ``result`` for a repeat of ``cmd``.  A submit's jobs are kept by id (with
     whether each was created): the jobs themselves are in the state, and a batch's full records
     would double what the node writes for it."""
-    if isinstance(cmd, c.Submit) and isinstance(result, Ok):
+    if isinstance(cmd, commands.Submit) and isinstance(result, Ok):
         return Ok([(job.id, created) for job, created, _ in result.value])
     return result
 
@@ -85,10 +100,10 @@ def _recalled(state: State, seen: Result) -> Result:
     return Ok(out)
 
 
-def _dispatch(state: State, cmd: c.Command, index: int, events: list[LeaderEvent]) -> Result:
-    if isinstance(cmd, c.Barrier):
+def _dispatch(state: State, cmd: commands.Command, index: int, events: list[LeaderEvent]) -> Result:
+    if isinstance(cmd, commands.Barrier):
         return Ok(index)
-    if isinstance(cmd, c.Claim):
+    if isinstance(cmd, commands.Claim):
         if cmd.term < state.leader_term:
             return Rejected(
                 STALE_LEADER, f"claim for term {cmd.term} after term {state.leader_term}"
@@ -104,17 +119,17 @@ def _dispatch(state: State, cmd: c.Command, index: int, events: list[LeaderEvent
             STALE_LEADER,
             f"leader fence {cmd.lf} is not the current leader fence {state.leader_fence}",
         )
-    if isinstance(cmd, c.Fire):
-        return Ok([R.fire(state, rid, cmd.now, events) for rid in cmd.run_ids])
-    if isinstance(cmd, c.LeaseRuns):
-        return Ok([R.lease(state, rid, wid, cmd.now, index, events) for rid, wid in cmd.grants])
-    if isinstance(cmd, c.CompleteRun):
-        return R.complete(state, cmd.run_id, cmd.fence, cmd.result, cmd.now, events)
-    if isinstance(cmd, c.Heal):
-        return R.heal(state, cmd.job_id, cmd.now, events)
-    if isinstance(cmd, c.Purge):
-        return H.purge(state, cmd.before_ms, cmd.keep, cmd.limit)
-    return R.fail(
+    if isinstance(cmd, commands.Fire):
+        return Ok([runs.fire(state, rid, cmd.now, events) for rid in cmd.run_ids])
+    if isinstance(cmd, commands.LeaseRuns):
+        return Ok([runs.lease(state, rid, wid, cmd.now, index, events) for rid, wid in cmd.grants])
+    if isinstance(cmd, commands.CompleteRun):
+        return runs.complete(state, cmd.run_id, cmd.fence, cmd.result, cmd.now, events)
+    if isinstance(cmd, commands.Heal):
+        return runs.heal(state, cmd.job_id, cmd.now, events)
+    if isinstance(cmd, commands.Purge):
+        return history.purge(state, cmd.before_ms, cmd.keep, cmd.limit)
+    return runs.fail(
         state,
         cmd.run_id,
         cmd.fence,
@@ -128,18 +143,18 @@ def _dispatch(state: State, cmd: c.Command, index: int, events: list[LeaderEvent
 
 
 def _client(state: State, cmd: ClientCommand, events: list[LeaderEvent]) -> Result:
-    if isinstance(cmd, c.Submit):
+    if isinstance(cmd, commands.Submit):
         return _submit(state, cmd, events)
-    if isinstance(cmd, c.CancelJob):
+    if isinstance(cmd, commands.CancelJob):
         return _cancel_job(state, cmd, events)
-    if isinstance(cmd, c.UpdateJob):
+    if isinstance(cmd, commands.UpdateJob):
         return _update_job(state, cmd, events)
-    if isinstance(cmd, c.Trigger):
-        return R.trigger(state, cmd.job_id, cmd.now, cmd.override, events)
-    if isinstance(cmd, c.CancelRun):
-        return R.cancel_by_client(state, cmd.run_id, cmd.now, events)
-    if isinstance(cmd, c.Replay):
-        return R.replay(state, cmd.run_id, cmd.now, events)
+    if isinstance(cmd, commands.Trigger):
+        return runs.trigger(state, cmd.job_id, cmd.now, cmd.override, events)
+    if isinstance(cmd, commands.CancelRun):
+        return runs.cancel_by_client(state, cmd.run_id, cmd.now, events)
+    if isinstance(cmd, commands.Replay):
+        return runs.replay(state, cmd.run_id, cmd.now, events)
     # DropDead, the last of CLIENT_COMMANDS (mypy checks that ClientCommand has no other)
     if not state.in_dlq(cmd.run_id):
         return Rejected("not_found", f"run {cmd.run_id} is not in the dead-letter queue", "run_id")
@@ -150,7 +165,7 @@ def _client(state: State, cmd: ClientCommand, events: list[LeaderEvent]) -> Resu
 # -- submission, update, cancellation ---------------------------------------------------------
 
 
-def _check_dependencies(state: State, cmd: c.Submit) -> Rejected | None:
+def _check_dependencies(state: State, cmd: commands.Submit) -> Rejected | None:
     batch = {job_id: spec for job_id, spec in cmd.jobs}
     for i, (_, spec) in enumerate(cmd.jobs):
         prefix = f"jobs[{i}]." if len(cmd.jobs) > 1 else ""
@@ -179,7 +194,7 @@ def _check_dependencies(state: State, cmd: c.Submit) -> Rejected | None:
     return None
 
 
-def _submit(state: State, cmd: c.Submit, events: list[LeaderEvent]) -> Result:
+def _submit(state: State, cmd: commands.Submit, events: list[LeaderEvent]) -> Result:
     # Validate the whole batch first: all or nothing.
     batch_ids: set[str] = set()
     for i, (job_id, _) in enumerate(cmd.jobs):
@@ -206,11 +221,11 @@ def _create_job(
 ) -> Job:
     job = Job(job_id, spec, JobStatus.ACTIVE, now, now)
     state.add_job(job)
-    R.schedule_first(state, job, now, events)
+    runs.schedule_first(state, job, now, events)
     return state.jobs[job_id]
 
 
-def _cancel_job(state: State, cmd: c.CancelJob, events: list[LeaderEvent]) -> Result:
+def _cancel_job(state: State, cmd: commands.CancelJob, events: list[LeaderEvent]) -> Result:
     job = state.jobs.get(cmd.job_id)
     if job is None:
         return Rejected("not_found", f"no job with id {cmd.job_id}", "id")
@@ -220,18 +235,18 @@ def _cancel_job(state: State, cmd: c.CancelJob, events: list[LeaderEvent]) -> Re
         job, status=JobStatus.CANCELLED, updated_ms=cmd.now, next_run_at_ms=None, next_run_id=None
     )
     for run in state.unfinished_runs(job.id):
-        R.cancel_run(state, run.id, cmd.now, "job cancelled", events)
+        runs.cancel_run(state, run.id, cmd.now, "job cancelled", events)
     return Ok(state.jobs[job.id])
 
 
-def _update_job(state: State, cmd: c.UpdateJob, events: list[LeaderEvent]) -> Result:
+def _update_job(state: State, cmd: commands.UpdateJob, events: list[LeaderEvent]) -> Result:
     job = state.jobs.get(cmd.job_id)
     if job is None:
         return Rejected("not_found", f"no job with id {cmd.job_id}", "id")
     if job.status in (JobStatus.CANCELLED, JobStatus.DONE):
         return Rejected("conflict", f"job {job.id} is {job.status}: it can no longer be changed")
     if cmd.spec is not None and cmd.spec != job.spec:
-        problem = R.change_spec(state, job, cmd.spec, cmd.now, events)
+        problem = runs.change_spec(state, job, cmd.spec, cmd.now, events)
         if problem is not None:
             return problem
         job = state.jobs[job.id]
@@ -239,5 +254,5 @@ def _update_job(state: State, cmd: c.UpdateJob, events: list[LeaderEvent]) -> Re
         state.jobs[job.id] = evolve(job, status=JobStatus.PAUSED, updated_ms=cmd.now)
     elif cmd.paused is False and job.status is JobStatus.PAUSED:
         state.jobs[job.id] = evolve(job, status=JobStatus.ACTIVE, updated_ms=cmd.now)
-        R.resume(state, state.jobs[job.id], cmd.now, events)
+        runs.resume(state, state.jobs[job.id], cmd.now, events)
     return Ok(state.jobs[job.id])

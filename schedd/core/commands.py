@@ -21,6 +21,7 @@ from typing import Any, Final, TypeVar
 import orjson
 
 from schedd.core.model import (
+    AttemptOutcome,
     DstGap,
     DstRepeat,
     JobSpec,
@@ -163,7 +164,7 @@ class FailRun:
     fence: int
     error: str
     retryable: bool = True
-    outcome: str = "failed"
+    outcome: AttemptOutcome = AttemptOutcome.FAILED
     rand: float = 0.5
 
 
@@ -264,6 +265,8 @@ def _from_wire(obj: Any) -> Command | Undecodable:
             kwargs["run_ids"] = tuple(kwargs["run_ids"])
         elif cls is LeaseRuns:
             kwargs["grants"] = tuple((str(r), str(w)) for r, w in kwargs["grants"])
+        elif cls is FailRun and "outcome" in kwargs:
+            kwargs["outcome"] = AttemptOutcome(kwargs["outcome"])
         cmd: Command = cls(**kwargs)
     except Exception as exc:  # noqa: BLE001 - a decode error is a value, never an escape
         return Undecodable(f"malformed {cls.__name__}: {exc}")

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from schedd.core.model import RunState as S
+from schedd.core.model import RunState
 
 
 class Event(StrEnum):
@@ -26,27 +26,36 @@ class Event(StrEnum):
     REPLAY = "replay"  # dead-lettered run sent back to the queue
 
 
-TRANSITIONS: dict[tuple[S, Event], S] = {
-    (S.SCHEDULED, Event.FIRE): S.QUEUED,
-    (S.RETRYING, Event.FIRE): S.QUEUED,
-    (S.QUEUED, Event.LEASE): S.RUNNING,
-    (S.RUNNING, Event.SUCCEED): S.SUCCEEDED,
-    (S.RUNNING, Event.RETRY): S.RETRYING,
-    (S.RUNNING, Event.GIVE_UP): S.FAILED,
-    (S.SCHEDULED, Event.BLOCK): S.BLOCKED,
-    (S.BLOCKED, Event.UNBLOCK): S.QUEUED,
-    (S.FAILED, Event.REPLAY): S.QUEUED,
+TRANSITIONS: dict[tuple[RunState, Event], RunState] = {
+    (RunState.SCHEDULED, Event.FIRE): RunState.QUEUED,
+    (RunState.RETRYING, Event.FIRE): RunState.QUEUED,
+    (RunState.QUEUED, Event.LEASE): RunState.RUNNING,
+    (RunState.RUNNING, Event.SUCCEED): RunState.SUCCEEDED,
+    (RunState.RUNNING, Event.RETRY): RunState.RETRYING,
+    (RunState.RUNNING, Event.GIVE_UP): RunState.FAILED,
+    (RunState.SCHEDULED, Event.BLOCK): RunState.BLOCKED,
+    (RunState.BLOCKED, Event.UNBLOCK): RunState.QUEUED,
+    (RunState.FAILED, Event.REPLAY): RunState.QUEUED,
     **{
-        (s, Event.CANCEL): S.CANCELLED
-        for s in (S.SCHEDULED, S.BLOCKED, S.QUEUED, S.RUNNING, S.RETRYING)
+        (s, Event.CANCEL): RunState.CANCELLED
+        for s in (
+            RunState.SCHEDULED,
+            RunState.BLOCKED,
+            RunState.QUEUED,
+            RunState.RUNNING,
+            RunState.RETRYING,
+        )
     },
-    **{(s, Event.SKIP): S.SKIPPED for s in (S.SCHEDULED, S.BLOCKED, S.QUEUED, S.RETRYING)},
+    **{
+        (s, Event.SKIP): RunState.SKIPPED
+        for s in (RunState.SCHEDULED, RunState.BLOCKED, RunState.QUEUED, RunState.RETRYING)
+    },
 }
 
 
 @dataclass(frozen=True, slots=True)
 class BadTransition:
-    state: S
+    state: RunState
     event: Event
 
     @property
@@ -56,6 +65,6 @@ class BadTransition:
         return f"cannot {self.event} a run that is {self.state}; allowed in that state: {hint}"
 
 
-def next_state(state: S, event: Event) -> S | BadTransition:
+def next_state(state: RunState, event: Event) -> RunState | BadTransition:
     target = TRANSITIONS.get((state, event))
     return BadTransition(state, event) if target is None else target

@@ -363,14 +363,14 @@ def lease(
     return Ok(attempt)
 
 
-def _already_ended(run: Run, fence: int, outcome: str) -> bool:
+def _already_ended(run: Run, fence: int, outcome: AttemptOutcome) -> bool:
     """A repeated result for an attempt that already ended that way (a worker re-sending after
     a failover, when the first ack was lost) is accepted again, changing nothing."""
     attempt = next((a for a in reversed(run.attempts) if a.fence == fence), None)
-    return attempt is not None and attempt.outcome is not None and attempt.outcome.value == outcome
+    return attempt is not None and attempt.outcome is outcome
 
 
-def _running(state: State, run_id: str, fence: int, outcome: str) -> Run | Result:
+def _running(state: State, run_id: str, fence: int, outcome: AttemptOutcome) -> Run | Result:
     run = state.runs.get(run_id)
     if run is None:
         return Rejected("not_found", f"no run {run_id}")
@@ -395,7 +395,7 @@ def _end_attempt(
 def complete(
     state: State, run_id: str, fence: int, result: object, now: int, events: list[LeaderEvent]
 ) -> Result:
-    run = _running(state, run_id, fence, AttemptOutcome.SUCCEEDED.value)
+    run = _running(state, run_id, fence, AttemptOutcome.SUCCEEDED)
     if not isinstance(run, Run):
         return run
     attempts = _end_attempt(run, now, AttemptOutcome.SUCCEEDED, None)
@@ -409,20 +409,16 @@ def fail(
     fence: int,
     error: str,
     retryable: bool,
-    outcome: str,
+    outcome: AttemptOutcome,
     rand: float,
     now: int,
     events: list[LeaderEvent],
 ) -> Result:
-    try:
-        how = AttemptOutcome(outcome)
-    except ValueError:
-        return Rejected("invalid_argument", f"unknown attempt outcome {outcome!r}")
-    run = _running(state, run_id, fence, how.value)
+    run = _running(state, run_id, fence, outcome)
     if not isinstance(run, Run):
         return run
     spec = state.jobs[run.job_id].spec
-    attempts = _end_attempt(run, now, how, error)
+    attempts = _end_attempt(run, now, outcome, error)
     used = run.attempts_used  # the attempt just ended counts (its length is unchanged)
     if retryable and used < spec.retry.max_attempts:
         due = now + backoff_ms(spec, used, rand)

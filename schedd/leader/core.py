@@ -29,17 +29,25 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
-from schedd.core import commands as c
+from schedd.core import commands
 from schedd.core.durations import format_time
 from schedd.core.fairness import ConcurrencyCaps, ReadyQueues
-from schedd.core.model import TERMINAL_RUN_STATES, Attempt, JobStatus, Priority, Run, RunState
+from schedd.core.model import (
+    TERMINAL_RUN_STATES,
+    Attempt,
+    AttemptOutcome,
+    JobStatus,
+    Priority,
+    Run,
+    RunState,
+)
 from schedd.core.runs import FIRE_AHEAD_MAX_MS, may_fire_ahead
 from schedd.core.state import STALE_LEADER, LeaderEvent, Ok, Rejected, Result, State
 from schedd.core.wheel import TimingWheel
 from schedd.leader.workers import LeaseInfo, WorkerConn
 from schedd.logs import log_event
 from schedd.metrics import Metrics
-from schedd.protocol import messages as m
+from schedd.protocol import messages
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +104,7 @@ class Ended:
 @dataclass(frozen=True, slots=True)
 class Finished:
     conn: WorkerConn
-    msg: m.Complete | m.Fail  # a worker's result, acked (or refused) once applied
+    msg: messages.Complete | messages.Fail  # a worker's result, acked (or refused) once applied
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,7 +123,7 @@ Purpose = Fired | Leased | Ended | Finished | Purged | Healed
 # -- actions ------------------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class Commit:
-    cmd: c.Command
+    cmd: commands.Command
     then: Purpose
     timeout_s: float | None = None  # hand back "not committed" after this long
 
@@ -123,7 +131,7 @@ class Commit:
 @dataclass(frozen=True, slots=True)
 class Send:
     conn: WorkerConn
-    msg: m.Message
+    msg: messages.Message
 
 
 @dataclass(frozen=True, slots=True)
@@ -249,7 +257,7 @@ class LeaderCore:
         for job_id in to_heal:  # a recurring job without its next occurrence
             # retried at the next leadership if lost
             self._out.append(
-                Commit(c.Heal(leader_rid(), now.wall_ms, self.fence, job_id), Healed())
+                Commit(commands.Heal(leader_rid(), now.wall_ms, self.fence, job_id), Healed())
             )
         return self._emit()
 
@@ -268,7 +276,7 @@ class LeaderCore:
                 info = self.leases.get(run_id)
                 conn = self.workers.get(info.worker_id) if info else None
                 if conn is not None:
-                    self._out.append(Send(conn, m.Cancel(run_id=run_id, fence=int(ev[2]))))
+                    self._out.append(Send(conn, messages.Cancel(run_id=run_id, fence=int(ev[2]))))
             self._forget(run_id)
             if kind == "due" and int(ev[2]) < self.loaded_until:  # else loaded in its time
                 self.wheel.add(run_id, self._fire_at(int(ev[2]), bool(ev[3])))
@@ -338,7 +346,7 @@ class LeaderCore:
             self._load_window(now.wall_ms + self.hot_window_ms)
         if not self._purging and now.mono >= self._next_purge:
             self._purging = True
-            cmd = c.Purge(
+            cmd = commands.Purge(
                 leader_rid(),
                 now.wall_ms,
                 self.fence,
@@ -383,7 +391,9 @@ class LeaderCore:
         due = self.wheel.advance(now)
         for start in range(0, len(due), MAX_FIRE_PER_TICK):
             chunk = tuple(due[start : start + MAX_FIRE_PER_TICK])
-            self._out.append(Commit(c.Fire(leader_rid(), now, self.fence, chunk), Fired(chunk)))
+            self._out.append(
+                Commit(commands.Fire(leader_rid(), now, self.fence, chunk), Fired(chunk))
+            )
 
     def _dispatch(self, now: int) -> None:
         grants: list[tuple[str, str]] = []
@@ -403,7 +413,7 @@ class LeaderCore:
                 conn.reserved += 1
                 room -= 1
         if grants:
-            cmd = c.LeaseRuns(leader_rid(), now, self.fence, tuple(grants))
+            cmd = commands.LeaseRuns(leader_rid(), now, self.fence, tuple(grants))
             self._out.append(Commit(cmd, Leased(tuple(grants), tuple(reserved))))
 
     def _pop_ready(self, queues: tuple[str, ...]) -> str | None:
@@ -425,19 +435,21 @@ class LeaderCore:
                 self._end_lease(
                     info,
                     now.wall_ms,
-                    "lost",
+                    AttemptOutcome.LOST,
                     f"lease lost: no heartbeat within {info.heartbeat_timeout:g}s",
                 )
             elif info.deadline_ms is not None and info.deadline_ms < now.wall_ms:
                 conn = self.workers.get(info.worker_id)
                 if conn is not None:
-                    self._out.append(Send(conn, m.Cancel(run_id=info.run_id, fence=info.fence)))
-                self._end_lease(info, now.wall_ms, "timed_out", "timed out")
+                    self._out.append(
+                        Send(conn, messages.Cancel(run_id=info.run_id, fence=info.fence))
+                    )
+                self._end_lease(info, now.wall_ms, AttemptOutcome.TIMED_OUT, "timed out")
 
-    def _end_lease(self, info: LeaseInfo, now: int, outcome: str, error: str) -> None:
+    def _end_lease(self, info: LeaseInfo, now: int, outcome: AttemptOutcome, error: str) -> None:
         info.ending = True
-        self.metrics.leases_lost.labels(outcome).inc()
-        cmd = c.FailRun(
+        self.metrics.leases_lost.labels(outcome.value).inc()
+        cmd = commands.FailRun(
             leader_rid(),
             now,
             self.fence,
@@ -451,17 +463,17 @@ class LeaderCore:
         self._out.append(Commit(cmd, Ended(info)))
         log_event(
             log,
-            "run.lease_" + outcome,
+            "run.lease_" + outcome.value,
             run_id=info.run_id,
             fence=info.fence,
             worker_id=info.worker_id,
         )
         conn = self.workers.get(info.worker_id)
-        if conn is not None and outcome == "lost":
+        if conn is not None and outcome is AttemptOutcome.LOST:
             # A stalled worker still connected: it must drop the lease before it counts as
             # having room again, else new leases would reach it while it is full (the cancel is
             # ahead of them on the same socket).
-            self._out.append(Send(conn, m.Cancel(run_id=info.run_id, fence=info.fence)))
+            self._out.append(Send(conn, messages.Cancel(run_id=info.run_id, fence=info.fence)))
 
     # -- results of commands ---------------------------------------------------------------
     def committed(self, then: Purpose, result: Result | None, now: Now) -> list[Action]:
@@ -542,7 +554,7 @@ class LeaderCore:
                 if conn is None:
                     continue  # it reconnects and resumes, or the lease expires
                 conn.leases[run_id] = attempt.fence
-                lease = m.Lease(
+                lease = messages.Lease(
                     run_id=run_id,
                     job_id=run.job_id,
                     attempt=attempt.number,
@@ -594,8 +606,8 @@ class LeaderCore:
             return  # no ack: the worker keeps the result and re-sends it after reconnecting
         self.metrics.results.labels("true" if isinstance(res, Ok) else "false").inc()
         if isinstance(res, Ok):
-            self._out.append(Send(conn, m.Ack(run_id=msg.run_id, accepted=True)))
-            ok = isinstance(msg, m.Complete)
+            self._out.append(Send(conn, messages.Ack(run_id=msg.run_id, accepted=True)))
+            ok = isinstance(msg, messages.Complete)
             log_event(
                 log,
                 "run.finished",
@@ -606,7 +618,7 @@ class LeaderCore:
             )
         else:
             self._out.append(
-                Send(conn, m.Ack(run_id=msg.run_id, accepted=False, reason=res.message))
+                Send(conn, messages.Ack(run_id=msg.run_id, accepted=False, reason=res.message))
             )
             log_event(
                 log,
@@ -620,7 +632,9 @@ class LeaderCore:
         self._out.append(WAKE)
 
     # -- workers ---------------------------------------------------------------------------
-    def connect(self, conn: WorkerConn, resume: tuple[m.LeaseRef, ...], now: Now) -> list[Action]:
+    def connect(
+        self, conn: WorkerConn, resume: tuple[messages.LeaseRef, ...], now: Now
+    ) -> list[Action]:
         """A worker said hello on ``conn``, holding the leases ``resume`` lists."""
         wid = conn.worker_id
         old = self.workers.get(wid)
@@ -649,7 +663,7 @@ class LeaderCore:
             else:
                 # Not a live lease any more (or one being ended): the worker must stop it (a
                 # finished result is still sent and refused by fence, never applied).
-                self._out.append(Send(conn, m.Cancel(run_id=ref.run_id, fence=ref.fence)))
+                self._out.append(Send(conn, messages.Cancel(run_id=ref.run_id, fence=ref.fence)))
         # The leases recorded for this worker id that its hello does not list never reached
         # it, and never will: end them now (lost: retried with backoff and a new fence, as an
         # expired lease is) instead of after max(heartbeat timeout, REBUILD_GRACE_S) - and
@@ -680,7 +694,7 @@ class LeaderCore:
                 self._end_lease(
                     info,
                     now.wall_ms,
-                    "lost",
+                    AttemptOutcome.LOST,
                     "lease lost: the worker reconnected without it (never delivered)",
                 )
         log_event(
@@ -700,22 +714,24 @@ class LeaderCore:
             del self.workers[conn.worker_id]
         log_event(log, "worker.disconnected", worker_id=conn.worker_id, leases=len(conn.leases))
 
-    def heartbeat(self, conn: WorkerConn, refs: tuple[m.LeaseRef, ...], now: Now) -> None:
+    def heartbeat(self, conn: WorkerConn, refs: tuple[messages.LeaseRef, ...], now: Now) -> None:
         """The worker on ``conn`` still runs the leases ``refs`` lists."""
         for ref in refs:
             info = self.leases.get(ref.run_id)
             if info is not None and info.fence == ref.fence and info.worker_id == conn.worker_id:
                 info.expires = now.mono + info.heartbeat_timeout
 
-    def finish(self, conn: WorkerConn, msg: m.Complete | m.Fail, now: Now) -> list[Action]:
+    def finish(
+        self, conn: WorkerConn, msg: messages.Complete | messages.Fail, now: Now
+    ) -> list[Action]:
         """A worker's result: commit it, then ack (or refuse) it on ``conn``."""
-        cmd: c.Command
-        if isinstance(msg, m.Complete):
-            cmd = c.CompleteRun(
+        cmd: commands.Command
+        if isinstance(msg, messages.Complete):
+            cmd = commands.CompleteRun(
                 leader_rid(), now.wall_ms, self.fence, msg.run_id, msg.fence, msg.result
             )
         else:
-            cmd = c.FailRun(
+            cmd = commands.FailRun(
                 leader_rid(),
                 now.wall_ms,
                 self.fence,
@@ -723,7 +739,7 @@ class LeaderCore:
                 msg.fence,
                 msg.error,
                 msg.retryable,
-                "failed",
+                AttemptOutcome.FAILED,
                 self.rand(),
             )
         return [Commit(cmd, Finished(conn, msg), RESULT_TIMEOUT_S)]

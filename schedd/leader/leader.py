@@ -20,7 +20,7 @@ from typing import Any
 
 from schedd import clock
 from schedd.aio import wait_event, within
-from schedd.core import commands as c
+from schedd.core import commands
 from schedd.core.fairness import ReadyQueues
 from schedd.core.state import LeaderEvent, Ok, Result
 from schedd.core.wheel import TimingWheel
@@ -40,7 +40,7 @@ from schedd.leader.core import (
 from schedd.leader.workers import LeaseInfo, WorkerConn
 from schedd.logs import log_event
 from schedd.metrics import Metrics
-from schedd.protocol import messages as m
+from schedd.protocol import messages
 from schedd.raft.node import RaftNode
 
 log = logging.getLogger(__name__)
@@ -114,13 +114,13 @@ class Leader:
             self._stopped = True
             self.ready.clear()
             for conn in list(self.core.workers.values()):
-                conn.send(m.Redirect(leader=None))  # reconnect: a follower will redirect
+                conn.send(messages.Redirect(leader=None))  # reconnect: a follower will redirect
                 conn.close()
             self.core.workers.clear()
 
     async def _claim(self) -> int:
         while True:
-            cmd = c.Claim(
+            cmd = commands.Claim(
                 leader_rid(), clock.wall_ms(), self.node_id, self.node.term, self.http_url
             )
             try:
@@ -160,16 +160,16 @@ class Leader:
     def on_events(self, index: int, events: list[LeaderEvent]) -> None:
         self._do(self.core.on_events(index, events))
 
-    def connect(self, conn: WorkerConn, resume: tuple[m.LeaseRef, ...]) -> None:
+    def connect(self, conn: WorkerConn, resume: tuple[messages.LeaseRef, ...]) -> None:
         self._do(self.core.connect(conn, resume, now()))
 
     def disconnect(self, conn: WorkerConn) -> None:
         self.core.disconnect(conn)
 
-    def heartbeat(self, conn: WorkerConn, refs: tuple[m.LeaseRef, ...]) -> None:
+    def heartbeat(self, conn: WorkerConn, refs: tuple[messages.LeaseRef, ...]) -> None:
         self.core.heartbeat(conn, refs, now())
 
-    def finish(self, conn: WorkerConn, msg: m.Complete | m.Fail) -> None:
+    def finish(self, conn: WorkerConn, msg: messages.Complete | messages.Fail) -> None:
         self._do(self.core.finish(conn, msg, now()))
 
     def workers_view(self) -> list[dict[str, Any]]:

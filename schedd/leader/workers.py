@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
-from schedd.protocol import messages as m
+from schedd.protocol import messages
 
 
 @dataclass(eq=False)
@@ -26,9 +26,9 @@ class WorkerConn:
             return 0
         return self.capacity - len(self.leases) - self.reserved
 
-    def send(self, msg: m.Message) -> None:
+    def send(self, msg: messages.Message) -> None:
         if not self.closed:
-            self.outbox.put_nowait(m.encode(msg))
+            self.outbox.put_nowait(messages.encode(msg))
 
     def close(self, discard: bool = False) -> None:
         """Ask the connection's writer to close the socket, after the frames queued for it or,

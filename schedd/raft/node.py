@@ -34,7 +34,7 @@ from pysyncobj.pipe_notifier import PipeNotifier
 
 from schedd import clock
 from schedd.aio import within
-from schedd.core import commands as c
+from schedd.core import commands
 from schedd.core.state import LeaderEvent, Rejected, Result, State
 from schedd.errors import ResourceExhausted, SchedError, Unavailable
 from schedd.logs import log_event
@@ -294,7 +294,7 @@ class RaftNode:
         settings.data_dir.mkdir(parents=True, exist_ok=True)
         self._sm = _StateMachine(hooks, settings.data_dir / "state.db", settings.hot_window_ms)
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._pending: list[tuple[c.Command, asyncio.Future[Result]]] = []
+        self._pending: list[tuple[commands.Command, asyncio.Future[Result]]] = []
         self._flush_scheduled = False
         self.snapshots = SqlSnapshots(
             self._sm,
@@ -670,7 +670,7 @@ class RaftNode:
                 pass
 
     # -- writes ------------------------------------------------------------------------------
-    def submit_nowait(self, cmd: c.Command) -> asyncio.Future[Result]:
+    def submit_nowait(self, cmd: commands.Command) -> asyncio.Future[Result]:
         """Queue ``cmd`` for the next entry; the future resolves with its result once applied."""
         loop = self._loop
         assert loop is not None, "RaftNode.attach(loop) first"
@@ -686,7 +686,7 @@ class RaftNode:
             loop.call_soon(self._flush)
         return fut
 
-    async def submit(self, cmd: c.Command, timeout: float = 5.0) -> Result:
+    async def submit(self, cmd: commands.Command, timeout: float = 5.0) -> Result:
         fut = self.submit_nowait(cmd)
         try:
             return await within(fut, timeout)
@@ -701,7 +701,7 @@ class RaftNode:
         pending, self._pending = self._pending, []
         for start in range(0, len(pending), MAX_COMMANDS_PER_ENTRY):
             chunk = pending[start : start + MAX_COMMANDS_PER_ENTRY]
-            blob = c.encode_entry([cmd for cmd, _ in chunk])
+            blob = commands.encode_entry([cmd for cmd, _ in chunk])
             futures = [fut for _, fut in chunk]
             self._sm.apply_entry(blob, callback=self._make_callback(futures))
         self._wake()

@@ -14,7 +14,7 @@ import aiohttp
 import pytest
 
 from schedd.core.durations import parse_time
-from schedd.protocol import messages as m
+from schedd.protocol import messages
 from schedd.worker import Context
 from schedd.worker.client import Worker
 from schedd.worker.registry import Registry
@@ -37,7 +37,7 @@ async def test_a_lease_arrives_before_the_due_time_with_not_before(
 ) -> None:
     w = await connect(http, node, "w-ahead")
     job = await submit(http, node, {"task": "t", "schedule": {"in": "1500ms"}})
-    lease = await w.expect(m.Lease, timeout=10)
+    lease = await w.expect(messages.Lease, timeout=10)
     received = time.time()
     assert lease.not_before is not None
     due = _epoch(lease.not_before)
@@ -46,8 +46,8 @@ async def test_a_lease_arrives_before_the_due_time_with_not_before(
     [run] = await committed_runs(http, node, job["id"])
     assert run["state"] == "running"
     assert _epoch(run["attempts"][0]["started_at"]) == due  # the attempt starts when due
-    await w.send(m.Complete(run_id=lease.run_id, fence=lease.fence))
-    ack = await w.expect(m.Ack)
+    await w.send(messages.Complete(run_id=lease.run_id, fence=lease.fence))
+    ack = await w.expect(messages.Ack)
     assert ack.accepted
     await w.ws.close()
 
@@ -57,7 +57,7 @@ async def test_without_dispatch_ahead_the_lease_comes_at_the_due_time(
 ) -> None:
     w = await connect(http, slow_node, "w-due")
     await submit(http, slow_node, {"task": "t", "schedule": {"in": "500ms"}})
-    lease = await w.expect(m.Lease, timeout=10)
+    lease = await w.expect(messages.Lease, timeout=10)
     assert lease.not_before is None
     assert time.time() >= _epoch(lease.scheduled_at)
     await w.ws.close()

@@ -11,7 +11,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from schedd.protocol import messages as m
+from schedd.protocol import messages
 from tests.conftest import Node, restart_leader_in_new_term
 from tests.integration.test_worker_protocol import committed, committed_runs, connect, runs, submit
 
@@ -26,20 +26,20 @@ async def test_a_lease_the_reconnecting_worker_does_not_list_is_ended_at_once(
 ) -> None:
     w = await connect(http, node, "w1")
     job = await submit(http, node, {"task": "t", "retry": RETRY})
-    lost = await w.expect(m.Lease)
+    lost = await w.expect(messages.Lease)
     await w.ws.close()  # as if the lease frame had been lost with the socket
     again = await connect(http, node, "w1", resume=())
-    frames: list[m.Message] = []
-    while not any(isinstance(f, m.Lease) for f in frames):
+    frames: list[messages.Message] = []
+    while not any(isinstance(f, messages.Lease) for f in frames):
         frames.append(await again.recv(timeout=PROMPT_S))
     retry = frames[-1]
-    assert isinstance(retry, m.Lease)
+    assert isinstance(retry, messages.Lease)
     assert retry.run_id == lost.run_id and retry.fence > lost.fence and retry.attempt == 2
     # the old fence is cancelled on the new socket before the retry's lease
-    cancels = [f for f in frames if isinstance(f, m.Cancel)]
+    cancels = [f for f in frames if isinstance(f, messages.Cancel)]
     assert [(c.run_id, c.fence) for c in cancels] == [(lost.run_id, lost.fence)]
-    await again.send(m.Complete(run_id=retry.run_id, fence=retry.fence))
-    assert (await again.expect(m.Ack)).accepted
+    await again.send(messages.Complete(run_id=retry.run_id, fence=retry.fence))
+    assert (await again.expect(messages.Ack)).accepted
     [run] = await committed_runs(http, node, job["id"])
     assert run["state"] == "succeeded"
     first, second = run["attempts"]
@@ -57,11 +57,12 @@ async def test_a_new_leader_ends_only_the_leases_the_worker_does_not_resume(
     w1 = await connect(http, node, "w1", capacity=2)
     jobs = [await submit(http, node, {"task": "t", "retry": RETRY}) for _ in range(2)]
     kept, lost = sorted(
-        [await w1.expect(m.Lease), await w1.expect(m.Lease)], key=lambda lease: lease.run_id
+        [await w1.expect(messages.Lease), await w1.expect(messages.Lease)],
+        key=lambda lease: lease.run_id,
     )
     w2 = await connect(http, node, "w2", capacity=1)
     other_job = await submit(http, node, {"task": "t", "retry": RETRY})
-    other = await w2.expect(m.Lease)
+    other = await w2.expect(messages.Lease)
     assert other.job_id == other_job["id"]
 
     # A new leader (a new claim in a new term, rebuilt from the state): as after a failover.
@@ -70,9 +71,13 @@ async def test_a_new_leader_ends_only_the_leases_the_worker_does_not_resume(
     assert len(rt.leader.leases) == 3  # all three rebuilt, each with the 60 s grace
 
     again = await connect(
-        http, node, "w1", capacity=2, resume=(m.LeaseRef(run_id=kept.run_id, fence=kept.fence),)
+        http,
+        node,
+        "w1",
+        capacity=2,
+        resume=(messages.LeaseRef(run_id=kept.run_id, fence=kept.fence),),
     )
-    retry = await again.expect(m.Lease, timeout=PROMPT_S)
+    retry = await again.expect(messages.Lease, timeout=PROMPT_S)
     assert retry.run_id == lost.run_id and retry.fence > lost.fence and retry.attempt == 2
 
     await committed(node)
@@ -85,13 +90,17 @@ async def test_a_new_leader_ends_only_the_leases_the_worker_does_not_resume(
     assert [a["outcome"] for a in by_run[other.run_id]["attempts"]] == [None]
     assert rt.leader.leases[other.run_id].worker_id == "w2"
     assert rt.leader.core.by_worker == {"w1": {kept.run_id, retry.run_id}, "w2": {other.run_id}}
-    await again.send(m.Complete(run_id=kept.run_id, fence=kept.fence))
-    assert (await again.expect(m.Ack)).accepted
+    await again.send(messages.Complete(run_id=kept.run_id, fence=kept.fence))
+    assert (await again.expect(messages.Ack)).accepted
     w2_again = await connect(
-        http, node, "w2", capacity=1, resume=(m.LeaseRef(run_id=other.run_id, fence=other.fence),)
+        http,
+        node,
+        "w2",
+        capacity=1,
+        resume=(messages.LeaseRef(run_id=other.run_id, fence=other.fence),),
     )
-    await w2_again.send(m.Complete(run_id=other.run_id, fence=other.fence))
-    assert (await w2_again.expect(m.Ack)).accepted
+    await w2_again.send(messages.Complete(run_id=other.run_id, fence=other.fence))
+    assert (await w2_again.expect(messages.Ack)).accepted
     [run] = await committed_runs(http, node, other_job["id"])
     assert run["state"] == "succeeded" and len(run["attempts"]) == 1
     for w in (w1, w2, again, w2_again):

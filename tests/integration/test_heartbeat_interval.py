@@ -9,7 +9,7 @@ from typing import Any
 
 import aiohttp
 
-from schedd.protocol import messages as m
+from schedd.protocol import messages
 from schedd.worker import Context
 from schedd.worker.client import Worker
 from schedd.worker.registry import Registry
@@ -23,12 +23,12 @@ async def test_a_short_heartbeat_timeout_is_carried_by_the_lease(
     assert node.rt.config.scheduler.heartbeat_interval_ms == 5000  # the default
     w = await connect(http, node, "w-raw")
     await submit(http, node, {"task": "t", "heartbeat_timeout": "1500ms"})
-    short = await w.expect(m.Lease)
+    short = await w.expect(messages.Lease)
     assert short.heartbeat_interval is not None and abs(short.heartbeat_interval - 0.5) < 1e-9
-    await w.send(m.Complete(run_id=short.run_id, fence=short.fence))
-    await w.expect(m.Ack)
+    await w.send(messages.Complete(run_id=short.run_id, fence=short.fence))
+    await w.expect(messages.Ack)
     await submit(http, node, {"task": "t", "heartbeat_timeout": "60s"})
-    usual = await w.expect(m.Lease)
+    usual = await w.expect(messages.Lease)
     assert usual.heartbeat_interval is None, "the welcome's interval is enough"
     await w.ws.close()
 

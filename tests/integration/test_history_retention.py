@@ -9,7 +9,7 @@ from pathlib import Path
 
 import aiohttp
 
-from schedd.protocol import messages as m
+from schedd.protocol import messages
 from tests.conftest import start_node, wait_for
 from tests.integration.test_api import get
 from tests.integration.test_worker_protocol import connect, runs, submit
@@ -28,8 +28,8 @@ async def test_finished_history_is_forgotten_and_bounded_per_job(
 
         async def work() -> None:
             while True:
-                lease = await w.expect(m.Lease, timeout=30)
-                await w.send(m.Complete(run_id=lease.run_id, fence=lease.fence))
+                lease = await w.expect(messages.Lease, timeout=30)
+                await w.send(messages.Complete(run_id=lease.run_id, fence=lease.fence))
                 completed.append(lease.run_id)
 
         worker = asyncio.create_task(work())

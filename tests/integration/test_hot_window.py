@@ -11,7 +11,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from schedd.protocol import messages as m
+from schedd.protocol import messages
 from tests.conftest import Node, restart_leader_in_new_term, running_node, start_node, wait_for
 from tests.integration.test_worker_protocol import connect, submit
 
@@ -36,12 +36,12 @@ async def test_a_run_due_beyond_the_window_waits_on_disk_and_fires_on_time(
     far = await submit(http, windowed, {"task": "t", "schedule": {"in": "4s"}})
     near_run, far_run = near["latest_run"]["id"], far["latest_run"]["id"]
     assert in_wheel(windowed, near_run) and not in_wheel(windowed, far_run)
-    first = await w.expect(m.Lease, timeout=10)
+    first = await w.expect(messages.Lease, timeout=10)
     assert first.run_id == near_run
-    await w.send(m.Complete(run_id=first.run_id, fence=first.fence))
-    assert (await w.expect(m.Ack)).accepted
+    await w.send(messages.Complete(run_id=first.run_id, fence=first.fence))
+    assert (await w.expect(messages.Ack)).accepted
     await wait_for(lambda: in_wheel(windowed, far_run), timeout=10)  # loaded as it came near
-    second = await w.expect(m.Lease, timeout=10)
+    second = await w.expect(messages.Lease, timeout=10)
     received = time.time()
     assert second.run_id == far_run
     due = int(far_run.rpartition("@")[2]) / 1000
@@ -54,7 +54,7 @@ async def test_a_new_leader_loads_only_the_window_and_what_is_live(
 ) -> None:
     w = await connect(http, windowed, "w-live")
     soon = await submit(http, windowed, {"task": "t"})
-    lease = await w.expect(m.Lease, timeout=10)  # running: must be tracked by the new leader
+    lease = await w.expect(messages.Lease, timeout=10)  # running: must be tracked by the new leader
     assert lease.run_id == soon["latest_run"]["id"]
     far = [await submit(http, windowed, {"task": "t", "schedule": {"in": "1h"}}) for _ in range(5)]
     near = await submit(http, windowed, {"task": "t", "schedule": {"in": "1500ms"}})

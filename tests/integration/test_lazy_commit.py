@@ -12,10 +12,10 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from schedd.core import commands as c
+from schedd.core import commands
 from schedd.core.model import JobSpec
 from schedd.core.state import Ok
-from schedd.protocol import messages as m
+from schedd.protocol import messages
 from schedd.raft import node as raft_node
 from tests.conftest import Node, running_node, wait_for
 from tests.integration.test_worker_protocol import connect, runs, submit
@@ -48,9 +48,9 @@ async def test_worker_driven_changes_wait_for_the_next_commit_and_are_written_on
         assert rt.node.state_index > before
         [run] = await runs(http, node, job["id"])
         assert run["state"] == "scheduled"  # as submitted: a fire would not be written yet
-        lease = await w.expect(m.Lease, timeout=10)
-        await w.send(m.Complete(run_id=lease.run_id, fence=lease.fence))
-        assert (await w.expect(m.Ack)).accepted
+        lease = await w.expect(messages.Lease, timeout=10)
+        await w.send(messages.Complete(run_id=lease.run_id, fence=lease.fence))
+        assert (await w.expect(messages.Ack)).accepted
         with rt.node.read() as st:  # the node itself reads its open transaction
             assert st.runs[lease.run_id].state.value == "succeeded"
         assert rt.node.state_index < rt.node.applied_index
@@ -78,9 +78,9 @@ async def test_an_idle_node_commits_once_the_window_has_passed(
     monkeypatch.setattr(raft_node, "LAZY_COMMIT_S", 3600.0)
     w = await connect(http, node, "w-idle")
     job = await submit(http, node, {"task": "t"})
-    lease = await w.expect(m.Lease, timeout=10)
-    await w.send(m.Complete(run_id=lease.run_id, fence=lease.fence))
-    assert (await w.expect(m.Ack)).accepted
+    lease = await w.expect(messages.Lease, timeout=10)
+    await w.send(messages.Complete(run_id=lease.run_id, fence=lease.fence))
+    assert (await w.expect(messages.Ack)).accepted
     assert rt.node.state_index < rt.node.applied_index
     monkeypatch.setattr(raft_node, "LAZY_COMMIT_S", 0.05)
     # nothing more is applied: a tick with nothing to do commits
@@ -102,7 +102,9 @@ async def test_a_failure_to_hand_on_the_leader_events_does_not_stop_the_node(
     monkeypatch.setattr(node.rt.node.hooks, "on_applied", broken)
     for k in range(3):  # each one's due event goes to the broken hook
         job = (f"J-broken-{k}", JobSpec(task="t"))
-        result = await node.rt.node.submit(c.Submit(f"r-broken-{k}", T0, (job,)), timeout=3.0)
+        result = await node.rt.node.submit(
+            commands.Submit(f"r-broken-{k}", T0, (job,)), timeout=3.0
+        )
         assert isinstance(result, Ok), result
     with node.rt.node.read() as st:
         assert [st.jobs[f"J-broken-{k}"].status.value for k in range(3)] == ["active"] * 3
@@ -120,7 +122,9 @@ async def test_a_follower_commits_a_clients_command_at_once_only_if_a_caller_wai
     await submit(http, lazy_node, {"task": "t", "schedule": {"in": "1h"}})
     assert rt.node.state_index == rt.node.applied_index
     before = rt.node.applied_index
-    blob = c.encode_entry([c.Submit("r-unwatched", T0, (("J-unwatched", JobSpec(task="t")),))])
+    blob = commands.encode_entry(
+        [commands.Submit("r-unwatched", T0, (("J-unwatched", JobSpec(task="t")),))]
+    )
     rt.node._sm.apply_entry(blob)  # no callback: no caller waits
     await wait_for(lambda: rt.node.applied_index > before, timeout=5)
     with rt.node.read() as st:
@@ -136,7 +140,7 @@ async def test_a_follower_commits_a_clients_command_at_once_only_if_a_caller_wai
     # finds its write on the leader
     monkeypatch.setattr(rt.node._sm, "leading", lambda: True)
     before = rt.node.applied_index
-    blob = c.encode_entry([c.Submit("r-led", T0, (("J-led", JobSpec(task="t")),))])
+    blob = commands.encode_entry([commands.Submit("r-led", T0, (("J-led", JobSpec(task="t")),))])
     rt.node._sm.apply_entry(blob)
     await wait_for(lambda: rt.node.state_index > before, timeout=5)
     assert await rt.reader.job("J-led") is not None

@@ -9,7 +9,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from schedd.protocol import messages as m
+from schedd.protocol import messages
 from tests.conftest import Node, start_node
 from tests.integration.test_api import API, post
 from tests.integration.test_worker_protocol import connect
@@ -57,12 +57,12 @@ async def test_a_namespace_concurrency_cap_holds_back_leases(
     for _ in range(3):
         await post(http, limited, "/jobs", {"task": "t", "namespace": "capped"})
     free = await post(http, limited, "/jobs", {"task": "t", "namespace": "free"})
-    leases = [await w.expect(m.Lease), await w.expect(m.Lease)]
+    leases = [await w.expect(messages.Lease), await w.expect(messages.Lease)]
     assert sorted(lease.job_id == free[1]["id"] for lease in leases) == [False, True]
     with pytest.raises(asyncio.TimeoutError):
-        await w.expect(m.Lease, timeout=0.5)  # the capped namespace has one lease out
+        await w.expect(messages.Lease, timeout=0.5)  # the capped namespace has one lease out
     capped = next(lease for lease in leases if lease.job_id != free[1]["id"])
-    await w.send(m.Complete(run_id=capped.run_id, fence=capped.fence))
-    nxt = await w.expect(m.Lease)
+    await w.send(messages.Complete(run_id=capped.run_id, fence=capped.fence))
+    nxt = await w.expect(messages.Lease)
     assert nxt.run_id != capped.run_id
     await w.ws.close()

@@ -7,7 +7,7 @@ from pathlib import Path
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
-from schedd.protocol import messages as m
+from schedd.protocol.messages import Ack, Complete, Lease
 from tests.conftest import Node, start_node, wait_for
 from tests.integration.test_api import post
 from tests.integration.test_worker_protocol import connect
@@ -32,14 +32,14 @@ async def test_metrics_follow_a_run_and_a_skip(node: Node, http: aiohttp.ClientS
     assert before.get(("schedd_lease_lag_seconds_count", ()), 0.0) == 0.0
     w = await connect(http, node, "w1")
     _, _job = await post(http, node, "/jobs", {"task": "t"})
-    lease = await w.expect(m.Lease)
-    await w.send(m.Complete(run_id=lease.run_id, fence=lease.fence))
-    await w.expect(m.Ack)
+    lease = await w.expect(Lease)
+    await w.send(Complete(run_id=lease.run_id, fence=lease.fence))
+    await w.expect(Ack)
     _, rec = await post(
         http, node, "/jobs", {"task": "t", "schedule": {"every": "1h", "overlap": "skip"}}
     )
     _status, _run = await post(http, node, f"/jobs/{rec['id']}/trigger", {"overlap": "override"})
-    await w.expect(m.Lease)  # the triggered run is running now
+    await w.expect(Lease)  # the triggered run is running now
     await post(http, node, f"/jobs/{rec['id']}/trigger", {"overlap": "respect"})  # skipped: overlap
     after = await scrape(http, node)
     assert after[("schedd_lease_lag_seconds_count", ())] >= 2

@@ -15,7 +15,7 @@ import pytest
 from schedd.api.app import make_app
 from schedd.api.openapi import spec
 from schedd.auth import Role, Token, TokenStore
-from schedd.protocol import messages as m
+from schedd.protocol import messages
 from tests.conftest import Node, wait_for
 from tests.integration.test_worker_protocol import connect
 
@@ -282,15 +282,17 @@ async def test_live_answers_match_the_document(
     doomed_ids = {j["id"] for j in doomed}
     failed: list[str] = []
     while len(failed) < 2:
-        lease = await worker.expect(m.Lease)
+        lease = await worker.expect(messages.Lease)
         if lease.job_id in doomed_ids:
             await worker.send(
-                m.Fail(run_id=lease.run_id, fence=lease.fence, error="boom", retryable=False)
+                messages.Fail(run_id=lease.run_id, fence=lease.fence, error="boom", retryable=False)
             )
             failed.append(lease.run_id)
         else:
             await worker.send(
-                m.Complete(run_id=lease.run_id, fence=lease.fence, result={"ok": [1, 2.5, None]})
+                messages.Complete(
+                    run_id=lease.run_id, fence=lease.fence, result={"ok": [1, 2.5, None]}
+                )
             )
 
     async def in_dlq() -> bool:

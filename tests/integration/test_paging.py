@@ -9,7 +9,7 @@ from typing import Any
 import aiohttp
 import orjson
 
-from schedd.protocol import messages as m
+from schedd.protocol import messages
 from tests.conftest import Node
 from tests.integration.test_worker_protocol import API, committed, connect, submit
 
@@ -72,10 +72,12 @@ async def test_the_dead_letter_queue_pages_newest_first(
     dead = []
     for k in range(5):
         job = await submit(http, node, {"task": "t", "payload": k, "retry": {"max_attempts": 1}})
-        lease = await w.expect(m.Lease)
+        lease = await w.expect(messages.Lease)
         assert lease.job_id == job["id"]
-        await w.send(m.Fail(run_id=lease.run_id, fence=lease.fence, error=f"e{k}", retryable=False))
-        assert (await w.expect(m.Ack)).accepted
+        await w.send(
+            messages.Fail(run_id=lease.run_id, fence=lease.fence, error=f"e{k}", retryable=False)
+        )
+        assert (await w.expect(messages.Ack)).accepted
         dead.append(lease.run_id)
     await w.ws.close()
     await committed(node)

@@ -53,7 +53,7 @@ from schemathesis.checks import (
 )
 
 from schedd.api.openapi import spec
-from schedd.protocol import messages as m
+from schedd.protocol import messages
 from tests.conftest import Node, start_node
 from tests.integration.test_worker_protocol import RawWorker
 
@@ -113,15 +113,15 @@ async def _work(worker: RawWorker) -> None:
     """Complete every lease of the ``done`` queue, fail (not retryable) those of ``doomed``."""
     while True:
         msg = await worker.recv(timeout=3600)
-        if not isinstance(msg, m.Lease):
+        if not isinstance(msg, messages.Lease):
             continue
         if msg.task.startswith("doomed"):
             await worker.send(
-                m.Fail(run_id=msg.run_id, fence=msg.fence, error="boom", retryable=False)
+                messages.Fail(run_id=msg.run_id, fence=msg.fence, error="boom", retryable=False)
             )
         else:
             await worker.send(
-                m.Complete(run_id=msg.run_id, fence=msg.fence, result={"ok": [1, 2.5, None]})
+                messages.Complete(run_id=msg.run_id, fence=msg.fence, result={"ok": [1, 2.5, None]})
             )
 
 
@@ -170,8 +170,10 @@ class Live:
             self.node.url + API + "/workers/connect", headers=self.node.headers()
         )
         self.worker = RawWorker(ws)
-        await self.worker.send(m.Hello(worker_id="w1", queues=("done", "doomed"), capacity=4))
-        await self.worker.expect(m.Welcome)
+        await self.worker.send(
+            messages.Hello(worker_id="w1", queues=("done", "doomed"), capacity=4)
+        )
+        await self.worker.expect(messages.Welcome)
         self.work = asyncio.create_task(_work(self.worker))
 
     async def _disconnect_worker(self) -> None:

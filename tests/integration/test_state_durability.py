@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from schedd.core import commands as c
+from schedd.core import commands
 from schedd.core.apply import apply_entry
 from schedd.core.model import JobSpec, RetryPolicy, Schedule, ScheduleKind
 from schedd.core.state import MemoryState
@@ -32,7 +32,7 @@ ENTRIES = 150
 def entries() -> list[bytes]:
     """Big entries (a claim, then batches of 100 submits, fires and leases) so that a kill
     lands inside one more often than not."""
-    out = [c.encode_entry([c.Claim("claim", T0, "n1", 1)])]
+    out = [commands.encode_entry([commands.Claim("claim", T0, "n1", 1)])]
     for i in range(1, ENTRIES):
         jobs = tuple(
             (
@@ -46,12 +46,12 @@ def entries() -> list[bytes]:
             )
             for k in range(100)
         )
-        cmds: list[c.Command] = [c.Submit(f"s{i}", T0 + i, jobs)]
+        cmds: list[commands.Command] = [commands.Submit(f"s{i}", T0 + i, jobs)]
         if i > 1:
             prev = tuple(f"J{i - 1}-{k}@{T0 + i - 1}" for k in range(100))
-            cmds.append(c.Fire(f"f{i}", T0 + i, 1, prev))
-            cmds.append(c.LeaseRuns(f"l{i}", T0 + i, 1, tuple((r, "w1") for r in prev)))
-        out.append(c.encode_entry(cmds))
+            cmds.append(commands.Fire(f"f{i}", T0 + i, 1, prev))
+            cmds.append(commands.LeaseRuns(f"l{i}", T0 + i, 1, tuple((r, "w1") for r in prev)))
+        out.append(commands.encode_entry(cmds))
     return out
 
 

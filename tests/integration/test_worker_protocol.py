@@ -10,7 +10,7 @@ import aiohttp
 import orjson
 import pytest
 
-from schedd.protocol import messages as m
+from schedd.protocol import messages
 from tests.conftest import Node, running_node, wait_for
 
 API = "/api/v1"
@@ -20,13 +20,13 @@ class RawWorker:
     def __init__(self, ws: aiohttp.ClientWebSocketResponse) -> None:
         self.ws = ws
 
-    async def send(self, msg: m.Message) -> None:
-        await self.ws.send_str(m.encode(msg))
+    async def send(self, msg: messages.Message) -> None:
+        await self.ws.send_str(messages.encode(msg))
 
-    async def recv(self, timeout: float = 10.0) -> m.Message:
+    async def recv(self, timeout: float = 10.0) -> messages.Message:
         frame = await self.ws.receive(timeout=timeout)
         assert frame.type is aiohttp.WSMsgType.TEXT, frame
-        return m.decode(frame.data)
+        return messages.decode(frame.data)
 
     async def expect(self, kind: type[Any], timeout: float = 10.0) -> Any:
         while True:
@@ -40,14 +40,14 @@ async def connect(
     node: Node,
     worker_id: str,
     capacity: int = 1,
-    resume: tuple[m.LeaseRef, ...] = (),
+    resume: tuple[messages.LeaseRef, ...] = (),
 ) -> RawWorker:
     ws = await http.ws_connect(node.url + API + "/workers/connect", headers=node.headers())
     w = RawWorker(ws)
     await w.send(
-        m.Hello(worker_id=worker_id, queues=("default",), capacity=capacity, resume=resume)
+        messages.Hello(worker_id=worker_id, queues=("default",), capacity=capacity, resume=resume)
     )
-    welcome = await w.expect(m.Welcome)
+    welcome = await w.expect(messages.Welcome)
     assert welcome.node_id == "n1"
     return w
 
@@ -94,11 +94,11 @@ async def fast_node(tmp_path: Any) -> AsyncIterator[Node]:
 async def test_lease_complete_ack(node: Node, http: aiohttp.ClientSession) -> None:
     w = await connect(http, node, "w1")
     job = await submit(http, node, {"task": "t", "payload": {"a": 1}, "idempotency_key": "k1"})
-    lease = await w.expect(m.Lease)
+    lease = await w.expect(messages.Lease)
     assert (lease.job_id, lease.task, lease.payload, lease.attempt) == (job["id"], "t", {"a": 1}, 1)
     assert lease.idempotency_key == "k1" and lease.fence > 0
-    await w.send(m.Complete(run_id=lease.run_id, fence=lease.fence, result={"ok": 1}))
-    ack = await w.expect(m.Ack)
+    await w.send(messages.Complete(run_id=lease.run_id, fence=lease.fence, result={"ok": 1}))
+    ack = await w.expect(messages.Ack)
     assert ack.run_id == lease.run_id and ack.accepted
     [run] = await committed_runs(http, node, job["id"])
     assert run["state"] == "succeeded" and run["result"] == {"ok": 1}
@@ -110,12 +110,12 @@ async def test_pull_never_exceeds_capacity(node: Node, http: aiohttp.ClientSessi
     w = await connect(http, node, "w1", capacity=2)
     for _ in range(5):
         await submit(http, node, {"task": "t"})
-    first = [await w.expect(m.Lease), await w.expect(m.Lease)]
+    first = [await w.expect(messages.Lease), await w.expect(messages.Lease)]
     with pytest.raises(asyncio.TimeoutError):
-        await w.expect(m.Lease, timeout=0.5)
-    await w.send(m.Complete(run_id=first[0].run_id, fence=first[0].fence))
-    await w.expect(m.Ack)
-    third = await w.expect(m.Lease)
+        await w.expect(messages.Lease, timeout=0.5)
+    await w.send(messages.Complete(run_id=first[0].run_id, fence=first[0].fence))
+    await w.expect(messages.Ack)
+    third = await w.expect(messages.Lease)
     assert third.run_id not in {x.run_id for x in first}
     await w.ws.close()
 
@@ -130,17 +130,17 @@ async def test_stale_worker_result_is_refused_after_its_lease_is_lost(
         node,
         {"task": "t", "heartbeat_timeout": "1s", "retry": {"initial": "0.05s", "jitter": False}},
     )
-    old = await stale.expect(m.Lease)
-    await stale.send(m.Drain())  # takes nothing new, and never heartbeats: its lease is lost
+    old = await stale.expect(messages.Lease)
+    await stale.send(messages.Drain())  # takes nothing new, and never heartbeats: its lease is lost
     await wait_for(lambda: _state_is(http, node, job["id"], {"retrying", "queued"}), timeout=10)
     fresh = await connect(http, node, "fresh")
-    new = await fresh.expect(m.Lease)
+    new = await fresh.expect(messages.Lease)
     assert new.run_id == old.run_id and new.fence > old.fence and new.attempt == 2
-    await stale.send(m.Complete(run_id=old.run_id, fence=old.fence, result="stale"))
-    refused = await stale.expect(m.Ack)
+    await stale.send(messages.Complete(run_id=old.run_id, fence=old.fence, result="stale"))
+    refused = await stale.expect(messages.Ack)
     assert not refused.accepted and "fence" in (refused.reason or "")
-    await fresh.send(m.Complete(run_id=new.run_id, fence=new.fence, result="fresh"))
-    assert (await fresh.expect(m.Ack)).accepted
+    await fresh.send(messages.Complete(run_id=new.run_id, fence=new.fence, result="fresh"))
+    assert (await fresh.expect(messages.Ack)).accepted
     [run] = await committed_runs(http, node, job["id"])
     assert run["result"] == "fresh"
     assert [a["outcome"] for a in run["attempts"]] == ["lost", "succeeded"]
@@ -156,13 +156,17 @@ async def test_heartbeats_keep_a_lease_alive(fast_node: Node, http: aiohttp.Clie
     node = fast_node
     w = await connect(http, node, "w1")
     job = await submit(http, node, {"task": "t", "heartbeat_timeout": "1s"})
-    lease = await w.expect(m.Lease)
+    lease = await w.expect(messages.Lease)
     for _ in range(12):  # 2.4 s of heartbeats: more than twice the timeout
-        await w.send(m.Heartbeat(leases=(m.LeaseRef(run_id=lease.run_id, fence=lease.fence),)))
+        await w.send(
+            messages.Heartbeat(leases=(messages.LeaseRef(run_id=lease.run_id, fence=lease.fence),))
+        )
         await asyncio.sleep(0.2)
     assert await _state_is(http, node, job["id"], {"running"})
-    await w.send(m.Fail(run_id=lease.run_id, fence=lease.fence, error="nope", retryable=False))
-    assert (await w.expect(m.Ack)).accepted
+    await w.send(
+        messages.Fail(run_id=lease.run_id, fence=lease.fence, error="nope", retryable=False)
+    )
+    assert (await w.expect(messages.Ack)).accepted
     [run] = await committed_runs(http, node, job["id"])
     assert run["state"] == "failed" and run["error"] == "nope"
     async with http.get(node.url + API + "/dlq", headers=node.headers()) as r:
@@ -175,18 +179,18 @@ async def test_reconnecting_worker_resumes_its_lease(
 ) -> None:
     w = await connect(http, node, "w1")
     job = await submit(http, node, {"task": "t"})
-    lease = await w.expect(m.Lease)
+    lease = await w.expect(messages.Lease)
     await w.ws.close()
     again = await connect(
-        http, node, "w1", resume=(m.LeaseRef(run_id=lease.run_id, fence=lease.fence),)
+        http, node, "w1", resume=(messages.LeaseRef(run_id=lease.run_id, fence=lease.fence),)
     )
-    await again.send(m.Complete(run_id=lease.run_id, fence=lease.fence))
-    assert (await again.expect(m.Ack)).accepted
+    await again.send(messages.Complete(run_id=lease.run_id, fence=lease.fence))
+    assert (await again.expect(messages.Ack)).accepted
     [run] = await committed_runs(http, node, job["id"])
     assert len(run["attempts"]) == 1 and run["state"] == "succeeded"
     # Resuming a lease that does not exist is answered with cancel.
-    bogus = await connect(http, node, "w2", resume=(m.LeaseRef(run_id="nope@1", fence=3),))
-    cancel = await bogus.expect(m.Cancel)
+    bogus = await connect(http, node, "w2", resume=(messages.LeaseRef(run_id="nope@1", fence=3),))
+    cancel = await bogus.expect(messages.Cancel)
     assert cancel.run_id == "nope@1"
     for x in (again, bogus):
         await x.ws.close()
@@ -197,14 +201,14 @@ async def test_bad_frames_get_an_error_not_a_disconnect(
 ) -> None:
     w = await connect(http, node, "w1")
     await w.ws.send_str("{not json")
-    err = await w.expect(m.Error)
+    err = await w.expect(messages.Error)
     assert err.code == "invalid_argument"
     await w.ws.send_str('{"type": "heartbeat", "leases": [{"run_id": 5}]}')
-    err = await w.expect(m.Error)
+    err = await w.expect(messages.Error)
     assert "run_id" in err.message
-    await w.send(m.Heartbeat(leases=()))  # still connected and served
+    await w.send(messages.Heartbeat(leases=()))  # still connected and served
     await submit(http, node, {"task": "t"})
-    assert isinstance(await w.expect(m.Lease), m.Lease)
+    assert isinstance(await w.expect(messages.Lease), messages.Lease)
     await w.ws.close()
 
 
@@ -228,17 +232,19 @@ async def test_a_run_past_its_timeout_is_cancelled_and_counts_as_a_failed_attemp
             "retry": {"max_attempts": 2, "initial": "0.05s", "jitter": False},
         },
     )
-    lease = await w.expect(m.Lease)
+    lease = await w.expect(messages.Lease)
     assert lease.deadline is not None
     for _ in range(20):  # keeps heartbeating: alive, but past its deadline
-        await w.send(m.Heartbeat(leases=(m.LeaseRef(run_id=lease.run_id, fence=lease.fence),)))
+        await w.send(
+            messages.Heartbeat(leases=(messages.LeaseRef(run_id=lease.run_id, fence=lease.fence),))
+        )
         try:
-            cancel = await w.expect(m.Cancel, timeout=0.1)
+            cancel = await w.expect(messages.Cancel, timeout=0.1)
             break
         except TimeoutError:
             continue
     assert cancel.run_id == lease.run_id and cancel.fence == lease.fence
-    retry = await w.expect(m.Lease)
+    retry = await w.expect(messages.Lease)
     assert retry.run_id == lease.run_id and retry.attempt == 2
     [run] = await committed_runs(http, node, job["id"])
     assert run["attempts"][0]["outcome"] == "timed_out"
@@ -252,13 +258,13 @@ async def test_fuzzed_frames_never_wedge_the_node(node: Node, http: aiohttp.Clie
 
     rng = random.Random(20261125)
     valid = [
-        m.encode(x)
+        messages.encode(x)
         for x in (
-            m.Heartbeat(leases=(m.LeaseRef(run_id="a@1", fence=1),)),
-            m.Complete(run_id="a@1", fence=1, result={"x": 1}),
-            m.Fail(run_id="a@1", fence=2, error="e", retryable=False),
-            m.Drain(),
-            m.Hello(worker_id="w", queues=("default",), capacity=1, resume=()),
+            messages.Heartbeat(leases=(messages.LeaseRef(run_id="a@1", fence=1),)),
+            messages.Complete(run_id="a@1", fence=1, result={"x": 1}),
+            messages.Fail(run_id="a@1", fence=2, error="e", retryable=False),
+            messages.Drain(),
+            messages.Hello(worker_id="w", queues=("default",), capacity=1, resume=()),
         )
     ]
 
@@ -282,9 +288,13 @@ async def test_fuzzed_frames_never_wedge_the_node(node: Node, http: aiohttp.Clie
         ws = await http.ws_connect(node.url + API + "/workers/connect", headers=node.headers())
         if i % 2 == 0:
             await ws.send_str(
-                m.encode(m.Hello(worker_id=f"fuzz{i}", queues=("default",), capacity=1, resume=()))
+                messages.encode(
+                    messages.Hello(worker_id=f"fuzz{i}", queues=("default",), capacity=1, resume=())
+                )
             )
-            assert isinstance(m.decode((await ws.receive(timeout=10)).data), m.Welcome)
+            assert isinstance(
+                messages.decode((await ws.receive(timeout=10)).data), messages.Welcome
+            )
         for _ in range(150):
             f = frame()
             if isinstance(f, bytes):
@@ -297,9 +307,9 @@ async def test_fuzzed_frames_never_wedge_the_node(node: Node, http: aiohttp.Clie
         assert r.status == 200
     w = await connect(http, node, "good")
     job = await submit(http, node, {"task": "t"})
-    lease = await w.expect(m.Lease)
-    await w.send(m.Complete(run_id=lease.run_id, fence=lease.fence))
-    assert (await w.expect(m.Ack)).accepted
+    lease = await w.expect(messages.Lease)
+    await w.send(messages.Complete(run_id=lease.run_id, fence=lease.fence))
+    assert (await w.expect(messages.Ack)).accepted
     [run] = await committed_runs(http, node, job["id"])
     assert run["state"] == "succeeded"
     await w.ws.close()
@@ -315,12 +325,12 @@ async def test_a_stalled_worker_is_told_to_drop_a_lost_lease_before_new_work(
         node,
         {"task": "t", "heartbeat_timeout": "1s", "retry": {"initial": "0.05s", "jitter": False}},
     )
-    first = await w.expect(m.Lease)
+    first = await w.expect(messages.Lease)
     # no heartbeats: the lease is lost; the cancel must come before the retry's lease
     frames = []
-    while not any(isinstance(f, m.Lease) for f in frames):
+    while not any(isinstance(f, messages.Lease) for f in frames):
         frames.append(await w.recv(timeout=10))
-    kinds = [type(f).__name__ for f in frames if isinstance(f, m.Cancel | m.Lease)]
+    kinds = [type(f).__name__ for f in frames if isinstance(f, messages.Cancel | messages.Lease)]
     assert kinds == ["Cancel", "Lease"], kinds
     assert frames[-1].run_id == first.run_id and frames[-1].fence > first.fence
     await w.ws.close()

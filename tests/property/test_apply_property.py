@@ -7,7 +7,7 @@ import pickle
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from schedd.core import commands as c
+from schedd.core import commands
 from schedd.core.apply import apply_entry
 from schedd.core.model import JobSpec, RetryPolicy, Schedule, ScheduleKind
 from schedd.core.state import MemoryState, State
@@ -40,25 +40,25 @@ spec = st.builds(
 )
 
 command = st.one_of(
-    st.builds(c.Claim, rid, now, st.sampled_from(["n1", "n2"]), st.integers(1, 4)),
+    st.builds(commands.Claim, rid, now, st.sampled_from(["n1", "n2"]), st.integers(1, 4)),
     st.builds(
-        c.Submit,
+        commands.Submit,
         rid,
         now,
         st.lists(st.tuples(st.sampled_from(JOBS), spec), min_size=1, max_size=2).map(tuple),
     ),
-    st.builds(c.CancelJob, rid, now, st.sampled_from([*JOBS, "nope"])),
-    st.builds(c.Fire, rid, now, fence, st.lists(run_ids, max_size=3).map(tuple)),
+    st.builds(commands.CancelJob, rid, now, st.sampled_from([*JOBS, "nope"])),
+    st.builds(commands.Fire, rid, now, fence, st.lists(run_ids, max_size=3).map(tuple)),
     st.builds(
-        c.LeaseRuns,
+        commands.LeaseRuns,
         rid,
         now,
         fence,
         st.lists(st.tuples(run_ids, st.sampled_from(["w1", "w2"])), max_size=2).map(tuple),
     ),
-    st.builds(c.CompleteRun, rid, now, fence, run_ids, fence, st.none()),
+    st.builds(commands.CompleteRun, rid, now, fence, run_ids, fence, st.none()),
     st.builds(
-        c.FailRun,
+        commands.FailRun,
         rid,
         now,
         fence,
@@ -69,23 +69,23 @@ command = st.one_of(
         st.sampled_from(["failed", "lost", "timed_out"]),
         st.floats(0, 1),
     ),
-    st.builds(c.Barrier, rid, now),
+    st.builds(commands.Barrier, rid, now),
 )
 
 entries = st.lists(st.lists(command, min_size=1, max_size=3), max_size=25)
 
 
-def _replay(state: State, batches: list[list[c.Command]], start: int = 1) -> list[object]:
+def _replay(state: State, batches: list[list[commands.Command]], start: int = 1) -> list[object]:
     out = []
     for i, batch in enumerate(batches):
-        results, events = apply_entry(state, c.encode_entry(batch), start + i)
+        results, events = apply_entry(state, commands.encode_entry(batch), start + i)
         out.append((results, events))
     return out
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(entries)
-def test_apply_is_deterministic(batches: list[list[c.Command]]) -> None:
+def test_apply_is_deterministic(batches: list[list[commands.Command]]) -> None:
     a, b = MemoryState(), MemoryState()
     ra, rb = _replay(a, batches), _replay(b, batches)
     assert ra == rb
@@ -94,7 +94,7 @@ def test_apply_is_deterministic(batches: list[list[c.Command]]) -> None:
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(entries, st.integers(0, 25))
-def test_snapshot_round_trip_mid_stream(batches: list[list[c.Command]], cut: int) -> None:
+def test_snapshot_round_trip_mid_stream(batches: list[list[commands.Command]], cut: int) -> None:
     straight = MemoryState()
     _replay(straight, batches)
     first = MemoryState()

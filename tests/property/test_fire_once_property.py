@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from schedd.core import commands as c
+from schedd.core import commands
 from schedd.core.apply import apply_entry
 from schedd.core.model import JobSpec, Overlap, RecurringOptions, RunState, Schedule, ScheduleKind
 from schedd.core.state import MemoryState, Ok
@@ -37,20 +37,20 @@ def test_no_occurrence_fires_twice_across_leader_changes(steps: list[tuple]) -> 
     claims: list[int] = []
     fired: dict[str, int] = {}
 
-    def entry(*cmds: c.Command) -> list[object]:
+    def entry(*cmds: commands.Command) -> list[object]:
         nonlocal index
         index += 1
-        results, _ = apply_entry(state, c.encode_entry(list(cmds)), index)
+        results, _ = apply_entry(state, commands.encode_entry(list(cmds)), index)
         return results
 
-    entry(c.Claim("c0", now, "n0", 1))
+    entry(commands.Claim("c0", now, "n0", 1))
     claims.append(state.leader_fence)
-    entry(c.Submit("s", now, (("J", SPEC),)))
+    entry(commands.Submit("s", now, (("J", SPEC),)))
     term = 1
     for s in steps:
         if s[0] == "claim":
             term += 1
-            entry(c.Claim(f"c{term}", now, f"n{term}", term))
+            entry(commands.Claim(f"c{term}", now, f"n{term}", term))
             claims.append(state.leader_fence)
         elif s[0] == "tick":
             now += s[1]
@@ -60,7 +60,7 @@ def test_no_occurrence_fires_twice_across_leader_changes(steps: list[tuple]) -> 
             due = [r.id for r in state.runs.values() if r.due_ms <= now]
             for _ in range(2 if s[2] else 1):
                 before = {r.id: r.state for r in state.runs.values()}
-                [res] = entry(c.Fire(f"f{index}", now, lf, tuple(due)))
+                [res] = entry(commands.Fire(f"f{index}", now, lf, tuple(due)))
                 if isinstance(res, Ok):
                     for rid in due:
                         if (

@@ -11,7 +11,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from schedd.core import commands as c
+from schedd.core import commands
 from schedd.core.apply import apply_entry
 from schedd.core.model import JobSpec, RecurringOptions, RetryPolicy, Schedule, ScheduleKind
 from schedd.core.state import MemoryState, State
@@ -74,7 +74,7 @@ KINDS = [
 ]
 
 
-def one_command(data: st.DataObject, state: MemoryState, t: int, n: int) -> c.Command:
+def one_command(data: st.DataObject, state: MemoryState, t: int, n: int) -> commands.Command:
     """A command that makes sense against ``state`` (mostly: a stale fence, a wrong id or a
     repeated request id now and then, as in a real cluster)."""
     kind = data.draw(st.sampled_from(KINDS))
@@ -92,11 +92,11 @@ def one_command(data: st.DataObject, state: MemoryState, t: int, n: int) -> c.Co
             st.lists(st.sampled_from([f"N{n}", f"M{n}", "J1"]), min_size=1, max_size=2, unique=True)
         )
         deps = st.lists(st.sampled_from(job_ids), max_size=2, unique=True).map(tuple)
-        return c.Submit(
+        return commands.Submit(
             r, t, tuple((j, replace(data.draw(spec), depends_on=data.draw(deps))) for j in ids)
         )
     if kind == "fire":
-        return c.Fire(
+        return commands.Fire(
             r,
             t,
             lf,
@@ -107,7 +107,7 @@ def one_command(data: st.DataObject, state: MemoryState, t: int, n: int) -> c.Co
             ),
         )
     if kind == "lease":
-        return c.LeaseRuns(
+        return commands.LeaseRuns(
             r, t, lf, ((pick_run("queued"), data.draw(st.sampled_from(["w1", "w2"]))),)
         )
     if kind in ("complete", "fail"):
@@ -115,8 +115,10 @@ def one_command(data: st.DataObject, state: MemoryState, t: int, n: int) -> c.Co
         current = state.runs[run_id].fence if run_id in state.runs else None
         f = (current or 0) - data.draw(st.sampled_from([0, 0, 0, 1]))
         if kind == "complete":
-            return c.CompleteRun(r, t, lf, run_id, f, data.draw(st.sampled_from([None, {"n": 1}])))
-        return c.FailRun(
+            return commands.CompleteRun(
+                r, t, lf, run_id, f, data.draw(st.sampled_from([None, {"n": 1}]))
+            )
+        return commands.FailRun(
             r,
             t,
             lf,
@@ -128,7 +130,7 @@ def one_command(data: st.DataObject, state: MemoryState, t: int, n: int) -> c.Co
             data.draw(st.floats(0, 1)),
         )
     if kind == "purge":
-        return c.Purge(
+        return commands.Purge(
             r,
             t,
             lf,
@@ -137,33 +139,39 @@ def one_command(data: st.DataObject, state: MemoryState, t: int, n: int) -> c.Co
             data.draw(st.sampled_from([1, 3, 100])),
         )
     if kind == "cancel_run":
-        return c.CancelRun(r, t, pick_run("scheduled", "queued", "running", "retrying", "blocked"))
+        return commands.CancelRun(
+            r, t, pick_run("scheduled", "queued", "running", "retrying", "blocked")
+        )
     if kind == "replay":
-        return c.Replay(r, t, pick_run("failed"))
+        return commands.Replay(r, t, pick_run("failed"))
     if kind == "drop":
-        return c.DropDead(r, t, pick_run("failed"))
+        return commands.DropDead(r, t, pick_run("failed"))
     return _job_command(data, state, kind, r, t, lf, n, data.draw(st.sampled_from(job_ids)))
 
 
 def _job_command(
     data: st.DataObject, state: MemoryState, kind: str, r: str, t: int, lf: int, n: int, job_id: str
-) -> c.Command:
+) -> commands.Command:
     if kind == "update":
-        return c.UpdateJob(r, t, job_id, None, data.draw(spec))
+        return commands.UpdateJob(r, t, job_id, None, data.draw(spec))
     if kind in ("pause", "resume"):
-        return c.UpdateJob(r, t, job_id, kind == "pause")
+        return commands.UpdateJob(r, t, job_id, kind == "pause")
     if kind == "trigger":
-        return c.Trigger(r, t, job_id, data.draw(st.booleans()))
+        return commands.Trigger(r, t, job_id, data.draw(st.booleans()))
     if kind == "cancel_job":
-        return c.CancelJob(r, t, job_id)
+        return commands.CancelJob(r, t, job_id)
     if kind == "heal":
-        return c.Heal(r, t, lf, job_id)
+        return commands.Heal(r, t, lf, job_id)
     if kind == "claim":
-        return c.Claim(r, t, "n1", state.leader_term + data.draw(st.integers(0, 1)))
-    return c.CancelJob(f"r{data.draw(st.integers(0, n))}", t, job_id)  # a request id seen before
+        return commands.Claim(r, t, "n1", state.leader_term + data.draw(st.integers(0, 1)))
+    return commands.CancelJob(
+        f"r{data.draw(st.integers(0, n))}", t, job_id
+    )  # a request id seen before
 
 
-def draw_entries(data: st.DataObject, state: MemoryState, count: int) -> list[list[c.Command]]:
+def draw_entries(
+    data: st.DataObject, state: MemoryState, count: int
+) -> list[list[commands.Command]]:
     """``count`` entries drawn against ``state`` as it becomes (applying them to it)."""
     batches = []
     t = T0 + state.applied_index * 500
@@ -174,7 +182,7 @@ def draw_entries(data: st.DataObject, state: MemoryState, count: int) -> list[li
             batch.append(
                 one_command(data, state, t, len(batches) * 3 + len(batch) + state.applied_index * 3)
             )
-        apply_entry(state, c.encode_entry(batch), state.applied_index + 1)
+        apply_entry(state, commands.encode_entry(batch), state.applied_index + 1)
         batches.append(batch)
     return batches
 
@@ -226,10 +234,10 @@ def answers(state: State) -> dict[str, Any]:
 
 
 def replay_both(
-    mem: MemoryState, sql: SqlState, batches: list[list[c.Command]], start: int
+    mem: MemoryState, sql: SqlState, batches: list[list[commands.Command]], start: int
 ) -> None:
     for i, batch in enumerate(batches):
-        blob = c.encode_entry(batch)
+        blob = commands.encode_entry(batch)
         expected = apply_entry(mem, blob, start + i)
         got = sql_apply_entry(sql, blob, start + i)
         assert got == expected, (batch, got, expected)
@@ -237,10 +245,10 @@ def replay_both(
             assert sql.recall(cmd.rid) == mem.recall(cmd.rid)
 
 
-def drawn(data: st.DataObject, count: int) -> list[list[c.Command]]:
+def drawn(data: st.DataObject, count: int) -> list[list[commands.Command]]:
     model = MemoryState()
-    apply_entry(model, c.encode_entry([c.Claim("r0", T0, "n1", 1)]), 1)
-    return [[c.Claim("r0", T0, "n1", 1)], *draw_entries(data, model, count)]
+    apply_entry(model, commands.encode_entry([commands.Claim("r0", T0, "n1", 1)]), 1)
+    return [[commands.Claim("r0", T0, "n1", 1)], *draw_entries(data, model, count)]
 
 
 #: what the SQL state keeps in memory, from nothing (every read from the database) to everything
@@ -277,7 +285,7 @@ def test_a_database_reopened_mid_stream_goes_on_as_if_it_never_stopped(data: st.
         try:
             # The journal replays from before the database's applied index: skipped.
             for i, batch in enumerate(batches[:cut]):
-                assert sql_apply_entry(sql, c.encode_entry(batch), 1 + i) is None
+                assert sql_apply_entry(sql, commands.encode_entry(batch), 1 + i) is None
             replay_both(mem, sql, batches[cut:], cut + 1)
             assert answers(sql) == answers(mem)
         finally:
@@ -289,7 +297,7 @@ def test_a_database_reopened_mid_stream_goes_on_as_if_it_never_stopped(data: st.
 def test_every_job_run_and_result_reads_back_as_written(data: st.DataObject) -> None:
     mem = MemoryState()
     for i, batch in enumerate(drawn(data, data.draw(st.integers(1, 30)))):
-        results, _ = apply_entry(mem, c.encode_entry(batch), i + 1)
+        results, _ = apply_entry(mem, commands.encode_entry(batch), i + 1)
         for res in results:
             assert result_from_body("r", result_body(res)) == res
     for job in mem.jobs.values():

@@ -8,8 +8,7 @@ from typing import Any
 
 import pytest
 
-from schedd.core import commands as c
-from schedd.core import runs as R
+from schedd.core import commands, runs
 from schedd.core.apply import apply_entry
 from schedd.core.model import JobSpec, JobStatus, RetryPolicy, RunState, Schedule, ScheduleKind
 from schedd.core.state import MemoryState, Ok, Rejected, State
@@ -26,7 +25,7 @@ def later(at_ms: int = T0 + MIN, **kw: Any) -> JobSpec:
 def dead_lettered(h: Harness, lf: int) -> str:
     h.submit(spec=JobSpec(task="t", retry=RetryPolicy(max_attempts=1)))
     rid = f"J1@{T0}"
-    h.one(c.FailRun(h.rid(), T0 + 1, lf, rid, lease_one(h, lf, rid), "boom", False))
+    h.one(commands.FailRun(h.rid(), T0 + 1, lf, rid, lease_one(h, lf, rid), "boom", False))
     assert h.state.in_dlq(rid)
     return rid
 
@@ -51,30 +50,32 @@ def test_a_command_whose_answer_is_read_back_asks_the_store_to_show_it_at_once()
     state = Watched()
     index = 0
 
-    def asks(cmd: c.Command) -> int:
+    def asks(cmd: commands.Command) -> int:
         nonlocal index
         index += 1
         before = state.visible
-        apply_entry(state, c.encode_entry([cmd]), index)
+        apply_entry(state, commands.encode_entry([cmd]), index)
         return state.visible - before
 
-    assert asks(c.Claim("r0", T0, "n1", 1)) == 1
+    assert asks(commands.Claim("r0", T0, "n1", 1)) == 1
     lf, rid = 1, f"J1@{T0}"
-    assert asks(c.Submit("r1", T0, (("J1", JobSpec(task="t")),))) == 1
-    assert asks(c.Fire("r2", T0, lf, (rid,))) == 0
-    assert asks(c.LeaseRuns("r3", T0, lf, ((rid, "w1"),))) == 0
-    assert asks(c.CompleteRun("r4", T0, lf, rid, 4)) == 0
+    assert asks(commands.Submit("r1", T0, (("J1", JobSpec(task="t")),))) == 1
+    assert asks(commands.Fire("r2", T0, lf, (rid,))) == 0
+    assert asks(commands.LeaseRuns("r3", T0, lf, ((rid, "w1"),))) == 0
+    assert asks(commands.CompleteRun("r4", T0, lf, rid, 4)) == 0
     assert state.runs[rid].state is RunState.SUCCEEDED
-    assert asks(c.Barrier("r5", T0)) == 1
-    assert asks(c.CancelJob("r6", T0, "J1")) == 1
-    assert asks(c.Submit("r1", T0, (("J1", JobSpec(task="t")),))) == 1  # a recalled one too
+    assert asks(commands.Barrier("r5", T0)) == 1
+    assert asks(commands.CancelJob("r6", T0, "J1")) == 1
+    assert asks(commands.Submit("r1", T0, (("J1", JobSpec(task="t")),))) == 1  # a recalled one too
 
 
 def test_an_entry_records_its_log_index_for_the_leaders_rebuild() -> None:
     # The leader rebuilds its wheel and queues from the state, then ignores the events of
     # entries up to the state's applied index: they are already in what it rebuilt.
     state = MemoryState()
-    apply_entry(state, c.encode_entry([c.Submit("r1", T0, (("J1", JobSpec(task="t")),))]), 42)
+    apply_entry(
+        state, commands.encode_entry([commands.Submit("r1", T0, (("J1", JobSpec(task="t")),))]), 42
+    )
     assert state.applied_index == 42
     apply_entry(state, b"garbage", 43)
     assert state.applied_index == 43
@@ -82,8 +83,8 @@ def test_an_entry_records_its_log_index_for_the_leaders_rebuild() -> None:
 
 def test_an_undecodable_command_is_an_invalid_argument_naming_why() -> None:
     blob = b'{"v": 1, "c": [{"t": "nope", "rid": "x", "now": 1}]}'
-    [undecodable] = c.decode_entry(blob)
-    assert isinstance(undecodable, c.Undecodable)
+    [undecodable] = commands.decode_entry(blob)
+    assert isinstance(undecodable, commands.Undecodable)
     results, _ = apply_entry(MemoryState(), blob, 5)
     assert results == [Rejected("invalid_argument", f"undecodable command: {undecodable.reason}")]
 
@@ -98,10 +99,11 @@ def test_a_command_that_fails_unexpectedly_is_an_internal_rejection_and_its_even
         events.append(("ready", "half-made", "default", "normal", "default"))
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(R, "trigger", broken)
+    monkeypatch.setattr(runs, "trigger", broken)
     h = Harness()
     submitted, triggered = h.apply(
-        c.Submit(h.rid(), T0, (("J1", JobSpec(task="t")),)), c.Trigger(h.rid(), T0, "J1")
+        commands.Submit(h.rid(), T0, (("J1", JobSpec(task="t")),)),
+        commands.Trigger(h.rid(), T0, "J1"),
     )
     assert isinstance(submitted, Ok)
     assert triggered == Rejected("internal", "Trigger failed: RuntimeError: boom")
@@ -138,7 +140,7 @@ def test_a_failed_attempt_keeps_the_workers_error() -> None:
     h.submit(spec=JobSpec(task="t", retry=RetryPolicy(max_attempts=2, jitter=False)))
     rid = f"J1@{T0}"
     fence = lease_one(h, lf, rid)
-    assert h.one(c.FailRun(h.rid(), T0 + 5, lf, rid, fence, "disk full", True)) == Ok(rid)
+    assert h.one(commands.FailRun(h.rid(), T0 + 5, lf, rid, fence, "disk full", True)) == Ok(rid)
     run = h.state.runs[rid]
     assert run.state is RunState.RETRYING and run.error == "disk full"
     assert [(a.outcome, a.error, a.ended_ms) for a in run.attempts] == [
@@ -156,7 +158,7 @@ def test_cancelling_a_running_run_stops_its_worker_and_records_when_and_why() ->
     rid = f"J1@{T0}"
     fence = lease_one(h, lf, rid)
     h.events.clear()
-    assert h.one(c.CancelRun(h.rid(), T0 + 5, rid)) == Ok(rid)
+    assert h.one(commands.CancelRun(h.rid(), T0 + 5, rid)) == Ok(rid)
     run = h.state.runs[rid]
     assert (run.state, run.reason, run.updated_ms) == (RunState.CANCELLED, "cancelled", T0 + 5)
     assert [(a.outcome, a.error, a.ended_ms) for a in run.attempts] == [
@@ -166,14 +168,14 @@ def test_cancelling_a_running_run_stops_its_worker_and_records_when_and_why() ->
 
 
 def test_cancelling_an_unknown_run_is_not_found() -> None:
-    res = Harness().one(c.CancelRun("x", T0, "J1@1"))
+    res = Harness().one(commands.CancelRun("x", T0, "J1@1"))
     assert res == Rejected("not_found", "no run with id J1@1", "run_id")
 
 
 def test_a_replayed_run_is_queued_again_at_the_time_of_the_replay() -> None:
     h = Harness()
     rid = dead_lettered(h, h.claim())
-    res = h.one(c.Replay(h.rid(), T0 + MIN, rid))
+    res = h.one(commands.Replay(h.rid(), T0 + MIN, rid))
     run = h.state.runs[rid]
     assert res == Ok(run)
     assert (run.state, run.updated_ms) == (RunState.QUEUED, T0 + MIN)
@@ -182,9 +184,9 @@ def test_a_replayed_run_is_queued_again_at_the_time_of_the_replay() -> None:
 def test_dropping_a_run_from_the_dead_letter_queue_answers_its_id() -> None:
     h = Harness()
     rid = dead_lettered(h, h.claim())
-    assert h.one(c.DropDead(h.rid(), T0 + MIN, rid)) == Ok(rid)
+    assert h.one(commands.DropDead(h.rid(), T0 + MIN, rid)) == Ok(rid)
     assert not h.state.in_dlq(rid)
-    again = h.one(c.DropDead(h.rid(), T0 + MIN, rid))
+    again = h.one(commands.DropDead(h.rid(), T0 + MIN, rid))
     assert again == Rejected("not_found", f"run {rid} is not in the dead-letter queue", "run_id")
 
 
@@ -266,7 +268,7 @@ def test_a_refused_submission_names_the_field_and_creates_nothing(
     for job_id, s in existing:
         assert isinstance(h.submit(job_id, s), Ok)
     before = dict(h.state.jobs)
-    assert h.one(c.Submit(h.rid(), T0 + 1, tuple(batch))) == refusal
+    assert h.one(commands.Submit(h.rid(), T0 + 1, tuple(batch))) == refusal
     assert h.state.jobs == before
 
 
@@ -274,7 +276,7 @@ def test_a_batch_with_a_known_idempotency_key_still_creates_its_other_jobs() -> 
     h = Harness()
     h.submit("J1", JobSpec(task="t", idempotency_key="k"))
     res = h.one(
-        c.Submit(
+        commands.Submit(
             h.rid(),
             T0 + 1,
             (("J2", JobSpec(task="t", idempotency_key="k")), ("J3", JobSpec(task="t"))),
@@ -295,7 +297,7 @@ def test_jobs_are_listed_in_submission_order() -> None:
     h = Harness()
     h.submit("J2")
     h.submit("J1")
-    h.one(c.Submit(h.rid(), T0, (("J4", JobSpec(task="t")), ("J3", JobSpec(task="t")))))
+    h.one(commands.Submit(h.rid(), T0, (("J4", JobSpec(task="t")), ("J3", JobSpec(task="t")))))
     assert list(h.state.jobs) == ["J2", "J1", "J4", "J3"]
 
 
@@ -306,7 +308,7 @@ def test_cancelling_a_job_cancels_its_pending_run_and_clears_its_next_run() -> N
     h = Harness()
     h.submit(spec=later())
     assert h.state.jobs["J1"].next_run_at_ms == T0 + MIN
-    res = h.one(c.CancelJob(h.rid(), T0 + 5, "J1"))
+    res = h.one(commands.CancelJob(h.rid(), T0 + 5, "J1"))
     job = h.state.jobs["J1"]
     assert res == Ok(job)
     assert (job.status, job.updated_ms, job.next_run_at_ms, job.next_run_id) == (
@@ -318,7 +320,7 @@ def test_cancelling_a_job_cancels_its_pending_run_and_clears_its_next_run() -> N
     run = h.state.runs[f"J1@{T0 + MIN}"]
     assert (run.state, run.reason, run.updated_ms) == (RunState.CANCELLED, "job cancelled", T0 + 5)
     # Cancelling it again changes nothing and answers the job.
-    assert h.one(c.CancelJob(h.rid(), T0 + 9, "J1")) == Ok(job)
+    assert h.one(commands.CancelJob(h.rid(), T0 + 9, "J1")) == Ok(job)
     assert h.state.jobs["J1"] == job
 
 
@@ -327,10 +329,10 @@ def test_cancelling_a_finished_job_leaves_it_done() -> None:
     lf = h.claim()
     h.submit()
     rid = f"J1@{T0}"
-    h.one(c.CompleteRun(h.rid(), T0 + 1, lf, rid, lease_one(h, lf, rid), None))
+    h.one(commands.CompleteRun(h.rid(), T0 + 1, lf, rid, lease_one(h, lf, rid), None))
     done = h.state.jobs["J1"]
     assert done.status is JobStatus.DONE
-    assert h.one(c.CancelJob(h.rid(), T0 + 5, "J1")) == Ok(done)
+    assert h.one(commands.CancelJob(h.rid(), T0 + 5, "J1")) == Ok(done)
     assert h.state.jobs["J1"] == done
 
 
@@ -339,15 +341,15 @@ def test_cancelling_a_finished_job_with_a_triggered_run_in_flight_cancels_that_r
     lf = h.claim()
     h.submit()
     rid = f"J1@{T0}"
-    h.one(c.CompleteRun(h.rid(), T0 + 1, lf, rid, lease_one(h, lf, rid), None))
-    triggered = h.one(c.Trigger(h.rid(), T0 + 2, "J1")).value
+    h.one(commands.CompleteRun(h.rid(), T0 + 1, lf, rid, lease_one(h, lf, rid), None))
+    triggered = h.one(commands.Trigger(h.rid(), T0 + 2, "J1")).value
     assert h.state.jobs["J1"].status is JobStatus.DONE and triggered.state is RunState.QUEUED
-    res = h.one(c.CancelJob(h.rid(), T0 + 5, "J1"))
+    res = h.one(commands.CancelJob(h.rid(), T0 + 5, "J1"))
     assert res == Ok(h.state.jobs["J1"]) and res.value.status is JobStatus.CANCELLED
     assert h.state.runs[triggered.id].state is RunState.CANCELLED
 
 
-@pytest.mark.parametrize("command", [c.CancelJob, c.UpdateJob])
+@pytest.mark.parametrize("command", [commands.CancelJob, commands.UpdateJob])
 def test_cancelling_or_updating_an_unknown_job_is_not_found(command: Any) -> None:
     assert Harness().one(command("x", T0, "nope")) == Rejected(
         "not_found", "no job with id nope", "id"
@@ -372,9 +374,9 @@ def test_pause_and_resume(paused_before: bool, paused: bool | None, paused_after
     h = Harness()
     h.submit(spec=later())
     if paused_before:
-        h.one(c.UpdateJob(h.rid(), T0 + 1, "J1", paused=True))
+        h.one(commands.UpdateJob(h.rid(), T0 + 1, "J1", paused=True))
     before = h.state.jobs["J1"]
-    res = h.one(c.UpdateJob(h.rid(), T0 + 7, "J1", paused=paused))
+    res = h.one(commands.UpdateJob(h.rid(), T0 + 7, "J1", paused=paused))
     job = h.state.jobs["J1"]
     assert res == Ok(job)
     assert job.status is (JobStatus.PAUSED if paused_after else JobStatus.ACTIVE)
@@ -387,11 +389,11 @@ def test_a_finished_job_can_no_longer_be_changed(status: str) -> None:
     lf = h.claim()
     h.submit()
     if status == "cancelled":
-        h.one(c.CancelJob(h.rid(), T0, "J1"))
+        h.one(commands.CancelJob(h.rid(), T0, "J1"))
     else:
         rid = f"J1@{T0}"
-        h.one(c.CompleteRun(h.rid(), T0 + 1, lf, rid, lease_one(h, lf, rid), None))
+        h.one(commands.CompleteRun(h.rid(), T0 + 1, lf, rid, lease_one(h, lf, rid), None))
     before = h.state.jobs["J1"]
-    res = h.one(c.UpdateJob(h.rid(), T0 + 5, "J1", paused=True))
+    res = h.one(commands.UpdateJob(h.rid(), T0 + 5, "J1", paused=True))
     assert res == Rejected("conflict", f"job J1 is {status}: it can no longer be changed")
     assert h.state.jobs["J1"] == before

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from schedd.core import commands as c
-from schedd.core.model import JobSpec, Priority
+from schedd.core import commands
+from schedd.core.model import AttemptOutcome, JobSpec, Priority
 
 FROZEN_V1 = (
     b'{"v":1,"c":[{"t":"claim","rid":"a","now":1800000000000,"node":"n1","term":3,"http":"http://h"},'
@@ -18,19 +18,21 @@ FROZEN_V1 = (
 
 
 def test_frozen_v1_sample_decodes() -> None:
-    cmds = c.decode_entry(FROZEN_V1)
+    cmds = commands.decode_entry(FROZEN_V1)
     assert cmds == [
-        c.Claim("a", 1800000000000, "n1", 3, "http://h"),
-        c.Submit("b", 1800000000000, (("J1", JobSpec(task="t", priority=Priority.HIGH)),)),
-        c.Fire("c", 1800000000001, 7, ("J1@1800000000000",)),
-        c.LeaseRuns("d", 1800000000002, 7, (("J1@1800000000000", "w1"),)),
-        c.CompleteRun("e", 1800000000003, 7, "J1@1800000000000", 9, {"ok": True}),
-        c.FailRun("f", 1800000000004, 7, "J1@1800000000000", 9, "x", False, "lost", 0.25),
-        c.CancelJob("g", 1800000000005, "J1"),
-        c.Barrier("h", 1800000000006),
+        commands.Claim("a", 1800000000000, "n1", 3, "http://h"),
+        commands.Submit("b", 1800000000000, (("J1", JobSpec(task="t", priority=Priority.HIGH)),)),
+        commands.Fire("c", 1800000000001, 7, ("J1@1800000000000",)),
+        commands.LeaseRuns("d", 1800000000002, 7, (("J1@1800000000000", "w1"),)),
+        commands.CompleteRun("e", 1800000000003, 7, "J1@1800000000000", 9, {"ok": True}),
+        commands.FailRun(
+            "f", 1800000000004, 7, "J1@1800000000000", 9, "x", False, AttemptOutcome.LOST, 0.25
+        ),
+        commands.CancelJob("g", 1800000000005, "J1"),
+        commands.Barrier("h", 1800000000006),
     ]
 
 
 def test_unknown_version_is_rejected_not_misread() -> None:
-    [bad] = c.decode_entry(FROZEN_V1.replace(b'"v":1', b'"v":2', 1))
-    assert isinstance(bad, c.Undecodable) and "version" in bad.reason
+    [bad] = commands.decode_entry(FROZEN_V1.replace(b'"v":1', b'"v":2', 1))
+    assert isinstance(bad, commands.Undecodable) and "version" in bad.reason

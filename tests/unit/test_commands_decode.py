@@ -7,7 +7,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from schedd.core import commands as c
+from schedd.core import commands
 
 
 def entry(*cmds: object) -> bytes:
@@ -26,7 +26,7 @@ WHOLE_ENTRY: list[tuple[bytes, str]] = [
 
 @pytest.mark.parametrize(("blob", "reason"), WHOLE_ENTRY, ids=[w[0].decode() for w in WHOLE_ENTRY])
 def test_an_entry_that_does_not_decode_is_one_undecodable(blob: bytes, reason: str) -> None:
-    assert c.decode_entry(blob) == [c.Undecodable(reason)]
+    assert commands.decode_entry(blob) == [commands.Undecodable(reason)]
 
 
 ONE_COMMAND: list[tuple[object, str]] = [
@@ -44,7 +44,7 @@ ONE_COMMAND: list[tuple[object, str]] = [
 
 @pytest.mark.parametrize(("cmd", "reason"), ONE_COMMAND, ids=[repr(o[0]) for o in ONE_COMMAND])
 def test_a_command_that_does_not_decode_says_why(cmd: object, reason: str) -> None:
-    assert c.decode_entry(entry(cmd)) == [c.Undecodable(reason)]
+    assert commands.decode_entry(entry(cmd)) == [commands.Undecodable(reason)]
 
 
 @pytest.mark.parametrize(
@@ -60,18 +60,18 @@ def test_a_command_that_does_not_decode_says_why(cmd: object, reason: str) -> No
 def test_a_malformed_command_names_its_type_and_the_problem(
     cmd: object, name: str, words: str
 ) -> None:
-    [bad] = c.decode_entry(entry(cmd))
-    assert isinstance(bad, c.Undecodable)
+    [bad] = commands.decode_entry(entry(cmd))
+    assert isinstance(bad, commands.Undecodable)
     assert bad.reason.startswith(f"malformed {name}: ")
     assert words in bad.reason
 
 
 def test_one_bad_command_does_not_spoil_the_others_in_its_entry() -> None:
-    decoded = c.decode_entry(
+    decoded = commands.decode_entry(
         entry({"t": "barrier", "rid": "a", "now": 1}, 5, {"t": "barrier", "rid": "b", "now": 2})
     )
     assert decoded == [
-        c.Barrier("a", 1),
-        c.Undecodable("a command must be an object"),
-        c.Barrier("b", 2),
+        commands.Barrier("a", 1),
+        commands.Undecodable("a command must be an object"),
+        commands.Barrier("b", 2),
     ]

@@ -3,7 +3,7 @@ core, virtual time; every command goes through :class:`tests.unit.test_runs.Chec
 
 from __future__ import annotations
 
-from schedd.core import commands as c
+from schedd.core import commands
 from schedd.core.model import JobSpec, JobStatus, RetryPolicy, RunState
 from schedd.core.state import Ok, Rejected
 from tests.unit.test_runs import MIN, T0, Checked, every, fire
@@ -15,15 +15,15 @@ DAY = 1440 * MIN
 def finish(h: Checked, lf: int, run_id: str, now: int, ok: bool = True) -> None:
     fence = h.start(lf, run_id, now)
     if ok:
-        assert h.one(c.CompleteRun(h.rid(), now + 1, lf, run_id, fence, None)) == Ok(run_id)
+        assert h.one(commands.CompleteRun(h.rid(), now + 1, lf, run_id, fence, None)) == Ok(run_id)
     else:
-        h.one(c.FailRun(h.rid(), now + 1, lf, run_id, fence, "boom", False))
+        h.one(commands.FailRun(h.rid(), now + 1, lf, run_id, fence, "boom", False))
 
 
 def purge(
     h: Harness, lf: int, now: int, before: int, keep: int = 1000, limit: int = 1000
 ) -> object:
-    return h.one(c.Purge(h.rid(), now, lf, before, keep, limit))
+    return h.one(commands.Purge(h.rid(), now, lf, before, keep, limit))
 
 
 def test_a_finished_one_off_job_and_its_run_are_forgotten_after_the_retention() -> None:
@@ -38,7 +38,9 @@ def test_a_finished_one_off_job_and_its_run_are_forgotten_after_the_retention() 
     assert "J1" not in h.state.jobs and f"J1@{T0}" not in h.state.runs
     assert h.state.counts.get("state:succeeded") == 0
     # its idempotency key went with it: the same key now makes a new job
-    res = h.one(c.Submit(h.rid(), T0 + DAY, (("J9", JobSpec(task="t", idempotency_key="k")),)))
+    res = h.one(
+        commands.Submit(h.rid(), T0 + DAY, (("J9", JobSpec(task="t", idempotency_key="k")),))
+    )
     assert isinstance(res, Ok) and res.value[0][1] is True
 
 
@@ -69,7 +71,7 @@ def test_what_is_unfinished_dead_lettered_or_depended_on_is_kept() -> None:
     assert set(h.state.jobs) == {"live", "dead", "up", "down"}
     assert set(h.state.runs) == {f"live@{T0}", f"dead@{T0}", f"down@{T0}"}
     # dropped from the dead-letter queue, the run (and its job) can go
-    assert h.one(c.DropDead(h.rid(), T0 + DAY, f"dead@{T0}")) == Ok(f"dead@{T0}")
+    assert h.one(commands.DropDead(h.rid(), T0 + DAY, f"dead@{T0}")) == Ok(f"dead@{T0}")
     assert purge(h, lf, T0 + 2 * DAY, before=T0 + 2 * DAY) == Ok([1, 1])
     assert "dead" not in h.state.jobs
 
@@ -122,7 +124,7 @@ def test_the_smallest_keep_and_limit_are_taken_and_anything_else_is_refused_sayi
     assert h.state.history_keep == 1
     refused = Rejected("invalid_argument", "purge: expected integers, keep and limit >= 1")
     for keep, limit, before in ((0, 1, T0), (1, 0, T0), ("2", 1, T0), (1, 1.0, T0), (1, 1, None)):
-        assert h.one(c.Purge(h.rid(), T0 + DAY, lf, before, keep, limit)) == refused  # type: ignore[arg-type]
+        assert h.one(commands.Purge(h.rid(), T0 + DAY, lf, before, keep, limit)) == refused  # type: ignore[arg-type]
     assert h.state.history_keep == 1 and list(h.state.jobs) == ["J1"]
 
 
@@ -131,9 +133,13 @@ def test_a_run_or_job_is_forgotten_only_once_it_last_changed_strictly_before_the
     lf = h.claim()
     h.submit(spec=every(MIN), now=T0)
     finish(h, lf, f"J1@{T0 + MIN}", T0 + MIN)  # changed last at T0 + MIN + 1
-    h.one(c.UpdateJob(h.rid(), T0 + 2 * MIN, "J1", paused=True))
-    h.one(c.UpdateJob(h.rid(), T0 + 3 * MIN, "J1", spec=every(MIN, end_at_ms=T0)))  # schedule over
-    h.one(c.CancelJob(h.rid(), T0 + 10 * MIN, "J1"))  # cancelled later than its last run changed
+    h.one(commands.UpdateJob(h.rid(), T0 + 2 * MIN, "J1", paused=True))
+    h.one(
+        commands.UpdateJob(h.rid(), T0 + 3 * MIN, "J1", spec=every(MIN, end_at_ms=T0))
+    )  # schedule over
+    h.one(
+        commands.CancelJob(h.rid(), T0 + 10 * MIN, "J1")
+    )  # cancelled later than its last run changed
     assert h.state.jobs["J1"].status is JobStatus.CANCELLED
     assert max(r.updated_ms for r in h.state.runs.values()) < T0 + 10 * MIN
     assert purge(h, lf, T0 + DAY, before=T0 + MIN + 1) == Ok([0, 0])  # not strictly before
@@ -152,7 +158,7 @@ def test_an_upstream_is_kept_while_any_dependant_remains() -> None:
     for name in ("a", "b"):
         h.submit(name, JobSpec(task="t", depends_on=("up",)), now=T0 + 2)
         finish(h, lf, f"{name}@{T0 + 2}", T0 + 2)
-    h.one(c.Trigger(h.rid(), T0 + 3, "b", False))  # b has a run that is not finished
+    h.one(commands.Trigger(h.rid(), T0 + 3, "b", False))  # b has a run that is not finished
     assert purge(h, lf, T0 + DAY, before=T0 + DAY) == Ok([3, 1])  # a goes; up and b stay
     assert set(h.state.jobs) == {"up", "b"} and list(h.state.dependants_of("up")) == ["b"]
     assert purge(h, lf, T0 + DAY, before=T0 + DAY) == Ok([0, 0])

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from schedd.core import commands as c
+from schedd.core import commands
 from schedd.core.apply import apply_entry
 from schedd.core.model import AttemptOutcome, JobSpec, RunState, Schedule, ScheduleKind
 from schedd.core.state import STALE_LEADER, MemoryState, Ok, Rejected, Result
@@ -34,11 +34,11 @@ from schedd.leader.core import (
     Wake,
 )
 from schedd.leader.workers import WorkerConn
-from schedd.protocol import messages as m
+from schedd.protocol import messages
 
 T0 = 1_800_000_000_000
 S = 1000  # ms
-M = TypeVar("M", bound=m.Message)
+M = TypeVar("M", bound=messages.Message)
 
 
 class Sim:
@@ -50,11 +50,11 @@ class Sim:
         self.index = self.state.applied_index
         self.wall, self.mono = T0, 1_000.0
         self.pending: list[Commit] = []
-        self.sent: list[tuple[WorkerConn, m.Message]] = []
+        self.sent: list[tuple[WorkerConn, messages.Message]] = []
         self.stepped_down: list[str] = []
         self.wakes = 0
         self.core: LeaderCore | None = None
-        [claim] = self.log(c.Claim(f"claim{self.index}", self.wall, "n1", 1, "http://n1"))
+        [claim] = self.log(commands.Claim(f"claim{self.index}", self.wall, "n1", 1, "http://n1"))
         assert isinstance(claim, Ok)
         self.core = LeaderCore(
             lambda: nullcontext(self.state),
@@ -78,10 +78,10 @@ class Sim:
         self.wall += round(seconds * S)
         self.mono += seconds
 
-    def log(self, *cmds: c.Command) -> list[Result]:
+    def log(self, *cmds: commands.Command) -> list[Result]:
         """Append one entry and apply it; the core sees its events first."""
         self.index += 1
-        results, events = apply_entry(self.state, c.encode_entry(list(cmds)), self.index)
+        results, events = apply_entry(self.state, commands.encode_entry(list(cmds)), self.index)
         if self.core is not None:
             self.do(self.core.on_events(self.index, events))
         return results
@@ -135,7 +135,7 @@ class Sim:
         at = self.wall + round(in_s * S)
         schedule = Schedule(kind=ScheduleKind.AT, at_ms=at) if in_s else Schedule()
         [res] = self.log(
-            c.Submit(
+            commands.Submit(
                 f"s{job_id}", self.wall, ((job_id, JobSpec(task="t", schedule=schedule, **spec)),)
             )
         )
@@ -143,7 +143,7 @@ class Sim:
         return f"{job_id}@{at}"
 
     def connect(
-        self, worker_id: str = "w1", capacity: int = 1, resume: tuple[m.LeaseRef, ...] = ()
+        self, worker_id: str = "w1", capacity: int = 1, resume: tuple[messages.LeaseRef, ...] = ()
     ) -> WorkerConn:
         conn = WorkerConn(worker_id, ("default",), capacity, self.wall)
         self.do(self.leader.connect(conn, resume, self.now))
@@ -155,15 +155,15 @@ class Sim:
     def run(self, run_id: str) -> Any:
         return self.state.runs[run_id]
 
-    def only_lease(self, conn: WorkerConn) -> m.Lease:
-        [lease] = self.frames(conn, m.Lease)
+    def only_lease(self, conn: WorkerConn) -> messages.Lease:
+        [lease] = self.frames(conn, messages.Lease)
         return lease
 
     def not_pending(self) -> bool:
         return not self.pending
 
 
-def leased(sim: Sim, conn: WorkerConn, **spec: Any) -> tuple[str, m.Lease]:
+def leased(sim: Sim, conn: WorkerConn, **spec: Any) -> tuple[str, messages.Lease]:
     """A run submitted now, fired, leased to ``conn`` and sent to it."""
     run_id = sim.submit(**spec)
     sim.settle()
@@ -176,10 +176,10 @@ def test_a_run_fires_when_it_is_due_and_not_a_tick_before() -> None:
     run_id = sim.submit(in_s=2)
     sim.advance(1.99)
     sim.tick()
-    assert sim.asked(c.Fire) == []
+    assert sim.asked(commands.Fire) == []
     sim.advance(0.01)
     sim.tick()
-    assert [f.run_ids for f in sim.asked(c.Fire)] == [(run_id,)]
+    assert [f.run_ids for f in sim.asked(commands.Fire)] == [(run_id,)]
     sim.commit()
     assert sim.run(run_id).state is RunState.QUEUED
 
@@ -197,11 +197,11 @@ def test_a_fire_that_was_not_committed_goes_back_into_the_wheel() -> None:
     sim = Sim()
     run_id = sim.submit()
     sim.tick()
-    assert [f.run_ids for f in sim.asked(c.Fire)] == [(run_id,)]
+    assert [f.run_ids for f in sim.asked(commands.Fire)] == [(run_id,)]
     sim.lose()
     assert run_id in sim.leader.wheel
     sim.tick()
-    assert [f.run_ids for f in sim.asked(c.Fire)] == [(run_id,)]  # asked again, not lost
+    assert [f.run_ids for f in sim.asked(commands.Fire)] == [(run_id,)]  # asked again, not lost
 
 
 def test_a_fire_refused_because_this_clock_stepped_back_is_fired_again_when_due() -> None:
@@ -209,12 +209,12 @@ def test_a_fire_refused_because_this_clock_stepped_back_is_fired_again_when_due(
     run_id = sim.submit(in_s=5)
     sim.advance(5)
     sim.tick()
-    [act] = [p for p in sim.pending if isinstance(p.cmd, c.Fire)]
+    [act] = [p for p in sim.pending if isinstance(p.cmd, commands.Fire)]
     sim.pending = [replace(act, cmd=replace(act.cmd, now=T0))]
     sim.commit()  # applied with a time before the run's due time: refused, "not due yet"
     assert sim.run(run_id).state is RunState.SCHEDULED
     sim.tick()
-    assert [f.run_ids for f in sim.asked(c.Fire)] == [(run_id,)]
+    assert [f.run_ids for f in sim.asked(commands.Fire)] == [(run_id,)]
 
 
 # -- leasing ----------------------------------------------------------------------------------
@@ -236,17 +236,17 @@ def test_room_reserved_while_a_lease_commits_is_not_given_again() -> None:
     sim.tick()
     sim.commit()  # both fired, both queued
     sim.tick()
-    [grant] = sim.asked(c.LeaseRuns)
+    [grant] = sim.asked(commands.LeaseRuns)
     sim.tick()  # the lease is not committed yet: the worker's one slot is reserved
-    assert len(sim.asked(c.LeaseRuns)) == 1
+    assert len(sim.asked(commands.LeaseRuns)) == 1
     sim.commit()
     sim.tick()
-    assert sim.asked(c.LeaseRuns) == []  # full: its lease is held
+    assert sim.asked(commands.LeaseRuns) == []  # full: its lease is held
     held = sim.only_lease(conn)
-    sim.do(sim.leader.finish(conn, m.Complete(held.run_id, held.fence), sim.now))
+    sim.do(sim.leader.finish(conn, messages.Complete(held.run_id, held.fence), sim.now))
     sim.commit()
     sim.tick()
-    [nxt] = sim.asked(c.LeaseRuns)
+    [nxt] = sim.asked(commands.LeaseRuns)
     assert {grant.grants[0][0], nxt.grants[0][0]} == {first, second}
 
 
@@ -257,11 +257,11 @@ def test_a_lease_that_was_not_committed_is_queued_again_and_frees_its_room() -> 
     sim.tick()
     sim.commit()
     sim.tick()
-    assert len(sim.asked(c.LeaseRuns)) == 1
+    assert len(sim.asked(commands.LeaseRuns)) == 1
     sim.lose()
     assert conn.reserved == 0 and conn.free == 1
     sim.tick()
-    [again] = sim.asked(c.LeaseRuns)
+    [again] = sim.asked(commands.LeaseRuns)
     assert again.grants == ((run_id, "w1"),)
 
 
@@ -271,11 +271,11 @@ def test_a_namespace_at_its_concurrency_cap_gets_no_more_leases_until_one_ends()
     sim.submit("J1")
     sim.submit("J2")
     sim.settle()
-    assert len(sim.frames(one, m.Lease) + sim.frames(two, m.Lease)) == 1
-    [(conn, lease)] = [(k, f) for k, f in sim.sent if isinstance(f, m.Lease)]
-    sim.do(sim.leader.finish(conn, m.Complete(lease.run_id, lease.fence), sim.now))
+    assert len(sim.frames(one, messages.Lease) + sim.frames(two, messages.Lease)) == 1
+    [(conn, lease)] = [(k, f) for k, f in sim.sent if isinstance(f, messages.Lease)]
+    sim.do(sim.leader.finish(conn, messages.Complete(lease.run_id, lease.fence), sim.now))
     sim.settle()
-    assert len(sim.frames(one, m.Lease) + sim.frames(two, m.Lease)) == 2
+    assert len(sim.frames(one, messages.Lease) + sim.frames(two, messages.Lease)) == 2
 
 
 def test_a_run_leased_to_a_worker_that_left_meanwhile_is_kept_for_its_return() -> None:
@@ -287,7 +287,7 @@ def test_a_run_leased_to_a_worker_that_left_meanwhile_is_kept_for_its_return() -
     sim.tick()  # the lease is being committed ...
     sim.leader.disconnect(conn)  # ... when the socket closes
     sim.commit()
-    assert sim.frames(conn, m.Lease) == []
+    assert sim.frames(conn, messages.Lease) == []
     assert sim.leader.leases[run_id].worker_id == "w1"  # it may resume it, or it expires
 
 
@@ -298,16 +298,16 @@ def test_a_lease_without_heartbeats_ends_as_lost_and_its_worker_is_told_to_stop(
     run_id, lease = leased(sim, conn, heartbeat_timeout_ms=3 * S)
     for _ in range(3):  # heartbeats keep it
         sim.advance(2)
-        sim.leader.heartbeat(conn, (m.LeaseRef(run_id, lease.fence),), sim.now)
+        sim.leader.heartbeat(conn, (messages.LeaseRef(run_id, lease.fence),), sim.now)
         sim.tick()
-        assert sim.asked(c.FailRun) == []
+        assert sim.asked(commands.FailRun) == []
     sim.advance(3.01)
     sim.tick()
-    [fail] = sim.asked(c.FailRun)
+    [fail] = sim.asked(commands.FailRun)
     assert (fail.run_id, fail.fence, fail.outcome) == (run_id, lease.fence, "lost")
-    assert sim.frames(conn, m.Cancel) == [m.Cancel(run_id, lease.fence)]
+    assert sim.frames(conn, messages.Cancel) == [messages.Cancel(run_id, lease.fence)]
     sim.tick()
-    assert len(sim.asked(c.FailRun)) == 1  # being ended: asked once
+    assert len(sim.asked(commands.FailRun)) == 1  # being ended: asked once
     sim.commit()
     assert sim.run(run_id).state is RunState.RETRYING
     assert run_id not in sim.leader.leases and conn.leases == {}
@@ -318,11 +318,11 @@ def test_a_heartbeat_with_a_stale_fence_or_from_another_worker_does_not_keep_a_l
     conn, other = sim.connect("w1"), sim.connect("w2")
     run_id, lease = leased(sim, conn, heartbeat_timeout_ms=3 * S)
     sim.advance(2)
-    sim.leader.heartbeat(conn, (m.LeaseRef(run_id, lease.fence - 1),), sim.now)
-    sim.leader.heartbeat(other, (m.LeaseRef(run_id, lease.fence),), sim.now)
+    sim.leader.heartbeat(conn, (messages.LeaseRef(run_id, lease.fence - 1),), sim.now)
+    sim.leader.heartbeat(other, (messages.LeaseRef(run_id, lease.fence),), sim.now)
     sim.advance(1.01)
     sim.tick()
-    assert [f.run_id for f in sim.asked(c.FailRun)] == [run_id]
+    assert [f.run_id for f in sim.asked(commands.FailRun)] == [run_id]
 
 
 def test_an_end_that_was_not_committed_is_asked_again() -> None:
@@ -331,10 +331,10 @@ def test_an_end_that_was_not_committed_is_asked_again() -> None:
     run_id, _ = leased(sim, conn, heartbeat_timeout_ms=S)
     sim.advance(1.01)
     sim.tick()
-    assert len(sim.asked(c.FailRun)) == 1
+    assert len(sim.asked(commands.FailRun)) == 1
     sim.lose()
     sim.tick()
-    assert [f.run_id for f in sim.asked(c.FailRun)] == [run_id]
+    assert [f.run_id for f in sim.asked(commands.FailRun)] == [run_id]
 
 
 def test_a_run_past_its_timeout_is_cancelled_and_failed_as_timed_out() -> None:
@@ -343,9 +343,9 @@ def test_a_run_past_its_timeout_is_cancelled_and_failed_as_timed_out() -> None:
     run_id, lease = leased(sim, conn, timeout_ms=5 * S, heartbeat_timeout_ms=60 * S)
     sim.advance(5.01)
     sim.tick()
-    [fail] = sim.asked(c.FailRun)
+    [fail] = sim.asked(commands.FailRun)
     assert (fail.run_id, fail.outcome) == (run_id, "timed_out")
-    assert sim.frames(conn, m.Cancel) == [m.Cancel(run_id, lease.fence)]
+    assert sim.frames(conn, messages.Cancel) == [messages.Cancel(run_id, lease.fence)]
     sim.commit()
     assert sim.run(run_id).attempts[-1].outcome is AttemptOutcome.TIMED_OUT
 
@@ -354,8 +354,8 @@ def test_a_cancelled_job_tells_the_worker_running_it_to_stop() -> None:
     sim = Sim()
     conn = sim.connect()
     run_id, lease = leased(sim, conn)
-    sim.log(c.CancelJob("cancel", sim.wall, "J1"))
-    assert sim.frames(conn, m.Cancel) == [m.Cancel(run_id, lease.fence)]
+    sim.log(commands.CancelJob("cancel", sim.wall, "J1"))
+    assert sim.frames(conn, messages.Cancel) == [messages.Cancel(run_id, lease.fence)]
     assert run_id not in sim.leader.leases and conn.free == 1
 
 
@@ -364,13 +364,13 @@ def test_a_result_is_acked_once_applied_and_not_at_all_when_it_was_not_committed
     sim = Sim()
     conn = sim.connect()
     run_id, lease = leased(sim, conn)
-    sim.do(sim.leader.finish(conn, m.Complete(run_id, lease.fence, {"ok": 1}), sim.now))
-    assert sim.frames(conn, m.Ack) == []  # not before the commit
+    sim.do(sim.leader.finish(conn, messages.Complete(run_id, lease.fence, {"ok": 1}), sim.now))
+    assert sim.frames(conn, messages.Ack) == []  # not before the commit
     sim.lose()
-    assert sim.frames(conn, m.Ack) == []  # the worker keeps it and sends it again
-    sim.do(sim.leader.finish(conn, m.Complete(run_id, lease.fence, {"ok": 1}), sim.now))
+    assert sim.frames(conn, messages.Ack) == []  # the worker keeps it and sends it again
+    sim.do(sim.leader.finish(conn, messages.Complete(run_id, lease.fence, {"ok": 1}), sim.now))
     sim.commit()
-    assert sim.frames(conn, m.Ack) == [m.Ack(run_id, True)]
+    assert sim.frames(conn, messages.Ack) == [messages.Ack(run_id, True)]
     assert sim.run(run_id).state is RunState.SUCCEEDED
     assert run_id not in sim.leader.leases  # forgotten by the apply, before the ack
 
@@ -381,9 +381,11 @@ def test_a_result_racing_the_end_of_its_lease_the_first_applied_wins_the_other_i
     run_id, lease = leased(sim, conn, heartbeat_timeout_ms=S)
     sim.advance(1.01)
     sim.tick()  # the leader ends the lease ...
-    sim.do(sim.leader.finish(conn, m.Complete(run_id, lease.fence), sim.now))  # ... as it ends
+    sim.do(
+        sim.leader.finish(conn, messages.Complete(run_id, lease.fence), sim.now)
+    )  # ... as it ends
     sim.commit()
-    [ack] = sim.frames(conn, m.Ack)
+    [ack] = sim.frames(conn, messages.Ack)
     assert not ack.accepted and ack.reason
     assert sim.run(run_id).state is RunState.RETRYING
 
@@ -395,10 +397,10 @@ def test_a_worker_that_reconnects_with_its_lease_keeps_it() -> None:
     run_id, lease = leased(sim, conn, heartbeat_timeout_ms=3 * S)
     sim.leader.disconnect(conn)
     sim.advance(2.5)
-    again = sim.connect(capacity=2, resume=(m.LeaseRef(run_id, lease.fence),))
+    again = sim.connect(capacity=2, resume=(messages.LeaseRef(run_id, lease.fence),))
     sim.advance(2)  # the hello counts as a heartbeat
     sim.tick()
-    assert sim.asked(c.FailRun) == [] and sim.frames(again, m.Cancel) == []
+    assert sim.asked(commands.FailRun) == [] and sim.frames(again, messages.Cancel) == []
     assert again.leases == {run_id: lease.fence} and again.free == 1
 
 
@@ -408,20 +410,20 @@ def test_a_lease_the_worker_reconnects_without_was_never_delivered_and_ends_at_o
     run_id, lease = leased(sim, conn)
     sim.leader.disconnect(conn)
     again = sim.connect()
-    [fail] = sim.asked(c.FailRun)
+    [fail] = sim.asked(commands.FailRun)
     assert (fail.run_id, fail.outcome) == (run_id, "lost")
     assert "never delivered" in fail.error
-    assert sim.frames(again, m.Cancel) == [m.Cancel(run_id, lease.fence)]
+    assert sim.frames(again, messages.Cancel) == [messages.Cancel(run_id, lease.fence)]
 
 
 def test_a_resumed_lease_that_is_no_longer_live_is_cancelled() -> None:
     sim = Sim()
     conn = sim.connect()
     run_id, lease = leased(sim, conn)
-    sim.log(c.CancelJob("cancel", sim.wall, "J1"))
+    sim.log(commands.CancelJob("cancel", sim.wall, "J1"))
     sim.leader.disconnect(conn)
-    again = sim.connect(resume=(m.LeaseRef(run_id, lease.fence),))
-    assert sim.frames(again, m.Cancel) == [m.Cancel(run_id, lease.fence)]
+    again = sim.connect(resume=(messages.LeaseRef(run_id, lease.fence),))
+    assert sim.frames(again, messages.Cancel) == [messages.Cancel(run_id, lease.fence)]
     assert again.leases == {}
 
 
@@ -430,7 +432,7 @@ def test_a_hello_with_the_id_of_a_connected_worker_replaces_its_connection_unsen
 ):
     sim = Sim()
     old = sim.connect()
-    old.send(m.Cancel("J9@1", 1))  # still queued for the old socket
+    old.send(messages.Cancel("J9@1", 1))  # still queued for the old socket
     new = sim.connect()
     assert old.closed and old.outbox.get_nowait() is None  # closed, its frame dropped
     assert sim.leader.workers == {"w1": new}
@@ -448,10 +450,10 @@ def test_a_new_leader_gives_running_leases_a_grace_to_resume_then_ends_them() ->
     assert second.leader.leases[run_id].fence == lease.fence
     second.advance(REBUILD_GRACE_S - 0.5)
     second.tick()
-    assert second.asked(c.FailRun) == []
+    assert second.asked(commands.FailRun) == []
     second.advance(1)
     second.tick()
-    assert [f.run_id for f in second.asked(c.FailRun)] == [run_id]
+    assert [f.run_id for f in second.asked(commands.FailRun)] == [run_id]
 
 
 def test_a_deposed_leader_steps_down_and_puts_nothing_back() -> None:
@@ -460,7 +462,7 @@ def test_a_deposed_leader_steps_down_and_puts_nothing_back() -> None:
     Sim(old.state)  # another leader claims the log
     old.index = old.state.applied_index
     old.tick()
-    assert old.asked(c.Fire)
+    assert old.asked(commands.Fire)
     results = old.commit()  # the fire, and the history purge
     assert all(isinstance(r, Rejected) and r.code == STALE_LEADER for r in results)
     assert len(old.stepped_down) == len(results)
@@ -514,14 +516,14 @@ def test_a_large_window_is_read_a_chunk_per_tick(monkeypatch: pytest.MonkeyPatch
 def test_history_is_purged_one_command_at_a_time_every_period() -> None:
     sim = Sim(retention_s=60)
     sim.tick()
-    [purge] = sim.asked(c.Purge)
+    [purge] = sim.asked(commands.Purge)
     assert purge.before_ms == sim.wall - 60 * S
     sim.tick()
-    assert len(sim.asked(c.Purge)) == 1  # one in flight
+    assert len(sim.asked(commands.Purge)) == 1  # one in flight
     sim.commit()
     sim.advance(leader_core.PURGE_PERIOD_S - 0.1)
     sim.tick()
-    assert sim.asked(c.Purge) == []
+    assert sim.asked(commands.Purge) == []
     sim.advance(0.1)
     sim.tick()
-    assert len(sim.asked(c.Purge)) == 1
+    assert len(sim.asked(commands.Purge)) == 1

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import pytest
 
-from schedd.core import commands as c
+from schedd.core import commands
 from schedd.core.model import JobSpec, JobStatus, Overlap, RetryPolicy, RunState
 from schedd.core.state import Ok
 from tests.unit.test_runs import MIN, T0, Checked, cron, fire, lease, next_id, states
@@ -31,11 +31,11 @@ def test_a_repeated_request_id_gets_the_first_answer_for_fifteen_minutes(
     traffic_at: int, repeat_at: int, deduplicated: bool
 ) -> None:
     h = Checked()
-    first = h.one(c.Submit("R-submit", T0, (("J1", JobSpec(task="t")),)))
+    first = h.one(commands.Submit("R-submit", T0, (("J1", JobSpec(task="t")),)))
     assert isinstance(first, Ok)
     h.submit("J-other", now=T0 + traffic_at)  # another client's request in between
     # The repeat comes through another node, which picks another job id.
-    again = h.one(c.Submit("R-submit", T0 + repeat_at, (("J2", JobSpec(task="t")),)))
+    again = h.one(commands.Submit("R-submit", T0 + repeat_at, (("J2", JobSpec(task="t")),)))
     if deduplicated:
         assert again == first
         assert sorted(h.state.jobs) == ["J-other", "J1"]
@@ -56,13 +56,13 @@ def test_a_replayed_run_retries_a_failure_and_dead_letters_only_after_max_attemp
     rid = f"J1@{T0}"
 
     def lease_and_fail(now: int) -> None:
-        h.one(c.FailRun(h.rid(), now + 10, lf, rid, lease(h, lf, rid, now), "boom", True))
+        h.one(commands.FailRun(h.rid(), now + 10, lf, rid, lease(h, lf, rid, now), "boom", True))
 
     for now in (T0, T0 + 2 * SEC):  # attempt 1 fails, is retried, attempt 2 fails
         fire(h, lf, rid, now)
         lease_and_fail(now)
     assert h.state.runs[rid].state is RunState.FAILED and h.state.in_dlq(rid)
-    assert isinstance(h.one(c.Replay(h.rid(), T0 + MIN, rid)), Ok)  # queued again
+    assert isinstance(h.one(commands.Replay(h.rid(), T0 + MIN, rid)), Ok)  # queued again
     lease_and_fail(T0 + MIN)
     run = h.state.runs[rid]
     assert run.state is RunState.RETRYING and not h.state.in_dlq(rid)  # one failure: retried
@@ -83,7 +83,7 @@ def _queued(h: Harness, lf: int, run_id: str) -> None:
 def _retrying(h: Harness, lf: int, run_id: str) -> None:
     """Failed once, waiting out its backoff (5 minutes, past the next occurrences)."""
     fence = lease(h, lf, run_id, T0 + MIN)
-    h.one(c.FailRun(h.rid(), T0 + MIN + 10, lf, run_id, fence, "boom", True))
+    h.one(commands.FailRun(h.rid(), T0 + MIN + 10, lf, run_id, fence, "boom", True))
     assert h.state.runs[run_id].state is RunState.RETRYING
 
 

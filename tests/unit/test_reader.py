@@ -10,7 +10,7 @@ from pathlib import Path
 import aiosqlite
 import pytest
 
-from schedd.core import commands as c
+from schedd.core import commands
 from schedd.core.model import JobSpec, RecurringOptions, Schedule, ScheduleKind
 from schedd.storage.reader import LATEST_CHUNK, Reader, jobs_page_sql
 from schedd.storage.sqlstate import SqlState, apply_entry
@@ -28,10 +28,10 @@ def fill(path: Path) -> SqlState:
             kind=ScheduleKind.EVERY, every_ms=1_000, options=RecurringOptions(end_at_ms=T0 - 1)
         ),
     )
-    entries: list[list[c.Command]] = [
-        [c.Claim("claim", T0, "n1", 1)],
+    entries: list[list[commands.Command]] = [
+        [commands.Claim("claim", T0, "n1", 1)],
         [
-            c.Submit(
+            commands.Submit(
                 "s",
                 T0,
                 (*((f"a{k}", JobSpec(task="t")) for k in range(10)), ("b", EVERY), ("c", over)),
@@ -39,9 +39,9 @@ def fill(path: Path) -> SqlState:
         ],
     ]
     for k in range(30):  # b fires 30 times: each fire makes its next run
-        entries.append([c.Fire(f"f{k}", T0 + k * 1_000, 1, (f"b@{T0 + k * 1_000}",))])
+        entries.append([commands.Fire(f"f{k}", T0 + k * 1_000, 1, (f"b@{T0 + k * 1_000}",))])
     for i, cmds in enumerate(entries, start=1):
-        assert apply_entry(st, c.encode_entry(cmds), i) is not None
+        assert apply_entry(st, commands.encode_entry(cmds), i) is not None
     return st
 
 

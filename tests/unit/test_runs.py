@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from schedd.core import commands as c
-from schedd.core import runs as R
+from schedd.core import commands
 from schedd.core.model import (
+    AttemptOutcome,
     JobSpec,
     JobStatus,
     Misfire,
@@ -22,7 +22,7 @@ from schedd.core.model import (
     Schedule,
     ScheduleKind,
 )
-from schedd.core.runs import CATCHUP_SPACING_MS, MISFIRE_GRACE_MS
+from schedd.core.runs import CATCHUP_SPACING_MS, MISFIRE_GRACE_MS, cancel_run
 from schedd.core.state import Ok, Rejected
 from tests.unit.test_state import Harness, lease_one
 
@@ -52,9 +52,9 @@ class Checked(Harness):
         self.wheel: dict[str, int] = {}  # run id -> due ms, as the leader's timing wheel holds it
         self.ready: dict[str, tuple[str, str, str]] = {}  # run id -> (queue, priority, namespace)
 
-    def apply(self, *cmds: c.Command) -> list[Any]:
+    def apply(self, *cmds: commands.Command) -> list[Any]:
         runs, jobs, mark = dict(self.state.runs), dict(self.state.jobs), len(self.events)
-        fired = cmds[0].run_ids if len(cmds) == 1 and isinstance(cmds[0], c.Fire) else ()
+        fired = cmds[0].run_ids if len(cmds) == 1 and isinstance(cmds[0], commands.Fire) else ()
         for rid in fired:  # the leader's wheel hands out what it fires
             self.wheel.pop(rid, None)
         results = super().apply(*cmds)
@@ -86,7 +86,7 @@ class Checked(Harness):
         rid = self.state.jobs[job_id].next_run_id
         assert rid is not None
         events: list[Any] = []
-        assert R.cancel_run(self.state, rid, now, "cancelled", events) == Ok(rid)
+        assert cancel_run(self.state, rid, now, "cancelled", events) == Ok(rid)
         self.events.extend(events)
         self._follow(events)
         return rid
@@ -151,7 +151,7 @@ class Checked(Harness):
         return lease_one(self, lf, run_id, now, worker)
 
     def trigger(self, now: int, job_id: str = "J1", override: bool = False) -> Run:
-        res = self.one(c.Trigger(self.rid(), now, job_id, override))
+        res = self.one(commands.Trigger(self.rid(), now, job_id, override))
         assert isinstance(res, Ok), res
         return self.state.runs[res.value.id]
 
@@ -182,12 +182,12 @@ def next_id(h: Harness, job: str = "J1") -> str:
 
 
 def fire(h: Harness, lf: int, run_id: str, now: int) -> Any:
-    [res] = h.one(c.Fire(h.rid(), now, lf, (run_id,))).value
+    [res] = h.one(commands.Fire(h.rid(), now, lf, (run_id,))).value
     return res
 
 
 def lease(h: Harness, lf: int, run_id: str, now: int, worker: str = "w") -> int:
-    [res] = h.one(c.LeaseRuns(h.rid(), now, lf, ((run_id, worker),))).value
+    [res] = h.one(commands.LeaseRuns(h.rid(), now, lf, ((run_id, worker),))).value
     assert isinstance(res, Ok), res
     return int(res.value.fence)
 
@@ -296,7 +296,7 @@ def test_overlap_is_judged_on_live_runs(policy: Overlap, expected: list[str]) ->
             h.state.runs[third].reason == "overlap"
             and h.state.runs[third].state is RunState.SKIPPED
         )
-        h.one(c.CompleteRun(h.rid(), T0 + 3 * MIN, lf, first, fence, None))
+        h.one(commands.CompleteRun(h.rid(), T0 + 3 * MIN, lf, first, fence, None))
         assert h.state.runs[second].state is RunState.QUEUED  # the buffered one starts
 
 
@@ -308,7 +308,11 @@ def test_a_crashed_worker_does_not_block_the_job_forever() -> None:
     fire(h, lf, first, T0 + MIN)
     fence = lease(h, lf, first, T0 + MIN)
     # heartbeats stop: the leader expires the lease; no attempts left -> the run ends
-    h.one(c.FailRun(h.rid(), T0 + MIN + 5000, lf, first, fence, "lost", False, "lost"))
+    h.one(
+        commands.FailRun(
+            h.rid(), T0 + MIN + 5000, lf, first, fence, "lost", False, AttemptOutcome.LOST
+        )
+    )
     second = next_id(h)
     fire(h, lf, second, T0 + 2 * MIN)
     assert h.state.runs[second].state is RunState.QUEUED
@@ -318,10 +322,10 @@ def test_pause_then_resume_records_occurrences_missed_while_paused() -> None:
     h = Checked()
     lf = h.claim()
     h.submit(spec=cron(misfire=Misfire.RUN_ONCE), now=T0)
-    assert isinstance(h.one(c.UpdateJob(h.rid(), T0 + 1, "J1", paused=True)), Ok)
+    assert isinstance(h.one(commands.UpdateJob(h.rid(), T0 + 1, "J1", paused=True)), Ok)
     assert h.state.jobs["J1"].status is JobStatus.PAUSED
     assert isinstance(fire(h, lf, next_id(h), T0 + MIN), Rejected)  # paused: not fired
-    h.one(c.UpdateJob(h.rid(), T0 + 5 * MIN + 31_000, "J1", paused=False))
+    h.one(commands.UpdateJob(h.rid(), T0 + 5 * MIN + 31_000, "J1", paused=False))
     assert h.state.jobs["J1"].status is JobStatus.ACTIVE
     got = states(h)
     assert [g for g in got if g[1] == "skipped"] == [
@@ -339,11 +343,11 @@ def test_one_off_pause_and_resume() -> None:
     h = Checked()
     lf = h.claim()
     h.submit(spec=JobSpec(task="t", schedule=Schedule(kind=ScheduleKind.AT, at_ms=T0 + 10)))
-    h.one(c.UpdateJob(h.rid(), T0, "J1", paused=True))
+    h.one(commands.UpdateJob(h.rid(), T0, "J1", paused=True))
     run_id = f"J1@{T0 + 10}"
     assert isinstance(fire(h, lf, run_id, T0 + 20), Rejected)
     h.events.clear()
-    h.one(c.UpdateJob(h.rid(), T0 + 30, "J1", paused=False))
+    h.one(commands.UpdateJob(h.rid(), T0 + 30, "J1", paused=False))
     assert ("due", run_id, T0 + 10, True) in h.events
     assert isinstance(fire(h, lf, run_id, T0 + 40), Ok)
 
@@ -352,7 +356,7 @@ def test_dependency_chain_runs_in_order_and_failure_skips_dependants() -> None:
     h = Checked()
     lf = h.claim()
     res = h.one(
-        c.Submit(
+        commands.Submit(
             h.rid(),
             T0,
             (
@@ -372,10 +376,10 @@ def test_dependency_chain_runs_in_order_and_failure_skips_dependants() -> None:
         RunState.BLOCKED,
     ]
     fence = lease(h, lf, a, T0)
-    h.one(c.CompleteRun(h.rid(), T0 + 1, lf, a, fence, None))
+    h.one(commands.CompleteRun(h.rid(), T0 + 1, lf, a, fence, None))
     assert h.state.runs[b].state is RunState.QUEUED and h.state.runs[cc].state is RunState.BLOCKED
     fence = lease(h, lf, b, T0 + 2)
-    h.one(c.FailRun(h.rid(), T0 + 3, lf, b, fence, "boom", False))
+    h.one(commands.FailRun(h.rid(), T0 + 3, lf, b, fence, "boom", False))
     assert h.state.runs[b].state is RunState.FAILED
     assert (
         h.state.runs[cc].state is RunState.SKIPPED and h.state.runs[cc].reason == "upstream_failed"
@@ -394,7 +398,9 @@ def test_cycles_are_rejected_naming_the_cycle(
     jobs: tuple[tuple[str, tuple[str, ...]], ...], cycle: str
 ) -> None:
     h = Checked()
-    res = h.one(c.Submit(h.rid(), T0, tuple((j, JobSpec(task="t", depends_on=d)) for j, d in jobs)))
+    res = h.one(
+        commands.Submit(h.rid(), T0, tuple((j, JobSpec(task="t", depends_on=d)) for j, d in jobs))
+    )
     assert isinstance(res, Rejected) and res.code == "conflict" and cycle in res.message
     assert h.state.jobs == {}
 
@@ -412,12 +418,12 @@ def test_trigger_respects_or_overrides_overlap() -> None:
     h = Checked()
     lf = h.claim()
     h.submit(spec=cron(overlap=Overlap.SKIP), now=T0)
-    t1 = h.one(c.Trigger(h.rid(), T0 + 10, "J1", override=False))
+    t1 = h.one(commands.Trigger(h.rid(), T0 + 10, "J1", override=False))
     assert isinstance(t1, Ok) and t1.value.state is RunState.QUEUED and t1.value.origin == "trigger"
     lease(h, lf, t1.value.id, T0 + 11)
-    t2 = h.one(c.Trigger(h.rid(), T0 + 12, "J1", override=False)).value
+    t2 = h.one(commands.Trigger(h.rid(), T0 + 12, "J1", override=False)).value
     assert h.state.runs[t2.id].state is RunState.SKIPPED and h.state.runs[t2.id].reason == "overlap"
-    t3 = h.one(c.Trigger(h.rid(), T0 + 12, "J1", override=True)).value
+    t3 = h.one(commands.Trigger(h.rid(), T0 + 12, "J1", override=True)).value
     assert h.state.runs[t3.id].state is RunState.QUEUED and t3.id != t2.id
 
 
@@ -428,18 +434,18 @@ def test_replay_from_the_dead_letter_queue_gets_fresh_attempts() -> None:
     rid = f"J1@{T0}"
     fire(h, lf, rid, T0)
     fence = lease(h, lf, rid, T0)
-    h.one(c.FailRun(h.rid(), T0, lf, rid, fence, "boom", True))
+    h.one(commands.FailRun(h.rid(), T0, lf, rid, fence, "boom", True))
     assert h.state.in_dlq(rid) and h.state.jobs["J1"].status is JobStatus.DONE
-    assert isinstance(h.one(c.Replay(h.rid(), T0 + 5, rid)), Ok)
+    assert isinstance(h.one(commands.Replay(h.rid(), T0 + 5, rid)), Ok)
     assert not h.state.in_dlq(rid) and h.state.runs[rid].state is RunState.QUEUED
     fence2 = lease(h, lf, rid, T0 + 6)
-    h.one(c.CompleteRun(h.rid(), T0 + 7, lf, rid, fence2, "ok"))
+    h.one(commands.CompleteRun(h.rid(), T0 + 7, lf, rid, fence2, "ok"))
     run = h.state.runs[rid]
     assert run.state is RunState.SUCCEEDED and [a.outcome for a in run.attempts] == [
         "failed",
         "succeeded",
     ]
-    assert isinstance(h.one(c.Replay(h.rid(), T0 + 8, rid)), Rejected)
+    assert isinstance(h.one(commands.Replay(h.rid(), T0 + 8, rid)), Rejected)
 
 
 def test_drop_from_the_dead_letter_queue_keeps_history() -> None:
@@ -448,8 +454,8 @@ def test_drop_from_the_dead_letter_queue_keeps_history() -> None:
     h.submit(spec=JobSpec(task="t", retry=RetryPolicy(max_attempts=1)))
     rid = f"J1@{T0}"
     fire(h, lf, rid, T0)
-    h.one(c.FailRun(h.rid(), T0, lf, rid, lease(h, lf, rid, T0), "boom", True))
-    assert isinstance(h.one(c.DropDead(h.rid(), T0, rid)), Ok)
+    h.one(commands.FailRun(h.rid(), T0, lf, rid, lease(h, lf, rid, T0), "boom", True))
+    assert isinstance(h.one(commands.DropDead(h.rid(), T0, rid)), Ok)
     assert not h.state.in_dlq(rid) and h.state.runs[rid].state is RunState.FAILED
 
 
@@ -459,7 +465,7 @@ def test_update_reschedules_the_pending_occurrence() -> None:
     h.submit(spec=cron("0 * * * *"), now=T0 + 1)
     old = next_id(h)
     new_spec = cron("*/5 * * * *")
-    assert isinstance(h.one(c.UpdateJob(h.rid(), T0 + 2, "J1", spec=new_spec)), Ok)
+    assert isinstance(h.one(commands.UpdateJob(h.rid(), T0 + 2, "J1", spec=new_spec)), Ok)
     assert (
         h.state.runs[old].state is RunState.CANCELLED and h.state.runs[old].reason == "rescheduled"
     )
@@ -473,7 +479,7 @@ def test_update_of_a_started_one_off_run_is_a_conflict() -> None:
     rid = f"J1@{T0}"
     fire(h, lf, rid, T0)
     lease(h, lf, rid, T0)
-    res = h.one(c.UpdateJob(h.rid(), T0, "J1", spec=JobSpec(task="t", payload=1)))
+    res = h.one(commands.UpdateJob(h.rid(), T0, "J1", spec=JobSpec(task="t", payload=1)))
     assert isinstance(res, Rejected) and res.code == "conflict"
 
 
@@ -482,7 +488,7 @@ def test_heal_recreates_a_missing_next_occurrence() -> None:
     lf = h.claim()
     h.submit(spec=cron(), now=T0)
     h.lose_next_occurrence("J1", T0 + 1)
-    res = h.one(c.Heal(h.rid(), T0 + 2, lf, "J1"))
+    res = h.one(commands.Heal(h.rid(), T0 + 2, lf, "J1"))
     # the cancelled occurrence stays cancelled (not run, nor twinned a millisecond later)
     assert res == Ok(f"J1@{T0 + 2 * MIN}") and next_id(h) == res.value
     assert states(h) == [(MIN, "cancelled", "cancelled"), (2 * MIN, "scheduled", None)]
@@ -549,7 +555,9 @@ def test_every_allow_fires_ahead_and_a_retry_waits_for_its_backoff_on_the_worker
     assert fire(h, lf, rid, due - 1_000) == Ok(rid)
     fence = lease(h, lf, rid, due - 1_000)
     h.events.clear()
-    assert h.one(c.FailRun(h.rid(), due + 50, lf, rid, fence, "boom", True, rand=0.5)) == Ok(rid)
+    assert h.one(commands.FailRun(h.rid(), due + 50, lf, rid, fence, "boom", True, rand=0.5)) == Ok(
+        rid
+    )
     retry_due = h.state.runs[rid].due_ms
     assert retry_due > due + 50
     assert ("due", rid, retry_due, True) in h.events

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from schedd.core import commands as c
+from schedd.core import commands
 from schedd.core.model import (
     TERMINAL_RUN_STATES,
     DstGap,
@@ -60,7 +60,7 @@ def test_the_leader_is_told_where_each_run_waits_in_every_state() -> None:
     assert h.state.runs[rid].namespace == "ns"
     fire(h, lf, rid, T0)
     fence = lease(h, lf, rid, T0)
-    h.one(c.CompleteRun(h.rid(), T0 + 5, lf, rid, fence, None))
+    h.one(commands.CompleteRun(h.rid(), T0 + 5, lf, rid, fence, None))
     assert h.events == [
         ("due", rid, T0, True),
         ("ready", rid, "q", "high", "ns"),
@@ -81,7 +81,7 @@ def test_a_fire_batch_fires_every_run_it_can_whatever_the_others_are() -> None:
     h.submit("J2", at(T0 + HOUR))
     h.submit("J3")
     assert fire(h, lf, f"J1@{T0}", T0) == Ok(f"J1@{T0}")
-    res = h.one(c.Fire(h.rid(), T0, lf, ("J9@1", f"J1@{T0}", f"J2@{T0 + HOUR}", f"J3@{T0}")))
+    res = h.one(commands.Fire(h.rid(), T0, lf, ("J9@1", f"J1@{T0}", f"J2@{T0 + HOUR}", f"J3@{T0}")))
     assert [isinstance(r, Ok) for r in res.value] == [False, False, False, True]
     assert res.value[3] == Ok(f"J3@{T0}")
     assert [h.state.runs[r].state for r in (f"J1@{T0}", f"J2@{T0 + HOUR}", f"J3@{T0}")] == [
@@ -105,7 +105,7 @@ def test_a_lease_batch_leases_the_queued_runs_and_leaves_the_others_as_they_are(
     fire(h, lf, queued, T0)
     before = {r: h.state.runs[r] for r in (running, scheduled)}
     res = h.one(
-        c.LeaseRuns(
+        commands.LeaseRuns(
             h.rid(),
             T0 + 1,
             lf,
@@ -124,7 +124,7 @@ def test_each_lease_of_a_retried_run_is_its_next_attempt_on_the_worker_that_took
     h.submit(spec=JobSpec(task="t", retry=RetryPolicy(initial_ms=1000, jitter=False)))
     rid = f"J1@{T0}"
     fence = h.start(lf, rid, T0, worker="w1")
-    h.one(c.FailRun(h.rid(), T0 + 10, lf, rid, fence, "boom", True))
+    h.one(commands.FailRun(h.rid(), T0 + 10, lf, rid, fence, "boom", True))
     h.start(lf, rid, T0 + 1010, worker="w2")
     assert [(a.number, a.worker_id) for a in h.state.runs[rid].attempts] == [(1, "w1"), (2, "w2")]
 
@@ -135,7 +135,7 @@ def test_each_lease_of_a_retried_run_is_its_next_attempt_on_the_worker_that_took
 def test_a_result_for_a_run_that_does_not_exist_is_refused_naming_the_run() -> None:
     h = Checked()
     lf = h.claim()
-    assert h.one(c.CompleteRun(h.rid(), T0, lf, "J9@1", 12, None)) == Rejected(
+    assert h.one(commands.CompleteRun(h.rid(), T0, lf, "J9@1", 12, None)) == Rejected(
         "not_found", "no run J9@1"
     )
 
@@ -146,7 +146,7 @@ def test_a_result_of_an_older_lease_is_refused_naming_the_current_one() -> None:
     h.submit()
     rid = f"J1@{T0}"
     fence = h.start(lf, rid, T0)
-    assert h.one(c.FailRun(h.rid(), T0 + 1, lf, rid, fence - 1, "boom", True)) == Rejected(
+    assert h.one(commands.FailRun(h.rid(), T0 + 1, lf, rid, fence - 1, "boom", True)) == Rejected(
         "stale_fence", f"fence {fence - 1} is not the current lease of {rid} ({fence})"
     )
     assert h.state.runs[rid].state is RunState.RUNNING
@@ -158,12 +158,12 @@ def test_the_result_of_a_run_cancelled_while_running_is_refused_and_it_stays_can
     h.submit()
     rid = f"J1@{T0}"
     fence = h.start(lf, rid, T0)
-    assert h.one(c.CancelRun(h.rid(), T0 + 1, rid)) == Ok(rid)
+    assert h.one(commands.CancelRun(h.rid(), T0 + 1, rid)) == Ok(rid)
     assert [(a.outcome, a.error) for a in h.state.runs[rid].attempts] == [
         ("cancelled", "cancelled")
     ]
     # the worker finished before the stop reached it
-    assert h.one(c.CompleteRun(h.rid(), T0 + 2, lf, rid, fence, "done")) == Rejected(
+    assert h.one(commands.CompleteRun(h.rid(), T0 + 2, lf, rid, fence, "done")) == Rejected(
         "stale_fence", f"run {rid} is cancelled, not running"
     )
     run = h.state.runs[rid]
@@ -176,10 +176,10 @@ def test_a_failure_re_sent_after_a_failover_is_acknowledged_again_and_changes_no
     h.submit()
     rid = f"J1@{T0}"
     fence = h.start(lf, rid, T0)
-    fail = c.FailRun(h.rid(), T0 + 10, lf, rid, fence, "boom", True)
+    fail = commands.FailRun(h.rid(), T0 + 10, lf, rid, fence, "boom", True)
     assert h.one(fail) == Ok(rid)
     run = h.state.runs[rid]
-    assert h.one(c.FailRun(h.rid(), T0 + 20, lf, rid, fence, "boom", True)) == Ok(rid)
+    assert h.one(commands.FailRun(h.rid(), T0 + 20, lf, rid, fence, "boom", True)) == Ok(rid)
     assert h.state.runs[rid] == run
 
 
@@ -191,13 +191,13 @@ def test_a_run_shows_its_last_error_until_an_attempt_succeeds() -> None:
     now = T0
     for error in ("disk full", "oom"):
         fence = h.start(lf, rid, now)
-        assert h.one(c.FailRun(h.rid(), now + 10, lf, rid, fence, error, True)) == Ok(rid)
+        assert h.one(commands.FailRun(h.rid(), now + 10, lf, rid, fence, error, True)) == Ok(rid)
         run = h.state.runs[rid]
         assert (run.state, run.error) == (RunState.RETRYING, error)
         assert h.state.jobs["J1"].next_run_at_ms == run.due_ms  # the job shows when it retries
         now = run.due_ms
     fence = h.start(lf, rid, now)
-    h.one(c.CompleteRun(h.rid(), now + 10, lf, rid, fence, 42))
+    h.one(commands.CompleteRun(h.rid(), now + 10, lf, rid, fence, 42))
     run = h.state.runs[rid]
     assert (run.state, run.error, run.result) == (RunState.SUCCEEDED, None, 42)
     assert [(a.outcome, a.error) for a in run.attempts] == [
@@ -213,7 +213,9 @@ def test_a_run_that_fails_for_good_keeps_the_error_in_the_dead_letter_queue() ->
     h.submit(spec=JobSpec(task="t", retry=RetryPolicy(max_attempts=1)))
     rid = f"J1@{T0}"
     fence = h.start(lf, rid, T0)
-    assert h.one(c.FailRun(h.rid(), T0 + 10, lf, rid, fence, "ValueError: x", True)) == Ok(rid)
+    assert h.one(commands.FailRun(h.rid(), T0 + 10, lf, rid, fence, "ValueError: x", True)) == Ok(
+        rid
+    )
     run = h.state.runs[rid]
     assert (run.state, run.error, h.state.in_dlq(rid)) == (RunState.FAILED, "ValueError: x", True)
     assert [(a.outcome, a.error) for a in run.attempts] == [("failed", "ValueError: x")]
@@ -227,11 +229,11 @@ def test_cancelling_a_finished_run_answers_its_id_and_changes_nothing() -> None:
     lf = h.claim()
     h.submit()
     rid = f"J1@{T0}"
-    h.one(c.CompleteRun(h.rid(), T0 + 1, lf, rid, h.start(lf, rid, T0), None))
+    h.one(commands.CompleteRun(h.rid(), T0 + 1, lf, rid, h.start(lf, rid, T0), None))
     run = h.state.runs[rid]
-    assert h.one(c.CancelRun(h.rid(), T0 + 2, rid)) == Ok(rid)
+    assert h.one(commands.CancelRun(h.rid(), T0 + 2, rid)) == Ok(rid)
     assert h.state.runs[rid] == run
-    assert h.one(c.CancelRun(h.rid(), T0 + 3, "J1@1")) == Rejected(
+    assert h.one(commands.CancelRun(h.rid(), T0 + 3, "J1@1")) == Rejected(
         "not_found", "no run with id J1@1", "run_id"
     )
 
@@ -242,10 +244,10 @@ def test_cancelling_a_run_waiting_for_its_retry_keeps_its_attempts_and_stops_no_
     h.submit()
     rid = f"J1@{T0}"
     fence = h.start(lf, rid, T0)
-    h.one(c.FailRun(h.rid(), T0 + 10, lf, rid, fence, "boom", True))
+    h.one(commands.FailRun(h.rid(), T0 + 10, lf, rid, fence, "boom", True))
     attempts = h.state.runs[rid].attempts
     h.events.clear()
-    assert h.one(c.CancelRun(h.rid(), T0 + 20, rid)) == Ok(rid)
+    assert h.one(commands.CancelRun(h.rid(), T0 + 20, rid)) == Ok(rid)
     run = h.state.runs[rid]
     assert (run.state, run.reason, run.attempts) == (RunState.CANCELLED, "cancelled", attempts)
     assert h.events == [("gone", rid)]
@@ -259,9 +261,9 @@ def test_cancelling_the_next_occurrence_of_a_recurring_job_schedules_the_one_aft
     h.claim()
     h.submit(spec=cron(), now=T0)
     if paused:
-        h.one(c.UpdateJob(h.rid(), T0, "J1", paused=True))
+        h.one(commands.UpdateJob(h.rid(), T0, "J1", paused=True))
     rid = next_id(h)
-    assert h.one(c.CancelRun(h.rid(), T0 + 1, rid)) == Ok(rid)
+    assert h.one(commands.CancelRun(h.rid(), T0 + 1, rid)) == Ok(rid)
     # that occurrence only: the schedule goes on (a paused job keeps its next one, unfired)
     assert states(h) == [(MIN, "cancelled", "cancelled"), (2 * MIN, "scheduled", None)]
     job = h.state.jobs["J1"]
@@ -277,7 +279,7 @@ def test_cancelling_a_recurring_job_s_fired_run_leaves_its_next_occurrence_alone
     h.start(lf, fired, T0 + MIN)  # firing it materialised the next one
     pending = next_id(h)
     assert pending != fired
-    assert h.one(c.CancelRun(h.rid(), T0 + MIN + 1, fired)) == Ok(fired)
+    assert h.one(commands.CancelRun(h.rid(), T0 + MIN + 1, fired)) == Ok(fired)
     assert next_id(h) == pending and h.state.runs[pending].state is RunState.SCHEDULED
     assert len(h.state.runs) == 2
 
@@ -296,8 +298,8 @@ def test_cancelling_a_recurring_job_s_fired_run_leaves_its_next_occurrence_alone
 def test_a_trigger_that_cannot_run_says_why(job_id: str, expected: Rejected) -> None:
     h = Checked()
     h.submit()
-    h.one(c.CancelJob(h.rid(), T0 + 1, "J1"))
-    assert h.one(c.Trigger(h.rid(), T0 + 2, job_id)) == expected
+    h.one(commands.CancelJob(h.rid(), T0 + 1, "J1"))
+    assert h.one(commands.Trigger(h.rid(), T0 + 2, job_id)) == expected
     assert len(h.state.runs) == 1
 
 
@@ -329,7 +331,7 @@ def test_a_triggered_run_retries_at_its_due_time_never_ahead_of_it() -> None:
     rid = h.trigger(T0).id
     fence = lease(h, lf, rid, T0)
     h.events.clear()
-    h.one(c.FailRun(h.rid(), T0 + 10, lf, rid, fence, "boom", True))
+    h.one(commands.FailRun(h.rid(), T0 + 10, lf, rid, fence, "boom", True))
     due = T0 + 10 + 10_000
     assert h.events == [("due", rid, due, False)]
     assert isinstance(fire(h, lf, rid, due - 1), Rejected)
@@ -344,9 +346,9 @@ def test_only_a_run_in_the_dead_letter_queue_can_be_replayed() -> None:
     lf = h.claim()
     h.submit()
     rid = f"J1@{T0}"
-    h.one(c.CompleteRun(h.rid(), T0 + 1, lf, rid, h.start(lf, rid, T0), None))
+    h.one(commands.CompleteRun(h.rid(), T0 + 1, lf, rid, h.start(lf, rid, T0), None))
     for run_id in (rid, "J9@1"):
-        assert h.one(c.Replay(h.rid(), T0 + 2, run_id)) == Rejected(
+        assert h.one(commands.Replay(h.rid(), T0 + 2, run_id)) == Rejected(
             "not_found", f"run {run_id} is not in the dead-letter queue", "run_id"
         )
     assert h.state.runs[rid].state is RunState.SUCCEEDED
@@ -357,9 +359,9 @@ def test_a_replayed_run_is_queued_without_its_old_error_and_its_job_is_active_ag
     lf = h.claim()
     h.submit(spec=JobSpec(task="t", retry=RetryPolicy(max_attempts=1)))
     rid = f"J1@{T0}"
-    h.one(c.FailRun(h.rid(), T0 + 1, lf, rid, h.start(lf, rid, T0), "boom", True))
+    h.one(commands.FailRun(h.rid(), T0 + 1, lf, rid, h.start(lf, rid, T0), "boom", True))
     assert h.state.jobs["J1"].status is JobStatus.DONE
-    res = h.one(c.Replay(h.rid(), T0 + MIN, rid))
+    res = h.one(commands.Replay(h.rid(), T0 + MIN, rid))
     run = h.state.runs[rid]
     assert res == Ok(run)
     assert (run.state, run.error) == (RunState.QUEUED, None)
@@ -373,9 +375,11 @@ def test_replaying_a_dead_run_of_a_paused_job_does_not_resume_the_job() -> None:
         spec=JobSpec(task="t", schedule=every(HOUR).schedule, retry=RetryPolicy(max_attempts=1))
     )
     rid = next_id(h)
-    h.one(c.FailRun(h.rid(), T0 + HOUR + 1, lf, rid, h.start(lf, rid, T0 + HOUR), "boom", True))
-    h.one(c.UpdateJob(h.rid(), T0 + HOUR + 2, "J1", paused=True))
-    assert isinstance(h.one(c.Replay(h.rid(), T0 + HOUR + 3, rid)), Ok)
+    h.one(
+        commands.FailRun(h.rid(), T0 + HOUR + 1, lf, rid, h.start(lf, rid, T0 + HOUR), "boom", True)
+    )
+    h.one(commands.UpdateJob(h.rid(), T0 + HOUR + 2, "J1", paused=True))
+    assert isinstance(h.one(commands.Replay(h.rid(), T0 + HOUR + 3, rid)), Ok)
     assert h.state.runs[rid].state is RunState.QUEUED
     assert h.state.jobs["J1"].status is JobStatus.PAUSED
 
@@ -388,7 +392,7 @@ def test_healing_a_job_that_has_its_next_occurrence_changes_nothing() -> None:
     lf = h.claim()
     h.submit(spec=cron(), now=T0)
     # a leader that saw the job without it asks, and meanwhile it was created (or asks twice)
-    assert h.one(c.Heal(h.rid(), T0 + 5, lf, "J1")) == Ok(None)
+    assert h.one(commands.Heal(h.rid(), T0 + 5, lf, "J1")) == Ok(None)
     assert states(h) == [(MIN, "scheduled", None)]
 
 
@@ -400,11 +404,11 @@ def test_only_an_active_recurring_job_is_healed(change: str) -> None:
     h.lose_next_occurrence("J1", T0 + 1)
     # the leader decided to heal it, then a client paused or cancelled it
     if change == "paused":
-        h.one(c.UpdateJob(h.rid(), T0 + 2, "J1", paused=True))
+        h.one(commands.UpdateJob(h.rid(), T0 + 2, "J1", paused=True))
     elif change == "cancelled":
-        h.one(c.CancelJob(h.rid(), T0 + 2, "J1"))
+        h.one(commands.CancelJob(h.rid(), T0 + 2, "J1"))
     runs, jobs = dict(h.state.runs), dict(h.state.jobs)
-    res = h.one(c.Heal(h.rid(), T0 + 3, lf, "J9" if change == "unknown" else "J1"))
+    res = h.one(commands.Heal(h.rid(), T0 + 3, lf, "J9" if change == "unknown" else "J1"))
     assert isinstance(res, Rejected)
     assert (h.state.runs, h.state.jobs) == (runs, jobs)
 
@@ -414,7 +418,7 @@ def test_healing_a_job_whose_schedule_is_over_marks_it_done() -> None:
     lf = h.claim()
     h.submit(spec=every(MIN, end_at_ms=T0 + MIN + 1), now=T0)
     h.lose_next_occurrence("J1", T0 + 1)
-    assert h.one(c.Heal(h.rid(), T0 + 2 * MIN, lf, "J1")) == Ok(None)
+    assert h.one(commands.Heal(h.rid(), T0 + 2 * MIN, lf, "J1")) == Ok(None)
     job = h.state.jobs["J1"]
     assert (job.status, job.next_run_id) == (JobStatus.DONE, None)
 
@@ -536,9 +540,9 @@ def test_a_resumed_job_misfires_its_pending_occurrence_only_when_more_than_the_g
     h.claim()
     h.submit(spec=cron(misfire=Misfire.SKIP), now=T0)
     rid = next_id(h)
-    h.one(c.UpdateJob(h.rid(), T0 + 1, "J1", paused=True))
+    h.one(commands.UpdateJob(h.rid(), T0 + 1, "J1", paused=True))
     h.events.clear()
-    h.one(c.UpdateJob(h.rid(), T0 + MIN + late, "J1", paused=False))
+    h.one(commands.UpdateJob(h.rid(), T0 + MIN + late, "J1", paused=False))
     if misfired:
         assert got(h) == ["skipped:paused", "scheduled"]
     else:
@@ -550,9 +554,9 @@ def test_a_resumed_one_off_job_runs_its_run_however_late() -> None:
     h = Checked()
     lf = h.claim()
     h.submit(spec=at(T0 + 10))
-    h.one(c.UpdateJob(h.rid(), T0, "J1", paused=True))
+    h.one(commands.UpdateJob(h.rid(), T0, "J1", paused=True))
     h.events.clear()
-    h.one(c.UpdateJob(h.rid(), T0 + HOUR, "J1", paused=False))
+    h.one(commands.UpdateJob(h.rid(), T0 + HOUR, "J1", paused=False))
     rid = f"J1@{T0 + 10}"
     assert h.events == [("due", rid, T0 + 10, True)]
     assert fire(h, lf, rid, T0 + HOUR) == Ok(rid)
@@ -564,9 +568,9 @@ def test_resuming_a_job_whose_run_already_fired_leaves_the_run_queued() -> None:
     h.submit()
     rid = f"J1@{T0}"
     fire(h, lf, rid, T0)
-    h.one(c.UpdateJob(h.rid(), T0 + 1, "J1", paused=True))  # a run already fired continues
+    h.one(commands.UpdateJob(h.rid(), T0 + 1, "J1", paused=True))  # a run already fired continues
     h.events.clear()
-    h.one(c.UpdateJob(h.rid(), T0 + 2, "J1", paused=False))
+    h.one(commands.UpdateJob(h.rid(), T0 + 2, "J1", paused=False))
     assert h.events == []
     assert h.state.runs[rid].state is RunState.QUEUED
 
@@ -578,17 +582,17 @@ def test_a_paused_job_given_a_schedule_that_is_over_stays_paused_until_resumed_o
     h = Checked()
     h.claim()
     h.submit(spec=every(MIN), now=T0)
-    h.one(c.UpdateJob(h.rid(), T0 + 1, "J1", paused=True))
+    h.one(commands.UpdateJob(h.rid(), T0 + 1, "J1", paused=True))
     assert isinstance(
-        h.one(c.UpdateJob(h.rid(), T0 + 2, "J1", spec=every(MIN, end_at_ms=T0 + 30_000))), Ok
+        h.one(commands.UpdateJob(h.rid(), T0 + 2, "J1", spec=every(MIN, end_at_ms=T0 + 30_000))), Ok
     )
     job = h.state.jobs["J1"]
     assert (job.status, job.next_run_id, job.next_run_at_ms) == (JobStatus.PAUSED, None, None)
     if then == "resumed":
-        h.one(c.UpdateJob(h.rid(), T0 + 3, "J1", paused=False))
+        h.one(commands.UpdateJob(h.rid(), T0 + 3, "J1", paused=False))
         assert h.state.jobs["J1"].status is JobStatus.DONE
     else:
-        assert isinstance(h.one(c.UpdateJob(h.rid(), T0 + 3, "J1", spec=every(MIN))), Ok)
+        assert isinstance(h.one(commands.UpdateJob(h.rid(), T0 + 3, "J1", spec=every(MIN))), Ok)
         assert (h.state.jobs["J1"].status, next_id(h)) == (JobStatus.PAUSED, f"J1@{T0 + 3 + MIN}")
 
 
@@ -600,7 +604,7 @@ def test_a_one_off_job_not_yet_started_takes_an_update() -> None:
     h.claim()
     h.submit(spec=at(T0 + HOUR))
     new = at(T0 + HOUR, payload={"n": 2})
-    assert isinstance(h.one(c.UpdateJob(h.rid(), T0 + 1, "J1", spec=new)), Ok)
+    assert isinstance(h.one(commands.UpdateJob(h.rid(), T0 + 1, "J1", spec=new)), Ok)
     assert h.state.jobs["J1"].spec == new
     assert got(h) == ["scheduled"]
 
@@ -610,7 +614,7 @@ def test_an_update_of_a_one_off_job_whose_run_started_says_why_it_is_refused() -
     lf = h.claim()
     h.submit()
     h.start(lf, f"J1@{T0}", T0)
-    res = h.one(c.UpdateJob(h.rid(), T0 + 1, "J1", spec=JobSpec(task="t", payload=1)))
+    res = h.one(commands.UpdateJob(h.rid(), T0 + 1, "J1", spec=JobSpec(task="t", payload=1)))
     assert res == Rejected(
         "conflict",
         "job J1: its run already started; an update applies only to runs not yet started",
@@ -621,14 +625,18 @@ def test_a_new_time_for_a_one_off_job_replaces_its_run_and_the_job_stays_active(
     h = Checked()
     lf = h.claim()
     h.submit(spec=at(T0 + HOUR))
-    res = h.one(c.UpdateJob(h.rid(), T0 + 1, "J1", spec=at(T0 + 2 * HOUR)))
+    res = h.one(commands.UpdateJob(h.rid(), T0 + 1, "J1", spec=at(T0 + 2 * HOUR)))
     assert isinstance(res, Ok) and res.value.status is JobStatus.ACTIVE
     assert got(h) == ["cancelled:rescheduled", "scheduled"]
     assert next_id(h) == f"J1@{T0 + 2 * HOUR}"
     # it can be changed again, and is done once the new run finished
-    assert isinstance(h.one(c.UpdateJob(h.rid(), T0 + 2, "J1", spec=at(T0 + 3 * HOUR))), Ok)
+    assert isinstance(h.one(commands.UpdateJob(h.rid(), T0 + 2, "J1", spec=at(T0 + 3 * HOUR))), Ok)
     rid = next_id(h)
-    h.one(c.CompleteRun(h.rid(), T0 + 3 * HOUR + 1, lf, rid, h.start(lf, rid, T0 + 3 * HOUR), None))
+    h.one(
+        commands.CompleteRun(
+            h.rid(), T0 + 3 * HOUR + 1, lf, rid, h.start(lf, rid, T0 + 3 * HOUR), None
+        )
+    )
     assert h.state.jobs["J1"].status is JobStatus.DONE
 
 
@@ -636,7 +644,7 @@ def test_an_every_schedule_set_by_an_update_counts_from_the_update() -> None:
     h = Checked()
     h.claim()
     h.submit(spec=every(90_000), now=T0)
-    h.one(c.UpdateJob(h.rid(), T0 + 10_000, "J1", spec=every(MIN)))
+    h.one(commands.UpdateJob(h.rid(), T0 + 10_000, "J1", spec=every(MIN)))
     assert next_id(h) == f"J1@{T0 + 10_000 + MIN}"
     assert got(h) == ["scheduled", "cancelled:rescheduled"]  # at 70 s, and the one at 90 s
 
@@ -648,7 +656,9 @@ def test_a_run_whose_upstream_already_failed_for_good_is_skipped() -> None:
     h = Checked()
     lf = h.claim()
     h.submit("A", JobSpec(task="t", retry=RetryPolicy(max_attempts=1)))
-    h.one(c.FailRun(h.rid(), T0 + 1, lf, f"A@{T0}", h.start(lf, f"A@{T0}", T0), "boom", True))
+    h.one(
+        commands.FailRun(h.rid(), T0 + 1, lf, f"A@{T0}", h.start(lf, f"A@{T0}", T0), "boom", True)
+    )
     h.submit("B", JobSpec(task="t", depends_on=("A",)), now=T0 + 2)
     assert fire(h, lf, f"B@{T0 + 2}", T0 + 2) == Ok(f"B@{T0 + 2}")
     assert got(h, "B") == ["skipped:upstream_failed"]
@@ -660,8 +670,8 @@ def test_a_run_whose_upstream_job_was_cancelled_is_skipped_even_if_its_last_run_
     lf = h.claim()
     h.submit("A", cron(), now=T0)
     ran = h.trigger(T0 + 1, "A").id
-    h.one(c.CompleteRun(h.rid(), T0 + 2, lf, ran, lease(h, lf, ran, T0 + 1), None))
-    h.one(c.CancelJob(h.rid(), T0 + 3, "A"))
+    h.one(commands.CompleteRun(h.rid(), T0 + 2, lf, ran, lease(h, lf, ran, T0 + 1), None))
+    h.one(commands.CancelJob(h.rid(), T0 + 3, "A"))
     h.submit("B", JobSpec(task="t", depends_on=("A",)), now=T0 + 4)
     fire(h, lf, f"B@{T0 + 4}", T0 + 4)
     assert got(h, "B") == ["skipped:upstream_failed"]
@@ -675,7 +685,7 @@ def test_cancelling_one_waiting_run_of_a_dependant_leaves_the_others_waiting() -
     fire(h, lf, f"B@{T0}", T0)
     triggered = h.trigger(T0 + 1, "B").id
     assert got(h, "B") == ["blocked:dependencies", "blocked:dependencies"]
-    h.one(c.CancelRun(h.rid(), T0 + 2, triggered))
+    h.one(commands.CancelRun(h.rid(), T0 + 2, triggered))
     assert h.state.runs[f"B@{T0}"].state is RunState.BLOCKED
 
 
@@ -686,7 +696,7 @@ def test_an_upstream_success_releases_every_dependant_waiting_for_it() -> None:
     h.submit("B", at(T0 + HOUR, depends_on=("A",)))  # not due yet: nothing waits
     h.submit("C", JobSpec(task="t", depends_on=("A",)))
     fire(h, lf, f"C@{T0}", T0)
-    h.one(c.CompleteRun(h.rid(), T0 + 1, lf, f"A@{T0}", h.start(lf, f"A@{T0}", T0), None))
+    h.one(commands.CompleteRun(h.rid(), T0 + 1, lf, f"A@{T0}", h.start(lf, f"A@{T0}", T0), None))
     assert got(h, "B") == ["scheduled"]
     assert got(h, "C") == ["queued"]
 
@@ -695,7 +705,7 @@ def test_an_upstream_success_does_not_release_a_run_buffered_behind_its_own_runn
     h = Checked()
     lf = h.claim()
     h.submit("A", now=T0)
-    h.one(c.CompleteRun(h.rid(), T0 + 1, lf, f"A@{T0}", h.start(lf, f"A@{T0}", T0), None))
+    h.one(commands.CompleteRun(h.rid(), T0 + 1, lf, f"A@{T0}", h.start(lf, f"A@{T0}", T0), None))
     h.submit(
         "C",
         JobSpec(task="t", depends_on=("A",), schedule=cron(overlap=Overlap.BUFFER_ONE).schedule),
@@ -706,7 +716,7 @@ def test_an_upstream_success_does_not_release_a_run_buffered_behind_its_own_runn
     assert got(h, "C")[:2] == ["running", "blocked:overlap"]
     again = h.trigger(T0 + 2 * MIN + 1, "A").id
     h.one(
-        c.CompleteRun(
+        commands.CompleteRun(
             h.rid(), T0 + 2 * MIN + 2, lf, again, lease(h, lf, again, T0 + 2 * MIN + 1), None
         )
     )
@@ -723,9 +733,9 @@ def test_a_one_off_job_is_done_when_its_last_unfinished_run_finishes() -> None:
     rid = f"J1@{T0}"
     fence = h.start(lf, rid, T0)
     extra = h.trigger(T0 + 1, override=True).id
-    h.one(c.CompleteRun(h.rid(), T0 + 2, lf, rid, fence, None))
+    h.one(commands.CompleteRun(h.rid(), T0 + 2, lf, rid, fence, None))
     assert h.state.jobs["J1"].status is JobStatus.ACTIVE
-    h.one(c.CompleteRun(h.rid(), T0 + 4, lf, extra, lease(h, lf, extra, T0 + 3), None))
+    h.one(commands.CompleteRun(h.rid(), T0 + 4, lf, extra, lease(h, lf, extra, T0 + 3), None))
     job = h.state.jobs["J1"]
     assert (job.status, job.next_run_at_ms, job.updated_ms) == (JobStatus.DONE, None, T0 + 4)
     assert all(r.state in TERMINAL_RUN_STATES for r in h.state.runs.values())
@@ -747,10 +757,10 @@ def test_a_job_given_a_schedule_that_never_runs_shows_no_next_run(paused: bool) 
     h.claim()
     h.submit(spec=cron(), now=T0)
     if paused:
-        h.one(c.UpdateJob(h.rid(), T0 + 1, "J1", paused=True))
-    assert isinstance(h.one(c.UpdateJob(h.rid(), T0 + 2, "J1", spec=never)), Ok)
+        h.one(commands.UpdateJob(h.rid(), T0 + 1, "J1", paused=True))
+    assert isinstance(h.one(commands.UpdateJob(h.rid(), T0 + 2, "J1", spec=never)), Ok)
     if paused:
-        assert isinstance(h.one(c.UpdateJob(h.rid(), T0 + 3, "J1", paused=False)), Ok)
+        assert isinstance(h.one(commands.UpdateJob(h.rid(), T0 + 3, "J1", paused=False)), Ok)
     job = h.state.jobs["J1"]
     # no next run, not even the cancelled occurrence of the old schedule
     assert (job.status, job.next_run_at_ms, job.next_run_id) == (JobStatus.ACTIVE, None, None)
@@ -773,5 +783,7 @@ def test_an_occurrence_skipped_for_dst_is_recorded_once_when_the_job_is_healed()
     h.submit(spec=spec, now=now)  # records the skipped 29 March, schedules 30 March
     h.lose_next_occurrence("J1", now + 1)
     # a new leader heals the job before 29 March: it materialises from now again
-    assert h.one(c.Heal(h.rid(), now + 2, lf, "J1")) == Ok(f"J1@{utc('2026-03-31T00:30:00+00:00')}")
+    assert h.one(commands.Heal(h.rid(), now + 2, lf, "J1")) == Ok(
+        f"J1@{utc('2026-03-31T00:30:00+00:00')}"
+    )
     assert got(h) == ["skipped:dst_gap", "cancelled:cancelled", "scheduled"]

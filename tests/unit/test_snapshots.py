@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 from pysyncobj.config import SERIALIZER_STATE
 
-from schedd.core import commands as c
+from schedd.core import commands
 from schedd.core.model import JobSpec
 from schedd.raft.snapshots import SqlSnapshots
-from schedd.storage import snapshots as S
+from schedd.storage import snapshots
 from schedd.storage.schema import SCHEMA_VERSION
 from schedd.storage.sqlstate import SqlState, apply_entry
 from tests.property.test_sql_state_property import answers
@@ -29,7 +29,9 @@ RAFT = ((b"\x01last", 7, 2), (b"\x01prev", 6, 2), ["127.0.0.1:9001", "127.0.0.1:
 
 def submit(state: SqlState, index: int, n: int = 1) -> None:
     jobs = tuple((f"J{index}-{k}", JobSpec(task="t", payload="x" * 200)) for k in range(n))
-    assert apply_entry(state, c.encode_entry([c.Submit(f"r{index}", T0 + index, jobs)]), index)
+    assert apply_entry(
+        state, commands.encode_entry([commands.Submit(f"r{index}", T0 + index, jobs)]), index
+    )
 
 
 def filled(path: Path, entries: int, per_entry: int = 1) -> SqlState:
@@ -44,9 +46,9 @@ def test_a_copy_holds_exactly_the_entries_up_to_its_pin_while_more_are_applied(
 ) -> None:
     live, dump = tmp_path / "state.db", tmp_path / "raft.dump"
     state = filled(live, 20, per_entry=50)
-    src, pinned = S.pin(live)
+    src, pinned = snapshots.pin(live)
     assert pinned == 20
-    monkeypatch.setattr(S, "BACKUP_PAGES", 1)  # many steps: entries land between them
+    monkeypatch.setattr(snapshots, "BACKUP_PAGES", 1)  # many steps: entries land between them
     index = iter(range(21, 10_000))
     steps = 0
 
@@ -55,9 +57,9 @@ def test_a_copy_holds_exactly_the_entries_up_to_its_pin_while_more_are_applied(
         steps += 1
         submit(state, next(index), 20)
 
-    S.write_copy(src, dump, RAFT, step=apply_more)
+    snapshots.write_copy(src, dump, RAFT, step=apply_more)
     assert steps > 10 and state.applied_index > 30
-    info = S.read_snapshot(dump)
+    info = snapshots.read_snapshot(dump)
     assert info.applied_index == 20 and info.raft == RAFT
     copy = SqlState(tmp_path / "copy.db")
     copy.install(dump)
@@ -79,17 +81,17 @@ def test_the_copy_is_synced_step_by_step_as_it_is_written(
     live, dump = tmp_path / "state.db", tmp_path / "raft.dump"
     state = filled(live, 10, per_entry=50)
     state.close()
-    monkeypatch.setattr(S, "BACKUP_PAGES", 8)
+    monkeypatch.setattr(snapshots, "BACKUP_PAGES", 8)
     synced_sizes: list[int] = []
-    real = S.os.fdatasync
+    real = snapshots.os.fdatasync
 
     def fdatasync(fd: int) -> None:
         real(fd)
-        synced_sizes.append(S.os.fstat(fd).st_size)
+        synced_sizes.append(snapshots.os.fstat(fd).st_size)
 
-    monkeypatch.setattr(S.os, "fdatasync", fdatasync)
-    src, _ = S.pin(live)
-    S.write_copy(src, dump, RAFT)
+    monkeypatch.setattr(snapshots.os, "fdatasync", fdatasync)
+    src, _ = snapshots.pin(live)
+    snapshots.write_copy(src, dump, RAFT)
     pages = sqlite3.connect(dump).execute("PRAGMA page_count").fetchone()[0]
     assert pages > 4 * 8
     assert len(synced_sizes) >= pages // 8  # once a step
@@ -109,7 +111,7 @@ def test_the_write_ahead_log_shrinks_back_once_a_long_copy_lets_it(
     wal = tmp_path / "state.db-wal"
     state = SqlState(live)
     try:
-        src, _ = S.pin(live)  # held like a copy in progress
+        src, _ = snapshots.pin(live)  # held like a copy in progress
         for i in range(1, 41):
             submit(state, i, 50)
         grown = wal.stat().st_size
@@ -131,8 +133,8 @@ def test_the_write_ahead_log_shrinks_back_once_a_long_copy_lets_it(
 def test_an_installed_snapshot_answers_as_the_database_it_was_copied_from(tmp_path: Path) -> None:
     live = tmp_path / "state.db"
     state = filled(live, 12, per_entry=3)
-    src, _ = S.pin(live)
-    S.write_copy(src, tmp_path / "raft.dump", RAFT)
+    src, _ = snapshots.pin(live)
+    snapshots.write_copy(src, tmp_path / "raft.dump", RAFT)
     expected = answers(state)
     state.close()
     restored = filled(tmp_path / "other.db", 30)  # a node that went its own way
@@ -179,15 +181,15 @@ def test_a_snapshot_that_cannot_be_used_is_refused_saying_why(
 ) -> None:
     path = tmp_path / "raft.dump"
     make(path)
-    with pytest.raises(S.SnapshotError) as caught:
-        S.read_snapshot(path)
+    with pytest.raises(snapshots.SnapshotError) as caught:
+        snapshots.read_snapshot(path)
     assert str(caught.value).startswith(f"{path}: ") and message in str(caught.value)
 
 
 def _snapshot_with(path: Path, version: int = 1, raft: bytes | None = None) -> None:
     state = filled(path.parent / "src.db", 2)
-    src, _ = S.pin(path.parent / "src.db")
-    S.write_copy(src, path, RAFT)
+    src, _ = snapshots.pin(path.parent / "src.db")
+    snapshots.write_copy(src, path, RAFT)
     state.close()
     db = sqlite3.connect(path, isolation_level=None)
     db.execute(f"PRAGMA user_version = {version}")
@@ -209,8 +211,8 @@ class Machine:
 def snapshots_of(tmp_path: Path, live_entries: int) -> tuple[SqlSnapshots, Machine, list[str]]:
     """A snapshot of 10 entries at raft.dump, and a live database of ``live_entries``."""
     src_db = filled(tmp_path / "src.db", 10)
-    src, _ = S.pin(tmp_path / "src.db")
-    S.write_copy(src, tmp_path / "raft.dump", RAFT)
+    src, _ = snapshots.pin(tmp_path / "src.db")
+    snapshots.write_copy(src, tmp_path / "raft.dump", RAFT)
     src_db.close()
     filled(tmp_path / "state.db", live_entries).close()
     machine = Machine(tmp_path / "state.db")
@@ -250,7 +252,7 @@ def test_a_snapshot_that_cannot_be_used_stops_the_node_instead_of_being_skipped(
 ) -> None:
     snaps, machine, seen = snapshots_of(tmp_path, live_entries=4)
     (tmp_path / "raft.dump").write_bytes(b"not a database at all, 16+ bytes")
-    with pytest.raises(S.SnapshotError):
+    with pytest.raises(snapshots.SnapshotError):
         snaps.deserialize(str(tmp_path / "raft.dump"))
     assert len(seen) == 1 and seen[0].startswith("fatal: ") and "not a schedd snapshot" in seen[0]
     assert machine.state.applied_index == 4  # untouched
@@ -262,7 +264,7 @@ def test_a_snapshot_is_written_in_the_background_and_reported_once(tmp_path: Pat
     # copy still holds every entry applied before it began
     jobs = (("J6-0", JobSpec(task="t")),)
     assert apply_entry(
-        machine.state, c.encode_entry([c.Submit("r6", T0 + 6, jobs)]), 6, commit=False
+        machine.state, commands.encode_entry([commands.Submit("r6", T0 + 6, jobs)]), 6, commit=False
     )
     assert machine.state.committed_index == 5
     (tmp_path / "raft.dump").unlink()
@@ -272,7 +274,7 @@ def test_a_snapshot_is_written_in_the_background_and_reported_once(tmp_path: Pat
     assert copy is not None and copy.done.wait(10)
     assert snaps.check() == SERIALIZER_STATE.SUCCESS
     assert snaps.check() == SERIALIZER_STATE.NOT_SERIALIZING and snaps.busy_for() is None
-    assert S.read_snapshot(tmp_path / "raft.dump").applied_index == 6
+    assert snapshots.read_snapshot(tmp_path / "raft.dump").applied_index == 6
     assert snaps.last_index == 6 and snaps.last_duration is not None
     assert not (tmp_path / "raft.dump.tmp").exists()  # pysyncobj's own name is never written
 

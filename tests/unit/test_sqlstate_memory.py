@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from schedd.core import commands as c
+from schedd.core import commands
 from schedd.core.model import (
     Job,
     JobSpec,
@@ -34,11 +34,11 @@ class Node:
     def __init__(self, path: Path, **memory: int) -> None:
         self.state = SqlState(path, **memory)
         self.index = 0
-        self.apply([c.Claim("claim", T0, "n1", 1)])
+        self.apply([commands.Claim("claim", T0, "n1", 1)])
 
-    def apply(self, cmds: list[c.Command]) -> list[object]:
+    def apply(self, cmds: list[commands.Command]) -> list[object]:
         self.index += 1
-        out = apply_entry(self.state, c.encode_entry(cmds), self.index)
+        out = apply_entry(self.state, commands.encode_entry(cmds), self.index)
         assert out is not None
         return out[0]
 
@@ -53,15 +53,17 @@ def test_live_runs_and_runs_due_within_the_hot_window_stay_in_memory_until_done(
     node = Node(tmp_path / "state.db", cache_max=1, hot_ms=60_000)
     st = node.state
     try:
-        node.apply([c.Submit("s", T0, (("soon", at(T0 + 1_000)), ("later", at(T0 + 3_600_000))))])
+        node.apply(
+            [commands.Submit("s", T0, (("soon", at(T0 + 1_000)), ("later", at(T0 + 3_600_000))))]
+        )
         soon, later = f"soon@{T0 + 1_000}", f"later@{T0 + 3_600_000}"
         assert st.hot_set() == 1  # the run due in an hour waits on disk
         assert st.runs[soon] is st.runs[soon]  # the same record: never read back from disk
-        node.apply([c.Fire("f", T0 + 1_000, node.index - 1, (soon,))])
+        node.apply([commands.Fire("f", T0 + 1_000, node.index - 1, (soon,))])
         assert st.runs[soon].state is RunState.QUEUED and st.hot_set() == 1
-        node.apply([c.LeaseRuns("l", T0 + 1_001, 1, ((soon, "w1"),))])
+        node.apply([commands.LeaseRuns("l", T0 + 1_001, 1, ((soon, "w1"),))])
         fence = node.index
-        node.apply([c.CompleteRun("d", T0 + 1_002, 1, soon, fence)])
+        node.apply([commands.CompleteRun("d", T0 + 1_002, 1, soon, fence)])
         assert st.runs[soon].state is RunState.SUCCEEDED and st.hot_set() == 0
         # the leader loading its next window takes the later run into the hot set
         assert [r.id for r in st.due_runs(T0, T0 + 7_200_000)] == [later]
@@ -193,12 +195,12 @@ def test_an_entry_writes_each_row_it_changed_once_at_its_end(tmp_path: Path) -> 
     st.db = Counting(st.db, statements)  # type: ignore[assignment]
     try:
         # a submit adds each job, then sets its next run: one insert per table for 100 jobs
-        node.apply([c.Submit("s", T0, tuple((f"j{k}", at(T0 + 5)) for k in range(100)))])
+        node.apply([commands.Submit("s", T0, tuple((f"j{k}", at(T0 + 5)) for k in range(100)))])
         assert statements["INSERT INTO jobs"] == 1
         assert statements["INSERT INTO runs"] == 1
         assert statements["UPDATE jobs SET"] == 0
         statements.clear()
-        node.apply([c.Fire("f", T0 + 5, 1, tuple(f"j{k}@{T0 + 5}" for k in range(100)))])
+        node.apply([commands.Fire("f", T0 + 5, 1, tuple(f"j{k}@{T0 + 5}" for k in range(100)))])
         assert statements["UPDATE runs SET"] == 1
         assert "SELECT body FROM" not in statements  # every run came from memory
     finally:
@@ -218,7 +220,7 @@ def test_a_change_to_a_job_that_is_not_in_the_database_stops_the_node(tmp_path: 
     node = Node(tmp_path / "state.db")
     st = node.state
     try:
-        node.apply([c.Submit("s", T0, (("j", at(T0 + 5)),))])
+        node.apply([commands.Submit("s", T0, (("j", at(T0 + 5)),))])
         st.db.execute("DELETE FROM jobs")  # damaged behind schedd's back
         st.begin()
         st.jobs["j"] = _evolved(st.jobs["j"])
@@ -238,7 +240,7 @@ def test_the_writer_leaves_checkpoints_to_the_checkpointer_thread(tmp_path: Path
         assert st.checkpointer is not None
         for k in range(20):
             node.apply(
-                [c.Submit(f"s{k}", T0, tuple((f"j{k}-{i}", at(T0 + 5)) for i in range(200)))]
+                [commands.Submit(f"s{k}", T0, tuple((f"j{k}-{i}", at(T0 + 5)) for i in range(200)))]
             )
         assert st.checkpointer.copied.wait(10), "no checkpoint by the thread within 10 s"
         assert st.checkpointer.checkpoints > 0

@@ -9,9 +9,10 @@ from typing import Any
 
 import pytest
 
-from schedd.core import commands as c
+from schedd.core import commands
 from schedd.core.apply import apply_entry
 from schedd.core.model import (
+    AttemptOutcome,
     JobSpec,
     JobStatus,
     RecurringOptions,
@@ -48,9 +49,9 @@ class Harness:
         self.n += 1
         return f"r{self.n}"
 
-    def apply(self, *cmds: c.Command) -> list[Any]:
+    def apply(self, *cmds: commands.Command) -> list[Any]:
         self.index += 1
-        blob = c.encode_entry(list(cmds))
+        blob = commands.encode_entry(list(cmds))
         if isinstance(self.state, SqlState):
             applied = sql_apply_entry(self.state, blob, self.index)
             assert applied is not None
@@ -60,21 +61,21 @@ class Harness:
         self.events.extend(events)
         return results
 
-    def one(self, cmd: c.Command) -> Any:
+    def one(self, cmd: commands.Command) -> Any:
         return self.apply(cmd)[0]
 
     def claim(self, node: str = "n1", term: int = 1) -> int:
-        res = self.one(c.Claim(self.rid(), T0, node, term))
+        res = self.one(commands.Claim(self.rid(), T0, node, term))
         assert isinstance(res, Ok)
         return int(res.value)
 
     def submit(self, job_id: str = "J1", spec: JobSpec | None = None, now: int = T0) -> Any:
-        return self.one(c.Submit(self.rid(), now, ((job_id, spec or JobSpec(task="t")),)))
+        return self.one(commands.Submit(self.rid(), now, ((job_id, spec or JobSpec(task="t")),)))
 
 
 def lease_one(h: Harness, lf: int, run_id: str, now: int = T0, worker: str = "w1") -> int:
-    assert h.one(c.Fire(h.rid(), now, lf, (run_id,))) == Ok([Ok(run_id)])
-    res = h.one(c.LeaseRuns(h.rid(), now, lf, ((run_id, worker),)))
+    assert h.one(commands.Fire(h.rid(), now, lf, (run_id,))) == Ok([Ok(run_id)])
+    res = h.one(commands.LeaseRuns(h.rid(), now, lf, ((run_id, worker),)))
     assert isinstance(res, Ok)
     [attempt] = res.value
     assert isinstance(attempt, Ok)
@@ -107,7 +108,7 @@ def test_fire_before_due_is_refused() -> None:
     h = Harness()
     lf = h.claim()
     h.submit(spec=JobSpec(task="t", schedule=Schedule(kind=ScheduleKind.AT, at_ms=T0 + 5000)))
-    [res] = h.one(c.Fire(h.rid(), T0, lf, (f"J1@{T0 + 5000}",))).value
+    [res] = h.one(commands.Fire(h.rid(), T0, lf, (f"J1@{T0 + 5000}",))).value
     assert isinstance(res, Rejected) and res.code == "conflict"
 
 
@@ -118,7 +119,7 @@ def test_full_lifecycle_success_and_fence_is_the_lease_index() -> None:
     rid = f"J1@{T0}"
     fence = lease_one(h, lf, rid)
     assert fence == h.index  # the Raft log index of the lease entry
-    res = h.one(c.CompleteRun(h.rid(), T0 + 10, lf, rid, fence, {"ok": True}))
+    res = h.one(commands.CompleteRun(h.rid(), T0 + 10, lf, rid, fence, {"ok": True}))
     assert res == Ok(rid)
     run = h.state.runs[rid]
     assert run.state is RunState.SUCCEEDED and run.result == {"ok": True}
@@ -133,7 +134,7 @@ def test_stale_fence_is_refused_and_changes_nothing() -> None:
     rid = f"J1@{T0}"
     fence = lease_one(h, lf, rid)
     before = pickle.dumps(h.state.runs[rid])
-    res = h.one(c.CompleteRun(h.rid(), T0, lf, rid, fence - 1, None))
+    res = h.one(commands.CompleteRun(h.rid(), T0, lf, rid, fence - 1, None))
     assert isinstance(res, Rejected) and res.code == "stale_fence"
     assert pickle.dumps(h.state.runs[rid]) == before
 
@@ -144,16 +145,16 @@ def test_commands_from_a_deposed_leader_are_rejected() -> None:
     h.submit()
     new = h.claim("n2", 2)
     assert new > old
-    res = h.one(c.Fire(h.rid(), T0, old, (f"J1@{T0}",)))
+    res = h.one(commands.Fire(h.rid(), T0, old, (f"J1@{T0}",)))
     assert isinstance(res, Rejected) and res.code == "stale_leader"
     assert h.state.runs[f"J1@{T0}"].state is RunState.SCHEDULED
-    assert isinstance(h.one(c.Fire(h.rid(), T0, new, (f"J1@{T0}",))), Ok)
+    assert isinstance(h.one(commands.Fire(h.rid(), T0, new, (f"J1@{T0}",))), Ok)
 
 
 def test_claim_for_an_older_term_is_rejected() -> None:
     h = Harness()
     h.claim("n1", 5)
-    res = h.one(c.Claim(h.rid(), T0, "n2", 4))
+    res = h.one(commands.Claim(h.rid(), T0, "n2", 4))
     assert isinstance(res, Rejected) and res.code == "stale_leader"
     assert h.state.leader_node == "n1"
 
@@ -172,13 +173,17 @@ def test_failure_retries_with_backoff_then_dead_letters() -> None:
     h.submit(spec=spec)
     rid = f"J1@{T0}"
     fence = lease_one(h, lf, rid)
-    assert h.one(c.FailRun(h.rid(), T0 + 100, lf, rid, fence, "boom", True)) == Ok(rid)
+    assert h.one(commands.FailRun(h.rid(), T0 + 100, lf, rid, fence, "boom", True)) == Ok(rid)
     run = h.state.runs[rid]
     assert run.state is RunState.RETRYING and run.due_ms == T0 + 100 + 1000
     assert ("due", rid, T0 + 1100, True) in h.events
     fence2 = lease_one(h, lf, rid, now=T0 + 1100)
     assert fence2 > fence
-    h.one(c.FailRun(h.rid(), T0 + 1200, lf, rid, fence2, "boom again", True, "lost"))
+    h.one(
+        commands.FailRun(
+            h.rid(), T0 + 1200, lf, rid, fence2, "boom again", True, AttemptOutcome.LOST
+        )
+    )
     run = h.state.runs[rid]
     assert run.state is RunState.FAILED and h.state.in_dlq(rid)
     assert [a.outcome for a in run.attempts] == ["failed", "lost"]
@@ -191,7 +196,7 @@ def test_non_retryable_failure_goes_straight_to_the_dead_letter_queue() -> None:
     h.submit()
     rid = f"J1@{T0}"
     fence = lease_one(h, lf, rid)
-    h.one(c.FailRun(h.rid(), T0, lf, rid, fence, "bad input", False))
+    h.one(commands.FailRun(h.rid(), T0, lf, rid, fence, "bad input", False))
     assert h.state.runs[rid].state is RunState.FAILED and len(h.state.runs[rid].attempts) == 1
 
 
@@ -218,9 +223,9 @@ def test_backoff(attempt: int, rand: float, jitter: bool, expected: int) -> None
 
 def test_request_ids_are_deduplicated() -> None:
     h = Harness()
-    cmd = c.Submit("same", T0, (("J1", JobSpec(task="t")),))
+    cmd = commands.Submit("same", T0, (("J1", JobSpec(task="t")),))
     first = h.one(cmd)
-    again = h.one(c.Submit("same", T0, (("J2", JobSpec(task="t")),)))
+    again = h.one(commands.Submit("same", T0, (("J2", JobSpec(task="t")),)))
     assert again == first
     assert list(h.state.jobs) == ["J1"]
 
@@ -229,15 +234,17 @@ def test_a_repeated_submit_gets_its_jobs_as_they_are_now_and_only_their_ids_are_
     h = Harness()
     lf = h.claim()
     batch = (("J1", JobSpec(task="t")), ("J2", JobSpec(task="t", idempotency_key="k")))
-    first = h.one(c.Submit("R1", T0, batch))
+    first = h.one(commands.Submit("R1", T0, batch))
     assert [(job.id, created, run.id) for job, created, run in first.value] == [
         ("J1", True, f"J1@{T0}"),
         ("J2", True, f"J2@{T0}"),
     ]
     # what is kept for a repeat: the ids and whether each was created, not the records
     assert h.state.recall("R1") == Ok([("J1", True), ("J2", True)])
-    assert isinstance(h.one(c.CancelJob(h.rid(), T0 + 1, "J1")), Ok)
-    again = h.one(c.Submit("R1", T0 + 2, (("J3", JobSpec(task="t")), ("J4", JobSpec(task="t")))))
+    assert isinstance(h.one(commands.CancelJob(h.rid(), T0 + 1, "J1")), Ok)
+    again = h.one(
+        commands.Submit("R1", T0 + 2, (("J3", JobSpec(task="t")), ("J4", JobSpec(task="t"))))
+    )
     assert [(job.id, job.status, created, run.state) for job, created, run in again.value] == [
         ("J1", JobStatus.CANCELLED, True, RunState.CANCELLED),
         ("J2", JobStatus.ACTIVE, True, RunState.SCHEDULED),
@@ -245,8 +252,8 @@ def test_a_repeated_submit_gets_its_jobs_as_they_are_now_and_only_their_ids_are_
     assert again.value[0][:1] == (h.state.jobs["J1"],)
     assert sorted(h.state.jobs) == ["J1", "J2"]
     # a job forgotten meanwhile (history retention) cannot be shown again: a clear not_found
-    assert h.one(c.Purge(h.rid(), T0 + 10, lf, T0 + 5, 1000, 100)) == Ok([1, 1])
-    gone = h.one(c.Submit("R1", T0 + 20, (("J5", JobSpec(task="t")),)))
+    assert h.one(commands.Purge(h.rid(), T0 + 10, lf, T0 + 5, 1000, 100)) == Ok([1, 1])
+    gone = h.one(commands.Submit("R1", T0 + 20, (("J5", JobSpec(task="t")),)))
     assert gone == Rejected(
         "not_found",
         "this request was applied, but its job J1 has been forgotten since (history.retention)",
@@ -255,7 +262,7 @@ def test_a_repeated_submit_gets_its_jobs_as_they_are_now_and_only_their_ids_are_
     assert "J5" not in h.state.jobs
     # a result remembered by an earlier version holds the jobs themselves, as they were
     h.state.remember("R-old", T0 + 20, Ok([(first.value[1][0], True)]))
-    assert h.one(c.Submit("R-old", T0 + 30, (("J6", JobSpec(task="t")),))) == Ok(
+    assert h.one(commands.Submit("R-old", T0 + 30, (("J6", JobSpec(task="t")),))) == Ok(
         [(first.value[1][0], True, h.state.runs[f"J2@{T0}"])]
     )
 
@@ -265,9 +272,9 @@ def test_a_submit_repeating_the_request_id_of_another_command_gets_that_answer()
     # under the request id of an earlier update gets the update's answer, creating nothing.
     h = Harness()
     h.submit("J1")
-    updated = h.one(c.UpdateJob("R-upd", T0 + 1, "J1", paused=True))
+    updated = h.one(commands.UpdateJob("R-upd", T0 + 1, "J1", paused=True))
     assert isinstance(updated, Ok)
-    assert h.one(c.Submit("R-upd", T0 + 2, (("J2", JobSpec(task="t")),))) == updated
+    assert h.one(commands.Submit("R-upd", T0 + 2, (("J2", JobSpec(task="t")),))) == updated
     assert sorted(h.state.jobs) == ["J1"]
 
 
@@ -275,9 +282,9 @@ def test_a_request_id_is_remembered_for_the_whole_window() -> None:
     # The API promises: a repeated X-Request-Id is answered from the first request for at
     # least 15 minutes.  Exactly 15 minutes later still counts.
     h = Harness()
-    first = h.one(c.Submit("R1", T0, (("J1", JobSpec(task="t")),)))
+    first = h.one(commands.Submit("R1", T0, (("J1", JobSpec(task="t")),)))
     h.submit("J-other", now=T0 + DEDUP_WINDOW_MS)  # other traffic, when old entries are dropped
-    assert h.one(c.Submit("R1", T0 + DEDUP_WINDOW_MS, (("J2", JobSpec(task="t")),))) == first
+    assert h.one(commands.Submit("R1", T0 + DEDUP_WINDOW_MS, (("J2", JobSpec(task="t")),))) == first
     assert sorted(h.state.jobs) == ["J-other", "J1"]
 
 
@@ -293,7 +300,9 @@ def test_idempotency_key_returns_the_existing_job() -> None:
 def test_batch_submit_is_all_or_nothing() -> None:
     h = Harness()
     h.submit("J1")
-    res = h.one(c.Submit(h.rid(), T0, (("J2", JobSpec(task="t")), ("J1", JobSpec(task="t")))))
+    res = h.one(
+        commands.Submit(h.rid(), T0, (("J2", JobSpec(task="t")), ("J1", JobSpec(task="t"))))
+    )
     assert isinstance(res, Rejected) and res.code == "conflict" and res.field == "jobs[1].id"
     assert "J2" not in h.state.jobs
 
@@ -304,15 +313,15 @@ def test_cancel_stops_a_running_attempt() -> None:
     h.submit()
     rid = f"J1@{T0}"
     fence = lease_one(h, lf, rid)
-    assert isinstance(h.one(c.CancelJob(h.rid(), T0, "J1")), Ok)
+    assert isinstance(h.one(commands.CancelJob(h.rid(), T0, "J1")), Ok)
     assert h.state.runs[rid].state is RunState.CANCELLED
     assert ("stop", rid, fence) in h.events
-    late = h.one(c.CompleteRun(h.rid(), T0, lf, rid, fence, None))
+    late = h.one(commands.CompleteRun(h.rid(), T0, lf, rid, fence, None))
     assert isinstance(late, Rejected)
 
 
 def test_cancel_unknown_job_is_not_found() -> None:
-    res = Harness().one(c.CancelJob("x", T0, "nope"))
+    res = Harness().one(commands.CancelJob("x", T0, "nope"))
     assert isinstance(res, Rejected) and res.code == "not_found"
 
 
@@ -336,17 +345,17 @@ def test_garbage_entries_are_rejected_as_values(blob: bytes) -> None:
 
 
 def test_codec_round_trip() -> None:
-    cmds: list[c.Command] = [
-        c.Claim("a", T0, "n1", 3, "http://x"),
-        c.Submit("b", T0, (("J1", JobSpec(task="t", payload={"k": [1, 2]})),)),
-        c.Fire("c", T0, 7, ("J1@1",)),
-        c.LeaseRuns("d", T0, 7, (("J1@1", "w"),)),
-        c.CompleteRun("e", T0, 7, "J1@1", 9, {"r": 1}),
-        c.FailRun("f", T0, 7, "J1@1", 9, "err", False, "lost", 0.25),
-        c.CancelJob("g", T0, "J1"),
-        c.Barrier("h", T0),
+    cmds: list[commands.Command] = [
+        commands.Claim("a", T0, "n1", 3, "http://x"),
+        commands.Submit("b", T0, (("J1", JobSpec(task="t", payload={"k": [1, 2]})),)),
+        commands.Fire("c", T0, 7, ("J1@1",)),
+        commands.LeaseRuns("d", T0, 7, (("J1@1", "w"),)),
+        commands.CompleteRun("e", T0, 7, "J1@1", 9, {"r": 1}),
+        commands.FailRun("f", T0, 7, "J1@1", 9, "err", False, AttemptOutcome.LOST, 0.25),
+        commands.CancelJob("g", T0, "J1"),
+        commands.Barrier("h", T0),
     ]
-    assert c.decode_entry(c.encode_entry(cmds)) == cmds
+    assert commands.decode_entry(commands.encode_entry(cmds)) == cmds
 
 
 def test_a_repeated_result_for_the_same_fence_is_accepted_and_changes_nothing() -> None:
@@ -355,20 +364,20 @@ def test_a_repeated_result_for_the_same_fence_is_accepted_and_changes_nothing() 
     h.submit()
     rid = f"J1@{T0}"
     fence = lease_one(h, lf, rid)
-    assert h.one(c.CompleteRun(h.rid(), T0 + 5, lf, rid, fence, 1)) == Ok(rid)
+    assert h.one(commands.CompleteRun(h.rid(), T0 + 5, lf, rid, fence, 1)) == Ok(rid)
     before = h.state.runs[rid]
-    assert h.one(c.CompleteRun(h.rid(), T0 + 9, lf, rid, fence, 2)) == Ok(
+    assert h.one(commands.CompleteRun(h.rid(), T0 + 9, lf, rid, fence, 2)) == Ok(
         rid
     )  # re-sent after failover
     assert h.state.runs[rid] == before
-    assert isinstance(h.one(c.CompleteRun(h.rid(), T0, lf, rid, fence + 1, 3)), Rejected)
+    assert isinstance(h.one(commands.CompleteRun(h.rid(), T0, lf, rid, fence + 1, 3)), Rejected)
 
 
 def test_leader_commands_are_not_kept_in_the_dedup_table() -> None:
     h = Harness()
     lf = h.claim()
     h.submit()
-    h.one(c.Fire("fire-1", T0, lf, (f"J1@{T0}",)))
+    h.one(commands.Fire("fire-1", T0, lf, (f"J1@{T0}",)))
     assert h.state.recall("fire-1") is None and h.state.remembered() == 1  # only the submit
 
 
@@ -445,7 +454,7 @@ def test_a_jobs_run_history_is_newest_first() -> None:
     lf = h.claim()
     h.submit(spec=every_minute(), now=T0)
     for minute in (1, 2, 3):
-        h.one(c.Fire(h.rid(), T0 + minute * MIN, lf, (f"J1@{T0 + minute * MIN}",)))
+        h.one(commands.Fire(h.rid(), T0 + minute * MIN, lf, (f"J1@{T0 + minute * MIN}",)))
     assert [r.id for r in h.state.runs_of("J1")] == [f"J1@{T0 + m * MIN}" for m in (4, 3, 2, 1)]
     latest = h.state.latest_run("J1")
     assert latest is not None and latest.id == f"J1@{T0 + 4 * MIN}"
@@ -457,7 +466,7 @@ def test_a_jobs_unfinished_runs_come_in_creation_order_not_id_order() -> None:
     h = Harness()
     h.claim()
     h.submit(spec=every_minute(), now=T0)
-    assert isinstance(h.one(c.Trigger(h.rid(), T0 + 5, "J1")), Ok)
+    assert isinstance(h.one(commands.Trigger(h.rid(), T0 + 5, "J1")), Ok)
     ids = [r.id for r in h.state.unfinished_runs("J1")]
     assert len(ids) == 2 and ids[0] == f"J1@{T0 + MIN}" and ids[1] != ids[0]
     assert ids != sorted(ids)  # the two orders differ here
@@ -487,18 +496,24 @@ def test_the_metrics_counters_stay_in_step_with_the_runs() -> None:
     a, b, cc, r1 = f"A@{T0}", f"B@{T0}", f"C@{T0}", f"R@{T0 + MIN}"
     steps = [
         lambda: lease_one(h, lf, a),
-        lambda: h.one(c.FailRun(h.rid(), T0 + 1, lf, a, h.state.runs[a].fence, "boom", True)),
+        lambda: h.one(
+            commands.FailRun(h.rid(), T0 + 1, lf, a, h.state.runs[a].fence, "boom", True)
+        ),
         lambda: lease_one(h, lf, a, now=T0 + 1001),
-        lambda: h.one(c.CompleteRun(h.rid(), T0 + 1002, lf, a, h.state.runs[a].fence, None)),
+        lambda: h.one(commands.CompleteRun(h.rid(), T0 + 1002, lf, a, h.state.runs[a].fence, None)),
         lambda: lease_one(h, lf, b),
-        lambda: h.one(c.FailRun(h.rid(), T0 + 2, lf, b, h.state.runs[b].fence, "bad", False)),
+        lambda: h.one(
+            commands.FailRun(h.rid(), T0 + 2, lf, b, h.state.runs[b].fence, "bad", False)
+        ),
         lambda: lease_one(h, lf, cc),
-        lambda: h.one(c.CancelRun(h.rid(), T0 + 3, cc)),
+        lambda: h.one(commands.CancelRun(h.rid(), T0 + 3, cc)),
         lambda: lease_one(h, lf, r1, now=T0 + MIN),
         # the next occurrence fires 4 minutes late: it and the ones missed since are skipped
         # but the latest, while the first run still holds its lease
-        lambda: h.one(c.Fire(h.rid(), T0 + 6 * MIN, lf, (f"R@{T0 + 2 * MIN}",))),
-        lambda: h.one(c.CompleteRun(h.rid(), T0 + 6 * MIN, lf, r1, h.state.runs[r1].fence, None)),
+        lambda: h.one(commands.Fire(h.rid(), T0 + 6 * MIN, lf, (f"R@{T0 + 2 * MIN}",))),
+        lambda: h.one(
+            commands.CompleteRun(h.rid(), T0 + 6 * MIN, lf, r1, h.state.runs[r1].fence, None)
+        ),
     ]
     for step in steps:
         step()

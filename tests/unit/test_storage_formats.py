@@ -17,9 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from schedd.core import commands as c
+from schedd.core import commands
 from schedd.core.apply import apply_entry
 from schedd.core.model import (
+    AttemptOutcome,
     JobSpec,
     Priority,
     RecurringOptions,
@@ -28,7 +29,7 @@ from schedd.core.model import (
     ScheduleKind,
 )
 from schedd.core.state import MemoryState
-from schedd.storage import snapshots as S
+from schedd.storage import snapshots
 from schedd.storage.schema import SCHEMA_VERSION
 from schedd.storage.sqlstate import SqlState
 from schedd.storage.sqlstate import apply_entry as sql_apply_entry
@@ -76,19 +77,26 @@ def sample_entries() -> list[bytes]:
         ("tick", JobSpec(task="e", schedule=every)),
         ("later", JobSpec(task="t", schedule=Schedule(kind=ScheduleKind.AT, at_ms=T0 + 3_600_000))),
     )
-    cmds: list[list[c.Command]] = [
-        [c.Claim("r0", T0, "n1", 1, "http://n1")],
-        [c.Submit("r1", T0, jobs)],
-        [c.Submit("r2", T0 + 1, (("after", JobSpec(task="t", depends_on=("once",))),))],
-        [c.Fire("r3", T0 + 2, 1, (f"once@{T0}", f"dead@{T0}"))],
-        [c.LeaseRuns("r4", T0 + 3, 1, ((f"once@{T0}", "w1"), (f"dead@{T0}", "w2")))],
-        [c.CompleteRun("r5", T0 + 4, 1, f"once@{T0}", 5, {"ok": True})],
-        [c.FailRun("r6", T0 + 5, 1, f"dead@{T0}", 5, "ValueError: no", True, "failed", 0.5)],
-        [c.Trigger("r7", T0 + 6, "tick", True), c.UpdateJob("r8", T0 + 6, "cron", paused=True)],
-        [c.CancelRun("r9", T0 + 7, f"later@{T0 + 3_600_000}")],
-        [c.Purge("r10", T0 + 8, 1, T0 - 1, 500, 100)],
+    cmds: list[list[commands.Command]] = [
+        [commands.Claim("r0", T0, "n1", 1, "http://n1")],
+        [commands.Submit("r1", T0, jobs)],
+        [commands.Submit("r2", T0 + 1, (("after", JobSpec(task="t", depends_on=("once",))),))],
+        [commands.Fire("r3", T0 + 2, 1, (f"once@{T0}", f"dead@{T0}"))],
+        [commands.LeaseRuns("r4", T0 + 3, 1, ((f"once@{T0}", "w1"), (f"dead@{T0}", "w2")))],
+        [commands.CompleteRun("r5", T0 + 4, 1, f"once@{T0}", 5, {"ok": True})],
+        [
+            commands.FailRun(
+                "r6", T0 + 5, 1, f"dead@{T0}", 5, "ValueError: no", True, AttemptOutcome.FAILED, 0.5
+            )
+        ],
+        [
+            commands.Trigger("r7", T0 + 6, "tick", True),
+            commands.UpdateJob("r8", T0 + 6, "cron", paused=True),
+        ],
+        [commands.CancelRun("r9", T0 + 7, f"later@{T0 + 3_600_000}")],
+        [commands.Purge("r10", T0 + 8, 1, T0 - 1, 500, 100)],
     ]
-    return [c.encode_entry(batch) for batch in cmds]
+    return [commands.encode_entry(batch) for batch in cmds]
 
 
 def write_samples(db: Path, dump: Path) -> None:
@@ -98,8 +106,8 @@ def write_samples(db: Path, dump: Path) -> None:
     state = SqlState(db)
     for i, blob in enumerate(sample_entries(), start=1):
         sql_apply_entry(state, blob, i)
-    src, _ = S.pin(db)
-    S.write_copy(src, dump, RAFT)
+    src, _ = snapshots.pin(db)
+    snapshots.write_copy(src, dump, RAFT)
     state.close()  # checkpoints the log into the file: one self-contained file each
 
 
@@ -143,7 +151,7 @@ def test_a_snapshot_of_every_schema_version_installs_and_holds_what_its_entries_
 ) -> None:
     dump = tmp_path / "raft.dump"
     shutil.copyfile(dump_sample(version), dump)
-    info = S.read_snapshot(dump)
+    info = snapshots.read_snapshot(dump)
     assert (info.applied_index, info.raft) == (len(sample_entries()), RAFT)
     state = SqlState(tmp_path / "state.db")
     try:
