@@ -37,7 +37,18 @@ from schedd.api.ports import (
     read_json,
     require,
 )
-from schedd.api.views import job_view, run_view
+from schedd.api.views import (
+    BatchResultView,
+    ExplainView,
+    HealthView,
+    JobListView,
+    ReadyView,
+    RunListView,
+    WorkersView,
+    job_view,
+    run_view,
+    worker_view,
+)
 from schedd.api.ws import worker_connect
 from schedd.config import Config
 from schedd.core import commands
@@ -251,8 +262,8 @@ async def submit_batch(request: web.Request) -> web.Response:
         for ref, job_id in by_ref.items():
             message = message.replace(job_id, ref)
         res = Rejected(res.code, message, res.field)
-    views = [job_view(job, latest) for job, _, latest in unwrap(res)]
-    return json_response({"jobs": views}, 201)
+    batch: BatchResultView = {"jobs": [job_view(job, latest) for job, _, latest in unwrap(res)]}
+    return json_response(batch, 201)
 
 
 def _take_refs(body: Any) -> list[str | None]:
@@ -307,8 +318,8 @@ def _page(request: web.Request, first: int) -> tuple[int, int]:
     return limit, int(raw)
 
 
-def _paged(key: str, items: list[dict[str, Any]], after: int | None) -> web.Response:
-    return json_response({key: items, "next_cursor": None if after is None else str(after)})
+def _cursor(after: int | None) -> str | None:
+    return None if after is None else str(after)
 
 
 async def list_jobs(request: web.Request) -> web.Response:
@@ -327,7 +338,11 @@ async def list_jobs(request: web.Request) -> web.Response:
         )
     jobs, after = await app[READER].jobs_page(cursor, limit, filters)
     latest = await app[READER].latest_runs([job.id for job in jobs])
-    return _paged("jobs", [job_view(job, latest.get(job.id)) for job in jobs], after)
+    body: JobListView = {
+        "jobs": [job_view(job, latest.get(job.id)) for job in jobs],
+        "next_cursor": _cursor(after),
+    }
+    return json_response(body)
 
 
 def _job_id(request: web.Request) -> str:
@@ -428,7 +443,7 @@ async def drop_dead(request: web.Request) -> web.Response:
     return await _run_command(request, commands.DropDead, "dlq.dropped", reply=False)
 
 
-def _fires_view(fires: list[dict[str, Any]]) -> dict[str, Any]:
+def _fires_view(fires: list[dict[str, Any]]) -> ExplainView:
     return {
         "fires": [
             {
@@ -512,7 +527,8 @@ async def job_runs(request: web.Request) -> web.Response:
         raise NotFound(f"no job with id {job_id}", field="id")
     limit, before = _page(request, FIRST)
     runs, after = await app[READER].runs_page(job_id, before, limit)
-    return _paged("runs", [run_view(r) for r in runs], after)
+    body: RunListView = {"runs": [run_view(r) for r in runs], "next_cursor": _cursor(after)}
+    return json_response(body)
 
 
 async def get_run(request: web.Request) -> web.Response:
@@ -528,7 +544,11 @@ async def list_dlq(request: web.Request) -> web.Response:
     app = request.app
     limit, before = _page(request, FIRST)
     runs, after = await app[READER].dead_letters_page(before, limit)
-    return _paged("runs", [run_view(r) for r in runs if r.state is RunState.FAILED], after)
+    body: RunListView = {
+        "runs": [run_view(r) for r in runs if r.state is RunState.FAILED],
+        "next_cursor": _cursor(after),
+    }
+    return json_response(body)
 
 
 # -- cluster --------------------------------------------------------------------------------------
@@ -543,7 +563,8 @@ async def workers(request: web.Request) -> web.Response:
     node = request.app[NODE]
     leader = node.leader
     if leader is not None and leader.ready.is_set():
-        return json_response({"workers": leader.workers_view()})
+        body: WorkersView = {"workers": [worker_view(w) for w in leader.workers.values()]}
+        return json_response(body)
     return json_response(await request.app[PROXY].get(request, "/api/v1/workers"))
 
 
@@ -553,7 +574,8 @@ async def metrics(request: web.Request) -> web.Response:
 
 
 async def healthz(request: web.Request) -> web.Response:
-    return json_response({"status": "ok", "node_id": request.app[CONFIG].node.id})
+    body: HealthView = {"status": "ok", "node_id": request.app[CONFIG].node.id}
+    return json_response(body)
 
 
 async def readyz(request: web.Request) -> web.Response:
@@ -563,7 +585,8 @@ async def readyz(request: web.Request) -> web.Response:
         raise Unavailable("not ready: this node is shutting down", retry_after=1)
     if leader is None or not raft.is_ready():
         raise Unavailable("not ready: no known leader yet", retry_after=1)
-    return json_response({"status": "ready", "leader": leader})
+    body: ReadyView = {"status": "ready", "leader": leader}
+    return json_response(body)
 
 
 def make_app(ports: Ports) -> web.Application:

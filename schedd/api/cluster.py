@@ -12,18 +12,19 @@ import orjson
 from aiohttp import web
 
 from schedd.api.ports import Raft
+from schedd.api.views import ClusterNodeView, ClusterView
 from schedd.config import Config
 from schedd.errors import Unavailable, from_code
 
 
-def cluster_view(config: Config, raft: Raft, leader_url: str | None) -> dict[str, Any]:
+def cluster_view(config: Config, raft: Raft, leader_url: str | None) -> ClusterView:
     status = raft.raft_status  # one consistent view (published by the Raft thread)
     leader_addr = status.leader
     role = status.role
     with raft.read() as st:
         leader_id = st.leader_node if st.leader_term == status.term else None
     http = config.raft_http_map()
-    nodes: list[dict[str, Any]] = [
+    nodes: list[ClusterNodeView] = [
         {
             "raft": config.raft.listen,
             "http": config.advertise_url(),
@@ -34,7 +35,7 @@ def cluster_view(config: Config, raft: Raft, leader_url: str | None) -> dict[str
         }
     ]
     for peer in status.peers:
-        entry: dict[str, Any] = {
+        entry: ClusterNodeView = {
             "id": leader_id if peer.addr == leader_addr else None,
             "raft": peer.addr,
             "http": http.get(peer.addr),

@@ -19,25 +19,28 @@ from aiohttp import web
 
 from schedd.api.operations import BY_ID, OPERATIONS
 from schedd.api.ports import PREFIX
+from schedd.api.schema import Components
+from schedd.api.views import RESPONSES
 from schedd.core.model import (
-    AttemptOutcome,
     DstGap,
     DstRepeat,
     JobStatus,
     Misfire,
     Overlap,
     Priority,
-    RunState,
 )
 from schedd.core.validate import (
+    IDENT_PATTERN,
     JOB_FIELDS,
     MAX_ATTEMPTS,
     MAX_DEPENDS_ON,
     MAX_TEXT,
     PATCH_FIELDS,
     SCHEDULE_FIELDS,
+    TASK_PATTERN,
+    ZONE_PATTERN,
 )
-from schedd.errors import HTTP_STATUS, Code
+from schedd.errors import HTTP_STATUS
 
 __all__ = ["openapi_json", "spec"]
 
@@ -101,7 +104,7 @@ def _recurring_fields() -> dict[str, Schema]:
             {
                 "type": "string",
                 "maxLength": 64,
-                "pattern": r"^[A-Za-z0-9_+-]+(?:/[A-Za-z0-9_+-]+)*$",
+                "pattern": f"^{ZONE_PATTERN}$",
                 "description": 'an IANA time zone like "Europe/Berlin"; default "UTC"',
             }
         ),
@@ -171,7 +174,7 @@ def _job_body_properties() -> dict[str, Schema]:
     return {
         "task": {
             "type": "string",
-            "pattern": r"^[A-Za-z0-9_.:-]{1,200}$",
+            "pattern": f"^{TASK_PATTERN}$",
             "description": 'the task name workers register, like "reports.generate"',
         },
         "name": _nullable(_text("a name for people")),
@@ -290,7 +293,7 @@ def _request_schemas() -> dict[str, Schema]:
         ),
         "Ident": {
             "type": "string",
-            "pattern": r"^[a-z0-9_-]{1,64}$",
+            "pattern": f"^{IDENT_PATTERN}$",
             "description": "1 to 64 lowercase letters, digits, - and _",
         },
         "Dst": {
@@ -350,239 +353,11 @@ def _request_schemas() -> dict[str, Schema]:
     }
 
 
-# -- response bodies ----------------------------------------------------------------------------
-
-
-def _closed(
-    props: dict[str, Schema], description: str | None = None, optional: tuple[str, ...] = ()
-) -> Schema:
-    out: Schema = {
-        "type": "object",
-        "required": [k for k in props if k not in optional],
-        "properties": props,
-        "additionalProperties": False,
-    }
-    if description:
-        out["description"] = description
-    return out
-
-
-_RECURRING_VIEW: Final[dict[str, Schema]] = {
-    "jitter": _SECONDS,
-    "misfire": _enum(Misfire),
-    "catchup_window": {"type": ["number", "null"], "minimum": 0},
-    "overlap": _enum(Overlap),
-    "dst": {
-        "type": "object",
-        "additionalProperties": False,
-        "required": ["gap", "repeat"],
-        "properties": {"gap": _enum(DstGap), "repeat": _enum(DstRepeat)},
-    },
-    "start_at": {"type": ["string", "null"], "format": "date-time"},
-    "end_at": {"type": ["string", "null"], "format": "date-time"},
-}
+# -- response bodies: declared by the views (schedd.api.views), derived here -----------------------
 
 
 def _response_schemas() -> dict[str, Schema]:
-    time_or_null = {"type": ["string", "null"], "format": "date-time"}
-    return {
-        "JobSchedule": {
-            "description": "the schedule as given; null for run-now. An in schedule also shows "
-            "its resolved time.",
-            "oneOf": [
-                _closed({"at": _TIME}),
-                _closed({"in": _SECONDS, "at": _TIME}),
-                _closed({"every": _SECONDS, "timezone": {"type": "string"}, **_RECURRING_VIEW}),
-                _closed(
-                    {"cron": {"type": "string"}, "timezone": {"type": "string"}, **_RECURRING_VIEW}
-                ),
-            ],
-        },
-        "RetryPolicy": _closed(
-            {
-                "max_attempts": {"type": "integer", "minimum": 1},
-                "initial": _SECONDS,
-                "max": _SECONDS,
-                "multiplier": {"type": "number"},
-                "jitter": {"type": "boolean"},
-            }
-        ),
-        "Job": _closed(
-            {
-                "id": {"type": "string", "description": "opaque"},
-                "task": {"type": "string"},
-                "name": {"type": ["string", "null"]},
-                "namespace": {"type": "string"},
-                "queue": {"type": "string"},
-                "payload": {"description": "any JSON value"},
-                "schedule": _nullable(_ref("JobSchedule")),
-                "priority": _enum(Priority),
-                "retry": _ref("RetryPolicy"),
-                "timeout": {"type": ["number", "null"], "minimum": 0},
-                "heartbeat_timeout": _SECONDS,
-                "depends_on": {"type": "array", "items": {"type": "string"}},
-                "idempotency_key": {"type": ["string", "null"]},
-                "status": _enum(JobStatus),
-                "created_at": _TIME,
-                "updated_at": _TIME,
-                "next_run_at": time_or_null,
-                "latest_run": _nullable(_ref("Run")),
-            },
-            "A job, with its next fire time and its latest run.",
-        ),
-        "Attempt": _closed(
-            {
-                "attempt": {"type": "integer", "minimum": 1},
-                "fence": {"type": "integer", "description": "only grows; sent back by the worker"},
-                "worker_id": {"type": "string"},
-                "started_at": _TIME,
-                "deadline": time_or_null,
-                "ended_at": time_or_null,
-                "outcome": {
-                    "type": ["string", "null"],
-                    "enum": [o.value for o in AttemptOutcome] + [None],
-                },
-                "error": {"type": ["string", "null"]},
-            },
-            "One lease of a run to a worker.",
-        ),
-        "Run": _closed(
-            {
-                "id": {"type": "string", "description": "opaque (<job_id>@<unix_ms>)"},
-                "job_id": {"type": "string"},
-                "namespace": {"type": "string"},
-                "state": _enum(RunState),
-                "scheduled_at": _TIME,
-                "due_at": _TIME,
-                "created_at": _TIME,
-                "updated_at": _TIME,
-                "attempts": {"type": "array", "items": _ref("Attempt")},
-                "result": {"description": "the task's return value (any JSON value)"},
-                "error": {"type": ["string", "null"]},
-                "reason": {
-                    "type": ["string", "null"],
-                    "description": "why a run was skipped, cancelled or blocked",
-                },
-            },
-            "One occurrence of a job.",
-        ),
-        "JobList": _closed(
-            {
-                "jobs": {"type": "array", "items": _ref("Job")},
-                "next_cursor": {
-                    "type": ["string", "null"],
-                    "description": "pass as cursor for the next page; null at the end",
-                },
-            }
-        ),
-        "BatchResult": _closed(
-            {"jobs": {"type": "array", "items": _ref("Job")}}, "the batch's jobs, in order"
-        ),
-        "RunList": _closed(
-            {
-                "runs": {"type": "array", "items": _ref("Run")},
-                "next_cursor": {
-                    "type": ["string", "null"],
-                    "description": "pass as cursor for the next page; null at the end",
-                },
-            },
-            "newest first",
-        ),
-        "Fire": _closed(
-            {
-                "scheduled_at": _TIME,
-                "due_at": _TIME | {"description": "scheduled_at plus jitter"},
-                "local": _TIME
-                | {"description": "scheduled_at in the schedule's zone, with offset"},
-                "note": {
-                    "type": ["string", "null"],
-                    "description": "set when a DST change moves, skips or doubles the fire",
-                },
-            }
-        ),
-        "Explain": _closed(
-            {"fires": {"type": "array", "items": _ref("Fire")}}, "the next fire times"
-        ),
-        "ClusterNode": _closed(
-            {
-                "id": {"type": ["string", "null"], "description": "null when not known"},
-                "raft": {"type": "string", "description": "host:port"},
-                "http": {"type": ["string", "null"], "description": "the node's API URL"},
-                "role": {"type": "string", "enum": ["leader", "follower", "candidate", "unknown"]},
-                "self": {"type": "boolean"},
-                "healthy": {"type": "boolean"},
-                "connected": {"type": "boolean", "description": "peers only"},
-                "match_index": {
-                    "type": ["integer", "null"],
-                    "description": "peers only, when this node leads",
-                },
-                "lag": {
-                    "type": ["integer", "null"],
-                    "minimum": 0,
-                    "description": "entries behind the leader's commit index (peers only, when "
-                    "this node leads)",
-                },
-            },
-            optional=("connected", "match_index", "lag"),
-        ),
-        "Cluster": _closed(
-            {
-                "node_id": {"type": "string"},
-                "role": {"type": "string", "enum": ["leader", "follower", "candidate", "unknown"]},
-                "leader": {"type": ["string", "null"], "description": "node id (or Raft address)"},
-                "leader_url": {"type": ["string", "null"]},
-                "term": {"type": "integer", "minimum": 0},
-                "commit_index": {"type": "integer", "minimum": 0},
-                "applied_index": {"type": "integer", "minimum": 0},
-                "state_index": {
-                    "type": "integer",
-                    "minimum": 0,
-                    "description": "the last applied entry that reads see",
-                },
-                "has_quorum": {"type": "boolean"},
-                "ready": {"type": "boolean"},
-                "nodes": {"type": "array", "items": _ref("ClusterNode")},
-            },
-            "this node's view of the cluster",
-        ),
-        "Worker": _closed(
-            {
-                "worker_id": {"type": "string"},
-                "queues": {"type": "array", "items": {"type": "string"}},
-                "capacity": {"type": "integer", "minimum": 1},
-                "leases": {"type": "integer", "minimum": 0, "description": "leases in flight"},
-                "connected_at": _TIME,
-                "draining": {"type": "boolean"},
-            }
-        ),
-        "Workers": _closed(
-            {"workers": {"type": "array", "items": _ref("Worker")}},
-            "the workers connected to the leader",
-        ),
-        "Health": _closed({"status": {"const": "ok"}, "node_id": {"type": "string"}}),
-        "Ready": _closed(
-            {
-                "status": {"const": "ready"},
-                "leader": {"type": "string", "description": "the leader's Raft address"},
-            }
-        ),
-        "Error": _closed(
-            {
-                "error": _closed(
-                    {
-                        "code": {"type": "string", "enum": [c.value for c in Code]},
-                        "message": {"type": "string", "description": "what was expected"},
-                        "field": {
-                            "type": "string",
-                            "description": "the offending value's path, like schedule.cron or "
-                            "jobs[3].task",
-                        },
-                    },
-                    optional=("field",),
-                )
-            }
-        ),
-    }
+    return Components(RESPONSES).schemas()
 
 
 # -- responses ----------------------------------------------------------------------------------

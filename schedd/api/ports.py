@@ -23,6 +23,7 @@ import orjson
 from aiohttp import web
 
 from schedd import auth
+from schedd.api.views import Role
 from schedd.config import Config
 from schedd.core.commands import Command
 from schedd.core.fairness import TokenBucket
@@ -51,7 +52,7 @@ class StatusView(Protocol):
     """This node's Raft state as last published (``schedd.raft.node.RaftStatus``)."""
 
     @property
-    def role(self) -> str: ...
+    def role(self) -> Role: ...
 
     @property
     def term(self) -> int: ...
@@ -119,7 +120,9 @@ class WorkerHub(Protocol):
 
     def disconnect(self, conn: WorkerConn) -> None: ...
 
-    def workers_view(self) -> list[dict[str, Any]]: ...
+    @property
+    def workers(self) -> Mapping[str, WorkerConn]:
+        """The connected workers, by id."""
 
 
 class Node(Protocol):

@@ -1,25 +1,276 @@
-"""Model objects rendered as the API's JSON.
+"""Model objects rendered as the API's JSON, and the shape of every response body.
 
 Pure.  Times are RFC 3339 in UTC (``format_time``); durations are numbers of seconds (an ``int``
 when whole, a ``float`` otherwise); enums are their plain string values.
+
+Each response body is declared here once, as a ``TypedDict`` that the code building it is typed
+with (mypy checks the two agree); the OpenAPI document derives its response schemas from these
+declarations (``schedd.api.schema``), and the live-answer tests check real responses against it.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any, Literal, NotRequired, TypedDict
 
+from schedd.api.schema import js, values
 from schedd.core.durations import format_time
 from schedd.core.model import (
     Attempt,
+    AttemptOutcome,
+    DstGap,
+    DstRepeat,
     Job,
+    JobStatus,
+    Misfire,
+    Overlap,
+    Priority,
     RecurringOptions,
     RetryPolicy,
     Run,
+    RunState,
     Schedule,
     ScheduleKind,
 )
+from schedd.errors import Code
+from schedd.leader.workers import WorkerConn
 
-__all__ = ["attempt_view", "job_view", "retry_view", "run_view", "schedule_view", "seconds"]
+__all__ = [
+    "attempt_view",
+    "job_view",
+    "retry_view",
+    "run_view",
+    "schedule_view",
+    "seconds",
+    "worker_view",
+]
+
+Time = Annotated[str, js(format="date-time")]
+Seconds = Annotated[int | float, js(minimum=0), "a duration in seconds (an integer when whole)"]
+Role = Literal["leader", "follower", "candidate", "unknown"]  # as Raft reports it
+Cursor = Annotated[str | None, "pass as cursor for the next page; null at the end"]
+
+
+class DstView(TypedDict):
+    gap: Annotated[str, values(DstGap)]
+    repeat: Annotated[str, values(DstRepeat)]
+
+
+class _Recurring(TypedDict):
+    timezone: str
+    jitter: Seconds
+    misfire: Annotated[str, values(Misfire)]
+    catchup_window: Annotated[int | float | None, js(minimum=0)]
+    overlap: Annotated[str, values(Overlap)]
+    dst: DstView
+    start_at: Time | None
+    end_at: Time | None
+
+
+class AtView(TypedDict):
+    at: Time
+
+
+# ("in" is a keyword: the functional form)
+InView = TypedDict("InView", {"in": Seconds, "at": Time})
+
+
+class EveryView(_Recurring):
+    every: Seconds
+
+
+class CronView(_Recurring):
+    cron: str
+
+
+JobSchedule = Annotated[
+    AtView | InView | EveryView | CronView,
+    "the schedule as given; null for run-now. An in schedule also shows its resolved time.",
+]
+
+
+class RetryPolicyView(TypedDict):
+    max_attempts: Annotated[int, js(minimum=1)]
+    initial: Seconds
+    max: Seconds
+    multiplier: float
+    jitter: bool
+
+
+class AttemptView(TypedDict):
+    """One lease of a run to a worker."""
+
+    attempt: Annotated[int, js(minimum=1)]
+    fence: Annotated[int, "only grows; sent back by the worker"]
+    worker_id: str
+    started_at: Time
+    deadline: Time | None
+    ended_at: Time | None
+    outcome: Annotated[str | None, values(AttemptOutcome)]
+    error: str | None
+
+
+class RunView(TypedDict):
+    """One occurrence of a job."""
+
+    id: Annotated[str, "opaque (<job_id>@<unix_ms>)"]
+    job_id: str
+    namespace: str
+    state: Annotated[str, values(RunState)]
+    scheduled_at: Time
+    due_at: Time
+    created_at: Time
+    updated_at: Time
+    attempts: list[AttemptView]
+    result: Annotated[Any, "the task's return value (any JSON value)"]
+    error: str | None
+    reason: Annotated[str | None, "why a run was skipped, cancelled or blocked"]
+
+
+class JobView(TypedDict):
+    """A job, with its next fire time and its latest run."""
+
+    id: Annotated[str, "opaque"]
+    task: str
+    name: str | None
+    namespace: str
+    queue: str
+    payload: Annotated[Any, "any JSON value"]
+    schedule: JobSchedule | None
+    priority: Annotated[str, values(Priority)]
+    retry: RetryPolicyView
+    timeout: Annotated[int | float | None, js(minimum=0)]
+    heartbeat_timeout: Seconds
+    depends_on: list[str]
+    idempotency_key: str | None
+    status: Annotated[str, values(JobStatus)]
+    created_at: Time
+    updated_at: Time
+    next_run_at: Time | None
+    latest_run: RunView | None
+
+
+class JobListView(TypedDict):
+    jobs: list[JobView]
+    next_cursor: Cursor
+
+
+class BatchResultView(TypedDict):
+    """the batch's jobs, in order"""
+
+    jobs: list[JobView]
+
+
+class RunListView(TypedDict):
+    """newest first"""
+
+    runs: list[RunView]
+    next_cursor: Cursor
+
+
+class FireView(TypedDict):
+    scheduled_at: Time
+    due_at: Annotated[Time, "scheduled_at plus jitter"]
+    local: Annotated[Time, "scheduled_at in the schedule's zone, with offset"]
+    note: Annotated[str | None, "set when a DST change moves, skips or doubles the fire"]
+
+
+class ExplainView(TypedDict):
+    """the next fire times"""
+
+    fires: list[FireView]
+
+
+class ClusterNodeView(TypedDict):
+    id: Annotated[str | None, "null when not known"]
+    raft: Annotated[str, "host:port"]
+    http: Annotated[str | None, "the node's API URL"]
+    role: Role
+    self: bool
+    healthy: bool
+    connected: NotRequired[Annotated[bool, "peers only"]]
+    match_index: NotRequired[Annotated[int | None, "peers only, when this node leads"]]
+    lag: NotRequired[
+        Annotated[
+            int | None,
+            js(minimum=0),
+            "entries behind the leader's commit index (peers only, when this node leads)",
+        ]
+    ]
+
+
+class ClusterView(TypedDict):
+    """this node's view of the cluster"""
+
+    node_id: str
+    role: Role
+    leader: Annotated[str | None, "node id (or Raft address)"]
+    leader_url: str | None
+    term: Annotated[int, js(minimum=0)]
+    commit_index: Annotated[int, js(minimum=0)]
+    applied_index: Annotated[int, js(minimum=0)]
+    state_index: Annotated[int, js(minimum=0), "the last applied entry that reads see"]
+    has_quorum: bool
+    ready: bool
+    nodes: list[ClusterNodeView]
+
+
+class WorkerView(TypedDict):
+    worker_id: str
+    queues: list[str]
+    capacity: Annotated[int, js(minimum=1)]
+    leases: Annotated[int, js(minimum=0), "leases in flight"]
+    connected_at: Time
+    draining: bool
+
+
+class WorkersView(TypedDict):
+    """the workers connected to the leader"""
+
+    workers: list[WorkerView]
+
+
+class HealthView(TypedDict):
+    status: Literal["ok"]
+    node_id: str
+
+
+class ReadyView(TypedDict):
+    status: Literal["ready"]
+    leader: Annotated[str, "the leader's Raft address"]
+
+
+class ErrorDetail(TypedDict):
+    code: Annotated[str, values(Code)]
+    message: Annotated[str, "what was expected"]
+    field: NotRequired[
+        Annotated[str, "the offending value's path, like schedule.cron or jobs[3].task"]
+    ]
+
+
+class ErrorView(TypedDict):
+    error: ErrorDetail
+
+
+#: the response bodies, by their name in the OpenAPI document's components
+RESPONSES: dict[str, Any] = {
+    "JobSchedule": JobSchedule,
+    "RetryPolicy": RetryPolicyView,
+    "Job": JobView,
+    "Attempt": AttemptView,
+    "Run": RunView,
+    "JobList": JobListView,
+    "BatchResult": BatchResultView,
+    "RunList": RunListView,
+    "Fire": FireView,
+    "Explain": ExplainView,
+    "ClusterNode": ClusterNodeView,
+    "Cluster": ClusterView,
+    "Worker": WorkerView,
+    "Workers": WorkersView,
+    "Health": HealthView,
+    "Ready": ReadyView,
+    "Error": ErrorView,
+}
 
 
 def seconds(ms: int) -> int | float:
@@ -31,28 +282,25 @@ def _opt_seconds(ms: int | None) -> int | float | None:
     return None if ms is None else seconds(ms)
 
 
-def schedule_view(schedule: Schedule) -> dict[str, Any] | None:
-    """The schedule as it was given; ``None`` for run-now.  ``in`` also shows the resolved time."""
+def schedule_view(schedule: Schedule) -> AtView | InView | EveryView | CronView | None:
+    """The schedule as it was given; ``None`` for run-now.  ``in`` also shows the resolved time.
+    The recurring options are shown as the API takes them (a client reads back what it set)."""
     kind = schedule.kind
-    if kind is ScheduleKind.AT:
+    if kind is ScheduleKind.AT and schedule.at_ms is not None:
         return {"at": format_time(schedule.at_ms)}
-    if kind is ScheduleKind.IN:
-        return {"in": _opt_seconds(schedule.in_ms), "at": format_time(schedule.at_ms)}
-    if kind is ScheduleKind.EVERY:
-        return {
-            "every": _opt_seconds(schedule.every_ms),
-            "timezone": schedule.timezone,
-            **_options_view(schedule),
-        }
-    if kind is ScheduleKind.CRON:
-        return {"cron": schedule.cron, "timezone": schedule.timezone, **_options_view(schedule)}
+    if kind is ScheduleKind.IN and schedule.in_ms is not None and schedule.at_ms is not None:
+        return {"in": seconds(schedule.in_ms), "at": format_time(schedule.at_ms)}
+    o = schedule.options or RecurringOptions()
+    if kind is ScheduleKind.EVERY and schedule.every_ms is not None:
+        return {"every": seconds(schedule.every_ms), **_recurring_view(schedule.timezone, o)}
+    if kind is ScheduleKind.CRON and schedule.cron is not None:
+        return {"cron": schedule.cron, **_recurring_view(schedule.timezone, o)}
     return None
 
 
-def _options_view(schedule: Schedule) -> dict[str, Any]:
-    """The recurring options as the API takes them (so a client reads back what it set)."""
-    o = schedule.options or RecurringOptions()
+def _recurring_view(timezone: str, o: RecurringOptions) -> _Recurring:
     return {
+        "timezone": timezone,
         "jitter": seconds(o.jitter_ms),
         "misfire": o.misfire.value,
         "catchup_window": _opt_seconds(o.catchup_window_ms),
@@ -63,7 +311,7 @@ def _options_view(schedule: Schedule) -> dict[str, Any]:
     }
 
 
-def retry_view(retry: RetryPolicy) -> dict[str, Any]:
+def retry_view(retry: RetryPolicy) -> RetryPolicyView:
     return {
         "max_attempts": retry.max_attempts,
         "initial": seconds(retry.initial_ms),
@@ -73,7 +321,7 @@ def retry_view(retry: RetryPolicy) -> dict[str, Any]:
     }
 
 
-def attempt_view(a: Attempt) -> dict[str, Any]:
+def attempt_view(a: Attempt) -> AttemptView:
     return {
         "attempt": a.number,
         "fence": a.fence,
@@ -86,7 +334,7 @@ def attempt_view(a: Attempt) -> dict[str, Any]:
     }
 
 
-def run_view(run: Run) -> dict[str, Any]:
+def run_view(run: Run) -> RunView:
     return {
         "id": run.id,
         "job_id": run.job_id,
@@ -103,7 +351,7 @@ def run_view(run: Run) -> dict[str, Any]:
     }
 
 
-def job_view(job: Job, latest: Run | None) -> dict[str, Any]:
+def job_view(job: Job, latest: Run | None) -> JobView:
     spec = job.spec
     return {
         "id": job.id,
@@ -124,4 +372,15 @@ def job_view(job: Job, latest: Run | None) -> dict[str, Any]:
         "updated_at": format_time(job.updated_ms),
         "next_run_at": format_time(job.next_run_at_ms),
         "latest_run": None if latest is None else run_view(latest),
+    }
+
+
+def worker_view(w: WorkerConn) -> WorkerView:
+    return {
+        "worker_id": w.worker_id,
+        "queues": list(w.queues),
+        "capacity": w.capacity,
+        "leases": len(w.leases),
+        "connected_at": format_time(w.connected_at_ms),
+        "draining": w.draining,
     }

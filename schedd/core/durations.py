@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime
 from functools import lru_cache
+from typing import overload
 
 from schedd.errors import InvalidArgument
 
@@ -106,6 +107,14 @@ def parse_time(value: object, field: str) -> int:
             field=field,
         )
     return round(parsed.timestamp() * 1000)
+
+
+@overload
+def format_time(ms: int) -> str: ...
+
+
+@overload
+def format_time(ms: int | None) -> str | None: ...
 
 
 def format_time(ms: int | None) -> str | None:

@@ -109,9 +109,14 @@ MAX_ATTEMPTS: Final = 100
 MAX_TIME_MS: Final = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z
 _MAX_DURATION_TEXT: Final = 64
 
-_TASK_RE: Final = re.compile(r"[A-Za-z0-9_.:-]{1,200}")
-_IDENT_RE: Final = re.compile(r"[a-z0-9_-]{1,64}")
-_ZONE_RE: Final = re.compile(r"[A-Za-z0-9_+-]+(?:/[A-Za-z0-9_+-]+)*")
+# what a task name, a namespace or queue name, and a time zone name look like (also published in
+# the OpenAPI document's request schemas, anchored)
+TASK_PATTERN: Final = r"[A-Za-z0-9_.:-]{1,200}"
+IDENT_PATTERN: Final = r"[a-z0-9_-]{1,64}"
+ZONE_PATTERN: Final = r"[A-Za-z0-9_+-]+(?:/[A-Za-z0-9_+-]+)*"
+_TASK_RE: Final = re.compile(TASK_PATTERN)
+_IDENT_RE: Final = re.compile(IDENT_PATTERN)
+_ZONE_RE: Final = re.compile(ZONE_PATTERN)
 _NOT_IANA_ZONES: Final = frozenset({"localtime", "posixrules", "Factory"})
 _CRON_ALIASES: Final = (
     "@yearly",

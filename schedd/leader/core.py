@@ -27,7 +27,6 @@ import random
 from collections.abc import Callable, Iterable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Any
 
 from schedd.core import commands
 from schedd.core.durations import format_time
@@ -743,16 +742,3 @@ class LeaderCore:
                 self.rand(),
             )
         return [Commit(cmd, Finished(conn, msg), RESULT_TIMEOUT_S)]
-
-    def workers_view(self) -> list[dict[str, Any]]:
-        return [
-            {
-                "worker_id": w.worker_id,
-                "queues": list(w.queues),
-                "capacity": w.capacity,
-                "leases": len(w.leases),
-                "connected_at": format_time(w.connected_at_ms),
-                "draining": w.draining,
-            }
-            for w in self.workers.values()
-        ]

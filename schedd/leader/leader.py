@@ -16,7 +16,6 @@ import asyncio
 import functools
 import logging
 from collections.abc import Callable, Iterable
-from typing import Any
 
 from schedd import clock
 from schedd.aio import wait_event, within
@@ -171,6 +170,3 @@ class Leader:
 
     def finish(self, conn: WorkerConn, msg: messages.Complete | messages.Fail) -> None:
         self._do(self.core.finish(conn, msg, now()))
-
-    def workers_view(self) -> list[dict[str, Any]]:
-        return self.core.workers_view()

@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, SyncObjConsumer, replicated
 from pysyncobj.pipe_notifier import PipeNotifier
@@ -63,7 +63,8 @@ MAX_PENDING = 200_000
 LAZY_COMMIT_S = 0.1
 FOLLOWER_CHECK_PERIOD = 0.5  # seconds between two looks at the followers' match indexes
 STATUS_PERIOD = 0.05  # the published RaftStatus is at most this old (or a role change)
-ROLES = {0: "follower", 1: "candidate", 2: "leader"}
+Role = Literal["leader", "follower", "candidate", "unknown"]
+ROLES: dict[int, Role] = {0: "follower", 1: "candidate", 2: "leader"}
 FOLLOWER_ANSWERED_WITHIN = 1.0  # a follower that answered the leader this recently is alive
 FOLLOWER_STALL_MAX_BACKOFF = 60.0  # longest wait between two recoveries of one stalled follower
 
@@ -89,7 +90,7 @@ class RaftStatus:
     object at most :data:`STATUS_PERIOD` old (at once on a change of role, term or leader),
     never changed once published, read by any thread without a lock."""
 
-    role: str  # "leader", "follower" or "candidate"
+    role: Role
     term: int
     leader: str | None  # the Raft address of the leader it follows (or is)
     commit_index: int
