@@ -18,7 +18,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from schedd import clock
 from schedd.api.cluster import cluster_view
 from schedd.api.openapi import openapi_json
-from schedd.api.operations import BY_ID, OPERATIONS, PUBLIC_PATHS
+from schedd.api.operations import BY_ID, COUNT, CURSOR, LIMIT, OPERATIONS, PUBLIC_PATHS, IntQuery
 from schedd.api.ports import (
     CONFIG,
     METRICS,
@@ -286,10 +286,13 @@ def _take_refs(body: Any) -> list[str | None]:
     return refs
 
 
-def _int_param(request: web.Request, name: str, default: int, lo: int, hi: int) -> int:
+def _int_param(request: web.Request, param: IntQuery) -> int:
+    """The query parameter ``param`` (declared with its bounds in the operation table)."""
+    name, lo, hi = param.name, param.lo, param.hi
     raw = request.query.get(name)
     if raw is None:
-        return default
+        assert param.default is not None
+        return param.default
     try:
         value = int(raw)
     except ValueError:
@@ -304,13 +307,13 @@ def _int_param(request: web.Request, name: str, default: int, lo: int, hi: int) 
 
 
 def _page(request: web.Request, first: int) -> tuple[int, int]:
-    """A listing's ``limit`` (1-1000, default 100) and ``cursor`` (a previous page's
-    ``next_cursor``; ``first`` without one)."""
-    limit = _int_param(request, "limit", 100, 1, 1000)
+    """A listing's ``limit`` and ``cursor`` (a previous page's ``next_cursor``; ``first``
+    without one), as the operation table declares them."""
+    limit = _int_param(request, LIMIT)
     raw = request.query.get("cursor")
     if raw is None:
         return limit, first
-    if not (raw.isascii() and raw.isdigit() and len(raw) <= 19 and int(raw) <= FIRST):
+    if not (raw.isascii() and raw.isdigit() and len(raw) <= 19 and int(raw) <= CURSOR.hi):
         raise InvalidArgument(
             f"cursor: expected the next_cursor of a previous page (digits), got {raw!r}",
             field="cursor",
@@ -460,7 +463,7 @@ def _fires_view(fires: list[dict[str, Any]]) -> ExplainView:
 async def explain_job(request: web.Request) -> web.Response:
     app = request.app
     job_id = _job_id(request)
-    count = _int_param(request, "count", 10, 1, 1000)
+    count = _int_param(request, COUNT)
     job = await app[READER].job(job_id)
     if job is None:
         raise NotFound(f"no job with id {job_id}", field="id")
@@ -502,7 +505,7 @@ async def explain_job(request: web.Request) -> web.Response:
 
 
 async def explain_expr(request: web.Request) -> web.Response:
-    count = _int_param(request, "count", 10, 1, 1000)
+    count = _int_param(request, COUNT)
     q = request.query
     schedule: dict[str, Any] = {k: q[k] for k in ("cron", "every", "timezone", "jitter") if k in q}
     dst = {k: q[f"dst_{k}"] for k in ("gap", "repeat") if f"dst_{k}" in q}

@@ -1,16 +1,62 @@
 """Every operation of the HTTP surface, declared once: its id, method, path, the action its
-caller's role must be allowed (``schedd.auth.ACTIONS``; None: no token needed) and its summary.
+caller's role must be allowed (``schedd.auth.ACTIONS``; None: no token needed), its summary, its
+query parameters with their limits, its request body, its replies and the errors it may answer.
 
-The routes and their role checks (``schedd/api/app.py``), the OpenAPI document
-(``schedd/api/openapi.py``, which adds each operation's parameters and schemas by id) and the
-test of every operation's role matrix are all made from this table.
+The routes and their role checks (``schedd/api/app.py``), the parsing of the integer query
+parameters (``app._int_param`` reads the bounds declared here), the OpenAPI document
+(``schedd/api/openapi.py`` renders this table; the bodies' schemas come from
+``schedd.api.bodies`` and ``schedd.api.views``) and the test of every operation's role matrix
+are all made from this table.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Annotated, Any, Final
 
+from schedd.api.bodies import DURATION_PATTERN, Ident
 from schedd.api.ports import PREFIX
+from schedd.api.schema import js, values
+from schedd.core.model import DstGap, DstRepeat, JobStatus
+from schedd.storage.schema import FIRST
+
+
+@dataclass(frozen=True, slots=True)
+class IntQuery:
+    """An integer query parameter from ``lo`` to ``hi`` (``default`` when absent)."""
+
+    name: str
+    default: int | None
+    lo: int
+    hi: int
+    description: str
+
+    @property
+    def type(self) -> Any:
+        keywords = {"minimum": self.lo, "maximum": self.hi}
+        if self.default is not None:
+            keywords["default"] = self.default
+        return Annotated[int, js(**keywords)]
+
+
+@dataclass(frozen=True, slots=True)
+class Query:
+    """A query parameter of another type (an annotation, see ``schedd.api.schema``)."""
+
+    name: str
+    type: Any
+    description: str
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """A successful answer: its status, what it means, and its body (a component of the
+    document, by name; None: no body; ``media`` other than JSON: a text body)."""
+
+    status: int
+    description: str
+    body: str | None = None
+    media: str = "application/json"
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,29 +66,118 @@ class Operation:
     path: str  # an aiohttp and OpenAPI path template
     action: str | None  # what the caller's role must be allowed; None: public
     summary: str
+    replies: tuple[Reply, ...] = ()
+    errors: tuple[int, ...] = ()  # besides 401/403, which follow from the action
+    query: tuple[IntQuery | Query, ...] = ()
+    body: str | None = None  # the request body's component
+    body_required: bool = True
+    description: str | None = None
+    write: bool = False  # a committed write: takes X-Request-Id, may answer 400/429/503
 
+
+LIMIT: Final = IntQuery("limit", 100, 1, 1000, "page size")
+CURSOR: Final = IntQuery("cursor", None, 0, FIRST, "next_cursor of the previous page")
+COUNT: Final = IntQuery("count", 10, 1, 1000, "how many fire times")
+PAGE: Final = (LIMIT, CURSOR)
+WRITE_ERRORS: Final = (400, 429, 503)  # X-Request-Id, Raft queue full, no leader
+
+_JOB = Reply(200, "the job", "Job")
+_RUN = Reply(200, "the run", "Run")
+_DONE = Reply(204, "done; no body")
+Duration = Annotated[str, js(pattern=DURATION_PATTERN)]
 
 OPERATIONS: tuple[Operation, ...] = (
-    Operation("submit_job", "POST", f"{PREFIX}/jobs", "submit", "Submit a job"),
-    Operation("list_jobs", "GET", f"{PREFIX}/jobs", "read", "List jobs"),
+    Operation(
+        "submit_job",
+        "POST",
+        f"{PREFIX}/jobs",
+        "submit",
+        "Submit a job",
+        (
+            Reply(201, "created", "Job"),
+            Reply(
+                200,
+                "the existing job: its idempotency_key was seen before (or the X-Request-Id "
+                "repeated)",
+                "Job",
+            ),
+        ),
+        (404, 409, 413),
+        body="JobBody",
+        description="404 when depends_on names an unknown job.",
+        write=True,
+    ),
+    Operation(
+        "list_jobs",
+        "GET",
+        f"{PREFIX}/jobs",
+        "read",
+        "List jobs",
+        (Reply(200, "a page", "JobList"),),
+        (400,),
+        query=(
+            Query("namespace", Ident, "only this namespace"),
+            Query("queue", Ident, "only this queue"),
+            Query("status", Annotated[str, values(JobStatus)], "only jobs in this status"),
+            Query("task", str, "only this task"),
+            *PAGE,
+        ),
+    ),
     Operation(
         "submit_batch",
         "POST",
         f"{PREFIX}/jobs/batch",
         "submit",
         "Submit jobs at once, all or nothing",
+        (
+            Reply(
+                201,
+                "created (jobs whose idempotency_key repeats are the existing ones)",
+                "BatchResult",
+            ),
+        ),
+        (404, 409, 413),
+        body="Batch",
+        description="Items may name each other by ref in depends_on; a cycle is a 409. A batch "
+        "larger than the namespace's burst is a 429 without Retry-After: split it.",
+        write=True,
     ),
-    Operation("get_job", "GET", f"{PREFIX}/jobs/{{job_id}}", "read", "One job"),
-    Operation("update_job", "PATCH", f"{PREFIX}/jobs/{{job_id}}", "submit", "Change a job"),
+    Operation("get_job", "GET", f"{PREFIX}/jobs/{{job_id}}", "read", "One job", (_JOB,), (404,)),
+    Operation(
+        "update_job",
+        "PATCH",
+        f"{PREFIX}/jobs/{{job_id}}",
+        "submit",
+        "Change a job",
+        (_JOB,),
+        (404, 409, 413),
+        body="JobPatch",
+        write=True,
+    ),
     Operation(
         "cancel_job",
         "DELETE",
         f"{PREFIX}/jobs/{{job_id}}",
         "submit",
         "Cancel a job and its unfinished runs",
+        (_DONE,),
+        (404,),
+        description="Running runs are told to stop. Cancelling a cancelled or finished job is a "
+        "no-op (204).",
+        write=True,
     ),
     Operation(
-        "trigger_job", "POST", f"{PREFIX}/jobs/{{job_id}}/trigger", "submit", "Run a job now"
+        "trigger_job",
+        "POST",
+        f"{PREFIX}/jobs/{{job_id}}/trigger",
+        "submit",
+        "Run a job now",
+        (Reply(201, "the new run (skipped when the overlap policy says so)", "Run"),),
+        (404, 409, 413),
+        body="Trigger",
+        body_required=False,
+        description="409 when the job is cancelled.",
+        write=True,
     ),
     Operation(
         "job_runs",
@@ -50,9 +185,19 @@ OPERATIONS: tuple[Operation, ...] = (
         f"{PREFIX}/jobs/{{job_id}}/runs",
         "read",
         "A job's runs, newest first, with their attempts",
+        (Reply(200, "a page of runs", "RunList"),),
+        (400, 404),
+        query=PAGE,
     ),
     Operation(
-        "explain_job", "GET", f"{PREFIX}/jobs/{{job_id}}/explain", "read", "A job's next fire times"
+        "explain_job",
+        "GET",
+        f"{PREFIX}/jobs/{{job_id}}/explain",
+        "read",
+        "A job's next fire times",
+        (Reply(200, "the next fire times (one or none for a one-off job)", "Explain"),),
+        (400, 404),
+        query=(COUNT,),
     ),
     Operation(
         "explain_expr",
@@ -60,16 +205,49 @@ OPERATIONS: tuple[Operation, ...] = (
         f"{PREFIX}/explain",
         "read",
         "The next fire times of a schedule expression",
+        (Reply(200, "the next fire times", "Explain"),),
+        (400,),
+        query=(
+            Query("cron", str, "a cron expression (this or every is required)"),
+            Query("every", Duration, "an interval (this or cron is required)"),
+            Query("timezone", str, "an IANA zone; default UTC"),
+            Query("jitter", Duration, "a jitter duration"),
+            Query("dst_gap", Annotated[str, values(DstGap)], "what to do in a DST gap"),
+            Query("dst_repeat", Annotated[str, values(DstRepeat)], "what to do in a DST repeat"),
+            COUNT,
+        ),
     ),
-    Operation("get_run", "GET", f"{PREFIX}/runs/{{run_id}}", "read", "One run"),
-    Operation("cancel_run", "POST", f"{PREFIX}/runs/{{run_id}}/cancel", "submit", "Cancel a run"),
-    Operation("list_dlq", "GET", f"{PREFIX}/dlq", "read", "The dead-letter queue, newest first"),
+    Operation("get_run", "GET", f"{PREFIX}/runs/{{run_id}}", "read", "One run", (_RUN,), (404,)),
+    Operation(
+        "cancel_run",
+        "POST",
+        f"{PREFIX}/runs/{{run_id}}/cancel",
+        "submit",
+        "Cancel a run",
+        (_RUN,),
+        (404, 409),
+        description="A running run is told to stop; cancelling a finished run is a no-op (200).",
+        write=True,
+    ),
+    Operation(
+        "list_dlq",
+        "GET",
+        f"{PREFIX}/dlq",
+        "read",
+        "The dead-letter queue, newest first",
+        (Reply(200, "a page of failed runs", "RunList"),),
+        (400,),
+        query=PAGE,
+    ),
     Operation(
         "replay_dead",
         "POST",
         f"{PREFIX}/dlq/{{run_id}}/replay",
         "submit",
         "Run a dead-lettered run again",
+        (_RUN,),
+        (404, 409),
+        write=True,
     ),
     Operation(
         "drop_dead",
@@ -77,23 +255,73 @@ OPERATIONS: tuple[Operation, ...] = (
         f"{PREFIX}/dlq/{{run_id}}",
         "submit",
         "Drop a run from the dead-letter queue",
+        (_DONE,),
+        (404,),
+        write=True,
     ),
     Operation(
-        "cluster", "GET", f"{PREFIX}/cluster", "read", "Nodes, roles, leader, term, indexes, health"
+        "cluster",
+        "GET",
+        f"{PREFIX}/cluster",
+        "read",
+        "Nodes, roles, leader, term, indexes, health",
+        (Reply(200, "this node's view", "Cluster"),),
     ),
-    Operation("workers", "GET", f"{PREFIX}/workers", "read", "Connected workers"),
+    Operation(
+        "workers",
+        "GET",
+        f"{PREFIX}/workers",
+        "read",
+        "Connected workers",
+        (Reply(200, "the leader's workers", "Workers"),),
+        (503,),
+        description="Answered by the leader (a follower asks it); 503 when no leader is known or "
+        "reachable.",
+    ),
     Operation(
         "worker_connect",
         "GET",
         f"{PREFIX}/workers/connect",
         "worker",
         "The worker protocol (websocket)",
+        (
+            Reply(
+                101,
+                "switching to the websocket protocol: text frames, one JSON object each, with a "
+                "type (hello, welcome, lease, heartbeat, complete, fail, ack, cancel, drain, "
+                "redirect, error)",
+            ),
+        ),
+        (400,),
+        description="400 for a request that is not a websocket upgrade.",
     ),
-    Operation("openapi_json", "GET", f"{PREFIX}/openapi.json", "read", "This document"),
-    Operation("metrics", "GET", "/metrics", "read", "Prometheus metrics"),
-    Operation("healthz", "GET", "/healthz", None, "Liveness"),
     Operation(
-        "readyz", "GET", "/readyz", None, "Readiness: a member of a cluster with a known leader"
+        "openapi_json",
+        "GET",
+        f"{PREFIX}/openapi.json",
+        "read",
+        "This document",
+        (Reply(200, "the OpenAPI 3.1 description of the API", "OpenApi"),),
+    ),
+    Operation(
+        "metrics",
+        "GET",
+        "/metrics",
+        "read",
+        "Prometheus metrics",
+        (Reply(200, "the Prometheus text exposition format", "Text", "text/plain"),),
+    ),
+    Operation(
+        "healthz", "GET", "/healthz", None, "Liveness", (Reply(200, "the process is up", "Health"),)
+    ),
+    Operation(
+        "readyz",
+        "GET",
+        "/readyz",
+        None,
+        "Readiness: a member of a cluster with a known leader",
+        (Reply(200, "ready", "Ready"),),
+        (503,),
     ),
 )
 

@@ -21,12 +21,21 @@ import types
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, NotRequired, Union, get_args, get_origin, get_type_hints
+from typing import (
+    Any,
+    Literal,
+    NotRequired,
+    Required,
+    Union,
+    get_args,
+    get_origin,
+    get_type_hints,
+)
 
 Schema = dict[str, Any]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class Keywords:
     """JSON Schema keywords to add to a type's schema, in ``Annotated`` (hashable, unlike a dict,
     so the annotated type can be part of a union): ``Annotated[int, js(minimum=1)]``."""
@@ -36,6 +45,14 @@ class Keywords:
 
 def js(**keywords: Any) -> Keywords:
     return Keywords(tuple(keywords.items()))
+
+
+@dataclass(frozen=True, slots=True)
+class Ref:
+    """``Annotated[T, Ref(name)]``: the named component ``name`` (a schema given as it is,
+    for the few that are not objects: a duration that is a number or a text)."""
+
+    name: str
 
 
 def values(members: type[enum.Enum]) -> Keywords:
@@ -73,6 +90,10 @@ class Components:
                 return {"$ref": f"#/components/schemas/{name}"}
         if get_origin(tp) is typing.Annotated:
             return self._annotated(tp, inline)
+        if tp is None or tp is type(None):
+            return {"type": "null"}
+        if isinstance(tp, Mapping):  # a named component given as a schema
+            return dict(tp)
         if _is_typeddict(tp):
             return self._object(tp)
         origin = get_origin(tp)
@@ -96,7 +117,11 @@ class Components:
 
     def _annotated(self, tp: Any, inline: bool) -> Schema:
         base, *extras = get_args(tp)
-        out = self.schema_of(base, inline=inline)
+        refs = [e.name for e in extras if isinstance(e, Ref)]
+        if refs and not inline:
+            out: Schema = {"$ref": f"#/components/schemas/{refs[0]}"}
+        else:
+            out = self.schema_of(base, inline=inline)
         for extra in extras:
             if isinstance(extra, str):
                 out["description"] = extra
@@ -113,10 +138,15 @@ class Components:
         props: dict[str, Schema] = {}
         required = []
         for key, hint in hints.items():
-            if get_origin(hint) is NotRequired:
-                (hint,) = get_args(hint)
-            else:
+            # NotRequired/Required as written win: under ``from __future__ import annotations``
+            # Python 3.11 cannot see them when it computes __required_keys__
+            origin = get_origin(hint)
+            if origin is Required or (
+                origin is not NotRequired and key in tp.__required_keys__  # type: ignore[attr-defined]
+            ):
                 required.append(key)
+            while get_origin(hint) in (NotRequired, Required):
+                (hint,) = get_args(hint)
             props[key] = self.schema_of(hint)
         out: Schema = {
             "type": "object",

@@ -100,8 +100,8 @@ _RECURRING_FIELDS: Final = (
     "end_at",
 )
 SCHEDULE_FIELDS: Final = _KINDS + _RECURRING_FIELDS
-_RETRY_FIELDS: Final = ("max_attempts", "initial", "max", "multiplier", "jitter")
-_DST_FIELDS: Final = ("gap", "repeat")
+RETRY_FIELDS: Final = ("max_attempts", "initial", "max", "multiplier", "jitter")
+DST_FIELDS: Final = ("gap", "repeat")
 
 MAX_TEXT: Final = 200
 MAX_DEPENDS_ON: Final = 100
@@ -411,7 +411,7 @@ def _dst(value: object, field: str) -> tuple[DstGap, DstRepeat]:
     if value is None:
         return defaults.dst_gap, defaults.dst_repeat
     obj = _object(value, field)
-    _check_keys(obj, _DST_FIELDS, f"{field}.")
+    _check_keys(obj, DST_FIELDS, f"{field}.")
     return (
         _choice(obj.get("gap"), f"{field}.gap", DstGap, defaults.dst_gap),
         _choice(obj.get("repeat"), f"{field}.repeat", DstRepeat, defaults.dst_repeat),
@@ -451,7 +451,7 @@ def _retry(value: object, field: str, max_attempts: int) -> RetryPolicy:
     if value is None:
         return base
     obj = _object(value, field)
-    _check_keys(obj, _RETRY_FIELDS, f"{field}.")
+    _check_keys(obj, RETRY_FIELDS, f"{field}.")
     attempts, initial, maximum = obj.get("max_attempts"), obj.get("initial"), obj.get("max")
     multiplier, jitter = obj.get("multiplier"), obj.get("jitter")
     policy = RetryPolicy(

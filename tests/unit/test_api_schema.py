@@ -3,7 +3,7 @@ annotation becomes, and that what the views really build is valid against what i
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, NotRequired, TypedDict
+from typing import Annotated, Any, Literal, NotRequired, TypedDict, get_type_hints
 
 import orjson
 import pytest
@@ -129,3 +129,39 @@ def test_what_the_views_build_is_valid_against_the_published_schemas(kind: str) 
     wrong["status"] = "sleeping"
     root = {"components": doc["components"], "$ref": "#/components/schemas/Job"}
     assert not jsonschema.Draft202012Validator(root).is_valid(wrong)
+
+
+def test_the_request_bodies_declare_exactly_the_fields_the_validator_takes() -> None:
+    from schedd.api import bodies
+    from schedd.core import validate
+
+    def keys(tp: Any) -> set[str]:
+        return set(get_type_hints(tp))
+
+    assert keys(bodies.JobBody) == set(validate.JOB_FIELDS)
+    assert keys(bodies.BatchJob) == {*validate.JOB_FIELDS, "ref"}
+    assert keys(bodies._JobPatch) == set(validate.PATCH_FIELDS)
+    variants = (bodies.ScheduleAt, bodies.ScheduleIn, bodies.ScheduleEvery, bodies.ScheduleCron)
+    assert all(keys(v) == set(validate.SCHEDULE_FIELDS) for v in variants)
+    assert keys(bodies.RetryBody) == set(validate.RETRY_FIELDS)
+    assert keys(bodies.DstBody) == set(validate.DST_FIELDS)
+
+
+def test_the_integer_parameters_the_handlers_read_are_the_ones_documented() -> None:
+    from schedd.api.operations import BY_ID, COUNT, LIMIT
+
+    doc = spec()["paths"]
+
+    def param(path: str, name: str) -> dict[str, Any]:
+        [p] = [p for p in doc[path]["get"]["parameters"] if p.get("name") == name]
+        return dict(p["schema"])
+
+    jobs, explain = BY_ID["list_jobs"].path, BY_ID["explain_job"].path
+    assert param(jobs, "limit") == {
+        "type": "integer",
+        "minimum": 1,
+        "maximum": 1000,
+        "default": 100,
+    }
+    assert (LIMIT.lo, LIMIT.hi, LIMIT.default) == (1, 1000, 100)
+    assert param(explain, "count")["maximum"] == COUNT.hi
