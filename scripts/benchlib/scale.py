@@ -1,4 +1,4 @@
-"""Issue 5's scale scenarios: S1b (batch submit), S3b (100,000 one-off jobs due within one
+"""The scale scenarios: S1b (batch submit), S3b (100,000 one-off jobs due within one
 second) and S4 (1,000,000 pending jobs: memory, Raft stalls while snapshotting, follower
 catch-up).  S3b and S4 each start their own three-node cluster; S1b uses the caller's."""
 
