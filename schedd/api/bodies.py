@@ -244,7 +244,7 @@ class JobBody(_Task, total=False):
     idempotency_key: Annotated[
         Text | None,
         "a repeated key (per namespace) returns the existing job with 200 instead of creating "
-        "another",
+        "another; reused with another task or payload, a 409",
     ]
 
 

@@ -194,6 +194,35 @@ def _check_dependencies(state: State, cmd: commands.Submit) -> Rejected | None:
     return None
 
 
+def _check_keys(state: State, cmd: commands.Submit) -> Rejected | None:
+    """A repeated idempotency key returns the job it made, but only for the same request: a key
+    reused with another task or payload is a conflict (as Stripe answers), not that job."""
+    for i, (_, spec) in enumerate(cmd.jobs):
+        key = spec.idempotency_key
+        existing = None if key is None else state.job_by_key(spec.namespace, key)
+        if existing is None:
+            continue
+        old = state.jobs[existing].spec
+        differs = [
+            what
+            for what, same in (
+                ("task", old.task == spec.task),
+                ("payload", old.payload == spec.payload),
+            )
+            if not same
+        ]
+        if differs:
+            prefix = f"jobs[{i}]." if len(cmd.jobs) > 1 else ""
+            return Rejected(
+                "conflict",
+                f"idempotency_key {key!r} was already used in namespace {spec.namespace!r} for "
+                f"job {existing} with another {' and '.join(differs)}: repeat the same request "
+                "to get that job, or use a new key",
+                f"{prefix}idempotency_key",
+            )
+    return None
+
+
 def _submit(state: State, cmd: commands.Submit, events: list[LeaderEvent]) -> Result:
     # Validate the whole batch first: all or nothing.
     batch_ids: set[str] = set()
@@ -202,7 +231,7 @@ def _submit(state: State, cmd: commands.Submit, events: list[LeaderEvent]) -> Re
             prefix = f"jobs[{i}]." if len(cmd.jobs) > 1 else ""
             return Rejected("conflict", f"job id {job_id} already exists", f"{prefix}id")
         batch_ids.add(job_id)
-    problem = _check_dependencies(state, cmd)
+    problem = _check_dependencies(state, cmd) or _check_keys(state, cmd)
     if problem is not None:
         return problem
     created: list[tuple[Job, bool]] = []

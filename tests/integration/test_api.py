@@ -48,6 +48,9 @@ async def test_idempotency_key_returns_200_with_the_same_job(
     s1, j1 = await post(http, node, "/jobs", body)
     s2, j2 = await post(http, node, "/jobs", body)
     assert (s1, s2) == (201, 200) and j1["id"] == j2["id"]
+    s3, err = await post(http, node, "/jobs", {**body, "payload": {"amount": 2}})
+    assert s3 == 409 and err["error"]["field"] == "idempotency_key"
+    assert "'invoice-1'" in err["error"]["message"] and j1["id"] in err["error"]["message"]
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,15 @@ import pytest
 
 from schedd.core import commands, runs
 from schedd.core.apply import apply_entry
-from schedd.core.model import JobSpec, JobStatus, RetryPolicy, RunState, Schedule, ScheduleKind
+from schedd.core.model import (
+    JobSpec,
+    JobStatus,
+    Priority,
+    RetryPolicy,
+    RunState,
+    Schedule,
+    ScheduleKind,
+)
 from schedd.core.state import MemoryState, Ok, Rejected, State
 from tests.unit.test_state import T0, Harness, lease_one
 
@@ -290,6 +298,37 @@ def test_a_batch_with_a_known_idempotency_key_still_creates_its_other_jobs() -> 
         ]
     )
     assert sorted(h.state.jobs) == ["J1", "J3"]
+
+
+def test_an_idempotency_key_reused_with_another_task_or_payload_is_a_conflict() -> None:
+    h = Harness()
+    h.submit("J1", JobSpec(task="t", payload={"n": 1, "m": [2]}, idempotency_key="k"))
+    # the same request (any schedule): the job it made
+    same = JobSpec(
+        task="t", payload={"m": [2], "n": 1}, idempotency_key="k", priority=Priority.HIGH
+    )
+    assert isinstance(h.submit("J2", same), Ok)
+    for other, what in (
+        (JobSpec(task="u", payload={"n": 1, "m": [2]}, idempotency_key="k"), "task"),
+        (JobSpec(task="t", payload={"n": 2}, idempotency_key="k"), "payload"),
+        (JobSpec(task="u", idempotency_key="k"), "task and payload"),
+    ):
+        res = h.submit("J3", other)
+        assert isinstance(res, Rejected) and (res.code, res.field) == (
+            "conflict",
+            "idempotency_key",
+        )
+        assert f"'k' was already used in namespace 'default' for job J1 with another {what}" in (
+            res.message
+        )
+    # in another namespace the key is another key
+    assert isinstance(h.submit("J4", JobSpec(task="u", namespace="b", idempotency_key="k")), Ok)
+    # a batch with one such item is refused whole
+    before = dict(h.state.jobs)
+    batch = (("J5", JobSpec(task="t")), ("J6", JobSpec(task="x", idempotency_key="k")))
+    res = h.one(commands.Submit(h.rid(), T0 + 1, batch))
+    assert isinstance(res, Rejected) and res.field == "jobs[1].idempotency_key"
+    assert h.state.jobs == before
 
 
 def test_jobs_are_listed_in_submission_order() -> None:
