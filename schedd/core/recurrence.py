@@ -21,8 +21,11 @@ in the future fires at ``start_at``.
 
 **cron.**  The expression (5 fields ``minute hour day-of-month month day-of-week``; 6 with
 *seconds as the last field*, croniter's convention; or ``@yearly``/``@monthly``/``@weekly``/
-``@daily``/``@midnight``/``@hourly``; day-of-month and day-of-week restricted together match
-either, as in classic cron) is evaluated on the *local wall clock* of ``timezone``: the
+``@daily``/``@midnight``/``@hourly``; when day-of-month and day-of-week are both restricted,
+a day matches if either field does: the union of the two fields' days, ``#`` and ``L`` days of
+week included, computed as the union of the two single-field schedules.  A field is restricted
+when it is anything but ``*``, so ``*/2`` counts as restricted (classic cron would take a field
+that starts with ``*`` as unrestricted and require both)) is evaluated on the *local wall clock* of ``timezone``: the
 candidate local times are enumerated on naive datetimes, then each is placed in UTC with the
 zone's rules:
 
@@ -252,11 +255,34 @@ def _template(expr: str) -> croniter:
     return croniter(expr, _EPOCH_NAIVE)
 
 
+@lru_cache(maxsize=1024)
+def cron_parts(expr: str) -> tuple[str, ...]:
+    """The expressions whose union ``expr`` means: ``expr`` itself, or, when both day fields
+    are restricted, the one with only its day-of-month and the one with only its day-of-week.
+    (croniter alone drops the day-of-month days, or finds nothing, when the day of week uses
+    ``#`` or ``L``.)"""
+    fields = expr.split(" ")
+    if len(fields) in (5, 6) and fields[2] != "*" and fields[4] != "*":
+        by_month_day = [*fields[:4], "*", *fields[5:]]
+        by_week_day = [*fields[:2], "*", *fields[3:]]
+        return (" ".join(by_month_day), " ".join(by_week_day))
+    return (expr,)
+
+
 def _cron_after(expr: str, local: datetime) -> datetime:
-    """The first naive local time after ``local`` (whole seconds: ``local`` is floored)."""
-    it = copy.copy(_template(expr))
-    found: datetime = it.get_next(datetime, start_time=local.replace(microsecond=0, fold=0))
-    return found
+    """The first naive local time after ``local`` (whole seconds: ``local`` is floored).  Raises
+    ``CroniterBadDateError`` when no part of ``expr`` matches again (croniter looks 50 years
+    ahead)."""
+    start = local.replace(microsecond=0, fold=0)
+    found: list[datetime] = []
+    for part in cron_parts(expr):
+        try:
+            found.append(copy.copy(_template(part)).get_next(datetime, start_time=start))
+        except CroniterBadDateError:
+            continue
+    if not found:
+        raise CroniterBadDateError(f"no match of {expr!r} after {start.isoformat()}")
+    return min(found)
 
 
 def _matches(expr: str, local: datetime) -> bool:

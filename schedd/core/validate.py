@@ -40,6 +40,7 @@ from schedd.core.model import (
     Schedule,
     ScheduleKind,
 )
+from schedd.core.recurrence import cron_parts
 from schedd.errors import InvalidArgument, PayloadTooLarge
 
 __all__ = [
@@ -318,12 +319,17 @@ def _cron(value: object, field: str) -> str:
         raise _invalid(field, expected, value)
     elif _CRON_RANDOM_RE.search(expr):
         raise _invalid(field, "a cron expression without random (R) or hashed (H) fields", value)
-    try:
-        croniter(expr, _CRON_PROBE_START).get_next(datetime)
-    except CroniterBadDateError:
-        raise _invalid(field, "a cron expression that matches at least one date", value) from None
-    except Exception:  # noqa: BLE001 - croniter raises a zoo of types on bad input
-        raise _invalid(field, expected, value) from None
+    matches = False
+    for part in cron_parts(expr):  # both day fields restricted: either matches
+        try:
+            croniter(part, _CRON_PROBE_START).get_next(datetime)
+            matches = True
+        except CroniterBadDateError:
+            continue
+        except Exception:  # noqa: BLE001 - croniter raises a zoo of types on bad input
+            raise _invalid(field, expected, value) from None
+    if not matches:
+        raise _invalid(field, "a cron expression that matches at least one date", value)
     return expr
 
 

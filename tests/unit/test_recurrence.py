@@ -975,13 +975,73 @@ def test_rare_crons_and_aliases() -> None:
         "2026-03-08T05:00Z",
         "2026-03-09T04:00Z",
     ]
-    # day-of-month and day-of-week both restricted: either matches (classic cron)
+    # day-of-month and day-of-week both restricted: either matches
     either = Recurrence(cron="0 0 13 * 5")
     assert [show(o) for o in iterate(either, utc("2026-02-01T00:00Z"), 3)] == [
         "2026-02-06T00:00Z",
         "2026-02-13T00:00Z",
         "2026-02-20T00:00Z",
     ]
+
+
+@pytest.mark.parametrize(
+    ("cron", "expected"),
+    [
+        # the 1st of each month, or its first Monday (2027-01-01 is a Friday)
+        (
+            "0 9 1 * 1#1",
+            [
+                "2027-01-01T09:00Z",
+                "2027-01-04T09:00Z",
+                "2027-02-01T09:00Z",
+                "2027-03-01T09:00Z",
+                "2027-04-01T09:00Z",
+                "2027-04-05T09:00Z",
+            ],
+        ),
+        # the 15th, or the second Friday
+        (
+            "0 0 15 * 5#2",
+            [
+                "2027-01-08T00:00Z",
+                "2027-01-15T00:00Z",
+                "2027-02-12T00:00Z",
+                "2027-02-15T00:00Z",
+                "2027-03-12T00:00Z",
+                "2027-03-15T00:00Z",
+            ],
+        ),
+        # the 13th, or the last Friday
+        (
+            "0 0 13 * L5",
+            [
+                "2027-01-13T00:00Z",
+                "2027-01-29T00:00Z",
+                "2027-02-13T00:00Z",
+                "2027-02-26T00:00Z",
+                "2027-03-13T00:00Z",
+                "2027-03-26T00:00Z",
+            ],
+        ),
+        # */2 is restricted too: odd days, or Mondays
+        (
+            "0 0 */2 * 1",
+            [
+                "2027-01-01T00:00Z",
+                "2027-01-03T00:00Z",
+                "2027-01-04T00:00Z",
+                "2027-01-05T00:00Z",
+                "2027-01-07T00:00Z",
+                "2027-01-09T00:00Z",
+            ],
+        ),
+    ],
+)
+def test_both_day_fields_restricted_match_either_also_with_hash_and_last(
+    cron: str, expected: list[str]
+) -> None:
+    rec = Recurrence(cron=cron)
+    assert [show(o) for o in iterate(rec, utc("2027-01-01T00:00Z") - 1, 6)] == expected
 
 
 # --------------------------------------------------------------------------------------------

@@ -133,6 +133,9 @@ VALID: list[tuple[str, Any, Check]] = [
     ("cron-alias", t(schedule={"cron": "@Daily"}), lambda s: s.schedule.cron == "@daily"),
     ("cron-last-day", t(schedule={"cron": "0 0 L * *"}), lambda s: True),
     ("cron-feb-29", t(schedule={"cron": "0 0 29 2 *"}), lambda s: True),
+    # both day fields restricted, the day of week with # or L: either matches
+    ("cron-dom-or-nth-weekday", t(schedule={"cron": "0 0 15 * 5#2"}), lambda s: True),
+    ("cron-dom-or-last-weekday", t(schedule={"cron": "0 0 13 * L5"}), lambda s: True),
     (
         "cron-timezone",
         t(schedule={"cron": "0 2 * * *", "timezone": "America/New_York"}),
