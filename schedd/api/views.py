@@ -217,6 +217,7 @@ class ClusterView(TypedDict):
 class WorkerView(TypedDict):
     worker_id: str
     queues: list[str]
+    tasks: Annotated[list[str] | None, "the tasks it runs (null: any task: it did not say)"]
     capacity: Annotated[int, js(minimum=1)]
     leases: Annotated[int, js(minimum=0), "leases in flight"]
     connected_at: Time
@@ -379,6 +380,7 @@ def worker_view(w: WorkerConn) -> WorkerView:
     return {
         "worker_id": w.worker_id,
         "queues": list(w.queues),
+        "tasks": None if w.tasks is None else sorted(w.tasks),
         "capacity": w.capacity,
         "leases": len(w.leases),
         "connected_at": format_time(w.connected_at_ms),

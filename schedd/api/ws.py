@@ -73,7 +73,13 @@ async def _serve(request: web.Request, ws: web.WebSocketResponse) -> web.WebSock
         await ws.close()
         return ws
 
-    conn = WorkerConn(hello.worker_id, hello.queues, hello.capacity, clock.wall_ms())
+    conn = WorkerConn(
+        hello.worker_id,
+        hello.queues,
+        hello.capacity,
+        clock.wall_ms(),
+        None if hello.tasks is None else frozenset(hello.tasks),
+    )
     conn.send(
         messages.Welcome(
             node_id=app[CONFIG].node.id,

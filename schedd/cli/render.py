@@ -413,13 +413,14 @@ def workers_table(workers: Sequence[Mapping[str, Any]], width: int = WIDTH) -> s
             [
                 fmt_value(w.get("worker_id")),
                 fmt_value(w.get("queues")),
+                "(any)" if w.get("tasks") is None else fmt_value(w.get("tasks")),
                 fmt_value(w.get("capacity")),
                 str(len(leases)) if isinstance(leases, list) else fmt_value(leases),
                 fmt_time(w.get("connected_at")),
             ]
         )
-    headers = ["WORKER", "QUEUES", "CAPACITY", "LEASES", "CONNECTED"]
-    return table(headers, rows, width, keep=(0, 4))
+    headers = ["WORKER", "QUEUES", "TASKS", "CAPACITY", "LEASES", "CONNECTED"]
+    return table(headers, rows, width, keep=(0, 5))
 
 
 def dlq_table(runs: Sequence[Mapping[str, Any]], width: int = WIDTH) -> str:

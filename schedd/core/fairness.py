@@ -24,6 +24,9 @@ deterministic given the same sequence of calls.
   id is forgotten at once and its lane entry skipped when it reaches the front; a lane whose
   skipped entries outnumber its live ones is compacted, so removals cannot leak memory.
 
+:class:`TaskLanes` holds one queue's runs as a :class:`ReadyQueues` per task, so that a worker
+takes only the tasks it serves.
+
 :class:`ConcurrencyCaps` counts runs in flight per namespace against a cap (its ``can_take`` is
 what :meth:`ReadyQueues.pop` wants), and :class:`TokenBucket` rate-limits submissions, returning
 the wait to put in ``Retry-After``.
@@ -33,11 +36,11 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 
 from schedd.core.model import Priority
 
-__all__ = ["DEFAULT_WEIGHTS", "ConcurrencyCaps", "ReadyQueues", "TokenBucket"]
+__all__ = ["DEFAULT_WEIGHTS", "ConcurrencyCaps", "ReadyQueues", "TaskLanes", "TokenBucket"]
 
 DEFAULT_WEIGHTS: Mapping[Priority, int] = {Priority.HIGH: 70, Priority.NORMAL: 25, Priority.LOW: 5}
 
@@ -144,7 +147,16 @@ class ReadyQueues:
     namespace it skips).
     """
 
-    __slots__ = ("_busy", "_idle", "_namespaces", "_quantum", "_ring", "_weights", "_where")
+    __slots__ = (
+        "_busy",
+        "_by_priority",
+        "_idle",
+        "_namespaces",
+        "_quantum",
+        "_ring",
+        "_weights",
+        "_where",
+    )
 
     def __init__(self, weights: Mapping[Priority, int] = DEFAULT_WEIGHTS, quantum: int = 1) -> None:
         missing = [p.value for p in _PRIORITIES if p not in weights]
@@ -166,6 +178,7 @@ class ReadyQueues:
         self._where: dict[str, _Lane] = {}  # queued run id -> its lane
         self._busy = 0  # namespaces with queued runs
         self._idle = 0  # namespaces in ``_namespaces`` but not in the ring
+        self._by_priority = [0] * len(_PRIORITIES)  # queued runs per priority, high first
 
     def push(self, run_id: str, namespace: str, priority: Priority) -> None:
         """Queue ``run_id`` at the back of its (namespace, priority) lane; no-op if queued."""
@@ -180,6 +193,7 @@ class ReadyQueues:
         lane.ids.append(run_id)
         lane.live += 1
         where[run_id] = lane
+        self._by_priority[lane.priority] += 1
         if not ns.live:
             self._busy += 1
             if not ns.in_ring:
@@ -194,6 +208,7 @@ class ReadyQueues:
         if lane is None:
             return False
         lane.forget(run_id)
+        self._by_priority[lane.priority] -= 1
         ns = lane.ns
         ns.live -= 1
         if not ns.live:
@@ -233,6 +248,7 @@ class ReadyQueues:
                         best = lane
             assert best is not None
             best.current -= total
+            self._by_priority[best.priority] -= 1
             run_id = best.pop_live()
             del self._where[run_id]
             ns.live -= 1
@@ -248,6 +264,16 @@ class ReadyQueues:
                     ring.rotate(-1)
             return run_id
         return None
+
+    def top_priority(self) -> Priority | None:
+        """The highest priority with a queued run (None: nothing queued)."""
+        for i, n in enumerate(self._by_priority):
+            if n:
+                return _PRIORITIES[i]
+        return None
+
+    def weight_of(self, priority: Priority) -> int:
+        return self._weights[_INDEX[priority]]
 
     def _drop_head(self, ns: _Namespace) -> None:
         self._ring.popleft()
@@ -276,6 +302,108 @@ class ReadyQueues:
             for lane in ns.lanes
             if lane.live
         }
+
+
+class TaskLanes:
+    """Queued runs of ONE queue name, a :class:`ReadyQueues` per task: a worker is given only runs
+    of the tasks it serves (``pop(serves)``), and a run no connected worker serves waits without
+    holding up the others.
+
+    The tasks a worker may take share it by smooth weighted round robin (as priorities do within
+    a :class:`ReadyQueues`), each task weighted by the priority of its most urgent queued run: a
+    task with high-priority runs gets most turns, and none waits forever.  A queue with one task
+    behaves exactly as its :class:`ReadyQueues` does.
+    """
+
+    __slots__ = ("_current", "_lanes", "_task_of")
+
+    def __init__(self) -> None:
+        self._lanes: dict[str, ReadyQueues] = {}  # task -> its queued runs (non-empty ones only)
+        self._current: dict[str, int] = {}  # task -> its current weight
+        self._task_of: dict[str, str] = {}  # queued run id -> its task
+
+    def push(self, run_id: str, task: str, namespace: str, priority: Priority) -> None:
+        """Queue ``run_id``; no-op if queued."""
+        if run_id in self._task_of:
+            return
+        lanes = self._lanes.get(task)
+        if lanes is None:
+            lanes = self._lanes[task] = ReadyQueues()
+            self._current[task] = 0
+        lanes.push(run_id, namespace, priority)
+        self._task_of[run_id] = task
+
+    def remove(self, run_id: str) -> bool:
+        """Forget a queued run; False if it was not queued."""
+        task = self._task_of.pop(run_id, None)
+        if task is None:
+            return False
+        lanes = self._lanes[task]
+        lanes.remove(run_id)
+        if not lanes:
+            self._drop(task)
+        return True
+
+    def pop(
+        self,
+        serves: Collection[str] | None = None,
+        can_take: Callable[[str], bool] | None = None,
+    ) -> str | None:
+        """The next run for a worker serving the tasks ``serves`` (None: any task), or None.
+        ``can_take`` is :meth:`ReadyQueues.pop`'s."""
+        tasks = [t for t in self._lanes if serves is None or t in serves]
+        if not tasks:
+            return None
+        order, total, grown = tasks, 0, []
+        if len(tasks) > 1:
+            for t in tasks:
+                lanes = self._lanes[t]
+                top = lanes.top_priority()
+                assert top is not None
+                weight = lanes.weight_of(top)
+                self._current[t] += weight
+                total += weight
+                grown.append((t, weight))
+            order = sorted(tasks, key=lambda t: -self._current[t])  # stable: ties by age
+        for t in order:
+            lanes = self._lanes[t]
+            run_id = lanes.pop(can_take)
+            if run_id is None:
+                continue
+            if grown:
+                self._current[t] -= total
+            del self._task_of[run_id]
+            if not lanes:
+                self._drop(t)
+            return run_id
+        for t, weight in grown:  # nothing could be taken: no turn was used
+            self._current[t] -= weight
+        return None
+
+    def _drop(self, task: str) -> None:
+        del self._lanes[task]
+        del self._current[task]
+
+    def tasks(self) -> list[str]:
+        """The tasks with queued runs."""
+        return list(self._lanes)
+
+    def __len__(self) -> int:
+        return len(self._task_of)
+
+    def __contains__(self, run_id: object) -> bool:
+        return run_id in self._task_of
+
+    def __bool__(self) -> bool:
+        return bool(self._task_of)
+
+    def depth(self) -> dict[tuple[str, Priority], int]:
+        """Queued runs per (namespace, priority), all tasks together (for metrics)."""
+        out: dict[tuple[str, Priority], int] = {}
+        for lanes in self._lanes.values():
+            for key, n in lanes.depth().items():
+                out[key] = out.get(key, 0) + n
+        return dict(sorted(out.items(), key=lambda kv: (kv[0][0], _INDEX[kv[0][1]])))
 
 
 class ConcurrencyCaps:

@@ -94,7 +94,7 @@ def _event_for(run: Run, spec: JobSpec) -> LeaderEvent | None:
     if run.state in (RunState.SCHEDULED, RunState.RETRYING):
         return ("due", run.id, run.due_ms, may_fire_ahead(spec, run))
     if run.state is RunState.QUEUED:
-        return ("ready", run.id, spec.queue, spec.priority, spec.namespace)
+        return ("ready", run.id, spec.queue, spec.priority, spec.namespace, spec.task)
     if run.state in TERMINAL_RUN_STATES or run.state is RunState.BLOCKED:
         return ("gone", run.id)
     return None

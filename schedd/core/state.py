@@ -54,7 +54,7 @@ Result = Ok | Rejected
 # Leader events (plain tuples: cheap, and only ever consumed in-process):
 #   ("due", run_id, due_ms, ahead)        the run waits in the timing wheel until due_ms (or up
 #                                         to dispatch_ahead before it when `ahead`)
-#   ("ready", run_id, queue, priority, namespace)   the run is queued for a worker
+#   ("ready", run_id, queue, priority, namespace, task)   the run is queued for a worker
 #   ("leased", run_id)                    handed to a worker (the leader records the lease)
 #   ("gone", run_id)                      left the wheel/queue (finished, cancelled, blocked)
 #   ("stop", run_id, fence)               tell the worker holding this lease to stop

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 from schedd.core import commands
 from schedd.core.durations import format_time
-from schedd.core.fairness import ConcurrencyCaps, ReadyQueues
+from schedd.core.fairness import ConcurrencyCaps, TaskLanes
 from schedd.core.model import (
     TERMINAL_RUN_STATES,
     Attempt,
@@ -201,7 +201,7 @@ class LeaderCore:
         # before they are due; the worker starts them on time (lease.not_before).
         self.ahead_ms = min(FIRE_AHEAD_MAX_MS, max(0, round(settings.ahead_s * 1000)))
         self.wheel = TimingWheel(now.wall_ms, tick_ms=max(1, settings.tick_ms))
-        self.queues: dict[str, ReadyQueues] = {}  # queue name -> runs ready for a worker
+        self.queues: dict[str, TaskLanes] = {}  # queue name -> runs ready for a worker
         self.metrics = metrics or Metrics()
         self.caps = ConcurrencyCaps(settings.caps)  # per-namespace limit on leases at once
         self.namespace_of: dict[str, str] = {}  # run id -> namespace, for queued and leased runs
@@ -235,7 +235,7 @@ class LeaderCore:
             for run in st.live_runs():
                 if run.state is RunState.QUEUED:
                     spec = st.jobs[run.job_id].spec
-                    self._enqueue(run.id, spec.queue, spec.priority, spec.namespace)
+                    self._enqueue(run.id, spec.queue, spec.priority, spec.namespace, spec.task)
                 elif run.state is RunState.RUNNING and run.current is not None:
                     spec = st.jobs[run.job_id].spec
                     self.namespace_of[run.id] = run.namespace
@@ -280,18 +280,20 @@ class LeaderCore:
             if kind == "due" and int(ev[2]) < self.loaded_until:  # else loaded in its time
                 self.wheel.add(run_id, self._fire_at(int(ev[2]), bool(ev[3])))
             elif kind == "ready":
-                self._enqueue(run_id, ev[2], Priority(ev[3]), ev[4])
+                self._enqueue(run_id, ev[2], Priority(ev[3]), ev[4], ev[5])
         self._out.append(WAKE)
         return self._emit()
 
     def _fire_at(self, due_ms: int, ahead: bool) -> int:
         return due_ms - self.ahead_ms if ahead else due_ms
 
-    def _enqueue(self, run_id: str, queue: str, priority: Priority, namespace: str) -> None:
+    def _enqueue(
+        self, run_id: str, queue: str, priority: Priority, namespace: str, task: str
+    ) -> None:
         lanes = self.queues.get(queue)
         if lanes is None:
-            self.queues[queue] = lanes = ReadyQueues()
-        lanes.push(run_id, namespace, priority)
+            self.queues[queue] = lanes = TaskLanes()
+        lanes.push(run_id, task, namespace, priority)
         self.namespace_of[run_id] = namespace
 
     def _dequeue(self, run_id: str) -> None:
@@ -404,7 +406,7 @@ class LeaderCore:
         for conn in conns:
             room = conn.free
             while room > 0:
-                run_id = self._pop_ready(conn.queues)
+                run_id = self._pop_ready(conn.queues, conn.tasks)
                 if run_id is None:
                     break
                 grants.append((run_id, conn.worker_id))
@@ -415,12 +417,13 @@ class LeaderCore:
             cmd = commands.LeaseRuns(leader_rid(), now, self.fence, tuple(grants))
             self._out.append(Commit(cmd, Leased(tuple(grants), tuple(reserved))))
 
-    def _pop_ready(self, queues: tuple[str, ...]) -> str | None:
-        """Priorities by weight and namespaces by deficit round robin (core.fairness)."""
+    def _pop_ready(self, queues: tuple[str, ...], tasks: frozenset[str] | None) -> str | None:
+        """Of the tasks the worker serves: priorities by weight, namespaces by deficit round
+        robin, tasks by the weight of their most urgent run (core.fairness)."""
         for q in queues:
             lanes = self.queues.get(q)
             if lanes:
-                run_id = lanes.pop(self.caps.can_take)
+                run_id = lanes.pop(tasks, self.caps.can_take)
                 if run_id is not None:
                     self.caps.acquire(self.namespace_of.get(run_id, ""))
                     return run_id
@@ -585,7 +588,7 @@ class LeaderCore:
                 run = st.runs.get(rid)
                 if run is not None and run.state is RunState.QUEUED:
                     spec = st.jobs[run.job_id].spec
-                    self._enqueue(rid, spec.queue, spec.priority, spec.namespace)
+                    self._enqueue(rid, spec.queue, spec.priority, spec.namespace, spec.task)
 
     def _purged(self, res: Result | None, now: Now, deposed: bool) -> None:
         self._purging = False

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable
 from schedd import clock
 from schedd.aio import wait_event, within
 from schedd.core import commands
-from schedd.core.fairness import ReadyQueues
+from schedd.core.fairness import TaskLanes
 from schedd.core.state import LeaderEvent, Ok, Result
 from schedd.core.wheel import TimingWheel
 from schedd.errors import SchedError
@@ -76,7 +76,7 @@ class Leader:
         return self.core.fence
 
     @property
-    def queues(self) -> dict[str, ReadyQueues]:
+    def queues(self) -> dict[str, TaskLanes]:
         return self.core.queues
 
     @property

@@ -14,6 +14,7 @@ class WorkerConn:
     queues: tuple[str, ...]
     capacity: int
     connected_at_ms: int
+    tasks: frozenset[str] | None = None  # the tasks it runs (None: any)
     outbox: asyncio.Queue[str | None] = field(default_factory=asyncio.Queue)
     leases: dict[str, int] = field(default_factory=dict)  # run_id -> fence
     reserved: int = 0  # leases being committed for this worker

@@ -24,6 +24,7 @@ from schedd.errors import InvalidArgument
 
 PROTOCOL_VERSION = 1
 MAX_CAPACITY = 10_000
+MAX_TASKS = 10_000  # task names a worker may list in its hello
 MAX_FRAME_BYTES = 1 << 20  # a frame's size is the transport's concern; this is the agreed bound
 
 
@@ -51,6 +52,9 @@ class Hello:
     capacity: int
     resume: tuple[LeaseRef, ...] = ()
     version: int = PROTOCOL_VERSION
+    #: the tasks this worker runs; the leader leases it runs of these tasks only.  None (a
+    #: worker that does not say): any task
+    tasks: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,6 +251,14 @@ def _queues(value: Any, path: str) -> tuple[str, ...]:
     return tuple(_id(q, f"{path}[{i}]") for i, q in enumerate(value))
 
 
+def _tasks(value: Any, path: str) -> tuple[str, ...] | None:
+    if value is None:
+        return None
+    if not isinstance(value, list) or len(value) > MAX_TASKS:
+        raise _bad(path, f"a list of at most {MAX_TASKS} task names, or null", value)
+    return tuple(_id(t, f"{path}[{i}]") for i, t in enumerate(value))
+
+
 def _lease_refs(value: Any, path: str) -> tuple[LeaseRef, ...]:
     if not isinstance(value, list):
         raise _bad(path, "a list of {run_id, fence} objects", value)
@@ -276,6 +288,7 @@ _SPECS: dict[type[Any], Spec] = {
         ("capacity", _capacity, _REQUIRED),
         ("resume", _lease_refs, ()),
         ("version", _version, PROTOCOL_VERSION),
+        ("tasks", _tasks, None),
     ),
     Heartbeat: (("leases", _lease_refs, ()),),
     Complete: (("run_id", _id, _REQUIRED), ("fence", _fence, _REQUIRED), ("result", _json, None)),

@@ -213,6 +213,10 @@ class Worker:
         """Decorator: register a handler on this worker's registry."""
         return self.registry.task(name)
 
+    def served_tasks(self) -> tuple[str, ...]:
+        """The tasks this worker runs (said in its hello: the leader leases it no others)."""
+        return tuple(sorted({*self.registry.names(), *self._builtins}))
+
     def handler_for(self, name: str) -> Handler | None:
         return self.registry.get(name) or self._builtins.get(name)
 
@@ -505,7 +509,9 @@ class Worker:
         return _End("failed")
 
     async def _converse(self, ws: WebSocket[bool], target: str) -> _End:
-        hello = Hello(self.worker_id, self.queues, self.concurrency, self.leases)
+        hello = Hello(
+            self.worker_id, self.queues, self.concurrency, self.leases, tasks=self.served_tasks()
+        )
         if not await self._send_on(ws, hello):
             return _End("failed")
         welcomed = False

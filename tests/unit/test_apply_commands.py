@@ -104,7 +104,7 @@ def test_a_command_that_fails_unexpectedly_is_an_internal_rejection_and_its_even
     # 500 for that command only; the leader never hears of its half-made events, and the other
     # commands of the same entry keep theirs.
     def broken(state: State, job_id: str, now: int, override: bool, events: list[Any]) -> Any:
-        events.append(("ready", "half-made", "default", "normal", "default"))
+        events.append(("ready", "half-made", "default", "normal", "default", "t"))
         raise RuntimeError("boom")
 
     monkeypatch.setattr(runs, "trigger", broken)

@@ -9,7 +9,13 @@ from collections import Counter
 
 import pytest
 
-from schedd.core.fairness import DEFAULT_WEIGHTS, ConcurrencyCaps, ReadyQueues, TokenBucket
+from schedd.core.fairness import (
+    DEFAULT_WEIGHTS,
+    ConcurrencyCaps,
+    ReadyQueues,
+    TaskLanes,
+    TokenBucket,
+)
 from schedd.core.model import Priority
 
 H, N, L = Priority.HIGH, Priority.NORMAL, Priority.LOW
@@ -489,3 +495,62 @@ def test_token_bucket_rejects_a_negative_take() -> None:
         b.take(T0, n=-1)
     assert str(caught.value) == "n: must be >= 0"
     assert b.take(T0) == 0.0  # the refused call took nothing
+
+
+# -- tasks of one queue --------------------------------------------------------------------------
+
+
+def test_task_lanes_give_a_worker_only_the_tasks_it_serves() -> None:
+    q = TaskLanes()
+    q.push("m1", "mail", "ns", Priority.HIGH)
+    q.push("r1", "reports", "ns", Priority.LOW)
+    q.push("m2", "mail", "ns", Priority.NORMAL)
+    assert q.pop(frozenset({"reports"})) == "r1"
+    assert q.pop(frozenset({"reports"})) is None  # mail waits, for a worker that runs it
+    assert q.tasks() == ["mail"] and len(q) == 2
+    assert q.pop(frozenset({"other"})) is None
+    assert [q.pop(None), q.pop(None), q.pop(None)] == ["m1", "m2", None]
+    assert not q and q.tasks() == []
+
+
+def test_task_lanes_with_one_task_pop_as_its_ready_queues_does() -> None:
+    q, ref = TaskLanes(), ReadyQueues()
+    for i, (ns, p) in enumerate(itertools.product(("a", "b"), tuple(Priority))):
+        for k in range(5):
+            q.push(f"{ns}{p.value}{k}", "t", ns, p)
+            ref.push(f"{ns}{p.value}{k}", ns, p)
+        assert i < 6
+    assert [q.pop() for _ in range(31)] == [ref.pop() for _ in range(31)]
+
+
+def test_tasks_share_a_worker_by_the_weight_of_their_most_urgent_run() -> None:
+    q = TaskLanes()
+    for k in range(200):
+        q.push(f"h{k}", "urgent", "ns", Priority.HIGH)
+        q.push(f"l{k}", "bulk", "ns", Priority.LOW)
+    got = Counter(q.pop(None)[0] for _ in range(150))  # type: ignore[index]
+    # high weighs 70 and low 5: about 14 to 1, and the low task is never starved
+    assert got["l"] == 10 and got["h"] == 140
+
+
+def test_a_task_held_back_by_its_namespace_cap_uses_no_turn() -> None:
+    q = TaskLanes()
+    q.push("a1", "t1", "capped", Priority.HIGH)
+    q.push("b1", "t2", "free", Priority.HIGH)
+    q.push("b2", "t2", "free", Priority.HIGH)
+    assert q.pop(None, lambda ns: ns != "capped") == "b1"
+    assert q.pop(None, lambda ns: ns != "capped") == "b2"
+    assert q.pop(None, lambda ns: ns != "capped") is None
+    assert q.pop(None) == "a1"
+    assert q.depth() == {}
+
+
+def test_task_lanes_depth_and_removal() -> None:
+    q = TaskLanes()
+    q.push("a", "t1", "ns", Priority.HIGH)
+    q.push("b", "t2", "ns", Priority.HIGH)
+    q.push("c", "t2", "other", Priority.LOW)
+    q.push("c", "t2", "other", Priority.LOW)  # already queued: no-op
+    assert q.depth() == {("ns", Priority.HIGH): 2, ("other", Priority.LOW): 1}
+    assert q.remove("b") and not q.remove("b") and "b" not in q and "c" in q
+    assert q.remove("a") and q.tasks() == ["t2"]

@@ -131,21 +131,22 @@ class Sim:
             self.commit()
         raise AssertionError(f"still asking after 20 rounds: {self.pending}")
 
-    def submit(self, job_id: str = "J1", in_s: float = 0.0, **spec: Any) -> str:
+    def submit(self, job_id: str = "J1", in_s: float = 0.0, task: str = "t", **spec: Any) -> str:
         at = self.wall + round(in_s * S)
         schedule = Schedule(kind=ScheduleKind.AT, at_ms=at) if in_s else Schedule()
-        [res] = self.log(
-            commands.Submit(
-                f"s{job_id}", self.wall, ((job_id, JobSpec(task="t", schedule=schedule, **spec)),)
-            )
-        )
+        job = JobSpec(task=task, schedule=schedule, **spec)
+        [res] = self.log(commands.Submit(f"s{job_id}", self.wall, ((job_id, job),)))
         assert isinstance(res, Ok), res
         return f"{job_id}@{at}"
 
     def connect(
-        self, worker_id: str = "w1", capacity: int = 1, resume: tuple[messages.LeaseRef, ...] = ()
+        self,
+        worker_id: str = "w1",
+        capacity: int = 1,
+        resume: tuple[messages.LeaseRef, ...] = (),
+        tasks: frozenset[str] | None = None,
     ) -> WorkerConn:
-        conn = WorkerConn(worker_id, ("default",), capacity, self.wall)
+        conn = WorkerConn(worker_id, ("default",), capacity, self.wall, tasks)
         self.do(self.leader.connect(conn, resume, self.now))
         return conn
 
@@ -289,6 +290,27 @@ def test_a_run_leased_to_a_worker_that_left_meanwhile_is_kept_for_its_return() -
     sim.commit()
     assert sim.frames(conn, messages.Lease) == []
     assert sim.leader.leases[run_id].worker_id == "w1"  # it may resume it, or it expires
+
+
+def test_a_worker_is_leased_only_runs_of_the_tasks_it_serves() -> None:
+    sim = Sim()
+    reports = sim.connect("w1", capacity=4, tasks=frozenset({"reports"}))
+    mail = sim.submit("J1", task="mail")
+    report = sim.submit("J2", task="reports")
+    sim.settle()
+    assert [lz.run_id for lz in sim.frames(reports, messages.Lease)] == [report]
+    assert sim.run(mail).state is RunState.QUEUED  # waits for a worker that runs it
+    mailer = sim.connect("w2", capacity=4, tasks=frozenset({"mail"}))
+    sim.settle()
+    assert [lz.run_id for lz in sim.frames(mailer, messages.Lease)] == [mail]
+
+
+def test_a_worker_that_does_not_say_its_tasks_is_leased_any() -> None:
+    sim = Sim()
+    anything = sim.connect("w1", capacity=4, tasks=None)
+    ids = {sim.submit("J1", task="mail"), sim.submit("J2", task="reports")}
+    sim.settle()
+    assert {lz.run_id for lz in sim.frames(anything, messages.Lease)} == ids
 
 
 # -- leases that end ----------------------------------------------------------------------------
@@ -477,7 +499,9 @@ def test_events_the_rebuild_already_read_are_not_applied_twice() -> None:
     assert sim.leader.queues["default"]
     sim.leader.queues["default"].remove(run_id)
     sim.do(
-        sim.leader.on_events(sim.leader.rebuilt_at, [("ready", run_id, "default", 1, "default")])
+        sim.leader.on_events(
+            sim.leader.rebuilt_at, [("ready", run_id, "default", 1, "default", "t")]
+        )
     )
     assert run_id not in sim.leader.queues["default"]
 

@@ -63,7 +63,7 @@ def test_the_leader_is_told_where_each_run_waits_in_every_state() -> None:
     h.one(commands.CompleteRun(h.rid(), T0 + 5, lf, rid, fence, None))
     assert h.events == [
         ("due", rid, T0, True),
-        ("ready", rid, "q", "high", "ns"),
+        ("ready", rid, "q", "high", "ns", "t"),
         ("leased", rid),
         ("gone", rid),
     ]

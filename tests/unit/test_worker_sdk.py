@@ -583,7 +583,7 @@ async def test_hello_lease_complete_ack(fake: FakeServer) -> None:
     w, gate, ctxs = gate_worker(fake, queues=["a", "b"], concurrency=3)
     async with serving(w):
         hello = await fake.expect(Hello)
-        assert hello == Hello("w1", ("a", "b"), 3, ())
+        assert hello == Hello("w1", ("a", "b"), 3, (), tasks=("http", "t"))  # what it runs
         assert fake.auth == ["Bearer tok"]
         await until(lambda: w.connected)
         await fake.send(lease(payload={"x": 1}))
