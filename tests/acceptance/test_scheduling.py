@@ -25,7 +25,8 @@ class Api:
     def __init__(self, http: aiohttp.ClientSession, cluster: Cluster) -> None:
         self.http, self.cluster = http, cluster
 
-    async def call(self, method: str, path: str, body: Any = None) -> Any:
+    async def call(self, method: str, path: str, body: Any = None, missing_ok: bool = False) -> Any:
+        """The answer of the first node that gives one (None for a 404 when ``missing_ok``)."""
         for attempt in range(60):
             n = self.cluster.nodes[attempt % len(self.cluster.nodes)]
             if not n.alive:
@@ -38,6 +39,8 @@ class Api:
                     headers=self.cluster.headers(),
                     timeout=aiohttp.ClientTimeout(total=10),
                 ) as r:
+                    if r.status == 404 and missing_ok:
+                        return None
                     if r.status < 500:
                         assert r.status < 400, (r.status, await r.text())
                         return await r.json() if r.status != 204 else None
@@ -50,8 +53,11 @@ class Api:
         deadline = time.monotonic() + timeout
         runs: list[dict[str, Any]] = []
         while time.monotonic() < deadline:
-            runs = (await self.call("GET", f"/jobs/{job_id}/runs"))["runs"]
-            if pred(runs):
+            # A node other than the one that took the submit may not have applied it yet (reads
+            # on a follower can lag): not there yet, not an error.
+            page = await self.call("GET", f"/jobs/{job_id}/runs", missing_ok=True)
+            runs = [] if page is None else page["runs"]
+            if page is not None and pred(runs):
                 return runs
             await asyncio.sleep(0.2)
         raise AssertionError(f"job {job_id}: condition not met; runs: {runs}")
