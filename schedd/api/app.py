@@ -23,6 +23,7 @@ from schedd.api.ports import (
     CONFIG,
     METRICS,
     NODE,
+    PREFIX,
     PROXY,
     RAFT,
     RATE_LIMITS,
@@ -44,16 +45,18 @@ from schedd.api.views import (
     JobListView,
     ReadyView,
     RunListView,
+    RunView,
     WorkersView,
     job_view,
     run_view,
+    waiting_reason,
     worker_view,
 )
 from schedd.api.ws import worker_connect
 from schedd.config import Config
 from schedd.core import commands
 from schedd.core.durations import format_time
-from schedd.core.model import JobStatus, RunState
+from schedd.core.model import JobSpec, JobStatus, RunState
 from schedd.core.recurrence import explain, recurrence_from
 from schedd.core.runs import MISFIRE_GRACE_MS, is_recurring, recurrence
 from schedd.core.state import Ok, Rejected, Result
@@ -358,7 +361,10 @@ async def get_job(request: web.Request) -> web.Response:
     job = await app[READER].job(job_id)
     if job is None:
         raise NotFound(f"no job with id {job_id}", field="id")
-    return json_response(job_view(job, await app[READER].latest_run(job_id)))
+    view = job_view(job, await app[READER].latest_run(job_id))
+    if view["latest_run"] is not None:
+        await _explain_waiting(request, [view["latest_run"]], job.spec)
+    return json_response(view)
 
 
 async def cancel_job(request: web.Request) -> web.Response:
@@ -526,11 +532,13 @@ async def explain_expr(request: web.Request) -> web.Response:
 async def job_runs(request: web.Request) -> web.Response:
     app = request.app
     job_id = _job_id(request)
-    if await app[READER].job(job_id) is None:
+    job = await app[READER].job(job_id)
+    if job is None:
         raise NotFound(f"no job with id {job_id}", field="id")
     limit, before = _page(request, FIRST)
     runs, after = await app[READER].runs_page(job_id, before, limit)
     body: RunListView = {"runs": [run_view(r) for r in runs], "next_cursor": _cursor(after)}
+    await _explain_waiting(request, body["runs"], job.spec)
     return json_response(body)
 
 
@@ -540,7 +548,30 @@ async def get_run(request: web.Request) -> web.Response:
     run = await app[READER].run(run_id)
     if run is None:
         raise NotFound(f"no run with id {run_id}", field="run_id")
-    return json_response(run_view(run))
+    view = run_view(run)
+    job = await app[READER].job(run.job_id) if run.state is RunState.QUEUED else None
+    if job is not None:
+        await _explain_waiting(request, [view], job.spec)
+    return json_response(view)
+
+
+async def _explain_waiting(request: web.Request, views: list[RunView], spec: JobSpec) -> None:
+    """Say in each queued run's view why no worker takes it, from the workers connected to the
+    leader (asked of it from a follower; left unsaid when it cannot be asked)."""
+    if not any(v["state"] == RunState.QUEUED.value for v in views):
+        return
+    leader = request.app[NODE].leader
+    if leader is not None and leader.ready.is_set():
+        workers = [worker_view(w) for w in leader.workers.values()]
+    else:
+        try:
+            answer = await request.app[PROXY].get(request, f"{PREFIX}/workers")
+            workers = answer["workers"]
+        except (SchedError, KeyError, TypeError):
+            return
+    for view in views:
+        if view["state"] == RunState.QUEUED.value:
+            view["waiting"] = waiting_reason(spec.task, spec.queue, workers)
 
 
 async def list_dlq(request: web.Request) -> web.Response:

@@ -10,6 +10,7 @@ declarations (``schedd.api.schema``), and the live-answer tests check real respo
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Annotated, Any, Literal, NotRequired, TypedDict
 
 from schedd.api.schema import js, values
@@ -41,6 +42,7 @@ __all__ = [
     "run_view",
     "schedule_view",
     "seconds",
+    "waiting_reason",
     "worker_view",
 ]
 
@@ -124,6 +126,11 @@ class RunView(TypedDict):
     result: Annotated[Any, "the task's return value (any JSON value)"]
     error: str | None
     reason: Annotated[str | None, "why a run was skipped, cancelled or blocked"]
+    waiting: Annotated[
+        str | None,
+        "for a queued run in a single job's or run's view: why no worker takes it (no connected "
+        "worker, none on its queue, none that runs its task); null otherwise or when not known",
+    ]
 
 
 class JobView(TypedDict):
@@ -349,6 +356,7 @@ def run_view(run: Run) -> RunView:
         "result": run.result,
         "error": run.error,
         "reason": run.reason,
+        "waiting": None,
     }
 
 
@@ -386,3 +394,16 @@ def worker_view(w: WorkerConn) -> WorkerView:
         "connected_at": format_time(w.connected_at_ms),
         "draining": w.draining,
     }
+
+
+def waiting_reason(task: str, queue: str, workers: Sequence[WorkerView]) -> str | None:
+    """Why a queued run of ``task`` on ``queue`` is not taken by the ``workers`` connected to the
+    leader; None when one of them runs it (it waits for room, or is being leased)."""
+    if not workers:
+        return f"no worker is connected: task {task!r} on queue {queue!r} waits for one"
+    takers = [w for w in workers if queue in w["queues"]]
+    if not takers:
+        return f"no connected worker takes queue {queue!r} (task {task!r} waits for one)"
+    if not any(w["tasks"] is None or task in w["tasks"] for w in takers):
+        return f"no connected worker serves task {task!r} on queue {queue!r}"
+    return None

@@ -287,6 +287,8 @@ def _run_problem(run: Mapping[str, Any]) -> str:
     text = fmt_error(problem) if problem else ""
     if run.get("reason"):
         text = f"{text} ({fmt_value(run['reason'])})" if text else fmt_value(run["reason"])
+    if run.get("waiting"):
+        text = f"{text} ({fmt_value(run['waiting'])})" if text else fmt_value(run["waiting"])
     return text
 
 

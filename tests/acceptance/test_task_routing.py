@@ -18,11 +18,16 @@ pytestmark = [pytest.mark.acceptance, pytest.mark.timeout(180)]
 
 
 async def api(
-    http: aiohttp.ClientSession, cluster: Cluster, method: str, path: str, body: Any = None
+    http: aiohttp.ClientSession,
+    cluster: Cluster,
+    method: str,
+    path: str,
+    body: Any = None,
+    base: str | None = None,
 ) -> Any:
     async with http.request(
         method,
-        cluster.urls[0] + "/api/v1" + path,
+        (base or cluster.urls[0]) + "/api/v1" + path,
         data=None if body is None else orjson.dumps(body),
         headers=cluster.headers(),
     ) as r:
@@ -86,6 +91,15 @@ async def test_a_task_no_worker_runs_waits_for_one_instead_of_being_dead_lettere
                 runs = (await api(http, cluster, "GET", f"/jobs/{job_id}/runs"))["runs"]
                 assert [r["attempts"] for r in runs] == [[]]
             assert (await api(http, cluster, "GET", "/dlq"))["runs"] == []
+            # and each says why, on every node (a follower asks the leader for its workers)
+            why = "no connected worker serves task 'acc.late' on queue 'default'"
+            for url in cluster.urls:
+                job = await api(http, cluster, "GET", f"/jobs/{waiting[0]}", base=url)
+                assert job["latest_run"]["waiting"] == why
+                run = await api(http, cluster, "GET", f"/runs/{job['latest_run']['id']}", base=url)
+                assert run["waiting"] == why
+            runs = (await api(http, cluster, "GET", f"/jobs/{waiting[1]}/runs"))["runs"]
+            assert [r["waiting"] for r in runs] == [why]
 
             cluster.start_worker("--import", "tests.acceptance.late_tasks", name="late")
 
@@ -96,6 +110,7 @@ async def test_a_task_no_worker_runs_waits_for_one_instead_of_being_dead_lettere
             for job_id in waiting:
                 runs = (await api(http, cluster, "GET", f"/jobs/{job_id}/runs"))["runs"]
                 assert [a["worker_id"] for a in runs[0]["attempts"]] == ["late"]
+                assert runs[0]["waiting"] is None
             assert (await api(http, cluster, "GET", "/dlq"))["runs"] == []
     except BaseException:
         print(cluster.logs())

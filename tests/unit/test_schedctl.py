@@ -1124,3 +1124,13 @@ def test_watch_stops_quietly_on_ctrl_c_and_exits_3_for_an_unknown_job(
     code, out_bytes, err_text = run(["--server", server.url, "watch", "nope"], capsysbinary)
     assert (code, out_bytes) == (EXIT_NOT_FOUND, b"")
     assert "not_found" in err_text
+
+
+def test_a_queued_run_shows_why_it_waits() -> None:
+    why = "no connected worker serves task 'mail' on queue 'q'"
+    queued = {**RUN, "attempts": [], "error": None, "state": "queued", "waiting": why}
+    for text in (
+        render.runs_table([queued], width=200),
+        render.job_details({**JOB, "latest_run": queued}, width=200),
+    ):
+        assert why in text

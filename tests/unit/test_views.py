@@ -5,7 +5,15 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from schedd.api.views import attempt_view, job_view, run_view, schedule_view, seconds
+from schedd.api.views import (
+    WorkerView,
+    attempt_view,
+    job_view,
+    run_view,
+    schedule_view,
+    seconds,
+    waiting_reason,
+)
 from schedd.core.model import (
     Attempt,
     AttemptOutcome,
@@ -148,6 +156,7 @@ def test_run_view() -> None:
         "result": {"rows": 3},
         "error": None,
         "reason": None,
+        "waiting": None,
     }
     assert [a["fence"] for a in view["attempts"]] == [41, 57]
     orjson.dumps(view)
@@ -248,3 +257,29 @@ def test_job_view_full() -> None:
     assert view["latest_run"] == run_view(latest)
     assert type(view["status"]) is str and type(view["priority"]) is str
     orjson.dumps(view)
+
+
+def _worker(queues: list[str], tasks: list[str] | None) -> WorkerView:
+    return {
+        "worker_id": "w",
+        "queues": queues,
+        "tasks": tasks,
+        "capacity": 1,
+        "leases": 0,
+        "connected_at": T0_TEXT,
+        "draining": False,
+    }
+
+
+def test_a_queued_run_says_why_no_worker_takes_it() -> None:
+    assert waiting_reason("mail", "q", []) == (
+        "no worker is connected: task 'mail' on queue 'q' waits for one"
+    )
+    assert waiting_reason("mail", "q", [_worker(["other"], None)]) == (
+        "no connected worker takes queue 'q' (task 'mail' waits for one)"
+    )
+    assert waiting_reason("mail", "q", [_worker(["q"], ["reports"])]) == (
+        "no connected worker serves task 'mail' on queue 'q'"
+    )
+    assert waiting_reason("mail", "q", [_worker(["q"], ["reports", "mail"])]) is None
+    assert waiting_reason("mail", "q", [_worker(["q"], None)]) is None  # any task
