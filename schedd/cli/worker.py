@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 from schedd.cli.settings import DEFAULT_TOKENS_FILE, read_token_file
 from schedd.net import is_loopback
 from schedd.worker import Worker
-from schedd.worker.client import normalise_server, tls_context
+from schedd.worker.client import WorkerRefused, normalise_server, tls_context
 
 DEFAULT_SERVER = "http://127.0.0.1:7700"
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -204,7 +204,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as exc:
         sys.stderr.write(f"{parser.prog}: error: {exc}\n")
         return 2
-    worker.run()
+    try:
+        worker.run()
+    except WorkerRefused as exc:
+        sys.stderr.write(f"{parser.prog}: {exc}\n")
+        return 3
     return 0
 
 

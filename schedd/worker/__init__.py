@@ -16,7 +16,15 @@ May import: core, protocol and the foundation modules; never the server's packag
 machine needs no part of the daemon).
 """
 
-from schedd.worker.client import Worker
+from schedd.worker.client import Worker, WorkerRefused
 from schedd.worker.registry import Context, NonRetryable, Registry, default_registry, task
 
-__all__ = ["Context", "NonRetryable", "Registry", "Worker", "default_registry", "task"]
+__all__ = [
+    "Context",
+    "NonRetryable",
+    "Registry",
+    "Worker",
+    "WorkerRefused",
+    "default_registry",
+    "task",
+]

@@ -140,6 +140,24 @@ def describe(exc: BaseException) -> str:
     return out if len(out) <= ERROR_LIMIT else out[: ERROR_LIMIT - 3] + "..."
 
 
+class WorkerRefused(Exception):
+    """A server refused the worker's credentials: 401 (no token, or one it does not know) or
+    403 (the token's role may not run workers).  Retrying cannot help: :meth:`Worker.serve`
+    stops with this error, and ``schedd-worker`` exits with status 3."""
+
+    def __init__(self, server: str, status: int, token_given: bool) -> None:
+        self.server, self.status, self.token_given = server, status, token_given
+        if status == 403:
+            why = "the token's role may not run workers (use a worker or admin token)"
+        elif token_given:
+            why = "the server does not know the token that was given"
+        else:
+            why = (
+                "no token was given (pass --token, --token-file or SCHEDD_TOKEN; token= in the SDK)"
+            )
+        super().__init__(f"{server} refused the worker ({status}): {why}")
+
+
 @dataclass(frozen=True)
 class _End:
     """How one connection ended."""
@@ -481,13 +499,14 @@ class Worker:
                     exc.message,
                 )
                 return _End("redirect")
-            level = logging.ERROR if exc.status in (401, 403) else logging.WARNING
+            if exc.status in (401, 403):  # retrying cannot help: stop, saying why
+                raise WorkerRefused(target, exc.status, self.token is not None) from None
             log.log(
-                level if self._loud() else logging.DEBUG,
+                logging.WARNING if self._loud() else logging.DEBUG,
                 "worker.connect_refused server=%s status=%s %s",
                 target,
                 exc.status,
-                "(check the worker token)" if exc.status in (401, 403) else exc.message,
+                exc.message,
             )
         except aiohttp.ClientConnectorCertificateError as exc:
             log.log(

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import sys
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -334,3 +337,38 @@ async def test_a_stalled_worker_is_told_to_drop_a_lost_lease_before_new_work(
     assert kinds == ["Cancel", "Lease"], kinds
     assert frames[-1].run_id == first.run_id and frames[-1].fence > first.fence
     await w.ws.close()
+
+
+@pytest.mark.parametrize(
+    ("token", "says"),
+    [
+        (None, "(401): no token was given"),
+        (
+            "not-a-known-token-0123456789",
+            "(401): the server does not know the token that was given",
+        ),
+    ],
+)
+async def test_schedd_worker_stops_with_status_3_when_its_credentials_are_refused(
+    node: Node, tmp_path: Path, token: str | None, says: str
+) -> None:
+    # Retrying cannot help: it says why and exits, instead of retrying forever.
+    args = [str(Path(sys.executable).parent / "schedd-worker"), "--server", node.url]
+    if token is not None:
+        args += ["--token", token]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SCHEDD_")}
+    proc = await asyncio.create_subprocess_exec(
+        *args,
+        cwd=tmp_path,  # no ./.schedd/tokens.toml here
+        env=env,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        _, err = await asyncio.wait_for(proc.communicate(), 30)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    assert proc.returncode == 3
+    assert f"schedd-worker: {node.url}" in err.decode() and says in err.decode()

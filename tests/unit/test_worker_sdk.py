@@ -1060,3 +1060,12 @@ def test_cli_server_list_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
     ]
     monkeypatch.delenv("SCHEDD_SERVER")
     assert _servers(None) == [DEFAULT_SERVER]
+
+
+def test_a_refusal_says_what_to_change() -> None:
+    from schedd.worker import WorkerRefused
+
+    assert "role may not run workers (use a worker or admin token)" in str(
+        WorkerRefused("http://n1:7700", 403, True)
+    )
+    assert "no token was given (pass --token" in str(WorkerRefused("http://n1:7700", 401, False))
