@@ -481,28 +481,26 @@ class LeaderCore:
     def committed(self, then: Purpose, result: Result | None, now: Now) -> list[Action]:
         """A command this core asked for was applied with ``result``, or (None) was not
         committed: no leader, a timeout, a full queue."""
-        if isinstance(result, Rejected) and result.code == STALE_LEADER:
+        deposed = isinstance(result, Rejected) and result.code == STALE_LEADER
+        if deposed:
+            assert isinstance(result, Rejected)
             log_event(log, "leader.deposed", level=logging.WARNING, reason=result.message)
             self._out.append(StepDown(result.message))
-            deposed = True
-        else:
-            deposed = False
         if isinstance(then, Fired):
-            self._fired(then.chunk, None if deposed else result, now, deposed)
+            if not deposed:  # a deposed leader puts nothing back: the next one rebuilds
+                self._fired(then.chunk, result, now)
         elif isinstance(then, Leased):
-            self._leased(then, None if deposed else result, now)
+            self._leased(then, result, now)  # a refusal (deposed too) re-queues
         elif isinstance(then, Ended):
             if result is None:
                 then.info.ending = False  # retried on a later tick
         elif isinstance(then, Finished):
             self._finished(then, result)
         elif isinstance(then, Purged):
-            self._purged(result, now, deposed)
+            self._purged(result, now)
         return self._emit()
 
-    def _fired(self, chunk: tuple[str, ...], res: Result | None, now: Now, deposed: bool) -> None:
-        if deposed:
-            return
+    def _fired(self, chunk: tuple[str, ...], res: Result | None, now: Now) -> None:
         if isinstance(res, Ok):
             with self.read() as st:
                 for rid, r in zip(chunk, res.value, strict=False):
@@ -590,10 +588,10 @@ class LeaderCore:
                     spec = st.jobs[run.job_id].spec
                     self._enqueue(rid, spec.queue, spec.priority, spec.namespace, spec.task)
 
-    def _purged(self, res: Result | None, now: Now, deposed: bool) -> None:
+    def _purged(self, res: Result | None, now: Now) -> None:
         self._purging = False
         self._next_purge = now.mono + PURGE_PERIOD_S
-        if deposed or not isinstance(res, Ok):
+        if not isinstance(res, Ok):  # not committed, or refused (a deposed leader's too)
             return
         runs, jobs = res.value
         self.metrics.purged.labels("runs").inc(runs)
