@@ -47,6 +47,7 @@ from schedd.api.views import (
     RunListView,
     RunView,
     WorkersView,
+    WorkerView,
     job_view,
     run_view,
     waiting_reason,
@@ -560,15 +561,10 @@ async def _explain_waiting(request: web.Request, views: list[RunView], spec: Job
     leader (asked of it from a follower; left unsaid when it cannot be asked)."""
     if not any(v["state"] == RunState.QUEUED.value for v in views):
         return
-    leader = request.app[NODE].leader
-    if leader is not None and leader.ready.is_set():
-        workers = [worker_view(w) for w in leader.workers.values()]
-    else:
-        try:
-            answer = await request.app[PROXY].get(request, f"{PREFIX}/workers")
-            workers = answer["workers"]
-        except (SchedError, KeyError, TypeError):
-            return
+    try:
+        workers = await _connected_workers(request)
+    except SchedError:
+        return
     for view in views:
         if view["state"] == RunState.QUEUED.value:
             view["waiting"] = waiting_reason(spec.task, spec.queue, workers)
@@ -594,12 +590,21 @@ async def cluster(request: web.Request) -> web.Response:
 
 
 async def workers(request: web.Request) -> web.Response:
-    node = request.app[NODE]
-    leader = node.leader
+    body: WorkersView = {"workers": await _connected_workers(request)}
+    return json_response(body)
+
+
+async def _connected_workers(request: web.Request) -> list[WorkerView]:
+    """The workers connected to the leader: this node's own when it leads, else the leader's
+    answer to ``GET /workers`` (``Unavailable`` when it cannot be asked)."""
+    leader = request.app[NODE].leader
     if leader is not None and leader.ready.is_set():
-        body: WorkersView = {"workers": [worker_view(w) for w in leader.workers.values()]}
-        return json_response(body)
-    return json_response(await request.app[PROXY].get(request, "/api/v1/workers"))
+        return [worker_view(w) for w in leader.workers.values()]
+    answer = await request.app[PROXY].get(request, f"{PREFIX}/workers")
+    if not isinstance(answer, dict) or not isinstance(answer.get("workers"), list):
+        raise Unavailable("the leader's answer to GET /workers has no workers list")
+    workers: list[WorkerView] = answer["workers"]
+    return workers
 
 
 async def metrics(request: web.Request) -> web.Response:
