@@ -10,6 +10,7 @@ import math
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
+from enum import StrEnum
 from typing import Any
 
 from aiohttp import web
@@ -56,7 +57,7 @@ from schedd.api.views import (
 from schedd.api.ws import worker_connect
 from schedd.config import Config
 from schedd.core import commands
-from schedd.core.durations import format_time
+from schedd.core.durations import format_time, parse_time
 from schedd.core.model import JobSpec, JobStatus, RunState
 from schedd.core.recurrence import explain, recurrence_from
 from schedd.core.runs import MISFIRE_GRACE_MS, is_recurring, recurrence
@@ -329,20 +330,43 @@ def _cursor(after: int | None) -> str | None:
     return None if after is None else str(after)
 
 
+_ID_PREFIX_CHARS = frozenset("0123456789ABCDEFGHJKMNPQRSTVWXYZ")  # a job id's (Crockford)
+
+
+def _choice(request: web.Request, name: str, allowed: type[StrEnum]) -> str | None:
+    value = request.query.get(name)
+    if value is not None and value not in set(allowed):
+        raise InvalidArgument(
+            f"{name}: expected one of {', '.join(allowed)}, got {value!r}", field=name
+        )
+    return value
+
+
+def _since(request: web.Request) -> int | None:
+    raw = request.query.get("since")
+    return None if raw is None else parse_time(raw, "since")
+
+
 async def list_jobs(request: web.Request) -> web.Response:
     app = request.app
     limit, cursor = _page(request, 0)
-    filters = {
-        k: request.query[k] for k in ("namespace", "queue", "status", "task") if k in request.query
-    }
+    q = request.query
+    filters = {k: q[k] for k in ("namespace", "queue", "task", "name") if k in q}
     for key in ("namespace", "queue"):
         if key in filters:
             parse_ident(filters[key], key)
-    if "status" in filters and filters["status"] not in set(JobStatus):
-        raise InvalidArgument(
-            f"status: expected one of {', '.join(JobStatus)}, got {filters['status']!r}",
-            field="status",
-        )
+    for key, enum in (("status", JobStatus), ("last_run", RunState)):
+        if (value := _choice(request, key, enum)) is not None:
+            filters[key] = value
+    if "id_prefix" in q:
+        prefix = q["id_prefix"].upper()
+        if not 1 <= len(prefix) <= 26 or not set(prefix) <= _ID_PREFIX_CHARS:
+            raise InvalidArgument(
+                f"id_prefix: expected the first 1 to 26 characters of a job id (digits and "
+                f"letters but I, L, O, U), got {q['id_prefix']!r}",
+                field="id_prefix",
+            )
+        filters["id_prefix"] = prefix
     jobs, after = await app[READER].jobs_page(cursor, limit, filters)
     latest = await app[READER].latest_runs([job.id for job in jobs])
     body: JobListView = {
@@ -537,7 +561,10 @@ async def job_runs(request: web.Request) -> web.Response:
     if job is None:
         raise NotFound(f"no job with id {job_id}", field="id")
     limit, before = _page(request, FIRST)
-    runs, after = await app[READER].runs_page(job_id, before, limit)
+    state = _choice(request, "state", RunState)
+    runs, after = await app[READER].runs_page(
+        job_id, before, limit, None if state is None else RunState(state), _since(request)
+    )
     body: RunListView = {"runs": [run_view(r) for r in runs], "next_cursor": _cursor(after)}
     await _explain_waiting(request, body["runs"], job.spec)
     return json_response(body)
@@ -573,7 +600,14 @@ async def _explain_waiting(request: web.Request, views: list[RunView], spec: Job
 async def list_dlq(request: web.Request) -> web.Response:
     app = request.app
     limit, before = _page(request, FIRST)
-    runs, after = await app[READER].dead_letters_page(before, limit)
+    q = request.query
+    filters: dict[str, str | int] = {k: q[k] for k in ("namespace", "queue", "task") if k in q}
+    for key in ("namespace", "queue"):
+        if key in filters:
+            parse_ident(q[key], key)
+    if (since := _since(request)) is not None:
+        filters["since"] = since
+    runs, after = await app[READER].dead_letters_page(before, limit, filters)
     body: RunListView = {
         "runs": [run_view(r) for r in runs if r.state is RunState.FAILED],
         "next_cursor": _cursor(after),

@@ -14,10 +14,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, Any, Final
 
-from schedd.api.bodies import DURATION_PATTERN, Ident
+from schedd.api.bodies import DURATION_PATTERN, Ident, Time
 from schedd.api.ports import PREFIX
 from schedd.api.schema import js, values
-from schedd.core.model import DstGap, DstRepeat, JobStatus
+from schedd.core.model import DstGap, DstRepeat, JobStatus, RunState
+from schedd.storage.reader import SCAN_WINDOW
 from schedd.storage.schema import FIRST
 
 
@@ -120,6 +121,19 @@ OPERATIONS: tuple[Operation, ...] = (
             Query("queue", Ident, "only this queue"),
             Query("status", Annotated[str, values(JobStatus)], "only jobs in this status"),
             Query("task", str, "only this task"),
+            Query("name", str, "only jobs of this name"),
+            Query(
+                "id_prefix",
+                Annotated[str, js(pattern="^[0-9A-HJKMNP-TV-Za-hjkmnp-tv-z]{1,26}$")],
+                "only jobs whose id starts so (either case)",
+            ),
+            Query(
+                "last_run",
+                Annotated[str, values(RunState)],
+                f"only jobs whose latest run is in this state (at most {SCAN_WINDOW:,} jobs are "
+                "read for a page: a page may hold fewer jobs than asked, or none, and still have "
+                "a next_cursor)",
+            ),
             *PAGE,
         ),
     ),
@@ -187,7 +201,11 @@ OPERATIONS: tuple[Operation, ...] = (
         "A job's runs, newest first, with their attempts",
         (Reply(200, "a page of runs", "RunList"),),
         (400, 404),
-        query=PAGE,
+        query=(
+            Query("state", Annotated[str, values(RunState)], "only runs in this state"),
+            Query("since", Time, "only runs scheduled at or after this time"),
+            *PAGE,
+        ),
     ),
     Operation(
         "explain_job",
@@ -237,7 +255,15 @@ OPERATIONS: tuple[Operation, ...] = (
         "The dead-letter queue, newest first",
         (Reply(200, "a page of failed runs", "RunList"),),
         (400,),
-        query=PAGE,
+        query=(
+            Query("namespace", Ident, "only this namespace"),
+            Query("queue", Ident, "only runs of jobs on this queue"),
+            Query("task", str, "only runs of this task"),
+            Query("since", Time, "only runs that failed at or after this time"),
+            *PAGE,
+        ),
+        description=f"With a filter at most {SCAN_WINDOW:,} positions of the queue are read for "
+        "a page: a page may hold fewer runs than asked, or none, and still have a next_cursor.",
     ),
     Operation(
         "replay_dead",

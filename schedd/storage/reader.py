@@ -21,29 +21,58 @@ from typing import Any
 
 import aiosqlite
 
-from schedd.core.model import Job, Run
+from schedd.core.model import Job, Run, RunState
 from schedd.storage.codec import job_from_body, run_from_body, split_run_id
 from schedd.storage.schema import (
     DLQ_BEFORE,
+    FIRST,
     JOB_BODY,
     LATEST_RUNS,
     PAGE_CACHE_KIB,
     RUN_BODY,
     RUNS_OF_JOB_BEFORE,
+    STATE_CODES,
 )
 
 LATEST_CHUNK = 500  # job ids per query of latest_runs
 
-#: the filters of a job listing, by the ``jobs`` column each one compares
-JOB_FILTERS = ("namespace", "queue", "status", "task")
+#: the filters of a job listing that compare a ``jobs`` column with a value
+JOB_FILTERS = ("namespace", "queue", "status", "task", "name")
+#: at most this many jobs (or dead-lettered runs) are read for one page when a filter has no
+#: index (the latest run's state, a dead-lettered run's task or time): a page may then hold
+#: fewer items than asked, or none, and still have a next_cursor (the listing goes on from there)
+SCAN_WINDOW = 10_000
+#: a job's latest run's state code (``schema.STATE_CODES``), from ``runs_job`` alone
+_LAST_RUN_STATE = (
+    "(SELECT state FROM runs WHERE runs.job_id = jobs.id ORDER BY runs.seq DESC LIMIT 1)"
+)
+
+
+def id_prefix_bounds(prefix: str) -> tuple[str, str]:
+    """The ids from ``lo`` (included) to ``hi`` (excluded) that start with ``prefix``."""
+    return prefix, prefix[:-1] + chr(ord(prefix[-1]) + 1)
 
 
 def jobs_page_sql(filters: Mapping[str, str]) -> str:
-    """The query of a page of jobs (parameters: the first seq, each filter's value in
-    JOB_FILTERS order, the page size).  With a status filter SQLite reads ``jobs_status``: the
-    jobs of that status only."""
+    """The query of a page of jobs (parameters: :func:`jobs_page_params`).  With a status
+    filter SQLite reads ``jobs_status``: the jobs of that status only; with a name,
+    ``jobs_name``; with an id prefix, the ids of that prefix.  A filter on the latest run's
+    state reads at most :data:`SCAN_WINDOW` positions."""
     where = "".join(f" AND {key} = ?" for key in JOB_FILTERS if key in filters)
+    if "id_prefix" in filters:
+        where += " AND id >= ? AND id < ?"
+    if "last_run" in filters:
+        where += f" AND seq < ? AND {_LAST_RUN_STATE} = ?"
     return f"SELECT seq, id, body FROM jobs WHERE seq >= ?{where} ORDER BY seq LIMIT ?"
+
+
+def jobs_page_params(cursor: int, limit: int, filters: Mapping[str, str]) -> tuple[Any, ...]:
+    params: list[Any] = [cursor, *(filters[key] for key in JOB_FILTERS if key in filters)]
+    if "id_prefix" in filters:
+        params.extend(id_prefix_bounds(filters["id_prefix"]))
+    if "last_run" in filters:
+        params.extend((cursor + SCAN_WINDOW, STATE_CODES[RunState(filters["last_run"])]))
+    return (*params, limit)
 
 
 class Reader:
@@ -93,14 +122,17 @@ class Reader:
     async def jobs_page(
         self, cursor: int, limit: int, filters: Mapping[str, str]
     ) -> tuple[list[Job], int | None]:
-        """Up to ``limit`` jobs matching ``filters`` (column = value) from position ``cursor`` on,
-        in the order they were added; and the cursor of the next page (None: this is the last)."""
-        params = (cursor, *(filters[key] for key in JOB_FILTERS if key in filters), limit)
-        rows = await self._rows(jobs_page_sql(filters), params)
+        """Up to ``limit`` jobs matching ``filters`` (a ``jobs`` column = value, ``id_prefix``,
+        ``last_run``: the state of the job's latest run) from position ``cursor`` on, in the
+        order they were added; and the cursor of the next page (None: this is the last)."""
+        rows = await self._rows(jobs_page_sql(filters), jobs_page_params(cursor, limit, filters))
         jobs = [job_from_body(job_id, body) for _, job_id, body in rows]
-        if len(rows) < limit:
+        if len(rows) == limit:
+            after = int(rows[-1][0]) + 1
+        elif "last_run" in filters:  # the window was read to its end
+            after = cursor + SCAN_WINDOW
+        else:
             return jobs, None
-        after = int(rows[-1][0]) + 1
         more = await self._rows("SELECT 1 FROM jobs WHERE seq >= ? LIMIT 1", (after,))
         return jobs, after if more else None
 
@@ -155,19 +187,52 @@ class Reader:
                 out[row[0]] = run_from_body(*row)
         return out
 
-    async def runs_page(self, job_id: str, before: int, limit: int) -> tuple[list[Run], int | None]:
+    async def runs_page(
+        self,
+        job_id: str,
+        before: int,
+        limit: int,
+        state: RunState | None = None,
+        since_ms: int | None = None,
+    ) -> tuple[list[Run], int | None]:
         """Up to ``limit`` of the job's runs scheduled before ``before`` (ms; ``schema.FIRST`` for
-        the newest), newest first; and the cursor of the next page (None: this is the last)."""
-        rows = await self._rows(RUNS_OF_JOB_BEFORE, (job_id, before, limit + 1))
+        the newest), newest first, only those in ``state`` and scheduled at or after
+        ``since_ms`` when given; and the cursor of the next page (None: this is the last)."""
+        where, extra = "", []
+        if state is not None:
+            where, extra = " AND state = ?", [STATE_CODES[state]]
+        if since_ms is not None:
+            where, extra = f"{where} AND sched_ms >= ?", [*extra, since_ms]
+        sql = RUNS_OF_JOB_BEFORE.replace(" ORDER BY", f"{where} ORDER BY")
+        params = (job_id, before, *extra, limit + 1)
+        rows = await self._rows(sql, params)
         runs = [run_from_body(*row) for row in rows[:limit]]
         return runs, runs[-1].scheduled_ms if len(rows) > limit else None
 
-    async def dead_letters_page(self, before: int, limit: int) -> tuple[list[Run], int | None]:
+    async def dead_letters_page(
+        self, before: int, limit: int, filters: Mapping[str, str | int] | None = None
+    ) -> tuple[list[Run], int | None]:
         """Up to ``limit`` runs of the dead-letter queue put there before position ``before``
         (``schema.FIRST`` for the newest), the last dead-lettered first; and the cursor of the next
-        page (None: this is the last).  Two queries, whatever the page size."""
+        page (None: this is the last).  Two queries, whatever the page size.
+
+        ``filters``: the job's ``task``, ``queue``, ``namespace`` and ``since`` (ms: failed at or
+        after).  With filters at most :data:`SCAN_WINDOW` positions are read for one page."""
         async with self._conn() as db:
-            rows = await _fetch(db, DLQ_BEFORE, (before, limit + 1))
+            if filters:
+                top = before
+                if top >= FIRST:
+                    top = int((await _fetch(db, "SELECT max(seq) FROM dlq", ()))[0][0] or 0) + 1
+                low = top - SCAN_WINDOW
+                rows = await _fetch(db, *dlq_filtered_sql(top, low, limit, filters))
+                if len(rows) > limit:
+                    cursor: int | None = int(rows[limit - 1][0])
+                else:  # the window was read to its end: the next page goes on below it
+                    more = await _fetch(db, "SELECT 1 FROM dlq WHERE seq < ? LIMIT 1", (low,))
+                    cursor = low if more else None
+            else:
+                rows = await _fetch(db, DLQ_BEFORE, (before, limit + 1))
+                cursor = int(rows[limit - 1][0]) if len(rows) > limit else None
             keys = [
                 parts for _, run_id in rows[:limit] if (parts := split_run_id(run_id)) is not None
             ]
@@ -186,7 +251,30 @@ class Reader:
             for job_id, ms in keys
             if (job_id, ms) in bodies
         ]
-        return runs, int(rows[limit - 1][0]) if len(rows) > limit else None
+        return runs, cursor
+
+
+#: the dead-letter queue joined with each run and its job (a run id is ``<job_id>@<sched_ms>``)
+_DLQ_JOINED = (
+    "SELECT d.seq, d.run_id FROM dlq AS d "
+    "JOIN runs AS r ON r.sched_ms = CAST(substr(d.run_id, instr(d.run_id, '@') + 1) AS INTEGER) "
+    "AND r.job_id = substr(d.run_id, 1, instr(d.run_id, '@') - 1) "
+    "JOIN jobs AS j ON j.id = r.job_id WHERE d.seq < ?"
+)
+DLQ_FILTERS = ("task", "queue", "namespace")
+
+
+def dlq_filtered_sql(
+    top: int, low: int, limit: int, filters: Mapping[str, str | int]
+) -> tuple[str, tuple[Any, ...]]:
+    """A page of the dead-letter queue with filters, among the positions from ``low`` up to
+    ``top`` (excluded)."""
+    where = "".join(f" AND j.{key} = ?" for key in DLQ_FILTERS if key in filters)
+    params: list[Any] = [top, low, *(filters[key] for key in DLQ_FILTERS if key in filters)]
+    if "since" in filters:
+        where += " AND r.updated_ms >= ?"
+        params.append(filters["since"])
+    return f"{_DLQ_JOINED} AND d.seq >= ?{where} ORDER BY d.seq DESC LIMIT ?", (*params, limit + 1)
 
 
 async def _fetch(db: aiosqlite.Connection, sql: str, params: tuple[Any, ...]) -> list[Any]:

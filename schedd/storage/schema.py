@@ -24,6 +24,8 @@ Layout (``WITHOUT ROWID`` tables, keyed for the way they are read):
   few active jobs among millions done does not read them all.  The history purge and a new
   leader's look at the recurring jobs name their partial indexes (``INDEXED BY``): with
   ``jobs_status`` there, SQLite would otherwise pick it and read every job of the status.
+  ``name`` (version 3) is the job's name, also in its body; ``jobs_name`` lists the named jobs
+  by name, in the order they were added.
 * ``deps`` (who depends on whom), ``idem`` (idempotency keys), ``dlq`` (the dead-letter queue,
   in order), ``recent`` (results by request id, for the dedup window), ``counts`` (metrics
   counters) and ``meta`` (applied index, leader fence, counters of the sequences).
@@ -37,7 +39,7 @@ from pathlib import Path
 
 from schedd.core.model import RunState
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 #: run state -> the small number stored in ``runs.state`` (unfinished states are < 5)
 STATE_CODES: dict[RunState, int] = {
@@ -136,7 +138,27 @@ def _jobs_by_status(db: sqlite3.Connection) -> None:
 
 #: MIGRATIONS[n] takes a database at version n to n + 1, in a transaction it begins (the
 #: caller sets ``user_version`` and commits).
-MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {0: _create, 1: _jobs_by_status}
+def _jobs_by_name(db: sqlite3.Connection) -> None:
+    """Version 3: a job's name in a column of its own, and the named jobs by name in the order
+    they were added (a job addressed by its name; ``schedctl apply`` finding what it manages)."""
+    from schedd.storage.codec import job_from_body  # the codec needs nothing from here
+
+    db.executescript(
+        "BEGIN IMMEDIATE; ALTER TABLE jobs ADD COLUMN name TEXT; "
+        "CREATE INDEX jobs_name ON jobs (name, seq) WHERE name IS NOT NULL;"
+    )
+    rows = db.execute("SELECT id, body FROM jobs ORDER BY seq").fetchall()
+    named = [(job.spec.name, job.id) for job in (job_from_body(i, b) for i, b in rows)]
+    db.executemany(
+        "UPDATE jobs SET name = ? WHERE id = ?", [(n, i) for n, i in named if n is not None]
+    )
+
+
+MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
+    0: _create,
+    1: _jobs_by_status,
+    2: _jobs_by_name,
+}
 
 
 class NewerSchema(Exception):

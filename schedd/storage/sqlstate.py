@@ -699,6 +699,7 @@ class SqlState(State):
             spec.namespace,
             spec.queue,
             spec.task,
+            spec.name,
             job.status.value,
             int(spec.schedule.kind in RECURRING_KINDS),
             job.updated_ms,
@@ -719,11 +720,11 @@ def _run_row(run: Run) -> tuple[Any, ...]:
 
 
 _JOB_INSERT = (
-    "INSERT INTO jobs (namespace, queue, task, status, recurring, updated_ms, body, "
-    "id, seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    "INSERT INTO jobs (namespace, queue, task, name, status, recurring, updated_ms, body, "
+    "id, seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 _JOB_UPDATE = (
-    "UPDATE jobs SET namespace = ?, queue = ?, task = ?, status = ?, recurring = ?, "
+    "UPDATE jobs SET namespace = ?, queue = ?, task = ?, name = ?, status = ?, recurring = ?, "
     "updated_ms = ?, body = ? WHERE id = ?"
 )
 _RUN_INSERT = (

@@ -11,6 +11,7 @@ import orjson
 
 from schedd.protocol import messages
 from tests.conftest import Node
+from tests.integration.test_api import get
 from tests.integration.test_worker_protocol import API, committed, connect, submit
 
 
@@ -96,3 +97,49 @@ async def test_the_dead_letter_queue_pages_newest_first(
         dead[1],
         dead[0],
     ]
+
+
+async def test_listings_filter_by_name_id_prefix_latest_run_state_and_time(
+    node: Node, http: aiohttp.ClientSession
+) -> None:
+    w = await connect(http, node, "w-filter", capacity=1)
+    a = await submit(http, node, {"task": "t", "name": "nightly", "retry": {"max_attempts": 1}})
+    lease = await w.expect(messages.Lease)
+    await w.send(messages.Fail(run_id=lease.run_id, fence=lease.fence, error="x", retryable=False))
+    assert (await w.expect(messages.Ack)).accepted
+    await w.ws.close()
+    b = await submit(http, node, {"task": "u", "name": "nightly", "schedule": {"in": "1h"}})
+    c = await submit(http, node, {"task": "t", "name": "hourly", "schedule": {"in": "1h"}})
+    await committed(node)
+
+    async def ids(query: str) -> list[str]:
+        status, body = await get(http, node, f"/jobs?{query}")
+        assert status == 200, body
+        return [j["id"] for j in body["jobs"]]
+
+    assert await ids("name=nightly") == [a["id"], b["id"]]
+    assert await ids("name=nightly&task=u") == [b["id"]]
+    assert await ids(f"id_prefix={c['id'].lower()}") == [c["id"]]
+    assert await ids("last_run=failed") == [a["id"]]
+    assert await ids("last_run=scheduled") == [b["id"], c["id"]]
+    status, body = await get(http, node, f"/jobs/{b['id']}/runs?state=scheduled")
+    assert status == 200 and len(body["runs"]) == 1
+    status, body = await get(http, node, f"/jobs/{b['id']}/runs?state=failed")
+    assert status == 200 and body["runs"] == []
+    status, body = await get(http, node, f"/jobs/{b['id']}/runs?since=2999-01-01T00:00:00Z")
+    assert status == 200 and body["runs"] == []
+    status, body = await get(http, node, "/dlq?task=t&since=2000-01-01T00:00:00Z")
+    assert [r["job_id"] for r in body["runs"]] == [a["id"]]
+    status, body = await get(http, node, "/dlq?task=u")
+    assert status == 200 and body["runs"] == []
+    for path, field in (
+        ("/jobs?id_prefix=IL!", "id_prefix"),
+        ("/jobs?last_run=exploded", "last_run"),
+        (f"/jobs/{b['id']}/runs?state=exploded", "state"),
+        (f"/jobs/{b['id']}/runs?since=yesterday", "since"),
+        ("/dlq?since=yesterday", "since"),
+        ("/dlq?queue=Not+A+Queue", "queue"),
+    ):
+        status, body = await get(http, node, path)
+        assert status == 400, (path, body)
+        assert body["error"]["field"] == field, (path, body)

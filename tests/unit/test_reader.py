@@ -11,8 +11,9 @@ import aiosqlite
 import pytest
 
 from schedd.core import commands
-from schedd.core.model import JobSpec, RecurringOptions, Schedule, ScheduleKind
+from schedd.core.model import JobSpec, RecurringOptions, RunState, Schedule, ScheduleKind
 from schedd.storage.reader import LATEST_CHUNK, Reader, jobs_page_sql
+from schedd.storage.schema import FIRST
 from schedd.storage.sqlstate import SqlState, apply_entry
 
 T0 = 1_800_000_000_000
@@ -40,8 +41,7 @@ def fill(path: Path) -> SqlState:
     ]
     for k in range(30):  # b fires 30 times: each fire makes its next run
         entries.append([commands.Fire(f"f{k}", T0 + k * 1_000, 1, (f"b@{T0 + k * 1_000}",))])
-    for i, cmds in enumerate(entries, start=1):
-        assert apply_entry(st, commands.encode_entry(cmds), i) is not None
+    apply_all(st, entries)
     return st
 
 
@@ -148,3 +148,137 @@ def test_the_purge_and_the_recurring_jobs_read_their_own_indexes(tmp_path: Path)
     assert len(plans) == 2
     assert "USING INDEX jobs_recurring" in plans[0] and "TEMP B-TREE" not in plans[0]
     assert "USING INDEX jobs_finished" in plans[1] and "TEMP B-TREE" not in plans[1]
+
+
+def apply_all(st: SqlState, entries: list[list[commands.Command]]) -> None:
+    for cmds in entries:
+        index = st.applied_index + 1
+        assert apply_entry(st, commands.encode_entry(cmds), index) is not None
+
+
+def named_and_failed(path: Path) -> SqlState:
+    """Jobs n0..n5 (n0, n2, n4 named "nightly", the others "hourly"; n0..n3 on task x, the
+    others y); n0, n1, n2 dead-lettered in that order, n3 succeeded, n4 and n5 queued."""
+    st = SqlState(path)
+    specs = tuple(
+        (
+            f"n{k}",
+            JobSpec(task="x" if k < 4 else "y", name="nightly" if k % 2 == 0 else "hourly"),
+        )
+        for k in range(6)
+    )
+    apply_all(st, [[commands.Claim("claim", T0, "n1", 1)], [commands.Submit("s", T0, specs)]])
+    runs = [f"n{k}@{T0}" for k in range(6)]
+    apply_all(st, [[commands.Fire("f", T0, 1, tuple(runs))]])
+    apply_all(st, [[commands.LeaseRuns("l", T0 + 1, 1, tuple((r, "w") for r in runs[:4]))]])
+    for k, run_id in enumerate(runs[:4]):
+        run = st.latest_run(f"n{k}")
+        assert run is not None and run.id == run_id
+        fence = run.attempts[-1].fence
+        end: commands.Command = (
+            commands.CompleteRun(f"c{k}", T0 + 10 + k, 1, run_id, fence, None)
+            if k == 3
+            else commands.FailRun(f"e{k}", T0 + 10 + k, 1, run_id, fence, f"boom {k}", False)
+        )
+        apply_all(st, [[end]])
+    return st
+
+
+async def test_jobs_are_found_by_name_by_id_prefix_and_by_their_latest_runs_state(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    st = named_and_failed(tmp_path / "state.db")
+    reader = Reader(tmp_path / "state.db")
+    await reader.open()
+
+    async def ids(filters: dict[str, str], limit: int = 10, cursor: int = 0) -> list[str]:
+        jobs, _ = await reader.jobs_page(cursor, limit, filters)
+        return [j.id for j in jobs]
+
+    try:
+        assert await ids({"name": "nightly"}) == ["n0", "n2", "n4"]
+        assert await ids({"name": "nightly", "task": "y"}) == ["n4"]
+        assert await ids({"name": "weekly"}) == []
+        assert await ids({"id_prefix": "n"}) == [f"n{k}" for k in range(6)]
+        assert await ids({"id_prefix": "n3"}) == ["n3"]
+        assert await ids({"last_run": "failed"}) == ["n0", "n1", "n2"]
+        assert await ids({"last_run": "succeeded"}) == ["n3"]
+        assert await ids({"last_run": "queued", "name": "nightly"}) == ["n4"]
+        # a filter on the latest run reads a window of positions per page: pages can be short
+        # (even empty) and still go on, and together they hold every match once
+        monkeypatch.setattr("schedd.storage.reader.SCAN_WINDOW", 2)
+        got, cursor, sizes = [], 0, []
+        for _ in range(10):
+            jobs, after = await reader.jobs_page(cursor, 10, {"last_run": "failed"})
+            got += [j.id for j in jobs]
+            sizes.append(len(jobs))
+            if after is None:
+                break
+            cursor = after
+        assert got == ["n0", "n1", "n2"]
+        assert sizes == [2, 1, 0], sizes  # positions 0-1, 2-3, 4-5 (then nothing after)
+    finally:
+        await reader.close()
+        st.close()
+
+
+async def test_a_jobs_runs_filter_by_state_and_time(tmp_path: Path) -> None:
+    st = fill(tmp_path / "state.db")
+    reader = Reader(tmp_path / "state.db")
+    await reader.open()
+    try:
+        # b: its first run queued (1s), the 28 after it skipped (overlap), the next scheduled
+        runs, _ = await reader.runs_page("b", FIRST, 100)
+        assert len(runs) == 30
+        queued, after = await reader.runs_page("b", FIRST, 100, RunState.QUEUED)
+        assert [r.scheduled_ms for r in queued] == [T0 + 1_000] and after is None
+        since = T0 + 25_000
+        recent, _ = await reader.runs_page("b", FIRST, 100, None, since)
+        assert [r.scheduled_ms for r in recent] == list(range(T0 + 30_000, since - 1, -1_000))
+        page, after = await reader.runs_page("b", FIRST, 2, RunState.SKIPPED, since)
+        assert [r.scheduled_ms for r in page] == [T0 + 29_000, T0 + 28_000]
+        assert after == T0 + 28_000
+        rest, end = await reader.runs_page("b", after, 10, RunState.SKIPPED, since)
+        assert [r.scheduled_ms for r in rest] == [T0 + 27_000, T0 + 26_000, T0 + 25_000]
+        assert end is None
+    finally:
+        await reader.close()
+        st.close()
+
+
+async def test_the_dead_letter_queue_filters_by_task_queue_namespace_and_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    st = named_and_failed(tmp_path / "state.db")
+    reader = Reader(tmp_path / "state.db")
+    await reader.open()
+
+    async def dead(filters: dict[str, str | int], limit: int = 10) -> list[str]:
+        runs, _ = await reader.dead_letters_page(FIRST, limit, filters)
+        return [r.job_id for r in runs]
+
+    try:
+        assert await dead({}) == ["n2", "n1", "n0"]
+        assert await dead({"task": "x"}) == ["n2", "n1", "n0"]
+        assert await dead({"task": "y"}) == []
+        assert await dead({"queue": "default", "namespace": "default"}) == ["n2", "n1", "n0"]
+        assert await dead({"queue": "other"}) == []
+        assert await dead({"since": T0 + 11}) == ["n2", "n1"]
+        runs, after = await reader.dead_letters_page(FIRST, 1, {"task": "x"})
+        assert [r.job_id for r in runs] == ["n2"] and after is not None
+        runs, after = await reader.dead_letters_page(after, 5, {"task": "x"})
+        assert [r.job_id for r in runs] == ["n1", "n0"] and after is None
+        # a window of 2 positions per page: the pages go on below it until the bottom
+        monkeypatch.setattr("schedd.storage.reader.SCAN_WINDOW", 2)
+        got, before, sizes = [], FIRST, []
+        for _ in range(10):
+            runs, cursor = await reader.dead_letters_page(before, 10, {"since": T0 + 10})
+            got += [r.job_id for r in runs]
+            sizes.append(len(runs))
+            if cursor is None:
+                break
+            before = cursor
+        assert got == ["n2", "n1", "n0"] and sizes == [2, 1], sizes
+    finally:
+        await reader.close()
+        st.close()

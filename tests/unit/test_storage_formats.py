@@ -21,7 +21,9 @@ from schedd.core import commands
 from schedd.core.apply import apply_entry
 from schedd.core.model import (
     AttemptOutcome,
+    Job,
     JobSpec,
+    JobStatus,
     Priority,
     RecurringOptions,
     RetryPolicy,
@@ -29,7 +31,7 @@ from schedd.core.model import (
     ScheduleKind,
 )
 from schedd.core.state import MemoryState
-from schedd.storage import snapshots
+from schedd.storage import codec, snapshots
 from schedd.storage.schema import SCHEMA_VERSION
 from schedd.storage.sqlstate import SqlState
 from schedd.storage.sqlstate import apply_entry as sql_apply_entry
@@ -158,6 +160,31 @@ def test_a_snapshot_of_every_schema_version_installs_and_holds_what_its_entries_
         state.install(dump)
         assert answers(state) == answers(reference())
         assert schema_of(state.db) == schema_of(SqlState().db)
+    finally:
+        state.close()
+
+
+def test_the_names_of_jobs_written_before_version_3_are_found_after_the_upgrade(
+    tmp_path: Path,
+) -> None:
+    db_path = tmp_path / "state.db"
+    shutil.copyfile(db_sample(2), db_path)
+    db = sqlite3.connect(db_path)
+    named = Job("named", JobSpec(task="t", name="nightly report"), JobStatus.ACTIVE, T0, T0)
+    db.execute(
+        "INSERT INTO jobs (id, seq, namespace, queue, task, status, recurring, updated_ms, body) "
+        "VALUES ('named', 1000, 'default', 'default', 't', 'active', 0, ?, ?)",
+        (T0, codec.job_body(named)),
+    )
+    db.commit()
+    db.close()
+    state = SqlState(db_path)
+    try:
+        rows = state.db.execute("SELECT id, name FROM jobs WHERE name IS NOT NULL").fetchall()
+        assert rows == [("named", "nightly report")]
+        sql = "SELECT id FROM jobs WHERE name = ? ORDER BY seq"
+        plan = str(state.db.execute(f"EXPLAIN QUERY PLAN {sql}", ("x",)).fetchall())
+        assert "jobs_name" in plan, plan
     finally:
         state.close()
 
