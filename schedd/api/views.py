@@ -33,7 +33,9 @@ from schedd.core.model import (
     ScheduleKind,
 )
 from schedd.errors import Code
+from schedd.leader.progress import PROGRESS_PERIOD_S
 from schedd.leader.workers import WorkerConn
+from schedd.protocol.messages import MAX_PROGRESS_BYTES, TRACEBACK_BYTES, TRACEBACK_LINES
 
 __all__ = [
     "attempt_view",
@@ -109,6 +111,18 @@ class AttemptView(TypedDict):
     ended_at: Time | None
     outcome: Annotated[str | None, values(AttemptOutcome)]
     error: str | None
+    traceback: Annotated[
+        str | None,
+        f"the tail of the traceback of the exception the task raised (its last {TRACEBACK_LINES} "
+        f"lines, at most {TRACEBACK_BYTES} bytes); null otherwise",
+    ]
+    progress: Annotated[
+        Any,
+        "the latest progress the worker reported (the task's ctx.progress, any JSON value up to "
+        f"{MAX_PROGRESS_BYTES} bytes), recorded at most every {PROGRESS_PERIOD_S:g} s while the "
+        "attempt runs, and with its end; null: none",
+    ]
+    progress_at: Annotated[Time | None, "when that progress was recorded"]
 
 
 class RunView(TypedDict):
@@ -339,6 +353,9 @@ def attempt_view(a: Attempt) -> AttemptView:
         "ended_at": format_time(a.ended_ms),
         "outcome": None if a.outcome is None else a.outcome.value,
         "error": a.error,
+        "traceback": a.traceback,
+        "progress": a.progress,
+        "progress_at": format_time(a.progress_ms),
     }
 
 

@@ -124,7 +124,16 @@ def _dispatch(state: State, cmd: commands.Command, index: int, events: list[Lead
     if isinstance(cmd, commands.LeaseRuns):
         return Ok([runs.lease(state, rid, wid, cmd.now, index, events) for rid, wid in cmd.grants])
     if isinstance(cmd, commands.CompleteRun):
-        return runs.complete(state, cmd.run_id, cmd.fence, cmd.result, cmd.now, events)
+        return runs.complete(
+            state, cmd.run_id, cmd.fence, cmd.result, cmd.now, events, cmd.progress
+        )
+    if isinstance(cmd, commands.Progress):
+        return Ok(
+            [
+                runs.record_progress(state, rid, fence, value, cmd.now)
+                for rid, fence, value in cmd.updates
+            ]
+        )
     if isinstance(cmd, commands.Heal):
         return runs.heal(state, cmd.job_id, cmd.now, events)
     if isinstance(cmd, commands.Purge):
@@ -139,6 +148,8 @@ def _dispatch(state: State, cmd: commands.Command, index: int, events: list[Lead
         cmd.rand,
         cmd.now,
         events,
+        cmd.traceback,
+        cmd.progress,
     )
 
 

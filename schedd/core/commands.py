@@ -148,6 +148,7 @@ class CompleteRun:
     run_id: str
     fence: int
     result: Any = None
+    progress: Any = None  # the worker's last progress, recorded with the end (None: keep)
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,6 +167,20 @@ class FailRun:
     retryable: bool = True
     outcome: AttemptOutcome = AttemptOutcome.FAILED
     rand: float = 0.5
+    traceback: str | None = None  # the tail of the task's traceback (bounded by the leader)
+    progress: Any = None  # the worker's last progress, recorded with the end (None: keep)
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """The latest progress workers reported for running attempts: ``(run_id, fence, value)``
+    each.  The leader sends it only for a changed value, at most once per lease per
+    ``schedd.leader.progress.PROGRESS_PERIOD_S``, many leases in one command."""
+
+    rid: str
+    now: int
+    lf: int
+    updates: tuple[tuple[str, int, Any], ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,6 +227,7 @@ Command = (
     | LeaseRuns
     | CompleteRun
     | FailRun
+    | Progress
     | Purge
     | Barrier
 )
@@ -230,16 +246,22 @@ _TAGS: dict[type[Any], str] = {
     LeaseRuns: "lease",
     CompleteRun: "complete",
     FailRun: "fail",
+    Progress: "progress",
     Purge: "purge",
     Barrier: "barrier",
 }
 _BY_TAG = {tag: cls for cls, tag in _TAGS.items()}
+#: fields added after version 1 of the codec: left out of an entry when None (their default),
+#: so an entry that does not use them is written exactly as before
+_LATER_FIELDS = frozenset({"traceback", "progress"})
 
 
 def _to_wire(cmd: Command) -> dict[str, Any]:
     out: dict[str, Any] = {"t": _TAGS[type(cmd)]}
     for name in cmd.__dataclass_fields__:
         value = getattr(cmd, name)
+        if value is None and name in _LATER_FIELDS:
+            continue
         if name == "jobs":
             value = [[job_id, spec_to_dict(spec)] for job_id, spec in value]
         elif name == "spec" and value is not None:
@@ -265,6 +287,8 @@ def _from_wire(obj: Any) -> Command | Undecodable:
             kwargs["run_ids"] = tuple(kwargs["run_ids"])
         elif cls is LeaseRuns:
             kwargs["grants"] = tuple((str(r), str(w)) for r, w in kwargs["grants"])
+        elif cls is Progress:
+            kwargs["updates"] = tuple((str(r), int(f), v) for r, f, v in kwargs["updates"])
         elif cls is FailRun and "outcome" in kwargs:
             kwargs["outcome"] = AttemptOutcome(kwargs["outcome"])
         cmd: Command = cls(**kwargs)

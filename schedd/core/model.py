@@ -169,6 +169,12 @@ class Attempt:
     ended_ms: int | None = None
     outcome: AttemptOutcome | None = None
     error: str | None = None
+    #: the latest progress the worker reported (any JSON value; None: none yet), and when it
+    #: was recorded: while running (rate-limited by the leader) and with the attempt's end
+    progress: JSON = None
+    progress_ms: int | None = None
+    #: the tail of the traceback of the exception the task raised (a failed attempt)
+    traceback: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -370,13 +370,15 @@ def _already_ended(run: Run, fence: int, outcome: AttemptOutcome) -> bool:
     return attempt is not None and attempt.outcome is outcome
 
 
-def _running(state: State, run_id: str, fence: int, outcome: AttemptOutcome) -> Run | Result:
+def _running(state: State, run_id: str, fence: int, outcome: AttemptOutcome | None) -> Run | Result:
+    """The run whose current attempt ``fence`` is running, or what to answer instead: a result
+    repeated for an attempt that already ended with ``outcome`` is accepted (None: never)."""
     run = state.runs.get(run_id)
     if run is None:
         return Rejected("not_found", f"no run {run_id}")
     if run.state is RunState.RUNNING and run.current is not None and run.current.fence == fence:
         return run
-    if _already_ended(run, fence, outcome):
+    if outcome is not None and _already_ended(run, fence, outcome):
         return Ok(run_id)
     if run.current is None or run.current.fence != fence:
         return Rejected(
@@ -385,20 +387,59 @@ def _running(state: State, run_id: str, fence: int, outcome: AttemptOutcome) -> 
     return Rejected("stale_fence", f"run {run_id} is {run.state}, not running")
 
 
-def _end_attempt(
-    run: Run, now: int, outcome: AttemptOutcome, error: str | None
-) -> tuple[Attempt, ...]:
+def _with_current(run: Run, **changes: object) -> tuple[Attempt, ...]:
+    """The run's attempts with ``changes`` made to the current one (the last)."""
     assert run.current is not None
-    return (*run.attempts[:-1], evolve(run.current, ended_ms=now, outcome=outcome, error=error))
+    return (*run.attempts[:-1], evolve(run.current, **changes))
+
+
+def _progress_changes(progress: object, now: int) -> dict[str, object]:
+    """A reported progress recorded at ``now`` (None: nothing reported, the attempt keeps its
+    own)."""
+    return {} if progress is None else {"progress": progress, "progress_ms": now}
+
+
+def _end_attempt(
+    run: Run,
+    now: int,
+    outcome: AttemptOutcome,
+    error: str | None,
+    traceback: str | None = None,
+    progress: object = None,
+) -> tuple[Attempt, ...]:
+    return _with_current(
+        run,
+        ended_ms=now,
+        outcome=outcome,
+        error=error,
+        traceback=traceback,
+        **_progress_changes(progress, now),
+    )
+
+
+def record_progress(state: State, run_id: str, fence: int, progress: object, now: int) -> Result:
+    """A worker's progress for the running attempt ``fence`` (a stale fence is refused: the
+    attempt ended meanwhile, and its end recorded the final progress)."""
+    run = _running(state, run_id, fence, None)
+    if not isinstance(run, Run):
+        return run
+    state.put_run(evolve(run, attempts=_with_current(run, **_progress_changes(progress, now))))
+    return Ok(run_id)
 
 
 def complete(
-    state: State, run_id: str, fence: int, result: object, now: int, events: list[LeaderEvent]
+    state: State,
+    run_id: str,
+    fence: int,
+    result: object,
+    now: int,
+    events: list[LeaderEvent],
+    progress: object = None,
 ) -> Result:
     run = _running(state, run_id, fence, AttemptOutcome.SUCCEEDED)
     if not isinstance(run, Run):
         return run
-    attempts = _end_attempt(run, now, AttemptOutcome.SUCCEEDED, None)
+    attempts = _end_attempt(run, now, AttemptOutcome.SUCCEEDED, None, progress=progress)
     _move(state, run, Event.SUCCEED, now, events, attempts=attempts, result=result, error=None)
     return Ok(run_id)
 
@@ -413,12 +454,14 @@ def fail(
     rand: float,
     now: int,
     events: list[LeaderEvent],
+    traceback: str | None = None,
+    progress: object = None,
 ) -> Result:
     run = _running(state, run_id, fence, outcome)
     if not isinstance(run, Run):
         return run
     spec = state.jobs[run.job_id].spec
-    attempts = _end_attempt(run, now, outcome, error)
+    attempts = _end_attempt(run, now, outcome, error, traceback, progress)
     used = run.attempts_used  # the attempt just ended counts (its length is unchanged)
     if retryable and used < spec.retry.max_attempts:
         due = now + backoff_ms(spec, used, rand)

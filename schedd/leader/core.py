@@ -43,6 +43,7 @@ from schedd.core.model import (
 from schedd.core.runs import FIRE_AHEAD_MAX_MS, may_fire_ahead
 from schedd.core.state import STALE_LEADER, LeaderEvent, Ok, Rejected, Result, State
 from schedd.core.wheel import TimingWheel
+from schedd.leader.progress import ProgressBook, held_progress
 from schedd.leader.workers import LeaseInfo, WorkerConn
 from schedd.logs import log_event
 from schedd.metrics import Metrics
@@ -107,6 +108,11 @@ class Finished:
 
 
 @dataclass(frozen=True, slots=True)
+class Progressed:
+    infos: tuple[LeaseInfo, ...]  # the leases whose progress the command records
+
+
+@dataclass(frozen=True, slots=True)
 class Purged:
     pass
 
@@ -116,7 +122,7 @@ class Healed:
     pass
 
 
-Purpose = Fired | Leased | Ended | Finished | Purged | Healed
+Purpose = Fired | Leased | Ended | Finished | Progressed | Purged | Healed
 
 
 # -- actions ------------------------------------------------------------------------------------
@@ -208,6 +214,7 @@ class LeaderCore:
         self.leases: dict[str, LeaseInfo] = {}
         self.by_worker: dict[str, set[str]] = {}  # worker id -> run ids of its leases (above)
         self.workers: dict[str, WorkerConn] = {}
+        self.progress = ProgressBook()  # workers' progress reports waiting to be committed
         self.rebuilt_at = -1  # the applied index the rebuild read: older events are in it
         self._rr = 0
         self._out: list[Action] = []
@@ -251,6 +258,7 @@ class LeaderCore:
                             now.mono + max(hb, REBUILD_GRACE_S),
                             hb,
                             run.current.deadline_ms,
+                            progress=held_progress(run.current.progress),
                         )
                     )
         for job_id in to_heal:  # a recurring job without its next occurrence
@@ -342,7 +350,8 @@ class LeaderCore:
 
     def tick(self, now: Now) -> list[Action]:
         """Load the next stretch of the hot window, purge old history, fire what is due, lease
-        queued runs to workers with room, and end leases that expired or timed out."""
+        queued runs to workers with room, end leases that expired or timed out, and record the
+        progress workers reported (``schedd.leader.progress``)."""
         if now.wall_ms + self.hot_window_ms // 2 >= self.loaded_until or self.loading:
             self._load_window(now.wall_ms + self.hot_window_ms)
         if not self._purging and now.mono >= self._next_purge:
@@ -359,6 +368,7 @@ class LeaderCore:
         self._fire_due(now.wall_ms)
         self._dispatch(now.wall_ms)
         self._check_leases(now)
+        self._record_progress(now)
         return self._emit()
 
     def _load_window(self, until: int) -> None:
@@ -448,6 +458,20 @@ class LeaderCore:
                     )
                 self._end_lease(info, now.wall_ms, AttemptOutcome.TIMED_OUT, "timed out")
 
+    def _record_progress(self, now: Now) -> None:
+        """Commit the progress whose lease's turn has come, in one command, one at a time."""
+        if self.progress.busy:
+            return
+        due = self.progress.due(
+            now.mono, lambda info: self.leases.get(info.run_id) is info and not info.ending
+        )
+        if due:
+            self.progress.busy = True
+            updates = tuple((info.run_id, info.fence, value) for info, value in due)
+            cmd = commands.Progress(leader_rid(), now.wall_ms, self.fence, updates)
+            infos = tuple(info for info, _ in due)
+            self._out.append(Commit(cmd, Progressed(infos), RESULT_TIMEOUT_S))
+
     def _end_lease(self, info: LeaseInfo, now: int, outcome: AttemptOutcome, error: str) -> None:
         info.ending = True
         self.metrics.leases_lost.labels(outcome.value).inc()
@@ -461,6 +485,7 @@ class LeaderCore:
             True,
             outcome,
             self.rand(),
+            progress=self.progress.final(info, None),  # reported, not yet recorded
         )
         self._out.append(Commit(cmd, Ended(info)))
         log_event(
@@ -496,6 +521,10 @@ class LeaderCore:
                 then.info.ending = False  # retried on a later tick
         elif isinstance(then, Finished):
             self._finished(then, result)
+        elif isinstance(then, Progressed):
+            self.progress.busy = False
+            if not isinstance(result, Ok):  # (an update refused inside an Ok: the attempt ended)
+                self.progress.not_recorded(then.infos)
         elif isinstance(then, Purged):
             self._purged(result, now)
         return self._emit()
@@ -658,6 +687,7 @@ class LeaderCore:
                     info.worker_id = wid
                     self.by_worker.setdefault(wid, set()).add(info.run_id)
                 info.expires = now.mono + info.heartbeat_timeout
+                self.progress.reported(info, ref.progress)
                 conn.leases[ref.run_id] = ref.fence
                 listed.add(ref.run_id)
             else:
@@ -715,20 +745,37 @@ class LeaderCore:
         log_event(log, "worker.disconnected", worker_id=conn.worker_id, leases=len(conn.leases))
 
     def heartbeat(self, conn: WorkerConn, refs: tuple[messages.LeaseRef, ...], now: Now) -> None:
-        """The worker on ``conn`` still runs the leases ``refs`` lists."""
+        """The worker on ``conn`` still runs the leases ``refs`` lists, each with its progress
+        (committed by a later tick when it changed: ``schedd.leader.progress``)."""
         for ref in refs:
-            info = self.leases.get(ref.run_id)
-            if info is not None and info.fence == ref.fence and info.worker_id == conn.worker_id:
+            info = self._held_by(conn, ref.run_id, ref.fence)
+            if info is not None:
                 info.expires = now.mono + info.heartbeat_timeout
+                self.progress.reported(info, ref.progress)
+
+    def _held_by(self, conn: WorkerConn, run_id: str, fence: int) -> LeaseInfo | None:
+        """The lease of ``run_id`` with ``fence``, if the worker on ``conn`` holds it."""
+        info = self.leases.get(run_id)
+        if info is not None and info.fence == fence and info.worker_id == conn.worker_id:
+            return info
+        return None
 
     def finish(
         self, conn: WorkerConn, msg: messages.Complete | messages.Fail, now: Now
     ) -> list[Action]:
-        """A worker's result: commit it, then ack (or refuse) it on ``conn``."""
+        """A worker's result: commit it, then ack (or refuse) it on ``conn``.  The attempt's
+        final progress goes with it: the one the result carries, or the one reported last."""
+        progress = self.progress.final(self._held_by(conn, msg.run_id, msg.fence), msg.progress)
         cmd: commands.Command
         if isinstance(msg, messages.Complete):
             cmd = commands.CompleteRun(
-                leader_rid(), now.wall_ms, self.fence, msg.run_id, msg.fence, msg.result
+                leader_rid(),
+                now.wall_ms,
+                self.fence,
+                msg.run_id,
+                msg.fence,
+                msg.result,
+                progress,
             )
         else:
             cmd = commands.FailRun(
@@ -741,5 +788,7 @@ class LeaderCore:
                 msg.retryable,
                 AttemptOutcome.FAILED,
                 self.rand(),
+                None if msg.traceback is None else messages.traceback_tail(msg.traceback),
+                progress,
             )
         return [Commit(cmd, Finished(conn, msg), RESULT_TIMEOUT_S)]

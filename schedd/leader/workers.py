@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
+from typing import Any
 
 from schedd.protocol import messages
 
@@ -43,6 +44,18 @@ class WorkerConn:
             self.outbox.put_nowait(None)
 
 
+@dataclass(slots=True, eq=False)
+class LeaseProgress:
+    """A lease's progress reports, as the leader records them (``schedd.leader.progress``)."""
+
+    recorded: bytes | None = None  # what the attempt holds, or will once the commit applies
+    value: Any = None  # the latest value reported and not recorded yet ...
+    waiting: bytes | None = None  # ... as canonical JSON (None: nothing waits)
+    after: float = 0.0  # monotonic: no progress of this lease is committed before then
+    queued: bool = False  # waiting in the book's queue for ``after``
+    warned: bool = False  # a value too large to keep was logged (once per lease)
+
+
 @dataclass(slots=True)
 class LeaseInfo:
     run_id: str
@@ -52,3 +65,4 @@ class LeaseInfo:
     heartbeat_timeout: float  # seconds
     deadline_ms: int | None  # the run's timeout (wall clock), if any
     ending: bool = False  # a Fail/expiry for this lease is being committed
+    progress: LeaseProgress | None = None  # once the worker reports progress (or one is held)

@@ -26,6 +26,15 @@ PROTOCOL_VERSION = 1
 MAX_CAPACITY = 10_000
 MAX_TASKS = 10_000  # task names a worker may list in its hello
 MAX_FRAME_BYTES = 1 << 20  # a frame's size is the transport's concern; this is the agreed bound
+#: A progress value (``progress`` of a lease ref, a complete or a fail) is kept with the attempt
+#: only up to this size, as canonical JSON (:func:`progress_json`): it is replicated with every
+#: change and stored with the run.  A larger one is not sent by the SDK, and dropped by the
+#: leader with a log line (the attempt keeps the value it had).
+MAX_PROGRESS_BYTES = 4096
+#: The ``traceback`` of a fail is kept as its tail (:func:`traceback_tail`): the last
+#: ``TRACEBACK_LINES`` lines, at most ``TRACEBACK_BYTES`` bytes of UTF-8.
+TRACEBACK_LINES = 20
+TRACEBACK_BYTES = 4096
 
 
 class ProtocolError(InvalidArgument):
@@ -69,6 +78,7 @@ class Complete:
     run_id: str
     fence: int
     result: Any = None
+    progress: Any = None  # the handler's last progress (None: none reported)
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +88,8 @@ class Fail:
     fence: int
     error: str
     retryable: bool = True
+    traceback: str | None = None  # the tail of the exception's traceback (a handler that raised)
+    progress: Any = None  # the handler's last progress (None: none reported)
 
 
 @dataclass(frozen=True, slots=True)
@@ -291,12 +303,19 @@ _SPECS: dict[type[Any], Spec] = {
         ("tasks", _tasks, None),
     ),
     Heartbeat: (("leases", _lease_refs, ()),),
-    Complete: (("run_id", _id, _REQUIRED), ("fence", _fence, _REQUIRED), ("result", _json, None)),
+    Complete: (
+        ("run_id", _id, _REQUIRED),
+        ("fence", _fence, _REQUIRED),
+        ("result", _json, None),
+        ("progress", _json, None),
+    ),
     Fail: (
         ("run_id", _id, _REQUIRED),
         ("fence", _fence, _REQUIRED),
         ("error", _str, _REQUIRED),
         ("retryable", _bool, True),
+        ("traceback", _opt_str, None),
+        ("progress", _json, None),
     ),
     Drain: (),
     Welcome: (
@@ -365,6 +384,29 @@ def decode(text: str | bytes) -> Message:
         )
     msg: Message = _build(cls, _SPECS[cls], obj, f"{kind}.")
     return msg
+
+
+def progress_json(value: Any) -> bytes | None:
+    """``value`` as canonical JSON (keys sorted, so equal values encode alike: what tells a
+    changed progress from a repeated one), or None when it is not JSON."""
+    try:
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+    except TypeError:
+        return None
+
+
+def traceback_tail(text: str) -> str:
+    """The end of a formatted traceback: its last ``TRACEBACK_LINES`` lines, at most
+    ``TRACEBACK_BYTES`` bytes, after a line ``…`` when anything was cut (the innermost frames
+    and the exception are at the end)."""
+    lines = text.rstrip("\n").splitlines()
+    cut = len(lines) > TRACEBACK_LINES
+    tail = "\n".join(lines[-TRACEBACK_LINES:])
+    budget = TRACEBACK_BYTES - len("…\n".encode())
+    data = tail.encode("utf-8", "replace")
+    if len(data) > budget:
+        tail, cut = data[-budget:].decode("utf-8", "ignore"), True
+    return "…\n" + tail if cut else tail
 
 
 def _wire(value: Any) -> Any:

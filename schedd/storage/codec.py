@@ -88,7 +88,7 @@ def _job_from(job_id: str, d: dict[str, Any]) -> Job:
 
 
 def _attempt(a: Attempt) -> list[Any]:
-    return [
+    out = [
         a.number,
         a.fence,
         a.worker_id,
@@ -98,10 +98,15 @@ def _attempt(a: Attempt) -> list[Any]:
         None if a.outcome is None else a.outcome.value,
         a.error,
     ]
+    # later fields, written only when set: an attempt without them is stored as before
+    if a.progress is not None or a.progress_ms is not None or a.traceback is not None:
+        out += [a.progress, a.progress_ms, a.traceback]
+    return out
 
 
 def _attempt_from(v: list[Any]) -> Attempt:
-    number, fence, worker, leased, deadline, ended, outcome, error = v
+    number, fence, worker, leased, deadline, ended, outcome, error, *later = v
+    progress, progress_ms, traceback = later if later else (None, None, None)
     return Attempt(
         number,
         fence,
@@ -111,6 +116,9 @@ def _attempt_from(v: list[Any]) -> Attempt:
         ended,
         None if outcome is None else AttemptOutcome(outcome),
         error,
+        progress,
+        progress_ms,
+        traceback,
     )
 
 

@@ -25,7 +25,8 @@ import socket
 import ssl
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from traceback import format_exception
 from typing import Any
 
 import aiohttp
@@ -54,9 +55,10 @@ from schedd.protocol.messages import (
     Welcome,
     decode,
     encode,
+    traceback_tail,
 )
 from schedd.worker.builtins import SHELL_DISABLED, TaskFailed, builtin_handlers
-from schedd.worker.leases import Acked, Held, LeaseBook
+from schedd.worker.leases import Acked, Held, LeaseBook, progress_to_send
 from schedd.worker.registry import (
     Context,
     H,
@@ -755,7 +757,9 @@ class Worker:
             held.sent = await self._send(held.outcome)
 
     async def execute(self, lease: Lease, ctx: Context | None = None) -> Complete | Fail:
-        """Run the handler for ``lease`` and map what happens to ``complete`` or ``fail``.
+        """Run the handler for ``lease`` and map what happens to ``complete`` or ``fail``, with
+        the handler's last ``ctx.progress`` (when it can be sent) and, when it raised, the tail
+        of the traceback.
 
         Needs no server: handy to test handlers.  Raises only ``CancelledError`` (when the
         calling task is cancelled)."""
@@ -771,6 +775,11 @@ class Worker:
                 lease.idempotency_key,
                 self.worker_id,
             )
+        outcome = await self._outcome(lease, ctx)
+        progress = progress_to_send(ctx)
+        return outcome if progress is None else replace(outcome, progress=progress)
+
+    async def _outcome(self, lease: Lease, ctx: Context) -> Complete | Fail:
         run_id, fence = lease.run_id, lease.fence
         handler = self.handler_for(lease.task)
         if handler is None:
@@ -839,6 +848,8 @@ async def _call(handler: Handler, ctx: Context, payload: Any) -> Any:
 
 
 def _failure(run_id: str, fence: int, exc: BaseException) -> Fail:
+    """The ``fail`` of a handler that raised ``exc``: its one-line description and the tail of
+    its traceback (not for a built-in task's own failure, whose message says it all)."""
     retryable = not isinstance(exc, NonRetryable)
     if isinstance(exc, NonRetryable | TaskFailed):
         log.warning(
@@ -846,7 +857,9 @@ def _failure(run_id: str, fence: int, exc: BaseException) -> Fail:
         )
     else:
         log.warning("worker.task_raised run_id=%s", run_id, exc_info=exc)
-    return Fail(run_id, fence, describe(exc), retryable=retryable)
+    # as Python prints it (chained exceptions included), the end kept: the innermost frames
+    tb = None if isinstance(exc, TaskFailed) else traceback_tail("".join(format_exception(exc)))
+    return Fail(run_id, fence, describe(exc), retryable=retryable, traceback=tb)
 
 
 async def _until(not_before: str | None) -> None:

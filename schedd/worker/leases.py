@@ -12,14 +12,24 @@ and answers with what the worker must do; it runs nothing and sends nothing:
 from __future__ import annotations
 
 import enum
+import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
-
-from schedd.protocol.messages import Ack, Cancel, Complete, Fail, Lease, LeaseRef
+from schedd.protocol.messages import (
+    MAX_PROGRESS_BYTES,
+    Ack,
+    Cancel,
+    Complete,
+    Fail,
+    Lease,
+    LeaseRef,
+    progress_json,
+)
 from schedd.worker.registry import Context
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(eq=False)
@@ -31,6 +41,34 @@ class Held:
     task: Any = None  # the handler's asyncio task, while the worker runs it
     outcome: Complete | Fail | None = None  # finished, waiting for the server's ack
     sent: bool = False  # outcome sent on the current connection
+    warned: bool = False  # a progress that cannot be sent was logged (once per lease)
+
+    def progress(self) -> Any:
+        """The handler's ``ctx.progress`` when it can be reported (:func:`progress_to_send`;
+        logged once per lease when it cannot)."""
+        value = progress_to_send(self.ctx, warn=not self.warned)
+        if value is None and self.ctx.progress is not None:
+            self.warned = True
+        return value
+
+
+def progress_to_send(ctx: Context, warn: bool = True) -> Any:
+    """``ctx.progress`` when it can be reported: JSON, and at most ``MAX_PROGRESS_BYTES`` as
+    JSON (the server keeps no larger one); else None (with a warning, when ``warn``)."""
+    value = ctx.progress
+    if value is None:
+        return None
+    text = progress_json(value)
+    if text is not None and len(text) <= MAX_PROGRESS_BYTES:
+        return value
+    if warn:
+        why = (
+            "is not JSON"
+            if text is None
+            else f"is {len(text)} bytes as JSON; the limit is {MAX_PROGRESS_BYTES}"
+        )
+        log.warning("worker.progress_not_sent run_id=%s: ctx.progress %s", ctx.run_id, why)
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,17 +111,11 @@ class LeaseBook:
         return self._held.get(held.lease.run_id) is held
 
     def refs(self) -> tuple[LeaseRef, ...]:
-        """Every lease held, with its latest progress when that is JSON (for hello/heartbeat)."""
-        refs = []
-        for h in self._held.values():
-            progress = h.ctx.progress
-            if progress is not None:
-                try:
-                    orjson.dumps(progress)
-                except TypeError:
-                    progress = None
-            refs.append(LeaseRef(h.lease.run_id, h.lease.fence, progress))
-        return tuple(refs)
+        """Every lease held, with its latest progress when that can be sent (for hello and
+        heartbeat: :meth:`Held.progress`)."""
+        return tuple(
+            LeaseRef(h.lease.run_id, h.lease.fence, h.progress()) for h in self._held.values()
+        )
 
     def beat_period(self, interval: float) -> float:
         """Seconds between heartbeats: the welcome's ``interval``, or less when a lease held

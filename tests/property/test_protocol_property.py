@@ -59,6 +59,7 @@ FIELDS = sorted(
         "code",
         "message",
         "progress",
+        "traceback",
     }
 )
 
@@ -137,8 +138,8 @@ messages: st.SearchStrategy[Message] = st.one_of(
         st.integers(1, 5),
     ),
     st.builds(Heartbeat, st.lists(refs, max_size=3).map(tuple)),
-    st.builds(Complete, ids, fences, json_values),
-    st.builds(Fail, ids, fences, st.text(), st.booleans()),
+    st.builds(Complete, ids, fences, json_values, json_values),
+    st.builds(Fail, ids, fences, st.text(), st.booleans(), st.none() | st.text(), json_values),
     st.just(Drain()),
     st.builds(Welcome, ids, positive, positive),
     st.builds(Redirect, st.none() | st.just("http://127.0.0.1:7710")),

@@ -59,6 +59,7 @@ KINDS = [
     "complete",
     "fail",
     "fail",
+    "progress",
     "cancel_run",
     "replay",
     "drop",
@@ -110,13 +111,16 @@ def one_command(data: st.DataObject, state: MemoryState, t: int, n: int) -> comm
         return commands.LeaseRuns(
             r, t, lf, ((pick_run("queued"), data.draw(st.sampled_from(["w1", "w2"]))),)
         )
-    if kind in ("complete", "fail"):
+    if kind in ("complete", "fail", "progress"):
         run_id = pick_run("running")
         current = state.runs[run_id].fence if run_id in state.runs else None
         f = (current or 0) - data.draw(st.sampled_from([0, 0, 0, 1]))
+        progress = data.draw(st.sampled_from([None, None, 0, "half", {"n": [1, None]}]))
+        if kind == "progress":
+            return commands.Progress(r, t, lf, ((run_id, f, progress),))
         if kind == "complete":
             return commands.CompleteRun(
-                r, t, lf, run_id, f, data.draw(st.sampled_from([None, {"n": 1}]))
+                r, t, lf, run_id, f, data.draw(st.sampled_from([None, {"n": 1}])), progress
             )
         return commands.FailRun(
             r,
@@ -128,6 +132,8 @@ def one_command(data: st.DataObject, state: MemoryState, t: int, n: int) -> comm
             data.draw(st.booleans()),
             data.draw(st.sampled_from(["failed", "lost", "timed_out"])),
             data.draw(st.floats(0, 1)),
+            data.draw(st.sampled_from([None, "Traceback …\nValueError: é"])),
+            progress,
         )
     if kind == "purge":
         return commands.Purge(

@@ -30,6 +30,15 @@ def later(at_ms: int = T0 + MIN, **kw: Any) -> JobSpec:
     return JobSpec(task="t", schedule=Schedule(kind=ScheduleKind.AT, at_ms=at_ms), **kw)
 
 
+def running(h: Harness, spec: JobSpec | None = None) -> tuple[int, str, int]:
+    """A leader's claim, a job submitted now and its run leased: (leader fence, run id, lease
+    fence)."""
+    lf = h.claim()
+    h.submit(spec=spec)
+    rid = f"J1@{T0}"
+    return lf, rid, lease_one(h, lf, rid)
+
+
 def dead_lettered(h: Harness, lf: int) -> str:
     h.submit(spec=JobSpec(task="t", retry=RetryPolicy(max_attempts=1)))
     rid = f"J1@{T0}"
@@ -144,16 +153,64 @@ def test_a_lease_names_the_worker_that_holds_it() -> None:
 
 def test_a_failed_attempt_keeps_the_workers_error() -> None:
     h = Harness()
-    lf = h.claim()
-    h.submit(spec=JobSpec(task="t", retry=RetryPolicy(max_attempts=2, jitter=False)))
-    rid = f"J1@{T0}"
-    fence = lease_one(h, lf, rid)
+    lf, rid, fence = running(h, JobSpec(task="t", retry=RetryPolicy(max_attempts=2, jitter=False)))
     assert h.one(commands.FailRun(h.rid(), T0 + 5, lf, rid, fence, "disk full", True)) == Ok(rid)
     run = h.state.runs[rid]
     assert run.state is RunState.RETRYING and run.error == "disk full"
     assert [(a.outcome, a.error, a.ended_ms) for a in run.attempts] == [
         ("failed", "disk full", T0 + 5)
     ]
+
+
+def test_a_failed_attempt_keeps_the_tail_of_the_traceback_and_its_final_progress() -> None:
+    h = Harness()
+    lf, rid, fence = running(h, JobSpec(task="t", retry=RetryPolicy(max_attempts=2, jitter=False)))
+    tb = 'Traceback (most recent call last):\n  File "t.py", line 3, in load\nOSError: disk full'
+    fail = commands.FailRun(
+        h.rid(), T0 + 5, lf, rid, fence, "OSError: disk full", True, traceback=tb, progress=7
+    )
+    assert h.one(fail) == Ok(rid)
+    [attempt] = h.state.runs[rid].attempts
+    assert (attempt.error, attempt.traceback) == ("OSError: disk full", tb)
+    assert (attempt.progress, attempt.progress_ms) == (7, T0 + 5)
+    assert h.state.runs[rid].error == "OSError: disk full"  # the run's one line, as before
+
+
+def test_progress_is_recorded_on_the_running_attempt_only() -> None:
+    h = Harness()
+    lf, rid, fence = running(h)
+    before = h.state.runs[rid]
+    h.events.clear()
+    res = h.one(commands.Progress(h.rid(), T0 + 3, lf, ((rid, fence, {"pct": 40}),)))
+    assert res == Ok([Ok(rid)])
+    run = h.state.runs[rid]
+    assert (run.current.progress, run.current.progress_ms) == ({"pct": 40}, T0 + 3)
+    assert (run.state, run.updated_ms) == (before.state, before.updated_ms)  # nothing else
+    assert h.events == []  # nothing for the leader's indexes
+    # one of another lease (stale) or of a run that is gone does not spoil the others
+    [stale, gone, ok] = h.one(
+        commands.Progress(
+            h.rid(), T0 + 4, lf, ((rid, fence - 1, "x"), ("J9@1", 1, "x"), (rid, fence, 50))
+        )
+    ).value
+    assert isinstance(stale, Rejected) and stale.code == "stale_fence"
+    assert isinstance(gone, Rejected) and gone.code == "not_found"
+    assert ok == Ok(rid) and h.state.runs[rid].current.progress == 50
+    # the end without progress keeps the one recorded; after it, none is taken
+    assert h.one(commands.CompleteRun(h.rid(), T0 + 6, lf, rid, fence, "done")) == Ok(rid)
+    late = h.one(commands.Progress(h.rid(), T0 + 7, lf, ((rid, fence, 99),))).value
+    assert isinstance(late[0], Rejected) and late[0].code == "stale_fence"
+    [attempt] = h.state.runs[rid].attempts
+    assert (attempt.progress, attempt.progress_ms, attempt.outcome) == (50, T0 + 4, "succeeded")
+
+
+def test_a_completed_attempt_records_the_progress_its_result_carries() -> None:
+    h = Harness()
+    lf, rid, fence = running(h)
+    h.one(commands.Progress(h.rid(), T0 + 1, lf, ((rid, fence, "half"),)))
+    assert h.one(commands.CompleteRun(h.rid(), T0 + 2, lf, rid, fence, 1, "all")) == Ok(rid)
+    [attempt] = h.state.runs[rid].attempts
+    assert (attempt.progress, attempt.progress_ms, attempt.traceback) == ("all", T0 + 2, None)
 
 
 # -- runs: cancel, replay, drop from the dead-letter queue -----------------------------------

@@ -33,6 +33,7 @@ from schedd.leader.core import (
     StepDown,
     Wake,
 )
+from schedd.leader.progress import PROGRESS_PERIOD_S
 from schedd.leader.workers import WorkerConn
 from schedd.protocol import messages
 
@@ -551,3 +552,180 @@ def test_history_is_purged_one_command_at_a_time_every_period() -> None:
     sim.advance(0.1)
     sim.tick()
     assert len(sim.asked(commands.Purge)) == 1
+
+
+# -- progress and tracebacks --------------------------------------------------------------------
+def beat(sim: Sim, conn: WorkerConn, lease: messages.Lease, progress: Any) -> None:
+    """The worker on ``conn`` heartbeats ``lease`` with ``progress``."""
+    ref = messages.LeaseRef(lease.run_id, lease.fence, progress)
+    sim.leader.heartbeat(conn, (ref,), sim.now)
+
+
+def progress_asked(sim: Sim) -> list[tuple[tuple[str, int, Any], ...]]:
+    return [cmd.updates for cmd in sim.asked(commands.Progress)]
+
+
+def recorded(value: Any, **spec: Any) -> tuple[Sim, WorkerConn, str, messages.Lease]:
+    """A run leased to a worker that reported the progress ``value``, committed."""
+    sim = Sim()
+    conn = sim.connect()
+    run_id, lease = leased(sim, conn, **spec)
+    beat(sim, conn, lease, value)
+    sim.tick()
+    sim.commit()
+    return sim, conn, run_id, lease
+
+
+def test_a_changed_progress_is_committed_and_a_repeated_one_is_not() -> None:
+    sim = Sim()
+    conn = sim.connect()
+    run_id, lease = leased(sim, conn)
+    beat(sim, conn, lease, None)  # no progress: nothing to record
+    sim.tick()
+    assert progress_asked(sim) == []
+    beat(sim, conn, lease, {"done": 3, "of": 10})
+    sim.tick()
+    assert progress_asked(sim) == [((run_id, lease.fence, {"done": 3, "of": 10}),)]
+    sim.commit()
+    attempt = sim.run(run_id).current
+    assert (attempt.progress, attempt.progress_ms) == ({"done": 3, "of": 10}, sim.wall)
+    assert sim.run(run_id).state is RunState.RUNNING
+    for _ in range(3):  # the same value, keys in another order: already held
+        sim.advance(PROGRESS_PERIOD_S)
+        beat(sim, conn, lease, {"of": 10, "done": 3})
+        sim.tick()
+        assert progress_asked(sim) == []
+
+
+def test_progress_is_committed_at_most_once_per_lease_per_period_the_latest_winning() -> None:
+    sim, conn, run_id, lease = recorded(1)
+    for value in (2, 3, 4):  # a chatty worker: every second
+        sim.advance(1)
+        beat(sim, conn, lease, value)
+        sim.tick()
+        assert progress_asked(sim) == []
+    sim.advance(PROGRESS_PERIOD_S - 3)
+    sim.tick()
+    assert progress_asked(sim) == [((run_id, lease.fence, 4),)]
+    sim.commit()
+    assert sim.run(run_id).current.progress == 4
+
+
+def test_the_progress_of_many_leases_goes_in_one_command_one_command_at_a_time() -> None:
+    sim = Sim()
+    conn = sim.connect(capacity=3)
+    for i in range(3):
+        sim.submit(f"J{i}")
+    sim.settle()
+    leases = sim.frames(conn, messages.Lease)
+    assert len(leases) == 3
+    for i, lease in enumerate(leases[:2]):
+        beat(sim, conn, lease, i)
+    sim.tick()
+    assert progress_asked(sim) == [tuple((x.run_id, x.fence, i) for i, x in enumerate(leases[:2]))]
+    beat(sim, conn, leases[2], 2)
+    sim.tick()  # the first is not committed yet: the next waits for it
+    assert len(progress_asked(sim)) == 1
+    sim.commit()
+    sim.tick()
+    assert progress_asked(sim) == [((leases[2].run_id, leases[2].fence, 2),)]
+
+
+def test_a_progress_too_large_is_dropped_with_one_log_line(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    sim, conn, run_id, lease = recorded("small")
+    huge = "x" * messages.MAX_PROGRESS_BYTES
+    for _ in range(3):
+        sim.advance(PROGRESS_PERIOD_S)
+        beat(sim, conn, lease, huge)
+        sim.tick()
+        assert progress_asked(sim) == []
+    assert sum("run.progress_dropped" in r.getMessage() for r in caplog.records) == 1
+    assert sim.run(run_id).current.progress == "small"  # kept
+    sim.do(sim.leader.finish(conn, messages.Complete(run_id, lease.fence, None, huge), sim.now))
+    [done] = sim.asked(commands.CompleteRun)
+    assert done.progress is None  # not with the end either
+
+
+def test_a_progress_that_was_not_committed_is_sent_again_with_a_later_report() -> None:
+    sim = Sim()
+    conn = sim.connect()
+    run_id, lease = leased(sim, conn)
+    beat(sim, conn, lease, "half")
+    sim.tick()
+    sim.lose()
+    beat(sim, conn, lease, "half")  # workers repeat their progress in every heartbeat
+    sim.tick()
+    assert progress_asked(sim) == []  # in the lease's next turn
+    sim.advance(PROGRESS_PERIOD_S)
+    sim.tick()
+    assert progress_asked(sim) == [((run_id, lease.fence, "half"),)]
+
+
+def test_the_end_of_an_attempt_records_its_final_progress() -> None:
+    sim, conn, run_id, lease = recorded(1)
+    sim.advance(1)
+    beat(sim, conn, lease, 2)  # waits for the lease's next turn ...
+    # ... when the result comes, from a worker that does not send progress with it
+    sim.do(sim.leader.finish(conn, messages.Complete(run_id, lease.fence, "ok"), sim.now))
+    [done] = sim.asked(commands.CompleteRun)
+    assert done.progress == 2
+    sim.commit()
+    attempt = sim.run(run_id).current
+    assert (attempt.progress, attempt.progress_ms, attempt.outcome) == (2, sim.wall, "succeeded")
+    sim.advance(PROGRESS_PERIOD_S)
+    sim.tick()
+    assert progress_asked(sim) == []  # nothing waits for it any more
+
+
+def test_a_failure_keeps_the_progress_it_carries_and_the_tail_of_its_traceback() -> None:
+    sim = Sim()
+    conn = sim.connect()
+    run_id, lease = leased(sim, conn)
+    beat(sim, conn, lease, {"step": 1})
+    tb = "\n".join(f"line {i}" for i in range(100))  # a worker that sends too long a one
+    fail = messages.Fail(run_id, lease.fence, "ValueError: x", True, tb, {"step": 9})
+    sim.do(sim.leader.finish(conn, fail, sim.now))
+    [failed] = sim.asked(commands.FailRun)
+    assert failed.progress == {"step": 9}  # what the result carries wins
+    assert failed.traceback == messages.traceback_tail(tb)
+    assert failed.traceback.endswith("line 99") and "line 79" not in failed.traceback
+    sim.commit()
+    attempt = sim.run(run_id).attempts[0]
+    assert (attempt.error, attempt.traceback) == ("ValueError: x", failed.traceback)
+    assert (attempt.progress, attempt.outcome) == ({"step": 9}, "failed")
+    assert sim.run(run_id).state is RunState.RETRYING
+
+
+def test_a_lost_lease_keeps_the_progress_reported_last() -> None:
+    sim, conn, run_id, lease = recorded("a", heartbeat_timeout_ms=3 * S)
+    sim.advance(1)
+    beat(sim, conn, lease, "b")  # not committed yet when the worker goes quiet
+    sim.advance(3.01)
+    sim.tick()
+    [lost] = sim.asked(commands.FailRun)
+    assert (lost.outcome, lost.progress) == ("lost", "b")
+    sim.commit()
+    assert sim.run(run_id).attempts[0].progress == "b"
+
+
+def test_a_new_leader_does_not_commit_again_the_progress_an_attempt_holds() -> None:
+    first, _, run_id, lease = recorded({"pct": 50})
+    second = Sim(first.state)  # elected later, on the same replicated state
+    again = second.connect(resume=(messages.LeaseRef(run_id, lease.fence, {"pct": 50}),))
+    second.tick()
+    assert progress_asked(second) == []
+    beat(second, again, lease, {"pct": 60})
+    second.tick()
+    assert progress_asked(second) == [((run_id, lease.fence, {"pct": 60}),)]
+
+
+def test_progress_from_a_worker_that_does_not_hold_the_lease_is_ignored() -> None:
+    sim = Sim()
+    conn, other = sim.connect("w1"), sim.connect("w2")
+    run_id, lease = leased(sim, conn)
+    beat(sim, other, lease, "not yours")
+    sim.leader.heartbeat(conn, (messages.LeaseRef(run_id, lease.fence - 1, "stale"),), sim.now)
+    sim.tick()
+    assert progress_asked(sim) == []

@@ -7,8 +7,10 @@ import pytest
 
 from schedd.errors import Code, InvalidArgument
 from schedd.protocol.messages import (
+    MAX_PROGRESS_BYTES,
     MESSAGE_TYPES,
     PROTOCOL_VERSION,
+    TRACEBACK_BYTES,
     Ack,
     Cancel,
     Complete,
@@ -25,7 +27,9 @@ from schedd.protocol.messages import (
     Welcome,
     decode,
     encode,
+    progress_json,
     to_dict,
+    traceback_tail,
 )
 
 T0 = "2026-11-25T02:00:00.000Z"
@@ -40,6 +44,8 @@ ROUND_TRIPS: list[Message] = [
     Complete("j@1", 0, "just a string"),
     Fail("j@1", 7, "ValueError: boom"),
     Fail("j@1", 7, "", retryable=False),
+    Complete("j@1", 7, None, {"done": 3, "of": 10}),
+    Fail("j@1", 7, "ValueError: boom", True, 'File "t.py", line 1, in f\nValueError: boom', 0.5),
     Drain(),
     Welcome("n1", 5.0, 60.0),
     Welcome("n1", 0.25, 1.5),
@@ -100,6 +106,14 @@ V1_SAMPLES: list[tuple[str, Message]] = [
     ),
     ('{"type":"complete","run_id":"j@1","fence":3}', Complete("j@1", 3, None)),
     ('{"type":"fail","run_id":"j@1","fence":3,"error":"boom"}', Fail("j@1", 3, "boom", True)),
+    (
+        '{"type":"fail","run_id":"j@1","fence":3,"error":"boom","traceback":"tb","progress":[1]}',
+        Fail("j@1", 3, "boom", True, "tb", [1]),
+    ),
+    (
+        '{"type":"complete","run_id":"j@1","fence":3,"result":1,"progress":{"n":2}}',
+        Complete("j@1", 3, 1, {"n": 2}),
+    ),
     ('{"type":"drain"}', Drain()),
     (
         '{"type":"welcome","node_id":"n1","heartbeat_interval":5,"lease_timeout":60}',
@@ -199,6 +213,11 @@ ERRORS: list[tuple[str | bytes, str, str]] = [
     ('{"type": "fail", "run_id": "r", "fence": 1}', "fail.error", "missing"),
     ('{"type": "fail", "run_id": "r", "fence": 1, "error": 3}', "fail.error", "string"),
     (
+        '{"type": "fail", "run_id": "r", "fence": 1, "error": "e", "traceback": 3}',
+        "fail.traceback",
+        "string",
+    ),
+    (
         '{"type": "fail", "run_id": "r", "fence": 1, "error": "e", "retryable": "yes"}',
         "fail.retryable",
         "true or false",
@@ -266,3 +285,22 @@ def test_messages_are_frozen() -> None:
     msg = Ack("r", True)
     with pytest.raises(AttributeError):
         msg.accepted = False  # type: ignore[misc]
+
+
+def test_a_traceback_is_kept_as_its_tail() -> None:
+    short = 'Traceback (most recent call last):\n  File "t.py", line 3, in load\nKeyError: 1\n'
+    assert traceback_tail(short) == short.rstrip("\n")  # whole, when it fits
+    long = "\n".join(f"line {i}" for i in range(50))
+    assert traceback_tail(long).splitlines() == ["…", *(f"line {i}" for i in range(30, 50))]
+    wide = "\n".join("é" * 1000 for _ in range(10))  # 2 bytes a character
+    tail = traceback_tail(wide)
+    assert tail.startswith("…\n") and len(tail.encode()) <= TRACEBACK_BYTES
+    assert wide.endswith(tail[2:])  # the end, not a character cut in half
+    assert traceback_tail(tail) == tail  # the server's bound keeps what the SDK sent
+
+
+def test_progress_json_tells_changed_values_from_repeated_ones() -> None:
+    assert progress_json({"a": 1, "b": [2]}) == progress_json({"b": [2], "a": 1})
+    assert progress_json(1) != progress_json(True) != progress_json(1.0)
+    assert progress_json(object()) is None
+    assert len(progress_json("x" * MAX_PROGRESS_BYTES) or b"") > MAX_PROGRESS_BYTES

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -40,4 +41,8 @@ def example_worker() -> Worker:
 def test_the_readme_worker_example_handles_every_payload(payload: Any, expected: Any) -> None:
     worker = example_worker()
     lease = Lease("r@1", "J", 1, 3, "reports.generate", payload, "2026-11-25T02:00:00Z")
-    assert asyncio.run(worker.execute(lease)) == expected
+    got = asyncio.run(worker.execute(lease))
+    if isinstance(got, Fail):  # with the tail of the traceback, down to the handler's raise
+        assert got.traceback is not None and 'File "README.md"' in got.traceback
+        got = replace(got, traceback=None)
+    assert got == expected

@@ -96,7 +96,27 @@ def test_attempt_view_running() -> None:
         "ended_at": None,
         "outcome": None,
         "error": None,
+        "traceback": None,
+        "progress": None,
+        "progress_at": None,
     }
+
+
+def test_attempt_view_shows_the_progress_with_its_time_and_the_traceback() -> None:
+    view = attempt_view(
+        _attempt(
+            progress={"done": 3, "of": 10},
+            progress_ms=T0 + 2_000,
+            ended_ms=T0 + 3_000,
+            outcome=AttemptOutcome.FAILED,
+            error="ValueError: bad row",
+            traceback='  File "tasks.py", line 9, in load\nValueError: bad row',
+        )
+    )
+    assert view["progress"] == {"done": 3, "of": 10}
+    assert view["progress_at"] == "2026-11-25T02:00:02.000Z"
+    assert view["traceback"] == '  File "tasks.py", line 9, in load\nValueError: bad row'
+    assert view["error"] == "ValueError: bad row"
 
 
 def test_attempt_view_ended() -> None:

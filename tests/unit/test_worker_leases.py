@@ -4,7 +4,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from schedd.protocol.messages import Ack, Cancel, Complete, Fail, Lease, LeaseRef
+import pytest
+
+from schedd.protocol.messages import (
+    MAX_PROGRESS_BYTES,
+    Ack,
+    Cancel,
+    Complete,
+    Fail,
+    Lease,
+    LeaseRef,
+)
 from schedd.worker.leases import Acked, LeaseBook
 from schedd.worker.registry import Context
 
@@ -87,3 +97,16 @@ def test_heartbeats_carry_json_progress_only_and_come_as_often_as_a_lease_asks()
     assert book.refs() == (LeaseRef("A", 10, {"done": 3}), LeaseRef("B", 10))
     assert book.beat_period(5.0) == 0.5
     assert book.beat_period(0.01) == 0.05  # never more often than 20 a second
+
+
+def test_a_progress_too_large_for_the_server_is_not_sent_and_logged_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    book = LeaseBook(capacity=1)
+    a = take(book, lease("A")).held
+    a.ctx.progress = "x" * MAX_PROGRESS_BYTES  # with its quotes, 2 bytes too many
+    assert book.refs() == book.refs() == (LeaseRef("A", 10),)
+    [warning] = [r.getMessage() for r in caplog.records if "progress_not_sent" in r.getMessage()]
+    assert f"the limit is {MAX_PROGRESS_BYTES}" in warning
+    a.ctx.progress = "x" * (MAX_PROGRESS_BYTES - 2)
+    assert book.refs() == (LeaseRef("A", 10, a.ctx.progress),)

@@ -12,6 +12,7 @@ import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -22,6 +23,9 @@ from aiohttp.test_utils import TestServer
 import schedd.worker
 from schedd.cli.worker import main as cli_main
 from schedd.protocol.messages import (
+    MAX_PROGRESS_BYTES,
+    TRACEBACK_BYTES,
+    TRACEBACK_LINES,
     Ack,
     Cancel,
     Complete,
@@ -200,7 +204,57 @@ async def test_exceptions_become_fail(exc: Exception, error: str, retryable: boo
     async def handler(ctx: Context, payload: Any) -> Any:
         raise exc
 
-    assert await w.execute(lease()) == Fail("j@1", 5, error, retryable)
+    out = await w.execute(lease())
+    assert isinstance(out, Fail) and replace(out, traceback=None) == Fail(
+        "j@1", 5, error, retryable
+    )
+    assert out.traceback is not None and "in handler\n    raise exc" in out.traceback
+    assert out.traceback.splitlines()[-1].endswith(error)  # the exception, last
+
+
+def _deep(n: int) -> None:
+    if n:
+        _deep(n - 1)
+    raise ValueError("x" * 300)
+
+
+async def test_a_fail_carries_the_tail_of_the_traceback_bounded() -> None:
+    w = make_worker()
+
+    @w.task("t")
+    def handler(ctx: Context, payload: Any) -> Any:
+        try:
+            _deep(40)
+        except ValueError as exc:
+            raise RuntimeError("wrapped") from exc
+
+    out = await w.execute(lease())
+    assert isinstance(out, Fail) and out.error == "RuntimeError: wrapped"
+    assert out.traceback is not None
+    lines = out.traceback.splitlines()
+    assert lines[0] == "…" and len(lines) == TRACEBACK_LINES + 1  # the first lines cut
+    assert len(out.traceback.encode()) <= TRACEBACK_BYTES
+    assert lines[-1].endswith("RuntimeError: wrapped") and "in handler" in out.traceback
+
+
+async def test_a_result_carries_the_handler_last_progress_when_it_can_be_sent() -> None:
+    w = make_worker()
+
+    @w.task("t")
+    async def done(ctx: Context, payload: Any) -> Any:
+        ctx.progress = payload
+        return "ok"
+
+    @w.task("boom")
+    async def boom(ctx: Context, payload: Any) -> Any:
+        ctx.progress = {"step": 2}
+        raise Boom("late")
+
+    assert await w.execute(lease(payload={"done": 10})) == Complete("j@1", 5, "ok", {"done": 10})
+    too_large = "x" * MAX_PROGRESS_BYTES
+    assert await w.execute(lease(payload=too_large)) == Complete("j@1", 5, "ok")
+    failed = await w.execute(lease("boom"))
+    assert isinstance(failed, Fail) and failed.progress == {"step": 2}
 
 
 async def test_result_that_is_not_json_fails_for_good() -> None:
@@ -262,7 +316,10 @@ async def test_handler_own_timeout_error_is_an_ordinary_failure() -> None:
         raise TimeoutError("upstream slow")
 
     out = await w.execute(lease(deadline=in_seconds(30)))
-    assert out == Fail("j@1", 5, "TimeoutError: upstream slow", retryable=True)
+    assert isinstance(out, Fail) and out.traceback is not None
+    assert replace(out, traceback=None) == Fail(
+        "j@1", 5, "TimeoutError: upstream slow", retryable=True
+    )
 
 
 # -- shell -------------------------------------------------------------------------------------
@@ -612,7 +669,9 @@ async def test_failure_and_unknown_task_are_reported(fake: FakeServer) -> None:
         await fake.expect(Hello)
         await until(lambda: w.connected)
         await fake.send(lease("boom", run_id="a@1", fence=1))
-        assert await fake.expect(Fail) == Fail("a@1", 1, "Boom: kaput", True)
+        failed = await fake.expect(Fail)
+        assert replace(failed, traceback=None) == Fail("a@1", 1, "Boom: kaput", True)
+        assert failed.traceback and "in boom" in failed.traceback
         await fake.send(lease("nope", run_id="b@1", fence=2))
         out = await fake.expect(Fail)
         assert out.run_id == "b@1" and not out.retryable and "unknown task 'nope'" in out.error
