@@ -238,6 +238,8 @@ async def submit_job(request: web.Request) -> web.Response:
     )
     [(job, created, latest)] = unwrap(res)  # the job and its latest run, as applied
     view = job_view(job, latest)
+    if created and (warning := await _nobody_serves(request, spec)) is not None:
+        view["warnings"] = [warning]
     log_event(
         log, "job.submitted", level=logging.DEBUG, job_id=job.id, task=spec.task, created=created
     )
@@ -340,6 +342,12 @@ def _choice(request: web.Request, name: str, allowed: type[StrEnum]) -> str | No
             f"{name}: expected one of {', '.join(allowed)}, got {value!r}", field=name
         )
     return value
+
+
+def _from(request: web.Request) -> int | None:
+    """``from``: explain the fire times after this instant instead of after now."""
+    raw = request.query.get("from")
+    return None if raw is None else parse_time(raw, "from")
 
 
 def _since(request: web.Request) -> int | None:
@@ -495,6 +503,7 @@ async def explain_job(request: web.Request) -> web.Response:
     app = request.app
     job_id = _job_id(request)
     count = _int_param(request, COUNT)
+    start = _from(request)
     job = await app[READER].job(job_id)
     if job is None:
         raise NotFound(f"no job with id {job_id}", field="id")
@@ -507,7 +516,11 @@ async def explain_job(request: web.Request) -> web.Response:
         )
         return json_response(_fires_view(one))
     now = clock.wall_ms()
-    fires: list[dict[str, Any]] = explain(recurrence(job), now, count, job.id)
+    fires: list[dict[str, Any]] = explain(
+        recurrence(job), now if start is None else start, count, job.id
+    )
+    if start is not None:  # the times after another instant: now's state does not apply
+        return json_response(_fires_view(fires))
     pending = await app[READER].run(job.next_run_id) if job.next_run_id else None
     if pending is not None and now - pending.scheduled_ms > MISFIRE_GRACE_MS:
         opts = job.spec.schedule.options
@@ -547,7 +560,8 @@ async def explain_expr(request: web.Request) -> web.Response:
             "expected a cron=EXPR (and optionally timezone=ZONE) or every=DUR query parameter",
             field="cron",
         )
-    now = clock.wall_ms()
+    start = _from(request)
+    now = clock.wall_ms() if start is None else start
     parsed, options = parse_schedule(schedule, now, "schedule")
     assert options is not None
     fires = explain(recurrence_from(parsed, options, now), now, count, "explain")
@@ -581,6 +595,16 @@ async def get_run(request: web.Request) -> web.Response:
     if job is not None:
         await _explain_waiting(request, [view], job.spec)
     return json_response(view)
+
+
+async def _nobody_serves(request: web.Request, spec: JobSpec) -> str | None:
+    """What a submit warns of: no connected worker would take the job's runs (None when one
+    would, or when the leader's workers cannot be asked)."""
+    try:
+        workers = await _connected_workers(request)
+    except SchedError:
+        return None
+    return waiting_reason(spec.task, spec.queue, workers)
 
 
 async def _explain_waiting(request: web.Request, views: list[RunView], spec: JobSpec) -> None:

@@ -82,6 +82,12 @@ COUNT: Final = IntQuery("count", 10, 1, 1000, "how many fire times")
 PAGE: Final = (LIMIT, CURSOR)
 WRITE_ERRORS: Final = (400, 429, 503)  # X-Request-Id, Raft queue full, no leader
 
+FROM: Final = Query(
+    "from",
+    Time,
+    "the fire times after this instant instead of after now (an every expression is counted "
+    "from it)",
+)
 _JOB = Reply(200, "the job", "Job")
 _RUN = Reply(200, "the run", "Run")
 _DONE = Reply(204, "done; no body")
@@ -215,7 +221,7 @@ OPERATIONS: tuple[Operation, ...] = (
         "A job's next fire times",
         (Reply(200, "the next fire times (one or none for a one-off job)", "Explain"),),
         (400, 404),
-        query=(COUNT,),
+        query=(FROM, COUNT),
     ),
     Operation(
         "explain_expr",
@@ -232,6 +238,7 @@ OPERATIONS: tuple[Operation, ...] = (
             Query("jitter", Duration, "a jitter duration"),
             Query("dst_gap", Annotated[str, values(DstGap)], "what to do in a DST gap"),
             Query("dst_repeat", Annotated[str, values(DstRepeat)], "what to do in a DST repeat"),
+            FROM,
             COUNT,
         ),
     ),

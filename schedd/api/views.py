@@ -168,6 +168,13 @@ class JobView(TypedDict):
     updated_at: Time
     next_run_at: Time | None
     latest_run: RunView | None
+    warnings: NotRequired[
+        Annotated[
+            list[str],
+            "only in the answer to a submit, when there is something to say: what will keep the "
+            "job's runs waiting (no connected worker serves its task on its queue)",
+        ]
+    ]
 
 
 class JobListView(TypedDict):

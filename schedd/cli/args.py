@@ -7,10 +7,12 @@ import argparse
 from collections.abc import Sequence
 from typing import Any
 
+from schedd import __version__
 from schedd.cli.client import (
     DEFAULT_SERVER,
     UsageError,
 )
+from schedd.core.model import DstGap, DstRepeat, Misfire, Overlap, RunState
 
 # ---- argument parsing ------------------------------------------------------------------------
 
@@ -73,9 +75,24 @@ def _connection_options(parser: argparse.ArgumentParser, suffix: str) -> None:
         "-o",
         "--output",
         dest="output" + suffix,
-        choices=("table", "json"),
+        choices=OUTPUTS,
         default=default,
-        help="table (default) or the API's exact JSON",
+        help="table (default: fits the terminal, cuts nothing when piped), wide (more "
+        "columns, nothing cut) or json (the API's exact JSON)",
+    )
+    parser.add_argument(
+        "-q",
+        "--quiet",
+        dest="quiet" + suffix,
+        action="store_true",
+        default=default if suffix else False,
+        help="print only ids (of the jobs or runs listed, submitted or changed)",
+    )
+    parser.add_argument(
+        "--version",
+        action="version",
+        version=f"schedctl {__version__}",
+        help=argparse.SUPPRESS if suffix else "print schedctl's version and exit",
     )
 
 
@@ -105,14 +122,96 @@ def _payload_and_schedule_options(p: argparse.ArgumentParser) -> None:
     when.add_argument("--cron", metavar="EXPR", help="run on a cron schedule, e.g. '0 2 * * *'")
     p.add_argument("--tz", metavar="ZONE", help="IANA time zone for --cron (default UTC)")
     p.add_argument("--priority", choices=("high", "normal", "low"))
+    policy = p.add_argument_group(
+        "policies of an --every or --cron job (update: changed on the job's schedule)"
+    )
+    policy.add_argument(
+        "--overlap",
+        choices=tuple(Overlap),
+        help="a fire time that comes while the previous run is still going (default skip)",
+    )
+    policy.add_argument(
+        "--misfire",
+        choices=tuple(Misfire),
+        help="fire times missed while no leader was scheduling (default run_once)",
+    )
+    policy.add_argument(
+        "--catchup-window", metavar="DUR", help="how far back --misfire run_all catches up"
+    )
+    policy.add_argument(
+        "--jitter", metavar="DUR", help="a random delay added to each fire time (default 0)"
+    )
+    policy.add_argument("--start-at", metavar="TIME", help="no fire before this RFC 3339 time")
+    policy.add_argument("--end-at", metavar="TIME", help="no fire after this RFC 3339 time")
+    policy.add_argument(
+        "--dst-gap",
+        choices=tuple(DstGap),
+        help="a local time skipped by a DST change: run just after it (shift, default) or skip",
+    )
+    policy.add_argument(
+        "--dst-repeat",
+        choices=tuple(DstRepeat),
+        help="a local time that happens twice: run the first time (default) or both",
+    )
 
 
 def _retry_and_timeout_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--max-attempts", type=_positive_int, metavar="N")
-    p.add_argument("--timeout", dest="job_timeout", metavar="DUR", help="per-attempt timeout")
+    retry = p.add_argument_group("retries and timeout")
+    retry.add_argument("--max-attempts", type=_positive_int, metavar="N")
+    retry.add_argument(
+        "--retry-initial", metavar="DUR", help="backoff before the second attempt (default 1s)"
+    )
+    retry.add_argument("--retry-max", metavar="DUR", help="the longest backoff (default 10m)")
+    retry.add_argument(
+        "--retry-multiplier",
+        type=_multiplier,
+        metavar="X",
+        help="each backoff is the last times X (1 to 10, default 2)",
+    )
+    retry.add_argument(
+        "--retry-jitter",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="randomize each backoff (default yes)",
+    )
+    retry.add_argument("--timeout", dest="job_timeout", metavar="DUR", help="per-attempt timeout")
+
+
+def _multiplier(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 1 <= value <= 10:
+        raise argparse.ArgumentTypeError(f"expected a number from 1 to 10, got {text!r}")
+    return value
+
+
+def _wait_options(p: argparse.ArgumentParser, flag: bool) -> None:
+    if flag:
+        p.add_argument(
+            "--wait",
+            action="store_true",
+            help="wait for the job's run to finish; exit with its outcome (see exit codes)",
+        )
+    p.add_argument(
+        "--wait-timeout" if flag else "--timeout",
+        dest="wait_timeout",
+        metavar="DUR",
+        help="give up waiting after DUR (exit 7; default: wait as long as it takes)",
+    )
 
 
 SHELLS = ("bash", "zsh")
+OUTPUTS = ("table", "wide", "json")
+JOB_REF = (
+    "A job is named by its id, a unique prefix of it (either case), or its name when one live "
+    "job has it."
+)
+OUTCOME_CODES = (
+    "Exit codes: 0 succeeded, 5 failed, 6 cancelled or skipped, 7 still running when the wait "
+    "timed out."
+)
 FIXED_ON_UPDATE = (
     "--queue",
     "--namespace",
@@ -128,7 +227,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="schedctl",
         description="Talk to a schedd cluster.",
         epilog="exit codes: 0 ok, 1 error from the server, 2 usage, 3 not found, "
-        "4 cluster unavailable",
+        "4 cluster unavailable; wait, watch and submit --wait: 5 the run failed, 6 it was "
+        "cancelled or skipped, 7 the wait timed out",
     )
     _connection_options(parser, "")
     parser.add_argument(
@@ -161,9 +261,16 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--depends-on", action="append", metavar="ID", help="repeatable")
     s.add_argument("--idempotency-key", metavar="K")
     s.add_argument("--name", metavar="NAME")
+    _wait_options(s, flag=True)
 
-    def paging(parser: argparse.ArgumentParser) -> None:
+    def paging(parser: argparse.ArgumentParser, since: str = "") -> None:
         parser.add_argument("--limit", type=_positive_int, metavar="N", help="page size")
+        if since:
+            parser.add_argument(
+                "--since",
+                metavar="TIME|DUR",
+                help=f"only runs {since} at or after TIME (RFC 3339) or DUR ago (e.g. 1h)",
+            )
         parser.add_argument(
             "--all",
             action="store_true",
@@ -173,23 +280,50 @@ def build_parser() -> argparse.ArgumentParser:
     for name, text in (
         ("get", "show one job"),
         ("runs", "show a job's runs, newest first"),
-        ("cancel", "cancel a job and its unfinished runs"),
+        ("cancel", "cancel a job and its unfinished runs, or one run (a RUN_ID)"),
         ("pause", "pause a job: no new runs until it is resumed"),
         ("resume", "resume a paused job"),
     ):
-        p = sub.add_parser(name, parents=[common], help=text)
-        p.add_argument("id", metavar="ID")
+        p = sub.add_parser(name, parents=[common], help=text, epilog=JOB_REF)
+        p.add_argument("id", metavar="RUN_ID|ID" if name == "cancel" else "ID")
         if name == "runs":
-            paging(p)
+            paging(p, since="scheduled")
+            p.add_argument("--state", choices=tuple(RunState), help="only runs in this state")
+
+    r = sub.add_parser(
+        "run",
+        parents=[common],
+        help="show one run: every attempt with its worker, times, outcome, progress and error",
+    )
+    r.add_argument(
+        "run_id",
+        metavar="RUN_ID",
+        help="a run id (JOB@MS; the job part may be a name or an id prefix)",
+    )
+
+    wt = sub.add_parser(
+        "wait",
+        parents=[common],
+        help="wait for a run (or a job's latest run) to finish; exit with its outcome",
+        epilog=JOB_REF + " " + OUTCOME_CODES,
+    )
+    wt.add_argument("id", metavar="ID|RUN_ID")
+    _wait_options(wt, flag=False)
 
     ls = sub.add_parser("list", parents=[common], help="list jobs")
     ls.add_argument("--status", metavar="S", help="active, paused, done or cancelled")
+    ls.add_argument(
+        "--state",
+        choices=tuple(RunState),
+        help="only jobs whose latest run is in this state (e.g. failed)",
+    )
     ls.add_argument("--queue", metavar="Q")
     ls.add_argument("--namespace", metavar="N")
     ls.add_argument("--task", metavar="T")
+    ls.add_argument("--name", metavar="NAME")
     paging(ls)
 
-    t = sub.add_parser("trigger", parents=[common], help="run a job now")
+    t = sub.add_parser("trigger", parents=[common], help="run a job now", epilog=JOB_REF)
     t.add_argument("id", metavar="ID")
     t.add_argument(
         "--override",
@@ -200,9 +334,11 @@ def build_parser() -> argparse.ArgumentParser:
     u = sub.add_parser(
         "update",
         parents=[common],
-        help="change a job's schedule, payload, priority, retries or timeout",
-        description="Change a job; only the options given are changed, and only runs not yet "
-        "started see the change.",
+        help="change a job's schedule, policies, payload, priority, retries or timeout",
+        description="Change a job; only the options given are changed (a policy option alone "
+        "keeps the job's schedule; a retry option alone keeps the rest of its retry policy), "
+        "and only runs not yet started see the change.",
+        epilog=JOB_REF,
     )
     u.add_argument("id", metavar="ID")
     _payload_and_schedule_options(u)
@@ -214,18 +350,31 @@ def build_parser() -> argparse.ArgumentParser:
         "explain",
         parents=[common],
         help="show the next fire times of a job or a cron expression, with DST notes",
-        usage="schedctl explain (ID | --cron EXPR [--tz ZONE]) [--count N]",
+        usage="schedctl explain (ID | --cron EXPR [--tz ZONE] | --every DUR) [--from TIME] "
+        "[--count N]",
+        epilog=JOB_REF,
     )
     e.add_argument("id", metavar="ID", nargs="?", help="a job with an every or cron schedule")
     e.add_argument("--cron", metavar="EXPR", help="a cron expression instead of a job")
+    e.add_argument("--every", metavar="DUR", help="an interval instead of a job")
     e.add_argument("--tz", metavar="ZONE", help="IANA time zone for --cron (default UTC)")
+    e.add_argument(
+        "--from",
+        dest="from_",
+        metavar="TIME",
+        help="the fire times after TIME (RFC 3339) instead of after now",
+    )
     e.add_argument("--count", type=_positive_int, metavar="N", help="how many fire times")
 
     d = sub.add_parser("dlq", help="the dead-letter queue: runs that failed every attempt")
     dlq = d.add_subparsers(
         dest="dlq_command", metavar="DLQ_COMMAND", required=True, parser_class=_Parser
     )
-    paging(dlq.add_parser("list", parents=[common], help="list dead-lettered runs, newest first"))
+    dl = dlq.add_parser("list", parents=[common], help="list dead-lettered runs, newest first")
+    paging(dl, since="that failed")
+    dl.add_argument("--task", metavar="T")
+    dl.add_argument("--queue", metavar="Q")
+    dl.add_argument("--namespace", metavar="N")
     for name, text in (
         ("replay", "run a dead-lettered run again, with fresh attempts"),
         ("drop", "remove a run from the dead-letter queue"),
@@ -240,9 +389,10 @@ def build_parser() -> argparse.ArgumentParser:
         "watch",
         parents=[common],
         help="follow a job's runs live until it is done (Ctrl-C stops)",
-        description="Print a line each time one of the job's runs changes state, attempt or "
-        "fence; with -o json, each changed run as one JSON line. Exits when the job is done or "
-        "cancelled and every run has finished.",
+        description="Print a line each time one of the job's runs changes state, attempt, "
+        "fence or progress; with -o json, each changed run as one JSON line. Exits when the job "
+        "is done or cancelled and every run has finished, with its latest run's outcome.",
+        epilog=JOB_REF + " " + OUTCOME_CODES,
     )
     w.add_argument("id", metavar="ID")
     w.add_argument(
@@ -252,6 +402,25 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="how often to poll (default 1)",
     )
+
+    ap = sub.add_parser(
+        "apply",
+        parents=[common],
+        help="create or update named jobs from a TOML or JSON file",
+        description="Make the cluster's named jobs match a file: jobs are matched by namespace "
+        "and name; a new name is created, a changed job updated in place, an unchanged one left "
+        "alone (docs/cli.md describes the file).",
+    )
+    ap.add_argument("-f", "--file", required=True, metavar="FILE", help="the file; - for stdin")
+    ap.add_argument("--dry-run", action="store_true", help="show what would change; change nothing")
+    ap.add_argument(
+        "--replace",
+        action="store_true",
+        help="cancel and submit again a job whose task, queue or other fixed field changed",
+    )
+
+    jobs_words = sub.add_parser("__jobs", parents=[common])
+    jobs_words.add_argument("prefix", nargs="?", default="")
 
     c = sub.add_parser(
         "completion",

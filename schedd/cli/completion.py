@@ -18,6 +18,11 @@ class _Level:
     options: list[str]
     valued: list[str]  # options that take a value
     choices: dict[str, list[str]]  # option -> the values it accepts
+    jobs: bool = False  # a job (or run) is named here: complete the cluster's job names and ids
+
+
+#: positionals that name a job or a run (a job's name or id before its ``@``)
+JOB_ARGUMENTS = ("id", "run_id")
 
 
 def _help(text: str | None) -> str:
@@ -37,6 +42,8 @@ def completion_levels(parser: argparse.ArgumentParser) -> dict[str, _Level]:
             if isinstance(action, argparse._SubParsersAction):
                 helps = {a.dest: _help(a.help) for a in action._choices_actions}
                 for name, child in action.choices.items():
+                    if name.startswith("__"):  # internal (the completion's own helpers)
+                        continue
                     level.words.append((name, helps.get(name, "")))
                     walk(child, f"{path} {name}".strip())
             elif action.option_strings:
@@ -48,6 +55,8 @@ def completion_levels(parser: argparse.ArgumentParser) -> dict[str, _Level]:
                             level.choices[option] = [str(c) for c in action.choices]
             elif action.choices is not None:
                 level.words += [(str(c), "") for c in action.choices]
+            elif action.dest in JOB_ARGUMENTS:
+                level.jobs = True
 
     walk(parser, "")
     return levels
@@ -70,6 +79,7 @@ def _spec_function(levels: Mapping[str, _Level], zsh: bool) -> list[str]:
             f"cmdwords={_sh_quote(words)}",
             f"options={_sh_quote(' '.join(level.options))}",
             f"valued={_sh_quote(' '.join(level.valued))}",
+            f"jobs={int(level.jobs)}",
         ]
         if zsh:
             described = " ".join(
@@ -79,7 +89,7 @@ def _spec_function(levels: Mapping[str, _Level], zsh: bool) -> list[str]:
         lines.append(f"        {_sh_quote(path)})")
         lines += [f"            {line}" for line in sets]
         lines.append("            ;;")
-    default = "cmdwords='' options='' valued=''" + (" described=()" if zsh else "")
+    default = "cmdwords='' options='' valued='' jobs=0" + (" described=()" if zsh else "")
     lines += [f"        *) {default} ;;", "    esac", "}", ""]
     lines += [
         "_schedctl_choices() {",
@@ -105,7 +115,7 @@ def _spec_function(levels: Mapping[str, _Level], zsh: bool) -> list[str]:
 
 _BASH_MAIN = """\
 _schedctl() {
-    local cur="${COMP_WORDS[COMP_CWORD]}" cmdpath="" w i skip=0 cmdwords options valued
+    local cur="${COMP_WORDS[COMP_CWORD]}" cmdpath="" w i skip=0 npos=0 cmdwords options valued jobs
     for ((i = 1; i < COMP_CWORD; i++)); do
         w="${COMP_WORDS[i]}"
         if ((skip)); then skip=0; continue; fi
@@ -113,7 +123,11 @@ _schedctl() {
         case "$w" in
             -*=*) ;;
             -*) [[ " $valued " == *" $w "* ]] && skip=1 ;;
-            *) [[ " $cmdwords " == *" $w "* ]] && cmdpath="${cmdpath:+$cmdpath }$w" ;;
+            *) if [[ " $cmdwords " == *" $w "* ]]; then
+                   cmdpath="${cmdpath:+$cmdpath }$w"; npos=0
+               else
+                   npos=$((npos + 1))
+               fi ;;
         esac
     done
     _schedctl_spec "$cmdpath"
@@ -126,6 +140,9 @@ _schedctl() {
         COMPREPLY=($(compgen -W "$options" -- "$cur"))
     elif [[ -n "$cmdwords" ]]; then
         COMPREPLY=($(compgen -W "$cmdwords" -- "$cur"))
+    elif ((jobs && !npos)); then
+        # the names and ids of the cluster's live jobs (SCHEDD_SERVER / SCHEDD_TOKEN)
+        COMPREPLY=($(compgen -W "$(schedctl __jobs "$cur" 2>/dev/null)" -- "$cur"))
     fi
     return 0
 }
@@ -135,7 +152,7 @@ complete -o default -F _schedctl schedctl
 
 _ZSH_MAIN = """\
 _schedctl() {
-    local cmdpath="" w i skip=0 cmdwords options valued
+    local cmdpath="" w i skip=0 npos=0 cmdwords options valued jobs
     local -a described
     for ((i = 2; i < CURRENT; i++)); do
         w="${words[i]}"
@@ -144,7 +161,11 @@ _schedctl() {
         case "$w" in
             -*=*) ;;
             -*) [[ " $valued " == *" $w "* ]] && skip=1 ;;
-            *) [[ " $cmdwords " == *" $w "* ]] && cmdpath="${cmdpath:+$cmdpath }$w" ;;
+            *) if [[ " $cmdwords " == *" $w "* ]]; then
+                   cmdpath="${cmdpath:+$cmdpath }$w"; npos=0
+               else
+                   npos=$((npos + 1))
+               fi ;;
         esac
     done
     _schedctl_spec "$cmdpath"
@@ -156,6 +177,8 @@ _schedctl() {
         compadd -- ${=options}
     elif ((${#described})); then
         _describe -t commands 'schedctl command' described
+    elif ((jobs && !npos)); then
+        compadd -- ${(f)"$(schedctl __jobs "${words[CURRENT]}" 2>/dev/null)"}
     else
         _files
     fi

@@ -14,7 +14,7 @@ import logging
 import signal
 import sys
 
-from schedd import auth, preflight
+from schedd import __version__, auth, preflight
 from schedd.cli.settings import DEFAULT_TOKENS_FILE
 from schedd.config import Config, check_files, load_config
 from schedd.errors import ConfigError
@@ -30,6 +30,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         description="A schedd node. With no arguments: a single-node cluster on loopback, "
         "data in ./.schedd.",
     )
+    p.add_argument("--version", action="version", version=f"schedd {__version__}")
     p.add_argument("--config", "-c", help="TOML config file (see config/schedd.example.toml)")
     p.add_argument("--node-id", help="this node's id (node.id)")
     p.add_argument(

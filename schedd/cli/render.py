@@ -1,26 +1,44 @@
-"""Plain-text rendering for ``schedctl``: tables and detail views that fit an 80-column terminal.
+"""Plain-text rendering for ``schedctl``: tables and detail views that fit the terminal.
 
-Everything here is pure: values in, one string out.  Cells are cleaned of control characters
-(a task name or an error message must not be able to move the cursor or recolour the terminal)
-and cut with ``…`` when a column has to give up room.
+Everything here is pure: values in, one string out, laid out for a :class:`Style` (the width
+to fit, the time to count ages from, whether to add the wide columns).  Cells are cleaned of
+control characters (a task name or an error message must not be able to move the cursor or
+recolour the terminal) and cut with ``…`` when a column has to give up room; an error is never
+cut: it gets lines of its own, wrapped.  When the output is not a terminal nothing is cut.
 """
 
 from __future__ import annotations
 
 import unicodedata
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import orjson
 
 from schedd.core.durations import format_duration
 
 WIDTH = 80
+UNLIMITED = 1 << 20  # the width when the output is not a terminal: nothing is cut
 _GAP = "  "
 _MIN_COL = 3
 _MIN_FLEX = 8
 ELLIPSIS = "…"
+
+
+@dataclass(frozen=True, slots=True)
+class Style:
+    """How to lay out: ``width`` columns (:data:`UNLIMITED`: cut nothing), ``now_ms`` to show
+    ages ("5m ago", "in 2h") from (None: none shown), ``wide`` for more columns."""
+
+    width: int = WIDTH
+    now_ms: int | None = None
+    wide: bool = False
+
+
+PLAIN = Style()
 
 
 # ---- cells -----------------------------------------------------------------------------------
@@ -78,26 +96,76 @@ def _pad(text: str, width: int) -> str:
     return text + " " * (width - display_width(text))
 
 
+def parse_api_time(value: object) -> datetime | None:
+    """An API time (RFC 3339 string with an offset, or Unix ms) as an aware datetime."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return datetime.fromtimestamp(value / 1000, tz=UTC)
+    if not isinstance(value, str):
+        return None
+    text = value.strip()
+    if text.endswith(("z", "Z")):
+        text = text[:-1] + "+00:00"
+    try:
+        dt = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return dt if dt.tzinfo is not None else None
+
+
 def fmt_time(value: object) -> str:
     """An API time (RFC 3339 string, or Unix ms) as ``2026-11-25 02:00:00Z``; ``-`` for none."""
     if value is None or value == "":
         return "-"
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        dt = datetime.fromtimestamp(value / 1000, tz=UTC)
-    elif isinstance(value, str):
-        text = value.strip()
-        if text.endswith(("z", "Z")):
-            text = text[:-1] + "+00:00"
-        try:
-            dt = datetime.fromisoformat(text)
-        except ValueError:
-            return clean(value)
-        if dt.tzinfo is None:
-            return clean(value)
-        dt = dt.astimezone(UTC)
-    else:
-        return fmt_value(value)
-    return dt.strftime("%Y-%m-%d %H:%M:%SZ")
+    dt = parse_api_time(value)
+    if dt is None:
+        return clean(value) if isinstance(value, str) else fmt_value(value)
+    return dt.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+def fmt_age(ms: int) -> str:
+    """A coarse length of time: ``45s``, ``12m``, ``3h5m``, ``2d4h``."""
+    s = abs(ms) // 1000
+    if s < 60:
+        return f"{s}s"
+    m = s // 60
+    if m < 60:
+        return f"{m}m"
+    h = m // 60
+    if h < 48:
+        return f"{h}h{m % 60}m" if m % 60 else f"{h}h"
+    return f"{h // 24}d{h % 24}h" if h % 24 else f"{h // 24}d"
+
+
+def relative(value: object, now_ms: int | None) -> str:
+    """``5m ago`` or ``in 2h`` from ``now_ms``; empty when either is unknown."""
+    dt = parse_api_time(value)
+    if dt is None or now_ms is None:
+        return ""
+    delta = round(dt.timestamp() * 1000) - now_ms
+    if abs(delta) < 1000:
+        return "now"
+    return f"in {fmt_age(delta)}" if delta > 0 else f"{fmt_age(delta)} ago"
+
+
+def fmt_when(value: object, style: Style = PLAIN) -> str:
+    """:func:`fmt_time` and, when the style has a now, how long ago or ahead:
+    ``2026-11-25 02:00:00Z (5m ago)``."""
+    text = fmt_time(value)
+    rel = relative(value, style.now_ms)
+    return f"{text} ({rel})" if rel and text != "-" else text
+
+
+def in_zone(value: object, zone: object) -> str:
+    """An API time in an IANA zone with its offset, ``2026-11-25 03:00:00+01:00 Europe/Berlin``;
+    empty for UTC, an unknown zone or no time."""
+    dt = parse_api_time(value)
+    if dt is None or not isinstance(zone, str) or zone in ("UTC", "Etc/UTC", ""):
+        return ""
+    try:
+        local = dt.astimezone(ZoneInfo(zone))
+    except (ZoneInfoNotFoundError, ValueError):
+        return ""
+    return f"{local.isoformat(sep=' ')} {clean(zone)}"
 
 
 def fmt_value(value: object) -> str:
@@ -189,31 +257,91 @@ def table(
     rows: Sequence[Sequence[str]],
     width: int = WIDTH,
     keep: Sequence[int] = (),
+    drop: Sequence[int] = (),
 ) -> str:
     """Left-aligned columns separated by two spaces, every line at most ``width`` columns.
 
-    ``keep`` names the columns to cut last.  If even three columns each cannot fit, the
-    rightmost columns are dropped.
+    ``keep`` names the columns to cut last.  When the kept columns and the others (at their
+    smallest) cannot fit, the columns of ``drop`` are left out, in that order, before a kept
+    one is cut.  If even three columns each cannot fit, the rightmost columns are dropped.
     """
-    ncols = len(headers)
-    while ncols > 1 and ncols * _MIN_COL + len(_GAP) * (ncols - 1) > width:
-        ncols -= 1
-    head = [clean(h) for h in headers[:ncols]]
-    body = [[clean(c) for c in row[:ncols]] for row in rows]
-    natural = [
+    shown = list(range(len(headers)))
+    head = [clean(h) for h in headers]
+    body = [[clean(c) for c in row] for row in rows]
+    natural_of = [
         max([display_width(head[i])] + [display_width(r[i]) for r in body if i < len(r)])
-        for i in range(ncols)
+        for i in range(len(headers))
     ]
-    widths = _fit(natural, width - len(_GAP) * (ncols - 1), keep)
+
+    def needs(cols: list[int]) -> int:
+        return sum(
+            natural_of[i] if i in keep else min(natural_of[i], _MIN_FLEX) for i in cols
+        ) + len(_GAP) * (len(cols) - 1)
+
+    for i in drop:
+        if needs(shown) <= width:
+            break
+        shown.remove(i)
+    while len(shown) > 1 and len(shown) * _MIN_COL + len(_GAP) * (len(shown) - 1) > width:
+        shown.pop()
+    keep_shown = [shown.index(i) for i in keep if i in shown]
+    natural = [natural_of[i] for i in shown]
+    widths = _fit(natural, width - len(_GAP) * (len(shown) - 1), keep_shown)
     lines = []
     for row in [head, *body]:
-        cells = [truncate(row[i] if i < len(row) else "", widths[i]) for i in range(ncols)]
-        lines.append(_GAP.join(_pad(c, widths[i]) for i, c in enumerate(cells)).rstrip())
+        cells = [
+            truncate(row[i] if i < len(row) else "", w) for i, w in zip(shown, widths, strict=True)
+        ]
+        lines.append(_GAP.join(_pad(c, widths[k]) for k, c in enumerate(cells)).rstrip())
     return "\n".join(lines)
 
 
+def wrap(text: str, width: int, indent: str = "", first: str | None = None) -> list[str]:
+    """``text`` (cleaned) in lines of at most ``width`` columns, each starting with ``indent``
+    (the first with ``first`` when given): nothing is cut.  Words are kept whole where they fit
+    a line, else broken; wide characters count two columns."""
+    lead = indent if first is None else first
+    room = max(width - max(display_width(lead), display_width(indent)), 20)
+    text = clean(text)
+    if display_width(text) <= room:  # as it is, inner spacing included
+        return [lead + text]
+    lines: list[str] = []
+    line = ""
+    for word in text.split(" "):
+        if not word:
+            continue
+        candidate = f"{line} {word}" if line else word
+        if display_width(candidate) <= room:
+            line = candidate
+            continue
+        if line:
+            lines.append(line)
+        while display_width(word) > room:  # a word longer than a line: broken
+            cut, used = 0, 0
+            while cut < len(word) and used + _char_width(word[cut]) <= room:
+                used += _char_width(word[cut])
+                cut += 1
+            lines.append(word[:cut])
+            word = word[cut:]
+        line = word
+    lines.append(line)
+    return [(lead if i == 0 else indent) + part for i, part in enumerate(lines)]
+
+
+def block(text: str, width: int, indent: str) -> list[str]:
+    """A text of several lines (a traceback), each cleaned and wrapped under ``indent``."""
+    out: list[str] = []
+    for line in text.splitlines() or [""]:
+        stripped = line.rstrip()
+        body = stripped.lstrip(" ")
+        pad = indent + " " * (len(stripped) - len(body))
+        out += wrap(body, width, pad) if body else [indent.rstrip()]
+    return out
+
+
 def details(pairs: Sequence[tuple[str, str]], width: int = WIDTH) -> str:
-    """``key: value`` lines with the values aligned, each line at most ``width`` columns."""
+    """``key: value`` lines with the values aligned, each line at most ``width`` columns: a
+    value too long for its line goes on, wrapped, on the next ones (nothing is cut)."""
     if not pairs:
         return ""
     keys = [clean(k) + ":" for k, _ in pairs]
@@ -221,8 +349,12 @@ def details(pairs: Sequence[tuple[str, str]], width: int = WIDTH) -> str:
     lines = []
     for key, (_, value) in zip(keys, pairs, strict=True):
         key = truncate(key, key_width)
-        room = width - key_width - 1
-        lines.append((_pad(key, key_width) + " " + truncate(clean(value), room)).rstrip())
+        head = _pad(key, key_width) + " "
+        text = clean(value)
+        if display_width(head) + display_width(text) <= width:
+            lines.append((head + text).rstrip())
+        else:
+            lines += [line.rstrip() for line in wrap(text, width, " " * len(head), head)]
     return "\n".join(lines)
 
 
@@ -292,35 +424,81 @@ def _run_problem(run: Mapping[str, Any]) -> str:
     return text
 
 
-def _run_ended(run: Mapping[str, Any]) -> str:
+def _run_ended(run: Mapping[str, Any], style: Style = PLAIN) -> str:
     last = _last_attempt(run)
-    return fmt_time(last.get("ended_at")) if last else "-"
+    return fmt_when(last.get("ended_at"), style) if last else "-"
 
 
-def jobs_table(jobs: Sequence[Mapping[str, Any]], width: int = WIDTH) -> str:
-    rows = [
-        [
+def _problem_lines(run: Mapping[str, Any], width: int, indent: str) -> list[str]:
+    """A run's error, reason and waiting note, each on its own wrapped lines, never cut."""
+    return wrap(_run_problem(run), width, indent) if _run_problem(run) else []
+
+
+def _next_run_cell(job: Mapping[str, Any], style: Style) -> str:
+    """In a table: how long until the next run ("in 5h"), or its time when there is no now
+    to count from; ``wide`` shows both."""
+    when = job.get("next_run_at")
+    rel = relative(when, style.now_ms)
+    if style.wide or not rel:
+        return fmt_when(when, style)
+    return rel
+
+
+def _last_run_cell(job: Mapping[str, Any], style: Style) -> str:
+    latest = job.get("latest_run")
+    if not isinstance(latest, Mapping):
+        return "-"
+    when = latest.get("updated_at")
+    rel = relative(when, style.now_ms)
+    return f"{fmt_value(latest.get('state'))} {rel or fmt_time(when)}"
+
+
+def _zone_of(job: Mapping[str, Any]) -> object:
+    schedule = job.get("schedule")
+    return schedule.get("timezone") if isinstance(schedule, Mapping) else None
+
+
+def jobs_table(jobs: Sequence[Mapping[str, Any]], style: Style = PLAIN) -> str:
+    """A line per job: id, name (or task), status, schedule, when it next runs, and its latest
+    run's state and age (times relative to the style's now, which a terminal shows; absolute
+    without one); ``wide`` adds the task, namespace, queue, priority and the next run in the
+    job's own time zone."""
+    headers = ["ID", "NAME/TASK", "STATUS", "SCHEDULE", "NEXT RUN", "LAST RUN"]
+    if style.wide:
+        headers += ["TASK", "NAMESPACE", "QUEUE", "PRIORITY", "NEXT RUN (JOB'S ZONE)"]
+    rows = []
+    for j in jobs:
+        row = [
             fmt_value(j.get("id")),
             fmt_value(j.get("name") or j.get("task")),
             fmt_value(j.get("status")),
-            fmt_schedule(j.get("schedule"), short=True),
-            fmt_time(j.get("next_run_at")),
+            fmt_schedule(j.get("schedule"), short=not style.wide),
+            _next_run_cell(j, style),
+            _last_run_cell(j, style),
         ]
-        for j in jobs
-    ]
-    headers = ["ID", "NAME/TASK", "STATUS", "SCHEDULE", "NEXT RUN"]
-    return table(headers, rows, width, keep=(0, 2, 4))
+        if style.wide:
+            row += [fmt_value(j.get(k)) for k in ("task", "namespace", "queue", "priority")] + [
+                in_zone(j.get("next_run_at"), _zone_of(j)) or "-"
+            ]
+        rows.append(row)
+    return table(headers, rows, style.width, keep=(0, 2, 4, 5), drop=(3, 5, 4))
 
 
-def submitted_table(job: Mapping[str, Any], width: int = WIDTH) -> str:
+def submitted_table(job: Mapping[str, Any], style: Style = PLAIN) -> str:
     row = [fmt_value(job.get("id")), fmt_value(job.get("status")), fmt_time(job.get("next_run_at"))]
-    return table(["ID", "STATUS", "NEXT RUN"], [row], width, keep=(0, 2))
+    return table(["ID", "STATUS", "NEXT RUN"], [row], style.width, keep=(0, 2))
 
 
-def runs_table(runs: Sequence[Mapping[str, Any]], width: int = WIDTH) -> str:
+_NOTE = "  "  # the indent of the lines under a run's row
+_ERROR = "    "  # of its error
+
+
+def runs_table(runs: Sequence[Mapping[str, Any]], style: Style = PLAIN) -> str:
     """One line per run (full run id, state, attempts, last fence), then an indented line with
-    when it was scheduled and ended and its error: run ids are too long to share a line with
-    two times and an error in 80 columns, and a cut id cannot be copied."""
+    when it was scheduled and ended, and its error on lines of its own, wrapped, never cut: run
+    ids are too long to share a line with two times and an error in 80 columns, and a cut id
+    cannot be copied."""
+    width = style.width
     rows = []
     notes = []
     for run in runs:
@@ -333,20 +511,31 @@ def runs_table(runs: Sequence[Mapping[str, Any]], width: int = WIDTH) -> str:
                 fmt_value(last.get("fence")) if last else "-",
             ]
         )
-        note = f"  scheduled {fmt_time(run.get('scheduled_at'))}"
+        when = f"scheduled {fmt_when(run.get('scheduled_at'), style)}"
         if _run_ended(run) != "-":
-            note += f"  ended {_run_ended(run)}"
-        if _run_problem(run):
-            note += f"  {_run_problem(run)}"
-        notes.append(truncate(clean(note), width))
-    lines = table(["RUN", "STATE", "ATTEMPTS", "FENCE"], rows, width, keep=(0,)).split("\n")
+            when += f"  ended {_run_ended(run, style)}"
+        notes.append([*wrap(when, width, _NOTE), *_problem_lines(run, width, _ERROR)])
+    return _with_notes(["RUN", "STATE", "ATTEMPTS", "FENCE"], rows, notes, width)
+
+
+def _with_notes(
+    headers: list[str], rows: list[list[str]], notes: list[list[str]], width: int
+) -> str:
+    """A table of runs (the id column kept whole), each row followed by its lines of notes."""
+    lines = table(headers, rows, width, keep=(0,)).split("\n")
     out = [lines[0]]
-    for line, note in zip(lines[1:], notes, strict=True):
-        out += [line, note]
+    for line, lines_under in zip(lines[1:], notes, strict=True):
+        out += [line, *lines_under]
     return "\n".join(out)
 
 
-def job_details(job: Mapping[str, Any], width: int = WIDTH) -> str:
+def _next_run(job: Mapping[str, Any], style: Style) -> str:
+    text = fmt_when(job.get("next_run_at"), style)
+    local = in_zone(job.get("next_run_at"), _zone_of(job))
+    return f"{text}; {local}" if local else text
+
+
+def job_details(job: Mapping[str, Any], style: Style = PLAIN) -> str:
     pairs: list[tuple[str, str]] = []
 
     def add(label: str, key: str, fmt: Any = fmt_value) -> None:
@@ -360,16 +549,19 @@ def job_details(job: Mapping[str, Any], width: int = WIDTH) -> str:
     add("queue", "queue")
     add("status", "status")
     add("schedule", "schedule", fmt_schedule)
-    add("next run", "next_run_at", fmt_time)
+    add("policies", "schedule", fmt_policies)
+    if "next_run_at" in job:
+        pairs.append(("next run", _next_run(job, style)))
     add("priority", "priority")
     add("retry", "retry", fmt_retry)
     add("timeout", "timeout", fmt_seconds)
     add("heartbeat timeout", "heartbeat_timeout", fmt_seconds)
     add("depends on", "depends_on")
     add("idempotency key", "idempotency_key")
-    add("created", "created_at", fmt_time)
-    add("updated", "updated_at", fmt_time)
+    add("created", "created_at", lambda v: fmt_when(v, style))
+    add("updated", "updated_at", lambda v: fmt_when(v, style))
     add("payload", "payload")
+    pairs = [(k, v) for k, v in pairs if not (k == "policies" and not v)]
     latest = job.get("latest_run")
     if isinstance(latest, Mapping):
         pairs.append(("latest run", fmt_value(latest.get("id"))))
@@ -378,18 +570,109 @@ def job_details(job: Mapping[str, Any], width: int = WIDTH) -> str:
         if last:
             text += f", attempt {fmt_value(last.get('attempt'))}"
             text += f", fence {fmt_value(last.get('fence'))}"
-        if _run_problem(latest):
-            text += f": {_run_problem(latest)}"
+        rel = relative(latest.get("updated_at"), style.now_ms)
+        if rel:
+            text += f", {rel}"
         pairs.append(("run state", text))
+        if _run_problem(latest):
+            pairs.append(("run error", _run_problem(latest)))
     elif "latest_run" in job:
         pairs.append(("latest run", "-"))
-    return details(pairs, width)
+    return details(pairs, style.width)
+
+
+def fmt_policies(schedule: object) -> str:
+    """A recurring schedule's options that differ from the defaults, as ``overlap=queue
+    misfire=run_all ...``; empty for a one-off or all defaults."""
+    if not isinstance(schedule, Mapping) or (
+        schedule.get("cron") is None and schedule.get("every") is None
+    ):
+        return ""
+    defaults: dict[str, object] = {
+        "jitter": 0,
+        "misfire": "run_once",
+        "catchup_window": None,
+        "overlap": "skip",
+        "start_at": None,
+        "end_at": None,
+    }
+    parts = []
+    for key, default in defaults.items():
+        value = schedule.get(key, default)
+        if value != default:
+            shown = fmt_seconds(value) if key in ("jitter", "catchup_window") else fmt_value(value)
+            parts.append(f"{key}={shown}")
+    dst = schedule.get("dst")
+    if isinstance(dst, Mapping):
+        if dst.get("gap", "shift") != "shift":
+            parts.append(f"dst_gap={fmt_value(dst.get('gap'))}")
+        if dst.get("repeat", "first") != "first":
+            parts.append(f"dst_repeat={fmt_value(dst.get('repeat'))}")
+    return " ".join(parts)
+
+
+def _duration_between(start: object, end: object) -> str:
+    a, b = parse_api_time(start), parse_api_time(end)
+    if a is None or b is None:
+        return "-"
+    return format_duration(max(0, round((b - a).total_seconds() * 1000)))
+
+
+def run_details(run: Mapping[str, Any], style: Style = PLAIN) -> str:
+    """``schedctl run``: the run, then each attempt with its worker, fence, start, end,
+    duration, outcome, progress, error and the tail of its traceback (nothing cut)."""
+    width = style.width
+    pairs: list[tuple[str, str]] = [
+        ("run", fmt_value(run.get("id"))),
+        ("job", fmt_value(run.get("job_id"))),
+        ("state", fmt_value(run.get("state"))),
+        ("scheduled", fmt_when(run.get("scheduled_at"), style)),
+        ("due", fmt_when(run.get("due_at"), style)),
+        ("updated", fmt_when(run.get("updated_at"), style)),
+    ]
+    for label, key in (("reason", "reason"), ("waiting", "waiting"), ("error", "error")):
+        if run.get(key):
+            pairs.append((label, fmt_error(run[key])))
+    if run.get("result") is not None:
+        pairs.append(("result", fmt_value(run.get("result"))))
+    out = [details(pairs, width)]
+    for a in _attempts(run):
+        head = (
+            f"attempt {fmt_value(a.get('attempt'))}: worker {fmt_value(a.get('worker_id'))}, "
+            f"fence {fmt_value(a.get('fence'))}, {fmt_value(a.get('outcome') or 'running')}"
+        )
+        lines = wrap(head, width)
+        ended = a.get("ended_at")
+        times = f"started {fmt_when(a.get('started_at'), style)}"
+        if ended:
+            times += (
+                f", ended {fmt_time(ended)}, took {_duration_between(a.get('started_at'), ended)}"
+            )
+        elif a.get("deadline"):
+            times += f", deadline {fmt_time(a.get('deadline'))}"
+        lines += wrap(times, width, _NOTE)
+        if a.get("progress") is not None:
+            at = relative(a.get("progress_at"), style.now_ms)
+            lines += wrap(
+                f"progress: {fmt_value(a.get('progress'))}" + (f" ({at})" if at else ""),
+                width,
+                _NOTE,
+            )
+        if a.get("error"):
+            lines += wrap(f"error: {fmt_error(a.get('error'))}", width, _NOTE)
+        if isinstance(a.get("traceback"), str) and a["traceback"].strip():
+            lines += [_NOTE + "traceback (last lines):", *block(a["traceback"], width, _ERROR)]
+        out.append("\n".join(lines))
+    if not _attempts(run):
+        out.append("no attempts yet")
+    return "\n\n".join(out)
 
 
 _NODE_FIRST = ("id", "role", "healthy", "http", "raft")
 
 
-def cluster_view(cluster: Mapping[str, Any], width: int = WIDTH) -> str:
+def cluster_view(cluster: Mapping[str, Any], style: Style = PLAIN) -> str:
+    width = style.width
     pairs = [
         (key.replace("_", " "), fmt_value(value))
         for key, value in cluster.items()
@@ -407,7 +690,7 @@ def cluster_view(cluster: Mapping[str, Any], width: int = WIDTH) -> str:
     return "\n\n".join(out)
 
 
-def workers_table(workers: Sequence[Mapping[str, Any]], width: int = WIDTH) -> str:
+def workers_table(workers: Sequence[Mapping[str, Any]], style: Style = PLAIN) -> str:
     rows = []
     for w in workers:
         leases = w.get("leases")
@@ -418,31 +701,26 @@ def workers_table(workers: Sequence[Mapping[str, Any]], width: int = WIDTH) -> s
                 "(any)" if w.get("tasks") is None else fmt_value(w.get("tasks")),
                 fmt_value(w.get("capacity")),
                 str(len(leases)) if isinstance(leases, list) else fmt_value(leases),
-                fmt_time(w.get("connected_at")),
+                fmt_when(w.get("connected_at"), style),
             ]
         )
     headers = ["WORKER", "QUEUES", "TASKS", "CAPACITY", "LEASES", "CONNECTED"]
-    return table(headers, rows, width, keep=(0, 5))
+    return table(headers, rows, style.width, keep=(0, 5))
 
 
-def dlq_table(runs: Sequence[Mapping[str, Any]], width: int = WIDTH) -> str:
+def dlq_table(runs: Sequence[Mapping[str, Any]], style: Style = PLAIN) -> str:
     """Dead-lettered runs: full run id, job, attempts, then an indented line with when the last
-    attempt ended and its error (the run id alone takes half the width, as in :func:`runs_table`)."""
+    attempt ended and its error on lines of its own, never cut (as in :func:`runs_table`)."""
+    width = style.width
     rows = []
     notes = []
     for run in runs:
         rows.append(
             [fmt_value(run.get("id")), fmt_value(run.get("job_id")), str(len(_attempts(run)))]
         )
-        note = f"  ended {_run_ended(run)}"
-        if _run_problem(run):
-            note += f"  {_run_problem(run)}"
-        notes.append(truncate(clean(note), width))
-    lines = table(["RUN", "JOB", "ATTEMPTS"], rows, width, keep=(0,)).split("\n")
-    out = [lines[0]]
-    for line, note in zip(lines[1:], notes, strict=True):
-        out += [line, note]
-    return "\n".join(out)
+        ended = wrap(f"ended {_run_ended(run, style)}", width, _NOTE)
+        notes.append([*ended, *_problem_lines(run, width, _ERROR)])
+    return _with_notes(["RUN", "JOB", "ATTEMPTS"], rows, notes, width)
 
 
 def fmt_local(value: object) -> str:
@@ -465,13 +743,12 @@ def fmt_local(value: object) -> str:
 _NOTE_INDENT = "    "
 
 
-def fires_table(fires: Sequence[Mapping[str, Any]], width: int = WIDTH) -> str:
+def fires_table(fires: Sequence[Mapping[str, Any]], style: Style = PLAIN) -> str:
     """``explain``: scheduled time (UTC), local time and the DST or misfire note of each fire.
 
     Notes name times and zones and lose their meaning when cut, so when they do not fit in a
     column they go, wrapped, on indented lines under their fire."""
-    import textwrap
-
+    width = style.width
     times = [[fmt_time(f.get("scheduled_at")), fmt_local(f.get("local"))] for f in fires]
     notes = [fmt_value(f.get("note")) if f.get("note") else "" for f in fires]
     headers = ["SCHEDULED (UTC)", "LOCAL"]
@@ -487,11 +764,10 @@ def fires_table(fires: Sequence[Mapping[str, Any]], width: int = WIDTH) -> str:
         return table([*headers, "NOTE"], rows, width, keep=(0, 1))
     lines = table(headers, times, width, keep=(0, 1)).split("\n")
     out = [lines[0]]
-    room = max(width - len(_NOTE_INDENT), 20)
     for line, note in zip(lines[1:], notes, strict=True):
         out.append(line)
-        for part in textwrap.wrap(note, room, break_on_hyphens=False):
-            out.append(truncate(_NOTE_INDENT + part, width))
+        if note:
+            out += wrap(note, width, _NOTE_INDENT)
     return "\n".join(out)
 
 
@@ -505,10 +781,12 @@ def run_finished(run: Mapping[str, Any]) -> bool:
 
 
 def _watch_key(run: Mapping[str, Any]) -> tuple[object, ...]:
-    """What makes a run worth a new line: its state, its attempt and fence, its error."""
+    """What makes a run worth a new line: its state, its attempt and fence, its error, the
+    progress its worker reported."""
     last = _last_attempt(run)
     attempt = (last.get("attempt"), last.get("fence")) if last else (None, None)
-    return (run.get("state"), *attempt, _run_problem(run))
+    progress = orjson.dumps(last.get("progress")) if last else b"null"
+    return (run.get("state"), *attempt, _run_problem(run), progress)
 
 
 def watch_changes(
@@ -540,11 +818,12 @@ _WATCH_INDENT = " " * 9  # under the run id
 _STATE_WIDTH = max(len(s) for s in FINISHED_RUN_STATES | {"scheduled", "retrying"})
 
 
-def watch_line(run: Mapping[str, Any], width: int = WIDTH, *, error: bool = True) -> str:
+def watch_line(run: Mapping[str, Any], style: Style = PLAIN, *, error: bool = True) -> str:
     """``02:00:05 <run id> running   attempt 1 fence 17`` (time of the change, UTC), then, for a
-    run with an error (unless ``error`` is false), an indented ``error: …`` line.  Fields are one
-    space apart so that a run id (a job id, ``@``, milliseconds: 40 characters) fits whole in 80
-    columns with the rest."""
+    run with an error (unless ``error`` is false), indented ``error: …`` lines, never cut; and
+    the latest progress a worker reported.  Fields are one space apart so that a run id (a job
+    id, ``@``, milliseconds: 40 characters) fits whole in 80 columns with the rest."""
+    width = style.width
     head = f"{_clock(run.get('updated_at'))} {fmt_value(run.get('id'))}"
     rest = f"{fmt_value(run.get('state')):<{_STATE_WIDTH}}"
     last = _last_attempt(run)
@@ -555,7 +834,11 @@ def watch_line(run: Mapping[str, Any], width: int = WIDTH, *, error: bool = True
         line = truncate(head, width) + "\n" + truncate(_WATCH_INDENT + rest.rstrip(), width)
     problem = _run_problem(run)
     if problem and error:
-        line += "\n" + truncate(clean(f"{_WATCH_INDENT}error: {problem}"), width)
+        line += "\n" + "\n".join(wrap(f"error: {problem}", width, _WATCH_INDENT))
+    if last and last.get("progress") is not None and not run_finished(run):
+        line += "\n" + "\n".join(
+            wrap(f"progress: {fmt_value(last.get('progress'))}", width, _WATCH_INDENT)
+        )
     return line
 
 
@@ -563,7 +846,7 @@ def watch_lines(
     previous: Sequence[Mapping[str, Any]] | None,
     current: Sequence[Mapping[str, Any]],
     output: str = "table",
-    width: int = WIDTH,
+    style: Style = PLAIN,
 ) -> list[str]:
     """What ``schedctl watch`` prints after a poll: a line per changed run (see
     :func:`watch_changes`), or with ``-o json`` each changed run object as one JSON line.
@@ -575,6 +858,6 @@ def watch_lines(
         return [orjson.dumps(run).decode() for run in changed]
     shown = {str(run.get("id")): _run_problem(run) for run in previous or ()}
     return [
-        watch_line(run, width, error=shown.get(str(run.get("id"))) != _run_problem(run))
+        watch_line(run, style, error=shown.get(str(run.get("id"))) != _run_problem(run))
         for run in changed
     ]

@@ -1,16 +1,19 @@
 """``schedctl``: the command line for a schedd cluster.
 
-``schedctl [--server URL]... [--token T | --token-file PATH] [-o table|json] [--timeout S]
-[--cacert FILE] COMMAND``
+``schedctl [--server URL]... [--token T | --token-file PATH] [-o table|wide|json] [-q]
+[--timeout S] [--cacert FILE] COMMAND``
 
-Exit codes: 0 ok · 1 error from the server · 2 usage · 3 not found · 4 cluster unavailable.
-``-o json`` prints exactly the bytes the API answered, followed by a newline.
+Exit codes: 0 ok · 1 error from the server · 2 usage · 3 not found · 4 cluster unavailable;
+``wait``, ``watch`` and ``submit --wait``: 5 the run failed · 6 it was cancelled or skipped ·
+7 the wait timed out.  ``-o json`` prints exactly the bytes the API answered, followed by a
+newline.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
 import time
 from collections.abc import Callable, Mapping
@@ -24,10 +27,21 @@ from schedd.cli.client import (
     Client,
     CliError,
     Response,
+    UsageError,
     job_path,
+    run_path,
 )
 from schedd.cli.completion import completion_script
-from schedd.cli.requests import ApiRequest, build_request, command_name
+from schedd.cli.requests import (
+    ApiRequest,
+    build_request,
+    build_update_body,
+    check_request,
+    command_name,
+    is_run_id,
+    update_needs_job,
+    wait_seconds,
+)
 from schedd.cli.settings import Settings, resolve_settings
 
 EXIT_OK = 0
@@ -35,6 +49,16 @@ EXIT_SERVER = 1
 EXIT_USAGE = 2
 EXIT_NOT_FOUND = 3
 EXIT_UNAVAILABLE = 4
+EXIT_FAILED = 5
+EXIT_CANCELLED = 6
+EXIT_WAIT_TIMEOUT = 7
+#: a finished run's state -> the exit code of wait, watch and submit --wait
+OUTCOME_EXIT = {
+    "succeeded": EXIT_OK,
+    "failed": EXIT_FAILED,
+    "cancelled": EXIT_CANCELLED,
+    "skipped": EXIT_CANCELLED,
+}
 
 MAX_PAGES = 10_000
 
@@ -94,24 +118,59 @@ def _as_mapping(data: Any) -> Mapping[str, Any]:
     return data if isinstance(data, Mapping) else {}
 
 
-_TABLES: dict[str, Callable[[Any], str]] = {
-    "submit": lambda d: render.submitted_table(_as_mapping(d)),
-    "get": lambda d: render.job_details(_as_mapping(d)),
-    "pause": lambda d: render.submitted_table(_as_mapping(d)),
-    "resume": lambda d: render.submitted_table(_as_mapping(d)),
-    "update": lambda d: render.job_details(_as_mapping(d)),
-    "trigger": lambda d: render.runs_table([_as_mapping(d)]),
-    "explain": lambda d: (
-        render.fires_table(_as_list(d, "fires")) if _as_list(d, "fires") else "no fire times ahead"
+_TABLES: dict[str, Callable[[Any, render.Style], str]] = {
+    "submit": lambda d, st: render.submitted_table(_as_mapping(d), st),
+    "get": lambda d, st: render.job_details(_as_mapping(d), st),
+    "pause": lambda d, st: render.submitted_table(_as_mapping(d), st),
+    "resume": lambda d, st: render.submitted_table(_as_mapping(d), st),
+    "update": lambda d, st: render.job_details(_as_mapping(d), st),
+    "trigger": lambda d, st: render.runs_table([_as_mapping(d)], st),
+    "run": lambda d, st: render.run_details(_as_mapping(d), st),
+    "cancel": lambda d, st: render.runs_table([_as_mapping(d)], st),  # a run's cancel
+    "explain": lambda d, st: (
+        render.fires_table(_as_list(d, "fires"), st)
+        if _as_list(d, "fires")
+        else "no fire times ahead"
     ),
-    "dlq replay": lambda d: render.runs_table([_as_mapping(d)]),
-    "cluster": lambda d: render.cluster_view(_as_mapping(d)),
-    "workers": lambda d: (
-        render.workers_table(_as_list(d, "workers"))
+    "dlq replay": lambda d, st: render.runs_table([_as_mapping(d)], st),
+    "cluster": lambda d, st: render.cluster_view(_as_mapping(d), st),
+    "workers": lambda d, st: (
+        render.workers_table(_as_list(d, "workers"), st)
         if _as_list(d, "workers")
         else "no workers connected"
     ),
 }
+
+#: with -q: the ids an answer names
+_IDS: dict[str, Callable[[Any], list[str]]] = {
+    "workers": lambda d: [str(w.get("worker_id")) for w in _as_list(d, "workers")],
+    "cluster": lambda d: [str(n.get("id")) for n in _as_list(d, "nodes")],
+    "explain": lambda d: [str(f.get("scheduled_at")) for f in _as_list(d, "fires")],
+}
+
+
+def _ids(command: str, data: Any) -> list[str]:
+    if command in _IDS:
+        return _IDS[command](data)
+    value = _as_mapping(data).get("id")
+    return [str(value)] if value is not None else []
+
+
+def terminal_style(
+    output: str, out_is_tty: bool, env: Mapping[str, str], now_ms: int | None = None
+) -> render.Style:
+    """Fit the terminal (``COLUMNS`` or its real width) when the output is one; cut nothing
+    when it is a pipe or a file (unless ``COLUMNS`` says a width); ``-o wide``: more columns
+    and nothing cut."""
+    now = int(time.time() * 1000) if now_ms is None else now_ms
+    if output == "wide":
+        return render.Style(render.UNLIMITED, now, wide=True)
+    columns = env.get("COLUMNS", "")
+    if columns.isdigit() and int(columns) >= 20:
+        return render.Style(int(columns), now)
+    if out_is_tty:
+        return render.Style(max(shutil.get_terminal_size((render.WIDTH, 24)).columns, 20), now)
+    return render.Style(render.UNLIMITED, now)
 
 
 def _call(
@@ -143,13 +202,16 @@ def watch(
     client: Client,
     job_id: str,
     interval: float,
-    output: str,
+    settings: Settings,
+    style: render.Style,
     out: IO[bytes],
     err: IO[str],
     sleep: Callable[[float], None] = time.sleep,
 ) -> int:
     """``schedctl watch``: poll the job and its runs, print what changed, until the job is done
-    or cancelled and every run has finished; Ctrl-C stops it (exit 0)."""
+    or cancelled and every run has finished, then exit with its latest run's outcome; Ctrl-C
+    stops it (exit 0)."""
+    output = settings.output
     job_req = ApiRequest("GET", job_path(job_id))
     runs_req = ApiRequest("GET", job_path(job_id, "/runs"))
     previous: list[Mapping[str, Any]] | None = None
@@ -162,21 +224,87 @@ def watch(
             # the job first: once it is done no run is added, so the runs read after it are all
             status = _as_mapping(_call(client, job_req).json()).get("status")
             runs = _as_list(_call(client, runs_req).json(), "runs")
-            for line in render.watch_lines(previous, runs, output):
+            for line in render.watch_lines(previous, runs, output, style):
                 _write(out, line)
             out.flush()
             previous = runs
             if status in _JOB_DONE and all(render.run_finished(r) for r in runs):
+                latest = str(runs[0].get("state")) if runs else "cancelled"
                 if output != "json":
-                    err.write(f"schedctl: job {shown} is {status}; every run has finished\n")
-                return EXIT_OK
+                    err.write(
+                        f"schedctl: job {shown} is {status}; every run has finished "
+                        f"(the latest {latest})\n"
+                    )
+                return OUTCOME_EXIT.get(latest, EXIT_CANCELLED)
             sleep(interval)
     except KeyboardInterrupt:
         return EXIT_OK
 
 
+def wait(
+    client: Client,
+    target: str,
+    timeout: float | None,
+    settings: Settings,
+    style: render.Style,
+    out: IO[bytes],
+    err: IO[str],
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
+) -> int:
+    """``schedctl wait``: poll a run (a run id) or a job's latest run until it has finished,
+    print it, and exit with its outcome (:data:`OUTCOME_EXIT`); 7 when ``timeout`` seconds pass
+    first.  A job whose latest run has already finished answers at once."""
+    deadline = None if timeout is None else clock() + timeout
+    delay = 0.1
+    run: Mapping[str, Any] | None = None
+    while True:
+        if is_run_id(target):
+            resp = _call(client, ApiRequest("GET", run_path(target)))
+            run = _as_mapping(resp.json())
+            body = resp.body
+        else:
+            job = _as_mapping(_call(client, ApiRequest("GET", job_path(target))).json())
+            latest = job.get("latest_run")
+            run = latest if isinstance(latest, Mapping) else None
+            body = b"null" if run is None else orjson.dumps(run)
+            if run is None and job.get("status") in _JOB_DONE:
+                err.write(
+                    f"schedctl: job {render.clean(target)} is {job.get('status')} and has no run\n"
+                )
+                return EXIT_CANCELLED
+        if run is not None and render.run_finished(run):
+            _show_runs([run], body, settings, style, out)
+            return OUTCOME_EXIT.get(str(run.get("state")), EXIT_CANCELLED)
+        now = clock()
+        if deadline is not None and now >= deadline:
+            state = "not yet created" if run is None else f"{run.get('state')}"
+            err.write(
+                f"schedctl: gave up waiting after {timeout:g}s: "
+                f"{render.clean(str(run.get('id') if run else target))} is {state}\n"
+            )
+            return EXIT_WAIT_TIMEOUT
+        sleep(delay if deadline is None else max(0.0, min(delay, deadline - now)))
+        delay = min(delay * 1.5, 2.0)
+
+
+def _show_runs(
+    runs: list[Mapping[str, Any]],
+    body: bytes,
+    settings: Settings,
+    style: render.Style,
+    out: IO[bytes],
+) -> None:
+    if settings.output == "json":
+        out.write(body + b"\n")
+    elif settings.quiet:
+        _write(out, "\n".join(str(r.get("id")) for r in runs))
+    else:
+        _write(out, render.runs_table(runs, style))
+
+
 #: the listings that page: the key of their items, how to show them, and what they list
-_PAGED: dict[str, tuple[str, Callable[[list[Mapping[str, Any]]], str], str, str]] = {
+_PAGED: dict[str, tuple[str, Callable[[list[Mapping[str, Any]], render.Style], str], str, str]] = {
     "list": ("jobs", render.jobs_table, "no jobs", "jobs"),
     "runs": ("runs", render.runs_table, "no runs yet", "runs"),
     "dlq list": ("runs", render.dlq_table, "the dead-letter queue is empty", "dead-lettered runs"),
@@ -187,12 +315,19 @@ def _run_pages(
     client: Client,
     req: ApiRequest,
     command: str,
-    follow: bool,
+    args: argparse.Namespace,
     settings: Settings,
+    style: render.Style,
     out: IO[bytes],
     err: IO[str],
 ) -> None:
+    """Print a listing's first page, or every page with ``--all``.  A filter the server reads
+    in windows (``list --state``) can answer short pages: they are followed until a page's worth
+    of items has come."""
     key, table, empty, noun = _PAGED[command]
+    follow = bool(args.all)
+    want = args.limit or 100
+    windowed = command == "list" and args.state is not None
     items: list[Mapping[str, Any]] = []
     seen: set[str] = set()
     query = req.query
@@ -200,59 +335,184 @@ def _run_pages(
     for _ in range(MAX_PAGES):
         resp = _call(client, req, query)
         data = resp.json()
+        page = _as_list(data, key)
         if settings.output == "json":
             out.write(resp.body + b"\n")
-        else:
-            items.extend(_as_list(data, key))
+        elif settings.quiet:
+            _write(out, "\n".join(str(i.get("id")) for i in page))
+        items.extend(page)
         cursor = data.get("next_cursor") if isinstance(data, Mapping) else None
         more = isinstance(cursor, str) and bool(cursor)
-        if not follow or not isinstance(cursor, str) or not cursor or cursor in seen:
+        if not isinstance(cursor, str) or not cursor or cursor in seen:
+            break
+        if not follow and not (windowed and len(items) < want):
             break
         seen.add(cursor)
         query = (*tuple((k, v) for k, v in req.query if k != "cursor"), ("cursor", cursor))
-    if settings.output != "json":
-        _write(out, table(items) if items else empty)
-        if more and not follow:
-            err.write(f"schedctl: there are more {noun}; pass --all to list every page\n")
+    if settings.output != "json" and not settings.quiet:
+        _write(out, table(items, style) if items else empty)
+    if more and not follow and settings.output != "json":
+        err.write(f"schedctl: there are more {noun}; pass --all to list every page\n")
 
 
-def run_command(args: argparse.Namespace, settings: Settings, out: IO[bytes], err: IO[str]) -> int:
+_JOB_ID_CHARS = frozenset("0123456789ABCDEFGHJKMNPQRSTVWXYZ")
+
+
+def _list_jobs(client: Client, query: tuple[tuple[str, str], ...]) -> list[Mapping[str, Any]]:
+    """The jobs a query lists; none when it cannot be asked (the command's own request then
+    says why)."""
+    try:
+        resp = _call(client, ApiRequest("GET", "/api/v1/jobs", query=query))
+    except CliError:
+        return []
+    return _as_list(resp.json(), "jobs")
+
+
+def resolve_job(client: Client, ref: str) -> str:
+    """The id of the job ``ref`` names: a whole id as it is; else the one live job (or the one
+    job) with that name; else the one job whose id starts so.  Ambiguous: a usage error listing
+    the candidates; nothing found: ``ref`` itself (the server then says it is not found)."""
+    if len(ref) == 26 and set(ref) <= _JOB_ID_CHARS:
+        return ref
+    named = _list_jobs(client, (("name", ref), ("limit", "20")))
+    live = [j for j in named if j.get("status") in ("active", "paused")]
+    candidates = live or named
+    kind = "name"
+    if not candidates and set(ref.upper()) <= _JOB_ID_CHARS:
+        candidates = _list_jobs(client, (("id_prefix", ref), ("limit", "10")))
+        kind = "id prefix"
+    if len(candidates) == 1:
+        return str(candidates[0].get("id"))
+    if len(candidates) > 1:
+        ids = ", ".join(str(j.get("id")) for j in candidates[:10])
+        raise UsageError(
+            f"{render.clean(ref)!r} is ambiguous: the {kind} of {len(candidates)}"
+            f"{'+' if len(candidates) >= 10 else ''} {'live ' if live else ''}jobs ({ids}); "
+            "give a longer prefix or the whole id"
+        )
+    return ref
+
+
+def resolve_run(client: Client, ref: str) -> str:
+    """A run id whose job part may be a name or an id prefix."""
+    job, _, ms = ref.rpartition("@")
+    return f"{resolve_job(client, job)}@{ms}" if is_run_id(ref) else ref
+
+
+def _resolve(client: Client, args: argparse.Namespace) -> None:
+    """Replace the job or run the command line names by its id."""
+    if getattr(args, "run_id", None):
+        args.run_id = resolve_run(client, args.run_id)
+    if getattr(args, "id", None):
+        args.id = (
+            resolve_run(client, args.id) if is_run_id(args.id) else resolve_job(client, args.id)
+        )
+
+
+def complete_jobs(client: Client, prefix: str, out: IO[bytes]) -> int:
+    """``schedctl __jobs PREFIX``: the names and ids of live jobs starting so, for the shell
+    completion; quietly nothing when the cluster cannot be asked."""
+    words: list[str] = []
+    for status in ("active", "paused"):
+        for job in _list_jobs(client, (("status", status), ("limit", "1000"))):
+            words.append(str(job.get("id")))
+            name = job.get("name")
+            if isinstance(name, str) and name and not any(c.isspace() for c in name):
+                words.append(name)
+    low = prefix.lower()
+    _write(out, "\n".join(dict.fromkeys(w for w in words if w.lower().startswith(low))))
+    return EXIT_OK
+
+
+def run_command(
+    args: argparse.Namespace,
+    settings: Settings,
+    out: IO[bytes],
+    err: IO[str],
+    style: render.Style = render.PLAIN,
+) -> int:
     command = command_name(args)
     if command == "completion":
         _write(out, completion_script(build_parser(), args.shell))
         return EXIT_OK
-    req = build_request(args)
     client = Client(
         settings.servers, settings.token, settings.timeout, ssl_context=settings.ssl_context
     )
+    if command == "__jobs":
+        return complete_jobs(client, args.prefix, out)
+    if command == "apply":
+        from schedd.cli.apply import apply_file
+
+        return apply_file(
+            client,
+            args.file,
+            dry_run=args.dry_run,
+            replace=args.replace,
+            output=settings.output,
+            out=out,
+            err=err,
+            server_error=server_error,
+        )
+    check_request(args)  # usage errors first: nothing is asked of a cluster for them
+    _resolve(client, args)
+    if command == "update" and update_needs_job(args):
+        current = _as_mapping(_call(client, ApiRequest("GET", job_path(args.id))).json())
+        req = ApiRequest("PATCH", job_path(args.id), body=build_update_body(args, current=current))
+    else:
+        req = build_request(args)
     if command in _PAGED:
-        _run_pages(client, req, command, args.all, settings, out, err)
+        _run_pages(client, req, command, args, settings, style, out, err)
         return EXIT_OK
     if command == "watch":
-        return watch(client, args.id, args.interval, settings.output, out, err)
+        return watch(client, args.id, args.interval, settings, style, out, err)
+    if command == "wait":
+        return wait(client, args.id, wait_seconds(args), settings, style, out, err)
     hints = _TRIGGER_HINTS if command == "trigger" and not args.override else _HINTS
     resp = _call(client, req, hints=hints)
-    if command in ("cancel", "dlq drop"):
-        if settings.output != "json":
-            what = (
-                f"cancelled job {render.clean(args.id)}"
-                if command == "cancel"
-                else f"dropped run {render.clean(args.run_id)} from the dead-letter queue"
-            )
-            _write(out, what)
-        elif resp.body:
-            out.write(resp.body + b"\n")
-        return EXIT_OK
-    if settings.output == "json":
-        out.write(resp.body + b"\n")
+    if command == "dlq drop" or (command == "cancel" and not is_run_id(args.id)):
+        _removed(command, args, resp, settings, out)
         return EXIT_OK
     data = resp.json()
-    if args.command == "submit" and resp.status == 200:
+    if command == "submit":
+        _submit_notes(resp, data, err)
+    if settings.output == "json":
+        out.write(resp.body + b"\n")
+    elif settings.quiet:
+        _write(out, "\n".join(render.clean(i) for i in _ids(command, data)))
+    else:
+        _write(out, _TABLES[command](data, style))
+    if command == "submit" and args.wait:
+        out.flush()
+        job_id = str(_as_mapping(data).get("id"))
+        return wait(client, job_id, wait_seconds(args), settings, style, out, err)
+    return EXIT_OK
+
+
+def _removed(
+    command: str, args: argparse.Namespace, resp: Response, settings: Settings, out: IO[bytes]
+) -> None:
+    """What ``cancel`` (a job) and ``dlq drop`` print: they answer no body."""
+    if settings.output == "json":
+        if resp.body:
+            out.write(resp.body + b"\n")
+    elif settings.quiet:
+        _write(out, render.clean(args.id if command == "cancel" else args.run_id))
+    else:
+        what = (
+            f"cancelled job {render.clean(args.id)}"
+            if command == "cancel"
+            else f"dropped run {render.clean(args.run_id)} from the dead-letter queue"
+        )
+        _write(out, what)
+
+
+def _submit_notes(resp: Response, data: Any, err: IO[str]) -> None:
+    if resp.status == 200:
         err.write(
             "schedctl: a job with this idempotency key already exists; nothing new was submitted\n"
         )
-    _write(out, _TABLES[command](data))
-    return EXIT_OK
+    for warning in _as_mapping(data).get("warnings") or ():
+        err.write(f"schedctl: warning: {render.clean(str(warning))}\n")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -265,7 +525,8 @@ def main(argv: list[str] | None = None) -> int:
         except SystemExit as exc:  # --help, --version
             return exc.code if isinstance(exc.code, int) else EXIT_OK
         settings = resolve_settings(args, os.environ)
-        code = run_command(args, settings, out, err)
+        style = terminal_style(settings.output, sys.stdout.isatty(), os.environ)
+        code = run_command(args, settings, out, err, style)
         out.flush()
         return code
     except CliError as exc:

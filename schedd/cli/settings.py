@@ -30,6 +30,7 @@ class Settings:
     timeout: float
     #: the CAs of --cacert / SCHEDD_CACERT for https servers; None: the system's trusted CAs
     ssl_context: ssl.SSLContext | None = None
+    quiet: bool = False  # -q: ids only
 
 
 def _split(values: Sequence[str]) -> list[str]:
@@ -94,4 +95,5 @@ def resolve_settings(
         ssl_context = tls_context(args.cacert, "--cacert")
     elif env.get("SCHEDD_CACERT"):
         ssl_context = tls_context(env["SCHEDD_CACERT"], "SCHEDD_CACERT")
-    return Settings(servers, token, output, args.http_timeout, ssl_context)
+    quiet = bool(getattr(args, "quiet", False) or getattr(args, "quiet_after", False))
+    return Settings(servers, token, output, args.http_timeout, ssl_context, quiet)

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from schedd import __version__
 from schedd.cli.settings import DEFAULT_TOKENS_FILE, read_token_file
 from schedd.net import is_loopback
 from schedd.worker import Worker
@@ -56,6 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
         "SCHEDD_CACERT. With no token and only local servers, the admin token of a local `schedd` in ./.schedd/tokens.toml "
         "is used.",
     )
+    p.add_argument("--version", action="version", version=f"schedd-worker {__version__}")
     p.add_argument(
         "--server",
         action="append",

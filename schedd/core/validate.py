@@ -90,7 +90,7 @@ JOB_FIELDS: Final = (
     "idempotency_key",
 )
 _KINDS: Final = ("at", "in", "every", "cron")
-_RECURRING_FIELDS: Final = (
+RECURRING_FIELDS: Final = (
     "timezone",
     "jitter",
     "misfire",
@@ -100,7 +100,7 @@ _RECURRING_FIELDS: Final = (
     "start_at",
     "end_at",
 )
-SCHEDULE_FIELDS: Final = _KINDS + _RECURRING_FIELDS
+SCHEDULE_FIELDS: Final = _KINDS + RECURRING_FIELDS
 RETRY_FIELDS: Final = ("max_attempts", "initial", "max", "multiplier", "jitter")
 DST_FIELDS: Final = ("gap", "repeat")
 
@@ -358,7 +358,7 @@ def parse_schedule(
         )
     kind = given[0]
     if kind in ("at", "in"):
-        for extra in _RECURRING_FIELDS:
+        for extra in RECURRING_FIELDS:
             if sched.get(extra) is not None:
                 raise InvalidArgument(
                     f"{field}.{extra}: only allowed with an every or cron schedule, not with "

@@ -23,6 +23,7 @@ import secrets
 import signal
 import socket
 import ssl
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -70,6 +71,21 @@ from schedd.worker.registry import (
 )
 
 log = logging.getLogger(__name__)
+
+
+def _log_to_stderr_unless_configured() -> logging.Handler | None:
+    """A stderr handler at INFO for the worker's loggers when nothing handles their lines (no
+    handler on them or the root; the program never configured logging); None otherwise."""
+    worker_log = logging.getLogger("schedd.worker")
+    if worker_log.hasHandlers():
+        return None
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    worker_log.addHandler(handler)
+    if worker_log.level == logging.NOTSET and logging.getLogger().level > logging.INFO:
+        worker_log.setLevel(logging.INFO)
+    return handler
+
 
 CONNECT_PATH = "/api/v1/workers/connect"
 BACKOFF_MIN = 0.1
@@ -255,7 +271,11 @@ class Worker:
     # -- running ---------------------------------------------------------------------------
 
     def run(self) -> None:
-        """Serve until SIGINT/SIGTERM, then drain and return.  A second signal exits at once."""
+        """Serve until SIGINT/SIGTERM, then drain and return.  A second signal exits at once.
+
+        When the program has not configured logging, the worker's own lines (where it connects,
+        which node welcomed it, failures) go to stderr at INFO while it runs: a script that
+        just calls ``run()`` still says what it is doing."""
         factory: Callable[[], asyncio.AbstractEventLoop] | None = None
         try:
             import uvloop
@@ -263,8 +283,13 @@ class Worker:
             factory = uvloop.new_event_loop
         except ImportError:  # pragma: no cover - uvloop is a dependency where it builds
             pass
-        with asyncio.Runner(loop_factory=factory) as runner:
-            runner.run(self._serve_until_signal())
+        handler = _log_to_stderr_unless_configured()
+        try:
+            with asyncio.Runner(loop_factory=factory) as runner:
+                runner.run(self._serve_until_signal())
+        finally:
+            if handler is not None:
+                logging.getLogger("schedd.worker").removeHandler(handler)
 
     async def _serve_until_signal(self) -> None:
         loop = asyncio.get_running_loop()

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
+import os
 import subprocess
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import aiohttp
@@ -15,12 +18,12 @@ from tests.cluster.harness import BIN, Cluster
 pytestmark = [pytest.mark.acceptance, pytest.mark.timeout(120)]
 
 
-@pytest.fixture(scope="module")
-def single(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    cluster = Cluster(tmp_path_factory.mktemp("cli"), size=1)
+@contextmanager
+def one_node(root: Path) -> Iterator[Cluster]:
+    """A single-node cluster of real processes, with its leader elected."""
+    cluster = Cluster(root, size=1)
     cluster.start()
     try:
-        import asyncio
 
         async def ready() -> None:
             async with aiohttp.ClientSession() as http:
@@ -32,8 +35,14 @@ def single(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         cluster.stop()
 
 
+@pytest.fixture(scope="module")
+def single(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    with one_node(tmp_path_factory.mktemp("cli")) as cluster:
+        yield cluster
+
+
 def ctl(
-    cluster: Cluster, *args: str, token: str | None = None
+    cluster: Cluster, *args: str, token: str | None = None, columns: str | None = None
 ) -> subprocess.CompletedProcess[bytes]:
     cmd = [
         str(BIN / "schedctl"),
@@ -42,7 +51,10 @@ def ctl(
         f"--token={token or cluster.token}",
         *args,
     ]
-    return subprocess.run(cmd, capture_output=True, timeout=30, cwd=cluster.root)
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    if columns is not None:
+        env["COLUMNS"] = columns
+    return subprocess.run(cmd, capture_output=True, timeout=30, cwd=cluster.root, env=env)
 
 
 def api_get(cluster: Cluster, path: str) -> bytes:
@@ -107,7 +119,7 @@ def test_tables_fit_80_columns(single: Cluster) -> None:
         ).stdout
     )
     for args in (("list",), ("get", job["id"]), ("runs", job["id"]), ("cluster",)):
-        out = ctl(single, *args)
+        out = ctl(single, *args, columns="80")  # a terminal of 80 columns
         assert out.returncode == 0, out.stderr
         assert out.stdout.strip()
         widths = [len(line) for line in out.stdout.decode().splitlines()]
@@ -157,7 +169,15 @@ def test_lifecycle_commands_against_a_live_server(single: Cluster) -> None:
     trig = ctl(single, "-o", "json", "trigger", job["id"], "--override")
     assert trig.returncode == 0 and orjson.loads(trig.stdout)["job_id"] == job["id"]
     explain = ctl(
-        single, "explain", "--cron", "30 2 * * *", "--tz", "Europe/Berlin", "--count", "400"
+        single,
+        "explain",
+        "--cron",
+        "30 2 * * *",
+        "--tz",
+        "Europe/Berlin",
+        "--count",
+        "400",
+        columns="80",
     )
     assert explain.returncode == 0 and b"does not exist" in explain.stdout
     assert max(len(line) for line in explain.stdout.decode().splitlines()) <= 80

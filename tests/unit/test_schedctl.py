@@ -9,6 +9,7 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ from schedd.cli.client import (
     run_path,
 )
 from schedd.cli.completion import completion_levels, completion_script
+from schedd.cli.render import PLAIN
 from schedd.cli.requests import ApiRequest, build_request
 from schedd.cli.schedctl import (
     EXIT_NOT_FOUND,
@@ -36,9 +38,10 @@ from schedd.cli.schedctl import (
     EXIT_UNAVAILABLE,
     EXIT_USAGE,
     main,
+    terminal_style,
     watch,
 )
-from schedd.cli.settings import resolve_settings
+from schedd.cli.settings import Settings, resolve_settings
 
 DEAD = "http://127.0.0.1:1"  # nothing listens on port 1
 
@@ -286,7 +289,19 @@ USAGE_ERRORS: list[tuple[list[str], str]] = [
     (["--token-file", "nope.txt", "cluster"], "--token-file: cannot read 'nope.txt'"),
     (["update", "j1"], "update: nothing to change; pass at least one of --payload"),
     (["update", "j1", "-o", "json"], "update: nothing to change"),
-    (["update", "j1", "--tz", "UTC"], "--tz: only applies to --cron"),
+    (["update", "j1", "--tz", "UTC", "--in", "5m"], "--tz: only apply to an --every or --cron"),
+    (["update", "j1", "--overlap", "allow", "--at", "2030-01-01T00:00:00Z"], "--overlap: only"),
+    (["submit", "t", "--overlap", "allow"], "--overlap: only apply to an --every or --cron"),
+    (["submit", "t", "--every", "5m", "--tz", "UTC"], "--tz: only applies to --cron"),
+    (["submit", "t", "--every", "5m", "--jitter", "soon"], "--jitter: expected a duration"),
+    (["submit", "t", "--cron", "* * * * *", "--start-at", "monday"], "--start-at: expected"),
+    (["submit", "t", "--retry-multiplier", "11"], "expected a number from 1 to 10"),
+    (["submit", "t", "--wait", "--wait-timeout", "x"], "--wait-timeout: expected a duration"),
+    (["wait", "j1", "--timeout", "-1s"], "--timeout: expected"),
+    (["runs", "j1", "--since", "yesterday"], "--since: expected an RFC 3339 time"),
+    (["list", "--state", "exploded"], "argument --state: invalid choice"),
+    (["explain", "--every", "5m", "--cron", "* * * * *"], "give one of a job ID, --cron EXPR"),
+    (["explain", "--every", "5m", "--from", "noon"], "--from: expected"),
     (["update", "j1", "--every", "5x"], '--every: expected a duration like "90s"'),
     (["update", "j1", "--timeout", "soon"], "--timeout: expected a duration"),
     (["update", "j1", "--max-attempts", "0"], "expected a number of at least 1"),
@@ -295,9 +310,12 @@ USAGE_ERRORS: list[tuple[list[str], str]] = [
     (["update"], "required: ID"),
     (["pause"], "required: ID"),
     (["trigger", "j1", "--overlap", "skip"], "unrecognized arguments"),
-    (["explain"], "explain: expected a job ID, or --cron EXPR"),
-    (["explain", "--count", "3"], "explain: expected a job ID, or --cron EXPR"),
-    (["explain", "j1", "--cron", "* * * * *"], "explain: give a job ID or --cron EXPR, not both"),
+    (["explain"], "explain: expected a job ID, --cron EXPR [--tz ZONE] or --every DUR"),
+    (["explain", "--count", "3"], "explain: expected a job ID, --cron EXPR"),
+    (
+        ["explain", "j1", "--cron", "* * * * *"],
+        "explain: give one of a job ID, --cron EXPR or --every DUR, not a job ID and --cron",
+    ),
     (["explain", "j1", "--tz", "UTC"], "--tz: only applies to --cron"),
     (["explain", "--cron", " "], "--cron: expected a cron expression"),
     (["explain", "j1", "--count", "0"], "--count: expected a number of at least 1, got 0"),
@@ -489,20 +507,43 @@ def _lines(text: str) -> list[str]:
 def test_rendering_fits_80_columns(text: str) -> None:
     for line in _lines(text):
         assert render.display_width(line) <= 80, line
-    assert "…" in text
     assert "\x1b" not in text and "\n\n\n" not in text
+    if "payload:" in text:  # a detail view wraps its values: nothing is cut
+        assert "…" not in text
+        assert LONG in "".join(line.strip() for line in _lines(text))
+    else:  # a table's columns give up room
+        assert "…" in text
+
+
+def unwrapped(lines: list[str]) -> str:
+    """Wrapped lines put back together (each without its indent, joined by a space)."""
+    return " ".join(line.strip() for line in lines)
 
 
 def test_table_details() -> None:
     run = {**RUN, "id": "01M8ADCPDZ145C4FJCBYS11A0G@1795645921727"}
-    header, row, note = _lines(render.runs_table([run]))
+    header, row, note, *error = _lines(render.runs_table([run]))
     assert header.split() == ["RUN", "STATE", "ATTEMPTS", "FENCE"]
     assert row.split() == [run["id"], "failed", "2", "42"]  # the id is never cut; last fence
-    assert note.startswith("  scheduled 2026-11-25 02:00:00Z  ended 2026-11-25 02:01:05Z  Trace")
-    assert note.endswith("…") and len(note) == 80
-    # ids and times are kept whole; the task column gives up its room
-    jobs = render.jobs_table([{**JOB, "id": "01M8ADCPDZ145C4FJCBYS11A0G"}])
-    assert "01M8ADCPDZ145C4FJCBYS11A0G" in jobs and "2026-11-25 02:00:00Z" in jobs
+    assert note == "  scheduled 2026-11-25 02:00:00Z  ended 2026-11-25 02:01:05Z"
+    # the error has lines of its own, wrapped to the width, never cut
+    assert all(line.startswith("    ") and len(line) <= 80 for line in error)
+    assert unwrapped(error).replace(" ", "") == "Traceback-freemessage" + LONG
+    # not a terminal: nothing is cut, one line each
+    wide = _lines(render.runs_table([run], render.Style(render.UNLIMITED)))
+    assert wide[3] == "    Traceback-free message " + LONG
+    # ids are kept whole; the task column gives up its room; times are relative to now
+    five_hours_before = datetime(2026, 11, 24, 21, 0, tzinfo=UTC).timestamp() * 1000
+    now = render.Style(now_ms=int(five_hours_before))  # the next run is at 2026-11-25 02:00Z
+    failed = {**RUN, "updated_at": "2026-11-24T20:48:00Z"}
+    jobs = render.jobs_table([{**JOB, "id": ULID, "latest_run": failed}], now)
+    header, row = _lines(jobs)
+    assert header.startswith("ID  ") and header.endswith("NEXT RUN  LAST RUN")
+    assert row.startswith(ULID) and row.split()[-5:] == ["in", "5h", "failed", "12m", "ago"]
+    assert max(len(line) for line in _lines(jobs)) <= 80
+    # wide: every column, nothing cut, the next run in the job's zone too
+    wide = render.jobs_table([{**JOB, "id": ULID}], render.Style(render.UNLIMITED, wide=True))
+    assert "reports." + LONG in wide and "2026-11-25 03:00:00+01:00 Europe/Berlin" in wide
     short = render.table(["A", "B"], [["1", "two"]])
     assert short == "A  B\n1  two"
     assert render.fmt_time("2026-11-25T03:00:00+01:00") == "2026-11-25 02:00:00Z"
@@ -567,11 +608,14 @@ def test_fires_table_puts_long_notes_under_their_fire_whole() -> None:
 
 def test_dlq_table_keeps_run_ids_whole_and_errors_on_their_own_line() -> None:
     dead = {**RUN, "id": RUN_ID, "job_id": ULID}
-    header, row, note = _lines(render.dlq_table([dead]))
+    header, row, note, *error = _lines(render.dlq_table([dead]))
     assert header.split() == ["RUN", "JOB", "ATTEMPTS"]
     assert row.split() == [RUN_ID, ULID, "2"]
-    assert note.startswith("  ended 2026-11-25 02:01:05Z  Traceback-free message")
-    assert note.endswith("…") and len(note) == 80
+    assert note == "  ended 2026-11-25 02:01:05Z"
+    assert unwrapped(error).replace(" ", "") == "Traceback-freemessage" + LONG
+    wide_cjk = render.dlq_table([{**dead, "error": "日本語" * 60}], render.Style(40))
+    assert all(render.display_width(line) <= 40 for line in _lines(wide_cjk)), wide_cjk
+    assert "".join(line.strip() for line in _lines(wide_cjk)[3:]) == "日本語" * 60
 
 
 @pytest.mark.parametrize(
@@ -708,8 +752,8 @@ def test_watch_line_without_times_or_attempts() -> None:
 # ---- shell completion ------------------------------------------------------------------------
 
 COMMANDS = [
-    "submit", "get", "list", "runs", "cancel", "pause", "resume", "trigger", "update",
-    "explain", "dlq", "cluster", "workers", "watch", "completion",
+    "submit", "get", "list", "runs", "run", "wait", "cancel", "pause", "resume", "trigger",
+    "update", "explain", "dlq", "cluster", "workers", "watch", "apply", "completion",
 ]  # fmt: skip
 
 
@@ -730,7 +774,8 @@ def test_completion_script_mentions_every_command_and_option(
         assert f"'{path}')" in script
     for option in ("--override", "--count", "--interval", "--max-attempts", "--token-file"):
         assert option in script
-    assert "'table json'" in script and "'high normal low'" in script
+    assert "'table wide json'" in script and "'high normal low'" in script
+    assert "__jobs" not in script.split("_schedctl_choices")[0]  # internal: not a command
     assert completion_script(build_parser(), shell) + "\n" == script
     checker = shutil.which(shell)
     if checker:  # the script parses
@@ -738,18 +783,29 @@ def test_completion_script_mentions_every_command_and_option(
 
 
 BASH_CASES = [
-    ("", "submit get runs cancel pause resume list trigger update explain dlq cluster workers "
-     "watch completion"),
+    ("", "submit get runs cancel pause resume run wait list trigger update explain dlq cluster "
+     "workers watch apply completion"),
     ("dl", "dlq"),
     ("--server http://x:7700 dlq ", "list replay drop"),
     ("dlq replay R --o", "--output"),
-    ("-o ", "table json"),
+    ("-o ", "table wide json"),
     ("update j1 --priority ", "high normal low"),
     ("explain --c", "--cron --count"),
-    ("watch j1 --", "--help --server --token --token-file --output --interval"),
+    ("watch j1 --", "--help --server --token --token-file --output --quiet --interval"),
     ("completion ", "bash zsh"),
     ("get j1 ", ""),
+    # a job is completed from the cluster's job names and ids (schedctl __jobs, stubbed here)
+    ("get ", "nightly-report 01M8ADCPDZ145C4FJCBYS11A0G"),
+    ("pause ni", "nightly-report"),
+    ("run 01", "01M8ADCPDZ145C4FJCBYS11A0G"),
+    ("--server http://x:7700 dlq replay ", "nightly-report 01M8ADCPDZ145C4FJCBYS11A0G"),
+    ("list ", ""),
 ]  # fmt: skip
+#: stands for `schedctl __jobs PREFIX`: what the cluster's live jobs are
+JOBS_STUB = """schedctl() {
+    [[ $1 == __jobs ]] && printf 'nightly-report\\n01M8ADCPDZ145C4FJCBYS11A0G\\n'
+}
+"""
 
 
 @pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
@@ -758,7 +814,7 @@ def test_bash_completion_completes(line: str, expected: str) -> None:
     script = completion_script(build_parser(), "bash")
     words = ["schedctl", *line.split(" ")]
     probe = (
-        f"{script}\nCOMP_WORDS=({' '.join(repr(w) for w in words)})\n"
+        f"{script}\n{JOBS_STUB}COMP_WORDS=({' '.join(repr(w) for w in words)})\n"
         f'COMP_CWORD={len(words) - 1}\n_schedctl\necho "${{COMPREPLY[*]}}"\n'
     )
     done = subprocess.run(["bash"], input=probe, capture_output=True, text=True, check=True)
@@ -977,6 +1033,7 @@ def test_pause_update_and_trigger(
     server: FakeServer, capsysbinary: pytest.CaptureFixture[bytes]
 ) -> None:
     server.routes[("PATCH", "/api/v1/jobs/J1")] = Canned(200, JOB_J1)
+    server.routes[("GET", "/api/v1/jobs/J1")] = Canned(200, JOB_J1)  # update reads it first
     code, out, _ = run(["--server", server.url, "pause", "J1"], capsysbinary)
     assert code == EXIT_OK
     assert _lines(out.decode()) == ["ID  STATUS  NEXT RUN", "J1  paused  -"]
@@ -1016,7 +1073,9 @@ def test_explain_a_cron_expression(
     argv = ["--server", server.url, "explain", "--cron", "30 2 * * *", "--tz", "Europe/Berlin"]
     code, out, err = run([*argv, "--count", "2"], capsysbinary)
     assert (code, err) == (EXIT_OK, "")
-    assert out.decode() == render.fires_table(FIRES) + "\n"
+    # not a terminal: nothing is cut or wrapped (the notes in a column of their own)
+    assert out.decode() == render.fires_table(FIRES, render.Style(render.UNLIMITED)) + "\n"
+    assert GAP_NOTE in out.decode()
     code, out, _ = run([*argv, "--count", "2", "-o", "json"], capsysbinary)
     assert (code, out) == (EXIT_OK, body + b"\n")
     code, out, _ = run(["--server", server.url, "explain", "J1"], capsysbinary)
@@ -1080,7 +1139,7 @@ def test_watch_follows_the_runs_until_the_job_is_done(server: FakeServer, output
     server.routes[job], server.routes[runs] = script[0]
     out, err = io.BytesIO(), io.StringIO()
     client = Client([parse_server(server.url)])
-    assert watch(client, "J1", 0.25, output, out, err, sleep) == EXIT_OK
+    assert watch(client, "J1", 0.25, _settings(output), PLAIN, out, err, sleep) == EXIT_OK
     assert sleeps == [0.25] * 5
     if output == "json":
         printed = [orjson.loads(line) for line in out.getvalue().splitlines()]
@@ -1103,8 +1162,25 @@ def test_watch_follows_the_runs_until_the_job_is_done(server: FakeServer, output
     ]
     assert err.getvalue().splitlines() == [
         "schedctl: watching job J1 (times UTC); Ctrl-C to stop",
-        "schedctl: job J1 is done; every run has finished",
+        "schedctl: job J1 is done; every run has finished (the latest succeeded)",
     ]
+
+
+@pytest.mark.parametrize(("state", "code"), [("failed", 5), ("cancelled", 6), ("succeeded", 0)])
+def test_watch_exits_with_the_latest_runs_outcome(
+    server: FakeServer, state: str, code: int
+) -> None:
+    server.routes[("GET", "/api/v1/jobs/J1")] = _job("done")
+    server.routes[("GET", "/api/v1/jobs/J1/runs")] = _runs(
+        {**RUNNING_AGAIN, "state": state}, OLD_DONE
+    )
+    client = Client([parse_server(server.url)])
+    out, err = io.BytesIO(), io.StringIO()
+    assert watch(client, "J1", 1.0, _settings("table"), PLAIN, out, err) == code
+
+
+def _settings(output: str, quiet: bool = False) -> Settings:
+    return Settings(servers=(), token=None, output=output, timeout=10.0, quiet=quiet)
 
 
 def test_watch_stops_quietly_on_ctrl_c_and_exits_3_for_an_unknown_job(
@@ -1118,7 +1194,7 @@ def test_watch_stops_quietly_on_ctrl_c_and_exits_3_for_an_unknown_job(
 
     out, err = io.BytesIO(), io.StringIO()
     client = Client([parse_server(server.url)])
-    assert watch(client, "J1", 1.0, "table", out, err, interrupt) == EXIT_OK
+    assert watch(client, "J1", 1.0, _settings("table"), PLAIN, out, err, interrupt) == EXIT_OK
     assert out.getvalue().decode() == f"02:00:05 {ULID}@2000 running   attempt 1 fence 7\n"
     assert "Traceback" not in err.getvalue()
     code, out_bytes, err_text = run(["--server", server.url, "watch", "nope"], capsysbinary)
@@ -1130,7 +1206,139 @@ def test_a_queued_run_shows_why_it_waits() -> None:
     why = "no connected worker serves task 'mail' on queue 'q'"
     queued = {**RUN, "attempts": [], "error": None, "state": "queued", "waiting": why}
     for text in (
-        render.runs_table([queued], width=200),
-        render.job_details({**JOB, "latest_run": queued}, width=200),
+        render.runs_table([queued], render.Style(200)),
+        render.job_details({**JOB, "latest_run": queued}, render.Style(200)),
     ):
         assert why in text
+
+
+# ---- fitting the terminal, ids only, naming jobs, runs, warnings -----------------------------
+
+
+def test_the_width_is_the_terminals_and_nothing_is_cut_when_piped() -> None:
+    assert terminal_style("table", False, {}).width == render.UNLIMITED
+    assert terminal_style("table", False, {"COLUMNS": "100"}).width == 100
+    assert terminal_style("table", True, {"COLUMNS": "64"}).width == 64
+    assert terminal_style("table", True, {"COLUMNS": "junk"}).width >= 20
+    wide = terminal_style("wide", True, {"COLUMNS": "64"})
+    assert wide.wide and wide.width == render.UNLIMITED
+    assert terminal_style("table", False, {}, now_ms=5).now_ms == 5
+
+
+def test_quiet_prints_ids_only_and_a_submit_warning_goes_to_stderr(
+    server: FakeServer, capsysbinary: pytest.CaptureFixture[bytes]
+) -> None:
+    jobs = {"jobs": [{**JOB, "id": "A1"}, {**JOB, "id": "B2"}], "next_cursor": None}
+    server.routes[("GET", "/api/v1/jobs?last_run=failed")] = Canned(200, orjson.dumps(jobs))
+    code, out, _ = run(["--server", server.url, "-q", "list", "--state", "failed"], capsysbinary)
+    assert (code, out) == (EXIT_OK, b"A1\nB2\n")
+    warned = {**JOB, "id": "C3", "warnings": ["no worker is connected: task 't' waits"]}
+    server.routes[("POST", "/api/v1/jobs")] = Canned(201, orjson.dumps(warned))
+    code, out, err = run(["--server", server.url, "submit", "t", "-q"], capsysbinary)
+    assert (code, out) == (EXIT_OK, b"C3\n")
+    assert err == "schedctl: warning: no worker is connected: task 't' waits\n"
+
+
+def test_a_job_is_named_by_a_unique_name_or_id_prefix(
+    server: FakeServer, capsysbinary: pytest.CaptureFixture[bytes]
+) -> None:
+    one = orjson.dumps({"jobs": [{**JOB, "id": ULID, "status": "active"}]})
+    none = orjson.dumps({"jobs": []})
+    server.routes[("GET", "/api/v1/jobs?name=nightly&limit=20")] = Canned(200, one)
+    server.routes[("GET", f"/api/v1/jobs/{ULID}")] = Canned(200, orjson.dumps({**JOB, "id": ULID}))
+    code, out, _ = run(["--server", server.url, "-q", "get", "nightly"], capsysbinary)
+    assert (code, out) == (EXIT_OK, ULID.encode() + b"\n")
+    server.routes[("GET", "/api/v1/jobs?name=01m8ad&limit=20")] = Canned(200, none)
+    server.routes[("GET", "/api/v1/jobs?id_prefix=01m8ad&limit=10")] = Canned(200, one)
+    code, out, _ = run(["--server", server.url, "-q", "get", "01m8ad"], capsysbinary)
+    assert (code, out) == (EXIT_OK, ULID.encode() + b"\n")
+    two = orjson.dumps({"jobs": [{**JOB, "id": "A1"}, {**JOB, "id": "B2"}]})
+    server.routes[("GET", "/api/v1/jobs?name=twice&limit=20")] = Canned(200, two)
+    code, out, err = run(["--server", server.url, "get", "twice"], capsysbinary)
+    assert code == EXIT_USAGE and "ambiguous" in err and "A1, B2" in err
+    # a run id's job part is resolved too, and cancelling a run asks the run's own endpoint
+    run_id = f"{ULID}@1795645921727"
+    cancelled = orjson.dumps({**RUN, "id": run_id, "state": "cancelled"})
+    server.routes[("POST", f"/api/v1/runs/{ULID}%401795645921727/cancel")] = Canned(200, cancelled)
+    code, out, _ = run(
+        ["--server", server.url, "-q", "cancel", "nightly@1795645921727"], capsysbinary
+    )
+    assert (code, out) == (EXIT_OK, run_id.encode() + b"\n")
+
+
+def test_update_changes_only_the_policies_and_retry_options_given(
+    server: FakeServer, capsysbinary: pytest.CaptureFixture[bytes]
+) -> None:
+    current = {
+        **JOB,
+        "id": "J1",
+        "schedule": {
+            "cron": "0 2 * * *",
+            "timezone": "Europe/Berlin",
+            "jitter": 0,
+            "misfire": "run_once",
+            "catchup_window": None,
+            "overlap": "allow",
+            "dst": {"gap": "shift", "repeat": "first"},
+            "start_at": None,
+            "end_at": None,
+        },
+        "retry": {"max_attempts": 5, "initial": 1, "max": 600, "multiplier": 2.0, "jitter": True},
+    }
+    server.routes[("GET", "/api/v1/jobs/J1")] = Canned(200, orjson.dumps(current))
+    server.routes[("PATCH", "/api/v1/jobs/J1")] = Canned(200, orjson.dumps(current))
+    argv = ["--server", server.url, "update", "J1", "--misfire", "skip", "--dst-repeat", "both"]
+    code, _, err = run([*argv, "--retry-max", "5m", "--no-retry-jitter"], capsysbinary)
+    assert code == EXIT_OK, err
+    assert orjson.loads(server.seen[-1][3]) == {
+        "schedule": {
+            "cron": "0 2 * * *",
+            "timezone": "Europe/Berlin",
+            "jitter": 0,
+            "misfire": "skip",
+            "overlap": "allow",
+            "dst": {"gap": "shift", "repeat": "both"},
+        },
+        "retry": {"max_attempts": 5, "initial": 1, "max": "5m", "multiplier": 2.0, "jitter": False},
+    }
+    # a new cron keeps the policies and the zone
+    code, _, err = run(
+        ["--server", server.url, "update", "J1", "--cron", "0 3 * * *"], capsysbinary
+    )
+    assert code == EXIT_OK, err
+    assert orjson.loads(server.seen[-1][3])["schedule"]["cron"] == "0 3 * * *"
+    assert orjson.loads(server.seen[-1][3])["schedule"]["overlap"] == "allow"
+
+
+def test_a_run_shows_every_attempt_whole() -> None:
+    run_view = {
+        **RUN,
+        "id": RUN_ID,
+        "job_id": ULID,
+        "due_at": "2026-11-25T02:00:00Z",
+        "updated_at": "2026-11-25T02:01:05Z",
+        "result": None,
+        "attempts": [
+            {
+                "attempt": 1,
+                "fence": 17,
+                "worker_id": "w-1",
+                "started_at": "2026-11-25T02:00:00Z",
+                "ended_at": "2026-11-25T02:00:05Z",
+                "outcome": "failed",
+                "error": "boom " + LONG,
+                "progress": {"done": 3},
+                "progress_at": "2026-11-25T02:00:04Z",
+                "traceback": 'Traceback (most recent call last):\n  File "t.py", line 3, in f\n'
+                "    raise ValueError('boom')\nValueError: boom",
+            }
+        ],
+    }
+    text = render.run_details(run_view)
+    lines = _lines(text)
+    assert all(render.display_width(line) <= 80 for line in lines)
+    assert "attempt 1: worker w-1, fence 17, failed" in text
+    assert "started 2026-11-25 02:00:00Z, ended 2026-11-25 02:00:05Z, took 5s" in text
+    assert 'progress: {"done":3}' in text
+    assert LONG in "".join(line.strip() for line in lines)  # the error, whole
+    assert '      File "t.py", line 3, in f' in lines  # the traceback, its own indentation kept

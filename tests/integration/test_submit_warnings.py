@@ -1,0 +1,46 @@
+"""A submit says when nothing connected would run the job: a job nobody serves is accepted
+(a worker may connect later) with a warning naming the task and queue."""
+
+from __future__ import annotations
+
+import aiohttp
+import orjson
+
+from schedd.protocol import messages
+from tests.conftest import Node
+from tests.integration.test_worker_protocol import API, RawWorker
+
+
+async def submit(http: aiohttp.ClientSession, node: Node, body: dict[str, object]) -> dict:
+    async with http.post(
+        node.url + API + "/jobs", data=orjson.dumps(body), headers=node.headers()
+    ) as r:
+        assert r.status == 201, await r.text()
+        job: dict = await r.json()
+        return job
+
+
+async def test_a_submit_warns_when_no_connected_worker_serves_the_task(
+    node: Node, http: aiohttp.ClientSession
+) -> None:
+    alone = await submit(http, node, {"task": "mail.send", "schedule": {"in": "1h"}})
+    assert alone["warnings"] == [
+        "no worker is connected: task 'mail.send' on queue 'default' waits for one"
+    ]
+    ws = await http.ws_connect(node.url + API + "/workers/connect", headers=node.headers())
+    w = RawWorker(ws)
+    await w.send(
+        messages.Hello(
+            worker_id="w-warn", queues=("default",), capacity=1, tasks=("reports.generate",)
+        )
+    )
+    await w.expect(messages.Welcome)
+    try:
+        other = await submit(http, node, {"task": "mail.send", "schedule": {"in": "1h"}})
+        assert other["warnings"] == [
+            "no connected worker serves task 'mail.send' on queue 'default'"
+        ]
+        served = await submit(http, node, {"task": "reports.generate", "schedule": {"in": "1h"}})
+        assert "warnings" not in served
+    finally:
+        await ws.close()
