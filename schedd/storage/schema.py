@@ -140,17 +140,13 @@ def _jobs_by_status(db: sqlite3.Connection) -> None:
 #: caller sets ``user_version`` and commits).
 def _jobs_by_name(db: sqlite3.Connection) -> None:
     """Version 3: a job's name in a column of its own, and the named jobs by name in the order
-    they were added (a job addressed by its name; ``schedctl apply`` finding what it manages)."""
-    from schedd.storage.codec import job_from_body  # the codec needs nothing from here
-
+    they were added (a job addressed by its name; ``schedctl apply`` finding what it manages).
+    The names come from the jobs' bodies (JSON: the spec under ``s``, its name under ``name``
+    when it has one), read by SQLite itself."""
     db.executescript(
         "BEGIN IMMEDIATE; ALTER TABLE jobs ADD COLUMN name TEXT; "
+        "UPDATE jobs SET name = json_extract(CAST(body AS TEXT), '$.s.name'); "
         "CREATE INDEX jobs_name ON jobs (name, seq) WHERE name IS NOT NULL;"
-    )
-    rows = db.execute("SELECT id, body FROM jobs ORDER BY seq").fetchall()
-    named = [(job.spec.name, job.id) for job in (job_from_body(i, b) for i, b in rows)]
-    db.executemany(
-        "UPDATE jobs SET name = ? WHERE id = ?", [(n, i) for n, i in named if n is not None]
     )
 
 
