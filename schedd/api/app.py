@@ -47,6 +47,7 @@ from schedd.api.views import (
     ReadyView,
     RunListView,
     RunView,
+    WhoamiView,
     WorkersView,
     WorkerView,
     job_view,
@@ -55,6 +56,7 @@ from schedd.api.views import (
     worker_view,
 )
 from schedd.api.ws import worker_connect
+from schedd.auth import ACTIONS
 from schedd.config import Config
 from schedd.core import commands
 from schedd.core.durations import format_time, parse_time
@@ -665,6 +667,20 @@ async def _connected_workers(request: web.Request) -> list[WorkerView]:
     return workers
 
 
+async def whoami(request: web.Request) -> web.Response:
+    token = request[TOKEN]
+    actions = sorted(action for action, roles in ACTIONS.items() if token.role in roles)
+    body: WhoamiView = {
+        "name": token.name,
+        "role": token.role.value,
+        "actions": actions,
+        "operations": sorted(
+            op.op_id for op in OPERATIONS if op.action is None or op.action in actions
+        ),
+    }
+    return json_response(body)
+
+
 async def metrics(request: web.Request) -> web.Response:
     body = request.app[METRICS].exposition()
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
@@ -732,6 +748,7 @@ HANDLERS: tuple[Handler, ...] = (
     cluster,
     workers,
     worker_connect,
+    whoami,
     openapi_json,
     metrics,
     healthz,

@@ -329,6 +329,15 @@ OPERATIONS: tuple[Operation, ...] = (
         description="400 for a request that is not a websocket upgrade.",
     ),
     Operation(
+        "whoami",
+        "GET",
+        f"{PREFIX}/whoami",
+        "read",
+        "The caller's token: its name, role, and the actions and operations it may do",
+        (Reply(200, "the token", "Whoami"),),
+        description="For a page that hides what its user may not do; any role may ask.",
+    ),
+    Operation(
         "openapi_json",
         "GET",
         f"{PREFIX}/openapi.json",

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import Annotated, Any, Literal, NotRequired, TypedDict
 
 from schedd.api.schema import js, values
+from schedd.auth import Role as TokenRole
 from schedd.core.durations import format_time
 from schedd.core.model import (
     Attempt,
@@ -258,6 +259,19 @@ class WorkersView(TypedDict):
     workers: list[WorkerView]
 
 
+class WhoamiView(TypedDict):
+    """the caller's token: who it is and what it may do"""
+
+    name: Annotated[str, "the token's name in the tokens file"]
+    role: Annotated[str, values(TokenRole)]
+    actions: Annotated[
+        list[str],
+        "the actions its role allows (read, submit, admin, worker), sorted: an operation's "
+        "x-required-role in the OpenAPI document is one of them",
+    ]
+    operations: Annotated[list[str], "the operationIds of the OpenAPI document it may call, sorted"]
+
+
 class HealthView(TypedDict):
     status: Literal["ok"]
     node_id: str
@@ -296,6 +310,7 @@ RESPONSES: dict[str, Any] = {
     "Cluster": ClusterView,
     "Worker": WorkerView,
     "Workers": WorkersView,
+    "Whoami": WhoamiView,
     "Health": HealthView,
     "Ready": ReadyView,
     "Error": ErrorView,

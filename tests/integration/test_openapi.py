@@ -308,6 +308,8 @@ async def test_live_answers_match_the_document(
 
     # the cluster and the operations endpoints
     await call("GET", API + "/cluster", 200)
+    me = await call("GET", API + "/whoami", 200, token=READ_SECRET)
+    assert (me["name"], me["role"]) == ("viewer", "read")
     await call("GET", "/healthz", 200, token=None)
     await call("GET", "/readyz", 200, token=None)
     assert "schedd" in await call("GET", "/metrics", 200)
