@@ -346,10 +346,20 @@ def _choice(request: web.Request, name: str, allowed: type[StrEnum]) -> str | No
     return value
 
 
+_FROM_BEFORE_MS = 7_258_118_400_000  # 2200-01-01T00:00:00Z
+
+
 def _from(request: web.Request) -> int | None:
     """``from``: explain the fire times after this instant instead of after now."""
     raw = request.query.get("from")
-    return None if raw is None else parse_time(raw, "from")
+    if raw is None:
+        return None
+    ms = parse_time(raw, "from")
+    if not 0 <= ms < _FROM_BEFORE_MS:
+        raise InvalidArgument(
+            f"from: expected a time from 1970-01-01 to 2199-12-31, got {raw!r}", field="from"
+        )
+    return ms
 
 
 def _since(request: web.Request) -> int | None:

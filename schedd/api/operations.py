@@ -85,13 +85,14 @@ WRITE_ERRORS: Final = (400, 429, 503)  # X-Request-Id, Raft queue full, no leade
 FROM: Final = Query(
     "from",
     Time,
-    "the fire times after this instant instead of after now (an every expression is counted "
-    "from it)",
+    "the fire times after this instant (1970 to 2199) instead of after now (an every "
+    "expression is counted from it)",
 )
 _JOB = Reply(200, "the job", "Job")
 _RUN = Reply(200, "the run", "Run")
 _DONE = Reply(204, "done; no body")
 Duration = Annotated[str, js(pattern=DURATION_PATTERN)]
+_KINDS = "|".join(KINDS)
 
 OPERATIONS: tuple[Operation, ...] = (
     Operation(

@@ -139,6 +139,8 @@ async def test_listings_filter_by_name_id_prefix_latest_run_state_and_time(
         (f"/jobs/{b['id']}/runs?since=yesterday", "since"),
         ("/dlq?since=yesterday", "since"),
         ("/dlq?queue=Not+A+Queue", "queue"),
+        ("/explain?every=1h&from=0399-07-22T00:00:00Z", "from"),
+        (f"/jobs/{b['id']}/explain?from=tomorrow", "from"),
     ):
         status, body = await get(http, node, path)
         assert status == 400, (path, body)
