@@ -84,6 +84,7 @@ from schedd.errors import (
 from schedd.ids import new_job_id, new_request_id
 from schedd.logs import log_event
 from schedd.storage.schema import FIRST
+from schedd.ui import mount as mount_ui
 
 log = logging.getLogger(__name__)
 
@@ -718,6 +719,7 @@ def make_app(ports: Ports) -> web.Application:
         client_max_size=ports.config.http.max_body,
     )
     install(app, ports)
+    mount_ui(app)  # the dashboard at /ui/ (its files need no token)
     handlers = {h.__name__: h for h in HANDLERS}
     assert handlers.keys() == BY_ID.keys(), sorted(handlers.keys() ^ BY_ID.keys())
     for op in OPERATIONS:

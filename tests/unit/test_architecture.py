@@ -132,8 +132,10 @@ ALLOWED: dict[str, set[str]] = {
         "schedd.metrics",
         "schedd.config",
         "schedd.auth",
+        "schedd.ui",
         *FOUNDATION,
     },
+    "schedd.ui": set(),  # the dashboard's files: served by the API, a client of it
     "schedd.worker": {"schedd.core", "schedd.protocol", *FOUNDATION},
     "schedd.preflight": {"schedd.config", "schedd.raft"},
     # the wiring, and the programs

@@ -1,0 +1,164 @@
+// The dashboard's shell: log in, the cluster bar, the viewer's zone, the screens by address
+// (/ui/jobs, /ui/jobs/<id>, /ui/runs/<id>, /ui/dlq, /ui/workers) and their live refresh.
+
+import { ApiError, login, on, session } from "./api.js";
+import * as clusterbar from "./clusterbar.js";
+import { fill, h, tickAges } from "./dom.js";
+import { browserZone } from "./fmt.js";
+import * as live from "./live.js";
+import { setToken, setViewerZone, token, viewerZone } from "./settings.js";
+import { dlqScreen } from "./screens/dlq.js";
+import { jobScreen } from "./screens/job.js";
+import { jobsScreen } from "./screens/jobs.js";
+import { loginScreen } from "./screens/login.js";
+import { runScreen } from "./screens/run.js";
+import { workersScreen } from "./screens/workers.js";
+
+const ROUTES = [
+  [/^\/ui\/?$/, "jobs", jobsScreen],
+  [/^\/ui\/jobs\/?$/, "jobs", jobsScreen],
+  [/^\/ui\/jobs\/([^/]+)$/, "jobs", jobScreen],
+  [/^\/ui\/runs\/([^/]+)$/, "jobs", runScreen],
+  [/^\/ui\/dlq\/?$/, "dlq", dlqScreen],
+  [/^\/ui\/workers\/?$/, "workers", workersScreen],
+];
+
+const main = document.getElementById("main");
+let screen = null; // {refresh(kind), destroy()}
+let refreshTimer = null;
+let loggedIn = false;
+
+/** Go to ``href`` inside the dashboard (a history entry; ``replace``: none). */
+export function navigate(href, { replace = false, state = null } = {}) {
+  if (replace) history.replaceState(state, "", href);
+  else history.pushState(state, "", href);
+  route();
+}
+
+function route() {
+  screen?.destroy?.();
+  screen = null;
+  if (!loggedIn) {
+    showLogin();
+    return;
+  }
+  const path = location.pathname;
+  for (const [pattern, nav, make] of ROUTES) {
+    const m = pattern.exec(path);
+    if (m) {
+      markNav(nav);
+      const params = new URLSearchParams(location.search);
+      screen = make(main, { id: m[1] ? decodeURIComponent(m[1]) : null, params, navigate });
+      return;
+    }
+  }
+  markNav(null);
+  fill(main, h("h1", {}, "No such screen"), h("p", {}, h("a", { href: "/ui/jobs" }, "Jobs")));
+}
+
+function markNav(name) {
+  for (const a of document.querySelectorAll("#nav a")) {
+    a.classList.toggle("current", a.dataset.screen === name);
+  }
+}
+
+/** Refresh the bar and the screen soon (many events in a burst make one refresh). */
+function refreshSoon(kind) {
+  if (refreshTimer !== null) return;
+  refreshTimer = setTimeout(() => {
+    refreshTimer = null;
+    if (!loggedIn || document.hidden) return;
+    clusterbar.refresh();
+    screen?.refresh?.(kind);
+  }, kind === "poll" ? 0 : 250);
+}
+
+function showLogin(message = null) {
+  document.body.classList.add("logged-out");
+  markNav(null);
+  screen = loginScreen(main, { message, onToken: start });
+}
+
+async function start(secret) {
+  setToken(secret);
+  try {
+    await login();
+  } catch (err) {
+    setToken(null);
+    const why = err instanceof ApiError && err.status === 401
+      ? "That token was refused (401): check it against the node's tokens file."
+      : `Could not log in: ${err.message}`;
+    showLogin(why);
+    return;
+  }
+  loggedIn = true;
+  document.body.classList.remove("logged-out");
+  drawWho();
+  clusterbar.refresh();
+  live.start();
+  route();
+}
+
+function logout(message = null) {
+  loggedIn = false;
+  setToken(null);
+  live.stop();
+  clusterbar.reset();
+  fill(document.getElementById("who"));
+  screen?.destroy?.();
+  screen = null;
+  showLogin(message);
+}
+
+function drawWho() {
+  const zones = Intl.supportedValuesOf ? Intl.supportedValuesOf("timeZone") : [];
+  const mine = viewerZone();
+  const options = [...new Set(["UTC", browserZone(), mine, ...zones])].map((z) =>
+    h("option", { value: z, selected: z === mine }, z === browserZone() ? `${z} (this browser)` : z),
+  );
+  const select = h("select", { id: "viewer-zone", "aria-label": "your time zone" }, options);
+  select.addEventListener("change", () => {
+    setViewerZone(select.value);
+    screen?.refresh?.("zone");
+  });
+  const out = h("button", { type: "button", class: "link", id: "logout" }, "Log out");
+  out.addEventListener("click", () => logout());
+  const role = session.role ?? "?";
+  fill(
+    document.getElementById("who"),
+    h("label", { class: "zone" }, "Times in ", select),
+    h("span", { class: `role role-${role}`, id: "role", title: session.name ?? "" }, role),
+    out,
+  );
+}
+
+function boot() {
+  clusterbar.init(
+    document.getElementById("cluster"),
+    document.getElementById("banner"),
+    document.getElementById("notices"),
+  );
+  on("unauthenticated", () => {
+    if (loggedIn) logout("The token is no longer accepted (401): paste a valid one.");
+  });
+  live.subscribe((kind) => refreshSoon(kind));
+  document.addEventListener("click", (event) => {
+    const a = event.target.closest?.("a[href]");
+    if (!a || event.defaultPrevented || event.button !== 0) return;
+    if (event.metaKey || event.ctrlKey || event.shiftKey || event.altKey || a.target) return;
+    const url = new URL(a.href, location.href);
+    if (url.origin !== location.origin || !url.pathname.startsWith("/ui/")) return;
+    if (url.pathname.startsWith("/ui/static/")) return;
+    event.preventDefault();
+    navigate(url.pathname + url.search);
+  });
+  window.addEventListener("popstate", route);
+  setInterval(() => {
+    if (!document.hidden) tickAges();
+  }, 5000);
+  const secret = token();
+  if (secret) start(secret);
+  else showLogin();
+}
+
+boot();

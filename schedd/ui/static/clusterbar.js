@@ -1,0 +1,149 @@
+// The cluster bar on every screen: the leader and its term, quorum, commit and applied index,
+// each node's role, lag and last contact, and which node serves this page. No leader: a red
+// banner that counts down to the next try. A new leader: a notice "leader n1 → n3 at term 8".
+
+import { API, ApiError, OPTIONAL, get, has } from "./api.js";
+import { fill, h } from "./dom.js";
+import { duration, relative } from "./fmt.js";
+
+let bar;
+let banner;
+let notices;
+let last = null; // the previous answer
+let lastLeader = null; // the last leader seen (kept across a time without one)
+let countdown = null;
+let inflight = null;
+
+export function init(barEl, bannerEl, noticesEl) {
+  bar = barEl;
+  banner = bannerEl;
+  notices = noticesEl;
+}
+
+export function reset() {
+  last = null;
+  lastLeader = null;
+  clearInterval(countdown);
+  countdown = null;
+  bar.replaceChildren();
+  banner.hidden = true;
+}
+
+/** Ask this node for the cluster again and redraw the bar (one request at a time). */
+export function refresh() {
+  inflight ??= load().finally(() => {
+    inflight = null;
+  });
+  return inflight;
+}
+
+async function load() {
+  let view;
+  try {
+    view = await get(`${API}/cluster`);
+  } catch (err) {
+    if (err instanceof ApiError && err.status === 401) return;
+    showBanner(err.status === 0 ? "This node cannot be reached." : err.message, err.retryAfter ?? 3);
+    bar.classList.add("stale");
+    return;
+  }
+  bar.classList.remove("stale");
+  if (has("lag")) await addLag(view);
+  draw(view);
+  const leaderless = !view.leader || !view.has_quorum;
+  if (leaderless) {
+    const why = view.has_quorum ? "no leader is known yet" : "this node sees no quorum";
+    showBanner(`No leader: ${why}; writes wait until one is elected.`, 3);
+  } else {
+    hideBanner();
+    if (lastLeader !== null && lastLeader.id !== view.leader) {
+      notice(`leader ${lastLeader.id} → ${view.leader} at term ${view.term}`);
+    }
+    lastLeader = { id: view.leader, term: view.term };
+  }
+  last = view;
+}
+
+/** Merge what GET /lag says about each node into the cluster view (where the node has it). */
+async function addLag(view) {
+  try {
+    const lag = await get(OPTIONAL.lag[1]);
+    const rows = Array.isArray(lag?.nodes) ? lag.nodes : [];
+    for (const node of view.nodes) {
+      const row = rows.find((r) => (r.id && r.id === node.id) || (r.raft && r.raft === node.raft));
+      for (const [key, value] of Object.entries(row ?? {})) node[key] ??= value;
+    }
+  } catch {
+    // the bar shows what /cluster said
+  }
+}
+
+function draw(view) {
+  const leader = view.leader ?? "none";
+  const facts = [
+    h("span", { class: "fact serving", title: "the node that answers this page" },
+      "served by ", h("b", {}, view.node_id), ` (${view.role})`),
+    h("span", { class: `fact ${view.leader ? "" : "bad"}` }, "leader ", h("b", {}, leader)),
+    h("span", { class: "fact" }, "term ", h("b", {}, String(view.term))),
+    h("span", { class: `fact ${view.has_quorum ? "good" : "bad"}` },
+      view.has_quorum ? "quorum ✓" : "no quorum"),
+    h("span", { class: "fact", title: "commit index / applied index on this node" },
+      "commit ", h("b", {}, String(view.commit_index)), " · applied ", h("b", {}, String(view.applied_index))),
+  ];
+  const nodes = view.nodes.map((n) => nodeChip(n, view));
+  fill(bar, h("div", { class: "facts" }, facts), h("div", { class: "nodes" }, nodes));
+}
+
+function nodeChip(n, view) {
+  const name = n.id ?? n.raft;
+  const bits = [h("b", {}, name), ` ${n.role}`];
+  if (n.self) bits.push(" · this page");
+  if (n.lag !== undefined && n.lag !== null) bits.push(` · lag ${n.lag}`);
+  else if (!n.self) bits.push(view.role === "leader" ? " · lag ?" : "");
+  const contact = n.last_contact ?? n.last_contact_at ?? null;
+  if (contact !== null && contact !== undefined) {
+    bits.push(typeof contact === "number" ? ` · seen ${duration(contact)} ago` : ` · seen ${relative(contact)}`);
+  } else if (!n.self && n.connected !== undefined) {
+    bits.push(n.connected ? " · connected" : " · unreachable");
+  }
+  if (n.version) bits.push(` · v${n.version}`);
+  const state = n.healthy === false ? "down" : n.role;
+  const title = [n.raft, n.http].filter(Boolean).join(" · ");
+  return h("span", { class: `node role-${state}${n.self ? " self" : ""}`, title }, bits);
+}
+
+function showBanner(text, seconds) {
+  banner.hidden = false;
+  let left = Math.max(1, Math.round(seconds));
+  const paint = () => fill(banner, text, " ", h("span", { class: "countdown" }, `Retrying in ${left} s.`));
+  paint();
+  clearInterval(countdown);
+  countdown = setInterval(() => {
+    left -= 1;
+    if (left <= 0) {
+      clearInterval(countdown);
+      countdown = null;
+      refresh();
+    } else paint();
+  }, 1000);
+}
+
+function hideBanner() {
+  clearInterval(countdown);
+  countdown = null;
+  banner.hidden = true;
+}
+
+/** A notice at the top of the page, until dismissed (or a minute passes). */
+export function notice(text, kind = "info") {
+  const close = h("button", { type: "button", class: "link", "aria-label": "dismiss" }, "×");
+  const el = h("div", { class: `notice ${kind}`, role: "status" }, h("span", {}, text), close);
+  close.addEventListener("click", () => el.remove());
+  notices.appendChild(el);
+  setTimeout(() => el.remove(), kind === "error" ? 15000 : 60000);
+  return el;
+}
+
+export function current() {
+  return last;
+}

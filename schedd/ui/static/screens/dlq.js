@@ -1,0 +1,225 @@
+// Dead letters: one page of GET /api/v1/dlq with the API's filters (task, queue, namespace,
+// since; the error text too where the API takes it, else on this page), its runs grouped by
+// error. Replay or drop the selected runs; where the node has the bulk endpoints, act on every
+// run that matches the filter at once: a dry run says how many, then one call does it.
+
+import { API, OPTIONAL, bodyFields, call, can, enc, get, has, queryParams } from "../api.js";
+import { badge, confirmButton, fill, h, link, shortId, when } from "../dom.js";
+import { notice } from "../clusterbar.js";
+import { errorBox, filterForm, filterOf, pager } from "../widgets.js";
+
+const PATH = "/ui/dlq";
+const FILTERS = [
+  ["namespace", "Namespace"],
+  ["queue", "Queue"],
+  ["task", "Task"],
+  ["since", "Failed since", [["", "any time"], ["1h", "last hour"], ["24h", "last 24 h"], ["7d", "last 7 days"]]],
+  ["error", "Error contains"],
+  ["limit", "Per page", [["", "100"], ["250", "250"], ["500", "500"], ["1000", "1000"]]],
+];
+const SERVER_FILTERS = ["namespace", "queue", "task", "since"];
+/** The names the bulk endpoints may give the error-text filter. */
+const ERROR_FIELDS = ["error", "error_contains", "error_text", "contains"];
+
+/** "1h", "24h", "7d" → the RFC 3339 instant that long ago; anything else as written. */
+export function sinceValue(value, now = Date.now()) {
+  const m = /^(\d+)([mhd])$/.exec(value ?? "");
+  if (!m) return value || null;
+  const unit = { m: 60e3, h: 3600e3, d: 86400e3 }[m[2]];
+  return new Date(now - Number(m[1]) * unit).toISOString();
+}
+
+function serverFilter(params) {
+  const filter = filterOf(params, SERVER_FILTERS);
+  if (filter.since) filter.since = sinceValue(filter.since);
+  return filter;
+}
+
+export function dlqScreen(main, { params, navigate }) {
+  const bulk = h("div", { id: "bulk" });
+  const selection = h("div", { id: "selection", class: "bulk" });
+  const paging = h("div");
+  const table = h("div", { class: "table-wrap" }, h("p", { class: "muted" }, "Loading…"));
+  fill(main, h("div", { class: "screen-head" }, h("h1", {}, "Dead letters")),
+    filterForm(FILTERS, params, navigate, PATH), bulk, selection, paging, table);
+  const errorText = (params.get("error") ?? "").trim();
+  const listTakes = queryParams("get", `${API}/dlq`);
+  const errorOnServer = errorText && listTakes.has("error");
+  let alive = true;
+  let selected = new Set();
+  let rows = [];
+
+  async function load() {
+    let page;
+    const filter = serverFilter(params);
+    if (errorOnServer) filter.error = errorText;
+    try {
+      page = await get(`${API}/dlq`, { ...filter, limit: params.get("limit"), cursor: params.get("cursor") });
+    } catch (err) {
+      if (alive) fill(table, errorBox(err));
+      return;
+    }
+    if (!alive || main.querySelector(".armed") || main.querySelector(".bulk .pending")) return;
+    const lower = errorText.toLowerCase();
+    rows = errorText && !errorOnServer
+      ? page.runs.filter((r) => (r.error ?? "").toLowerCase().includes(lower))
+      : page.runs;
+    selected = new Set([...selected].filter((id) => rows.some((r) => r.id === id)));
+    const note = errorText && !errorOnServer
+      ? h("span", { class: "muted" }, ` (error text matched on this page: ${rows.length} of ${page.runs.length})`)
+      : null;
+    fill(paging, pager(page.next_cursor, params, navigate, PATH, rows.length), note);
+    fill(table, groupedTable(rows, selected, drawSelection));
+    drawSelection();
+  }
+
+  function drawSelection() {
+    const ids = [...selected];
+    const out = [h("span", {}, `${ids.length} selected on this page`)];
+    if (ids.length && can("post", `${API}/dlq/{run_id}/replay`)) {
+      out.push(h("button", { type: "button", id: "replay-selected", on: { click: () => each("Replay", ids, (id) => call("POST", `${API}/dlq/${enc(id)}/replay`, { body: {} })) } },
+        `Replay ${ids.length}`));
+    }
+    if (ids.length && can("delete", `${API}/dlq/{run_id}`)) {
+      out.push(confirmButton(`Drop ${ids.length}`, `Drop ${ids.length} for good?`,
+        () => each("Drop", ids, (id) => call("DELETE", `${API}/dlq/${enc(id)}`))));
+    }
+    fill(selection, out);
+  }
+
+  async function each(verb, ids, fn) {
+    let done = 0;
+    const failed = [];
+    for (const id of ids) {
+      try {
+        await fn(id);
+        done += 1;
+      } catch (err) {
+        failed.push(`${id}: ${err.message}`);
+      }
+    }
+    notice(`${verb}: ${done} of ${ids.length} done${failed.length ? "; " + failed.join("; ") : ""}`,
+      failed.length ? "error" : "info");
+    selected.clear();
+    await load();
+  }
+
+  drawBulk(bulk, params, errorText, load);
+  load();
+  return { refresh: load, destroy() { alive = false; } };
+}
+
+function groupedTable(runs, selected, onSelect) {
+  if (!runs.length) return h("p", { class: "empty" }, "No dead-lettered run matches.");
+  const groups = new Map();
+  for (const run of runs) {
+    const key = run.error ?? "(no error recorded)";
+    if (!groups.has(key)) groups.set(key, []);
+    groups.get(key).push(run);
+  }
+  const ordered = [...groups.entries()].sort((a, b) => b[1].length - a[1].length);
+  const body = [];
+  for (const [error, group] of ordered) {
+    const box = h("input", { type: "checkbox", "aria-label": "select this group" });
+    box.checked = group.every((r) => selected.has(r.id));
+    const boxes = [];
+    box.addEventListener("change", () => {
+      for (const r of group) {
+        if (box.checked) selected.add(r.id);
+        else selected.delete(r.id);
+      }
+      for (const b of boxes) b.checked = box.checked;
+      onSelect();
+    });
+    body.push(h("tr", { class: "group-head" },
+      h("td", {}, box),
+      h("td", { colspan: "6", class: "error-group" }, h("span", { class: "error" }, error), ` — ${group.length} run${group.length === 1 ? "" : "s"}`)));
+    for (const run of group) {
+      const one = h("input", { type: "checkbox", "aria-label": `select ${run.id}`, "data-run": run.id });
+      one.checked = selected.has(run.id);
+      one.addEventListener("change", () => {
+        if (one.checked) selected.add(run.id);
+        else selected.delete(run.id);
+        box.checked = group.every((r) => selected.has(r.id));
+        onSelect();
+      });
+      boxes.push(one);
+      const last = run.attempts.at(-1);
+      body.push(h("tr", { "data-run": run.id },
+        h("td", {}, one),
+        h("td", {}, link(`/ui/runs/${enc(run.id)}`, shortId(run.id))),
+        h("td", {}, link(`/ui/jobs/${enc(run.job_id)}`, shortId(run.job_id))),
+        h("td", {}, run.namespace),
+        h("td", {}, when(run.updated_at)),
+        h("td", {}, `${run.attempts.length} attempt${run.attempts.length === 1 ? "" : "s"}`, last ? ` · ${last.worker_id}` : ""),
+        h("td", {}, badge(run.state))));
+    }
+  }
+  const heads = ["", "Run", "Job", "Namespace", "Failed", "Attempts", "State"];
+  return h("table", { class: "dlq", id: "dlq-table" },
+    h("thead", {}, h("tr", {}, heads.map((t) => h("th", {}, t)))),
+    h("tbody", {}, body));
+}
+
+/** "Select all N matching": a dry run of the bulk endpoint, then the one call that does it. */
+function drawBulk(el, params, errorText, refresh) {
+  const verbs = [["replay", OPTIONAL.dlqReplay[1]], ["drop", OPTIONAL.dlqDrop[1]]].filter(
+    ([, path]) => has(path) && can("post", path));
+  if (!verbs.length) {
+    fill(el);
+    return;
+  }
+  const fields = bodyFields("post", verbs[0][1]);
+  const body = {};
+  for (const [k, v] of Object.entries(serverFilter(params))) if (fields.has(k)) body[k] = v;
+  const errorField = ERROR_FIELDS.find((f) => fields.has(f));
+  if (errorText && errorField) body[errorField] = errorText;
+  const ignored = errorText && !errorField;
+  const status = h("span", { class: "preview", id: "bulk-preview" });
+  const buttons = h("span", {});
+  const dry = h("button", { type: "button", id: "bulk-dry-run" }, "Select all matching (dry run)");
+  dry.addEventListener("click", async () => {
+    dry.classList.add("pending");
+    try {
+      const answer = await call("POST", verbs[0][1], { body: { ...body, dry_run: true } });
+      const n = countOf(answer);
+      fill(status, `${n} dead-lettered run${n === 1 ? "" : "s"} match the filter.`);
+      fill(buttons, verbs.map(([verb, path]) => {
+        const label = `${verb === "replay" ? "Replay" : "Drop"} all ${n}`;
+        const go = async () => {
+          try {
+            const done = await call("POST", path, { body });
+            notice(`${label}: ${countOf(done)} done`);
+          } catch (err) {
+            notice(`${label}: ${err.message}`, "error");
+          }
+          fill(status);
+          fill(buttons);
+          await refresh();
+        };
+        const b = verb === "drop"
+          ? confirmButton(label, `Drop all ${n} for good?`, go)
+          : h("button", { type: "button", class: "primary", on: { click: go } }, label);
+        b.id = `bulk-${verb}`;
+        return b;
+      }));
+    } catch (err) {
+      fill(status, err.message);
+    } finally {
+      dry.classList.remove("pending");
+    }
+  });
+  fill(el, h("div", { class: "bulk" }, h("b", {}, "Every run matching the filter: "), dry, status, buttons,
+    ignored ? h("span", { class: "muted" }, " (the error text is not part of this filter)") : null));
+}
+
+/** How many runs a bulk answer speaks of, whatever its shape. */
+function countOf(answer) {
+  for (const key of ["count", "matched", "replayed", "dropped", "total"]) {
+    if (typeof answer?.[key] === "number") return answer[key];
+  }
+  for (const key of ["runs", "run_ids", "ids"]) {
+    if (Array.isArray(answer?.[key])) return answer[key].length;
+  }
+  return "?";
+}

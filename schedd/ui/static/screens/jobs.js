@@ -1,0 +1,188 @@
+// Jobs: one page of GET /api/v1/jobs with the API's own filters and cursor (mirrored in the
+// address), each job's schedule in words, its next fire in its zone and the viewer's, its last
+// runs as coloured cells, its policies, and the actions the token's role allows.
+
+import { API, call, can, enc, get } from "../api.js";
+import { badge, confirmButton, fill, h, link, shortId, when } from "../dom.js";
+import { describeSchedule, jobZone } from "../fmt.js";
+import { act, errorBox, filterForm, filterOf, pager } from "../widgets.js";
+
+const PATH = "/ui/jobs";
+const FILTERS = [
+  ["namespace", "Namespace"],
+  ["queue", "Queue"],
+  ["status", "Status", [["", "any"], ["active", "active"], ["paused", "paused"], ["done", "done"], ["cancelled", "cancelled"]]],
+  ["last_run", "Latest run", [["", "any"], ...["failed", "succeeded", "running", "queued", "scheduled", "retrying", "blocked", "skipped", "cancelled"].map((s) => [s, s])]],
+  ["task", "Task"],
+  ["name", "Name"],
+  ["limit", "Per page", [["", "100"], ["25", "25"], ["50", "50"], ["200", "200"], ["500", "500"]]],
+];
+const LAST_RUNS = 8;
+const runsCache = new Map(); // job id → {key, runs}: fetched again only when its latest run changes
+
+export function jobsScreen(main, { params, navigate }) {
+  const table = h("div", { class: "table-wrap" }, h("p", { class: "muted" }, "Loading jobs…"));
+  const paging = h("div");
+  fill(main,
+    h("div", { class: "screen-head" }, h("h1", {}, "Jobs")),
+    filterForm(FILTERS, params, navigate, PATH),
+    paging,
+    table);
+  const started = performance.now();
+  let alive = true;
+  let generation = 0;
+
+  async function load() {
+    const mine = ++generation;
+    let page;
+    try {
+      page = await get(`${API}/jobs`, {
+        ...filterOf(params, FILTERS.map(([n]) => n)),
+        cursor: params.get("cursor"),
+      });
+    } catch (err) {
+      if (alive) fill(table, errorBox(err));
+      return;
+    }
+    if (!alive || mine !== generation || main.querySelector(".armed")) return;
+    fill(table, jobTable(page.jobs, load));
+    fill(paging, pager(page.next_cursor, params, navigate, PATH, page.jobs.length));
+    if (!main.dataset.firstPageMs) {
+      main.dataset.firstPageMs = String(Math.round(performance.now() - started));
+      performance.mark("schedd:jobs-first-page");
+    }
+    await fillLastRuns(page.jobs, () => alive && mine === generation);
+  }
+
+  load();
+  return {
+    refresh: load,
+    destroy() {
+      alive = false;
+      delete main.dataset.firstPageMs;
+    },
+  };
+}
+
+function jobTable(jobs, refresh) {
+  if (jobs.length === 0) return h("p", { class: "empty" }, "No job matches.");
+  const head = ["Job", "Task", "Schedule", "Next fire", "Status", "Last runs", "Policies", ""];
+  return h("table", { class: "jobs", id: "jobs-table" },
+    h("thead", {}, h("tr", {}, head.map((t) => h("th", {}, t)))),
+    h("tbody", {}, jobs.map((job) => jobRow(job, refresh))));
+}
+
+function jobRow(job, refresh) {
+  const zone = jobZone(job);
+  const name = job.name ? [h("b", {}, job.name), " "] : [];
+  return h("tr", { "data-job": job.id },
+    h("td", { class: "job" }, link(`/ui/jobs/${enc(job.id)}`, name, shortId(job.id)),
+      h("div", { class: "muted" }, `${job.namespace} / ${job.queue}`)),
+    h("td", {}, job.task),
+    h("td", { class: "schedule" }, scheduleCell(job)),
+    h("td", { class: "next" }, when(job.next_run_at, zone)),
+    h("td", {}, badge(job.status)),
+    h("td", { class: "runs", "data-runs": job.id }, runCells(cached(job) ?? (job.latest_run ? [job.latest_run] : []))),
+    h("td", { class: "policies" }, policies(job)),
+    h("td", { class: "actions" }, jobActions(job, refresh)));
+}
+
+export function scheduleCell(job) {
+  const s = job.schedule;
+  const raw = s?.cron ? `cron ${s.cron}` : null;
+  return [h("span", { class: "words" }, describeSchedule(s)),
+    raw ? h("div", { class: "muted mono" }, raw) : null];
+}
+
+/** The job's policies that matter when reading it: overlap, misfire, attempts, priority. */
+export function policies(job) {
+  const s = job.schedule ?? {};
+  const out = [];
+  if (s.overlap) out.push(`overlap ${s.overlap}`);
+  if (s.misfire) out.push(`misfire ${s.misfire}`);
+  out.push(`${job.retry.max_attempts} attempt${job.retry.max_attempts === 1 ? "" : "s"}`);
+  if (job.priority !== "normal") out.push(`${job.priority} priority`);
+  if (job.timeout) out.push(`timeout ${job.timeout} s`);
+  if (job.depends_on.length) out.push(`${job.depends_on.length} upstream`);
+  return out.map((p) => h("span", { class: "pill" }, p));
+}
+
+/** The actions on a job that the token's role may do (none for a read token). */
+export function jobActions(job, refresh) {
+  const id = enc(job.id);
+  const out = [];
+  const live = job.status === "active" || job.status === "paused";
+  if (live && can("post", `${API}/jobs/{job_id}/trigger`)) {
+    out.push(button("Trigger", "trigger", () =>
+      act(`Trigger ${job.name ?? job.id}`, () => call("POST", `${API}/jobs/${id}/trigger`, { body: {} }), refresh)));
+  }
+  if (live && can("patch", `${API}/jobs/{job_id}`)) {
+    const pause = job.status === "active";
+    out.push(button(pause ? "Pause" : "Resume", pause ? "pause" : "resume", () =>
+      act(`${pause ? "Pause" : "Resume"} ${job.name ?? job.id}`,
+        () => call("PATCH", `${API}/jobs/${id}`, { body: { paused: pause } }), refresh)));
+  }
+  if (live && can("delete", `${API}/jobs/{job_id}`)) {
+    const b = confirmButton("Cancel", "Cancel the job?", () =>
+      act(`Cancel ${job.name ?? job.id}`, () => call("DELETE", `${API}/jobs/${id}`), refresh));
+    b.dataset.action = "cancel";
+    out.push(b);
+  }
+  return out;
+}
+
+function button(label, action, fn) {
+  const b = h("button", { type: "button", "data-action": action }, label);
+  b.addEventListener("click", async () => {
+    b.disabled = true;
+    try {
+      await fn();
+    } finally {
+      b.disabled = false;
+    }
+  });
+  return b;
+}
+
+function cacheKey(job) {
+  const r = job.latest_run;
+  return r ? `${r.id}|${r.updated_at}` : "none";
+}
+
+function cached(job) {
+  const hit = runsCache.get(job.id);
+  return hit && hit.key === cacheKey(job) ? hit.runs : null;
+}
+
+/** Each row's last runs, newest first (a few requests at a time; cached while unchanged). */
+async function fillLastRuns(jobs, current) {
+  const todo = jobs.filter((job) => job.latest_run && cached(job) === null);
+  const worker = async () => {
+    while (todo.length && current()) {
+      const job = todo.shift();
+      try {
+        const page = await get(`${API}/jobs/${enc(job.id)}/runs`, { limit: LAST_RUNS });
+        runsCache.set(job.id, { key: cacheKey(job), runs: page.runs });
+        const cell = document.querySelector(`td[data-runs="${CSS.escape(job.id)}"]`);
+        if (cell && current()) fill(cell, runCells(page.runs));
+      } catch {
+        // the row keeps its latest run
+      }
+    }
+  };
+  await Promise.all([worker(), worker(), worker(), worker()]);
+  if (runsCache.size > 5000) runsCache.clear();
+}
+
+/** Runs (newest first) as coloured cells, oldest on the left; each links to its run. */
+export function runCells(runs) {
+  if (!runs.length) return h("span", { class: "muted" }, "none yet");
+  const cells = [...runs].reverse().map((run) =>
+    h("a", {
+      href: `/ui/runs/${enc(run.id)}`,
+      class: `cell st-${run.state}`,
+      title: `${run.state} · ${run.scheduled_at}${run.error ? " · " + run.error : ""}${run.reason ? " · " + run.reason : ""}`,
+      "aria-label": run.state,
+    }));
+  return h("span", { class: "cells" }, cells);
+}
