@@ -1,0 +1,369 @@
+"""The dashboard in a real headless Chromium against a real node and worker: log in, what a
+role may do, jobs appearing by themselves, times in the job's zone and the viewer's, a run's
+attempts, the dead-letter queue, the workers, the cluster bar."""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import pytest
+
+from tests.browser.conftest import Daemon, login, screenshot
+
+pytestmark = pytest.mark.browser
+
+
+def reads(instant: str, zone: str) -> str:
+    """``instant`` as the dashboard writes it in ``zone``: "2026-07-01 03:30 GMT+2"."""
+    local = datetime.fromisoformat(instant.replace("Z", "+00:00")).astimezone(ZoneInfo(zone))
+    offset = local.utcoffset()
+    assert offset is not None
+    minutes = int(offset.total_seconds() // 60)
+    sign = "+" if minutes >= 0 else "-"
+    hours, rest = divmod(abs(minutes), 60)
+    gmt = "GMT" if minutes == 0 else f"GMT{sign}{hours}" + (f":{rest:02d}" if rest else "")
+    return f"{local:%Y-%m-%d %H:%M} {gmt}"
+
+
+def submit(daemon: Daemon, **job: Any) -> dict[str, Any]:
+    result: dict[str, Any] = daemon.api("POST", "/jobs", job)
+    return result
+
+
+def test_times_read_in_two_zones_with_offsets_and_cron_in_words(page: Any, daemon: Daemon) -> None:
+    page.goto(daemon.url + "/ui/")
+    out = page.evaluate(
+        """async () => {
+        const f = await import("/ui/static/fmt.js");
+        const t = "2026-07-01T01:30:00Z";
+        return [
+          f.formatIn(t, "Europe/Berlin"), f.formatIn(t, "America/New_York"),
+          // the fall-back hour of New York, twice, with its two offsets
+          f.formatIn("2026-11-01T05:30:00Z", "America/New_York"),
+          f.formatIn("2026-11-01T06:30:00Z", "America/New_York"),
+          f.relative(Date.now() + 5 * 60e3), f.relative(Date.now() - 3 * 3600e3),
+          f.describeCron("0 2 * * *"), f.describeCron("*/15 * * * *"),
+          f.describeCron("30 2 * * 1-5"), f.describeCron("0 0 * * 0#2"),
+          f.describeCron("0 9 1 * MON"), f.describeCron("@hourly"), f.describeCron("0 0 L * *"),
+        ];
+      }"""
+    )
+    assert out == [
+        "2026-07-01 03:30 GMT+2",
+        "2026-06-30 21:30 GMT-4",
+        "2026-11-01 01:30 GMT-4",
+        "2026-11-01 01:30 GMT-5",
+        "in 5 m",
+        "3 h ago",
+        "at 02:00 every day",
+        "every 15 minutes",
+        "at 02:30 on Monday to Friday",
+        "at 00:00 on the second Sunday of the month",
+        "at 09:00 on day 1 of the month or on Monday",
+        "at minute 0 of every hour",
+        "at 00:00 on the last day of the month",
+    ]
+
+
+def test_a_bad_token_is_refused_and_nothing_is_shown(page: Any, daemon: Daemon) -> None:
+    page.goto(daemon.url + "/")  # redirects to /ui/
+    assert page.url.endswith("/ui/")
+    page.fill("#token", "not-a-token-of-this-cluster")
+    page.click("#login button[type=submit]")
+    page.wait_for_selector("#login .error")
+    assert "401" in page.inner_text("#login .error")
+    assert page.evaluate("sessionStorage.length") == 0
+    assert page.evaluate("document.cookie") == ""
+
+
+def test_a_read_token_sees_jobs_but_no_action(page: Any, daemon: Daemon, tmp_path: Path) -> None:
+    job = submit(
+        daemon, task="ui.ok", name="read-only-view", namespace="tread", schedule={"every": "1h"}
+    )
+    login(page, daemon, "read", "/ui/jobs?namespace=tread")
+    row = page.wait_for_selector(f"tr[data-job='{job['id']}']")
+    assert "read-only-view" in row.inner_text()
+    assert page.query_selector_all("button[data-action]") == []
+    page.click(f"tr[data-job='{job['id']}'] td.job a")
+    page.wait_for_selector("#spec")
+    assert page.query_selector_all(".screen-head button") == []
+    # the same job with a submit token: the actions are there
+    page.click("#logout")
+    login(page, daemon, "submit", "/ui/jobs?namespace=tread")
+    page.wait_for_selector(f"tr[data-job='{job['id']}'] button[data-action='trigger']")
+    actions = page.eval_on_selector_all(
+        f"tr[data-job='{job['id']}'] button[data-action]", "bs => bs.map(b => b.dataset.action)"
+    )
+    assert actions == ["trigger", "pause", "cancel"]
+    screenshot(page, "jobs", tmp_path)
+
+
+def test_a_submitted_job_appears_and_row_actions_work(page: Any, daemon: Daemon) -> None:
+    login(page, daemon, "admin", "/ui/jobs?namespace=tlive")
+    page.wait_for_selector("text=No job matches.")
+    assert "namespace=tlive" in page.url
+    job = submit(
+        daemon, task="ui.ok", name="appears-by-itself", namespace="tlive", schedule={"every": "1h"}
+    )
+    page.wait_for_selector(f"tr[data-job='{job['id']}']", timeout=15_000)  # no reload
+    page.click(f"tr[data-job='{job['id']}'] button[data-action='pause']")
+    page.wait_for_selector(f"tr[data-job='{job['id']}'] .badge:text-is('paused')")
+    assert daemon.api("GET", f"/jobs/{job['id']}")["status"] == "paused"
+    page.click(f"tr[data-job='{job['id']}'] button[data-action='resume']")
+    page.wait_for_selector(f"tr[data-job='{job['id']}'] .badge:text-is('active')")
+    page.click(f"tr[data-job='{job['id']}'] button[data-action='trigger']")
+    daemon.wait(lambda: len(daemon.api("GET", f"/jobs/{job['id']}/runs")["runs"]) >= 2)
+    page.click(f"tr[data-job='{job['id']}'] button[data-action='cancel']")  # asks first
+    assert daemon.api("GET", f"/jobs/{job['id']}")["status"] == "active"
+    page.click(f"tr[data-job='{job['id']}'] button[data-action='cancel']")
+    page.wait_for_selector(f"tr[data-job='{job['id']}'] .badge:text-is('cancelled')")
+
+
+def test_filters_and_pages_are_the_apis_and_live_in_the_address(page: Any, daemon: Daemon) -> None:
+    daemon.api(
+        "POST",
+        "/jobs/batch",
+        {
+            "jobs": [
+                {
+                    "task": "ui.ok",
+                    "name": f"paged-{i}",
+                    "namespace": "tpage",
+                    "schedule": {"every": "1h"},
+                }
+                for i in range(5)
+            ]
+        },
+    )
+    login(page, daemon, "read", "/ui/jobs?namespace=tpage&limit=2")
+    page.wait_for_selector("#jobs-table")
+    seen = page.eval_on_selector_all("#jobs-table tbody tr", "rs => rs.length")
+    assert seen == 2
+    names = []
+    for _ in range(3):
+        names += page.eval_on_selector_all(
+            "#jobs-table td.job b", "bs => bs.map(b => b.textContent)"
+        )
+        if page.query_selector(".page-next") is None:
+            break
+        before = page.url
+        page.click(".page-next")
+        page.wait_for_function(f"() => location.href !== {before!r}")
+        assert "cursor=" in page.url
+        page.wait_for_selector("#jobs-table")
+    assert names == [f"paged-{i}" for i in range(5)]
+    page.go_back()
+    page.wait_for_function("() => new URLSearchParams(location.search).get('cursor') !== null")
+    # a filter of the form goes into the address and back to the first page
+    page.fill("#f-name", "paged-3")
+    page.click("#filters button[type=submit]")
+    page.wait_for_function("() => location.search.includes('name=paged-3')")
+    assert "cursor" not in page.url
+    page.wait_for_function("() => document.querySelectorAll('#jobs-table tbody tr').length === 1")
+
+
+def test_a_berlin_cron_reads_in_berlin_and_in_the_viewers_zone(
+    page: Any, daemon: Daemon, tmp_path: Path
+) -> None:
+    job = submit(
+        daemon,
+        task="ui.ok",
+        name="berlin-report",
+        namespace="ttz",
+        schedule={"cron": "30 3 * * *", "timezone": "Europe/Berlin"},
+    )
+    login(page, daemon, "read", "/ui/jobs?namespace=ttz")
+    row = f"tr[data-job='{job['id']}']"
+    page.wait_for_selector(row)
+    assert page.inner_text(f"{row} .schedule .words") == "at 03:30 every day (Europe/Berlin)"
+    nxt = job["next_run_at"]
+    assert page.inner_text(f"{row} .next .tz-job") == reads(nxt, "Europe/Berlin")
+    assert page.inner_text(f"{row} .next .tz-viewer") == reads(nxt, "America/New_York")
+    assert reads(nxt, "Europe/Berlin")[11:16] == "03:30"
+    assert page.get_attribute(f"{row} .next .when", "title") == f"{nxt} (UTC)"
+    assert re.fullmatch(r"in \d+ [smhd]", page.inner_text(f"{row} .next .age"))
+    # the job's page: the API's next fires (never computed in the page), in both zones
+    page.click(f"{row} td.job a")
+    page.wait_for_selector("#explain .fires")
+    fires = daemon.api("GET", f"/jobs/{job['id']}/explain")["fires"]
+    got_job = page.eval_on_selector_all("#explain .fire-job", "ts => ts.map(t => t.textContent)")
+    got_viewer = page.eval_on_selector_all(
+        "#explain .fire-viewer", "ts => ts.map(t => t.textContent)"
+    )
+    assert got_job == [reads(f["scheduled_at"], "Europe/Berlin") for f in fires]
+    assert got_viewer == [reads(f["scheduled_at"], "America/New_York") for f in fires]
+    screenshot(page, "job", tmp_path)
+    # another zone for the viewer: kept across a reload (localStorage)
+    page.select_option("#viewer-zone", "Asia/Tokyo")
+    tokyo = reads(fires[0]["scheduled_at"], "Asia/Tokyo")
+    assert tokyo.endswith("GMT+9")
+    page.wait_for_function(
+        f"() => document.querySelector('#explain .fire-viewer')?.textContent === {tokyo!r}"
+    )
+    page.reload()
+    page.wait_for_selector("#explain .fires")
+    assert page.inner_text("#explain .fire-viewer >> nth=0") == tokyo
+
+
+def test_a_jobs_history_and_upstream_links(page: Any, daemon: Daemon) -> None:
+    up = submit(daemon, task="ui.ok", name="upstream-one", namespace="thist")
+    down = submit(daemon, task="ui.ok", name="downstream", namespace="thist", depends_on=[up["id"]])
+    daemon.wait(
+        lambda: daemon.api("GET", f"/jobs/{down['id']}")["latest_run"]["state"] == "succeeded"
+    )
+    daemon.api("POST", f"/jobs/{up['id']}/trigger", {})
+    login(page, daemon, "read", f"/ui/jobs/{down['id']}")
+    page.wait_for_selector("#spec a.dep")
+    page.wait_for_function(
+        "() => document.querySelector('#spec a.dep').textContent.startsWith('upstream-one')"
+    )
+    page.wait_for_selector("#runs .runs-table")
+    assert page.inner_text("#runs .runs-table tbody tr >> nth=0").count("succeeded") == 1
+    page.click("#spec a.dep")
+    page.wait_for_function(f"() => location.pathname === '/ui/jobs/{up['id']}'")
+    daemon.wait(lambda: len(daemon.api("GET", f"/jobs/{up['id']}/runs")["runs"]) == 2)
+    page.wait_for_function(
+        "() => document.querySelectorAll('#runs .runs-table tbody tr').length === 2"
+    )
+    scheduled = page.eval_on_selector_all("#runs .runs-table .when", "ws => ws.map(w => w.title)")
+    assert scheduled == sorted(scheduled, reverse=True)  # newest first
+
+
+def test_a_run_shows_each_attempt_with_its_error_and_traceback(
+    page: Any, daemon: Daemon, tmp_path: Path
+) -> None:
+    job = submit(
+        daemon,
+        task="ui.parse",
+        namespace="trun",
+        payload={"record": 7},
+        retry={"max_attempts": 2, "initial": 0.1},
+    )
+    daemon.wait(
+        lambda: (
+            (daemon.api("GET", f"/jobs/{job['id']}")["latest_run"] or {}).get("state") == "failed"
+        )
+    )
+    run = daemon.api("GET", f"/jobs/{job['id']}")["latest_run"]
+    login(page, daemon, "read", f"/ui/runs/{run['id']}")
+    page.wait_for_selector("#attempts")
+    rows = page.query_selector_all("#attempts tbody tr")
+    assert len(rows) == 2
+    text = page.inner_text("#attempts")
+    assert "ValueError: cannot parse record 7" in text
+    assert "w1" in text
+    assert page.query_selector_all("#attempts details summary")  # the tracebacks
+    page.click("#attempts details summary >> nth=0")
+    assert "raise ValueError" in page.inner_text("#attempts pre.traceback >> nth=0")
+    assert len(page.query_selector_all("svg.timeline rect.bar")) == 2
+    fences = [a["fence"] for a in run["attempts"]]
+    assert (
+        page.eval_on_selector_all("#attempts td.mono", "ts => ts.map(t => +t.textContent)")
+        == fences
+    )
+    screenshot(page, "run", tmp_path)
+    ok = submit(daemon, task="ui.ok", namespace="trun")
+    daemon.wait(
+        lambda: (
+            (daemon.api("GET", f"/jobs/{ok['id']}")["latest_run"] or {}).get("state") == "succeeded"
+        )
+    )
+    latest = daemon.api("GET", f"/jobs/{ok['id']}")["latest_run"]
+    page.goto(daemon.url + f"/ui/runs/{latest['id']}")
+    page.wait_for_selector("#attempts progress")
+    assert "3 / 4" in page.inner_text("#attempts")
+
+
+def _dead(daemon: Daemon, ns: str, n: int) -> list[dict[str, Any]]:
+    def runs() -> list[dict[str, Any]] | None:
+        got: list[dict[str, Any]] = daemon.api("GET", f"/dlq?namespace={ns}")["runs"]
+        return got if len(got) >= n else None
+
+    result: list[dict[str, Any]] = daemon.wait(runs)
+    return result
+
+
+def test_dead_letters_filter_group_and_drop(page: Any, daemon: Daemon, tmp_path: Path) -> None:
+    once = {"max_attempts": 1}
+    jobs = [{"task": "ui.disk", "namespace": "tdlq", "retry": once} for _ in range(3)]
+    jobs += [
+        {"task": "ui.parse", "namespace": "tdlq", "retry": once, "payload": {"record": i}}
+        for i in (4, 5)
+    ]
+    daemon.api("POST", "/jobs/batch", {"jobs": jobs})
+    _dead(daemon, "tdlq", 5)
+    login(page, daemon, "submit", "/ui/dlq?namespace=tdlq")
+    page.wait_for_selector("#dlq-table")
+    groups = page.eval_on_selector_all(
+        "#dlq-table .error-group", "gs => gs.map(g => g.textContent)"
+    )
+    assert groups[0] == "OSError: disk full on /data — 3 runs"
+    assert sorted(groups[1:]) == [
+        "ValueError: cannot parse record 4 — 1 run",
+        "ValueError: cannot parse record 5 — 1 run",
+    ]
+    screenshot(page, "dlq", tmp_path)
+    page.fill("#f-task", "ui.parse")
+    page.click("#filters button[type=submit]")
+    page.wait_for_function("() => location.search.includes('task=ui.parse')")
+    page.wait_for_function(
+        "() => document.querySelectorAll('#dlq-table tr[data-run]').length === 2"
+    )
+    page.fill("#f-error", "record 4")
+    page.click("#filters button[type=submit]")
+    page.wait_for_function(
+        "() => document.querySelectorAll('#dlq-table tr[data-run]').length === 1"
+    )
+    page.check("#dlq-table tr.group-head input")
+    page.click("#selection button:text('Drop 1')")
+    page.click("#selection button:text('Drop 1 for good?')")
+    page.wait_for_selector("text=No dead-lettered run matches.")
+    left = daemon.api("GET", "/dlq?namespace=tdlq")["runs"]
+    assert len(left) == 4
+    assert not any("record 4" in r["error"] for r in left)
+
+
+def test_workers_show_capacity_and_leases(page: Any, daemon: Daemon, tmp_path: Path) -> None:
+    login(page, daemon, "read", "/ui/workers")
+    page.wait_for_selector("#workers-table tr[data-worker='w1']")
+    text = page.inner_text("#workers-table tr[data-worker='w1']")
+    assert "ui.disk, ui.ok, ui.parse" in text or "ui.ok" in text
+    assert re.search(r"\b\d+ / 16\b", text)
+    assert "serving" in text
+    screenshot(page, "workers", tmp_path)
+
+
+def test_the_cluster_bar_says_who_leads_and_serves(page: Any, daemon: Daemon) -> None:
+    login(page, daemon, "read", "/ui/jobs")
+    bar = page.inner_text("#cluster")
+    assert "served by n1 (leader)" in bar
+    assert "leader n1" in bar
+    assert "quorum ✓" in bar
+    view = daemon.api("GET", "/cluster")
+    assert re.search(rf"term {view['term']}\b", bar)
+    assert page.is_hidden("#banner")
+
+
+def test_no_leader_is_a_red_banner_and_a_new_leader_a_notice(page: Any, daemon: Daemon) -> None:
+    """What the bar does when the cluster changes, with this node's answers replaced."""
+    state = {"leader": "n1", "term": 7, "has_quorum": True}
+
+    def cluster(route: Any) -> None:
+        view = daemon.api("GET", "/cluster")
+        view.update(state)
+        route.fulfill(json=view)
+
+    page.route("**/api/v1/cluster", cluster)
+    login(page, daemon, "read", "/ui/jobs")
+    page.wait_for_selector("#cluster .fact:has-text('term 7')")
+    state.update(leader=None, has_quorum=False)
+    page.wait_for_selector("#banner:visible", timeout=10_000)
+    assert "No leader" in page.inner_text("#banner")
+    assert re.search(r"Retrying in [1-3] s", page.inner_text("#banner"))
+    state.update(leader="n3", term=8, has_quorum=True)
+    page.wait_for_selector(".notice:has-text('leader n1 → n3 at term 8')", timeout=10_000)
+    page.wait_for_selector("#banner", state="hidden")
