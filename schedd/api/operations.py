@@ -92,7 +92,6 @@ _JOB = Reply(200, "the job", "Job")
 _RUN = Reply(200, "the run", "Run")
 _DONE = Reply(204, "done; no body")
 Duration = Annotated[str, js(pattern=DURATION_PATTERN)]
-_KINDS = "|".join(KINDS)
 
 OPERATIONS: tuple[Operation, ...] = (
     Operation(
