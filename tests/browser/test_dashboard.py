@@ -80,7 +80,7 @@ def test_a_bad_token_is_refused_and_nothing_is_shown(page: Any, daemon: Daemon) 
     assert page.evaluate("document.cookie") == ""
 
 
-def test_a_read_token_sees_jobs_but_no_action(page: Any, daemon: Daemon, tmp_path: Path) -> None:
+def test_a_read_token_sees_jobs_but_no_action(page: Any, daemon: Daemon) -> None:
     job = submit(
         daemon, task="ui.ok", name="read-only-view", namespace="tread", schedule={"every": "1h"}
     )
@@ -99,7 +99,6 @@ def test_a_read_token_sees_jobs_but_no_action(page: Any, daemon: Daemon, tmp_pat
         f"tr[data-job='{job['id']}'] button[data-action]", "bs => bs.map(b => b.dataset.action)"
     )
     assert actions == ["trigger", "pause", "cancel"]
-    screenshot(page, "jobs", tmp_path)
 
 
 def test_a_submitted_job_appears_and_row_actions_work(page: Any, daemon: Daemon) -> None:
@@ -259,6 +258,7 @@ def test_a_run_shows_each_attempt_with_its_error_and_traceback(
     assert page.query_selector_all("#attempts details summary")  # the tracebacks
     page.click("#attempts details summary >> nth=0")
     assert "raise ValueError" in page.inner_text("#attempts pre.traceback >> nth=0")
+    page.click("#attempts details summary >> nth=0")  # folded again for the picture
     assert len(page.query_selector_all("svg.timeline rect.bar")) == 2
     fences = [a["fence"] for a in run["attempts"]]
     assert (
@@ -367,3 +367,15 @@ def test_no_leader_is_a_red_banner_and_a_new_leader_a_notice(page: Any, daemon: 
     state.update(leader="n3", term=8, has_quorum=True)
     page.wait_for_selector(".notice:has-text('leader n1 → n3 at term 8')", timeout=10_000)
     page.wait_for_selector("#banner", state="hidden")
+
+
+def test_screens_as_an_operator_sees_them(page: Any, daemon: Daemon, tmp_path: Path) -> None:
+    """The login and the jobs screen with every job the tests above made (the screenshots of
+    docs/dashboard.md: SCHEDD_UPDATE_SCREENSHOTS=1 writes them to docs/img/)."""
+    page.goto(daemon.url + "/ui/")
+    page.wait_for_selector("#login")
+    screenshot(page, "login", tmp_path)
+    login(page, daemon, "admin", "/ui/jobs?limit=25")
+    page.wait_for_selector("#jobs-table")
+    page.wait_for_function("() => document.querySelectorAll('#jobs-table .cells a').length > 5")
+    screenshot(page, "jobs", tmp_path)

@@ -116,12 +116,13 @@ function timeline(run) {
   const svg = h("svg:svg", { class: "timeline", viewBox: `0 0 ${SVG_W} ${height}`, role: "img", "aria-label": "attempts on a time axis" });
   const axisY = 20 + spans.length * ROW_H + 6;
   svg.appendChild(h("svg:line", { class: "axis", x1: left, x2: left + width, y1: axisY, y2: axisY }));
+  // the first tick at its time in the viewer's zone, the others as time since it
   for (let i = 0; i <= 4; i++) {
     const t = t0 + ((t1 - t0) * i) / 4;
     const tx = x(t);
     svg.appendChild(h("svg:line", { class: "axis", x1: tx, x2: tx, y1: 12, y2: axisY + 4 }));
     svg.appendChild(h("svg:text", { x: tx, y: axisY + 16, "text-anchor": i === 0 ? "start" : i === 4 ? "end" : "middle" },
-      formatIn(t, viewer, { seconds: true, date: i === 0 })));
+      i === 0 ? formatIn(t, viewer, { seconds: true }) : `+${duration((t - t0) / 1000)}`));
   }
   svg.appendChild(h("svg:text", { x: x(Date.parse(run.scheduled_at)), y: 10 }, "scheduled"));
   spans.forEach((s, i) => {
