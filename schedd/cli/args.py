@@ -9,9 +9,9 @@ from typing import Any
 
 from schedd import __version__
 from schedd.cli.client import (
-    DEFAULT_SERVER,
     UsageError,
 )
+from schedd.client.servers import DEFAULT_SERVER
 from schedd.core.model import DstGap, DstRepeat, Misfire, Overlap, RunState
 
 # ---- argument parsing ------------------------------------------------------------------------

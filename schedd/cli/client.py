@@ -18,17 +18,17 @@ import ssl
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from email.utils import parsedate_to_datetime
 from typing import Any
-from urllib.parse import quote, urlencode, urlsplit
+from urllib.parse import quote, urlencode
 
 import orjson
 
+from schedd.client.servers import Server, parse_retry_after
+from schedd.client.servers import parse_server as _parse_server
+from schedd.errors import InvalidArgument
 from schedd.ids import new_request_id
-from schedd.net import TrustError, ca_context, is_loopback
+from schedd.net import TrustError, ca_context
 
-DEFAULT_SERVER = "http://127.0.0.1:7700"
-DEFAULT_PORT = 7700
 RETRY_BUDGET = 10.0  # seconds spent waiting on 503s, over all servers
 MAX_RETRIES = 3  # retries of one server after a 503, before moving on
 BACKOFF = 0.1  # first wait when Retry-After says 0
@@ -60,43 +60,12 @@ class Unreachable(CliError):
     exit_code = 4
 
 
-@dataclass(frozen=True)
-class Server:
-    scheme: str
-    host: str
-    port: int
-    base_path: str
-    url: str  # as shown in messages
-
-    @property
-    def is_loopback(self) -> bool:
-        return is_loopback(self.host)
-
-
 def parse_server(text: str) -> Server:
-    """``http://host:port``, ``https://host``, or a bare ``host:port`` (then http on 7700).
-    A worker's ``ws://``/``wss://`` URL means the same node over ``http``/``https``."""
-    raw = text.strip()
-    expected = f"--server: expected a URL like {DEFAULT_SERVER}, got {text!r}"
-    if not raw:
-        raise UsageError(expected)
-    if "://" not in raw:
-        raw = "http://" + raw
-    elif raw.lower().startswith(("ws://", "wss://")):
-        raw = "http" + raw[2:]  # ws:// → http://, wss:// → https://
+    """``--server``'s URL (see :func:`schedd.client.servers.parse_server`); a usage error."""
     try:
-        parts = urlsplit(raw)
-        port = parts.port
-    except ValueError:
-        raise UsageError(expected) from None
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise UsageError(expected)
-    if port is None:
-        port = DEFAULT_PORT if "://" not in text else (443 if parts.scheme == "https" else 80)
-    host = parts.hostname
-    shown_host = f"[{host}]" if ":" in host else host
-    base = parts.path.rstrip("/")
-    return Server(parts.scheme, host, port, base, f"{parts.scheme}://{shown_host}:{port}{base}")
+        return _parse_server(text)
+    except InvalidArgument as exc:
+        raise UsageError(exc.message) from None
 
 
 def tls_context(cafile: str, option: str = "--cacert") -> ssl.SSLContext:
@@ -128,22 +97,6 @@ class Response:
     @property
     def retry_after(self) -> float | None:
         return parse_retry_after(self.headers.get("retry-after"))
-
-
-def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
-    """Seconds from a ``Retry-After`` header (delta-seconds or an HTTP date)."""
-    if value is None:
-        return None
-    value = value.strip()
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - (time.time() if now is None else now))
 
 
 @dataclass

@@ -10,12 +10,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from schedd.cli.client import (
-    DEFAULT_SERVER,
-    Server,
     UsageError,
     parse_server,
     tls_context,
 )
+from schedd.client.servers import DEFAULT_SERVER, Server
 
 DEFAULT_TOKENS_FILE = Path(".schedd") / "tokens.toml"
 

@@ -34,6 +34,7 @@ import aiohttp
 import orjson
 
 from schedd.aio import wait_event
+from schedd.client.tasks import TaskHandle
 from schedd.core.durations import parse_time
 from schedd.errors import InvalidArgument
 from schedd.net import TrustError, ca_context
@@ -62,9 +63,10 @@ from schedd.worker.builtins import SHELL_DISABLED, TaskFailed, builtin_handlers
 from schedd.worker.leases import Acked, Held, LeaseBook, progress_to_send
 from schedd.worker.registry import (
     Context,
-    H,
     Handler,
     NonRetryable,
+    P,
+    R,
     Registry,
     default_registry,
     is_async,
@@ -245,8 +247,9 @@ class Worker:
 
     # -- registration ----------------------------------------------------------------------
 
-    def task(self, name: str) -> Callable[[H], H]:
-        """Decorator: register a handler on this worker's registry."""
+    def task(self, name: str) -> Callable[[Callable[P, R]], TaskHandle[P, R]]:
+        """Decorator: register a handler on this worker's registry (returns its
+        :class:`~schedd.client.tasks.TaskHandle`)."""
         return self.registry.task(name)
 
     def served_tasks(self) -> tuple[str, ...]:

@@ -6,10 +6,14 @@ import asyncio
 import inspect
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, ParamSpec, TypeVar
+
+from schedd.client.tasks import TaskHandle
 
 Handler = Callable[["Context", Any], Any]  # async def f(ctx, payload) or def f(ctx, payload)
 H = TypeVar("H", bound=Handler)
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 class NonRetryable(Exception):  # the name users raise (docs/worker-protocol.md)
@@ -45,14 +49,17 @@ class Registry:
     def __init__(self) -> None:
         self._handlers: dict[str, Handler] = {}
 
-    def task(self, name: str) -> Callable[[H], H]:
-        """Decorator: register ``fn`` as the handler of task ``name``."""
+    def task(self, name: str) -> Callable[[Callable[P, R]], TaskHandle[P, R]]:
+        """Decorator: register ``fn`` as the handler of task ``name``; returns a
+        :class:`~schedd.client.tasks.TaskHandle`: the handler when called, and
+        ``.submit(payload, **options)`` / ``.delay`` / ``.asubmit`` for producers."""
         if not isinstance(name, str) or not name.strip():
             raise ValueError(f"task name: expected a non-empty string, got {name!r}")
 
-        def register(fn: H) -> H:
-            self.register(name, fn)
-            return fn
+        def register(fn: Callable[P, R]) -> TaskHandle[P, R]:
+            handle = TaskHandle(name, fn.fn if isinstance(fn, TaskHandle) else fn)
+            self.register(name, handle)
+            return handle
 
         return register
 
@@ -81,10 +88,12 @@ class Registry:
 
 
 def _qualname(fn: Handler) -> str:
+    fn = fn.fn if isinstance(fn, TaskHandle) else fn
     return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
 
 
 def is_async(fn: Handler) -> bool:
+    fn = fn.fn if isinstance(fn, TaskHandle) else fn
     return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
         getattr(fn, "__call__", None)  # noqa: B004 - an object with an async __call__
     )
@@ -93,7 +102,7 @@ def is_async(fn: Handler) -> bool:
 default_registry = Registry()
 
 
-def task(name: str) -> Callable[[H], H]:
+def task(name: str) -> Callable[[Callable[P, R]], TaskHandle[P, R]]:
     """Module-level decorator: register a handler in the default registry.
 
     ``schedd-worker --import my.tasks`` imports modules that use it, and every :class:`Worker`

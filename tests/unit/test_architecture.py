@@ -136,7 +136,9 @@ ALLOWED: dict[str, set[str]] = {
         *FOUNDATION,
     },
     "schedd.ui": set(),  # the dashboard's files: served by the API, a client of it
-    "schedd.worker": {"schedd.core", "schedd.protocol", *FOUNDATION},
+    "schedd.worker": {"schedd.core", "schedd.protocol", "schedd.client", *FOUNDATION},
+    # the client library: the public API from Python (and task handles for producers)
+    "schedd.client": {"schedd.core", *FOUNDATION},
     "schedd.preflight": {"schedd.config", "schedd.raft"},
     # the wiring, and the programs
     "schedd.runtime": {
@@ -153,6 +155,7 @@ ALLOWED: dict[str, set[str]] = {
     },
     "schedd.cli": {
         "schedd.auth",
+        "schedd.client",
         "schedd.config",
         "schedd.core",
         "schedd.notify",

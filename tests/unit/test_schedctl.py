@@ -24,7 +24,6 @@ from schedd.cli.client import (
     MAX_RETRIES,
     Client,
     Unreachable,
-    parse_retry_after,
     parse_server,
     run_path,
 )
@@ -42,6 +41,7 @@ from schedd.cli.schedctl import (
     watch,
 )
 from schedd.cli.settings import Settings, resolve_settings
+from schedd.client.servers import parse_retry_after
 
 DEAD = "http://127.0.0.1:1"  # nothing listens on port 1
 

@@ -79,7 +79,10 @@ def test_module_level_task_registers_in_the_default_registry() -> None:
     async def handler(ctx: Context, payload: Any) -> Any:
         return payload
 
+    # the handle is the handler for the worker, and a way to submit for producers
     assert default_registry.get("tests.sdk.module_level") is handler
+    assert handler.name == "tests.sdk.module_level" and callable(handler.submit)
+    assert handler.delay == handler.submit
     assert Worker("http://x:1").registry is default_registry
     assert schedd.worker.task is task
 
