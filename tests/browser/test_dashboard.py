@@ -5,6 +5,7 @@ attempts, the dead-letter queue, the workers, the cluster bar."""
 from __future__ import annotations
 
 import re
+import time
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -105,10 +106,15 @@ def test_a_submitted_job_appears_and_row_actions_work(page: Any, daemon: Daemon)
     login(page, daemon, "admin", "/ui/jobs?namespace=tlive")
     page.wait_for_selector("text=No job matches.")
     assert "namespace=tlive" in page.url
+    # with the node's event stream the page is told at once; without, it polls every 4 s
+    live = "/api/v1/events" in daemon.api("GET", "/openapi.json")["paths"]
+    page.wait_for_selector(f"body[data-live='{'live' if live else 'polling'}']")
     job = submit(
         daemon, task="ui.ok", name="appears-by-itself", namespace="tlive", schedule={"every": "1h"}
     )
+    started = time.monotonic()
     page.wait_for_selector(f"tr[data-job='{job['id']}']", timeout=15_000)  # no reload
+    assert time.monotonic() - started < (3 if live else 6)
     page.click(f"tr[data-job='{job['id']}'] button[data-action='pause']")
     page.wait_for_selector(f"tr[data-job='{job['id']}'] .badge:text-is('paused')")
     assert daemon.api("GET", f"/jobs/{job['id']}")["status"] == "paused"
@@ -379,3 +385,31 @@ def test_screens_as_an_operator_sees_them(page: Any, daemon: Daemon, tmp_path: P
     page.wait_for_selector("#jobs-table")
     page.wait_for_function("() => document.querySelectorAll('#jobs-table .cells a').length > 5")
     screenshot(page, "jobs", tmp_path)
+
+
+def test_a_hidden_page_asks_nothing_and_catches_up_when_shown(page: Any, daemon: Daemon) -> None:
+    login(page, daemon, "read", "/ui/jobs?namespace=thidden")
+    page.wait_for_selector("text=No job matches.")
+    mode = page.get_attribute("body", "data-live")
+    assert mode in ("live", "polling")
+    asked: list[str] = []
+    page.on("request", lambda r: asked.append(r.url) if "/api/v1/" in r.url else None)
+    page.evaluate(
+        """() => {
+        Object.defineProperty(document, "hidden", { value: true, configurable: true });
+        document.dispatchEvent(new Event("visibilitychange"));
+      }"""
+    )
+    page.wait_for_selector("body[data-live='paused']")
+    asked.clear()
+    job = submit(daemon, task="ui.ok", name="made-while-hidden", namespace="thidden")
+    page.wait_for_timeout(5_000)  # longer than the poll interval
+    assert asked == []
+    page.evaluate(
+        """() => {
+        delete document.hidden;
+        document.dispatchEvent(new Event("visibilitychange"));
+      }"""
+    )
+    page.wait_for_selector(f"body[data-live='{mode}']")
+    page.wait_for_selector(f"tr[data-job='{job['id']}']", timeout=5_000)

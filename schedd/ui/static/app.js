@@ -62,7 +62,8 @@ function markNav(name) {
   }
 }
 
-/** Refresh the bar and the screen soon (many events in a burst make one refresh). */
+/** Refresh the bar and the screen soon: at once for a poll, else at most once a second (the
+ * events of a busy cluster make one refresh). */
 function refreshSoon(kind) {
   if (refreshTimer !== null) return;
   refreshTimer = setTimeout(() => {
@@ -70,7 +71,7 @@ function refreshSoon(kind) {
     if (!loggedIn || document.hidden) return;
     clusterbar.refresh();
     screen?.refresh?.(kind);
-  }, kind === "poll" ? 0 : 250);
+  }, kind === "poll" ? 0 : 1000);
 }
 
 function showLogin(message = null) {
@@ -156,6 +157,10 @@ function boot() {
   setInterval(() => {
     if (!document.hidden) tickAges();
   }, 5000);
+  // the indexes and lags move without events: the bar asks again every few seconds
+  setInterval(() => {
+    if (loggedIn && !document.hidden) clusterbar.refresh();
+  }, live.POLL_MS);
   const secret = token();
   if (secret) start(secret);
   else showLogin();

@@ -28,6 +28,11 @@ function notify(kind, event = null) {
 
 export const status = { mode: "off", lastEventId: null, error: null };
 
+function setMode(mode) {
+  status.mode = mode;
+  document.body.dataset.live = mode; // what the page does now: live, polling, paused, …
+}
+
 export function start() {
   if (started) return;
   started = true;
@@ -49,7 +54,7 @@ function pause() {
   controller = null;
   clearTimeout(pollTimer);
   pollTimer = null;
-  status.mode = "paused";
+  setMode("paused");
 }
 
 function resume() {
@@ -60,7 +65,7 @@ function resume() {
 }
 
 function poll() {
-  status.mode = "polling";
+  setMode("polling");
   clearTimeout(pollTimer);
   pollTimer = setTimeout(() => {
     if (!started || document.hidden) return;
@@ -73,7 +78,7 @@ async function stream() {
   controller?.abort();
   const mine = new AbortController();
   controller = mine;
-  status.mode = "live";
+  setMode("live");
   const extra = { Accept: "text/event-stream" };
   if (lastEventId !== null) extra["Last-Event-ID"] = lastEventId;
   try {
@@ -95,7 +100,7 @@ async function stream() {
   if (controller !== mine || !started || document.hidden) return;
   // the stream ended or failed: poll once (we may have missed something) and come back
   const wait = RECONNECT_MS[Math.min(failures++, RECONNECT_MS.length - 1)];
-  status.mode = "reconnecting";
+  setMode("reconnecting");
   notify("poll");
   setTimeout(() => {
     if (controller === mine && started && !document.hidden) stream();
@@ -142,5 +147,7 @@ function dispatch(event) {
   } catch {
     // not JSON: handed on as text
   }
+  // "hello" starts a stream: nothing changed (what was missed while away came as a "poll")
+  if (event.type === "hello") return;
   notify(event.type === "reset" ? "reset" : "event", { type: event.type, id: event.id, data });
 }
