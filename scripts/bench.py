@@ -15,6 +15,9 @@ and the exit status is non-zero.  Figures are medians of --runs with min–max.
            5,000 one-hour-delayed no-op jobs, each batch committed on a majority before the reply
            (jobs/s; the 1,000 figure is the main one)  (scripts/benchlib/scale.py)
   S1c      one client submitting sequentially (p50/p99 latency)
+  S1d      64 coroutines each calling `await client.submit(...)` one job at a time through
+           schedd.client.AsyncClient, batching on (the client coalesces them into batch
+           requests) and off: jobs/s and p99 submit latency
   S2       dispatch + completion of no-op jobs by one, then by two schedd-worker processes
   S3       2,000 delayed jobs due at the same instant, one worker with room for all: start lag
            (scheduled time -> handler start, worker's clock) p50/p99/max; none early, none missing
@@ -42,7 +45,7 @@ Once per invocation (not per --runs), each on a fresh cluster (scripts/benchlib/
            of the leader's VmRSS and of its state database (KiB/min, least squares after a
            warm-up of 90 s) (scripts/benchlib/retention.py)
 --quick: S3b 10,000 jobs, S4 20,000 (its targets not checked), S5 1 kill, S6 30 s.
---only: scenarios to run, comma-separated: ceiling, syncobj, S1, S1c, S2, S3, S1b, peers, S3b,
+--only: scenarios to run, comma-separated: ceiling, syncobj, S1, S1c, S1d, S2, S3, S1b, peers, S3b,
 S4, S5, S6 (default: all).
 """
 
@@ -140,6 +143,28 @@ async def s1(cluster: Cluster, n: int) -> float:
     body = orjson.dumps({"task": "bench.noop", "schedule": {"in": "1h"}})
     rate, _ = await load(url + "/api/v1/jobs", cluster.headers(), n, 64, body)
     return rate
+
+
+async def s1d(cluster: Cluster, n: int, batching: bool) -> dict[str, float]:
+    """``n`` one-hour-delayed no-op jobs, each its own ``await client.submit(...)``, from 64
+    coroutines through one AsyncClient (all the cluster's nodes as its servers)."""
+    from schedd.client import AsyncClient
+
+    latencies: list[float] = []
+    key = "s1d" if batching else "s1d_nobatch"
+    async with AsyncClient(cluster.urls, token=cluster.token, batching=batching) as client:
+        left = iter(range(n))
+
+        async def one_client() -> None:
+            for _ in left:
+                t0 = time.perf_counter()
+                await client.submit("bench.noop", in_="1h")
+                latencies.append(time.perf_counter() - t0)
+
+        began = time.perf_counter()
+        await asyncio.gather(*(one_client() for _ in range(64)))
+        elapsed = time.perf_counter() - began
+    return {key: n / elapsed, f"{key}_p99": pct(latencies, 0.99) * 1000}
 
 
 async def s1c(cluster: Cluster, n: int) -> tuple[float, float]:
@@ -310,6 +335,13 @@ ROWS: list[tuple[str, str, str]] = [
     ("S1b (x1,000) / pysyncobj ops/s", "ratio", "s1b_vs_syncobj_ops"),
     ("S1b (x1,000) / Huey enqueue", "ratio", "s1b_vs_huey"),
     ("S1b (x1,000) / Celery enqueue", "ratio", "s1b_vs_celery"),
+    ("S1d client.submit, 64 coroutines, batching on", "jobs/s", "s1d"),
+    ("S1d batching on: submit p99", "ms", "s1d_p99"),
+    ("S1d client.submit, 64 coroutines, batching off", "jobs/s", "s1d_nobatch"),
+    ("S1d batching off: submit p99", "ms", "s1d_nobatch_p99"),
+    ("S1d (batching) / S1b (x1,000)", "ratio", "s1d_vs_s1b"),
+    ("S1d (batching) / Huey enqueue", "ratio", "s1d_vs_huey"),
+    ("S1d (no batching) / S1", "ratio", "s1d_nobatch_vs_s1"),
     ("S1c sequential submit p50", "ms", "s1c_p50"),
     ("S1c sequential submit p99", "ms", "s1c_p99"),
     ("S2 dispatch+complete, 1 worker process", "jobs/s", "s2"),
@@ -389,6 +421,9 @@ RATIOS = {
     "s1b_vs_syncobj_ops": ("s1b", "syncobj_ops"),
     "s1b_vs_huey": ("s1b", "huey_enqueue"),
     "s1b_vs_celery": ("s1b", "celery_enqueue"),
+    "s1d_vs_s1b": ("s1d", "s1b"),
+    "s1d_vs_huey": ("s1d", "huey_enqueue"),
+    "s1d_nobatch_vs_s1": ("s1d_nobatch", "s1"),
     "s2_2w_vs_s2": ("s2_2w", "s2"),
     "s2_vs_huey": ("s2", "huey_drain"),
     "s2_vs_celery": ("s2", "celery_drain"),
@@ -534,6 +569,7 @@ async def main() -> int:
         "cluster": 45,
         "s1": 60,
         "s1c": 60,
+        "s1d": 60,
         "s2": 90,
         "s3": 60,
         "install": 600,
@@ -547,7 +583,9 @@ async def main() -> int:
         "s6": 2 * (90 + s6_seconds),
     }
     if args.quick:
-        t.update(ceiling=15, syncobj=30, s1=20, s1c=20, s2=30, s3=40, huey=40, celery=40, s1b=30)
+        t.update(
+            ceiling=15, syncobj=30, s1=20, s1c=20, s1d=20, s2=30, s3=40, huey=40, celery=40, s1b=30
+        )
     envs = REPO / "bench-results" / "envs"
     runner = Runner()
     began = time.perf_counter()
@@ -558,7 +596,7 @@ async def main() -> int:
         if peering:
             # installed once, outside the timed runs (a no-op when already there)
             await runner.run("install peers", t["install"], lambda: _install(envs))
-        per_run = ("ceiling", "syncobj", "s1", "s1c", "s2", "s3", "s1b")
+        per_run = ("ceiling", "syncobj", "s1", "s1c", "s1d", "s2", "s3", "s1b")
         for r in range(runs if any(map(on, per_run)) or peering else 0):
             if on("ceiling"):
                 await runner.run("ceiling", t["ceiling"], lambda: ceiling(n_submit))
@@ -568,7 +606,7 @@ async def main() -> int:
                     t["syncobj"],
                     partial(syncobj_ceiling, tmp / f"run{r}-syncobj", n_raft, free_port),
                 )
-            if any(map(on, ("s1", "s1c", "s2", "s3", "s1b"))):
+            if any(map(on, ("s1", "s1c", "s1d", "s2", "s3", "s1b"))):
                 await _on_cluster(
                     runner,
                     on,
@@ -713,6 +751,9 @@ async def _on_cluster(
             await runner.run("s1", t["s1"], partial(s1, cluster, n_submit))
         if on("s1c"):
             await runner.run("s1c", t["s1c"], partial(_s1c, cluster, n_seq))
+        if on("s1d"):
+            await runner.run("s1d", t["s1d"], partial(s1d, cluster, 4 * n_submit, True))
+            await runner.run("s1d_nobatch", t["s1d"], partial(s1d, cluster, n_submit, False))
         if on("s2"):
             await runner.run("s2", t["s2"], partial(s2, cluster, n_drain))
             await runner.run("s2_2w", t["s2"], partial(s2, cluster, n_drain, 2))
@@ -779,7 +820,21 @@ def _check_s5(res: dict[str, list[float]], failures: list[str], bound: float) ->
         )
 
 
-SCENARIOS = ("ceiling", "syncobj", "S1", "S1c", "S2", "S3", "S1b", "peers", "S3b", "S4", "S5", "S6")
+SCENARIOS = (
+    "ceiling",
+    "syncobj",
+    "S1",
+    "S1c",
+    "S1d",
+    "S2",
+    "S3",
+    "S1b",
+    "peers",
+    "S3b",
+    "S4",
+    "S5",
+    "S6",
+)
 
 
 def _scenarios(text: str) -> set[str]:

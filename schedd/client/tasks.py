@@ -32,10 +32,11 @@ _async_clients: dict[int, AsyncClient] = {}  # one per event loop
 
 def configure(servers: str | list[str] | None = None, **options: Any) -> None:
     """The servers, token and other :class:`~schedd.client.AsyncClient` options the task
-    handles submit with (replacing the environment's)."""
+    handles submit with (replacing the environment's); with no arguments, the environment's
+    again."""
     global _options, _client
     with _lock:
-        _options = {"servers": servers, **options}
+        _options = None if servers is None and not options else {"servers": servers, **options}
         old, _client = _client, None
         _async_clients.clear()
     if old is not None:

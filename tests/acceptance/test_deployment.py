@@ -53,6 +53,7 @@ import time
 import tomllib
 import urllib.error
 import urllib.request
+import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -456,6 +457,9 @@ def install(dep: Deployment, record: Path) -> None:
         env=pip_env,
     )
     (wheel,) = wheels.glob("schedd-*.whl")
+    with zipfile.ZipFile(wheel) as built:  # typed (py.typed) and with the client library
+        names = set(built.namelist())
+    assert {"schedd/py.typed", "schedd/client/aio.py", "schedd/client/sync.py"} <= names
     dep.prefix = dep.root / "opt" / "schedd"
     commands = next(code for code in re.findall(r"`([^`]+)`", readme_step(1)) if "-m venv" in code)
     for command in commands.split("&&"):

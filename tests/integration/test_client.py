@@ -180,3 +180,28 @@ def node_url_token(tmp_path: Any) -> Any:
         loop.call_soon_threadsafe(loop.stop)
         thread.join(10)
         loop.close()
+
+
+def test_a_task_handle_submits_its_task(node_url_token: tuple[str, str]) -> None:
+    from schedd.client import tasks
+    from schedd.worker import Registry
+
+    url, token = node_url_token
+
+    @Registry().task("reports.generate")
+    async def generate(ctx: Any, payload: Any) -> Any:
+        return payload
+
+    tasks.configure(url, token=token, linger=0.01)
+    try:
+        job = generate.submit({"report": "sales"}, in_="10m")
+        assert (job.task, job.payload) == ("reports.generate", {"report": "sales"})
+        assert generate.delay({"n": 2}).task == "reports.generate"
+
+        async def from_asyncio() -> Job:
+            return await generate.asubmit({"n": 3}, in_="1h")
+
+        assert asyncio.run(from_asyncio()).payload == {"n": 3}
+        assert asyncio.run(generate(None, "called")) == "called"  # still the handler
+    finally:
+        tasks.configure(None)
