@@ -13,6 +13,7 @@ let last = null; // the previous answer
 let lastLeader = null; // the last leader seen (kept across a time without one)
 let countdown = null;
 let inflight = null;
+const names = new Map(); // Raft address → node id, as learnt (a follower knows only the leader's)
 
 export function init(barEl, bannerEl, noticesEl) {
   bar = barEl;
@@ -56,10 +57,13 @@ async function load() {
     showBanner(`No leader: ${why}; writes wait until one is elected.`, 3);
   } else {
     hideBanner();
-    if (lastLeader !== null && lastLeader.id !== view.leader) {
+    // a new leader is told once its id is known (until its claim applies, /cluster names it
+    // by its Raft address)
+    const known = !view.leader.includes(":");
+    if (known && lastLeader !== null && lastLeader.id !== view.leader) {
       notice(`leader ${lastLeader.id} → ${view.leader} at term ${view.term}`);
     }
-    lastLeader = { id: view.leader, term: view.term };
+    if (known) lastLeader = { id: view.leader, term: view.term };
   }
   last = view;
 }
@@ -95,7 +99,8 @@ function draw(view) {
 }
 
 function nodeChip(n, view) {
-  const name = n.id ?? n.raft;
+  if (n.id) names.set(n.raft, n.id);
+  const name = n.id ?? names.get(n.raft) ?? n.raft;
   const bits = [h("b", {}, name), ` ${n.role}`];
   if (n.self) bits.push(" · this page");
   if (n.lag !== undefined && n.lag !== null) bits.push(` · lag ${n.lag}`);
