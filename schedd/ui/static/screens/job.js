@@ -19,7 +19,10 @@ export function jobScreen(main, { id, params, navigate }) {
   const head = h("div", { class: "screen-head" }, h("h1", {}, "Job ", shortId(id)));
   const spec = h("section", {}, h("p", { class: "muted" }, "Loading…"));
   const fires = h("section", { id: "explain" });
-  const runs = h("section", { id: "runs" });
+  // the runs' filter is drawn once (a refresh must not wipe what is being typed in it)
+  const runsBody = h("div", {});
+  const runs = h("section", { id: "runs" }, h("h2", {}, "Runs (newest first)"),
+    filterForm(RUN_FILTERS, params, navigate, path), runsBody);
   fill(main, head, spec, fires, runs);
   let alive = true;
   const names = new Map();
@@ -54,12 +57,10 @@ export function jobScreen(main, { id, params, navigate }) {
     try {
       const page = await get(`${API}/jobs/${enc(id)}/runs`, { ...filter, cursor: params.get("cursor"), limit: 50 });
       if (!alive) return;
-      fill(runs, h("h2", {}, "Runs (newest first)"),
-        filterForm(RUN_FILTERS, params, navigate, path),
-        runsTable(page.runs, jobZone(job)),
+      fill(runsBody, runsTable(page.runs, jobZone(job)),
         pager(page.next_cursor, params, navigate, path, page.runs.length));
     } catch (err) {
-      if (alive) fill(runs, h("h2", {}, "Runs"), errorBox(err));
+      if (alive) fill(runsBody, errorBox(err));
     }
   }
 

@@ -13,6 +13,8 @@ export function runScreen(main, { id }) {
   fill(main, head, body);
   let alive = true;
   let zone = null;
+  let shown = null; // the run as last drawn: unchanged, it is not drawn again
+  const unfolded = new Set(); // the attempts whose traceback is open
 
   async function load() {
     let run;
@@ -26,9 +28,13 @@ export function runScreen(main, { id }) {
       return;
     }
     if (!alive || main.querySelector(".armed")) return;
+    const drawn = JSON.stringify(run);
+    if (drawn === shown) return;
+    shown = drawn;
     fill(head, h("h1", {}, "Run ", shortId(run.id)), badge(run.state),
       h("span", { class: "actions" }, runActions(run, load)));
-    fill(body, runFacts(run, zone), h("h2", {}, "Attempts"), timeline(run), attemptsTable(run, zone));
+    fill(body, runFacts(run, zone), h("h2", {}, "Attempts"), timeline(run),
+      attemptsTable(run, zone, unfolded));
   }
 
   load();
@@ -62,7 +68,7 @@ function runFacts(run, zone) {
     h("tbody", {}, rows.map(([k, v]) => h("tr", {}, h("th", {}, k), h("td", {}, v)))));
 }
 
-function attemptsTable(run, zone) {
+function attemptsTable(run, zone, unfolded) {
   if (!run.attempts.length) return h("p", { class: "empty" }, "No attempt yet.");
   const heads = ["#", "Worker", "Fence", "Started", "Ended", "Took", "Outcome", "Progress", "Error"];
   return h("table", { class: "attempts", id: "attempts" },
@@ -70,7 +76,7 @@ function attemptsTable(run, zone) {
     h("tbody", {}, run.attempts.map((a) => {
       const took = a.ended_at ? (Date.parse(a.ended_at) - Date.parse(a.started_at)) / 1000 : null;
       const error = [a.error ? h("div", { class: "error" }, a.error) : null,
-        a.traceback ? h("details", {}, h("summary", {}, "traceback"), pre(a.traceback, "traceback")) : null];
+        a.traceback ? traceback(a, unfolded) : null];
       return h("tr", { "data-attempt": String(a.attempt) },
         h("td", {}, String(a.attempt)),
         h("td", {}, a.worker_id),
@@ -82,6 +88,17 @@ function attemptsTable(run, zone) {
         h("td", {}, progress(a)),
         h("td", {}, error));
     })));
+}
+
+/** An attempt's traceback, folded unless it was unfolded before this drawing. */
+function traceback(a, unfolded) {
+  const el = h("details", { open: unfolded.has(a.attempt) },
+    h("summary", {}, "traceback"), pre(a.traceback, "traceback"));
+  el.addEventListener("toggle", () => {
+    if (el.open) unfolded.add(a.attempt);
+    else unfolded.delete(a.attempt);
+  });
+  return el;
 }
 
 /** The worker's latest progress: a bar for {done, of}, else the value as JSON. */
