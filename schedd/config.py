@@ -383,6 +383,8 @@ class HttpConfig:
     #: system's trusted CAs
     tls_ca: str | None = _f(None, _optional(_path), "optional")
     max_body: int = _f(MIB, _size(KIB, 1024 * MIB), "int")
+    #: the changes of the latest entries each node keeps for clients following GET /events
+    events_buffer: int = _f(10_000, _int(1_000, 10_000_000), "int")
 
 
 @dataclass(frozen=True)

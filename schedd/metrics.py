@@ -16,7 +16,7 @@ import gc
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, Protocol
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -136,6 +136,17 @@ class Metrics:
             "Finished runs and jobs forgotten by history retention "
             "(counted by the leader that purged them).",
             ["kind"],
+            registry=self.registry,
+        )
+        self.event_streams = Gauge(
+            "schedd_event_streams",
+            "Clients following GET /api/v1/events on this node.",
+            registry=self.registry,
+        )
+        self.event_resets = Counter(
+            "schedd_event_resets",
+            "Event streams told to read their pages again (reset): the client came back from "
+            "further than this node keeps (http.events_buffer), or read too slowly.",
             registry=self.registry,
         )
         self.results = Counter(

@@ -66,6 +66,7 @@ class Runtime:
             log_compaction_min_entries=r.log_compaction_min_entries,
             log_compaction_min_time=r.log_compaction_min_time_ms / 1000,
             hot_window_ms=config.scheduler.hot_window_ms,
+            events_buffer=config.http.events_buffer,
         )
         self._settings = settings
         # https when http.tls_cert/tls_key are set (a ConfigError naming the key if unusable);
@@ -87,6 +88,7 @@ class Runtime:
             metrics=self.metrics,
             sockets=self.sockets,
             proxy=self.proxy,
+            events=self.node.events,
         )
 
     def authenticate(self, header: str | None) -> auth.Token:
@@ -167,6 +169,7 @@ class Runtime:
         (workers are told to reconnect), then close the API and Raft."""
         self._stopping = True
         self.draining = True
+        self.node.events.close()  # event streams end now, not at the API's shutdown timeout
         await self._hand_over(self.config.scheduler.drain_time_ms / 2000)
         if self._watch_task is not None:
             self._watch_task.cancel()

@@ -70,6 +70,7 @@ async def start_node(
     limits: dict[str, Any] | None = None,
     raft: dict[str, Any] | None = None,
     history: dict[str, Any] | None = None,
+    api: dict[str, Any] | None = None,
     **scheduler: Any,
 ) -> Node:
     from schedd.runtime import Runtime
@@ -84,6 +85,7 @@ async def start_node(
     overrides.update({f"limits.{k}": v for k, v in (limits or {}).items()})
     overrides.update({f"raft.{k}": v for k, v in (raft or {}).items()})
     overrides.update({f"history.{k}": v for k, v in (history or {}).items()})
+    overrides.update({f"http.{k}": v for k, v in (api or {}).items()})
     cfg = load_config(None, env={}, overrides=overrides)
     token, _ = ensure_admin_token(cfg.tokens_path)
     rt = Runtime(cfg)

@@ -18,6 +18,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from schedd import clock
 from schedd.api.cluster import cluster_view
+from schedd.api.events import events
 from schedd.api.openapi import openapi_json
 from schedd.api.operations import BY_ID, COUNT, CURSOR, LIMIT, OPERATIONS, PUBLIC_PATHS, IntQuery
 from schedd.api.ports import (
@@ -760,6 +761,7 @@ HANDLERS: tuple[Handler, ...] = (
     cluster,
     workers,
     worker_connect,
+    events,
     whoami,
     openapi_json,
     metrics,

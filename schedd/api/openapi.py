@@ -22,22 +22,59 @@ from schedd.api.operations import OPERATIONS, WRITE_ERRORS, Operation
 from schedd.api.ports import PREFIX
 from schedd.api.schema import Components
 from schedd.api.views import RESPONSES
+from schedd.core.events import KINDS
 from schedd.errors import HTTP_STATUS
 
 __all__ = ["openapi_json", "spec"]
 
 Schema = dict[str, Any]
 
-_OTHER: Final[dict[str, Schema]] = {
-    "OpenApi": {"type": "object", "description": "an OpenAPI 3.1 document"},
-    "Text": {"type": "string"},
-}
-COMPONENTS: Final = Components({**SCALARS, **REQUESTS, **RESPONSES, **_OTHER})
-_PATH_PARAMS: Final = {"job_id": "JobId", "run_id": "RunId"}
-
 
 def _ref(name: str) -> Schema:
     return {"$ref": f"#/components/schemas/{name}"}
+
+
+_OTHER: Final[dict[str, Schema]] = {
+    "OpenApi": {"type": "object", "description": "an OpenAPI 3.1 document"},
+    "Text": {"type": "string"},
+    "EventStream": {
+        "description": "one event of the text/event-stream (lines 'id: N', 'event: KIND', "
+        "'data: JSON' and a blank line; a line starting with ':' is a comment). id: the Raft "
+        "index the event covers up to, on the last event of each write only",
+        "type": "object",
+        "required": ["event", "data"],
+        "properties": {
+            "event": {"enum": ["hello", "reset", *KINDS]},
+            "id": {"type": "string", "pattern": "^[0-9]+$"},
+            "retry": {"type": "integer", "minimum": 0},
+            "data": {"type": "string", "contentMediaType": "application/json"},
+        },
+        "oneOf": [
+            {
+                "properties": {
+                    "event": {"enum": ["hello", "reset"]},
+                    "data": {"contentSchema": _ref("StreamStart")},
+                }
+            },
+            *(
+                {
+                    "properties": {
+                        "event": {"const": kind},
+                        "data": {
+                            "contentSchema": {
+                                "type": "array",
+                                "items": _ref(f"{kind.capitalize()}Change"),
+                            }
+                        },
+                    }
+                }
+                for kind in KINDS
+            ),
+        ],
+    },
+}
+COMPONENTS: Final = Components({**SCALARS, **REQUESTS, **RESPONSES, **_OTHER})
+_PATH_PARAMS: Final = {"job_id": "JobId", "run_id": "RunId"}
 
 
 # -- responses ----------------------------------------------------------------------------------
@@ -126,6 +163,16 @@ def _operation(op: Operation) -> Schema:
             "description": q.description,
         }
         for q in op.query
+    ]
+    params += [
+        {
+            "name": h.name,
+            "in": "header",
+            "required": False,
+            "schema": COMPONENTS.schema_of(h.type),
+            "description": h.description,
+        }
+        for h in op.headers
     ]
     if params:
         out["parameters"] = params

@@ -17,6 +17,7 @@ from typing import Annotated, Any, Final
 from schedd.api.bodies import DURATION_PATTERN, Ident, Time
 from schedd.api.ports import PREFIX
 from schedd.api.schema import js, values
+from schedd.core.events import KINDS, MAX_INDEX
 from schedd.core.model import DstGap, DstRepeat, JobStatus, RunState
 from schedd.storage.reader import SCAN_WINDOW
 from schedd.storage.schema import FIRST
@@ -74,6 +75,7 @@ class Operation:
     body_required: bool = True
     description: str | None = None
     write: bool = False  # a committed write: takes X-Request-Id, may answer 400/429/503
+    headers: tuple[Query, ...] = ()  # request headers it reads (besides X-Request-Id)
 
 
 LIMIT: Final = IntQuery("limit", 100, 1, 1000, "page size")
@@ -92,6 +94,7 @@ _JOB = Reply(200, "the job", "Job")
 _RUN = Reply(200, "the run", "Run")
 _DONE = Reply(204, "done; no body")
 Duration = Annotated[str, js(pattern=DURATION_PATTERN)]
+_KINDS = "|".join(KINDS)
 
 OPERATIONS: tuple[Operation, ...] = (
     Operation(
@@ -327,6 +330,61 @@ OPERATIONS: tuple[Operation, ...] = (
         ),
         (400,),
         description="400 for a request that is not a websocket upgrade.",
+    ),
+    Operation(
+        "events",
+        "GET",
+        f"{PREFIX}/events",
+        "read",
+        "Changes of jobs, runs, the dead-letter queue and the leader, as server-sent events",
+        (
+            Reply(
+                200,
+                "a text/event-stream: a hello event first (StreamStart), then events job, run, "
+                "dlq and cluster whose data is a JSON array of changes (JobChange, RunChange, "
+                "DlqChange, ClusterChange), reset (StreamStart) when the client missed changes "
+                "and must read its pages again, and a comment every 15 s. An event's id is the "
+                "Raft index it covers up to, the same on every node: resume with Last-Event-ID "
+                "on this node or another.",
+                "EventStream",
+                "text/event-stream",
+            ),
+        ),
+        (400,),
+        query=(
+            Query(
+                "types",
+                Annotated[str, js(pattern=f"^({_KINDS})(,({_KINDS}))*$")],
+                f"only these kinds of change, comma-separated ({', '.join(KINDS)}); default all",
+            ),
+            Query(
+                "job_id",
+                Annotated[str, js(minLength=1, maxLength=200)],
+                "only the changes of this job and its runs (and cluster changes)",
+            ),
+            Query("namespace", Ident, "only this namespace's changes (and cluster changes)"),
+            Query(
+                "last_event_id",
+                Annotated[int, js(minimum=0, maximum=MAX_INDEX)],
+                "resume after this event id (for clients that cannot send Last-Event-ID)",
+            ),
+            Query(
+                "follow",
+                Annotated[bool, js(default=True)],
+                "false: send what this node holds after the position and end the stream",
+            ),
+        ),
+        headers=(
+            Query(
+                "Last-Event-ID",
+                Annotated[str, js(pattern="^[0-9]{0,19}$")],
+                "resume after this event id (the id of the last event the client got, here or "
+                "on another node); ahead of last_event_id",
+            ),
+        ),
+        description="A new client opens the stream first, then reads its pages: the hello "
+        "event's id is what those pages show, and the changes after it follow. Each stream "
+        "writes at most every 0.1 s, each record once with its latest state.",
     ),
     Operation(
         "whoami",

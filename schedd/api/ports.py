@@ -26,6 +26,7 @@ from schedd import auth
 from schedd.api.views import Role
 from schedd.config import Config
 from schedd.core.commands import Command
+from schedd.core.events import Pulled
 from schedd.core.fairness import TokenBucket
 from schedd.core.state import Result, State
 from schedd.errors import InvalidArgument, SchedError
@@ -140,6 +141,26 @@ class Node(Protocol):
         """The API address of the leader, if known."""
 
 
+class EventFeed(Protocol):
+    """What this node applied, for ``GET /events`` (``schedd.raft.feed.EventFeed``)."""
+
+    @property
+    def closed(self) -> bool:
+        """The node stops: every stream ends."""
+
+    @property
+    def horizon(self) -> int:
+        """Changes of the entries up to this index may be missing here."""
+
+    def listen(self) -> asyncio.Event:
+        """An event set whenever changes arrive (or the feed closes)."""
+
+    def unlisten(self, waiter: asyncio.Event) -> None: ...
+
+    def pull(self, after: int, limit: int) -> Pulled | None:
+        """The changes of the entries after index ``after`` (None: older than the horizon)."""
+
+
 class Authenticator(Protocol):
     """Who a request's ``Authorization`` header is (the tokens file may be reloaded meanwhile:
     the answer is from the tokens as they are now)."""
@@ -167,6 +188,7 @@ class Ports:
     metrics: Metrics
     sockets: set[web.WebSocketResponse]  # open worker websockets (closed first on stop)
     proxy: LeaderApi  # asks the leader's API (GET /workers on a follower)
+    events: EventFeed  # the changes this node applied (GET /events)
 
 
 CONFIG: web.AppKey[Config] = web.AppKey("config", Config)
@@ -178,6 +200,7 @@ RATE_LIMITS: web.AppKey[Mapping[str, TokenBucket]] = web.AppKey("rate_limits")
 METRICS: web.AppKey[Metrics] = web.AppKey("metrics", Metrics)
 SOCKETS: web.AppKey[set[web.WebSocketResponse]] = web.AppKey("sockets")
 PROXY: web.AppKey[LeaderApi] = web.AppKey("proxy")
+EVENTS: web.AppKey[EventFeed] = web.AppKey("events")
 
 
 def install(app: web.Application, ports: Ports) -> None:
@@ -190,6 +213,7 @@ def install(app: web.Application, ports: Ports) -> None:
     app[METRICS] = ports.metrics
     app[SOCKETS] = ports.sockets
     app[PROXY] = ports.proxy
+    app[EVENTS] = ports.events
 
 
 # -- what every handler shares ----------------------------------------------------------------

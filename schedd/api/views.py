@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal, NotRequired, TypedDict
 from schedd.api.schema import js, values
 from schedd.auth import Role as TokenRole
 from schedd.core.durations import format_time
+from schedd.core.events import Change
 from schedd.core.model import (
     Attempt,
     AttemptOutcome,
@@ -272,6 +273,69 @@ class WhoamiView(TypedDict):
     operations: Annotated[list[str], "the operationIds of the OpenAPI document it may call, sorted"]
 
 
+Index = Annotated[int, js(minimum=0), "the Raft index of the entry that made the change"]
+
+
+class JobChangeView(TypedDict):
+    """a job as an entry left it (GET /events, event job)"""
+
+    index: Index
+    id: str
+    namespace: str
+    queue: str
+    task: str
+    name: str | None
+    status: Annotated[str, values(JobStatus)]
+    next_run_at: Time | None
+    updated_at: Time
+    forgotten: Annotated[bool, "the job was forgotten (history retention); nothing more follows"]
+
+
+class RunChangeView(TypedDict):
+    """a run as an entry left it (GET /events, event run); a progress report is no change"""
+
+    index: Index
+    id: str
+    job_id: str
+    namespace: str
+    state: Annotated[str, values(RunState)]
+    attempt: Annotated[int, js(minimum=0), "the number of its latest attempt (0: none yet)"]
+    fence: Annotated[int | None, "the latest attempt's fence"]
+    worker_id: Annotated[str | None, "the latest attempt's worker"]
+    due_at: Time
+    updated_at: Time
+    reason: str | None
+    forgotten: Annotated[bool, "the run was forgotten (history retention); nothing more follows"]
+
+
+class DlqChangeView(TypedDict):
+    """a run entered (in_dlq true) or left the dead-letter queue (GET /events, event dlq)"""
+
+    index: Index
+    run_id: str
+    job_id: str
+    namespace: str
+    in_dlq: bool
+
+
+class ClusterChangeView(TypedDict):
+    """a new leader claimed its term (GET /events, event cluster)"""
+
+    index: Index
+    leader: Annotated[str, "the leader's node id"]
+    term: Annotated[int, js(minimum=0)]
+    leader_url: Annotated[str | None, "the leader's API URL"]
+
+
+class StreamStartView(TypedDict):
+    """the first event of a stream (hello), and the one that says the client missed changes
+    (reset): the changes after index `after` follow"""
+
+    node_id: Annotated[str, "the node that streams"]
+    after: Annotated[int, js(minimum=0), "the events that follow are of entries after it"]
+    reason: NotRequired[Annotated[str, "reset only: why the client must read its pages again"]]
+
+
 class HealthView(TypedDict):
     status: Literal["ok"]
     node_id: str
@@ -311,6 +375,11 @@ RESPONSES: dict[str, Any] = {
     "Worker": WorkerView,
     "Workers": WorkersView,
     "Whoami": WhoamiView,
+    "JobChange": JobChangeView,
+    "RunChange": RunChangeView,
+    "DlqChange": DlqChangeView,
+    "ClusterChange": ClusterChangeView,
+    "StreamStart": StreamStartView,
     "Health": HealthView,
     "Ready": ReadyView,
     "Error": ErrorView,
@@ -446,3 +515,51 @@ def waiting_reason(task: str, queue: str, workers: Sequence[WorkerView]) -> str 
     if not any(w["tasks"] is None or task in w["tasks"] for w in takers):
         return f"no connected worker serves task {task!r} on queue {queue!r}"
     return None
+
+
+ChangeView = JobChangeView | RunChangeView | DlqChangeView | ClusterChangeView
+
+
+def change_view(change: Change) -> ChangeView:
+    """A change of ``GET /events`` as its client gets it (``schedd.core.events.Change``)."""
+    f = change.fields
+    if change.kind == "run":
+        state, attempt, fence, worker, due, updated, reason, forgotten = f
+        return {
+            "index": change.entry,
+            "id": change.key,
+            "job_id": change.job_id,
+            "namespace": change.namespace,
+            "state": state,
+            "attempt": attempt,
+            "fence": fence,
+            "worker_id": worker,
+            "due_at": format_time(due) or "",
+            "updated_at": format_time(updated) or "",
+            "reason": reason,
+            "forgotten": forgotten,
+        }
+    if change.kind == "job":
+        status, next_at, updated, queue, task, name, forgotten = f
+        return {
+            "index": change.entry,
+            "id": change.key,
+            "namespace": change.namespace,
+            "queue": queue,
+            "task": task,
+            "name": name,
+            "status": status,
+            "next_run_at": format_time(next_at),
+            "updated_at": format_time(updated) or "",
+            "forgotten": forgotten,
+        }
+    if change.kind == "dlq":
+        return {
+            "index": change.entry,
+            "run_id": change.key,
+            "job_id": change.job_id,
+            "namespace": change.namespace,
+            "in_dlq": f[0],
+        }
+    leader, term, http = f
+    return {"index": change.entry, "leader": leader, "term": term, "leader_url": http or None}

@@ -9,8 +9,10 @@ cluster applies a request id once: a write repeated after a timeout or a leader 
 loses nor duplicates anything.
 
 Batching: concurrent :meth:`AsyncClient.submit` calls are coalesced into ``POST /jobs/batch``
-requests of at most ``batch_size`` jobs, sent when full or ``linger`` seconds after the first
-job of the batch came, like a Kafka producer.  Each caller gets its own job, or its own error:
+requests of at most ``batch_size`` jobs, like a Kafka producer: a batch goes when it is full,
+when nothing is on the way to the server (the submits of one turn of the event loop together),
+or ``linger`` seconds after its first job, and the jobs that queue up while a batch is on the
+way go as soon as it is answered.  Each caller gets its own job, or its own error:
 a job the server refuses (the error names its index in the batch) fails alone and the rest is
 sent again; a caller that is cancelled leaves the others alone.
 """
@@ -350,19 +352,27 @@ class _Batcher:
         self.linger = linger
         self._pending: list[Pending] = []
         self._timer: asyncio.TimerHandle | None = None
+        self._soon = False  # a flush is due at the end of this turn of the loop
         self._inflight: set[asyncio.Task[None]] = set()
 
     def submit(self, body: dict[str, Any]) -> asyncio.Future[Job]:
+        """Queue ``body``; it is sent when the batch is full, when nothing is on the way to the
+        server (at the end of this turn of the loop, with whatever else came in it), or
+        ``linger`` seconds after the batch's first job, whichever comes first."""
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[Job] = loop.create_future()
         self._pending.append((body, fut))
         if len(self._pending) >= self.size:
             self.flush()
+        elif not self._inflight and not self._soon:
+            self._soon = True
+            loop.call_soon(self.flush)
         elif self._timer is None:
             self._timer = loop.call_later(self.linger, self.flush)
         return fut
 
     def flush(self) -> None:
+        self._soon = False
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
@@ -371,7 +381,13 @@ class _Batcher:
         if items:
             task = asyncio.get_running_loop().create_task(self._send(items))
             self._inflight.add(task)
-            task.add_done_callback(self._inflight.discard)
+            task.add_done_callback(self._sent)
+
+    def _sent(self, task: asyncio.Task[None]) -> None:
+        """A batch is answered: what queued up meanwhile goes now, not after the linger."""
+        self._inflight.discard(task)
+        if self._pending and not self._inflight:
+            self.flush()
 
     async def drain(self) -> None:
         self.flush()

@@ -4,7 +4,8 @@
 workers registers the handler for workers and returns a :class:`TaskHandle`: still the handler
 when called, and also ``generate.submit(payload, in_="10m")`` (``.delay`` is an alias) for a
 service that imports the module without running a worker, or ``await
-generate.asubmit(...)`` from asyncio code.  They use the client set with :func:`configure`,
+generate.asubmit(...)`` from asyncio code (then ``await schedd.client.tasks.aclose()`` before
+the event loop ends).  They use the client set with :func:`configure`,
 else one made from ``SCHEDD_SERVER``, ``SCHEDD_TOKEN`` and ``SCHEDD_CACERT``.
 """
 
@@ -81,6 +82,18 @@ def default_async_client() -> AsyncClient:
             client = AsyncClient(settings.pop("servers"), **settings)
             _async_clients[id(loop)] = client
         return client
+
+
+async def aclose() -> None:
+    """Close the running event loop's client of the handles (:meth:`TaskHandle.asubmit`): call
+    it before the loop ends, as for any aiohttp client, to send what waits to be batched and
+    release its connections."""
+    import asyncio
+
+    with _lock:
+        client = _async_clients.pop(id(asyncio.get_running_loop()), None)
+    if client is not None:
+        await client.aclose()
 
 
 class TaskHandle(Generic[P, R]):

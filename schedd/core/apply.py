@@ -43,6 +43,8 @@ def apply_entry(state: State, blob: object, index: int) -> tuple[list[Result], l
     events: list[LeaderEvent] = []
     state.applied_index = index
     results = [apply(state, cmd, index, events) for cmd in commands.decode_entry(blob)]
+    if state.changes is not None:
+        state.changes.end(index)
     return results, events
 
 
@@ -110,6 +112,8 @@ def _dispatch(state: State, cmd: commands.Command, index: int, events: list[Lead
             )
         state.leader_fence, state.leader_node = index, cmd.node
         state.leader_http, state.leader_term = cmd.http, cmd.term
+        if state.changes is not None:
+            state.changes.cluster(cmd.node, cmd.term, cmd.http)
         return Ok(index)
     if isinstance(cmd, CLIENT_COMMANDS):
         return _client(state, cmd, events)
@@ -167,9 +171,10 @@ def _client(state: State, cmd: ClientCommand, events: list[LeaderEvent]) -> Resu
     if isinstance(cmd, commands.Replay):
         return runs.replay(state, cmd.run_id, cmd.now, events)
     # DropDead, the last of CLIENT_COMMANDS (mypy checks that ClientCommand has no other)
-    if not state.in_dlq(cmd.run_id):
+    run = state.runs.get(cmd.run_id)
+    if run is None or not state.in_dlq(cmd.run_id):
         return Rejected("not_found", f"run {cmd.run_id} is not in the dead-letter queue", "run_id")
-    state.dlq_remove(cmd.run_id)
+    state.dlq_remove(run)
     return Ok(cmd.run_id)
 
 
@@ -271,8 +276,14 @@ def _cancel_job(state: State, cmd: commands.CancelJob, events: list[LeaderEvent]
         return Rejected("not_found", f"no job with id {cmd.job_id}", "id")
     if job.status in (JobStatus.CANCELLED, JobStatus.DONE) and not state.has_unfinished(job.id):
         return Ok(job)
-    state.jobs[job.id] = evolve(
-        job, status=JobStatus.CANCELLED, updated_ms=cmd.now, next_run_at_ms=None, next_run_id=None
+    state.put_job(
+        evolve(
+            job,
+            status=JobStatus.CANCELLED,
+            updated_ms=cmd.now,
+            next_run_at_ms=None,
+            next_run_id=None,
+        )
     )
     for run in state.unfinished_runs(job.id):
         runs.cancel_run(state, run.id, cmd.now, "job cancelled", events)
@@ -291,8 +302,8 @@ def _update_job(state: State, cmd: commands.UpdateJob, events: list[LeaderEvent]
             return problem
         job = state.jobs[job.id]
     if cmd.paused is True and job.status is JobStatus.ACTIVE:
-        state.jobs[job.id] = evolve(job, status=JobStatus.PAUSED, updated_ms=cmd.now)
+        state.put_job(evolve(job, status=JobStatus.PAUSED, updated_ms=cmd.now))
     elif cmd.paused is False and job.status is JobStatus.PAUSED:
-        state.jobs[job.id] = evolve(job, status=JobStatus.ACTIVE, updated_ms=cmd.now)
+        state.put_job(evolve(job, status=JobStatus.ACTIVE, updated_ms=cmd.now))
         runs.resume(state, state.jobs[job.id], cmd.now, events)
     return Ok(state.jobs[job.id])

@@ -152,7 +152,7 @@ def _new_run(
         origin=origin,
         reason=reason,
     )
-    state.jobs[job.id] = evolve(state.jobs[job.id], updated_ms=now)
+    state.put_job(evolve(state.jobs[job.id], updated_ms=now))
     return _store(state, run, events, new=True)
 
 
@@ -166,7 +166,7 @@ def schedule_first(state: State, job: Job, now: int, events: list[LeaderEvent]) 
         return
     first = job.spec.schedule.at_ms if job.spec.schedule.at_ms is not None else now
     run = _new_run(state, job, first, first, now, events)
-    state.jobs[job.id] = evolve(state.jobs[job.id], next_run_at_ms=first, next_run_id=run.id)
+    state.put_job(evolve(state.jobs[job.id], next_run_at_ms=first, next_run_id=run.id))
 
 
 def materialize_next(
@@ -179,11 +179,11 @@ def materialize_next(
     for _ in range(MAX_SKIPPED_PER_STEP):
         occ = next_occurrence(rec, after_ms, job_id)
         if occ is None:
-            state.jobs[job_id] = evolve(
-                state.jobs[job_id], next_run_id=None, next_run_at_ms=None, updated_ms=now
+            state.put_job(
+                evolve(state.jobs[job_id], next_run_id=None, next_run_at_ms=None, updated_ms=now)
             )
             if job.status is JobStatus.ACTIVE:
-                state.jobs[job_id] = evolve(state.jobs[job_id], status=JobStatus.DONE)
+                state.put_job(evolve(state.jobs[job_id], status=JobStatus.DONE))
             return None
         if run_id_for(job_id, occ.scheduled_ms) in state.runs:  # a trigger, or recorded before
             after_ms = occ.scheduled_ms
@@ -202,9 +202,7 @@ def materialize_next(
             after_ms = occ.scheduled_ms
             continue
         run = _new_run(state, job, occ.scheduled_ms, occ.due_ms, now, events)
-        state.jobs[job_id] = evolve(
-            state.jobs[job_id], next_run_id=run.id, next_run_at_ms=occ.due_ms
-        )
+        state.put_job(evolve(state.jobs[job_id], next_run_id=run.id, next_run_at_ms=occ.due_ms))
         return run
     return None
 
@@ -467,11 +465,9 @@ def fail(
         due = now + backoff_ms(spec, used, rand)
         _move(state, run, Event.RETRY, now, events, attempts=attempts, due_ms=due, error=error)
         if state.jobs[run.job_id].next_run_id == run.id:
-            state.jobs[run.job_id] = evolve(
-                state.jobs[run.job_id], next_run_at_ms=due, updated_ms=now
-            )
+            state.put_job(evolve(state.jobs[run.job_id], next_run_at_ms=due, updated_ms=now))
         return Ok(run_id)
-    state.dlq_add(run_id)
+    state.dlq_add(run)
     _move(state, run, Event.GIVE_UP, now, events, attempts=attempts, error=error)
     return Ok(run_id)
 
@@ -530,10 +526,10 @@ def replay(state: State, run_id: str, now: int, events: list[LeaderEvent]) -> Re
     run = state.runs.get(run_id)
     if run is None or not state.in_dlq(run_id):
         return Rejected("not_found", f"run {run_id} is not in the dead-letter queue", "run_id")
-    state.dlq_remove(run_id)
+    state.dlq_remove(run)
     job = state.jobs[run.job_id]
     if job.status is JobStatus.DONE:
-        state.jobs[job.id] = evolve(job, status=JobStatus.ACTIVE, updated_ms=now)
+        state.put_job(evolve(job, status=JobStatus.ACTIVE, updated_ms=now))
     moved = _move(state, run, Event.REPLAY, now, events, attempt_base=len(run.attempts), error=None)
     return moved if isinstance(moved, Rejected) else Ok(state.runs[run_id])
 
@@ -551,18 +547,18 @@ def change_spec(
                 f"job {job.id}: its run already started; an update "
                 "applies only to runs not yet started",
             )
-    state.jobs[job.id] = evolve(job, spec=spec, updated_ms=now)
+    state.put_job(evolve(job, spec=spec, updated_ms=now))
     if spec.schedule == job.spec.schedule:
         return None
     pending = state.runs.get(job.next_run_id) if job.next_run_id else None
     if pending is not None and pending.state in (RunState.SCHEDULED, RunState.BLOCKED):
         cancel_run(state, pending.id, now, "rescheduled", events)
     # a one-off job whose only run was just cancelled is not done: its new run follows
-    state.jobs[job.id] = evolve(
-        state.jobs[job.id], status=job.status, next_run_id=None, next_run_at_ms=None
+    state.put_job(
+        evolve(state.jobs[job.id], status=job.status, next_run_id=None, next_run_at_ms=None)
     )
     if is_recurring(spec):
-        state.jobs[job.id] = evolve(state.jobs[job.id], anchor_ms=now)  # re-anchor `every`
+        state.put_job(evolve(state.jobs[job.id], anchor_ms=now))  # re-anchor `every`
         materialize_next(state, job.id, now, now, events)
     else:
         schedule_first(state, state.jobs[job.id], now, events)
@@ -599,9 +595,7 @@ def settle(state: State, run: Run, now: int, events: list[LeaderEvent]) -> None:
             and job.status is JobStatus.ACTIVE
             and not state.has_unfinished(job.id)
         ):
-            state.jobs[job.id] = evolve(
-                job, status=JobStatus.DONE, updated_ms=now, next_run_at_ms=None
-            )
+            state.put_job(evolve(job, status=JobStatus.DONE, updated_ms=now, next_run_at_ms=None))
         unfinished = state.unfinished_runs(job.id)
         if not any(r.state in ACTIVE_STATES for r in unfinished):
             buffered = [

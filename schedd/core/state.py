@@ -19,6 +19,7 @@ from collections.abc import Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from schedd.core.events import ChangeLog, job_differs, run_differs
 from schedd.core.model import (
     TERMINAL_RUN_STATES,
     Job,
@@ -93,12 +94,28 @@ class State(ABC):
     counts: dict[str, int]
     #: finished runs kept per job (set by the leader's purge: schedd.core.history)
     history_keep: int
+    #: notes what each entry changes, for clients that follow it (None: nobody needs it)
+    changes: ChangeLog | None = None
 
     # -- jobs ----------------------------------------------------------------------------
-    @abstractmethod
     def add_job(self, job: Job) -> None:
         """A new job: stored last in the job order, as a dependant of each job it depends on,
         and under its idempotency key (if it has one)."""
+        if self.changes is not None:
+            self.changes.job(job)
+        self._add_job(job)
+
+    @abstractmethod
+    def _add_job(self, job: Job) -> None: ...
+
+    def put_job(self, job: Job) -> None:
+        """Store a changed job (every change of a stored job goes through here)."""
+        changes = self.changes
+        if changes is not None:
+            old = self.jobs.get(job.id)
+            if old is None or job_differs(old, job):
+                changes.job(job)
+        self.jobs[job.id] = job
 
     @abstractmethod
     def job_by_key(self, namespace: str, key: str) -> str | None:
@@ -121,11 +138,15 @@ class State(ABC):
         """Store a changed ``run`` and keep the counters in step."""
         old = self.runs.get(run.id)
         self._count_change(old, run)
+        if self.changes is not None and (old is None or run_differs(old, run)):
+            self.changes.run(run)
         self._store_run(old, run)
 
     def add_run(self, run: Run) -> None:
         """A new run of its job (kept in the job's history)."""
         self._count_change(None, run)
+        if self.changes is not None:
+            self.changes.run(run)
         self._store_run(None, run)
 
     def _count_change(self, old: Run | None, run: Run) -> None:
@@ -198,22 +219,39 @@ class State(ABC):
     def delete_run(self, run: Run) -> None:
         """Forget a finished run."""
         self.counts[f"state:{run.state.value}"] -= 1  # counted when it was stored
+        if self.changes is not None:
+            self.changes.run(run, forgotten=True)
         self._delete_run(run)
 
     @abstractmethod
     def _delete_run(self, run: Run) -> None: ...
 
-    @abstractmethod
     def delete_job(self, job: Job) -> None:
         """Forget a job (with its idempotency key, and its links to the jobs it depends on)."""
+        if self.changes is not None:
+            self.changes.job(job, forgotten=True)
+        self._delete_job(job)
+
+    @abstractmethod
+    def _delete_job(self, job: Job) -> None: ...
 
     # -- dead-letter queue ---------------------------------------------------------------
-    @abstractmethod
-    def dlq_add(self, run_id: str) -> None:
-        """Put ``run_id`` last in the dead-letter queue (where it stays if already in it)."""
+    def dlq_add(self, run: Run) -> None:
+        """Put ``run`` last in the dead-letter queue (where it stays if already in it)."""
+        if self.changes is not None:
+            self.changes.dlq(run.id, run.job_id, run.namespace, True)
+        self._dlq_add(run.id)
+
+    def dlq_remove(self, run: Run) -> None:
+        if self.changes is not None:
+            self.changes.dlq(run.id, run.job_id, run.namespace, False)
+        self._dlq_remove(run.id)
 
     @abstractmethod
-    def dlq_remove(self, run_id: str) -> None: ...
+    def _dlq_add(self, run_id: str) -> None: ...
+
+    @abstractmethod
+    def _dlq_remove(self, run_id: str) -> None: ...
 
     @abstractmethod
     def in_dlq(self, run_id: str) -> bool: ...
@@ -271,7 +309,7 @@ class MemoryState(State):
         self.history_keep = DEFAULT_HISTORY_KEEP
 
     # -- jobs ----------------------------------------------------------------------------
-    def add_job(self, job: Job) -> None:
+    def _add_job(self, job: Job) -> None:
         self.jobs[job.id] = job
         self.job_order.append(job.id)
         self.job_runs[job.id] = []
@@ -380,7 +418,7 @@ class MemoryState(State):
         del self.seq[run.id]
         self.job_runs[run.job_id].remove(run.id)
 
-    def delete_job(self, job: Job) -> None:
+    def _delete_job(self, job: Job) -> None:
         del self.jobs[job.id]
         self.job_order[self.job_order.index(job.id)] = None
         del self.job_runs[job.id]
@@ -395,10 +433,10 @@ class MemoryState(State):
             del self.idempotency[key]
 
     # -- dead-letter queue ---------------------------------------------------------------
-    def dlq_add(self, run_id: str) -> None:
+    def _dlq_add(self, run_id: str) -> None:
         self.dlq[run_id] = None
 
-    def dlq_remove(self, run_id: str) -> None:
+    def _dlq_remove(self, run_id: str) -> None:
         del self.dlq[run_id]
 
     def in_dlq(self, run_id: str) -> bool:

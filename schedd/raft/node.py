@@ -35,9 +35,12 @@ from pysyncobj.pipe_notifier import PipeNotifier
 from schedd import clock
 from schedd.aio import within
 from schedd.core import commands
+from schedd.core.events import ChangeLog
 from schedd.core.state import LeaderEvent, Rejected, Result, State
 from schedd.errors import ResourceExhausted, SchedError, Unavailable
 from schedd.logs import log_event
+from schedd.raft.feed import DEFAULT_SIZE as DEFAULT_EVENTS_BUFFER
+from schedd.raft.feed import EventFeed
 from schedd.raft.journal import durable_journal
 from schedd.raft.patches import (
     ApplyBatch,
@@ -120,6 +123,8 @@ class RaftSettings:
     follower_stall_timeout: float = 3.0
     #: waiting runs due within this many ms stay decoded in memory (scheduler.hot_window)
     hot_window_ms: int = 600_000
+    #: the changes of the latest entries kept for the clients that follow them (GET /events)
+    events_buffer: int = DEFAULT_EVENTS_BUFFER
 
 
 class Hooks:
@@ -294,6 +299,9 @@ class RaftNode:
         self.hooks = hooks
         settings.data_dir.mkdir(parents=True, exist_ok=True)
         self._sm = _StateMachine(hooks, settings.data_dir / "state.db", settings.hot_window_ms)
+        #: what each applied entry changed, for the API's event streams (GET /events)
+        self.events = EventFeed(settings.events_buffer, self._sm.state.applied_index)
+        self._sm.state.changes = ChangeLog(self.events.append)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._pending: list[tuple[commands.Command, asyncio.Future[Result]]] = []
         self._flush_scheduled = False
@@ -301,7 +309,7 @@ class RaftNode:
             self._sm,
             settings.data_dir / "state.db",
             settings.data_dir / "raft.dump",
-            on_replaced=lambda: hooks.on_reset(),
+            on_replaced=self._replaced,
             on_fatal=lambda message: _StateMachine.on_storage_failure(message),
         )
         conf = SyncObjConf(
@@ -394,6 +402,12 @@ class RaftNode:
     # -- lifecycle ---------------------------------------------------------------------------
     def attach(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
+        self.events.attach(loop)
+
+    def _replaced(self) -> None:
+        """A snapshot replaced the state: the changes before it are not known here."""
+        self.events.restart(self._sm.state.applied_index)
+        self.hooks.on_reset()
 
     def close(self) -> None:
         self._obj.destroy()

@@ -465,7 +465,7 @@ class SqlState(State):
         self.visible_now = True
 
     # -- jobs ----------------------------------------------------------------------------
-    def add_job(self, job: Job) -> None:
+    def _add_job(self, job: Job) -> None:
         spec = job.spec
         seq = self.jobs_added
         self._job_writes[job.id] = job
@@ -636,7 +636,7 @@ class SqlState(State):
         self._run_cache.pop(run.id, None)
         self.runs_kept -= 1
 
-    def delete_job(self, job: Job) -> None:
+    def _delete_job(self, job: Job) -> None:
         spec = job.spec
         self._flush(runs=False)
         self._x("DELETE FROM jobs WHERE id = ?", (job.id,))
@@ -653,13 +653,13 @@ class SqlState(State):
         self.jobs_kept -= 1
 
     # -- dead-letter queue ---------------------------------------------------------------
-    def dlq_add(self, run_id: str) -> None:
+    def _dlq_add(self, run_id: str) -> None:
         # seq: SQLite's next rowid, above every run in the queue (the order is all that counts)
         self._dlq_size += self._x(
             "INSERT OR IGNORE INTO dlq (run_id) VALUES (?)", (run_id,)
         ).rowcount
 
-    def dlq_remove(self, run_id: str) -> None:
+    def _dlq_remove(self, run_id: str) -> None:
         self._dlq_size -= self._x("DELETE FROM dlq WHERE run_id = ?", (run_id,)).rowcount
 
     def in_dlq(self, run_id: str) -> bool:

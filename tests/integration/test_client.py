@@ -199,7 +199,10 @@ def test_a_task_handle_submits_its_task(node_url_token: tuple[str, str]) -> None
         assert generate.delay({"n": 2}).task == "reports.generate"
 
         async def from_asyncio() -> Job:
-            return await generate.asubmit({"n": 3}, in_="1h")
+            try:
+                return await generate.asubmit({"n": 3}, in_="1h")
+            finally:
+                await tasks.aclose()
 
         assert asyncio.run(from_asyncio()).payload == {"n": 3}
         assert asyncio.run(generate(None, "called")) == "called"  # still the handler

@@ -117,6 +117,19 @@ class Checker:
         return value
 
 
+def _check_events(doc: dict[str, Any], text: str) -> None:
+    """Each event's data against the component its kind names."""
+    names = {"hello": "StreamStart", "reset": "StreamStart"}
+    for block in text.strip().split("\n\n"):
+        fields = dict(line.split(": ", 1) for line in block.splitlines() if ": " in line)
+        data = json.loads(fields["data"])
+        kind = fields["event"]
+        name = names.get(kind, f"{kind.capitalize()}Change")
+        for value in [data] if kind in names else data:
+            errors = sorted(_component(doc, name).iter_errors(value), key=str)
+            assert not errors, f"{kind}: {errors[0]}"
+
+
 @pytest.fixture
 def doc() -> dict[str, Any]:
     return spec()
@@ -308,6 +321,9 @@ async def test_live_answers_match_the_document(
 
     # the cluster and the operations endpoints
     await call("GET", API + "/cluster", 200)
+    stream = await call("GET", API + "/events?follow=false&last_event_id=0", 200, token=READ_SECRET)
+    assert "event: hello" in stream and "event: run" in stream
+    _check_events(doc, stream)
     me = await call("GET", API + "/whoami", 200, token=READ_SECRET)
     assert (me["name"], me["role"]) == ("viewer", "read")
     await call("GET", "/healthz", 200, token=None)
@@ -323,6 +339,7 @@ async def test_live_answers_match_the_document(
     await call("POST", API + f"/jobs/{job['id']}/trigger", 400, {"overlap": "maybe"})
     await call("GET", API + "/jobs?limit=0", 400)
     await call("GET", API + "/explain?count=3", 400)
+    await call("GET", API + "/events?types=runs", 400)
     await call("GET", API + "/workers/connect", 400)  # not a websocket upgrade
     await call("GET", API + "/jobs", 401, token=None)
     await call("POST", API + "/jobs", 401, {"task": "t"}, token="wrong-token-0123456789")

@@ -23,6 +23,7 @@ class Fake:
     sent_at: list[float] = field(default_factory=list)
     #: called with the request's jobs before answering; returns a response to send instead
     hook: Callable[[list[Any], web.Request], web.StreamResponse | None] | None = None
+    slow_first: float = 0.0  # seconds the first batch takes to be answered
 
 
 def job(k: int, body: dict[str, Any]) -> dict[str, Any]:
@@ -40,6 +41,8 @@ async def fake() -> AsyncIterator[Fake]:
         state.batches.append(jobs)
         state.request_ids.append(request.headers["X-Request-Id"])
         state.sent_at.append(asyncio.get_running_loop().time())
+        if state.slow_first and len(state.batches) == 1:
+            await asyncio.sleep(state.slow_first)
         if state.hook is not None and (answer := state.hook(jobs, request)) is not None:
             return answer
         out = []
@@ -76,13 +79,34 @@ async def test_batches_are_bounded_by_size(fake: Fake) -> None:
     assert [j.payload for j in jobs] == [{"k": k} for k in range(25)]  # each its own
 
 
-async def test_a_lone_submit_waits_the_linger_and_no_longer(fake: Fake) -> None:
+async def test_a_lone_submit_goes_at_once_and_others_wait_for_the_batch_on_its_way(
+    fake: Fake,
+) -> None:
     loop = asyncio.get_running_loop()
-    async with AsyncClient(fake.url, linger=0.3) as client:
+    fake.slow_first = 0.6
+    async with AsyncClient(fake.url, linger=10) as client:
         began = loop.time()
-        await client.submit("t")
-        waited = fake.sent_at[0] - began
-    assert 0.29 <= waited < 2.0, waited  # sent when the linger ran out, not before
+        first = asyncio.ensure_future(client.submit("t", 1))
+        await asyncio.sleep(0.1)  # the first is on its way; these queue behind it
+        rest = [asyncio.ensure_future(client.submit("t", k)) for k in (2, 3)]
+        await asyncio.gather(first, *rest)
+    assert fake.sent_at[0] - began < 0.1  # nothing was on the way: sent at once
+    assert [len(b) for b in fake.batches] == [1, 2]
+    # the two went when the first was answered, long before their linger of 10 s
+    assert 0.55 <= fake.sent_at[1] - began < 5.0
+
+
+async def test_while_a_batch_is_on_its_way_the_linger_bounds_the_wait(fake: Fake) -> None:
+    loop = asyncio.get_running_loop()
+    fake.slow_first = 2.0
+    async with AsyncClient(fake.url, linger=0.3) as client:
+        first = asyncio.ensure_future(client.submit("t", 1))
+        await asyncio.sleep(0.05)
+        queued_at = loop.time()
+        second = asyncio.ensure_future(client.submit("t", 2))
+        await asyncio.gather(first, second)
+    waited = fake.sent_at[1] - queued_at
+    assert 0.29 <= waited < 1.5, waited  # sent when its linger ran out, not after the first
 
 
 async def test_a_job_the_server_refuses_fails_alone_and_the_rest_is_sent_again(
@@ -167,11 +191,15 @@ async def test_rate_limited_with_retry_after_waits_then_succeeds_else_raises(fak
 
 
 async def test_a_cancelled_caller_does_not_cancel_the_others(fake: Fake) -> None:
-    async with AsyncClient(fake.url, linger=0.2) as client:
+    fake.slow_first = 0.3
+    async with AsyncClient(fake.url, linger=10) as client:
+        first = asyncio.ensure_future(client.submit("t", "first"))
+        await asyncio.sleep(0.05)  # on its way: the next ones queue
         keep = [asyncio.ensure_future(client.submit("t", k)) for k in range(3)]
         gone = asyncio.ensure_future(client.submit("t", "gone"))
         await asyncio.sleep(0.05)
         gone.cancel()
         done = await asyncio.gather(*keep)
+        await first
     assert [j.payload for j in done] == [0, 1, 2]
-    assert fake.batches == [[{"task": "t", "payload": k} for k in range(3)]]
+    assert fake.batches[1] == [{"task": "t", "payload": k} for k in range(3)]

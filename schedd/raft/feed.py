@@ -1,0 +1,87 @@
+"""The changes this node applied, for the clients that follow them (``GET /events``).
+
+The tick thread appends each entry's changes (``schedd.core.events.ChangeLog``) to a bounded
+ring under a lock of its own (never the state's: a client's read does not hold up apply); the
+API's streams pull from it on the event loop.  The event loop is woken only while some stream
+listens, at most once per turn however many entries were applied: with nobody listening an
+entry costs its changes' tuples and one append.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+from schedd.core.events import Change, EventRing, Pulled
+
+DEFAULT_SIZE = 10_000
+
+
+class EventFeed:
+    def __init__(self, size: int = DEFAULT_SIZE, horizon: int = 0) -> None:
+        self._lock = threading.Lock()
+        self._ring = EventRing(size, horizon)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._waiters: set[asyncio.Event] = set()  # event loop only
+        self._listening = False  # read by the tick thread without the lock (a hint)
+        self._wake_pending = False
+        self.closed = False
+
+    def attach(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+
+    # -- the tick thread -----------------------------------------------------------------------
+    def append(self, index: int, changes: list[Change]) -> None:
+        with self._lock:
+            self._ring.append(index, changes)
+        self._notify()
+
+    def restart(self, horizon: int) -> None:
+        """A snapshot replaced the state: what came before ``horizon`` is not known here."""
+        with self._lock:
+            self._ring.restart(horizon)
+        self._notify()
+
+    def _notify(self) -> None:
+        loop = self._loop
+        if self._listening and not self._wake_pending and loop is not None:
+            self._wake_pending = True
+            try:
+                loop.call_soon_threadsafe(self._wake)
+            except RuntimeError:  # the loop is closed: the node is stopping
+                self._wake_pending = False
+
+    # -- the event loop ------------------------------------------------------------------------
+    def _wake(self) -> None:
+        self._wake_pending = False  # before the waiters run: an append after this wakes again
+        for waiter in self._waiters:
+            waiter.set()
+
+    def listen(self) -> asyncio.Event:
+        """An event set whenever changes arrive (or the feed closes); :meth:`unlisten` it."""
+        waiter = asyncio.Event()
+        self._waiters.add(waiter)
+        self._listening = True
+        return waiter
+
+    def unlisten(self, waiter: asyncio.Event) -> None:
+        self._waiters.discard(waiter)
+        self._listening = bool(self._waiters)
+
+    @property
+    def listeners(self) -> int:
+        return len(self._waiters)
+
+    @property
+    def horizon(self) -> int:
+        with self._lock:
+            return self._ring.horizon
+
+    def pull(self, after: int, limit: int) -> Pulled | None:
+        with self._lock:
+            return self._ring.pull(after, limit)
+
+    def close(self) -> None:
+        """The node stops: every stream ends."""
+        self.closed = True
+        self._wake()
