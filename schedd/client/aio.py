@@ -113,6 +113,7 @@ class AsyncClient:
         self._batcher = _Batcher(self, batch_size, linger)
         self._session: aiohttp.ClientSession | None = None
         self._preferred = 0
+        self._leader_known = False  # writes go first to the leader among the servers
 
     async def __aenter__(self) -> Self:
         return self
@@ -155,6 +156,8 @@ class AsyncClient:
         headers = {"X-Request-Id": request_id or new_request_id()}
         if body is not None:
             headers["Content-Type"] = "application/json"
+        if method != "GET" and not self._leader_known and len(self.servers) > 1:
+            await self._prefer_leader()
         deadline = time.monotonic() + self.retry_budget
         problems: dict[str, str] = {}
         delay = 0.05
@@ -172,12 +175,14 @@ class AsyncClient:
                         wait = parse_retry_after(resp.headers.get("Retry-After"))
                 except (aiohttp.ClientError, TimeoutError, OSError) as exc:
                     problems[url] = _describe(exc, self.timeout)
+                    self._leader_known = False  # a node is gone: perhaps the leader
                     continue
                 if status < 400:
                     self._preferred = i
                     return Answer(status, data, url)
                 if status in _FAILOVER:
                     problems[url] = f"answered {status}"
+                    self._leader_known = False  # no leader there now: a leader change
                     continue
                 error = error_from_response(status, data, url, wait)
                 if status == 429 and wait is not None and time.monotonic() + wait < deadline:
@@ -194,6 +199,18 @@ class AsyncClient:
                     )
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 1.0)
+
+    async def _prefer_leader(self) -> None:
+        """Ask the cluster which node leads and try it first: a follower would forward each
+        write to it, one more hop.  Best effort: without an answer the order stays."""
+        self._leader_known = True
+        try:
+            view = (await self.request("GET", f"{API}/cluster")).json()
+            leader = parse_server(str(view.get("leader_url") or "")).url
+        except (SchedError, ValueError, AttributeError):
+            return
+        if leader in self.servers:
+            self._preferred = self.servers.index(leader)
 
     async def _json(
         self,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +25,7 @@ class Fake:
     #: called with the request's jobs before answering; returns a response to send instead
     hook: Callable[[list[Any], web.Request], web.StreamResponse | None] | None = None
     slow_first: float = 0.0  # seconds the first batch takes to be answered
+    leader_url: str | None = None  # what GET /cluster says
 
 
 def job(k: int, body: dict[str, Any]) -> dict[str, Any]:
@@ -32,6 +34,18 @@ def job(k: int, body: dict[str, Any]) -> dict[str, Any]:
 
 @pytest.fixture
 async def fake() -> AsyncIterator[Fake]:
+    async with serving() as state:
+        yield state
+
+
+@pytest.fixture
+async def other() -> AsyncIterator[Fake]:
+    async with serving() as state:
+        yield state
+
+
+@asynccontextmanager
+async def serving() -> AsyncIterator[Fake]:
     state = Fake()
     count = 0
 
@@ -51,8 +65,12 @@ async def fake() -> AsyncIterator[Fake]:
             out.append(job(count, body))
         return web.json_response({"jobs": out}, status=201)
 
+    async def cluster(request: web.Request) -> web.Response:
+        return web.json_response({"leader_url": state.leader_url})
+
     app = web.Application()
     app.router.add_post("/api/v1/jobs/batch", batch)
+    app.router.add_get("/api/v1/cluster", cluster)
     runner = web.AppRunner(app)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
@@ -203,3 +221,11 @@ async def test_a_cancelled_caller_does_not_cancel_the_others(fake: Fake) -> None
         await first
     assert [j.payload for j in done] == [0, 1, 2]
     assert fake.batches[1] == [{"task": "t", "payload": k} for k in range(3)]
+
+
+async def test_writes_go_first_to_the_leader_the_cluster_names(fake: Fake, other: Fake) -> None:
+    # the first server listed is a follower; it names the other as the leader
+    fake.leader_url = other.url
+    async with AsyncClient([fake.url, other.url], linger=0.01) as client:
+        await asyncio.gather(*(client.submit("t", k) for k in range(3)))
+    assert fake.batches == [] and len(other.batches) == 1
