@@ -435,6 +435,8 @@ class LimitsConfig:
     submit_rate: tuple[tuple[str, float], ...] = _f((), _mapping_of(_rate), "text")
     #: how many jobs a namespace may submit at once above its rate
     submit_burst: int = _f(100, _int(1, 1_000_000), "int")
+    #: the most runs one POST /dlq/replay or /dlq/drop acts on (more matching: 400)
+    max_bulk: int = _f(10_000, _int(1, 1_000_000), "int")
 
 
 @dataclass(frozen=True)

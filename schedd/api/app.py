@@ -42,6 +42,7 @@ from schedd.api.ports import (
 )
 from schedd.api.views import (
     BatchResultView,
+    DlqBulkView,
     ExplainView,
     HealthView,
     JobListView,
@@ -68,6 +69,7 @@ from schedd.core.state import Ok, Rejected, Result
 from schedd.core.validate import (
     Defaults,
     parse_batch,
+    parse_dlq_bulk,
     parse_ident,
     parse_job,
     parse_patch,
@@ -653,6 +655,76 @@ async def list_dlq(request: web.Request) -> web.Response:
     return json_response(body)
 
 
+async def _dead_letters(request: web.Request, action: str) -> web.Response:
+    """``POST /dlq/replay`` and ``/dlq/drop``: resolve the selection to run ids here (as this
+    node's reads show the queue), then commit the list as one command.  Committing ids, not the
+    filter, keeps apply short on every node (a filter would scan the whole queue there, under
+    the Raft apply) and acts on what a dry run showed."""
+    app = request.app
+    limit = app[CONFIG].limits.max_bulk
+    selection = parse_dlq_bulk(await read_json(request), max_runs=limit)
+    rid = await request_id(request)  # (checked for a dry run too)
+    skipped: list[str] = []
+    if selection.run_ids is not None:
+        named = await app[READER].dead_letters_named(list(selection.run_ids))
+        found = [(run_id, named[run_id]) for run_id in selection.run_ids if run_id in named]
+        skipped = [run_id for run_id in selection.run_ids if run_id not in named]
+    else:
+        found = await app[READER].dead_letters_matching(selection.filters, limit + 1)
+        if len(found) > limit:
+            raise InvalidArgument(
+                f"more than {limit:,} runs of the dead-letter queue match (limits.max_bulk): "
+                f"expected a narrower filter (namespace, queue, task, since, error), or "
+                f"{action} them in parts"
+            )
+    if selection.dry_run:
+        tasks: dict[str, int] = {}
+        for _, task in found:
+            tasks[task] = tasks.get(task, 0) + 1
+        return json_response(
+            _bulk_view(action, True, [r for r, _ in found], skipped, sorted(tasks.items()))
+        )
+    ids = tuple(run_id for run_id, _ in found)
+    res = await commit(
+        app[RAFT],
+        lambda rid, t: commands.DeadLetters(rid, t, action, ids),
+        rid,
+    )
+    done, gone, by_task = unwrap(res)
+    log_event(log, f"dlq.{action}_many", count=len(done), skipped=len(gone) + len(skipped))
+    return json_response(
+        _bulk_view(action, False, done, [*skipped, *gone], [(t, n) for t, n in by_task])
+    )
+
+
+def _bulk_view(
+    action: str, dry_run: bool, run_ids: list[str], skipped: list[str], tasks: list[tuple[str, int]]
+) -> DlqBulkView:
+    ranked = sorted(tasks, key=lambda tn: (-tn[1], tn[0]))
+    n, k = len(run_ids), len(ranked)
+    verb = action if dry_run else {"replay": "replayed", "drop": "dropped"}[action]
+    message = f"{verb} {n:,} run{'s' * (n != 1)} of {k:,} task{'s' * (k != 1)}"
+    if skipped:
+        message += f"; {len(skipped):,} skipped (not in the dead-letter queue)"
+    return {
+        "action": "replay" if action == "replay" else "drop",
+        "dry_run": dry_run,
+        "count": n,
+        "tasks": [{"task": t, "count": c} for t, c in ranked],
+        "run_ids": run_ids,
+        "skipped": skipped,
+        "message": message,
+    }
+
+
+async def replay_dead_letters(request: web.Request) -> web.Response:
+    return await _dead_letters(request, "replay")
+
+
+async def drop_dead_letters(request: web.Request) -> web.Response:
+    return await _dead_letters(request, "drop")
+
+
 # -- cluster --------------------------------------------------------------------------------------
 
 
@@ -758,6 +830,8 @@ HANDLERS: tuple[Handler, ...] = (
     list_dlq,
     replay_dead,
     drop_dead,
+    replay_dead_letters,
+    drop_dead_letters,
     cluster,
     workers,
     worker_connect,

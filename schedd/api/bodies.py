@@ -10,7 +10,7 @@ default".  Limits that depend on the config (``scheduler.max_payload``, ``http.m
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Final, Literal, TypedDict
+from typing import Annotated, Any, Final, Literal, Required, TypedDict
 
 from schedd.api.schema import Ref, js, values
 from schedd.core.model import DstGap, DstRepeat, Misfire, Overlap, Priority
@@ -289,6 +289,27 @@ class Trigger(TypedDict, total=False):
     overlap: Literal["respect", "override"]
 
 
+class DlqBulkBody(TypedDict, total=False):
+    """Which runs of the dead-letter queue: those matching the filters (none: all of them), or
+    those run_ids names (not both); at most limits.max_bulk (default 10000), else 400."""
+
+    dry_run: Required[
+        Annotated[bool, "true: answer what would be done and do nothing; false: do it"]
+    ]
+    namespace: Annotated[Ident | None, "only runs of this namespace"]
+    queue: Annotated[Ident | None, "only runs of jobs on this queue"]
+    task: Annotated[
+        Annotated[str, js(pattern=f"^{TASK_PATTERN}$")] | None, "only runs of this task"
+    ]
+    since: Annotated[Time | None, "only runs that failed at or after this time"]
+    error: Annotated[Text | None, "only runs whose error contains this text (either case)"]
+    run_ids: Annotated[
+        list[Annotated[Text, "a run id"]] | None,
+        js(minItems=1, uniqueItems=True),
+        "these runs (those not in the queue are skipped), instead of filters",
+    ]
+
+
 #: the request bodies, by their name in the OpenAPI document's components
 REQUESTS: Final[dict[str, Any]] = {
     "Dst": DstBody,
@@ -299,4 +320,5 @@ REQUESTS: Final[dict[str, Any]] = {
     "Batch": Batch,
     "JobPatch": JobPatch,
     "Trigger": Trigger,
+    "DlqSelection": DlqBulkBody,
 }

@@ -295,6 +295,26 @@ OPERATIONS: tuple[Operation, ...] = (
         (404,),
         write=True,
     ),
+    *(
+        Operation(
+            f"{action}_dead_letters",
+            "POST",
+            f"{PREFIX}/dlq/{action}",
+            "submit",
+            f"{action.capitalize()} the runs of the dead-letter queue that match a filter, or "
+            "a list of runs, at once",
+            (Reply(200, f"what was {done} (dry_run: what would be)", "DlqBulkResult"),),
+            (413,),
+            body="DlqSelection",
+            description="One Raft entry: every node acts on the same runs, all or none. The "
+            "node resolves the filter to the runs it reads (as GET /dlq shows them there) and "
+            "commits their list. More runs matching than limits.max_bulk (default 10000) is a "
+            "400 naming the limit: narrow the filter. A repeated X-Request-Id gets the first "
+            "answer and does nothing again.",
+            write=True,
+        )
+        for action, done in (("replay", "replayed"), ("drop", "dropped"))
+    ),
     Operation(
         "cluster",
         "GET",

@@ -197,6 +197,27 @@ class RunListView(TypedDict):
     next_cursor: Cursor
 
 
+class TaskCountView(TypedDict):
+    task: str
+    count: Annotated[int, js(minimum=1)]
+
+
+class DlqBulkView(TypedDict):
+    """what a bulk replay or drop of the dead-letter queue did (dry_run: would do)"""
+
+    action: Literal["replay", "drop"]
+    dry_run: bool
+    count: Annotated[int, js(minimum=0), "runs replayed or dropped (dry_run: that would be)"]
+    tasks: Annotated[list[TaskCountView], "those runs by task, the most first"]
+    run_ids: Annotated[list[str], "those runs, the last dead-lettered first"]
+    skipped: Annotated[
+        list[str],
+        "runs named (or matched) but not in the queue when it came to them: replayed or "
+        "dropped meanwhile",
+    ]
+    message: Annotated[str, 'for people: "replay 1,234 runs of 7 tasks"']
+
+
 class FireView(TypedDict):
     scheduled_at: Time
     due_at: Annotated[Time, "scheduled_at plus jitter"]
@@ -369,6 +390,8 @@ RESPONSES: dict[str, Any] = {
     "BatchResult": BatchResultView,
     "RunList": RunListView,
     "Fire": FireView,
+    "TaskCount": TaskCountView,
+    "DlqBulkResult": DlqBulkView,
     "Explain": ExplainView,
     "ClusterNode": ClusterNodeView,
     "Cluster": ClusterView,

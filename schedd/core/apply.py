@@ -26,6 +26,7 @@ CLIENT_COMMANDS = (
     commands.CancelRun,
     commands.Replay,
     commands.DropDead,
+    commands.DeadLetters,
 )
 ClientCommand = (
     commands.Submit
@@ -34,6 +35,7 @@ ClientCommand = (
     | commands.Trigger
     | commands.CancelRun
     | commands.Replay
+    | commands.DeadLetters
     | commands.DropDead
 )
 
@@ -170,12 +172,41 @@ def _client(state: State, cmd: ClientCommand, events: list[LeaderEvent]) -> Resu
         return runs.cancel_by_client(state, cmd.run_id, cmd.now, events)
     if isinstance(cmd, commands.Replay):
         return runs.replay(state, cmd.run_id, cmd.now, events)
+    if isinstance(cmd, commands.DeadLetters):
+        return _dead_letters(state, cmd, events)
     # DropDead, the last of CLIENT_COMMANDS (mypy checks that ClientCommand has no other)
     run = state.runs.get(cmd.run_id)
     if run is None or not state.in_dlq(cmd.run_id):
         return Rejected("not_found", f"run {cmd.run_id} is not in the dead-letter queue", "run_id")
     state.dlq_remove(run)
     return Ok(cmd.run_id)
+
+
+def _dead_letters(state: State, cmd: commands.DeadLetters, events: list[LeaderEvent]) -> Result:
+    """Replay or drop each run of the list still in the dead-letter queue; the others are
+    skipped (replayed or dropped since the list was made).  ``Ok((done, skipped, [[task,
+    count], ...]))``, the tasks by name."""
+    if cmd.action not in ("replay", "drop"):
+        return Rejected(
+            "invalid_argument", f"action: expected replay or drop, got {cmd.action!r}", "action"
+        )
+    done: list[str] = []
+    skipped: list[str] = []
+    tasks: dict[str, int] = {}
+    for run_id in cmd.run_ids:
+        run = state.runs.get(run_id)
+        if run is None or not state.in_dlq(run_id):
+            skipped.append(run_id)
+            continue
+        if cmd.action == "replay":
+            runs.replay(state, run_id, cmd.now, events)
+        else:
+            state.dlq_remove(run)
+        done.append(run_id)
+        job = state.jobs.get(run.job_id)
+        task = "" if job is None else job.spec.task
+        tasks[task] = tasks.get(task, 0) + 1
+    return Ok((done, skipped, [[task, n] for task, n in sorted(tasks.items())]))
 
 
 # -- submission, update, cancellation ---------------------------------------------------------

@@ -111,6 +111,18 @@ class DropDead:
 
 
 @dataclass(frozen=True, slots=True)
+class DeadLetters:
+    """Replay or drop (``action``) the runs of ``run_ids`` that are in the dead-letter queue,
+    all in one entry.  The node that took the request resolved its filter to these ids: what
+    is committed is the list, so every node acts on the same runs."""
+
+    rid: str
+    now: int
+    action: str  # replay | drop
+    run_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class Heal:
     """Re-materialise the next occurrence of a recurring job that has none (leader)."""
 
@@ -222,6 +234,7 @@ Command = (
     | CancelRun
     | Replay
     | DropDead
+    | DeadLetters
     | Heal
     | Fire
     | LeaseRuns
@@ -241,6 +254,7 @@ _TAGS: dict[type[Any], str] = {
     CancelRun: "cancel_run",
     Replay: "replay",
     DropDead: "drop_dead",
+    DeadLetters: "dead_letters",
     Heal: "heal",
     Fire: "fire",
     LeaseRuns: "lease",
@@ -283,8 +297,8 @@ def _from_wire(obj: Any) -> Command | Undecodable:
             kwargs["jobs"] = tuple((str(j), spec_from_dict(s)) for j, s in kwargs["jobs"])
         elif cls is UpdateJob and kwargs.get("spec") is not None:
             kwargs["spec"] = spec_from_dict(kwargs["spec"])
-        elif cls is Fire:
-            kwargs["run_ids"] = tuple(kwargs["run_ids"])
+        elif cls is Fire or cls is DeadLetters:
+            kwargs["run_ids"] = tuple(str(r) for r in kwargs["run_ids"])
         elif cls is LeaseRuns:
             kwargs["grants"] = tuple((str(r), str(w)) for r, w in kwargs["grants"])
         elif cls is Progress:

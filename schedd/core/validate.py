@@ -485,17 +485,21 @@ def _depends_on(value: object, field: str) -> tuple[str, ...]:
         return ()
     if not isinstance(value, list | tuple) or len(value) > MAX_DEPENDS_ON:
         raise _invalid(field, f"a list of at most {MAX_DEPENDS_ON} job ids", value)
+    return _each_once(value, field, "job id")
+
+
+def _each_once(items: list[Any] | tuple[Any, ...], field: str, what: str) -> tuple[str, ...]:
+    """Texts, each at most once (the second of two equal ones is named)."""
     seen: dict[str, int] = {}
-    for i, item in enumerate(value):
-        job_id = _text(item, f"{field}[{i}]")
-        if job_id in seen:
+    for i, item in enumerate(items):
+        text = _text(item, f"{field}[{i}]")
+        if text in seen:
             raise InvalidArgument(
-                f"{field}[{i}]: expected each job id once; {job_id!r} is also "
-                f"{field}[{seen[job_id]}]",
+                f"{field}[{i}]: expected each {what} once; {text!r} is also {field}[{seen[text]}]",
                 field=f"{field}[{i}]",
             )
-        seen[job_id] = i
-    return tuple(value)
+        seen[text] = i
+    return tuple(items)
 
 
 def parse_job_and_options(
@@ -625,3 +629,57 @@ def parse_patch(
     if "timeout" in obj:
         changes["timeout_ms"] = _opt_duration(obj["timeout"], "timeout")
     return paused, (replace(current, **changes) if changes else None)
+
+
+# --------------------------------------------------------------------------------------------
+# POST /dlq/replay and /dlq/drop
+
+DLQ_FILTER_FIELDS: Final = ("namespace", "queue", "task", "since", "error")
+DLQ_BULK_FIELDS: Final = (*DLQ_FILTER_FIELDS, "run_ids", "dry_run")
+
+
+@dataclass(frozen=True, slots=True)
+class DlqBulk:
+    """What a bulk replay or drop of the dead-letter queue is about: the runs matching
+    ``filters`` (``namespace``, ``queue``, ``task``: equal to; ``since``: failed at or after, in
+    ms; ``error``: its error contains this, either case), or the runs ``run_ids`` names."""
+
+    dry_run: bool
+    filters: Mapping[str, str | int]
+    run_ids: tuple[str, ...] | None
+
+
+def parse_dlq_bulk(body: object, *, max_runs: int) -> DlqBulk:
+    """A ``POST /dlq/replay`` or ``/dlq/drop`` body.  ``dry_run`` is required (a bare request
+    must not replay or drop the whole queue by mistake); ``run_ids`` (at most ``max_runs``)
+    and the filters exclude each other; neither means every run of the queue."""
+    obj = _object(body, "body")
+    _check_keys(obj, DLQ_BULK_FIELDS, "")
+    if obj.get("dry_run") is None:
+        raise InvalidArgument(
+            "dry_run: required; expected true (say what would be done) or false (do it)",
+            field="dry_run",
+        )
+    dry_run = _bool(obj["dry_run"], "dry_run")
+    filters: dict[str, str | int] = {}
+    for key in ("namespace", "queue"):
+        if obj.get(key) is not None:
+            filters[key] = _ident(obj[key], key)
+    if obj.get("task") is not None:
+        filters["task"] = _task(obj["task"], "task")
+    if obj.get("since") is not None:
+        filters["since"] = _time(obj["since"], "since")
+    if obj.get("error") is not None:
+        filters["error"] = _text(obj["error"], "error")
+    if obj.get("run_ids") is None:
+        return DlqBulk(dry_run, filters, None)
+    if filters:
+        raise InvalidArgument(
+            f"run_ids: expected either run_ids or filters ({', '.join(DLQ_FILTER_FIELDS)}), "
+            f"not both; got run_ids and {', '.join(filters)}",
+            field="run_ids",
+        )
+    ids = obj["run_ids"]
+    if not isinstance(ids, list) or not 1 <= len(ids) <= max_runs:
+        raise _invalid("run_ids", f"a list of 1 to {max_runs:,} run ids", ids)
+    return DlqBulk(dry_run, filters, _each_once(ids, "run_ids", "run id"))

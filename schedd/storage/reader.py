@@ -253,15 +253,68 @@ class Reader:
         ]
         return runs, cursor
 
+    async def dead_letters_matching(
+        self, filters: Mapping[str, str | int], limit: int
+    ) -> list[tuple[str, str]]:
+        """(run id, task) of the runs of the dead-letter queue that match ``filters`` (those of
+        :meth:`dead_letters_page`, and ``error``: a text the run's error contains, either
+        case), the last dead-lettered first; at most ``limit`` of them (the caller asks for one
+        more than it takes, to know there are more).  Read :data:`SCAN_WINDOW` positions of the
+        queue per query, so no query is long."""
+        where, params = _dlq_where(filters)
+        needle = str(filters["error"]).casefold() if "error" in filters else None
+        body = ", r.job_id, r.sched_ms, r.body" if needle is not None else ""
+        sql = (
+            f"SELECT d.seq, d.run_id, j.task{body} {_DLQ_FROM} "
+            f"WHERE d.seq < ? AND d.seq >= ?{where} ORDER BY d.seq DESC"
+        )
+        out: list[tuple[str, str]] = []
+        async with self._conn() as db:
+            low_high = (await _fetch(db, "SELECT min(seq), max(seq) FROM dlq", ()))[0]
+            if low_high[0] is None:
+                return out
+            bottom, top = int(low_high[0]), int(low_high[1]) + 1
+            while top > bottom and len(out) < limit:
+                low = top - SCAN_WINDOW
+                for row in await _fetch(db, sql, (top, low, *params)):
+                    if needle is None or _error_has(row[5], row[3], row[4], needle):
+                        out.append((str(row[1]), str(row[2])))
+                top = low
+        return out[:limit]
+
+    async def dead_letters_named(self, run_ids: list[str]) -> dict[str, str]:
+        """The runs of ``run_ids`` that are in the dead-letter queue: run id -> its task."""
+        out: dict[str, str] = {}
+        async with self._conn() as db:
+            for start in range(0, len(run_ids), LATEST_CHUNK):
+                chunk = run_ids[start : start + LATEST_CHUNK]
+                marks = ", ".join("?" for _ in chunk)
+                sql = f"SELECT d.run_id, j.task {_DLQ_FROM} WHERE d.run_id IN ({marks})"
+                for run_id, task in await _fetch(db, sql, tuple(chunk)):
+                    out[str(run_id)] = str(task)
+        return out
+
 
 #: the dead-letter queue joined with each run and its job (a run id is ``<job_id>@<sched_ms>``)
-_DLQ_JOINED = (
-    "SELECT d.seq, d.run_id FROM dlq AS d "
+_DLQ_FROM = (
+    "FROM dlq AS d "
     "JOIN runs AS r ON r.sched_ms = CAST(substr(d.run_id, instr(d.run_id, '@') + 1) AS INTEGER) "
     "AND r.job_id = substr(d.run_id, 1, instr(d.run_id, '@') - 1) "
-    "JOIN jobs AS j ON j.id = r.job_id WHERE d.seq < ?"
+    "JOIN jobs AS j ON j.id = r.job_id"
 )
+_DLQ_JOINED = f"SELECT d.seq, d.run_id {_DLQ_FROM} WHERE d.seq < ?"
 DLQ_FILTERS = ("task", "queue", "namespace")
+
+
+def _dlq_where(filters: Mapping[str, str | int]) -> tuple[str, list[Any]]:
+    """The conditions of ``filters`` on the joined queue (``error`` is not one: it is in the
+    run's body)."""
+    where = "".join(f" AND j.{key} = ?" for key in DLQ_FILTERS if key in filters)
+    params: list[Any] = [filters[key] for key in DLQ_FILTERS if key in filters]
+    if "since" in filters:
+        where += " AND r.updated_ms >= ?"
+        params.append(filters["since"])
+    return where, params
 
 
 def dlq_filtered_sql(
@@ -269,12 +322,16 @@ def dlq_filtered_sql(
 ) -> tuple[str, tuple[Any, ...]]:
     """A page of the dead-letter queue with filters, among the positions from ``low`` up to
     ``top`` (excluded)."""
-    where = "".join(f" AND j.{key} = ?" for key in DLQ_FILTERS if key in filters)
-    params: list[Any] = [top, low, *(filters[key] for key in DLQ_FILTERS if key in filters)]
-    if "since" in filters:
-        where += " AND r.updated_ms >= ?"
-        params.append(filters["since"])
-    return f"{_DLQ_JOINED} AND d.seq >= ?{where} ORDER BY d.seq DESC LIMIT ?", (*params, limit + 1)
+    where, params = _dlq_where(filters)
+    return (
+        f"{_DLQ_JOINED} AND d.seq >= ?{where} ORDER BY d.seq DESC LIMIT ?",
+        (top, low, *params, limit + 1),
+    )
+
+
+def _error_has(body: bytes, job_id: str, sched_ms: int, needle: str) -> bool:
+    error = run_from_body(job_id, sched_ms, body).error
+    return error is not None and needle in error.casefold()
 
 
 async def _fetch(db: aiosqlite.Connection, sql: str, params: tuple[Any, ...]) -> list[Any]:

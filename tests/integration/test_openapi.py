@@ -315,8 +315,13 @@ async def test_live_answers_match_the_document(
     await wait_for(in_dlq)
     dead = await call("GET", API + f"/runs/{failed[0]}", 200)
     assert dead["attempts"][0]["outcome"] == "failed" and dead["attempts"][0]["error"] == "boom"
+    dry = await call("POST", API + "/dlq/replay", 200, {"dry_run": True, "task": "t"})
+    assert dry["count"] == 2
     await call("POST", API + f"/dlq/{failed[0]}/replay", 200)
     await call("DELETE", API + f"/dlq/{failed[1]}", 204)
+    dropped = await call("POST", API + "/dlq/drop", 200, {"dry_run": False, "run_ids": failed})
+    assert dropped["skipped"] == failed  # neither is in the queue any more
+    await call("POST", API + "/dlq/drop", 400, {"run_ids": failed})
     await worker.ws.close()
 
     # the cluster and the operations endpoints

@@ -145,6 +145,7 @@ def test_the_request_bodies_declare_exactly_the_fields_the_validator_takes() -> 
     assert all(keys(v) == set(validate.SCHEDULE_FIELDS) for v in variants)
     assert keys(bodies.RetryBody) == set(validate.RETRY_FIELDS)
     assert keys(bodies.DstBody) == set(validate.DST_FIELDS)
+    assert keys(bodies.DlqBulkBody) == set(validate.DLQ_BULK_FIELDS)
 
 
 def test_the_integer_parameters_the_handlers_read_are_the_ones_documented() -> None:

@@ -493,3 +493,39 @@ def test_a_finished_job_can_no_longer_be_changed(status: str) -> None:
     res = h.one(commands.UpdateJob(h.rid(), T0 + 5, "J1", paused=True))
     assert res == Rejected("conflict", f"job J1 is {status}: it can no longer be changed")
     assert h.state.jobs["J1"] == before
+
+
+# -- many dead-lettered runs at once ------------------------------------------------------------
+
+
+def test_dead_letters_replays_or_drops_those_of_the_list_still_in_the_queue() -> None:
+    h = Harness()
+    lf = h.claim()
+    dead = []
+    for k, task in enumerate(("mail", "mail", "sms")):
+        job_id = f"J{k}"
+        h.submit(job_id, JobSpec(task=task, retry=RetryPolicy(max_attempts=1)))
+        rid = f"{job_id}@{T0}"
+        h.one(commands.FailRun(h.rid(), T0 + 1, lf, rid, lease_one(h, lf, rid), "boom", False))
+        dead.append(rid)
+    res = h.one(commands.DeadLetters(h.rid(), T0 + 2, "replay", (dead[0], dead[2], "J9@1")))
+    assert res == Ok(([dead[0], dead[2]], ["J9@1"], [["mail", 1], ["sms", 1]]))
+    assert h.state.runs[dead[0]].state is RunState.QUEUED and not h.state.in_dlq(dead[0])
+    res = h.one(commands.DeadLetters(h.rid(), T0 + 3, "drop", tuple(dead)))
+    assert res == Ok(([dead[1]], [dead[0], dead[2]], [["mail", 1]]))
+    assert h.state.dlq_size() == 0 and h.state.runs[dead[1]].state is RunState.FAILED
+    refused = h.one(commands.DeadLetters(h.rid(), T0 + 4, "explode", ()))
+    assert isinstance(refused, Rejected) and refused.field == "action"
+
+
+def test_dead_letters_repeated_with_its_request_id_answers_the_first_result() -> None:
+    h = Harness()
+    lf = h.claim()
+    h.submit(spec=JobSpec(task="t", retry=RetryPolicy(max_attempts=1)))
+    rid = f"J1@{T0}"
+    h.one(commands.FailRun(h.rid(), T0 + 1, lf, rid, lease_one(h, lf, rid), "boom", False))
+    first = h.one(commands.DeadLetters("bulk-1", T0 + 2, "drop", (rid,)))
+    assert first == Ok(([rid], [], [["t", 1]]))
+    h.state.dlq_add(h.state.runs[rid])  # back in the queue: a repeat must not drop it again
+    assert h.one(commands.DeadLetters("bulk-1", T0 + 3, "drop", (rid,))) == first
+    assert h.state.in_dlq(rid)

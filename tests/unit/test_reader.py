@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import aiosqlite
@@ -282,3 +284,47 @@ async def test_the_dead_letter_queue_filters_by_task_queue_namespace_and_time(
     finally:
         await reader.close()
         st.close()
+
+
+@asynccontextmanager
+async def reading(st: SqlState) -> AsyncIterator[Reader]:
+    """A reader of ``st``'s database, both closed on the way out."""
+    reader = Reader(Path(str(st.path)))
+    await reader.open()
+    try:
+        yield reader
+    finally:
+        await reader.close()
+        st.close()
+
+
+async def test_a_bulk_selection_of_the_dead_letter_queue_matches_like_its_listing_and_the_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # n0, n1, n2 dead ("boom 0", "boom 1", ...)
+    async with reading(named_and_failed(tmp_path / "state.db")) as reader:
+
+        async def matching(filters: dict[str, str | int], limit: int = 10) -> list[tuple[str, str]]:
+            return await reader.dead_letters_matching(filters, limit)
+
+        assert await matching({}) == [(f"n{k}@{T0}", "x") for k in (2, 1, 0)]
+        assert await matching({"error": "BOOM 1"}) == [(f"n1@{T0}", "x")]  # either case
+        assert await matching({"error": "boom", "since": T0 + 11}) == [
+            (f"n2@{T0}", "x"),
+            (f"n1@{T0}", "x"),
+        ]
+        assert await matching({"task": "y"}) == []
+        assert await matching({"error": "boom"}, limit=2) == [(f"n2@{T0}", "x"), (f"n1@{T0}", "x")]
+        # a window of one position per query: every position is still read, in order
+        monkeypatch.setattr("schedd.storage.reader.SCAN_WINDOW", 1)
+        assert [r for r, _ in await matching({"error": "boom"})] == [
+            f"n{k}@{T0}" for k in (2, 1, 0)
+        ]
+        assert await reader.dead_letters_named([f"n0@{T0}", f"n3@{T0}", "nope@1"]) == {
+            f"n0@{T0}": "x"  # n3 succeeded: not in the queue
+        }
+
+
+async def test_an_empty_dead_letter_queue_matches_nothing(tmp_path: Path) -> None:
+    async with reading(fill(tmp_path / "state.db")) as reader:
+        assert await reader.dead_letters_matching({}, 10) == []

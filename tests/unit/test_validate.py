@@ -20,6 +20,7 @@ from schedd.core.validate import (
     Overlap,
     RecurringOptions,
     parse_batch,
+    parse_dlq_bulk,
     parse_job,
     parse_job_and_options,
     parse_schedule,
@@ -762,3 +763,30 @@ def test_decoded_specs_share_their_equal_records_and_names() -> None:
     assert c.retry is a.retry
     assert c.schedule == d.schedule  # equal (same submit time) but one-off: not shared
     assert a.payload == 1 and b.payload == 2
+
+
+# -- POST /dlq/replay and /dlq/drop ----------------------------------------------------------------
+
+
+def test_a_dlq_selection_is_filters_or_run_ids_with_a_required_dry_run() -> None:
+    got = parse_dlq_bulk(
+        {"dry_run": True, "namespace": "a", "task": "mail.send", "since": "2026-01-01T00:00:00Z"},
+        max_runs=10,
+    )
+    assert got.dry_run and got.run_ids is None
+    assert got.filters == {"namespace": "a", "task": "mail.send", "since": 1_767_225_600_000}
+    assert parse_dlq_bulk({"dry_run": False, "queue": None}, max_runs=10).filters == {}
+    ids = parse_dlq_bulk({"dry_run": False, "run_ids": ["a@1", "b@2"]}, max_runs=2)
+    assert ids.run_ids == ("a@1", "b@2") and not ids.dry_run
+    for body, field, says in [
+        ({}, "dry_run", "required"),
+        ({"dry_run": 1}, "dry_run", "true or false"),
+        ({"dry_run": True, "error": ""}, "error", "non-empty"),
+        ({"dry_run": True, "run_ids": ["a@1"] * 3}, "run_ids", "1 to 2 run ids"),
+        ({"dry_run": True, "run_ids": ["a@1", "a@1"]}, "run_ids[1]", "once"),
+        ({"dry_run": True, "run_ids": ["a@1"], "error": "x"}, "run_ids", "not both"),
+        ({"dry_run": True, "when": "now"}, "when", "unknown field"),
+    ]:
+        with pytest.raises(InvalidArgument) as exc:
+            parse_dlq_bulk(body, max_runs=2)
+        assert exc.value.field == field and says in exc.value.message, (body, exc.value)
