@@ -34,7 +34,7 @@ import orjson
 
 from schedd.client.errors import Unreachable, error_from_response
 from schedd.client.jobs import job_body
-from schedd.client.models import Job, Run
+from schedd.client.models import FINISHED_STATES, Job, Run
 from schedd.client.servers import DEFAULT_SERVER, parse_retry_after, parse_server
 from schedd.errors import InvalidArgument, ResourceExhausted, SchedError
 from schedd.ids import new_request_id
@@ -324,21 +324,96 @@ class AsyncClient:
 
     async def wait(self, ref: str, *, timeout: float | None = None) -> Run:
         """The run ``ref`` (a run id, or a job id: its latest run) once it has finished;
-        ``TimeoutError`` when ``timeout`` seconds pass first.  Polls with a backoff from
-        0.1 s to 2 s."""
-        deadline = None if timeout is None else time.monotonic() + timeout
+        ``TimeoutError`` when ``timeout`` seconds pass first.  Follows the cluster's event
+        stream (``GET /events``) and reads the run again when it changes; where a server has
+        no stream, polls with a backoff from 0.1 s to 2 s."""
+        try:
+            return await asyncio.wait_for(self._wait(ref), timeout)
+        except TimeoutError:
+            raise TimeoutError(f"{ref}: not finished after {timeout:g}s") from None
+
+    async def _finished(self, ref: str) -> Run | None:
+        run = await self.run(ref) if "@" in ref else (await self.get(ref)).latest_run
+        return run if run is not None and run.finished else None
+
+    async def _visible(self, ref: str) -> Run:
+        """The run once a read shows it finished: a node's reads see what it applied a few
+        milliseconds after its events do."""
+        delay = 0.01
+        while (run := await self._finished(ref)) is None:
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.5)
+        return run
+
+    async def _wait(self, ref: str) -> Run:
+        job_id = ref.rpartition("@")[0] if "@" in ref else ref
+        last_id: str | None = None
+        for _ in range(len(self.servers) * 3):  # a stream lost in a failover resumes elsewhere
+            url = self.servers[self._preferred]
+            headers = {"Last-Event-ID": last_id} if last_id else {}
+            try:
+                async with self._http().get(
+                    f"{url}{API}/events",
+                    params={"types": "run", "job_id": job_id},
+                    headers=headers,
+                    timeout=aiohttp.ClientTimeout(total=None, sock_connect=3.0, sock_read=60.0),
+                ) as resp:
+                    if resp.status == 404:  # a server without the stream
+                        break
+                    if resp.status != 200:
+                        raise error_from_response(resp.status, await resp.read(), url)
+                    if (run := await self._finished(ref)) is not None:  # after the stream began
+                        return run
+                    async for event, event_id, data in _events(resp):
+                        last_id = event_id or last_id
+                        if event == "run" and _ends(data, ref):
+                            return await self._visible(ref)
+                        if event == "reset" and (run := await self._finished(ref)) is not None:
+                            return run  # changes were missed: read it again
+            except (aiohttp.ClientError, OSError, TimeoutError):
+                pass
+            self._preferred = (self._preferred + 1) % len(self.servers)
         delay = 0.1
-        while True:
-            if "@" in ref:
-                run: Run | None = await self.run(ref)
-            else:
-                run = (await self.get(ref)).latest_run
-            if run is not None and run.finished:
-                return run
-            if deadline is not None and time.monotonic() + delay > deadline:
-                raise TimeoutError(f"{ref}: not finished after {timeout:g}s")
+        while (run := await self._finished(ref)) is None:
             await asyncio.sleep(delay)
             delay = min(delay * 1.5, 2.0)
+        return run
+
+
+def _ends(data: Any, ref: str) -> bool:
+    """Whether a ``run`` event's changes finish the run ``ref`` (or a run of the job ``ref``)."""
+    return isinstance(data, list) and any(
+        isinstance(c, dict)
+        and (c.get("id") == ref or c.get("job_id") == ref)
+        and c.get("state") in FINISHED_STATES
+        for c in data
+    )
+
+
+async def _events(resp: aiohttp.ClientResponse) -> AsyncIterator[tuple[str, str | None, Any]]:
+    """The (event type, id, data as JSON) of each server-sent event of ``resp``."""
+    kind, event_id, data = "message", None, ""
+    async for raw in resp.content:
+        line = raw.decode("utf-8", "replace").rstrip("\r\n")
+        if not line:
+            if data:
+                try:
+                    parsed = orjson.loads(data)
+                except orjson.JSONDecodeError:
+                    parsed = None
+                yield kind, event_id, parsed
+            kind, data = "message", ""
+        elif line.startswith(":"):
+            continue  # a comment: the server's keep-alive
+        else:
+            name, _, value = line.partition(":")
+            value = value[1:] if value.startswith(" ") else value
+            if name == "event":
+                kind = value
+            elif name == "id":
+                event_id = value
+            elif name == "data":
+                data = f"{data}\n{value}" if data else value
 
 
 def _job(job_id: str, suffix: str = "") -> str:

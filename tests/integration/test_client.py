@@ -208,3 +208,22 @@ def test_a_task_handle_submits_its_task(node_url_token: tuple[str, str]) -> None
         assert asyncio.run(generate(None, "called")) == "called"  # still the handler
     finally:
         tasks.configure(None)
+
+
+async def test_wait_follows_the_event_stream_instead_of_polling(
+    node: Node, http: aiohttp.ClientSession
+) -> None:
+    w = await connect(http, node, "w-wait", capacity=1)
+    async with AsyncClient(node.url, token=node.token) as client:
+        job = await client.submit("t", {"x": 1})
+        lease = await w.expect(messages.Lease)
+        counting = Counting(client)
+        waiting = asyncio.ensure_future(client.wait(lease.run_id, timeout=20))
+        await asyncio.sleep(1.5)  # idle: a poller would ask ~8 times meanwhile
+        assert not waiting.done()
+        asked_while_idle = counting.seen[("GET", f"{API}/runs/{lease.run_id.replace('@', '%40')}")]
+        await w.send(messages.Complete(run_id=lease.run_id, fence=lease.fence, result=7))
+        run = await waiting
+        assert (run.state, run.result, run.job_id) == ("succeeded", 7, job.id)
+        assert asked_while_idle <= 1, counting.seen  # once when the stream began
+    await w.ws.close()
