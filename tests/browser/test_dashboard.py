@@ -413,3 +413,46 @@ def test_a_hidden_page_asks_nothing_and_catches_up_when_shown(page: Any, daemon:
     )
     page.wait_for_selector(f"body[data-live='{mode}']")
     page.wait_for_selector(f"tr[data-job='{job['id']}']", timeout=5_000)
+
+
+def test_dead_letters_dry_run_then_one_bulk_call(page: Any, daemon: Daemon) -> None:
+    doc = daemon.api("GET", "/openapi.json")
+    if "/api/v1/dlq/replay" not in doc["paths"]:
+        pytest.skip("the node has no bulk dead-letter endpoint")
+    once = {"max_attempts": 1}
+    jobs = [{"task": "ui.disk", "namespace": "tbulk", "retry": once} for _ in range(3)]
+    jobs.append({"task": "ui.parse", "namespace": "tbulk", "retry": once})
+    daemon.api("POST", "/jobs/batch", {"jobs": jobs})
+    dead = _dead(daemon, "tbulk", 4)
+    login(page, daemon, "submit", "/ui/dlq?namespace=tbulk&error=DISK")
+    page.wait_for_function(
+        "() => document.querySelectorAll('#dlq-table tr[data-run]').length === 3"
+    )
+    page.click("#bulk-dry-run")
+    page.wait_for_selector("#bulk-preview:has-text('3 dead-lettered runs match the filter')")
+    assert "ui.disk 3" in page.inner_text("#bulk-preview")
+    assert len(daemon.api("GET", "/dlq?namespace=tbulk")["runs"]) == 4  # a dry run did nothing
+    page.click("#bulk-replay")
+    page.wait_for_selector(".notice:has-text('3 done')")
+    disk = [r["id"] for r in dead if r["error"].startswith("OSError")]
+
+    def replayed() -> bool:  # each failed once more and is back in the queue
+        runs = [daemon.api("GET", f"/runs/{r}") for r in disk]
+        back = {r["id"] for r in daemon.api("GET", "/dlq?namespace=tbulk")["runs"]}
+        return all(len(r["attempts"]) == 2 and r["id"] in back for r in runs)
+
+    daemon.wait(replayed)
+    page.click("#bulk-dry-run")
+    page.wait_for_selector("#bulk-preview:has-text('3 dead-lettered runs')")
+    page.click("#bulk-drop")
+    page.click("#bulk-drop")  # the second click confirms
+    page.wait_for_selector(".notice:has-text('dropped 3 runs')")
+    left = daemon.api("GET", "/dlq?namespace=tbulk")["runs"]
+    assert [r["error"] for r in left] == ["ValueError: cannot parse record 0"]
+    # selected runs go in one call too
+    page.goto(daemon.url + "/ui/dlq?namespace=tbulk")
+    page.check("#dlq-table tr.group-head input")
+    page.click("#selection button:text('Drop 1')")
+    page.click("#selection button:text('Drop 1 for good?')")
+    page.wait_for_selector("text=No dead-lettered run matches.")
+    assert daemon.api("GET", "/dlq?namespace=tbulk")["runs"] == []

@@ -18,8 +18,8 @@ const FILTERS = [
   ["limit", "Per page", [["", "100"], ["250", "250"], ["500", "500"], ["1000", "1000"]]],
 ];
 const SERVER_FILTERS = ["namespace", "queue", "task", "since"];
-/** The names the bulk endpoints may give the error-text filter. */
-const ERROR_FIELDS = ["error", "error_contains", "error_text", "contains"];
+/** The name the bulk endpoints give the error-text filter. */
+const ERROR_FIELDS = ["error"];
 
 /** "1h", "24h", "7d" → the RFC 3339 instant that long ago; anything else as written. */
 export function sinceValue(value, now = Date.now()) {
@@ -76,15 +76,33 @@ export function dlqScreen(main, { params, navigate }) {
   function drawSelection() {
     const ids = [...selected];
     const out = [h("span", {}, `${ids.length} selected on this page`)];
-    if (ids.length && can("post", `${API}/dlq/{run_id}/replay`)) {
-      out.push(h("button", { type: "button", id: "replay-selected", on: { click: () => each("Replay", ids, (id) => call("POST", `${API}/dlq/${enc(id)}/replay`, { body: {} })) } },
-        `Replay ${ids.length}`));
+    const bulkPaths = new Map(bulkVerbs().filter(([, path]) => bodyFields("post", path).has("run_ids")));
+    const replay = bulkPaths.has("replay")
+      ? () => together("Replay", bulkPaths.get("replay"), ids)
+      : () => each("Replay", ids, (id) => call("POST", `${API}/dlq/${enc(id)}/replay`, { body: {} }));
+    const drop = bulkPaths.has("drop")
+      ? () => together("Drop", bulkPaths.get("drop"), ids)
+      : () => each("Drop", ids, (id) => call("DELETE", `${API}/dlq/${enc(id)}`));
+    if (ids.length && (bulkPaths.has("replay") || can("post", `${API}/dlq/{run_id}/replay`))) {
+      out.push(h("button", { type: "button", id: "replay-selected", on: { click: replay } }, `Replay ${ids.length}`));
     }
-    if (ids.length && can("delete", `${API}/dlq/{run_id}`)) {
-      out.push(confirmButton(`Drop ${ids.length}`, `Drop ${ids.length} for good?`,
-        () => each("Drop", ids, (id) => call("DELETE", `${API}/dlq/${enc(id)}`))));
+    if (ids.length && (bulkPaths.has("drop") || can("delete", `${API}/dlq/{run_id}`))) {
+      out.push(confirmButton(`Drop ${ids.length}`, `Drop ${ids.length} for good?`, drop));
     }
     fill(selection, out);
+  }
+
+  /** The selected runs in one call of the bulk endpoint (all or none). */
+  async function together(verb, path, ids) {
+    try {
+      const done = await call("POST", path, { body: { run_ids: ids, dry_run: false } });
+      const skipped = done.skipped?.length ? `; ${done.skipped.length} had left the queue` : "";
+      notice(`${verb}: ${done.count} of ${ids.length} done${skipped}`);
+    } catch (err) {
+      notice(`${verb}: ${err.message}`, "error");
+    }
+    selected.clear();
+    await load();
   }
 
   async function each(verb, ids, fn) {
@@ -161,19 +179,25 @@ function groupedTable(runs, selected, onSelect) {
     h("tbody", {}, body));
 }
 
-/** "Select all N matching": a dry run of the bulk endpoint, then the one call that does it. */
-function drawBulk(el, params, errorText, refresh) {
-  const verbs = [["replay", OPTIONAL.dlqReplay[1]], ["drop", OPTIONAL.dlqDrop[1]]].filter(
+/** The bulk endpoints the node has and the token may call: [[verb, path]]. */
+function bulkVerbs() {
+  return [["replay", OPTIONAL.dlqReplay[1]], ["drop", OPTIONAL.dlqDrop[1]]].filter(
     ([, path]) => has(path) && can("post", path));
+}
+
+/** "Select all N matching": a dry run of the bulk endpoint on the whole filter (every page),
+ * then one call that replays or drops what matches it then. */
+function drawBulk(el, params, errorText, refresh) {
+  const verbs = bulkVerbs();
   if (!verbs.length) {
     fill(el);
     return;
   }
   const fields = bodyFields("post", verbs[0][1]);
-  const body = {};
-  for (const [k, v] of Object.entries(serverFilter(params))) if (fields.has(k)) body[k] = v;
+  const filter = {};
+  for (const [k, v] of Object.entries(serverFilter(params))) if (fields.has(k)) filter[k] = v;
   const errorField = ERROR_FIELDS.find((f) => fields.has(f));
-  if (errorText && errorField) body[errorField] = errorText;
+  if (errorText && errorField) filter[errorField] = errorText;
   const ignored = errorText && !errorField;
   const status = h("span", { class: "preview", id: "bulk-preview" });
   const buttons = h("span", {});
@@ -181,15 +205,18 @@ function drawBulk(el, params, errorText, refresh) {
   dry.addEventListener("click", async () => {
     dry.classList.add("pending");
     try {
-      const answer = await call("POST", verbs[0][1], { body: { ...body, dry_run: true } });
-      const n = countOf(answer);
-      fill(status, `${n} dead-lettered run${n === 1 ? "" : "s"} match the filter.`);
-      fill(buttons, verbs.map(([verb, path]) => {
+      const answer = await call("POST", verbs[0][1], { body: { ...filter, dry_run: true } });
+      const n = answer.count;
+      const tasks = (answer.tasks ?? []).map((t) => `${t.task} ${t.count}`).join(", ");
+      fill(status, `${n} dead-lettered run${n === 1 ? "" : "s"} match the filter`,
+        tasks ? ` (${tasks})` : "", ".");
+      fill(buttons, n === 0 ? [] : verbs.map(([verb, path]) => {
         const label = `${verb === "replay" ? "Replay" : "Drop"} all ${n}`;
         const go = async () => {
           try {
-            const done = await call("POST", path, { body });
-            notice(`${label}: ${countOf(done)} done`);
+            const done = await call("POST", path, { body: { ...filter, dry_run: false } });
+            const differs = done.count !== n ? ` (the dry run counted ${n})` : "";
+            notice(`${done.message ?? label}: ${done.count} done${differs}`);
           } catch (err) {
             notice(`${label}: ${err.message}`, "error");
           }
@@ -211,15 +238,4 @@ function drawBulk(el, params, errorText, refresh) {
   });
   fill(el, h("div", { class: "bulk" }, h("b", {}, "Every run matching the filter: "), dry, status, buttons,
     ignored ? h("span", { class: "muted" }, " (the error text is not part of this filter)") : null));
-}
-
-/** How many runs a bulk answer speaks of, whatever its shape. */
-function countOf(answer) {
-  for (const key of ["count", "matched", "replayed", "dropped", "total"]) {
-    if (typeof answer?.[key] === "number") return answer[key];
-  }
-  for (const key of ["runs", "run_ids", "ids"]) {
-    if (Array.isArray(answer?.[key])) return answer[key].length;
-  }
-  return "?";
 }
