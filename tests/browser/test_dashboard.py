@@ -456,3 +456,33 @@ def test_dead_letters_dry_run_then_one_bulk_call(page: Any, daemon: Daemon) -> N
     page.click("#selection button:text('Drop 1 for good?')")
     page.wait_for_selector("text=No dead-lettered run matches.")
     assert daemon.api("GET", "/dlq?namespace=tbulk")["runs"] == []
+
+
+def test_an_admin_drains_a_worker(page: Any, daemon: Daemon) -> None:
+    if "/api/v1/workers/{worker_id}/drain" not in daemon.api("GET", "/openapi.json")["paths"]:
+        pytest.skip("the node has no drain endpoint")
+    daemon.cluster.start_worker("--import", "tests.browser.tasks", name="w2")
+    daemon.wait(
+        lambda: any(w["worker_id"] == "w2" for w in daemon.api("GET", "/workers")["workers"])
+    )
+    login(page, daemon, "submit", "/ui/workers")
+    page.wait_for_selector("#workers-table tr[data-worker='w2']")
+    assert page.query_selector("#workers-table button") is None  # admin only
+    page.click("#logout")
+    login(page, daemon, "admin", "/ui/workers")
+    row = "#workers-table tr[data-worker='w2']"
+    page.click(f"{row} button:text('Drain')")
+    page.click(f"{row} button:text('Drain this worker?')")
+    page.wait_for_selector(".notice:has-text('Drain w2: done')")
+
+    def drained() -> bool:
+        workers = {w["worker_id"]: w for w in daemon.api("GET", "/workers")["workers"]}
+        return "w2" not in workers or workers["w2"]["draining"]
+
+    daemon.wait(drained)
+    page.wait_for_function(
+        f"""() => {{
+        const row = document.querySelector("{row}");
+        return row === null || row.textContent.includes("draining");
+      }}"""
+    )

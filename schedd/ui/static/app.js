@@ -157,9 +157,12 @@ function boot() {
   setInterval(() => {
     if (!document.hidden) tickAges();
   }, 5000);
-  // the indexes and lags move without events: the bar asks again every few seconds
+  // the indexes and lags move without events, and so do the workers: the bar, and a screen
+  // that says so (poll: true), ask again every few seconds
   setInterval(() => {
-    if (loggedIn && !document.hidden) clusterbar.refresh();
+    if (!loggedIn || document.hidden) return;
+    clusterbar.refresh();
+    if (screen?.poll && live.status.mode === "live") screen.refresh("poll");
   }, live.POLL_MS);
   const secret = token();
   if (secret) start(secret);

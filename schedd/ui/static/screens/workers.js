@@ -23,7 +23,8 @@ export function workersScreen(main) {
   }
 
   load();
-  return { refresh: load, destroy() { alive = false; } };
+  // workers come and go without an event: asked again every few seconds even when live
+  return { refresh: load, poll: true, destroy() { alive = false; } };
 }
 
 function workersTable(workers, refresh) {
@@ -42,6 +43,6 @@ function workersTable(workers, refresh) {
       h("td", {}, w.draining ? h("span", { class: "badge st-paused" }, "draining") : "serving"),
       h("td", { class: "actions" }, drain && !w.draining
         ? confirmButton("Drain", "Drain this worker?", () =>
-          act(`Drain ${w.worker_id}`, () => call("POST", fillPath(OPTIONAL.drain[1], { worker_id: w.worker_id }), { body: {} }), refresh), "")
+          act(`Drain ${w.worker_id}`, () => call("POST", fillPath(OPTIONAL.drain[1], { worker_id: w.worker_id })), refresh), "")
         : null)))));
 }
