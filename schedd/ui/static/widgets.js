@@ -12,9 +12,11 @@ import { h } from "./dom.js";
 export function filterForm(fields, params, navigate, path) {
   const inputs = fields.map(([name, label, options]) => {
     const value = params.get(name) ?? "";
-    const control = options
+    // a value of the address that is none of the choices (a bookmarked since=…) stays one
+    const choices = options && !options.some(([v]) => v === value) ? [...options, [value, value]] : options;
+    const control = choices
       ? h("select", { name, id: `f-${name}` },
-          options.map(([v, text]) => h("option", { value: v, selected: v === value }, text)))
+          choices.map(([v, text]) => h("option", { value: v, selected: v === value }, text)))
       : h("input", { name, id: `f-${name}`, value, autocomplete: "off", spellcheck: "false" });
     return h("label", { for: `f-${name}` }, label, control);
   });
