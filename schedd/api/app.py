@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from enum import StrEnum
 from typing import Any
+from urllib.parse import quote
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
@@ -738,6 +739,25 @@ async def workers(request: web.Request) -> web.Response:
     return json_response(body)
 
 
+async def drain_worker(request: web.Request) -> web.Response:
+    """The leader leases the worker nothing more and tells it to drain; a follower asks the
+    leader (the worker is connected there)."""
+    worker_id = request.match_info["worker_id"]
+    leader = request.app[NODE].leader
+    if leader is None or not leader.ready.is_set():
+        answer = await request.app[PROXY].post(
+            request, f"{PREFIX}/workers/{quote(worker_id)}/drain"
+        )
+        return json_response(answer)
+    conn = leader.drain(worker_id)
+    if conn is None:
+        raise NotFound(
+            f"no worker with id {worker_id!r} is connected to the leader", field="worker_id"
+        )
+    log_event(log, "worker.drained_by_api", worker_id=worker_id, by=request[TOKEN].name)
+    return json_response(worker_view(conn))
+
+
 async def _connected_workers(request: web.Request) -> list[WorkerView]:
     """The workers connected to the leader: this node's own when it leads, else the leader's
     answer to ``GET /workers`` (``Unavailable`` when it cannot be asked)."""
@@ -834,6 +854,7 @@ HANDLERS: tuple[Handler, ...] = (
     drop_dead_letters,
     cluster,
     workers,
+    drain_worker,
     worker_connect,
     events,
     whoami,

@@ -1,5 +1,5 @@
 """``GET /cluster`` (the cluster as this node sees it) and the proxy by which a follower asks
-the leader's API what only the leader knows (``GET /workers``)."""
+the leader's API what only the leader knows (``GET /workers``) or does (draining a worker)."""
 
 from __future__ import annotations
 
@@ -76,6 +76,12 @@ class LeaderProxy:
         self.ssl = ssl
 
     async def get(self, request: web.Request, path: str) -> Any:
+        return await self._ask(request, "GET", path)
+
+    async def post(self, request: web.Request, path: str) -> Any:
+        return await self._ask(request, "POST", path)
+
+    async def _ask(self, request: web.Request, method: str, path: str) -> Any:
         url = self.leader_url()
         if url is None or url == self.config.advertise_url():
             raise Unavailable("no leader known yet", retry_after=1)
@@ -83,7 +89,7 @@ class LeaderProxy:
         try:
             async with (
                 aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=3)) as s,
-                s.get(url + path, headers=headers, ssl=self.ssl) as resp,
+                s.request(method, url + path, headers=headers, ssl=self.ssl) as resp,
             ):
                 body = orjson.loads(await resp.read())
                 if resp.status != 200:

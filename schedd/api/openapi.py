@@ -74,7 +74,7 @@ _OTHER: Final[dict[str, Schema]] = {
     },
 }
 COMPONENTS: Final = Components({**SCALARS, **REQUESTS, **RESPONSES, **_OTHER})
-_PATH_PARAMS: Final = {"job_id": "JobId", "run_id": "RunId"}
+_PATH_PARAMS: Final = {"job_id": "JobId", "run_id": "RunId", "worker_id": "WorkerId"}
 
 
 # -- responses ----------------------------------------------------------------------------------
@@ -241,6 +241,13 @@ def _spec() -> Schema:
                     "required": True,
                     "schema": {"type": "string"},
                     "description": "a run id (opaque)",
+                },
+                "WorkerId": {
+                    "name": "worker_id",
+                    "in": "path",
+                    "required": True,
+                    "schema": {"type": "string"},
+                    "description": "a connected worker's id (GET /workers)",
                 },
                 "RequestId": {
                     "name": "X-Request-Id",

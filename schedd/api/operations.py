@@ -335,6 +335,18 @@ OPERATIONS: tuple[Operation, ...] = (
         "reachable.",
     ),
     Operation(
+        "drain_worker",
+        "POST",
+        f"{PREFIX}/workers/{{worker_id}}/drain",
+        "admin",
+        "Drain a worker: it finishes the leases it holds and is leased nothing more",
+        (Reply(200, "the worker, draining", "Worker"),),
+        (404, 503),
+        description="The leader sends the worker a drain frame (the SDK says it again to a new "
+        "leader after a failover); GET /workers shows it draining. A follower asks the leader; "
+        "503 when none is known or reachable, 404 when the worker is not connected to it.",
+    ),
+    Operation(
         "worker_connect",
         "GET",
         f"{PREFIX}/workers/connect",

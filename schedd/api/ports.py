@@ -121,6 +121,9 @@ class WorkerHub(Protocol):
 
     def disconnect(self, conn: WorkerConn) -> None: ...
 
+    def drain(self, worker_id: str) -> WorkerConn | None:
+        """Lease the worker nothing more and tell it so (None: it is not connected)."""
+
     @property
     def workers(self) -> Mapping[str, WorkerConn]:
         """The connected workers, by id."""
@@ -173,6 +176,9 @@ class LeaderApi(Protocol):
 
     async def get(self, request: web.Request, path: str) -> Any:
         """The leader's answer to ``GET path`` with this request's credentials."""
+
+    async def post(self, request: web.Request, path: str) -> Any:
+        """The leader's answer to ``POST path`` (no body) with this request's credentials."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -535,8 +535,14 @@ def waiting_reason(task: str, queue: str, workers: Sequence[WorkerView]) -> str 
     takers = [w for w in workers if queue in w["queues"]]
     if not takers:
         return f"no connected worker takes queue {queue!r} (task {task!r} waits for one)"
-    if not any(w["tasks"] is None or task in w["tasks"] for w in takers):
+    servers = [w for w in takers if w["tasks"] is None or task in w["tasks"]]
+    if not servers:
         return f"no connected worker serves task {task!r} on queue {queue!r}"
+    if all(w["draining"] for w in servers):
+        return (
+            f"every connected worker that serves task {task!r} on queue {queue!r} is draining "
+            "(it takes no new work)"
+        )
     return None
 
 

@@ -738,6 +738,17 @@ class LeaderCore:
         self._out.append(WAKE)
         return self._emit()
 
+    def drain(self, conn: WorkerConn) -> list[Action]:
+        """An operator drains the worker on ``conn``: it is leased nothing more, and told so
+        (it finishes the leases it holds)."""
+        if not conn.draining:
+            conn.draining = True
+            self._out.append(Send(conn, messages.Drain()))
+            log_event(
+                log, "worker.drain_requested", worker_id=conn.worker_id, leases=len(conn.leases)
+            )
+        return self._emit()
+
     def disconnect(self, conn: WorkerConn) -> None:
         """``conn`` closed (its leases stay: the worker may resume them elsewhere)."""
         if self.workers.get(conn.worker_id) is conn:

@@ -165,6 +165,13 @@ class Leader:
     def disconnect(self, conn: WorkerConn) -> None:
         self.core.disconnect(conn)
 
+    def drain(self, worker_id: str) -> WorkerConn | None:
+        """Drain the connected worker ``worker_id`` (None: no such worker is connected)."""
+        conn = self.core.workers.get(worker_id)
+        if conn is not None:
+            self._do(self.core.drain(conn))
+        return conn
+
     def heartbeat(self, conn: WorkerConn, refs: tuple[messages.LeaseRef, ...]) -> None:
         self.core.heartbeat(conn, refs, now())
 

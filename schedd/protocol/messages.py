@@ -94,6 +94,9 @@ class Fail:
 
 @dataclass(frozen=True, slots=True)
 class Drain:
+    """Both ways: a worker that stops says it (send it no new leases); the leader tells a
+    worker an operator drained (finish the leases you hold, take no new ones)."""
+
     TYPE: ClassVar[str] = "drain"
 
 
@@ -156,7 +159,7 @@ class Error:
 
 
 WorkerMessage = Hello | Heartbeat | Complete | Fail | Drain
-ServerMessage = Welcome | Redirect | Lease | Ack | Cancel | Error
+ServerMessage = Welcome | Redirect | Lease | Ack | Cancel | Drain | Error
 Message = WorkerMessage | ServerMessage
 
 # -- field checkers: (value, path) -> value, or raise ProtocolError ----------------------------

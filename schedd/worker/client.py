@@ -672,6 +672,14 @@ class Worker:
             self._on_ack(msg)
         elif isinstance(msg, Cancel):
             self._on_cancel(msg)
+        elif isinstance(msg, Drain):
+            if not self._draining:
+                log.warning(
+                    "worker.drained_by_server held=%d: finishing the leases held, taking no new "
+                    "ones (restart the worker to take work again)",
+                    len(self._book),
+                )
+            self._draining = True
         elif isinstance(msg, Error):
             log.error("worker.server_error code=%s message=%s", msg.code, msg.message)
         else:

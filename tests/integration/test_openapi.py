@@ -322,6 +322,10 @@ async def test_live_answers_match_the_document(
     dropped = await call("POST", API + "/dlq/drop", 200, {"dry_run": False, "run_ids": failed})
     assert dropped["skipped"] == failed  # neither is in the queue any more
     await call("POST", API + "/dlq/drop", 400, {"run_ids": failed})
+    drained = await call("POST", API + "/workers/w1/drain", 200)
+    assert drained["draining"] is True
+    await call("POST", API + "/workers/nobody/drain", 404)
+    await call("POST", API + "/workers/w1/drain", 403, token=READ_SECRET)
     await worker.ws.close()
 
     # the cluster and the operations endpoints

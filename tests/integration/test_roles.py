@@ -15,7 +15,11 @@ from schedd.auth import ACTIONS, Role, Token, TokenStore
 from tests.conftest import Node
 
 SECRETS = {role: f"{role.value}-secret-0123456789abcdef" for role in Role}
-PATH_VALUES = {"{job_id}": "01ZZZZZZZZZZZZZZZZZZZZZZZZ", "{run_id}": "01ZZZZZZZZZZZZZZZZZZZZZZZZ@1"}
+PATH_VALUES = {
+    "{job_id}": "01ZZZZZZZZZZZZZZZZZZZZZZZZ",
+    "{run_id}": "01ZZZZZZZZZZZZZZZZZZZZZZZZ@1",
+    "{worker_id}": "nobody",
+}
 
 
 async def call(

@@ -133,6 +133,7 @@ class Live:
         self.node: Node | None = None
         self.http: aiohttp.ClientSession | None = None
         self.worker: RawWorker | None = None
+        self.drainee: RawWorker | None = None
         self.work: asyncio.Task[None] | None = None
         self.session = requests.Session()
         self.tmp = tmp
@@ -175,6 +176,13 @@ class Live:
         )
         await self.worker.expect(messages.Welcome)
         self.work = asyncio.create_task(_work(self.worker))
+        # a worker of its own for the drain cases: w1 must go on taking work
+        ws = await self.http.ws_connect(
+            self.node.url + API + "/workers/connect", headers=self.node.headers()
+        )
+        self.drainee = RawWorker(ws)
+        await self.drainee.send(messages.Hello(worker_id="drainee", queues=("idle",), capacity=1))
+        await self.drainee.expect(messages.Welcome)
 
     async def _disconnect_worker(self) -> None:
         if self.work is not None:
@@ -183,6 +191,8 @@ class Live:
                 await self.work
         if self.worker is not None:
             await self.worker.ws.close()
+        if self.drainee is not None:
+            await self.drainee.ws.close()
         if self.http is not None:
             await self.http.close()
 
@@ -250,6 +260,8 @@ class Live:
         params = case.path_parameters
         if not params:
             return
+        if "worker_id" in params:
+            params["worker_id"] = "drainee"
         make = fresh.get((case.operation.method.upper(), case.operation.path))
         for name, pool in (("job_id", self._jobs), ("run_id", self._runs)):
             if name in params:

@@ -314,6 +314,22 @@ def test_a_worker_that_does_not_say_its_tasks_is_leased_any() -> None:
     assert {lz.run_id for lz in sim.frames(anything, messages.Lease)} == ids
 
 
+def test_a_drained_worker_is_told_once_keeps_its_lease_and_is_leased_nothing_more() -> None:
+    sim = Sim()
+    conn = sim.connect("w1", capacity=2)
+    held, _ = leased(sim, conn)
+    sim.do(sim.leader.drain(conn))
+    sim.do(sim.leader.drain(conn))  # again: the same, nothing new to say
+    assert conn.draining and len(sim.frames(conn, messages.Drain)) == 1
+    waiting = sim.submit("J2")
+    sim.settle()
+    assert [lz.run_id for lz in sim.frames(conn, messages.Lease)] == [held]
+    assert sim.run(waiting).state is RunState.QUEUED and held in sim.leader.leases
+    other = sim.connect("w2")
+    sim.settle()
+    assert sim.only_lease(other).run_id == waiting
+
+
 # -- leases that end ----------------------------------------------------------------------------
 def test_a_lease_without_heartbeats_ends_as_lost_and_its_worker_is_told_to_stop() -> None:
     sim = Sim()

@@ -303,3 +303,14 @@ def test_a_queued_run_says_why_no_worker_takes_it() -> None:
     )
     assert waiting_reason("mail", "q", [_worker(["q"], ["reports", "mail"])]) is None
     assert waiting_reason("mail", "q", [_worker(["q"], None)]) is None  # any task
+
+
+def test_a_queued_run_whose_workers_all_drain_says_so() -> None:
+    draining = {**_worker(["q"], ["mail"]), "draining": True}
+    assert waiting_reason("mail", "q", [draining]) == (
+        "every connected worker that serves task 'mail' on queue 'q' is draining "
+        "(it takes no new work)"
+    )
+    other = _worker(["q"], ["reports"])  # not draining, but it does not serve mail
+    assert waiting_reason("mail", "q", [draining, other]) == waiting_reason("mail", "q", [draining])
+    assert waiting_reason("mail", "q", [draining, _worker(["q"], None)]) is None

@@ -1131,3 +1131,27 @@ def test_a_refusal_says_what_to_change() -> None:
         WorkerRefused("http://n1:7700", 403, True)
     )
     assert "no token was given (pass --token" in str(WorkerRefused("http://n1:7700", 401, False))
+
+
+async def test_a_drain_from_the_server_finishes_what_runs_refuses_more_and_is_repeated_on_reconnect(
+    fake: FakeServer,
+) -> None:
+    w, gate, ctxs = gate_worker(fake)
+    async with serving(w):
+        await fake.expect(Hello)
+        await until(lambda: w.connected)
+        await fake.send(lease(run_id="a@1", fence=1))
+        await until(lambda: len(ctxs) == 1)
+        await fake.send(Drain())  # an operator drained this worker
+        await fake.send(lease(run_id="b@1", fence=2))  # (a leader would not send it)
+        refused = await fake.expect(Fail)
+        assert (refused.run_id, refused.retryable) == ("b@1", True) and len(ctxs) == 1
+        await fake.send(Ack("b@1", True))
+        await fake.drop()  # a failover: the new leader hears it drains
+        await fake.expect(Hello)
+        assert await fake.expect(Drain) == Drain()
+        gate.set()  # what it held it finishes
+        assert await fake.expect(Complete) == Complete("a@1", 1, None)
+        await fake.send(Ack("a@1", True))
+        await until(lambda: w.leases == ())
+        assert w.connected  # drained, not stopped
