@@ -352,6 +352,12 @@ def test_the_cluster_bar_says_who_leads_and_serves(page: Any, daemon: Daemon) ->
     view = daemon.api("GET", "/cluster")
     assert re.search(rf"term {view['term']}\b", bar)
     assert page.is_hidden("#banner")
+    me = view["nodes"][0]
+    chip = page.inner_text("#cluster .node.self")
+    if me.get("version"):  # the node's version and lag, where /cluster gives them
+        assert f"v{me['version']}" in chip
+    if me.get("lag") is not None:
+        assert "lag 0" in chip
 
 
 def test_no_leader_is_a_red_banner_and_a_new_leader_a_notice(page: Any, daemon: Daemon) -> None:

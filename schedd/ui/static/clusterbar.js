@@ -4,7 +4,7 @@
 
 import { API, ApiError, OPTIONAL, get, has } from "./api.js";
 import { fill, h } from "./dom.js";
-import { duration, relative } from "./fmt.js";
+import { duration } from "./fmt.js";
 
 let bar;
 let banner;
@@ -105,10 +105,12 @@ function nodeChip(n, view) {
   if (n.self) bits.push(" · this page");
   if (n.lag !== undefined && n.lag !== null) bits.push(` · lag ${n.lag}`);
   else if (!n.self) bits.push(view.role === "leader" ? " · lag ?" : "");
-  const contact = n.last_contact ?? n.last_contact_at ?? null;
-  if (contact !== null && contact !== undefined) {
-    bits.push(typeof contact === "number" ? ` · seen ${duration(contact)} ago` : ` · seen ${relative(contact)}`);
-  } else if (!n.self && n.connected !== undefined) {
+  // last contact: seconds since the leader heard from the node (or this follower from its
+  // leader); the leader's own 0 says nothing
+  const contact = n.last_contact ?? null;
+  if (typeof contact === "number" && !(n.role === "leader" && contact === 0)) {
+    bits.push(` · contact ${duration(contact)} ago`);
+  } else if (!n.self && n.connected !== undefined && contact === null) {
     bits.push(n.connected ? " · connected" : " · unreachable");
   }
   if (n.version) bits.push(` · v${n.version}`);
