@@ -187,6 +187,7 @@ class Runtime:
                 await within(ws.close(code=1001, message=b"node stopping"), 1.0)
         if self._runner is not None:
             await self._runner.cleanup()
+        await self.proxy.close()
         await self.reader.close()
         self.node.close()
         log_event(log, "node.stopped", node_id=self.config.node.id)

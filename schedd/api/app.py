@@ -17,6 +17,7 @@ from urllib.parse import quote
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
+import schedd
 from schedd import clock
 from schedd.api.cluster import cluster_view
 from schedd.api.events import events
@@ -730,8 +731,10 @@ async def drop_dead_letters(request: web.Request) -> web.Response:
 
 
 async def cluster(request: web.Request) -> web.Response:
-    node = request.app[NODE]
-    return json_response(cluster_view(request.app[CONFIG], request.app[RAFT], node.leader_url()))
+    app = request.app
+    config = app[CONFIG]
+    versions = app[PROXY].versions([url for url in config.peer_http_urls()])
+    return json_response(cluster_view(config, app[RAFT], app[NODE].leader_url(), versions))
 
 
 async def workers(request: web.Request) -> web.Response:
@@ -791,7 +794,11 @@ async def metrics(request: web.Request) -> web.Response:
 
 
 async def healthz(request: web.Request) -> web.Response:
-    body: HealthView = {"status": "ok", "node_id": request.app[CONFIG].node.id}
+    body: HealthView = {
+        "status": "ok",
+        "node_id": request.app[CONFIG].node.id,
+        "version": schedd.__version__,
+    }
     return json_response(body)
 
 

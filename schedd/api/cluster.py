@@ -3,27 +3,40 @@ the leader's API what only the leader knows (``GET /workers``) or does (draining
 
 from __future__ import annotations
 
+import asyncio
 import ssl
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import aiohttp
 import orjson
 from aiohttp import web
 
+import schedd
+from schedd import clock
 from schedd.api.ports import Raft
 from schedd.api.views import ClusterNodeView, ClusterView
 from schedd.config import Config
 from schedd.errors import Unavailable, from_code
 
 
-def cluster_view(config: Config, raft: Raft, leader_url: str | None) -> ClusterView:
+def _age(since: float | None, now: float) -> float | None:
+    """Seconds since a ``clock.mono`` instant, to the millisecond (None: not known)."""
+    return None if since is None else round(max(0.0, now - since), 3)
+
+
+def cluster_view(
+    config: Config, raft: Raft, leader_url: str | None, versions: Mapping[str, str | None]
+) -> ClusterView:
     status = raft.raft_status  # one consistent view (published by the Raft thread)
     leader_addr = status.leader
     role = status.role
+    now = clock.mono()
     with raft.read() as st:
         leader_id = st.leader_node if st.leader_term == status.term else None
     http = config.raft_http_map()
+    leading = role == "leader"
+    heard = _age(status.leader_heard_at, now)  # a follower: since it heard from its leader
     nodes: list[ClusterNodeView] = [
         {
             "raft": config.raft.listen,
@@ -32,22 +45,31 @@ def cluster_view(config: Config, raft: Raft, leader_url: str | None) -> ClusterV
             "role": role,
             "self": True,
             "healthy": True,
+            "version": schedd.__version__,
+            "lag": 0 if leading else max(0, raft.commit_index - raft.applied_index),
+            "last_contact": 0.0 if leading else heard,
         }
     ]
     for peer in status.peers:
+        is_leader = peer.addr == leader_addr
+        url = http.get(peer.addr)
         entry: ClusterNodeView = {
-            "id": leader_id if peer.addr == leader_addr else None,
+            "id": leader_id if is_leader else None,
             "raft": peer.addr,
-            "http": http.get(peer.addr),
-            "role": "leader" if peer.addr == leader_addr else "follower",
+            "http": url,
+            "role": "leader" if is_leader else "follower",
             "self": False,
-            "connected": peer.connected,
             "healthy": peer.connected,
+            "version": None if url is None else versions.get(url),
+            "lag": 0 if is_leader else None,
+            "last_contact": heard if is_leader else None,
+            "connected": peer.connected,
         }
-        if role == "leader":
+        if leading:
             match = peer.match_index
             entry["match_index"] = match
             entry["lag"] = None if match is None else max(0, status.commit_index - match)
+            entry["last_contact"] = _age(peer.answered_at, now)
         nodes.append(entry)
     return {
         "node_id": config.node.id,
@@ -64,8 +86,15 @@ def cluster_view(config: Config, raft: Raft, leader_url: str | None) -> ClusterV
     }
 
 
+#: a peer's version is asked again once it is this old (or, not known, this long after asking)
+VERSION_TTL_S = 30.0
+VERSION_RETRY_S = 5.0
+VERSION_TIMEOUT_S = 2.0
+
+
 class LeaderProxy:
-    """Asks the leader's API, with the caller's credentials, for what only the leader knows."""
+    """Asks the leader's API, with the caller's credentials, for what only the leader knows;
+    and the other nodes' ``/healthz`` for their versions."""
 
     def __init__(
         self, config: Config, leader_url: Callable[[], str | None], ssl: ssl.SSLContext | bool
@@ -74,6 +103,51 @@ class LeaderProxy:
         self.leader_url = leader_url
         #: the TLS trust for the leader's https API (``http.tls_ca``, else the system's CAs)
         self.ssl = ssl
+        self._versions: dict[str, tuple[str | None, float]] = {}  # url -> (version, asked at)
+        self._asking: set[asyncio.Task[None]] = set()
+
+    def versions(self, urls: Sequence[str]) -> dict[str, str | None]:
+        """The version each node last said (``GET /healthz``), never waiting for one: what is
+        not known or is stale is asked in the background, one request per node at a time, so
+        ``GET /cluster`` stays quick while a node does not answer."""
+        now = clock.mono()
+        out: dict[str, str | None] = {}
+        stale = []
+        for url in urls:
+            version, asked = self._versions.get(url, (None, -1e9))
+            out[url] = version
+            ttl = VERSION_TTL_S if version is not None else VERSION_RETRY_S
+            if now - asked >= ttl:
+                stale.append(url)
+        if stale and not self._asking:
+            for url in stale:  # (asked once, whatever comes back)
+                self._versions[url] = (self._versions.get(url, (None, 0.0))[0], now)
+            task = asyncio.create_task(self._ask_versions(stale))
+            self._asking.add(task)
+            task.add_done_callback(self._asking.discard)
+        return out
+
+    async def close(self) -> None:
+        """Stop asking (the node stops)."""
+        for task in list(self._asking):
+            task.cancel()
+        await asyncio.gather(*self._asking, return_exceptions=True)
+
+    async def _ask_versions(self, urls: list[str]) -> None:
+        timeout = aiohttp.ClientTimeout(total=VERSION_TIMEOUT_S)
+        async with aiohttp.ClientSession(timeout=timeout) as s:
+            answers = await asyncio.gather(
+                *(self._version_of(s, url) for url in urls), return_exceptions=True
+            )
+        for url, answer in zip(urls, answers, strict=True):
+            version = answer if isinstance(answer, str) else None
+            self._versions[url] = (version, clock.mono())
+
+    async def _version_of(self, s: aiohttp.ClientSession, url: str) -> str | None:
+        async with s.get(url + "/healthz", ssl=self.ssl) as resp:
+            body = orjson.loads(await resp.read())
+        version = body.get("version") if isinstance(body, dict) else None
+        return version if isinstance(version, str) else None
 
     async def get(self, request: web.Request, path: str) -> Any:
         return await self._ask(request, "GET", path)

@@ -48,6 +48,10 @@ class PeerView(Protocol):
     @property
     def match_index(self) -> int | None: ...
 
+    @property
+    def answered_at(self) -> float | None:
+        """When it last answered this node, the leader (``clock.mono``); None: not known."""
+
 
 class StatusView(Protocol):
     """This node's Raft state as last published (``schedd.raft.node.RaftStatus``)."""
@@ -66,6 +70,10 @@ class StatusView(Protocol):
 
     @property
     def peers(self) -> Sequence[PeerView]: ...
+
+    @property
+    def leader_heard_at(self) -> float | None:
+        """When this follower last heard from its leader (``clock.mono``)."""
 
 
 class Raft(Protocol):
@@ -179,6 +187,10 @@ class LeaderApi(Protocol):
 
     async def post(self, request: web.Request, path: str) -> Any:
         """The leader's answer to ``POST path`` (no body) with this request's credentials."""
+
+    def versions(self, urls: Sequence[str]) -> dict[str, str | None]:
+        """The schedd version of the node at each API URL as last learnt (None: not known
+        yet, or it does not answer); stale ones are asked again in the background."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -238,15 +238,25 @@ class ClusterNodeView(TypedDict):
     role: Role
     self: bool
     healthy: bool
+    version: Annotated[
+        str | None, "the node's schedd version (null: not known yet, or it does not answer)"
+    ]
+    lag: Annotated[
+        int | None,
+        js(minimum=0),
+        "entries behind the leader's commit index: known for every node when this node leads, "
+        "else for itself (what it has not applied of the commit index it knows) and its leader "
+        "(0); null otherwise",
+    ]
+    last_contact: Annotated[
+        float | None,
+        js(minimum=0),
+        "seconds since the leader last heard from the node (when this node leads), or since "
+        "this follower last heard from its leader (itself and the leader); 0 for the leader "
+        "itself; null when not known",
+    ]
     connected: NotRequired[Annotated[bool, "peers only"]]
     match_index: NotRequired[Annotated[int | None, "peers only, when this node leads"]]
-    lag: NotRequired[
-        Annotated[
-            int | None,
-            js(minimum=0),
-            "entries behind the leader's commit index (peers only, when this node leads)",
-        ]
-    ]
 
 
 class ClusterView(TypedDict):
@@ -360,6 +370,7 @@ class StreamStartView(TypedDict):
 class HealthView(TypedDict):
     status: Literal["ok"]
     node_id: str
+    version: Annotated[str, "the node's schedd version"]
 
 
 class ReadyView(TypedDict):

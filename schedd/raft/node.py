@@ -53,6 +53,7 @@ from schedd.raft.patches import (
     keep_next_index,
     last_response_times,
     read_before_judging,
+    watch_leader,
 )
 from schedd.raft.peerguard import PeerGuard
 from schedd.raft.snapshots import SqlSnapshots
@@ -82,6 +83,8 @@ class PeerStatus:
     next_index: int | None  # the next entry the leader sends it (only a leader knows)
     stalled: bool  # this leader sees its replication stalled (see _watch_followers)
     stall_recoveries: int  # recoveries this node started for it since the process began
+    #: when it last answered this node's append_entries (clock.mono; only a leader knows)
+    answered_at: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +103,8 @@ class RaftStatus:
     applied_index: int
     has_quorum: bool
     peers: tuple[PeerStatus, ...]
+    #: when this node last heard from the leader it follows (clock.mono; None: never, or leads)
+    leader_heard_at: float | None = None
 
     def peer(self, addr: str) -> PeerStatus | None:
         return next((p for p in self.peers if p.addr == addr), None)
@@ -388,6 +393,8 @@ class RaftNode:
         # deposes no one whose messages wait in the sockets, and one tick applies at most
         # ~50 ms of entries before it sends heartbeats and reads again (schedd/raft/pauses.py).
         read_before_judging(self._obj)
+        self._leader_heard_at: float | None = None  # tick thread writes, published in status
+        watch_leader(self._obj, self._heard_from_leader)
         bound_apply(self._obj, batch=self._sm)
         self._woken = threading.Event()  # set while a wake-up is in the pipe
         self._waker = PipeNotifier(self._obj._poller, callback=self._woken.clear)
@@ -403,6 +410,9 @@ class RaftNode:
     def attach(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
         self.events.attach(loop)
+
+    def _heard_from_leader(self) -> None:  # tick thread
+        self._leader_heard_at = clock.mono()
 
     def _replaced(self) -> None:
         """A snapshot replaced the state: the changes before it are not known here."""
@@ -463,6 +473,8 @@ class RaftNode:
             return
         self._status_at = now
         raw = obj.getStatus()
+        leading = bool(obj._isLeader())
+        answered = last_response_times(obj) if leading else {}
         peers = []
         for addr in self.settings.peers:
             seen = self._followers.get(addr)
@@ -476,6 +488,7 @@ class RaftNode:
                     next_index=None if nxt is None else int(nxt),
                     stalled=seen is not None and seen.stalled,
                     stall_recoveries=self._stall_recoveries.get(addr, 0),
+                    answered_at=answered.get(addr),
                 )
             )
         self._status = RaftStatus(
@@ -486,6 +499,7 @@ class RaftNode:
             applied_index=int(raw.get("last_applied", obj.raftLastApplied)),
             has_quorum=bool(raw.get("has_quorum", obj.hasQuorum)),
             peers=tuple(peers),
+            leader_heard_at=None if leading else self._leader_heard_at,
         )
 
     @property

@@ -317,6 +317,21 @@ def guard_snapshot_commit(obj: SyncObj) -> None:
     _intercept(obj, snapshot_chunk, around)
 
 
+def watch_leader(obj: SyncObj, heard: Callable[[], None]) -> None:
+    """Call ``heard`` for each ``append_entries`` (heartbeats included) this node takes from the
+    leader it follows: when it last heard from its leader.  Tick thread."""
+
+    def append(message: dict[str, Any]) -> bool:
+        return message.get("type") == "append_entries"
+
+    def around(node: Any, message: Any, inner: Callable[[Any, Any], None]) -> None:
+        inner(node, message)
+        if obj._getLeader() == node and not obj._isLeader():
+            heard()
+
+    _intercept(obj, append, around)
+
+
 def keep_next_index(obj: SyncObj) -> None:
     """Stop pysyncobj 0.3.17 from sending a follower entries it already has.
 
