@@ -94,6 +94,15 @@ async def test_a_task_no_worker_runs_waits_for_one_instead_of_being_dead_lettere
             # and each says why, on every node (a follower asks the leader for its workers)
             why = "no connected worker serves task 'acc.late' on queue 'default'"
             for url in cluster.urls:
+                # a follower applies what the leader committed a little later (more on a busy
+                # machine): read there once it has the job
+                async def applied(url: str = url) -> bool:
+                    async with http.get(
+                        f"{url}/api/v1/jobs/{waiting[0]}", headers=cluster.headers()
+                    ) as r:
+                        return r.status == 200
+
+                await until(applied, 30, f"{url} has applied the jobs")
                 job = await api(http, cluster, "GET", f"/jobs/{waiting[0]}", base=url)
                 assert job["latest_run"]["waiting"] == why
                 run = await api(http, cluster, "GET", f"/runs/{job['latest_run']['id']}", base=url)
