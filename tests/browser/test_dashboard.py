@@ -492,3 +492,19 @@ def test_an_admin_drains_a_worker(page: Any, daemon: Daemon) -> None:
         return row === null || row.textContent.includes("draining");
       }}"""
     )
+
+
+def test_events_about_other_jobs_do_not_refresh_the_screen(page: Any, daemon: Daemon) -> None:
+    if "/api/v1/events" not in daemon.api("GET", "/openapi.json")["paths"]:
+        pytest.skip("the node has no event stream")
+    mine = submit(daemon, task="ui.ok", name="mine", namespace="tquiet", schedule={"every": "1h"})
+    login(page, daemon, "read", "/ui/jobs?namespace=tquiet")
+    page.wait_for_selector(f"tr[data-job='{mine['id']}']")
+    page.wait_for_selector("body[data-live='live']")
+    asked: list[str] = []
+    page.on("request", lambda r: asked.append(r.url) if "/api/v1/jobs" in r.url else None)
+    submit(daemon, task="ui.ok", namespace="tother")  # runs at once: job and run events
+    page.wait_for_timeout(2_500)
+    assert asked == []
+    with page.expect_request(lambda r: "namespace=tquiet" in r.url, timeout=5_000):
+        daemon.api("POST", f"/jobs/{mine['id']}/trigger", {})  # one of the page's: refreshed

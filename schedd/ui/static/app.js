@@ -142,7 +142,15 @@ function boot() {
   on("unauthenticated", () => {
     if (loggedIn) logout("The token is no longer accepted (401): paste a valid one.");
   });
-  live.subscribe((kind) => refreshSoon(kind));
+  live.subscribe((kind, event) => {
+    if (kind === "event" && event.type === "cluster") {
+      clusterbar.refresh(); // a new leader: the bar, not the screen
+      return;
+    }
+    // an event about what the screen does not show does not refresh it
+    if (kind === "event" && screen?.relevant && !screen.relevant(event.type, event.data ?? [])) return;
+    refreshSoon(kind);
+  });
   document.addEventListener("click", (event) => {
     const a = event.target.closest?.("a[href]");
     if (!a || event.defaultPrevented || event.button !== 0) return;

@@ -124,7 +124,13 @@ export function dlqScreen(main, { params, navigate }) {
 
   drawBulk(bulk, params, errorText, load);
   load();
-  return { refresh: load, destroy() { alive = false; } };
+  const namespace = params.get("namespace");
+  return {
+    refresh: load,
+    relevant: (type, changes) =>
+      type === "dlq" && changes.some((c) => !namespace || c.namespace === namespace),
+    destroy() { alive = false; },
+  };
 }
 
 function groupedTable(runs, selected, onSelect) {

@@ -65,7 +65,11 @@ export function jobScreen(main, { id, params, navigate }) {
   }
 
   load();
-  return { refresh: load, destroy() { alive = false; } };
+  return {
+    refresh: load,
+    relevant: (type, changes) => changes.some((c) => c.id === id || c.job_id === id),
+    destroy() { alive = false; },
+  };
 }
 
 function specTable(job, names) {

@@ -31,6 +31,7 @@ export function jobsScreen(main, { params, navigate }) {
   const started = performance.now();
   let alive = true;
   let generation = 0;
+  let shown = new Set(); // the ids of the jobs on the page
 
   async function load() {
     const mine = ++generation;
@@ -45,6 +46,7 @@ export function jobsScreen(main, { params, navigate }) {
       return;
     }
     if (!alive || mine !== generation || main.querySelector(".armed")) return;
+    shown = new Set(page.jobs.map((job) => job.id));
     fill(table, jobTable(page.jobs, load));
     fill(paging, pager(page.next_cursor, params, navigate, PATH, page.jobs.length));
     if (!main.dataset.firstPageMs) {
@@ -54,9 +56,20 @@ export function jobsScreen(main, { params, navigate }) {
     await fillLastRuns(page.jobs, () => alive && mine === generation);
   }
 
+  /** An event matters when it is about a job on the page, or a job the filter may show. */
+  function relevant(type, changes) {
+    const f = filterOf(params, ["namespace", "queue", "task", "name"]);
+    if (type === "run") return changes.some((c) => shown.has(c.job_id));
+    if (type !== "job") return false;
+    return changes.some((c) => shown.has(c.id) || (
+      (!f.namespace || c.namespace === f.namespace) && (!f.queue || c.queue === f.queue) &&
+      (!f.task || c.task === f.task) && (!f.name || c.name === f.name)));
+  }
+
   load();
   return {
     refresh: load,
+    relevant,
     destroy() {
       alive = false;
       delete main.dataset.firstPageMs;
@@ -149,9 +162,18 @@ function cacheKey(job) {
   return r ? `${r.id}|${r.updated_at}` : "none";
 }
 
+/** The job's last runs as known: fetched once, then kept up to date from its latest run
+ * (each refresh of the page brings it), so a busy page asks for no more than its new rows. */
 function cached(job) {
   const hit = runsCache.get(job.id);
-  return hit && hit.key === cacheKey(job) ? hit.runs : null;
+  if (!hit) return null;
+  if (hit.key !== cacheKey(job) && job.latest_run) {
+    const latest = job.latest_run;
+    const rest = hit.runs.filter((r) => r.id !== latest.id);
+    hit.runs = [latest, ...rest].slice(0, LAST_RUNS);
+    hit.key = cacheKey(job);
+  }
+  return hit.runs;
 }
 
 /** Each row's last runs, newest first (a few requests at a time; cached while unchanged). */

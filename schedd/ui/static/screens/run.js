@@ -38,7 +38,11 @@ export function runScreen(main, { id }) {
   }
 
   load();
-  return { refresh: load, destroy() { alive = false; } };
+  return {
+    refresh: load,
+    relevant: (type, changes) => type === "run" && changes.some((c) => c.id === id),
+    destroy() { alive = false; },
+  };
 }
 
 function runActions(run, refresh) {

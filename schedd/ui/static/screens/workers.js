@@ -24,7 +24,7 @@ export function workersScreen(main) {
 
   load();
   // workers come and go without an event: asked again every few seconds even when live
-  return { refresh: load, poll: true, destroy() { alive = false; } };
+  return { refresh: load, poll: true, relevant: () => false, destroy() { alive = false; } };
 }
 
 function workersTable(workers, refresh) {
