@@ -358,6 +358,12 @@ def test_the_cluster_bar_says_who_leads_and_serves(page: Any, daemon: Daemon) ->
         assert f"v{me['version']}" in chip
     if me.get("lag") is not None:
         assert "lag 0" in chip
+    if "/api/v1/scheduling-lag" in daemon.api("GET", "/openapi.json")["paths"]:
+        lag = page.wait_for_selector("#scheduling-lag")
+        assert re.fullmatch(
+            r"fire p99 \S+( \S+)? · start p99 \S+( \S+)? · \d+ due, not started", lag.inner_text()
+        )
+        assert "as the leader n1 saw it" in (lag.get_attribute("title") or "")
 
 
 def test_no_leader_is_a_red_banner_and_a_new_leader_a_notice(page: Any, daemon: Daemon) -> None:

@@ -18,7 +18,7 @@ const ACTIONS = {
 export const OPTIONAL = {
   events: ["get", `${API}/events`],
   whoami: ["get", `${API}/whoami`],
-  lag: ["get", `${API}/lag`],
+  lag: ["get", `${API}/scheduling-lag`],
   dlqReplay: ["post", `${API}/dlq/replay`],
   dlqDrop: ["post", `${API}/dlq/drop`],
   drain: ["post", `${API}/workers/{worker_id}/drain`],

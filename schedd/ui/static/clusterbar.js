@@ -49,8 +49,7 @@ async function load() {
     return;
   }
   bar.classList.remove("stale");
-  if (has("lag")) await addLag(view);
-  draw(view);
+  draw(view, has("lag") ? await schedulingLag() : null);
   const leaderless = !view.leader || !view.has_quorum;
   if (leaderless) {
     const why = view.has_quorum ? "no leader is known yet" : "this node sees no quorum";
@@ -68,21 +67,16 @@ async function load() {
   last = view;
 }
 
-/** Merge what GET /lag says about each node into the cluster view (where the node has it). */
-async function addLag(view) {
+/** How late the leader schedules (where the node has GET /scheduling-lag), or null. */
+async function schedulingLag() {
   try {
-    const lag = await get(OPTIONAL.lag[1]);
-    const rows = Array.isArray(lag?.nodes) ? lag.nodes : [];
-    for (const node of view.nodes) {
-      const row = rows.find((r) => (r.id && r.id === node.id) || (r.raft && r.raft === node.raft));
-      for (const [key, value] of Object.entries(row ?? {})) node[key] ??= value;
-    }
+    return await get(OPTIONAL.lag[1], { minutes: 5 });
   } catch {
-    // the bar shows what /cluster said
+    return null; // no leader to ask: the bar shows the rest
   }
 }
 
-function draw(view) {
+function draw(view, lag) {
   const leader = view.leader ?? "none";
   const facts = [
     h("span", { class: "fact serving", title: "the node that answers this page" },
@@ -94,8 +88,21 @@ function draw(view) {
     h("span", { class: "fact", title: "commit index / applied index on this node" },
       "commit ", h("b", {}, String(view.commit_index)), " · applied ", h("b", {}, String(view.applied_index))),
   ];
+  if (lag) facts.push(lagFact(lag));
   const nodes = view.nodes.map((n) => nodeChip(n, view));
   fill(bar, h("div", { class: "facts" }, facts), h("div", { class: "nodes" }, nodes));
+}
+
+/** "fire p99 0.2 s · start p99 1.5 s · 3 waiting": the leader's scheduling lag, by queue on
+ * hover. */
+function lagFact(lag) {
+  const p99 = (l) => (l.p99 === null ? "—" : duration(l.p99));
+  const by = lag.lease.by.map((g) => `${g.queue}/${g.priority}: start p99 ${p99(g)} (${g.count} runs)`);
+  const title = [`the last ${duration(lag.window)}, as the leader ${lag.leader} saw it`, ...by,
+    `misfires ever: ${lag.misfires}`].join("\n");
+  const waiting = lag.due_not_leased;
+  return h("span", { class: `fact lag${waiting > 0 ? " warn" : ""}`, id: "scheduling-lag", title },
+    `fire p99 ${p99(lag.fire)} · start p99 ${p99(lag.lease)} · ${waiting} due, not started`);
 }
 
 function nodeChip(n, view) {
