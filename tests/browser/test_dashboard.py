@@ -417,12 +417,16 @@ def test_a_hidden_page_asks_nothing_and_catches_up_when_shown(page: Any, daemon:
     job = submit(daemon, task="ui.ok", name="made-while-hidden", namespace="thidden")
     page.wait_for_timeout(5_000)  # longer than the poll interval
     assert asked == []
-    page.evaluate(
-        """() => {
+    show = """() => {
         delete document.hidden;
         document.dispatchEvent(new Event("visibilitychange"));
       }"""
-    )
+    if mode == "live":  # the stream resumes where it was: Last-Event-ID
+        with page.expect_request(lambda r: "/api/v1/events" in r.url) as resumed:
+            page.evaluate(show)
+        assert resumed.value.headers.get("last-event-id", "").isdigit()
+    else:
+        page.evaluate(show)
     page.wait_for_selector(f"body[data-live='{mode}']")
     page.wait_for_selector(f"tr[data-job='{job['id']}']", timeout=5_000)
 
