@@ -518,3 +518,29 @@ def test_events_about_other_jobs_do_not_refresh_the_screen(page: Any, daemon: Da
     assert asked == []
     with page.expect_request(lambda r: "namespace=tquiet" in r.url, timeout=5_000):
         daemon.api("POST", f"/jobs/{mine['id']}/trigger", {})  # one of the page's: refreshed
+
+
+def test_the_fall_back_hour_reads_twice_with_its_two_offsets(
+    page: Any, daemon: Daemon, tmp_path: Path
+) -> None:
+    """A Berlin cron at 02:30 that runs both times the clocks show it: the job's fires after a
+    day before the change, as the API explains them, each with its own offset."""
+    schedule = {"cron": "30 2 * * *", "timezone": "Europe/Berlin", "dst": {"repeat": "both"}}
+    job = submit(daemon, task="ui.ok", name="berlin-dst", namespace="tdst", schedule=schedule)
+    login(page, daemon, "read", f"/ui/jobs/{job['id']}")
+    page.wait_for_selector("#explain .fires")
+    page.fill("#fires-from", "2026-10-24")
+    page.click("#fires-form button[type=submit]")
+    page.wait_for_function("() => location.search.includes('fires_from=2026-10-24')")
+    page.wait_for_function(
+        "() => document.querySelector('#explain .fire-job')?.textContent.startsWith('2026-10-24')"
+    )
+    fires = daemon.api("GET", f"/jobs/{job['id']}/explain?from=2026-10-24T00:00:00Z")["fires"]
+    got = page.eval_on_selector_all("#explain .fire-job", "ts => ts.map(t => t.textContent)")
+    assert got == [reads(f["scheduled_at"], "Europe/Berlin") for f in fires]
+    assert got[1:3] == ["2026-10-25 02:30 GMT+2", "2026-10-25 02:30 GMT+1"]
+    viewer = page.eval_on_selector_all("#explain .fire-viewer", "ts => ts.map(t => t.textContent)")
+    assert viewer[1:3] == ["2026-10-24 20:30 GMT-4", "2026-10-24 21:30 GMT-4"]
+    notes = page.eval_on_selector_all("#explain td.note", "ts => ts.map(t => t.textContent)")
+    assert notes[1:3] == [f["note"] for f in fires[1:3]] and notes[2]
+    screenshot(page, "dst", tmp_path)

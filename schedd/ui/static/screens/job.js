@@ -18,7 +18,11 @@ export function jobScreen(main, { id, params, navigate }) {
   const path = `/ui/jobs/${enc(id)}`;
   const head = h("div", { class: "screen-head" }, h("h1", {}, "Job ", shortId(id)));
   const spec = h("section", {}, h("p", { class: "muted" }, "Loading…"));
-  const fires = h("section", { id: "explain" });
+  // the fires after another day (fires_from=YYYY-MM-DD, UTC): what a DST change will do
+  const firesFrom = /^\d{4}-\d{2}-\d{2}$/.test(params.get("fires_from") ?? "") ? params.get("fires_from") : null;
+  const firesBody = h("div", {});
+  const fires = h("section", { id: "explain" }, h("h2", {}, "Next fires"),
+    firesForm(firesFrom, params, navigate, path), firesBody);
   // the runs' filter is drawn once (a refresh must not wipe what is being typed in it)
   const runsBody = h("div", {});
   const runs = h("section", { id: "runs" }, h("h2", {}, "Runs (newest first)"),
@@ -45,10 +49,11 @@ export function jobScreen(main, { id, params, navigate }) {
 
   async function explain(job) {
     try {
-      const answer = await get(`${API}/jobs/${enc(id)}/explain`, { count: 10 });
-      if (alive) fill(fires, h("h2", {}, "Next fires"), firesTable(answer.fires, jobZone(job)));
+      const from = firesFrom ? `${firesFrom}T00:00:00Z` : null;
+      const answer = await get(`${API}/jobs/${enc(id)}/explain`, { count: 10, from });
+      if (alive) fill(firesBody, firesTable(answer.fires, jobZone(job)));
     } catch (err) {
-      if (alive) fill(fires, h("h2", {}, "Next fires"), errorBox(err));
+      if (alive) fill(firesBody, errorBox(err));
     }
   }
 
@@ -120,6 +125,25 @@ function upstream(jobId, names) {
     );
   }
   return h("div", {}, a);
+}
+
+/** "After [date] (UTC)": the API's fire times from another day on, kept in the address. */
+function firesForm(value, params, navigate, path) {
+  const input = h("input", { type: "date", id: "fires-from", value: value ?? "" });
+  const form = h("form", { class: "filters", id: "fires-form" },
+    h("label", { for: "fires-from" }, "After this day (UTC)", input),
+    h("button", { type: "submit" }, "Show"),
+    value ? h("a", { href: path, class: "clear" }, "from now") : null);
+  form.addEventListener("submit", (event) => {
+    event.preventDefault();
+    const next = new URLSearchParams(params);
+    next.delete("cursor");
+    if (input.value) next.set("fires_from", input.value);
+    else next.delete("fires_from");
+    const q = next.toString();
+    navigate(q ? `${path}?${q}` : path);
+  });
+  return form;
 }
 
 /** The API's fire times, read in the job's zone and the viewer's (each with its offset). */
