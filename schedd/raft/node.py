@@ -53,7 +53,7 @@ from schedd.raft.patches import (
     keep_next_index,
     last_response_times,
     read_before_judging,
-    watch_leader,
+    watch_contact,
 )
 from schedd.raft.peerguard import PeerGuard
 from schedd.raft.snapshots import SqlSnapshots
@@ -393,8 +393,11 @@ class RaftNode:
         # deposes no one whose messages wait in the sockets, and one tick applies at most
         # ~50 ms of entries before it sends heartbeats and reads again (schedd/raft/pauses.py).
         read_before_judging(self._obj)
-        self._leader_heard_at: float | None = None  # tick thread writes, published in status
-        watch_leader(self._obj, self._heard_from_leader)
+        # when this follower last heard from its leader, and (leading) when each follower last
+        # answered: tick thread, published in the status
+        self._leader_heard_at: float | None = None
+        self._answered_at: dict[str, float] = {}
+        watch_contact(self._obj, self._heard_from_leader, self._answered)
         bound_apply(self._obj, batch=self._sm)
         self._woken = threading.Event()  # set while a wake-up is in the pipe
         self._waker = PipeNotifier(self._obj._poller, callback=self._woken.clear)
@@ -413,6 +416,9 @@ class RaftNode:
 
     def _heard_from_leader(self) -> None:  # tick thread
         self._leader_heard_at = clock.mono()
+
+    def _answered(self, peer: str) -> None:  # tick thread
+        self._answered_at[peer] = clock.mono()
 
     def _replaced(self) -> None:
         """A snapshot replaced the state: the changes before it are not known here."""
@@ -474,7 +480,7 @@ class RaftNode:
         self._status_at = now
         raw = obj.getStatus()
         leading = bool(obj._isLeader())
-        answered = last_response_times(obj) if leading else {}
+        answered = self._answered_at if leading else {}
         peers = []
         for addr in self.settings.peers:
             seen = self._followers.get(addr)

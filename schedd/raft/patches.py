@@ -317,19 +317,27 @@ def guard_snapshot_commit(obj: SyncObj) -> None:
     _intercept(obj, snapshot_chunk, around)
 
 
-def watch_leader(obj: SyncObj, heard: Callable[[], None]) -> None:
-    """Call ``heard`` for each ``append_entries`` (heartbeats included) this node takes from the
-    leader it follows: when it last heard from its leader.  Tick thread."""
+def watch_contact(
+    obj: SyncObj, heard_leader: Callable[[], None], answered: Callable[[str], None]
+) -> None:
+    """Call ``heard_leader()`` for each ``append_entries`` (heartbeats included) this node takes
+    from the leader it follows, and, while it leads, ``answered(peer)`` for each answer to one
+    (pysyncobj's own last response times start at the election, answered or not).  Tick
+    thread."""
 
-    def append(message: dict[str, Any]) -> bool:
-        return message.get("type") == "append_entries"
+    def wanted(message: dict[str, Any]) -> bool:
+        return message.get("type") in ("append_entries", "next_node_idx")
 
     def around(node: Any, message: Any, inner: Callable[[Any, Any], None]) -> None:
         inner(node, message)
-        if obj._getLeader() == node and not obj._isLeader():
-            heard()
+        leading = obj._isLeader()
+        if message.get("type") == "append_entries":
+            if not leading and obj._getLeader() == node:
+                heard_leader()
+        elif leading:
+            answered(str(node.id))
 
-    _intercept(obj, append, around)
+    _intercept(obj, wanted, around)
 
 
 def keep_next_index(obj: SyncObj) -> None:

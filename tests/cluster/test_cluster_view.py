@@ -44,12 +44,25 @@ async def test_every_nodes_version_lag_and_last_contact(tmp_path: Path) -> None:
     try:
         cluster.start()
         async with aiohttp.ClientSession() as http:
-            a = await cluster.wait_leader(http)
+
+            async def settled() -> dict[str, Any] | None:
+                """The leader's view once it knows every node (the leader may change while
+                the cluster starts on a busy machine: look again)."""
+                i = await cluster.wait_leader(http)
+                view = await cluster.view(http, i)
+                complete = (
+                    view is not None
+                    and view["role"] == "leader"
+                    and all(
+                        n["version"] is not None and n["last_contact"] is not None
+                        for n in view["nodes"]
+                    )
+                )
+                return view if complete else None
+
+            leader = await eventually(settled, bool)
+            a = next(i for i, n in enumerate(cluster.nodes) if n.node_id == leader["node_id"])
             b, c = (i for i in range(3) if i != a)
-            leader = await eventually(
-                lambda: cluster.view(http, a),
-                lambda v: all(n["version"] is not None for n in v["nodes"]),
-            )
             seen = by_id(leader, cluster)
             assert {n["version"] for n in seen.values()} == {schedd.__version__}
             for i in (b, c):
@@ -59,7 +72,16 @@ async def test_every_nodes_version_lag_and_last_contact(tmp_path: Path) -> None:
             me = seen[cluster.nodes[a].node_id]
             assert (me["lag"], me["last_contact"], me["self"]) == (0, 0.0, True)
 
-            follower = by_id(await eventually(lambda: cluster.view(http, b), bool), cluster)
+            follower = by_id(
+                await eventually(
+                    lambda: cluster.view(http, b),
+                    lambda v: (
+                        v["leader"] == cluster.nodes[a].node_id
+                        and v["nodes"][0]["last_contact"] is not None
+                    ),
+                ),
+                cluster,
+            )
             mine, its_leader = (
                 follower[cluster.nodes[b].node_id],
                 follower[cluster.nodes[a].node_id],
