@@ -13,7 +13,9 @@ Each node has its own registry.  Two kinds of metric:
 from __future__ import annotations
 
 import gc
-from collections.abc import Callable, Iterator
+from bisect import bisect_left
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -82,6 +84,67 @@ APPLY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5
 GC_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.4, 0.8, 1.6, 3.2, 6.4)
 
 
+#: the scheduling-lag window keeps its counts per slot of this many seconds, for this long
+LAG_SLOT_S = 10.0
+LAG_KEEP_S = 3600.0
+
+
+def quantile(q: float, counts: Sequence[int], bounds: Sequence[float]) -> float | None:
+    """The ``q`` quantile of the observations counted in buckets with upper ``bounds`` (the
+    last count: above every bound), interpolated in its bucket as Prometheus's
+    ``histogram_quantile`` does (one beyond the last bound is that bound); None for none."""
+    total = sum(counts)
+    if total == 0:
+        return None
+    rank = q * total
+    seen = 0
+    for i, count in enumerate(counts):
+        if count and seen + count >= rank:
+            if i == len(bounds):
+                return bounds[-1]
+            low = 0.0 if i == 0 else bounds[i - 1]
+            return low + (bounds[i] - low) * ((rank - seen) / count)
+        seen += count
+    return bounds[-1]  # pragma: no cover - the loop ends on the last non-empty bucket
+
+
+class LagWindow:
+    """The observations of a lag histogram over the last hour, counted in the histogram's own
+    buckets per ``LAG_SLOT_S`` slot and per (queue, priority): what a Prometheus histogram, which
+    only ever grows, cannot say (its quantiles over the last minutes, split by queue and
+    priority), kept next to it and fed with the same values (``Metrics.observe_*``)."""
+
+    def __init__(self, bounds: Sequence[float], keep_s: float = LAG_KEEP_S) -> None:
+        self.bounds = tuple(bounds)
+        self._keep = int(keep_s // LAG_SLOT_S)
+        self._slots: deque[tuple[int, dict[tuple[str, str], list[int]]]] = deque()
+
+    def observe(self, seconds: float, queue: str, priority: str, now_mono: float) -> None:
+        slot = int(now_mono // LAG_SLOT_S)
+        slots = self._slots
+        if not slots or slots[-1][0] != slot:
+            slots.append((slot, {}))
+            while slots[0][0] <= slot - self._keep:
+                slots.popleft()
+        counts = slots[-1][1].get((queue, priority))
+        if counts is None:
+            counts = slots[-1][1][(queue, priority)] = [0] * (len(self.bounds) + 1)
+        counts[bisect_left(self.bounds, seconds)] += 1
+
+    def counts(self, window_s: float, now_mono: float) -> dict[tuple[str, str], list[int]]:
+        """Bucket counts per (queue, priority) of the slots within the last ``window_s``."""
+        first = int(now_mono // LAG_SLOT_S) - int(window_s // LAG_SLOT_S) + 1
+        out: dict[tuple[str, str], list[int]] = {}
+        for slot, by_key in self._slots:
+            if slot < first:
+                continue
+            for key, counts in by_key.items():
+                total = out.setdefault(key, [0] * len(counts))
+                for i, n in enumerate(counts):
+                    total[i] += n
+        return out
+
+
 class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
@@ -104,6 +167,9 @@ class Metrics:
             buckets=FIRE_BUCKETS,
             registry=self.registry,
         )
+        #: the same observations as lease_lag and fire_lag, by slot and (queue, priority)
+        self.lease_window = LagWindow(LAG_BUCKETS)
+        self.fire_window = LagWindow(FIRE_BUCKETS)
         self.leases_lost = Counter(
             "schedd_leases_lost_total",
             "Leases ended by the leader: heartbeats stopped or the run timed out.",
@@ -155,6 +221,14 @@ class Metrics:
             ["accepted"],
             registry=self.registry,
         )
+
+    def observe_lease_lag(self, seconds: float, queue: str, priority: str, now_mono: float) -> None:
+        self.lease_lag.observe(seconds)
+        self.lease_window.observe(seconds, queue, priority, now_mono)
+
+    def observe_fire_lag(self, seconds: float, queue: str, priority: str, now_mono: float) -> None:
+        self.fire_lag.observe(seconds)
+        self.fire_window.observe(seconds, queue, priority, now_mono)
 
     def observe_gc(self, generation: int, seconds: float, collected: int) -> None:
         gen = str(generation)

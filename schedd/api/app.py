@@ -22,7 +22,16 @@ from schedd import clock
 from schedd.api.cluster import cluster_view
 from schedd.api.events import events
 from schedd.api.openapi import openapi_json
-from schedd.api.operations import BY_ID, COUNT, CURSOR, LIMIT, OPERATIONS, PUBLIC_PATHS, IntQuery
+from schedd.api.operations import (
+    BY_ID,
+    COUNT,
+    CURSOR,
+    LIMIT,
+    MINUTES,
+    OPERATIONS,
+    PUBLIC_PATHS,
+    IntQuery,
+)
 from schedd.api.ports import (
     CONFIG,
     METRICS,
@@ -51,10 +60,12 @@ from schedd.api.views import (
     ReadyView,
     RunListView,
     RunView,
+    SchedulingLagView,
     WhoamiView,
     WorkersView,
     WorkerView,
     job_view,
+    lag_view,
     run_view,
     waiting_reason,
     worker_view,
@@ -742,6 +753,34 @@ async def workers(request: web.Request) -> web.Response:
     return json_response(body)
 
 
+async def scheduling_lag(request: web.Request) -> web.Response:
+    """The leader's lag windows (``Metrics.fire_window``, ``lease_window``) and what waits now;
+    a follower asks the leader, where the observations are."""
+    minutes = _int_param(request, MINUTES)
+    leader = request.app[NODE].leader
+    if leader is None or not leader.ready.is_set():
+        answer = await request.app[PROXY].get(request, f"{PREFIX}/scheduling-lag?minutes={minutes}")
+        return json_response(answer)
+    app = request.app
+    window, now = minutes * 60.0, clock.mono()
+    queued, overdue = await app[READER].due_not_leased(clock.wall_ms())
+    with app[RAFT].read() as st:
+        skipped = {k.partition(":")[2]: n for k, n in st.counts.items() if k.startswith("skipped:")}
+    metrics = app[METRICS]
+    body: SchedulingLagView = {
+        "leader": app[CONFIG].node.id,
+        "window": window if window % 1 else int(window),
+        "fire": lag_view(metrics.fire_window.counts(window, now), metrics.fire_window.bounds),
+        "lease": lag_view(metrics.lease_window.counts(window, now), metrics.lease_window.bounds),
+        "due_not_leased": queued + overdue,
+        "queued": queued,
+        "overdue": overdue,
+        "misfires": skipped.get("misfire", 0),
+        "skipped": [{"reason": r, "count": n} for r, n in sorted(skipped.items()) if n],
+    }
+    return json_response(body)
+
+
 async def drain_worker(request: web.Request) -> web.Response:
     """The leader leases the worker nothing more and tells it to drain; a follower asks the
     leader (the worker is connected there)."""
@@ -860,6 +899,7 @@ HANDLERS: tuple[Handler, ...] = (
     replay_dead_letters,
     drop_dead_letters,
     cluster,
+    scheduling_lag,
     workers,
     drain_worker,
     worker_connect,

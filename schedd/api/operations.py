@@ -82,6 +82,7 @@ LIMIT: Final = IntQuery("limit", 100, 1, 1000, "page size")
 CURSOR: Final = IntQuery("cursor", None, 0, FIRST, "next_cursor of the previous page")
 COUNT: Final = IntQuery("count", 10, 1, 1000, "how many fire times")
 PAGE: Final = (LIMIT, CURSOR)
+MINUTES: Final = IntQuery("minutes", 5, 1, 60, "the window: the last this many minutes")
 WRITE_ERRORS: Final = (400, 429, 503)  # X-Request-Id, Raft queue full, no leader
 
 FROM: Final = Query(
@@ -322,6 +323,21 @@ OPERATIONS: tuple[Operation, ...] = (
         "read",
         "Nodes, roles, leader, term, indexes, health",
         (Reply(200, "this node's view", "Cluster"),),
+    ),
+    Operation(
+        "scheduling_lag",
+        "GET",
+        f"{PREFIX}/scheduling-lag",
+        "read",
+        "How late runs fire and start: p50/p99 over the last minutes by queue and priority, "
+        "and what is due but not leased now",
+        (Reply(200, "the leader's figures", "SchedulingLag"),),
+        (400, 503),
+        query=(MINUTES,),
+        description="From the leader's schedd_fire_lag_seconds and schedd_lease_lag_seconds "
+        "observations (the same values, kept per 10 s for an hour; quantiles interpolated in "
+        "the histograms' buckets, as Prometheus does); a new leader starts without. A follower "
+        "asks the leader (503 when none is known or reachable).",
     ),
     Operation(
         "workers",

@@ -10,7 +10,7 @@ declarations (``schedd.api.schema``), and the live-answer tests check real respo
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Annotated, Any, Literal, NotRequired, TypedDict
 
 from schedd.api.schema import js, values
@@ -37,6 +37,7 @@ from schedd.core.model import (
 from schedd.errors import Code
 from schedd.leader.progress import PROGRESS_PERIOD_S
 from schedd.leader.workers import WorkerConn
+from schedd.metrics import quantile
 from schedd.protocol.messages import MAX_PROGRESS_BYTES, TRACEBACK_BYTES, TRACEBACK_LINES
 
 __all__ = [
@@ -291,6 +292,52 @@ class WorkersView(TypedDict):
     workers: list[WorkerView]
 
 
+class LagGroupView(TypedDict):
+    queue: str
+    priority: Annotated[str, values(Priority)]
+    count: Annotated[int, js(minimum=0), "observations in the window"]
+    p50: Annotated[float | None, js(minimum=0), "seconds; null without observations"]
+    p99: Annotated[float | None, js(minimum=0), "seconds; null without observations"]
+
+
+class LagView(TypedDict):
+    """one lag's observations in the window: all of them, and by queue and priority"""
+
+    count: Annotated[int, js(minimum=0)]
+    p50: Annotated[float | None, js(minimum=0), "seconds; null without observations"]
+    p99: Annotated[float | None, js(minimum=0), "seconds; null without observations"]
+    by: Annotated[list[LagGroupView], "by queue, then priority"]
+
+
+class SkipCountView(TypedDict):
+    reason: str
+    count: Annotated[int, js(minimum=0)]
+
+
+class SchedulingLagView(TypedDict):
+    """how late the leader schedules: quantiles over the last minutes and what waits now"""
+
+    leader: Annotated[str, "the node whose observations these are (the leader)"]
+    window: Annotated[Seconds, "the last this many seconds"]
+    fire: Annotated[
+        LagView, "from a run's due time to its fire (queued for a worker) being committed"
+    ]
+    lease: Annotated[
+        LagView,
+        "from a run's due time to its lease, which is when its attempt starts (a run leased "
+        "ahead of its due time starts then: 0)",
+    ]
+    due_not_leased: Annotated[int, js(minimum=0), "queued + overdue, now"]
+    queued: Annotated[int, js(minimum=0), "runs due and queued for a worker, now"]
+    overdue: Annotated[
+        int,
+        js(minimum=0),
+        "runs whose time has come but that are not fired yet (jobs not paused), now",
+    ]
+    misfires: Annotated[int, js(minimum=0), "occurrences skipped as misfires, ever"]
+    skipped: Annotated[list[SkipCountView], "occurrences that did not run, ever, by reason"]
+
+
 class WhoamiView(TypedDict):
     """the caller's token: who it is and what it may do"""
 
@@ -409,6 +456,10 @@ RESPONSES: dict[str, Any] = {
     "Worker": WorkerView,
     "Workers": WorkersView,
     "Whoami": WhoamiView,
+    "LagGroup": LagGroupView,
+    "Lag": LagView,
+    "SkipCount": SkipCountView,
+    "SchedulingLag": SchedulingLagView,
     "JobChange": JobChangeView,
     "RunChange": RunChangeView,
     "DlqChange": DlqChangeView,
@@ -603,3 +654,31 @@ def change_view(change: Change) -> ChangeView:
         }
     leader, term, http = f
     return {"index": change.entry, "leader": leader, "term": term, "leader_url": http or None}
+
+
+def lag_view(counts: Mapping[tuple[str, str], Sequence[int]], bounds: Sequence[float]) -> LagView:
+    """A lag window's bucket counts per (queue, priority) as quantiles (``Metrics.*_window``)."""
+    groups: list[LagGroupView] = []
+    total = [0] * (len(bounds) + 1)
+    for (queue, priority), group in sorted(counts.items()):
+        for i, n in enumerate(group):
+            total[i] += n
+        groups.append(
+            {
+                "queue": queue,
+                "priority": priority,
+                "count": sum(group),
+                "p50": _rounded(quantile(0.5, group, bounds)),
+                "p99": _rounded(quantile(0.99, group, bounds)),
+            }
+        )
+    return {
+        "count": sum(total),
+        "p50": _rounded(quantile(0.5, total, bounds)),
+        "p99": _rounded(quantile(0.99, total, bounds)),
+        "by": groups,
+    }
+
+
+def _rounded(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds, 4)

@@ -534,8 +534,14 @@ class LeaderCore:
             with self.read() as st:
                 for rid, r in zip(chunk, res.value, strict=False):
                     run = st.runs.get(rid) if isinstance(r, Ok) else None
-                    if run is not None:
-                        self.metrics.fire_lag.observe(max(0, now.wall_ms - run.due_ms) / 1000)
+                    job = None if run is None else st.jobs.get(run.job_id)
+                    if run is not None and job is not None:
+                        self.metrics.observe_fire_lag(
+                            max(0, now.wall_ms - run.due_ms) / 1000,
+                            job.spec.queue,
+                            job.spec.priority.value,
+                            now.mono,
+                        )
         # Whatever did not fire (not committed, or refused: e.g. "not due yet" when this node's
         # wall clock stepped back) goes back into the wheel, or it would never fire.  A paused
         # job's runs wait for resume, which schedules them again.
@@ -573,8 +579,13 @@ class LeaderCore:
                     continue
                 attempt: Attempt = r.value
                 run = st.runs[run_id]
-                self.metrics.lease_lag.observe(max(0.0, (attempt.leased_ms - run.due_ms) / 1000))
                 spec = st.jobs[run.job_id].spec
+                self.metrics.observe_lease_lag(
+                    max(0.0, (attempt.leased_ms - run.due_ms) / 1000),
+                    spec.queue,
+                    spec.priority.value,
+                    now.mono,
+                )
                 hb = spec.heartbeat_timeout_ms / 1000
                 self._track(
                     LeaseInfo(run_id, attempt.fence, wid, now.mono + hb, hb, attempt.deadline_ms)

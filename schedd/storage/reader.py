@@ -253,6 +253,27 @@ class Reader:
         ]
         return runs, cursor
 
+    async def due_not_leased(self, now_ms: int) -> tuple[int, int]:
+        """Runs due by ``now_ms`` and not leased: (queued for a worker, still waiting for a
+        time already past: not fired yet, of a job that is not paused).  Two index reads."""
+        queued, waiting = STATE_CODES[RunState.QUEUED], STATE_CODES[RunState.SCHEDULED]
+        retrying = STATE_CODES[RunState.RETRYING]
+        async with self._conn() as db:
+            [(ready,)] = await _fetch(
+                db,
+                f"SELECT count(*) FROM runs INDEXED BY runs_live WHERE state IN ({queued}, "
+                f"{STATE_CODES[RunState.RUNNING]}) AND state = {queued} AND due_ms <= ?",
+                (now_ms,),
+            )
+            [(late,)] = await _fetch(
+                db,
+                f"SELECT count(*) FROM runs AS r INDEXED BY runs_due "
+                f"JOIN jobs AS j ON j.id = r.job_id WHERE r.due_ms <= ? "
+                f"AND r.state IN ({waiting}, {retrying}) AND j.status != 'paused'",
+                (now_ms,),
+            )
+        return int(ready), int(late)
+
     async def dead_letters_matching(
         self, filters: Mapping[str, str | int], limit: int
     ) -> list[tuple[str, str]]:

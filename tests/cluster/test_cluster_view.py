@@ -1,6 +1,6 @@
 """``GET /api/v1/cluster`` on three real nodes: every node's version, lag and last contact as
 the leader sees them (and a follower, for itself and its leader), and a follower that dies
-shows its last contact growing."""
+shows its last contact growing; a follower passes ``GET /scheduling-lag`` to the leader."""
 
 from __future__ import annotations
 
@@ -89,6 +89,12 @@ async def test_every_nodes_version_lag_and_last_contact(tmp_path: Path) -> None:
             assert 0 <= mine["last_contact"] < 2 and mine["lag"] >= 0
             assert its_leader["lag"] == 0 and its_leader["last_contact"] == mine["last_contact"]
             assert follower[cluster.nodes[c].node_id]["lag"] is None  # only the leader knows
+
+            # the scheduling lag is the leader's: a follower asks it
+            async with http.get(
+                cluster.nodes[b].url + "/api/v1/scheduling-lag", headers=cluster.headers()
+            ) as r:
+                assert r.status == 200 and (await r.json())["leader"] == cluster.nodes[a].node_id
 
             cluster.kill(c)
             gone = cluster.nodes[c].node_id

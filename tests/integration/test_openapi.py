@@ -333,6 +333,9 @@ async def test_live_answers_match_the_document(
     stream = await call("GET", API + "/events?follow=false&last_event_id=0", 200, token=READ_SECRET)
     assert "event: hello" in stream and "event: run" in stream
     _check_events(doc, stream)
+    lags = await call("GET", API + "/scheduling-lag?minutes=2", 200, token=READ_SECRET)
+    assert lags["lease"]["count"] >= 4 and lags["window"] == 120
+    await call("GET", API + "/scheduling-lag?minutes=0", 400)
     me = await call("GET", API + "/whoami", 200, token=READ_SECRET)
     assert (me["name"], me["role"]) == ("viewer", "read")
     await call("GET", "/healthz", 200, token=None)

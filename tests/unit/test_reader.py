@@ -328,3 +328,29 @@ async def test_a_bulk_selection_of_the_dead_letter_queue_matches_like_its_listin
 async def test_an_empty_dead_letter_queue_matches_nothing(tmp_path: Path) -> None:
     async with reading(fill(tmp_path / "state.db")) as reader:
         assert await reader.dead_letters_matching({}, 10) == []
+
+
+async def test_due_but_not_leased_counts_the_queued_and_the_overdue_of_jobs_not_paused(
+    tmp_path: Path,
+) -> None:
+    st = SqlState(tmp_path / "state.db")
+    later = JobSpec(task="t", schedule=Schedule(kind=ScheduleKind.AT, at_ms=T0 + 60_000))
+    apply_all(
+        st,
+        [
+            [commands.Claim("claim", T0, "n1", 1)],
+            [
+                commands.Submit(
+                    "s",
+                    T0,
+                    (("now", JobSpec(task="t")), ("soon", later), ("paused", later), ("q", later)),
+                )
+            ],
+            [commands.UpdateJob("u", T0, "paused", paused=True)],
+            [commands.Fire("f", T0, 1, (f"now@{T0}",))],
+        ],
+    )
+    async with reading(st) as reader:
+        assert await reader.due_not_leased(T0) == (1, 0)  # "now" is queued; the rest are later
+        # a minute on, nothing fired them: soon and q are overdue, the paused job's run is not
+        assert await reader.due_not_leased(T0 + 60_000) == (1, 2)
