@@ -96,9 +96,10 @@ def test_the_dead_letter_screen_groups_1000_runs(
     page: Any, big: Daemon, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     login(page, big, "submit", "/ui/dlq?limit=1000")
-    started = time.monotonic()
     page.wait_for_selector("#dlq-table")
-    shown = (time.monotonic() - started) * 1000
+    page.goto(big.url + "/ui/dlq?limit=1000")  # logged in: the page itself, measured
+    page.wait_for_selector("#dlq-table")
+    shown = page.evaluate("() => performance.now()")  # ms since the navigation started
     assert page.eval_on_selector_all("#dlq-table tr[data-run]", "rs => rs.length") == DEAD
     groups = page.eval_on_selector_all(
         "#dlq-table .error-group", "gs => gs.map(g => g.textContent)"
@@ -116,6 +117,6 @@ def test_the_dead_letter_screen_groups_1000_runs(
     select_all = (time.monotonic() - started) * 1000
     with capsys.disabled():
         print(
-            f"\n  dead letters: {DEAD:,} runs shown in {shown:.0f} ms, all selected in {select_all:.0f} ms"
+            f"\n  dead letters: {DEAD:,} runs shown {shown:.0f} ms after navigation, all selected in {select_all:.0f} ms"
         )
     assert select_all < 2_000
