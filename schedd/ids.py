@@ -5,15 +5,22 @@ from __future__ import annotations
 import secrets
 import time
 
-_CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"  # the characters of a job id
+JOB_ID_LENGTH = 26
+_CHARS = frozenset(CROCKFORD)
+
+
+def could_be_job_id_prefix(text: str) -> bool:
+    """Whether ``text`` (either case) could begin a job id: 1 to 26 Crockford characters."""
+    return 1 <= len(text) <= JOB_ID_LENGTH and set(text.upper()) <= _CHARS
 
 
 def new_job_id(now_ms: int) -> str:
     """A 26-character ULID: 48 bits of milliseconds then 80 random bits; sorts by creation."""
     value = (now_ms & ((1 << 48) - 1)) << 80 | secrets.randbits(80)
     out = []
-    for _ in range(26):
-        out.append(_CROCKFORD[value & 31])
+    for _ in range(JOB_ID_LENGTH):
+        out.append(CROCKFORD[value & 31])
         value >>= 5
     return "".join(reversed(out))
 

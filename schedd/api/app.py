@@ -97,7 +97,7 @@ from schedd.errors import (
     Unavailable,
     from_code,
 )
-from schedd.ids import new_job_id, new_request_id
+from schedd.ids import could_be_job_id_prefix, new_job_id, new_request_id
 from schedd.logs import log_event
 from schedd.storage.schema import FIRST
 from schedd.ui import mount as mount_ui
@@ -351,9 +351,6 @@ def _cursor(after: int | None) -> str | None:
     return None if after is None else str(after)
 
 
-_ID_PREFIX_CHARS = frozenset("0123456789ABCDEFGHJKMNPQRSTVWXYZ")  # a job id's (Crockford)
-
-
 def _choice(request: web.Request, name: str, allowed: type[StrEnum]) -> str | None:
     value = request.query.get(name)
     if value is not None and value not in set(allowed):
@@ -397,7 +394,7 @@ async def list_jobs(request: web.Request) -> web.Response:
             filters[key] = value
     if "id_prefix" in q:
         prefix = q["id_prefix"].upper()
-        if not 1 <= len(prefix) <= 26 or not set(prefix) <= _ID_PREFIX_CHARS:
+        if not could_be_job_id_prefix(prefix):
             raise InvalidArgument(
                 f"id_prefix: expected the first 1 to 26 characters of a job id (digits and "
                 f"letters but I, L, O, U), got {q['id_prefix']!r}",

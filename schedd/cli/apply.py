@@ -38,8 +38,9 @@ from typing import IO, Any, Final
 
 import orjson
 
-from schedd.cli.client import Client, CliError, Response, UsageError, job_path
+from schedd.cli.client import Client, CliError, Response, UsageError
 from schedd.cli.render import clean
+from schedd.client.servers import job_path
 from schedd.core.durations import format_duration, format_time
 from schedd.core.model import JobSpec, RecurringOptions, RetryPolicy, ScheduleKind
 from schedd.core.validate import (

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import quote, urlencode
+from urllib.parse import urlencode
 
 import orjson
 
@@ -300,14 +300,3 @@ def _unreachable_message(failures: list[_Failure]) -> str:
         f"cluster unavailable: {clean(where)}; the cluster may have no leader or no quorum yet: "
         f"check the nodes with `schedctl cluster` or their logs, and try again"
     )
-
-
-def job_path(job_id: str, suffix: str = "") -> str:
-    """``/api/v1/jobs/<id><suffix>`` with the (opaque) id escaped."""
-    return f"/api/v1/jobs/{quote(job_id, safe='')}{suffix}"
-
-
-def run_path(run_id: str, suffix: str = "", *, under: str = "runs") -> str:
-    """``/api/v1/<under>/<run id><suffix>`` (``under`` is ``runs`` or ``dlq``) with the run id
-    escaped: run ids are ``<job id>@<milliseconds>``, and the job id part is opaque."""
-    return f"/api/v1/{under}/{quote(run_id, safe='')}{suffix}"

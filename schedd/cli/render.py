@@ -19,6 +19,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import orjson
 
 from schedd.core.durations import format_duration
+from schedd.core.model import RecurringOptions
 
 WIDTH = 80
 UNLIMITED = 1 << 20  # the width when the output is not a terminal: nothing is cut
@@ -581,6 +582,17 @@ def job_details(job: Mapping[str, Any], style: Style = PLAIN) -> str:
     return details(pairs, style.width)
 
 
+_OPTIONS = RecurringOptions()  # the model's defaults, as the API shows them
+_POLICY_DEFAULTS: dict[str, object] = {
+    "jitter": _OPTIONS.jitter_ms // 1000,
+    "misfire": _OPTIONS.misfire.value,
+    "catchup_window": _OPTIONS.catchup_window_ms,
+    "overlap": _OPTIONS.overlap.value,
+    "start_at": _OPTIONS.start_at_ms,
+    "end_at": _OPTIONS.end_at_ms,
+}
+
+
 def fmt_policies(schedule: object) -> str:
     """A recurring schedule's options that differ from the defaults, as ``overlap=queue
     misfire=run_all ...``; empty for a one-off or all defaults."""
@@ -588,26 +600,17 @@ def fmt_policies(schedule: object) -> str:
         schedule.get("cron") is None and schedule.get("every") is None
     ):
         return ""
-    defaults: dict[str, object] = {
-        "jitter": 0,
-        "misfire": "run_once",
-        "catchup_window": None,
-        "overlap": "skip",
-        "start_at": None,
-        "end_at": None,
-    }
     parts = []
-    for key, default in defaults.items():
+    for key, default in _POLICY_DEFAULTS.items():
         value = schedule.get(key, default)
         if value != default:
             shown = fmt_seconds(value) if key in ("jitter", "catchup_window") else fmt_value(value)
             parts.append(f"{key}={shown}")
     dst = schedule.get("dst")
     if isinstance(dst, Mapping):
-        if dst.get("gap", "shift") != "shift":
-            parts.append(f"dst_gap={fmt_value(dst.get('gap'))}")
-        if dst.get("repeat", "first") != "first":
-            parts.append(f"dst_repeat={fmt_value(dst.get('repeat'))}")
+        for key, default in (("gap", _OPTIONS.dst_gap), ("repeat", _OPTIONS.dst_repeat)):
+            if dst.get(key, default.value) != default.value:
+                parts.append(f"dst_{key}={fmt_value(dst.get(key))}")
     return " ".join(parts)
 
 

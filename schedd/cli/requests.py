@@ -15,9 +15,8 @@ import orjson
 
 from schedd.cli.client import (
     UsageError,
-    job_path,
-    run_path,
 )
+from schedd.client.servers import job_path, run_path
 from schedd.core.durations import format_time, parse_duration, parse_time
 from schedd.core.validate import RECURRING_FIELDS
 from schedd.errors import InvalidArgument

@@ -28,8 +28,6 @@ from schedd.cli.client import (
     CliError,
     Response,
     UsageError,
-    job_path,
-    run_path,
 )
 from schedd.cli.completion import completion_script
 from schedd.cli.requests import (
@@ -43,6 +41,8 @@ from schedd.cli.requests import (
     wait_seconds,
 )
 from schedd.cli.settings import Settings, resolve_settings
+from schedd.client.servers import job_path, run_path
+from schedd.ids import JOB_ID_LENGTH, could_be_job_id_prefix
 
 EXIT_OK = 0
 EXIT_SERVER = 1
@@ -355,9 +355,6 @@ def _run_pages(
         err.write(f"schedctl: there are more {noun}; pass --all to list every page\n")
 
 
-_JOB_ID_CHARS = frozenset("0123456789ABCDEFGHJKMNPQRSTVWXYZ")
-
-
 def _list_jobs(client: Client, query: tuple[tuple[str, str], ...]) -> list[Mapping[str, Any]]:
     """The jobs a query lists; none when it cannot be asked (the command's own request then
     says why)."""
@@ -372,13 +369,13 @@ def resolve_job(client: Client, ref: str) -> str:
     """The id of the job ``ref`` names: a whole id as it is; else the one live job (or the one
     job) with that name; else the one job whose id starts so.  Ambiguous: a usage error listing
     the candidates; nothing found: ``ref`` itself (the server then says it is not found)."""
-    if len(ref) == 26 and set(ref) <= _JOB_ID_CHARS:
+    if len(ref) == JOB_ID_LENGTH and ref == ref.upper() and could_be_job_id_prefix(ref):
         return ref
     named = _list_jobs(client, (("name", ref), ("limit", "20")))
     live = [j for j in named if j.get("status") in ("active", "paused")]
     candidates = live or named
     kind = "name"
-    if not candidates and set(ref.upper()) <= _JOB_ID_CHARS:
+    if not candidates and could_be_job_id_prefix(ref):
         candidates = _list_jobs(client, (("id_prefix", ref), ("limit", "10")))
         kind = "id prefix"
     if len(candidates) == 1:

@@ -27,7 +27,6 @@ import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Self
-from urllib.parse import quote
 
 import aiohttp
 import orjson
@@ -35,7 +34,13 @@ import orjson
 from schedd.client.errors import Unreachable, error_from_response
 from schedd.client.jobs import job_body
 from schedd.client.models import FINISHED_STATES, Job, Run
-from schedd.client.servers import DEFAULT_SERVER, parse_retry_after, parse_server
+from schedd.client.servers import (
+    DEFAULT_SERVER,
+    job_path,
+    parse_retry_after,
+    parse_server,
+    run_path,
+)
 from schedd.errors import InvalidArgument, ResourceExhausted, SchedError
 from schedd.ids import new_request_id
 
@@ -240,7 +245,7 @@ class AsyncClient:
         return [Job.from_json(j) for j in answer["jobs"]]
 
     async def get(self, job_id: str) -> Job:
-        return Job.from_json(await self._json("GET", _job(job_id)))
+        return Job.from_json(await self._json("GET", job_path(job_id)))
 
     async def jobs(self, *, page_size: int = 100, **filters: str) -> AsyncIterator[Job]:
         """Every job matching ``filters`` (``namespace``, ``queue``, ``status``, ``task``,
@@ -252,7 +257,7 @@ class AsyncClient:
         self, job_id: str, *, page_size: int = 100, **filters: str
     ) -> AsyncIterator[Run]:
         """A job's runs, newest first (``state``, ``since``)."""
-        async for item in self._pages(_job(job_id, "/runs"), "runs", page_size, filters):
+        async for item in self._pages(job_path(job_id, "/runs"), "runs", page_size, filters):
             yield Run.from_json(item)
 
     async def dead_letters(self, *, page_size: int = 100, **filters: str) -> AsyncIterator[Run]:
@@ -277,13 +282,13 @@ class AsyncClient:
                 return
 
     async def run(self, run_id: str) -> Run:
-        return Run.from_json(await self._json("GET", _run(run_id)))
+        return Run.from_json(await self._json("GET", run_path(run_id)))
 
     async def cancel(self, job_id: str) -> None:
-        await self.request("DELETE", _job(job_id))
+        await self.request("DELETE", job_path(job_id))
 
     async def cancel_run(self, run_id: str) -> Run:
-        return Run.from_json(await self._json("POST", _run(run_id, "/cancel")))
+        return Run.from_json(await self._json("POST", run_path(run_id, "/cancel")))
 
     async def pause(self, job_id: str) -> Job:
         return await self.update(job_id, paused=True)
@@ -294,19 +299,19 @@ class AsyncClient:
     async def update(self, job_id: str, **fields: Any) -> Job:
         """Change a job: the API's ``PATCH`` fields (``schedule``, ``payload``, ``priority``,
         ``retry``, ``timeout``, ``paused``)."""
-        return Job.from_json(await self._json("PATCH", _job(job_id), fields))
+        return Job.from_json(await self._json("PATCH", job_path(job_id), fields))
 
     async def trigger(self, job_id: str, *, override: bool = False) -> Run:
         body = {"overlap": "override" if override else "respect"}
-        return Run.from_json(await self._json("POST", _job(job_id, "/trigger"), body))
+        return Run.from_json(await self._json("POST", job_path(job_id, "/trigger"), body))
 
     async def replay(self, run_id: str) -> Run:
         """Run a dead-lettered run again."""
-        return Run.from_json(await self._json("POST", _run(run_id, "/replay", "dlq")))
+        return Run.from_json(await self._json("POST", run_path(run_id, "/replay", under="dlq")))
 
     async def drop(self, run_id: str) -> None:
         """Remove a run from the dead-letter queue."""
-        await self.request("DELETE", _run(run_id, under="dlq"))
+        await self.request("DELETE", run_path(run_id, under="dlq"))
 
     async def explain(self, job_id: str | None = None, **query: Any) -> list[dict[str, Any]]:
         """The next fire times of a job, or of ``cron=``/``every=`` (``timezone``, ``count``,
@@ -314,7 +319,7 @@ class AsyncClient:
         if "from_" in query:
             query["from"] = query.pop("from_")
         pairs = [(k, str(v)) for k, v in query.items() if v is not None]
-        path = _job(job_id, "/explain") if job_id is not None else f"{API}/explain"
+        path = job_path(job_id, "/explain") if job_id is not None else f"{API}/explain"
         fires: list[dict[str, Any]] = (await self._json("GET", path, query=pairs))["fires"]
         return fires
 
@@ -414,14 +419,6 @@ async def _events(resp: aiohttp.ClientResponse) -> AsyncIterator[tuple[str, str 
                 event_id = value
             elif name == "data":
                 data = f"{data}\n{value}" if data else value
-
-
-def _job(job_id: str, suffix: str = "") -> str:
-    return f"{API}/jobs/{quote(job_id, safe='')}{suffix}"
-
-
-def _run(run_id: str, suffix: str = "", under: str = "runs") -> str:
-    return f"{API}/{under}/{quote(run_id, safe='')}{suffix}"
 
 
 def _describe(exc: BaseException, timeout: float) -> str:

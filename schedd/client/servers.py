@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 from schedd.errors import InvalidArgument
 from schedd.net import is_loopback
@@ -70,3 +70,14 @@ def parse_retry_after(value: str | None, now: float | None = None) -> float | No
     except (TypeError, ValueError):
         return None
     return max(0.0, when.timestamp() - (time.time() if now is None else now))
+
+
+def job_path(job_id: str, suffix: str = "") -> str:
+    """``/api/v1/jobs/<id><suffix>`` with the (opaque) id escaped."""
+    return f"/api/v1/jobs/{quote(job_id, safe='')}{suffix}"
+
+
+def run_path(run_id: str, suffix: str = "", *, under: str = "runs") -> str:
+    """``/api/v1/<under>/<run id><suffix>`` (``under`` is ``runs`` or ``dlq``) with the run id
+    escaped: run ids are ``<job id>@<milliseconds>``, and the job id part is opaque."""
+    return f"/api/v1/{under}/{quote(run_id, safe='')}{suffix}"

@@ -25,7 +25,6 @@ from schedd.cli.client import (
     Client,
     Unreachable,
     parse_server,
-    run_path,
 )
 from schedd.cli.completion import completion_levels, completion_script
 from schedd.cli.render import PLAIN
@@ -41,7 +40,7 @@ from schedd.cli.schedctl import (
     watch,
 )
 from schedd.cli.settings import Settings, resolve_settings
-from schedd.client.servers import parse_retry_after
+from schedd.client.servers import parse_retry_after, run_path
 
 DEAD = "http://127.0.0.1:1"  # nothing listens on port 1
 
