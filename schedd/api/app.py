@@ -34,6 +34,7 @@ from schedd.api.operations import (
 )
 from schedd.api.ports import (
     CONFIG,
+    LEADER_WORKERS,
     METRICS,
     NODE,
     PREFIX,
@@ -797,16 +798,24 @@ async def drain_worker(request: web.Request) -> web.Response:
     return json_response(worker_view(conn))
 
 
+LEADER_WORKERS_FRESH_S = 1.0  # how long a follower answers from the leader's last list
+
+
 async def _connected_workers(request: web.Request) -> list[WorkerView]:
     """The workers connected to the leader: this node's own when it leads, else the leader's
     answer to ``GET /workers`` (``Unavailable`` when it cannot be asked)."""
     leader = request.app[NODE].leader
     if leader is not None and leader.ready.is_set():
         return [worker_view(w) for w in leader.workers.values()]
+    seen = request.app[LEADER_WORKERS]
+    if time.monotonic() - seen.at < LEADER_WORKERS_FRESH_S:
+        recent: list[WorkerView] = seen.value
+        return recent
     answer = await request.app[PROXY].get(request, f"{PREFIX}/workers")
     if not isinstance(answer, dict) or not isinstance(answer.get("workers"), list):
         raise Unavailable("the leader's answer to GET /workers has no workers list")
     workers: list[WorkerView] = answer["workers"]
+    seen.at, seen.value = time.monotonic(), workers
     return workers
 
 

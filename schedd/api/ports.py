@@ -221,6 +221,20 @@ PROXY: web.AppKey[LeaderApi] = web.AppKey("proxy")
 EVENTS: web.AppKey[EventFeed] = web.AppKey("events")
 
 
+@dataclass
+class Recent:
+    """An answer of the leader's kept for a moment (a follower's view of the leader's workers):
+    ``at`` (monotonic seconds) and the value."""
+
+    at: float = float("-inf")
+    value: Any = None
+
+
+#: the leader's GET /workers as a follower last read it (a submit and a page of runs on a
+#: follower each want it: one request to the leader per second, not one per call)
+LEADER_WORKERS: web.AppKey[Recent] = web.AppKey("leader_workers", Recent)
+
+
 def install(app: web.Application, ports: Ports) -> None:
     app[CONFIG] = ports.config
     app[RAFT] = ports.raft
@@ -232,6 +246,7 @@ def install(app: web.Application, ports: Ports) -> None:
     app[SOCKETS] = ports.sockets
     app[PROXY] = ports.proxy
     app[EVENTS] = ports.events
+    app[LEADER_WORKERS] = Recent()
 
 
 # -- what every handler shares ----------------------------------------------------------------

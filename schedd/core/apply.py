@@ -199,7 +199,9 @@ def _dead_letters(state: State, cmd: commands.DeadLetters, events: list[LeaderEv
             skipped.append(run_id)
             continue
         if cmd.action == "replay":
-            runs.replay(state, run_id, cmd.now, events)
+            if isinstance(runs.replay(state, run_id, cmd.now, events), Rejected):
+                skipped.append(run_id)  # not replayed: not counted as done
+                continue
         else:
             state.dlq_remove(run)
         done.append(run_id)
