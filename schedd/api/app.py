@@ -628,7 +628,7 @@ async def _nobody_serves(request: web.Request, spec: JobSpec) -> str | None:
     """What a submit warns of: no connected worker would take the job's runs (None when one
     would, or when the leader's workers cannot be asked)."""
     try:
-        workers = await _connected_workers(request)
+        workers = await _connected_workers(request, recent=True)
     except SchedError:
         return None
     return waiting_reason(spec.task, spec.queue, workers)
@@ -640,7 +640,7 @@ async def _explain_waiting(request: web.Request, views: list[RunView], spec: Job
     if not any(v["state"] == RunState.QUEUED.value for v in views):
         return
     try:
-        workers = await _connected_workers(request)
+        workers = await _connected_workers(request, recent=True)
     except SchedError:
         return
     for view in views:
@@ -801,16 +801,18 @@ async def drain_worker(request: web.Request) -> web.Response:
 LEADER_WORKERS_FRESH_S = 1.0  # how long a follower answers from the leader's last list
 
 
-async def _connected_workers(request: web.Request) -> list[WorkerView]:
+async def _connected_workers(request: web.Request, recent: bool = False) -> list[WorkerView]:
     """The workers connected to the leader: this node's own when it leads, else the leader's
-    answer to ``GET /workers`` (``Unavailable`` when it cannot be asked)."""
+    answer to ``GET /workers`` (``Unavailable`` when it cannot be asked).  ``recent``: a
+    follower may answer from the leader's list of the last second (what a submit's warning and
+    a page's waiting reasons want, not ``GET /workers`` itself)."""
     leader = request.app[NODE].leader
     if leader is not None and leader.ready.is_set():
         return [worker_view(w) for w in leader.workers.values()]
     seen = request.app[LEADER_WORKERS]
-    if time.monotonic() - seen.at < LEADER_WORKERS_FRESH_S:
-        recent: list[WorkerView] = seen.value
-        return recent
+    if recent and time.monotonic() - seen.at < LEADER_WORKERS_FRESH_S:
+        kept: list[WorkerView] = seen.value
+        return kept
     answer = await request.app[PROXY].get(request, f"{PREFIX}/workers")
     if not isinstance(answer, dict) or not isinstance(answer.get("workers"), list):
         raise Unavailable("the leader's answer to GET /workers has no workers list")
