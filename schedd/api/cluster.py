@@ -17,6 +17,7 @@ from schedd import clock
 from schedd.api.ports import Raft
 from schedd.api.views import ClusterNodeView, ClusterView
 from schedd.config import Config
+from schedd.core.durations import format_time
 from schedd.errors import Unavailable, from_code
 
 
@@ -34,6 +35,7 @@ def cluster_view(
     now = clock.mono()
     with raft.read() as st:
         leader_id = st.leader_node if st.leader_term == status.term else None
+        claims = st.leader_claims
     http = config.raft_http_map()
     leading = role == "leader"
     heard = _age(status.leader_heard_at, now)  # a follower: since it heard from its leader
@@ -83,6 +85,10 @@ def cluster_view(
         "has_quorum": raft.has_quorum(),
         "ready": raft.is_ready(),
         "nodes": nodes,
+        "leaders": [
+            {"term": term, "node": node, "index": index, "at": format_time(at_ms)}
+            for term, node, index, at_ms in claims
+        ],
     }
 
 

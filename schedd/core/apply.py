@@ -18,6 +18,9 @@ from schedd.core.state import (
 
 # Commands a client may repeat after a lost reply: their results are remembered by request id.
 # Leader commands are not (they are fenced, and a repeat is judged on the run's state).
+#: leader claims kept in ``state.leader_claims`` (for the term changes on a run's timeline)
+MAX_CLAIMS = 100
+
 CLIENT_COMMANDS = (
     commands.Submit,
     commands.CancelJob,
@@ -114,6 +117,8 @@ def _dispatch(state: State, cmd: commands.Command, index: int, events: list[Lead
             )
         state.leader_fence, state.leader_node = index, cmd.node
         state.leader_http, state.leader_term = cmd.http, cmd.term
+        claim = (cmd.term, cmd.node, index, cmd.now)
+        state.leader_claims = (*state.leader_claims[-(MAX_CLAIMS - 1) :], claim)
         if state.changes is not None:
             state.changes.cluster(cmd.node, cmd.term, cmd.http)
         return Ok(index)

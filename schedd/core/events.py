@@ -81,6 +81,7 @@ def run_differs(old: Run, new: Run) -> bool:
         or len(old.attempts) != len(new.attempts)
         or old.due_ms != new.due_ms
         or old.reason != new.reason
+        or old.refused is not new.refused
     )
 
 

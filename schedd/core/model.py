@@ -178,6 +178,22 @@ class Attempt:
 
 
 @dataclass(frozen=True, slots=True)
+class Refusal:
+    """A worker's result refused because its fence is not the run's current lease (the worker
+    lost its lease, by a missed heartbeat, a timeout or a cancel, and finished anyway)."""
+
+    fence: int
+    worker_id: str  # the attempt's worker ("" when no attempt has that fence)
+    outcome: AttemptOutcome  # what the worker reported: succeeded or failed
+    at_ms: int  # when the refusing entry was applied (the leader's clock)
+    reason: str
+
+
+#: refusals kept per run (the latest)
+MAX_REFUSALS = 10
+
+
+@dataclass(frozen=True, slots=True)
 class Run:
     id: str  # "<job_id>@<scheduled unix ms>"
     job_id: str
@@ -193,6 +209,7 @@ class Run:
     reason: str | None = None  # for skipped / cancelled / blocked runs
     origin: str = "schedule"  # schedule | catchup | trigger
     attempt_base: int = 0  # attempts before the last replay from the dead-letter queue
+    refused: tuple[Refusal, ...] = ()  # the latest results refused for a stale fence
 
     @property
     def attempts_used(self) -> int:

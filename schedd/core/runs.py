@@ -24,6 +24,7 @@ from __future__ import annotations
 from schedd.core.history import trim
 from schedd.core.lifecycle import BadTransition, Event, next_state
 from schedd.core.model import (
+    MAX_REFUSALS,
     TERMINAL_RUN_STATES,
     Attempt,
     AttemptOutcome,
@@ -32,6 +33,7 @@ from schedd.core.model import (
     JobStatus,
     Overlap,
     RecurringOptions,
+    Refusal,
     Run,
     RunState,
     ScheduleKind,
@@ -385,6 +387,25 @@ def _running(state: State, run_id: str, fence: int, outcome: AttemptOutcome | No
     return Rejected("stale_fence", f"run {run_id} is {run.state}, not running")
 
 
+def _refused(
+    state: State, run_id: str, fence: int, outcome: AttemptOutcome, now: int, answer: Result
+) -> Result:
+    """``answer`` to a result for ``run_id``; a worker's result refused for its stale fence is
+    kept with the run (its latest :data:`MAX_REFUSALS`), for the run's timeline."""
+    if (
+        not isinstance(answer, Rejected)
+        or answer.code != "stale_fence"
+        or outcome not in (AttemptOutcome.SUCCEEDED, AttemptOutcome.FAILED)
+    ):
+        return answer
+    run = state.runs[run_id]
+    worker = next((a.worker_id for a in run.attempts if a.fence == fence), "")
+    refusal = Refusal(fence, worker, outcome, now, answer.message)
+    kept = (*run.refused[-(MAX_REFUSALS - 1) :], refusal)
+    state.put_run(evolve(run, refused=kept, updated_ms=now))
+    return answer
+
+
 def _with_current(run: Run, **changes: object) -> tuple[Attempt, ...]:
     """The run's attempts with ``changes`` made to the current one (the last)."""
     assert run.current is not None
@@ -436,7 +457,7 @@ def complete(
 ) -> Result:
     run = _running(state, run_id, fence, AttemptOutcome.SUCCEEDED)
     if not isinstance(run, Run):
-        return run
+        return _refused(state, run_id, fence, AttemptOutcome.SUCCEEDED, now, run)
     attempts = _end_attempt(run, now, AttemptOutcome.SUCCEEDED, None, progress=progress)
     _move(state, run, Event.SUCCEED, now, events, attempts=attempts, result=result, error=None)
     return Ok(run_id)
@@ -457,7 +478,7 @@ def fail(
 ) -> Result:
     run = _running(state, run_id, fence, outcome)
     if not isinstance(run, Run):
-        return run
+        return _refused(state, run_id, fence, outcome, now, run)
     spec = state.jobs[run.job_id].spec
     attempts = _end_attempt(run, now, outcome, error, traceback, progress)
     used = run.attempts_used  # the attempt just ended counts (its length is unchanged)

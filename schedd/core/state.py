@@ -88,6 +88,8 @@ class State(ABC):
     leader_node: str
     leader_http: str
     leader_term: int
+    #: the latest leader claims, oldest first: (term, node, entry index, leader's clock ms)
+    leader_claims: tuple[tuple[int, str, int, int], ...]
     applied_index: int
     #: Counters kept in step by :meth:`put_run`, for metrics: "state:<s>" (runs now in that
     #: state), "skipped:<reason>", "attempt:<outcome>" (totals since the beginning).
@@ -304,6 +306,7 @@ class MemoryState(State):
         self.leader_node = ""
         self.leader_http = ""
         self.leader_term = 0
+        self.leader_claims: tuple[tuple[int, str, int, int], ...] = ()
         self.applied_index = 0
         self.counts: dict[str, int] = {}
         self.history_keep = DEFAULT_HISTORY_KEEP

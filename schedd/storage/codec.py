@@ -15,7 +15,16 @@ from typing import Any
 import orjson
 
 from schedd.core.commands import spec_from_dict, spec_to_dict
-from schedd.core.model import Attempt, AttemptOutcome, Job, JobSpec, JobStatus, Run, RunState
+from schedd.core.model import (
+    Attempt,
+    AttemptOutcome,
+    Job,
+    JobSpec,
+    JobStatus,
+    Refusal,
+    Run,
+    RunState,
+)
 from schedd.core.state import Ok, Rejected, Result
 
 _dumps = orjson.dumps
@@ -146,6 +155,10 @@ def _run_dict(run: Run) -> dict[str, Any]:
         out["o"] = run.origin
     if run.attempt_base:
         out["b"] = run.attempt_base
+    if run.refused:
+        out["rf"] = [
+            [f.fence, f.worker_id, f.outcome.value, f.at_ms, f.reason] for f in run.refused
+        ]
     return out
 
 
@@ -172,7 +185,13 @@ def _run_from(job_id: str, scheduled_ms: int, d: dict[str, Any]) -> Run:
         d.get("why"),
         d.get("o", "schedule"),
         d.get("b", 0),
+        tuple(_refusal_from(f) for f in d.get("rf", ())),
     )
+
+
+def _refusal_from(v: list[Any]) -> Refusal:
+    fence, worker, outcome, at_ms, reason = v
+    return Refusal(fence, worker, AttemptOutcome(outcome), at_ms, reason)
 
 
 def split_run_id(run_id: str) -> tuple[str, int] | None:

@@ -235,6 +235,11 @@ class SqlState(State):
         #: commits it before answering the caller that waits for it, if there is one here
         self.visible_now = False
         self._meta_written = {key: getattr(self, key) for key in _META}
+        claims = self._one("SELECT value FROM meta WHERE key = 'leader_claims'", ())
+        self.leader_claims: tuple[tuple[int, str, int, int], ...] = (
+            () if claims is None else tuple(tuple(c) for c in orjson.loads(claims[0]))
+        )
+        self._claims_written = self.leader_claims
         self.counts = {key: int(value) for key, value in self._all("SELECT key, value FROM counts")}
         self._counts_written = dict(self.counts)
         self._dlq_size = int(self._one("SELECT count(*) FROM dlq", ())[0])
@@ -454,6 +459,12 @@ class SqlState(State):
         if meta:
             self._many("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", meta)
             self._meta_written.update(meta)
+        if self.leader_claims is not self._claims_written:
+            self._x(
+                "INSERT OR REPLACE INTO meta (key, value) VALUES ('leader_claims', ?)",
+                (orjson.dumps(self.leader_claims).decode(),),
+            )
+            self._claims_written = self.leader_claims
         counts = [(k, v) for k, v in self.counts.items() if self._counts_written.get(k) != v]
         if counts:
             self._many("INSERT OR REPLACE INTO counts (key, value) VALUES (?, ?)", counts)

@@ -28,6 +28,10 @@ async def test_a_term_change_while_leading_restarts_the_leader_with_a_new_claim(
             body = await r.json()
         assert r.status == 200, body
         assert rt._leader_term == old_term + 5
+        # the leader history names both claims, in order, with their fences
+        claims = [(c["term"], c["node"], c["index"]) for c in body["leaders"]]
+        assert claims[-2:] == [(old_term, "n1", old_fence), (old_term + 5, "n1", rt.leader.fence)]
+        assert body["leaders"][-1]["at"] >= body["leaders"][-2]["at"]
         # and it schedules: a job submitted now is fired and queued by the new leader
         async with http.post(n.url + API + "/jobs", json={"task": "t"}, headers=n.headers()) as r:
             job = await r.json()

@@ -147,6 +147,14 @@ async def test_stale_worker_result_is_refused_after_its_lease_is_lost(
     [run] = await committed_runs(http, node, job["id"])
     assert run["result"] == "fresh"
     assert [a["outcome"] for a in run["attempts"]] == ["lost", "succeeded"]
+    # the refused result stays with the run, for its timeline
+    [refusal] = run["refused"]
+    assert (refusal["fence"], refusal["worker_id"], refusal["outcome"]) == (
+        old.fence,
+        "stale",
+        "succeeded",
+    )
+    assert refusal["reason"] == refused.reason and refusal["at"] >= run["attempts"][1]["started_at"]
     for w in (stale, fresh):
         await w.ws.close()
 

@@ -231,6 +231,7 @@ def answers(state: State) -> dict[str, Any]:
             state.applied_index,
             state.history_keep,
         ),
+        "claims": state.leader_claims,
         "history": (
             state.finished_runs_before(2 * T0, 1000),
             state.forgettable_jobs(2 * T0, 1000),

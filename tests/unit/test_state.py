@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from schedd.core import commands
-from schedd.core.apply import apply_entry
+from schedd.core.apply import MAX_CLAIMS, apply_entry
 from schedd.core.model import (
     AttemptOutcome,
     JobSpec,
@@ -20,6 +20,7 @@ from schedd.core.model import (
     RunState,
     Schedule,
     ScheduleKind,
+    evolve,
 )
 from schedd.core.state import DEDUP_WINDOW_MS, MemoryState, Ok, Rejected, State, backoff_ms
 from schedd.storage.sqlstate import SqlState
@@ -127,16 +128,58 @@ def test_full_lifecycle_success_and_fence_is_the_lease_index() -> None:
     assert h.state.jobs["J1"].status is JobStatus.DONE
 
 
-def test_stale_fence_is_refused_and_changes_nothing() -> None:
+def test_stale_fence_is_refused_noted_with_the_run_and_changes_nothing_else() -> None:
     h = Harness()
     lf = h.claim()
     h.submit()
     rid = f"J1@{T0}"
     fence = lease_one(h, lf, rid)
-    before = pickle.dumps(h.state.runs[rid])
-    res = h.one(commands.CompleteRun(h.rid(), T0, lf, rid, fence - 1, None))
+    before = h.state.runs[rid]
+    res = h.one(commands.CompleteRun(h.rid(), T0 + 7, lf, rid, fence - 1, None))
     assert isinstance(res, Rejected) and res.code == "stale_fence"
-    assert pickle.dumps(h.state.runs[rid]) == before
+    after = h.state.runs[rid]
+    [refusal] = after.refused
+    assert (refusal.fence, refusal.worker_id, refusal.at_ms) == (fence - 1, "", T0 + 7)
+    assert refusal.outcome is AttemptOutcome.SUCCEEDED and refusal.reason == res.message
+    assert pickle.dumps(evolve(after, refused=(), updated_ms=before.updated_ms)) == pickle.dumps(
+        before
+    )
+    assert after.updated_ms == T0 + 7
+
+
+def test_a_late_result_of_a_lost_attempt_is_refused_and_names_its_worker() -> None:
+    h = Harness()
+    lf = h.claim()
+    h.submit(spec=JobSpec(task="t", retry=RetryPolicy(max_attempts=3, jitter=False)))
+    rid = f"J1@{T0}"
+    fence = lease_one(h, lf, rid, worker="w7")
+    lost = commands.FailRun(h.rid(), T0 + 5, lf, rid, fence, "lost", True, AttemptOutcome.LOST, 0.5)
+    assert h.one(lost) == Ok(rid)
+    assert h.state.runs[rid].refused == ()  # the leader's own end is no refusal
+    for i in range(12):  # the worker's result, then repeated: only the latest ten are kept
+        late = commands.FailRun(
+            h.rid(), T0 + 10 + i, lf, rid, fence, "boom", True, AttemptOutcome.FAILED, 0.5
+        )
+        res = h.one(late)
+        assert isinstance(res, Rejected) and res.code == "stale_fence"
+    refused = h.state.runs[rid].refused
+    assert len(refused) == 10 and [r.at_ms for r in refused] == list(range(T0 + 12, T0 + 22))
+    assert {(r.worker_id, r.outcome) for r in refused} == {("w7", AttemptOutcome.FAILED)}
+    # a progress report for the lost attempt is refused too, and not noted
+    res = h.one(commands.Progress(h.rid(), T0 + 30, lf, ((rid, fence, {"done": 1}),)))
+    assert res == Ok([Rejected("stale_fence", res.value[0].message)])
+    assert h.state.runs[rid].refused == refused
+
+
+def test_each_claim_is_kept_in_the_leader_history_up_to_a_limit() -> None:
+    h = Harness()
+    first = h.claim("n1", 1)
+    assert h.state.leader_claims == ((1, "n1", first, T0),)
+    for term in range(2, 110):
+        h.claim(f"n{term % 3 + 1}", term)
+    claims = h.state.leader_claims
+    assert len(claims) == MAX_CLAIMS and [c[0] for c in claims] == list(range(10, 110))
+    assert claims[-1] == (109, "n2", h.index, T0)
 
 
 def test_commands_from_a_deposed_leader_are_rejected() -> None:

@@ -21,6 +21,7 @@ from schedd.core.model import (
     JobSpec,
     JobStatus,
     Priority,
+    Refusal,
     RetryPolicy,
     Run,
     RunState,
@@ -161,6 +162,7 @@ def test_run_view() -> None:
         ),
         result={"rows": 3},
         updated_ms=T0 + 30,
+        refused=(Refusal(41, "w1", AttemptOutcome.SUCCEEDED, T0 + 25, "stale"),),
     )
     view = run_view(run)
     assert view == {
@@ -177,6 +179,15 @@ def test_run_view() -> None:
         "error": None,
         "reason": None,
         "waiting": None,
+        "refused": [
+            {
+                "fence": 41,
+                "worker_id": "w1",
+                "outcome": "succeeded",
+                "at": "2026-11-25T02:00:00.025Z",
+                "reason": "stale",
+            }
+        ],
     }
     assert [a["fence"] for a in view["attempts"]] == [41, 57]
     orjson.dumps(view)
