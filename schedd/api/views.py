@@ -15,9 +15,11 @@ from typing import Annotated, Any, Literal, NotRequired, TypedDict
 
 from schedd.api.schema import js, values
 from schedd.auth import Role as TokenRole
+from schedd.core.apply import MAX_CLAIMS
 from schedd.core.durations import format_time
 from schedd.core.events import Change
 from schedd.core.model import (
+    MAX_REFUSALS,
     Attempt,
     AttemptOutcome,
     DstGap,
@@ -128,6 +130,16 @@ class AttemptView(TypedDict):
     progress_at: Annotated[Time | None, "when that progress was recorded"]
 
 
+class RefusalView(TypedDict):
+    """A worker's result refused because its fence was no longer the run's current lease."""
+
+    fence: int
+    worker_id: Annotated[str, "the worker of the attempt with that fence"]
+    outcome: Annotated[str, "what the worker reported", values(AttemptOutcome)]
+    at: Annotated[Time, "when the refusal was applied"]
+    reason: str
+
+
 class RunView(TypedDict):
     """One occurrence of a job."""
 
@@ -147,6 +159,11 @@ class RunView(TypedDict):
         str | None,
         "for a queued run in a single job's or run's view: why no worker takes it (no connected "
         "worker, none on its queue, none that runs its task); null otherwise or when not known",
+    ]
+    refused: Annotated[
+        list[RefusalView],
+        f"results refused for a stale fence (the latest {MAX_REFUSALS}, oldest first): a "
+        "worker that lost its lease (a missed heartbeat, a timeout, a cancel) and finished anyway",
     ]
 
 
@@ -260,6 +277,15 @@ class ClusterNodeView(TypedDict):
     match_index: NotRequired[Annotated[int | None, "peers only, when this node leads"]]
 
 
+class LeaderClaimView(TypedDict):
+    """A leader's claim of its term: the first entry it committed as leader."""
+
+    term: Annotated[int, js(minimum=1)]
+    node: str
+    index: Annotated[int, js(minimum=1), "the claim's log index (the leader's fence)"]
+    at: Annotated[Time, "the new leader's clock when it claimed"]
+
+
 class ClusterView(TypedDict):
     """this node's view of the cluster"""
 
@@ -274,6 +300,11 @@ class ClusterView(TypedDict):
     has_quorum: bool
     ready: bool
     nodes: list[ClusterNodeView]
+    leaders: Annotated[
+        list[LeaderClaimView],
+        f"the latest leader changes, oldest first (at most {MAX_CLAIMS}), as this node's "
+        "reads see them",
+    ]
 
 
 class WorkerView(TypedDict):
@@ -550,6 +581,16 @@ def run_view(run: Run) -> RunView:
         "error": run.error,
         "reason": run.reason,
         "waiting": None,
+        "refused": [
+            {
+                "fence": f.fence,
+                "worker_id": f.worker_id,
+                "outcome": f.outcome.value,
+                "at": format_time(f.at_ms),
+                "reason": f.reason,
+            }
+            for f in run.refused
+        ],
     }
 
 
