@@ -4,8 +4,10 @@ attempts, the dead-letter queue, the workers, the cluster bar."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -544,3 +546,79 @@ def test_the_fall_back_hour_reads_twice_with_its_two_offsets(
     notes = page.eval_on_selector_all("#explain td.note", "ts => ts.map(t => t.textContent)")
     assert notes[1:3] == [f["note"] for f in fires[1:3]] and notes[2]
     screenshot(page, "dst", tmp_path)
+
+
+async def _stale_result(daemon: Daemon, job_id: str) -> tuple[int, int]:
+    """A worker leases the job's run and goes silent until its lease is lost; another worker
+    runs it again; then the first one's late result comes and is refused for its fence.
+    The two fences."""
+    import aiohttp
+
+    from schedd.protocol import messages
+
+    headers = {"Authorization": f"Bearer {daemon.admin}"}
+    url = daemon.url + "/api/v1/workers/connect"
+    async with aiohttp.ClientSession() as http:
+
+        async def connect(worker_id: str) -> Any:
+            ws = await http.ws_connect(url, headers=headers)
+            hello = messages.Hello(
+                worker_id=worker_id, queues=("default",), capacity=1, tasks=("ui.stale",)
+            )
+            await ws.send_str(messages.encode(hello))
+            return ws
+
+        async def expect(ws: Any, kind: type[Any]) -> Any:
+            while True:
+                msg = messages.decode((await ws.receive(timeout=20)).data)
+                if isinstance(msg, kind):
+                    return msg
+
+        stale = await connect("w-silent")
+        old = await expect(stale, messages.Lease)
+        await stale.send_str(messages.encode(messages.Drain()))  # no heartbeat, nothing new
+        fresh = await connect("w-fresh")
+        new = await expect(fresh, messages.Lease)  # once the silent worker's lease was lost
+        if new.not_before is not None:  # leased ahead of the end of its backoff: start then
+            start = datetime.fromisoformat(new.not_before.replace("Z", "+00:00")).timestamp()
+            await asyncio.sleep(max(0.0, start - time.time()))
+        await fresh.send_str(messages.encode(messages.Complete(run_id=new.run_id, fence=new.fence)))
+        assert (await expect(fresh, messages.Ack)).accepted
+        late = messages.Complete(run_id=old.run_id, fence=old.fence, result="late")
+        await stale.send_str(messages.encode(late))
+        assert not (await expect(stale, messages.Ack)).accepted
+        for ws in (stale, fresh):
+            await ws.close()
+        return old.fence, new.fence
+
+
+def test_a_runs_timeline_marks_its_backoff_and_a_refused_late_result(
+    page: Any, daemon: Daemon, tmp_path: Path
+) -> None:
+    job = submit(
+        daemon,
+        task="ui.stale",
+        namespace="tstale",
+        heartbeat_timeout="1s",
+        retry={"max_attempts": 3, "initial": "1s", "jitter": False},
+    )
+    # in a thread of its own: Playwright's synchronous API keeps an event loop in this one
+    with ThreadPoolExecutor(1) as pool:
+        old, new = pool.submit(asyncio.run, _stale_result(daemon, job["id"])).result(60)
+    run_id = daemon.wait(
+        lambda: (
+            (r := daemon.api("GET", f"/jobs/{job['id']}")["latest_run"] or {}).get("refused")
+            and r["id"]
+        )
+    )
+    login(page, daemon, "read", f"/ui/runs/{run_id}")
+    page.wait_for_selector("svg.timeline text.refused")
+    # one lane per attempt, each naming its worker and fence; the backoff between them
+    lanes = page.eval_on_selector_all("svg.timeline text.lane", "ts => ts.map(t => t.textContent)")
+    assert lanes == [f"w-silent · fence {old}", f"w-fresh · fence {new}"]
+    assert len(page.query_selector_all("svg.timeline line.backoff")) == 1
+    # the late result: a cross on the first lane, and a row saying why
+    assert page.get_attribute("svg.timeline text.refused", "data-fence") == str(old)
+    row = page.inner_text(f"#refused tr[data-fence='{old}']")
+    assert "w-silent" in row and "succeeded" in row and f"fence {old} is not the current" in row
+    screenshot(page, "run-refused", tmp_path)

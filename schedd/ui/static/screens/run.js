@@ -1,5 +1,7 @@
 // One run: its state and times, and each attempt (worker, fence, start and end, outcome, error,
-// traceback, progress), also drawn on a time axis.
+// traceback, progress), also drawn on a time axis with the backoff between attempts, the Raft
+// terms that began meanwhile (GET /cluster's leader history) and the results refused for a
+// stale fence.
 
 import { API, call, can, enc, get } from "../api.js";
 import { badge, confirmButton, fill, h, link, pre, shortId, when } from "../dom.js";
@@ -13,13 +15,17 @@ export function runScreen(main, { id }) {
   fill(main, head, body);
   let alive = true;
   let zone = null;
-  let shown = null; // the run as last drawn: unchanged, it is not drawn again
+  let shown = null; // the run (and leader history) as last drawn: unchanged, not drawn again
   const unfolded = new Set(); // the attempts whose traceback is open
 
   async function load() {
     let run;
+    let leaders;
     try {
-      run = await get(`${API}/runs/${enc(id)}`);
+      [run, leaders] = await Promise.all([
+        get(`${API}/runs/${enc(id)}`),
+        get(`${API}/cluster`).then((c) => c.leaders ?? [], () => []),
+      ]);
       if (zone === null) {
         zone = await get(`${API}/jobs/${enc(run.job_id)}`).then(jobZone, () => "UTC");
       }
@@ -28,13 +34,13 @@ export function runScreen(main, { id }) {
       return;
     }
     if (!alive || main.querySelector(".armed")) return;
-    const drawn = JSON.stringify(run);
+    const drawn = JSON.stringify([run, leaders]);
     if (drawn === shown) return;
     shown = drawn;
     fill(head, h("h1", {}, "Run ", shortId(run.id)), badge(run.state),
       h("span", { class: "actions" }, runActions(run, load)));
-    fill(body, runFacts(run, zone), h("h2", {}, "Attempts"), timeline(run),
-      attemptsTable(run, zone, unfolded));
+    fill(body, runFacts(run, zone), h("h2", {}, "Attempts"), timeline(run, leaders),
+      attemptsTable(run, zone, unfolded), refusedTable(run, zone));
   }
 
   load();
@@ -94,6 +100,22 @@ function attemptsTable(run, zone, unfolded) {
     })));
 }
 
+/** The workers' results refused because their fence was no longer the run's lease. */
+function refusedTable(run, zone) {
+  const refused = run.refused ?? [];
+  if (!refused.length) return null;
+  return [h("h2", {}, "Refused results"),
+    h("p", { class: "muted" }, "Results of attempts that had lost their lease (a missed heartbeat, a timeout, a cancel or a new leader's fence) when they arrived: refused, never applied."),
+    h("table", { class: "attempts", id: "refused" },
+      h("thead", {}, h("tr", {}, ["Refused at", "Worker", "Fence", "Reported", "Why"].map((t) => h("th", {}, t)))),
+      h("tbody", {}, refused.map((f) => h("tr", { "data-fence": String(f.fence) },
+        h("td", {}, when(f.at, zone, { seconds: true })),
+        h("td", {}, f.worker_id || "—"),
+        h("td", { class: "mono" }, String(f.fence)),
+        h("td", {}, badge(f.outcome)),
+        h("td", { class: "error" }, f.reason)))))];
+}
+
 /** An attempt's traceback, folded unless it was unfolded before this drawing. */
 function traceback(a, unfolded) {
   const el = h("details", { open: unfolded.has(a.attempt) },
@@ -119,16 +141,21 @@ function progress(a) {
 const SVG_W = 900;
 const ROW_H = 22;
 
-/** The attempts on a time axis (SVG: attributes only, no inline style). */
-function timeline(run) {
-  const spans = run.attempts.map((a) => ({
-    a,
-    start: Date.parse(a.started_at),
-    end: a.ended_at ? Date.parse(a.ended_at) : Date.now(),
-  }));
+/** The attempts on a time axis, one lane each (SVG: attributes only, no inline style): its
+ * worker and fence, the backoff before the next, the results refused for its fence (×), and
+ * a vertical mark where a leader claimed a new term. */
+function timeline(run, leaders) {
+  const spans = run.attempts.map((a) => {
+    const start = Date.parse(a.started_at);
+    // (a worker that ignored its lease's not_before may end before the attempt's start)
+    return { a, start, end: Math.max(start, a.ended_at ? Date.parse(a.ended_at) : Date.now()) };
+  });
   if (!spans.length) return null;
-  const t0 = Math.min(Date.parse(run.scheduled_at), ...spans.map((s) => s.start));
-  const t1 = Math.max(...spans.map((s) => s.end), t0 + 1000);
+  const refused = (run.refused ?? []).map((f) => ({ f, t: Date.parse(f.at) }));
+  const scheduled = Date.parse(run.scheduled_at);
+  const t0 = Math.min(scheduled, ...spans.map((s) => s.start));
+  const t1 = Math.max(...spans.map((s) => s.end), ...refused.map((r) => r.t), t0 + 1000);
+  const terms = leaders.map((c) => ({ c, t: Date.parse(c.at) })).filter((m) => m.t > t0 && m.t <= t1);
   const left = 70;
   const width = SVG_W - left - 20;
   const x = (t) => left + ((t - t0) / (t1 - t0)) * width;
@@ -145,17 +172,41 @@ function timeline(run) {
     svg.appendChild(h("svg:text", { x: tx, y: axisY + 16, "text-anchor": i === 0 ? "start" : i === 4 ? "end" : "middle" },
       i === 0 ? formatIn(t, viewer, { seconds: true }) : `+${duration((t - t0) / 1000)}`));
   }
-  svg.appendChild(h("svg:text", { x: x(Date.parse(run.scheduled_at)), y: 10 }, "scheduled"));
+  svg.appendChild(h("svg:text", { x: x(scheduled), y: 10 }, "scheduled"));
+  for (const { c, t } of terms) {
+    const mark = h("svg:g", { class: "term", "data-term": String(c.term) },
+      h("svg:line", { x1: x(t), x2: x(t), y1: 12, y2: axisY }),
+      h("svg:text", { x: x(t) + 3, y: 10 }, `term ${c.term} · ${c.node}`),
+      h("svg:title", {}, `leader ${c.node} claimed term ${c.term} at ${formatIn(t, viewer, { seconds: true })} (${c.at} UTC), log index ${c.index}`));
+    svg.appendChild(mark);
+  }
   spans.forEach((s, i) => {
     const y = 16 + i * ROW_H;
     svg.appendChild(h("svg:text", { class: "label", x: 4, y: y + 13 }, `#${s.a.attempt}`));
+    const next = spans[i + 1];
+    if (next && next.start > s.end) {
+      const gap = h("svg:line", { class: "backoff", x1: x(s.end), x2: x(next.start), y1: y + ROW_H / 2 + 2, y2: y + ROW_H / 2 + 2 });
+      gap.appendChild(h("svg:title", {}, `backoff: ${duration((next.start - s.end) / 1000)} until attempt ${next.a.attempt}`));
+      svg.appendChild(gap);
+    }
     const bar = h("svg:rect", {
       class: `bar st-${s.a.outcome ?? "running"}`,
       x: x(s.start), y, height: ROW_H - 6, rx: 2,
       width: Math.max(2, x(s.end) - x(s.start)),
     });
-    bar.appendChild(h("svg:title", {}, `attempt ${s.a.attempt} on ${s.a.worker_id}: ${s.a.outcome ?? "running"}, ${duration((s.end - s.start) / 1000)}`));
+    bar.appendChild(h("svg:title", {}, `attempt ${s.a.attempt} leased to ${s.a.worker_id} with fence ${s.a.fence}: ${s.a.outcome ?? "running"}, ${duration((s.end - s.start) / 1000)}`));
     svg.appendChild(bar);
+    // worker and fence inside a long bar, else right of it, or left when it ends at the edge
+    const [bx, bw] = [x(s.start), x(s.end) - x(s.start)];
+    const place = bw > 170 ? ["lane inside", bx + 4, "start"]
+      : bx + bw + 164 <= SVG_W ? ["lane", bx + bw + 4, "start"] : ["lane", bx - 4, "end"];
+    svg.appendChild(h("svg:text", { class: place[0], x: place[1], y: y + 12, "text-anchor": place[2] },
+      `${s.a.worker_id} · fence ${s.a.fence}`));
+    for (const { f, t } of refused.filter((r) => r.f.fence === s.a.fence)) {
+      const cross = h("svg:text", { class: "refused", x: x(t), y: y + 13, "text-anchor": "middle", "data-fence": String(f.fence) }, "×");
+      cross.appendChild(h("svg:title", {}, `result refused (${f.outcome}) at ${formatIn(t, viewer, { seconds: true })}: ${f.reason}`));
+      svg.appendChild(cross);
+    }
   });
   return svg;
 }
