@@ -3,7 +3,8 @@
 Each node has its own registry.  Two kinds of metric:
 
 * observed where things happen: API request latency, scheduling lag (scheduled time → lease,
-  on the leader), leases lost;
+  on the leader; also kept by queue and priority for the last hour, and one by one for the
+  last minutes), leases lost;
 * collected at scrape time from the replicated state and the Raft node: runs by state, skipped
   runs by reason, attempts by outcome, dead-letter depth, queue depth, workers and leases in
   flight (leader only), Raft role, term, commit and applied index, each follower's lag, stalled
@@ -87,6 +88,12 @@ GC_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.4, 0.8, 1.6, 3.2, 6.4
 #: the scheduling-lag window keeps its counts per slot of this many seconds, for this long
 LAG_SLOT_S = 10.0
 LAG_KEEP_S = 3600.0
+#: the recent lag samples keep each observation for this long, the newest this many per lag
+SAMPLES_KEEP_S = 900.0
+SAMPLES_CAP = 5000
+
+#: one lag sample as the API gives it: [due wall ms, lag seconds, queue, priority]
+LagSample = tuple[int, float, str, str]
 
 
 def quantile(q: float, counts: Sequence[int], bounds: Sequence[float]) -> float | None:
@@ -145,6 +152,36 @@ class LagWindow:
         return out
 
 
+class LagSamples:
+    """The recent observations of a lag one by one (the dashboard draws each run as a dot):
+    kept for ``keep_s`` at most, the newest ``cap`` of them, next to its ``LagWindow``.  Times
+    are the caller's monotonic clock; a sample's due time is read back on the wall clock of the
+    reader (the observation's time less its lag)."""
+
+    def __init__(self, keep_s: float = SAMPLES_KEEP_S, cap: int = SAMPLES_CAP) -> None:
+        self.keep_s = keep_s
+        self._ring: deque[tuple[float, float, str, str]] = deque(maxlen=cap)
+
+    def observe(self, seconds: float, queue: str, priority: str, now_mono: float) -> None:
+        ring = self._ring
+        ring.append((now_mono, seconds, queue, priority))
+        while ring[0][0] < now_mono - self.keep_s:
+            ring.popleft()
+
+    def recent(self, window_s: float, now_mono: float, now_wall_ms: int) -> list[LagSample]:
+        """The samples observed within the last ``window_s`` (and what it keeps), oldest first,
+        each with its due time on the wall clock of ``now_wall_ms``."""
+        since = now_mono - min(window_s, self.keep_s)
+        return [
+            (round(now_wall_ms - (now_mono - at + seconds) * 1000), round(seconds, 4), q, p)
+            for at, seconds, q, p in self._ring
+            if at >= since
+        ]
+
+    def __len__(self) -> int:
+        return len(self._ring)
+
+
 class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
@@ -170,6 +207,9 @@ class Metrics:
         #: the same observations as lease_lag and fire_lag, by slot and (queue, priority)
         self.lease_window = LagWindow(LAG_BUCKETS)
         self.fire_window = LagWindow(FIRE_BUCKETS)
+        #: the same observations again, one by one, for the last minutes
+        self.lease_samples = LagSamples()
+        self.fire_samples = LagSamples()
         self.leases_lost = Counter(
             "schedd_leases_lost_total",
             "Leases ended by the leader: heartbeats stopped or the run timed out.",
@@ -225,10 +265,12 @@ class Metrics:
     def observe_lease_lag(self, seconds: float, queue: str, priority: str, now_mono: float) -> None:
         self.lease_lag.observe(seconds)
         self.lease_window.observe(seconds, queue, priority, now_mono)
+        self.lease_samples.observe(seconds, queue, priority, now_mono)
 
     def observe_fire_lag(self, seconds: float, queue: str, priority: str, now_mono: float) -> None:
         self.fire_lag.observe(seconds)
         self.fire_window.observe(seconds, queue, priority, now_mono)
+        self.fire_samples.observe(seconds, queue, priority, now_mono)
 
     def observe_gc(self, generation: int, seconds: float, collected: int) -> None:
         gen = str(generation)

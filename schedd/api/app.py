@@ -752,16 +752,21 @@ async def workers(request: web.Request) -> web.Response:
 
 
 async def scheduling_lag(request: web.Request) -> web.Response:
-    """The leader's lag windows (``Metrics.fire_window``, ``lease_window``) and what waits now;
-    a follower asks the leader, where the observations are."""
+    """The leader's lag windows (``Metrics.fire_window``, ``lease_window``) and what waits now,
+    with ``samples=true`` each observation too (``Metrics.fire_samples``, ``lease_samples``); a
+    follower asks the leader, where the observations are."""
     minutes = _int_param(request, MINUTES)
+    raw = request.query.get("samples", "false")
+    if raw not in ("true", "false"):
+        raise InvalidArgument(f"samples: expected true or false, got {raw!r}", field="samples")
+    samples = raw == "true"
     leader = request.app[NODE].leader
     if leader is None or not leader.ready.is_set():
-        answer = await request.app[PROXY].get(request, f"{PREFIX}/scheduling-lag?minutes={minutes}")
-        return json_response(answer)
+        path = f"{PREFIX}/scheduling-lag?minutes={minutes}" + "&samples=true" * samples
+        return json_response(await request.app[PROXY].get(request, path))
     app = request.app
-    window, now = minutes * 60.0, clock.mono()
-    queued, overdue = await app[READER].due_not_leased(clock.wall_ms())
+    window, now, wall = minutes * 60.0, clock.mono(), clock.wall_ms()
+    queued, overdue = await app[READER].due_not_leased(wall)
     with app[RAFT].read() as st:
         skipped = {k.partition(":")[2]: n for k, n in st.counts.items() if k.startswith("skipped:")}
     metrics = app[METRICS]
@@ -776,6 +781,12 @@ async def scheduling_lag(request: web.Request) -> web.Response:
         "misfires": skipped.get("misfire", 0),
         "skipped": [{"reason": r, "count": n} for r, n in sorted(skipped.items()) if n],
     }
+    if samples:
+        fire, lease = (
+            [list(s) for s in ring.recent(window, now, wall)]
+            for ring in (metrics.fire_samples, metrics.lease_samples)
+        )
+        body["samples"] = {"fire": fire, "lease": lease}
     return json_response(body)
 
 

@@ -333,11 +333,20 @@ OPERATIONS: tuple[Operation, ...] = (
         "and what is due but not leased now",
         (Reply(200, "the leader's figures", "SchedulingLag"),),
         (400, 503),
-        query=(MINUTES,),
+        query=(
+            MINUTES,
+            Query(
+                "samples",
+                Annotated[bool, js(default=False)],
+                "true: also each run's lag in the window, one by one (the last 15 minutes at "
+                "most, the newest 5000 of each lag)",
+            ),
+        ),
         description="From the leader's schedd_fire_lag_seconds and schedd_lease_lag_seconds "
-        "observations (the same values, kept per 10 s for an hour; quantiles interpolated in "
-        "the histograms' buckets, as Prometheus does); a new leader starts without. A follower "
-        "asks the leader (503 when none is known or reachable).",
+        "observations (the same values, kept per 10 s for an hour, and one by one for 15 "
+        "minutes; quantiles interpolated in the histograms' buckets, as Prometheus does); a new "
+        "leader starts without. A follower asks the leader (503 when none is known or "
+        "reachable).",
     ),
     Operation(
         "workers",

@@ -345,6 +345,31 @@ class SkipCountView(TypedDict):
     count: Annotated[int, js(minimum=0)]
 
 
+#: one run's lag, compact: [due_ms, lag_s, queue, priority] (``Metrics.*_samples``)
+LagSampleView = Annotated[
+    list[Any],
+    js(
+        prefixItems=[
+            {"type": "integer", "description": "when the run was due, in ms since the epoch"},
+            {"type": "number", "minimum": 0, "description": "its lag, in seconds"},
+            {"type": "string", "description": "its queue"},
+            {"type": "string", "enum": [p.value for p in Priority]},
+        ],
+        items=False,
+        minItems=4,
+    ),
+    "[due_ms, lag_s, queue, priority]",
+]
+
+
+class LagSamplesView(TypedDict):
+    """each run's lag in the window, oldest first (the last 15 minutes at most, the newest 5000
+    of each)"""
+
+    fire: Annotated[list[LagSampleView], "from due to fire, as in fire"]
+    lease: Annotated[list[LagSampleView], "from due to lease (start), as in lease"]
+
+
 class SchedulingLagView(TypedDict):
     """how late the leader schedules: quantiles over the last minutes and what waits now"""
 
@@ -367,6 +392,9 @@ class SchedulingLagView(TypedDict):
     ]
     misfires: Annotated[int, js(minimum=0), "occurrences skipped as misfires, ever"]
     skipped: Annotated[list[SkipCountView], "occurrences that did not run, ever, by reason"]
+    samples: NotRequired[
+        Annotated[LagSamplesView, "with samples=true: each observation of the window, one by one"]
+    ]
 
 
 class WhoamiView(TypedDict):

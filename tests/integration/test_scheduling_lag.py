@@ -1,15 +1,20 @@
 """``GET /api/v1/scheduling-lag`` on a real node: the fire and lease lags of the runs the leader
-fired and leased, by queue and priority, what is due and not leased now, and the skips."""
+fired and leased, by queue and priority, what is due and not leased now, the skips, and with
+``samples=true`` each run's lags one by one."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 import aiohttp
+import pytest
 
+from schedd.api.openapi import spec
 from schedd.protocol import messages
 from tests.conftest import Node, wait_for
-from tests.integration.test_worker_protocol import committed, connect, submit
+from tests.integration.test_openapi import _component
+from tests.integration.test_worker_protocol import RawWorker, committed, connect, submit
 
 API = "/api/v1"
 
@@ -17,6 +22,12 @@ API = "/api/v1"
 async def lag(http: aiohttp.ClientSession, node: Node, query: str = "") -> tuple[int, Any]:
     async with http.get(node.url + API + "/scheduling-lag" + query, headers=node.headers()) as r:
         return r.status, await r.json()
+
+
+async def complete_and_leave(worker: RawWorker, leases: list[messages.Lease]) -> None:
+    for held in leases:
+        await worker.send(messages.Complete(run_id=held.run_id, fence=held.fence))
+    await worker.ws.close()
 
 
 async def test_the_lags_of_what_was_fired_and_leased_by_queue_and_priority(
@@ -55,9 +66,7 @@ async def test_the_lags_of_what_was_fired_and_leased_by_queue_and_priority(
     ]
     assert (view["queued"], view["overdue"], view["due_not_leased"]) == (1, 0, 1)
     assert stuck["latest_run"]["state"] in ("scheduled", "queued")
-    for held in leases:
-        await worker.send(messages.Complete(run_id=held.run_id, fence=held.fence))
-    await worker.ws.close()
+    await complete_and_leave(worker, leases)
 
 
 async def test_skipped_occurrences_are_counted_by_reason(
@@ -88,3 +97,71 @@ async def test_a_window_outside_1_to_60_minutes_is_a_400(
     for bad in ("0", "61", "five"):
         status, body = await lag(http, node, f"?minutes={bad}")
         assert status == 400 and body["error"]["field"] == "minutes", body
+
+
+def _ms(instant: str) -> int:
+    return int(datetime.fromisoformat(instant.replace("Z", "+00:00")).timestamp() * 1000)
+
+
+async def test_samples_are_each_run_fired_and_leased_with_its_due_time_and_lag(
+    node: Node, http: aiohttp.ClientSession
+) -> None:
+    worker = await connect(http, node, "w1", capacity=10)
+    jobs = [await submit(http, node, {"task": "t", "priority": p}) for p in ("high", "high", "low")]
+    due = {_ms(job["latest_run"]["due_at"]) for job in jobs}
+    leases = [await worker.expect(messages.Lease) for _ in range(3)]
+
+    async def sampled() -> Any:
+        _, view = await lag(http, node, "?minutes=15&samples=true")
+        samples = view["samples"]
+        return view if len(samples["fire"]) == len(samples["lease"]) == 3 else None
+
+    view = await wait_for(sampled)
+    assert view["window"] == 900 and view["lease"]["count"] == 3
+    errors = sorted(_component(spec(), "SchedulingLag").iter_errors(view), key=str)
+    assert not errors, errors[0]
+    for kind in ("fire", "lease"):
+        samples = view["samples"][kind]
+        assert sorted((q, p) for _, _, q, p in samples) == [
+            ("default", "high"),
+            ("default", "high"),
+            ("default", "low"),
+        ]
+        for due_ms, lag_s, _, _ in samples:
+            assert 0 <= lag_s < 5  # a run due now is fired and leased at once
+            # observed at its fire (lease) less its lag: its due time, to the commit's latency
+            assert min(abs(due_ms - d) for d in due) < 1000, (due_ms, due)
+    _, plain = await lag(http, node, "?minutes=15")
+    assert "samples" not in plain and plain["lease"] == view["lease"]
+    await complete_and_leave(worker, leases)
+
+
+async def test_a_samples_other_than_true_or_false_is_a_400_naming_it(
+    node: Node, http: aiohttp.ClientSession
+) -> None:
+    for bad in ("yes", "1", "TRUE", ""):
+        status, body = await lag(http, node, f"?samples={bad}")
+        assert status == 400 and body["error"]["field"] == "samples", body
+    status, body = await lag(http, node, "?samples=false")
+    assert status == 200 and "samples" not in body
+
+
+async def test_a_follower_asks_the_leader_with_the_samples_too(
+    node: Node, http: aiohttp.ClientSession, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    asked: list[str] = []
+
+    async def leader_answers(request: Any, path: str) -> Any:
+        asked.append(path)
+        return {"leader": "n2"}
+
+    monkeypatch.setattr(node.rt, "leader", None)  # as a follower sees it
+    monkeypatch.setattr(node.rt.proxy, "get", leader_answers)
+    for query in ("?minutes=15&samples=true", "", "?samples=false&minutes=2"):
+        status, body = await lag(http, node, query)
+        assert (status, body) == (200, {"leader": "n2"})
+    assert asked == [
+        API + "/scheduling-lag?minutes=15&samples=true",
+        API + "/scheduling-lag?minutes=5",
+        API + "/scheduling-lag?minutes=2",
+    ]

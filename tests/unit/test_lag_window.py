@@ -1,13 +1,23 @@
 """The scheduling-lag window kept next to the lag histograms (``schedd.metrics``): quantiles
-from bucket counts as Prometheus computes them, slots that age out of the window, and the
-split by queue and priority (``schedd.api.views.lag_view``)."""
+from bucket counts as Prometheus computes them, slots that age out of the window, the split by
+queue and priority (``schedd.api.views.lag_view``), and the recent samples one by one (kept for
+their time and up to their count)."""
 
 from __future__ import annotations
 
 import pytest
 
+from schedd.api.operations import BY_ID
 from schedd.api.views import lag_view
-from schedd.metrics import LAG_SLOT_S, LagWindow, Metrics, quantile
+from schedd.metrics import (
+    LAG_SLOT_S,
+    SAMPLES_CAP,
+    SAMPLES_KEEP_S,
+    LagSamples,
+    LagWindow,
+    Metrics,
+    quantile,
+)
 
 BOUNDS = (0.1, 0.5, 1.0)
 
@@ -58,3 +68,48 @@ def test_the_metrics_feed_the_histogram_and_the_window_with_the_same_value() -> 
     assert sum(metrics.lease_window.counts(60, 500.0)[("q", "normal")]) == 1
     assert metrics.registry.get_sample_value("schedd_fire_lag_seconds_count") == 1
     assert sum(metrics.fire_window.counts(60, 500.0)[("q", "normal")]) == 1
+    assert metrics.lease_samples.recent(60, 500.0, 1_000_000) == [(999_700, 0.3, "q", "normal")]
+    assert metrics.fire_samples.recent(60, 500.0, 1_000_000) == [(999_980, 0.02, "q", "normal")]
+
+
+def test_a_sample_is_due_its_lag_before_it_was_observed_on_the_readers_wall_clock() -> None:
+    samples = LagSamples()
+    samples.observe(1.5, "q", "high", 100.0)  # observed at mono 100: due 1.5 s before
+    samples.observe(0.0, "r", "low", 130.25)
+    # read at mono 160, wall 1_000_000 ms: observed 60 s and 29.75 s ago
+    assert samples.recent(900, 160.0, 1_000_000) == [
+        (1_000_000 - 61_500, 1.5, "q", "high"),
+        (1_000_000 - 29_750, 0.0, "r", "low"),
+    ]
+    assert samples.recent(45, 160.0, 1_000_000) == [(970_250, 0.0, "r", "low")]
+
+
+def test_the_samples_keep_only_their_window() -> None:
+    samples = LagSamples(keep_s=60)
+    for second in range(0, 100, 10):  # one at 0, 10, ..., 90
+        samples.observe(0.1, "q", "normal", 1000.0 + second)
+    # the newest at 1090: those older than 60 s (1000 to 1020) are gone
+    assert len(samples) == 7
+    # and a read later on leaves out what aged since, however long the window asked
+    assert len(samples.recent(3600, 1150.0, 0)) == 1
+    assert samples.recent(3600, 1200.0, 0) == []
+
+
+def test_the_samples_keep_only_the_newest_up_to_their_cap() -> None:
+    samples = LagSamples(keep_s=SAMPLES_KEEP_S, cap=5)
+    for i in range(8):
+        samples.observe(i / 100, "q", "normal", 10.0 + i / 1000)
+    assert len(samples) == 5
+    assert [lag for _, lag, _, _ in samples.recent(60, 11.0, 0)] == [0.03, 0.04, 0.05, 0.06, 0.07]
+
+
+def test_the_metrics_keep_the_documented_samples() -> None:
+    metrics = Metrics()
+    for ring in (metrics.fire_samples, metrics.lease_samples):
+        assert ring.keep_s == SAMPLES_KEEP_S == 15 * 60
+        for i in range(SAMPLES_CAP + 10):
+            ring.observe(0.01, "q", "normal", 5.0 + i / 1e6)
+        assert len(ring) == SAMPLES_CAP
+    [samples] = [q for q in BY_ID["scheduling_lag"].query if q.name == "samples"]
+    assert f"the last {SAMPLES_KEEP_S / 60:.0f} minutes" in samples.description
+    assert f"the newest {SAMPLES_CAP}" in samples.description
