@@ -1,5 +1,6 @@
 // The dashboard's shell: log in, the cluster bar, the viewer's zone, the screens by address
-// (/ui/jobs, /ui/jobs/<id>, /ui/runs/<id>, /ui/dlq, /ui/workers) and their live refresh.
+// (/ui/jobs, /ui/jobs/<id>, /ui/runs/<id>, /ui/dlq, /ui/workers, /ui/lag) and their live
+// refresh.
 
 import { ApiError, login, on, session } from "./api.js";
 import * as clusterbar from "./clusterbar.js";
@@ -10,6 +11,7 @@ import { setToken, setViewerZone, token, viewerZone } from "./settings.js";
 import { dlqScreen } from "./screens/dlq.js";
 import { jobScreen } from "./screens/job.js";
 import { jobsScreen } from "./screens/jobs.js";
+import { lagScreen } from "./screens/lag.js";
 import { loginScreen } from "./screens/login.js";
 import { runScreen } from "./screens/run.js";
 import { workersScreen } from "./screens/workers.js";
@@ -21,6 +23,7 @@ const ROUTES = [
   [/^\/ui\/runs\/([^/]+)$/, "jobs", runScreen],
   [/^\/ui\/dlq\/?$/, "dlq", dlqScreen],
   [/^\/ui\/workers\/?$/, "workers", workersScreen],
+  [/^\/ui\/lag\/?$/, "lag", lagScreen],
 ];
 
 const main = document.getElementById("main");
