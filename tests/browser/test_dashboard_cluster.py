@@ -1,10 +1,17 @@
-"""The cluster bar on a real three-node cluster: a page served by a follower says so, and when
-the leader is killed the page shows the election and then names the new leader."""
+"""The dashboard on a real three-node cluster: a page served by a follower says so; when the
+leader is killed the page shows the election and then names the new leader; its event stream,
+cut at the same moment, resumes where it was and loses no run's change; and a run that spanned
+the failover shows the new term on its timeline."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import re
+import threading
+import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -75,3 +82,231 @@ def test_a_follower_serves_the_page_and_a_new_leader_is_told(
     assert notice.inner_text().startswith(f"leader {lead} → {three.nodes[new].node_id} at term")
     page.wait_for_selector("#banner", state="hidden", timeout=10_000)
     screenshot(page, "leader-change", tmp_path)
+
+
+class CuttableProxy:
+    """A TCP proxy on 127.0.0.1:``port`` to ``target``, in a thread of its own: :meth:`cut`
+    aborts every connection open through it (the listener stays)."""
+
+    def __init__(self, port: int, target: tuple[str, int]) -> None:
+        self.port, self.target = port, target
+        self.loop = asyncio.new_event_loop()
+        self.writers: set[asyncio.StreamWriter] = set()
+        self.cuts = 0
+        ready = threading.Event()
+        self.thread = threading.Thread(target=self._main, args=(ready,), daemon=True)
+        self.thread.start()
+        assert ready.wait(10), "the proxy did not start"
+
+    def _main(self, ready: threading.Event) -> None:
+        asyncio.set_event_loop(self.loop)
+        server = self.loop.run_until_complete(
+            asyncio.start_server(self._serve, "127.0.0.1", self.port)
+        )
+        ready.set()
+        self.loop.run_forever()
+        server.close()
+        for task in asyncio.all_tasks(self.loop):
+            task.cancel()
+        self.loop.run_until_complete(asyncio.sleep(0))
+        with contextlib.suppress(Exception):
+            self.loop.run_until_complete(server.wait_closed())
+        self.loop.close()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            up_reader, up_writer = await asyncio.open_connection(*self.target)
+        except OSError:
+            writer.transport.abort()
+            return
+        pair = {writer, up_writer}
+        self.writers |= pair
+
+        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+            with contextlib.suppress(Exception):
+                while data := await src.read(65536):
+                    dst.write(data)
+                    await dst.drain()
+            for w in pair:
+                w.transport.abort()
+
+        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+        self.writers -= pair
+
+    def cut(self) -> None:
+        def abort() -> None:
+            for w in list(self.writers):
+                w.transport.abort()
+            self.writers.clear()
+            self.cuts += 1
+
+        self.loop.call_soon_threadsafe(abort)
+
+    def close(self) -> None:
+        self.cut()
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+
+
+#: every chunk the page's event-stream decoders decode, by decoder: what the page was told
+CAPTURE_STREAM = """
+(() => {
+  const decode = TextDecoder.prototype.decode;
+  let n = 0;
+  window.__streams = [];
+  TextDecoder.prototype.decode = function (...args) {
+    const text = decode.apply(this, args);
+    if (this.__n === undefined) this.__n = n++;
+    if (text) window.__streams.push([this.__n, text]);
+    return text;
+  };
+})();
+"""
+
+
+def parse_streams(chunks: list[list[Any]]) -> list[list[tuple[str, str | None, Any]]]:
+    """The server-sent events of each stream the page read: (type, id, data) each."""
+    texts: dict[int, str] = {}
+    for n, text in chunks:
+        texts[n] = texts.get(n, "") + text
+    streams = []
+    for n in sorted(texts):
+        events = []
+        for block in re.split(r"\n\n", texts[n]):
+            fields: dict[str, str] = {}
+            for line in block.splitlines():
+                if line.startswith(":") or ":" not in line:
+                    continue
+                key, _, value = line.partition(":")
+                fields[key] = value[1:] if value.startswith(" ") else value
+            if "event" in fields:
+                events.append((fields["event"], fields.get("id"), json.loads(fields["data"])))
+        streams.append(events)
+    return streams
+
+
+def submit_to_any(cluster: Cluster, body: dict[str, Any]) -> str | None:
+    """A job submitted through any live node (None: none took it now)."""
+    for n in cluster.nodes:
+        if not n.alive:
+            continue
+        req = urllib.request.Request(
+            f"{n.url}/api/v1/jobs",
+            data=json.dumps(body).encode(),
+            method="POST",
+            headers={**cluster.headers(), "Content-Type": "application/json"},
+        )
+        try:
+            with urllib.request.urlopen(req, timeout=5) as r:
+                job_id: str = json.load(r)["id"]
+                return job_id
+        except (urllib.error.URLError, OSError):
+            continue
+    return None
+
+
+def test_the_event_stream_resumes_across_a_failover_and_loses_no_run(
+    page: Any, three: Cluster
+) -> None:
+    daemon = Daemon(three, three.urls[0], three.token)
+    daemon.wait(lambda: leader_of(three) is not None, timeout=30)
+    old = leader_of(three)
+    assert old is not None
+    follower = next(i for i in range(3) if i != old)
+    daemon = Daemon(three, three.nodes[follower].url, three.token)  # it outlives the leader
+    three.start_worker("--import", "tests.browser.tasks", "--concurrency", "16", name="w1")
+    daemon.wait(lambda: daemon.api("GET", "/workers")["workers"], timeout=30)
+    host, port = three.nodes[follower].url.removeprefix("http://").split(":")
+    proxy = CuttableProxy(int(port) + 7, (host, int(port)))  # a free port next to its own
+    try:
+        page.add_init_script(CAPTURE_STREAM)
+        page.goto(f"http://127.0.0.1:{proxy.port}/ui/jobs?namespace=tfail")
+        page.fill("#token", SECRETS["read"])
+        page.click("#login button[type=submit]")
+        page.wait_for_selector("body[data-live=live]")
+        # a run that is still running when the leader dies, and a job every 0.1 s around it
+        long_id = submit_to_any(
+            three, {"task": "ui.ok", "namespace": "tfail", "payload": {"sleep": 3}}
+        )
+        assert long_id is not None
+        ids = [long_id]
+
+        def latest_run(job_id: str) -> dict[str, Any]:
+            """The job's latest run as the follower sees it ({} before it has the job: it
+            may apply a submit acknowledged by the leader a moment later)."""
+            try:
+                return daemon.api("GET", f"/jobs/{job_id}")["latest_run"] or {}
+            except urllib.error.HTTPError as e:
+                if e.code == 404:
+                    return {}
+                raise
+
+        daemon.wait(lambda: latest_run(long_id).get("state") == "running")
+        for _ in range(10):
+            job = submit_to_any(three, {"task": "ui.ok", "namespace": "tfail"})
+            ids += [job] if job else []
+            time.sleep(0.1)  # a steady trickle of work, not a synchronisation
+        killed_at = time.monotonic()
+        three.kill(old)
+        proxy.cut()  # the page's stream breaks with the leader
+        for _ in range(20):
+            job = submit_to_any(three, {"task": "ui.ok", "namespace": "tfail"})
+            ids += [job] if job else []
+            time.sleep(0.1)
+        notice = page.wait_for_selector(".notice:has-text('leader')", timeout=20_000)
+        told_after = time.monotonic() - killed_at
+        new = leader_of(three)
+        assert new is not None and new != old
+        term = re.search(r"term (\d+)", notice.inner_text())
+        assert term is not None
+        assert f"→ {three.nodes[new].node_id} at term {term.group(1)}" in notice.inner_text()
+        assert told_after < 10, f"the page named the new leader {told_after:.1f} s after the kill"
+
+        # every acknowledged job ran, and the page was told each run's end over the stream
+        def runs_done() -> dict[str, str] | None:
+            done = {}
+            for job_id in ids:
+                run = latest_run(job_id)
+                if run.get("state") != "succeeded":
+                    return None
+                done[run["id"]] = job_id
+            return done
+
+        done = daemon.wait(runs_done, timeout=60)
+
+        def told() -> list[list[tuple[str, str | None, Any]]] | None:
+            streams = parse_streams(page.evaluate("window.__streams"))
+            seen = {
+                c["id"]
+                for events in streams
+                for kind, _, data in events
+                if kind == "run"
+                for c in data
+                if c["state"] == "succeeded"
+            }
+            return streams if set(done) <= seen else None
+
+        streams = daemon.wait(told, timeout=20)
+        assert len(streams) >= 2, "the stream was not cut and resumed"
+        kinds = [kind for events in streams for kind, _, _ in events]
+        assert "reset" not in kinds  # resumed from where it was, not read again
+        ids_seen = [int(i) for events in streams for _, i, _ in events if i is not None]
+        assert ids_seen == sorted(ids_seen)
+        # each new stream resumed at the last event id the page had (Last-Event-ID)
+        last_id: str | None = None
+        for events in streams:
+            if not events:
+                continue
+            kind, _, hello = events[0]
+            assert kind == "hello"
+            if last_id is not None:
+                assert hello["after"] == int(last_id)
+            last_id = next((i for _, i, _ in reversed(events) if i is not None), last_id)
+
+        # the run that spanned the failover shows the new term on its timeline
+        long_run = latest_run(long_id)
+        page.goto(f"http://127.0.0.1:{proxy.port}/ui/runs/{long_run['id']}")
+        mark = page.wait_for_selector(f"svg.timeline g.term[data-term='{term.group(1)}']")
+        assert f"term {term.group(1)} · {three.nodes[new].node_id}" in (mark.text_content() or "")
+    finally:
+        proxy.close()
