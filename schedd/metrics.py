@@ -155,26 +155,34 @@ class LagWindow:
 class LagSamples:
     """The recent observations of a lag one by one (the dashboard draws each run as a dot):
     kept for ``keep_s`` at most, the newest ``cap`` of them, next to its ``LagWindow``.  Times
-    are the caller's monotonic clock; a sample's due time is read back on the wall clock of the
-    reader (the observation's time less its lag)."""
+    are the caller's monotonic clock; each sample keeps the run's due time (wall clock ms) when
+    the caller gives it, else it is read back as the observation's time less its lag."""
 
     def __init__(self, keep_s: float = SAMPLES_KEEP_S, cap: int = SAMPLES_CAP) -> None:
         self.keep_s = keep_s
-        self._ring: deque[tuple[float, float, str, str]] = deque(maxlen=cap)
+        self._ring: deque[tuple[float, float, str, str, int | None]] = deque(maxlen=cap)
 
-    def observe(self, seconds: float, queue: str, priority: str, now_mono: float) -> None:
+    def observe(
+        self, seconds: float, queue: str, priority: str, now_mono: float, due_ms: int | None = None
+    ) -> None:
         ring = self._ring
-        ring.append((now_mono, seconds, queue, priority))
+        ring.append((now_mono, seconds, queue, priority, due_ms))
         while ring[0][0] < now_mono - self.keep_s:
             ring.popleft()
 
     def recent(self, window_s: float, now_mono: float, now_wall_ms: int) -> list[LagSample]:
         """The samples observed within the last ``window_s`` (and what it keeps), oldest first,
-        each with its due time on the wall clock of ``now_wall_ms``."""
+        each with its due time (read back on the wall clock of ``now_wall_ms`` when it was not
+        given)."""
         since = now_mono - min(window_s, self.keep_s)
         return [
-            (round(now_wall_ms - (now_mono - at + seconds) * 1000), round(seconds, 4), q, p)
-            for at, seconds, q, p in self._ring
+            (
+                round(now_wall_ms - (now_mono - at + seconds) * 1000) if due is None else due,
+                round(seconds, 4),
+                q,
+                p,
+            )
+            for at, seconds, q, p, due in self._ring
             if at >= since
         ]
 
@@ -262,15 +270,19 @@ class Metrics:
             registry=self.registry,
         )
 
-    def observe_lease_lag(self, seconds: float, queue: str, priority: str, now_mono: float) -> None:
+    def observe_lease_lag(
+        self, seconds: float, queue: str, priority: str, now_mono: float, due_ms: int | None = None
+    ) -> None:
         self.lease_lag.observe(seconds)
         self.lease_window.observe(seconds, queue, priority, now_mono)
-        self.lease_samples.observe(seconds, queue, priority, now_mono)
+        self.lease_samples.observe(seconds, queue, priority, now_mono, due_ms)
 
-    def observe_fire_lag(self, seconds: float, queue: str, priority: str, now_mono: float) -> None:
+    def observe_fire_lag(
+        self, seconds: float, queue: str, priority: str, now_mono: float, due_ms: int | None = None
+    ) -> None:
         self.fire_lag.observe(seconds)
         self.fire_window.observe(seconds, queue, priority, now_mono)
-        self.fire_samples.observe(seconds, queue, priority, now_mono)
+        self.fire_samples.observe(seconds, queue, priority, now_mono, due_ms)
 
     def observe_gc(self, generation: int, seconds: float, collected: int) -> None:
         gen = str(generation)

@@ -541,6 +541,7 @@ class LeaderCore:
                             job.spec.queue,
                             job.spec.priority.value,
                             now.mono,
+                            run.due_ms,
                         )
         # Whatever did not fire (not committed, or refused: e.g. "not due yet" when this node's
         # wall clock stepped back) goes back into the wheel, or it would never fire.  A paused
@@ -585,6 +586,7 @@ class LeaderCore:
                     spec.queue,
                     spec.priority.value,
                     now.mono,
+                    run.due_ms,
                 )
                 hb = spec.heartbeat_timeout_ms / 1000
                 self._track(

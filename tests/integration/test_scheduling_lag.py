@@ -127,10 +127,9 @@ async def test_samples_are_each_run_fired_and_leased_with_its_due_time_and_lag(
             ("default", "high"),
             ("default", "low"),
         ]
-        for due_ms, lag_s, _, _ in samples:
+        assert {due_ms for due_ms, _, _, _ in samples} == due  # each run's own due time
+        for _, lag_s, _, _ in samples:
             assert 0 <= lag_s < 5  # a run due now is fired and leased at once
-            # observed at its fire (lease) less its lag: its due time, to the commit's latency
-            assert min(abs(due_ms - d) for d in due) < 1000, (due_ms, due)
     _, plain = await lag(http, node, "?minutes=15")
     assert "samples" not in plain and plain["lease"] == view["lease"]
     await complete_and_leave(worker, leases)

@@ -84,6 +84,16 @@ def test_a_sample_is_due_its_lag_before_it_was_observed_on_the_readers_wall_cloc
     assert samples.recent(45, 160.0, 1_000_000) == [(970_250, 0.0, "r", "low")]
 
 
+def test_a_sample_given_its_due_time_keeps_it() -> None:
+    samples = LagSamples()
+    samples.observe(0.0, "q", "high", 100.0, due_ms=999_000)  # fired ahead of its due time
+    samples.observe(2.0, "q", "high", 101.0, due_ms=990_000)
+    assert samples.recent(900, 160.0, 1_000_000) == [
+        (999_000, 0.0, "q", "high"),
+        (990_000, 2.0, "q", "high"),
+    ]
+
+
 def test_the_samples_keep_only_their_window() -> None:
     samples = LagSamples(keep_s=60)
     for second in range(0, 100, 10):  # one at 0, 10, ..., 90
