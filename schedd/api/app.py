@@ -88,6 +88,7 @@ from schedd.core.validate import (
     parse_job,
     parse_patch,
     parse_schedule,
+    parse_text,
 )
 from schedd.errors import (
     InvalidArgument,
@@ -658,6 +659,8 @@ async def list_dlq(request: web.Request) -> web.Response:
             parse_ident(q[key], key)
     if (since := _since(request)) is not None:
         filters["since"] = since
+    if "error" in q:
+        filters["error"] = parse_text(q["error"], "error")
     runs, after = await app[READER].dead_letters_page(before, limit, filters)
     body: RunListView = {
         "runs": [run_view(r) for r in runs if r.state is RunState.FAILED],

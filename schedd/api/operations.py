@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, Any, Final
 
-from schedd.api.bodies import DURATION_PATTERN, Ident, Time
+from schedd.api.bodies import DURATION_PATTERN, Ident, Text, Time
 from schedd.api.ports import PREFIX
 from schedd.api.schema import js, values
 from schedd.core.events import KINDS, MAX_INDEX
@@ -271,6 +271,7 @@ OPERATIONS: tuple[Operation, ...] = (
             Query("queue", Ident, "only runs of jobs on this queue"),
             Query("task", str, "only runs of this task"),
             Query("since", Time, "only runs that failed at or after this time"),
+            Query("error", Text, "only runs whose error contains this text (either case)"),
             *PAGE,
         ),
         description=f"With a filter at most {SCAN_WINDOW:,} positions of the queue are read for "

@@ -56,6 +56,7 @@ __all__ = [
     "parse_job",
     "parse_job_and_options",
     "parse_schedule",
+    "parse_text",
 ]
 
 
@@ -187,6 +188,11 @@ def _text(value: object, field: str, *, max_len: int = MAX_TEXT) -> str:
     if not isinstance(value, str) or not value or len(value) > max_len:
         raise _invalid(field, f"a non-empty string of at most {max_len} characters", value)
     return value
+
+
+def parse_text(value: object, field: str) -> str:
+    """A free text of 1 to :data:`MAX_TEXT` characters (a filter: an error message's part)."""
+    return _text(value, field)
 
 
 def _opt_text(value: object, field: str) -> str | None:

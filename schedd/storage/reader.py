@@ -216,8 +216,9 @@ class Reader:
         (``schema.FIRST`` for the newest), the last dead-lettered first; and the cursor of the next
         page (None: this is the last).  Two queries, whatever the page size.
 
-        ``filters``: the job's ``task``, ``queue``, ``namespace`` and ``since`` (ms: failed at or
-        after).  With filters at most :data:`SCAN_WINDOW` positions are read for one page."""
+        ``filters``: the job's ``task``, ``queue``, ``namespace``, ``since`` (ms: failed at or
+        after) and ``error`` (a text the run's error contains, either case).  With filters at
+        most :data:`SCAN_WINDOW` positions are read for one page."""
         async with self._conn() as db:
             if filters:
                 top = before
@@ -225,6 +226,10 @@ class Reader:
                     top = int((await _fetch(db, "SELECT max(seq) FROM dlq", ()))[0][0] or 0) + 1
                 low = top - SCAN_WINDOW
                 rows = await _fetch(db, *dlq_filtered_sql(top, low, limit, filters))
+                if "error" in filters:  # rows with each run's body, kept when its error has it
+                    needle = str(filters["error"]).casefold()
+                    kept = [r[:2] for r in rows if _error_has(r[4], r[2], r[3], needle)]
+                    rows = kept[: limit + 1]
                 if len(rows) > limit:
                     cursor: int | None = int(rows[limit - 1][0])
                 else:  # the window was read to its end: the next page goes on below it
@@ -342,8 +347,15 @@ def dlq_filtered_sql(
     top: int, low: int, limit: int, filters: Mapping[str, str | int]
 ) -> tuple[str, tuple[Any, ...]]:
     """A page of the dead-letter queue with filters, among the positions from ``low`` up to
-    ``top`` (excluded)."""
+    ``top`` (excluded).  With an ``error`` filter, every row of the window that the others
+    match, with the run's job id, scheduled time and body: the error is in the body."""
     where, params = _dlq_where(filters)
+    if "error" in filters:
+        return (
+            f"SELECT d.seq, d.run_id, r.job_id, r.sched_ms, r.body {_DLQ_FROM} "
+            f"WHERE d.seq < ? AND d.seq >= ?{where} ORDER BY d.seq DESC",
+            (top, low, *params),
+        )
     return (
         f"{_DLQ_JOINED} AND d.seq >= ?{where} ORDER BY d.seq DESC LIMIT ?",
         (top, low, *params, limit + 1),

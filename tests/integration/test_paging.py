@@ -145,3 +145,35 @@ async def test_listings_filter_by_name_id_prefix_latest_run_state_and_time(
         status, body = await get(http, node, path)
         assert status == 400, (path, body)
         assert body["error"]["field"] == field, (path, body)
+
+
+async def test_the_dead_letter_queue_filters_by_error_text_page_by_page(
+    node: Node, http: aiohttp.ClientSession
+) -> None:
+    w = await connect(http, node, "w-errors", capacity=1)
+    errors = ["OSError: disk full on /data", "TimeoutError", "OSError: DISK FULL on /logs"]
+    errors += ["TimeoutError", "ValueError: the disk full of records is not valid"]
+    jobs = []
+    for error in errors:
+        jobs.append(await submit(http, node, {"task": "t", "retry": {"max_attempts": 1}}))
+        lease = await w.expect(messages.Lease)
+        fail = messages.Fail(run_id=lease.run_id, fence=lease.fence, error=error, retryable=False)
+        await w.send(fail)
+        assert (await w.expect(messages.Ack)).accepted
+    await w.ws.close()
+    await committed(node)
+    disk = [j["id"] for j, e in zip(jobs, errors, strict=True) if "disk full" in e.casefold()]
+    status, first = await get(http, node, "/dlq?error=Disk%20Full&limit=2")
+    assert status == 200 and [r["job_id"] for r in first["runs"]] == disk[::-1][:2]
+    assert first["next_cursor"] is not None
+    status, second = await get(
+        http, node, f"/dlq?error=Disk%20Full&limit=2&cursor={first['next_cursor']}"
+    )
+    assert [r["job_id"] for r in second["runs"]] == disk[:1] and second["next_cursor"] is None
+    status, timeouts = await get(http, node, "/dlq?error=timeouterror&task=t")
+    assert len(timeouts["runs"]) == 2
+    status, none = await get(http, node, "/dlq?error=nothing%20like%20it")
+    assert status == 200 and none["runs"] == [] and none["next_cursor"] is None
+    for bad in ("", "x" * 201):
+        status, body = await get(http, node, f"/dlq?error={bad}")
+        assert status == 400 and body["error"]["field"] == "error", body
