@@ -7,6 +7,7 @@ SHA-256 digests and compared in constant time against every token; they are neve
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
 import json
@@ -14,8 +15,9 @@ import logging
 import os
 import secrets
 import tempfile
+import time
 import tomllib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -26,6 +28,8 @@ from schedd.errors import ConfigError, PermissionDenied, Unauthenticated
 __all__ = [
     "ACTIONS",
     "MIN_SECRET_CHARS",
+    "SESSION_PREFIX",
+    "LoginCodes",
     "Role",
     "Token",
     "TokenStore",
@@ -67,13 +71,77 @@ def _digest(secret: str) -> bytes:
     return hashlib.sha256(secret.encode("utf-8")).digest()
 
 
+#: a dashboard session token: ``ui1.<name, base64url>.<role>.<expiry, unix s>.<mac, base64url>``
+SESSION_PREFIX: Final = "ui1."
+_SESSION_KEY_LABEL: Final = b"schedd dashboard session v1"
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def _unb64(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
 class TokenStore:
-    """The known tokens; :meth:`authenticate` turns an ``Authorization`` header into a Token."""
+    """The known tokens; :meth:`authenticate` turns an ``Authorization`` header into a Token.
+
+    Besides the tokens of the file it takes the dashboard's session tokens (:meth:`session`):
+    signed with a key derived from the secret of the token that opened the session, so any node
+    that has that token verifies them without shared state, and changing or removing the token
+    (a reload) ends its sessions."""
 
     def __init__(self, entries: Iterable[tuple[Token, str]] = ()) -> None:
         self._entries: tuple[tuple[bytes, Token], ...] = tuple(
             (_digest(secret), token) for token, secret in entries
         )
+        self._keys: dict[str, tuple[bytes, Token]] = {
+            token.name: (hmac.digest(digest, _SESSION_KEY_LABEL, "sha256"), token)
+            for digest, token in self._entries
+        }
+
+    def session(self, token: Token, expires_s: int, read_only: bool = False) -> str:
+        """A session token for ``token`` valid until ``expires_s`` (unix seconds), with its
+        role or (``read_only``) the read role; :class:`Unauthenticated` when the store no longer
+        has ``token`` as it was."""
+        found = self._keys.get(token.name)
+        if found is None or found[1] != token:
+            raise Unauthenticated("the token that asked for this login was changed or removed")
+        key = found[0]
+        role = Role.READ if read_only else token.role
+        body = f"{_b64(token.name.encode())}.{role.value}.{expires_s}"
+        mac = hmac.digest(key, body.encode(), "sha256")
+        return f"{SESSION_PREFIX}{body}.{_b64(mac)}"
+
+    def _from_session(self, secret: str, now_s: float) -> Token:
+        expired = Unauthenticated(
+            "this dashboard session has expired or its token was changed: open a new one "
+            "(schedctl ui) or log in with a token"
+        )
+        parts = secret.removeprefix(SESSION_PREFIX).split(".")
+        if len(parts) != 4 or not parts[2].isdigit():
+            raise Unauthenticated("invalid token")
+        name_b64, role, expires, mac = parts
+        try:
+            name = _unb64(name_b64).decode()
+            given = _unb64(mac)
+        except (ValueError, UnicodeDecodeError):
+            raise Unauthenticated("invalid token") from None
+        found = self._keys.get(name)
+        if found is None:
+            raise expired
+        key, token = found
+        body = f"{name_b64}.{role}.{expires}".encode()
+        if not hmac.compare_digest(hmac.digest(key, body, "sha256"), given):
+            raise expired
+        if int(expires) <= now_s:
+            raise expired
+        if role == token.role.value:
+            return token
+        if role == Role.READ.value and token.role in ACTIONS["submit"]:  # a read-only session
+            return Token(token.name, Role.READ)
+        raise expired  # the token's role changed since
 
     @property
     def tokens(self) -> tuple[Token, ...]:
@@ -97,6 +165,8 @@ class TokenStore:
             raise Unauthenticated(
                 "malformed Authorization header: expected 'Authorization: Bearer <token>'"
             )
+        if secret.startswith(SESSION_PREFIX):
+            return self._from_session(secret, time.time())
         presented = _digest(secret)
         found: Token | None = None
         for digest, token in self._entries:  # no early exit: every token is compared
@@ -105,6 +175,41 @@ class TokenStore:
         if found is None:
             raise Unauthenticated("invalid token")
         return found
+
+
+class LoginCodes:
+    """One-time codes that open a dashboard session (``schedctl ui``), kept in this node's
+    memory: each stands for the token that asked for it (and whether the session is to be
+    read-only), is good once, for :attr:`ttl_s` seconds.  Kept as digests; at most
+    :attr:`cap` at once (the oldest go first)."""
+
+    def __init__(
+        self, ttl_s: float = 60.0, cap: int = 1000, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.ttl_s, self.cap, self._clock = ttl_s, cap, clock
+        self._codes: dict[bytes, tuple[float, Token, bool]] = {}  # digest -> (expiry, ...)
+
+    def issue(self, token: Token, read_only: bool = False) -> str:
+        now = self._clock()
+        codes = self._codes
+        for digest, (expires, _, _) in list(codes.items()):  # oldest first
+            if expires > now and len(codes) < self.cap:
+                break
+            del codes[digest]
+        code = secrets.token_urlsafe(32)
+        codes[_digest(code)] = (now + self.ttl_s, token, read_only)
+        return code
+
+    def take(self, code: str) -> tuple[Token, bool]:
+        """The token (and read-only) ``code`` stands for; it is used up.  :class:`Unauthenticated`
+        when it is unknown, used or expired."""
+        found = self._codes.pop(_digest(code), None)
+        if found is None or found[0] <= self._clock():
+            raise Unauthenticated(
+                "this login code is unknown, used or expired (a code is good once, for "
+                f"{self.ttl_s:g} s, on the node that made it): run schedctl ui again"
+            )
+        return found[1], found[2]
 
 
 def require(token: Token, action: str) -> None:
@@ -147,6 +252,10 @@ def _parse_entry(i: int, entry: object, problems: list[str]) -> tuple[Token, str
         problems.append(
             f"{where}.secret: expected a string of at least {MIN_SECRET_CHARS} characters, "
             f"got {got}"  # never the secret itself
+        )
+    elif secret.startswith(SESSION_PREFIX):
+        problems.append(
+            f"{where}.secret: starts with {SESSION_PREFIX!r}, which marks a dashboard session"
         )
     elif secret != secret.strip():
         # authenticate() strips the header, so such a token could never be presented

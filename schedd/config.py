@@ -408,6 +408,8 @@ class RaftConfig:
 class AuthConfig:
     #: None means <node.data_dir>/tokens.toml (see :meth:`Config.tokens_path`)
     tokens_file: str | None = _f(None, _optional(_path), "optional")
+    #: how long a dashboard session opened by ``schedctl ui`` lasts
+    ui_session_ttl_ms: int = _dur(8 * 3_600_000)
 
 
 @dataclass(frozen=True)
@@ -705,6 +707,9 @@ def _check_order(cfg: Config, ok: Callable[..., bool], problems: list[str]) -> N
             f"scheduler.max_payload: expected at most http.max_body ({h.max_body} bytes), "
             f"got {s.max_payload}"
         )
+    ttl = cfg.auth.ui_session_ttl_ms
+    if ok("auth.ui_session_ttl") and not 60_000 <= ttl <= 7 * 86_400_000:
+        problems.append(f"auth.ui_session_ttl: expected 1m to 7d, got {ttl}ms")
     if ok("http.tls_cert", "http.tls_key") and (h.tls_cert is None) != (h.tls_key is None):
         missing = "http.tls_key" if h.tls_key is None else "http.tls_cert"
         problems.append(f"{missing}: required when the other of http.tls_cert/http.tls_key is set")

@@ -94,6 +94,9 @@ class Runtime:
     def authenticate(self, header: str | None) -> auth.Token:
         return self.tokens.authenticate(header)
 
+    def session(self, token: auth.Token, expires_s: int, read_only: bool) -> str:
+        return self.tokens.session(token, expires_s, read_only)
+
     # -- start / stop ------------------------------------------------------------------------
     async def start(self) -> None:
         loop = asyncio.get_running_loop()

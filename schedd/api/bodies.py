@@ -310,6 +310,18 @@ class DlqBulkBody(TypedDict, total=False):
     ]
 
 
+class LoginCodeBody(TypedDict, total=False):
+    """a one-time code for the dashboard (schedctl ui)"""
+
+    read_only: Annotated[bool, "the session opened with it has the read role (default false)"]
+
+
+class LoginBody(TypedDict):
+    """a one-time code to exchange for a dashboard session"""
+
+    code: Annotated[str, js(minLength=1, maxLength=100), "from POST /login/codes"]
+
+
 #: the request bodies, by their name in the OpenAPI document's components
 REQUESTS: Final[dict[str, Any]] = {
     "Dst": DstBody,
@@ -321,4 +333,6 @@ REQUESTS: Final[dict[str, Any]] = {
     "JobPatch": JobPatch,
     "Trigger": Trigger,
     "DlqSelection": DlqBulkBody,
+    "LoginCodeRequest": LoginCodeBody,
+    "Login": LoginBody,
 }

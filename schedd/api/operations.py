@@ -454,6 +454,36 @@ OPERATIONS: tuple[Operation, ...] = (
         description="For a page that hides what its user may not do; any role may ask.",
     ),
     Operation(
+        "create_login_code",
+        "POST",
+        f"{PREFIX}/login/codes",
+        "read",
+        "A one-time code that opens a dashboard session on this node (schedctl ui)",
+        (Reply(201, "the code", "LoginCode"),),
+        (400,),
+        body="LoginCodeRequest",
+        body_required=False,
+        description="Any role may ask, with a token of the tokens file (a dashboard session "
+        "may not: 403). The code stands for the caller's token (or, with read_only, for its "
+        "read role); it is good once, for 60 s, on this node: open path there. It is kept in "
+        "this node's memory only.",
+    ),
+    Operation(
+        "login",
+        "POST",
+        f"{PREFIX}/login",
+        None,
+        "Exchange a one-time code for a dashboard session token",
+        (Reply(200, "the session", "Session"),),
+        (400, 401),
+        body="Login",
+        description="No token needed: the code is the credential, used up by this call (401 "
+        "when it is unknown, used or expired). The session token is a bearer token of the "
+        "code's role until expires_at (auth.ui_session_ttl, default 8 h), taken by every node "
+        "that has the same token in its tokens file; changing or removing that token ends "
+        "its sessions.",
+    ),
+    Operation(
         "openapi_json",
         "GET",
         f"{PREFIX}/openapi.json",

@@ -178,6 +178,9 @@ class Authenticator(Protocol):
 
     def authenticate(self, header: str | None) -> auth.Token: ...
 
+    def session(self, token: auth.Token, expires_s: int, read_only: bool) -> str:
+        """A dashboard session token for ``token`` (``auth.TokenStore.session``)."""
+
 
 class LeaderApi(Protocol):
     """The leader's API, asked by a follower (``schedd.api.cluster.LeaderProxy``)."""
@@ -233,6 +236,8 @@ class Recent:
 #: the leader's GET /workers as a follower last read it (a submit and a page of runs on a
 #: follower each want it: one request to the leader per second, not one per call)
 LEADER_WORKERS: web.AppKey[Recent] = web.AppKey("leader_workers", Recent)
+#: the one-time codes that open a dashboard session (``schedctl ui``), this node's
+LOGIN_CODES: web.AppKey[auth.LoginCodes] = web.AppKey("login_codes", auth.LoginCodes)
 
 
 def install(app: web.Application, ports: Ports) -> None:
@@ -247,6 +252,7 @@ def install(app: web.Application, ports: Ports) -> None:
     app[PROXY] = ports.proxy
     app[EVENTS] = ports.events
     app[LEADER_WORKERS] = Recent()
+    app[LOGIN_CODES] = auth.LoginCodes()
 
 
 # -- what every handler shares ----------------------------------------------------------------

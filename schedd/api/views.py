@@ -397,6 +397,23 @@ class SchedulingLagView(TypedDict):
     ]
 
 
+class LoginCodeView(TypedDict):
+    """a one-time code that opens a dashboard session on this node"""
+
+    code: Annotated[str, "good once, on this node, until expires_at"]
+    expires_at: Time
+    path: Annotated[str, "the dashboard's address on this node with the code (/ui/#code=…)"]
+
+
+class SessionView(TypedDict):
+    """a dashboard session: a bearer token like the tokens file's, until it expires"""
+
+    token: Annotated[str, "send it as 'Authorization: Bearer <token>'"]
+    name: Annotated[str, "the name of the token that asked for the code"]
+    role: Annotated[str, values(TokenRole)]
+    expires_at: Time
+
+
 class WhoamiView(TypedDict):
     """the caller's token: who it is and what it may do"""
 
@@ -515,6 +532,8 @@ RESPONSES: dict[str, Any] = {
     "Worker": WorkerView,
     "Workers": WorkersView,
     "Whoami": WhoamiView,
+    "LoginCode": LoginCodeView,
+    "Session": SessionView,
     "LagGroup": LagGroupView,
     "Lag": LagView,
     "SkipCount": SkipCountView,

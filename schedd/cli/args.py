@@ -375,6 +375,9 @@ def build_parser() -> argparse.ArgumentParser:
     dl.add_argument("--task", metavar="T")
     dl.add_argument("--queue", metavar="Q")
     dl.add_argument("--namespace", metavar="N")
+    dl.add_argument(
+        "--error", metavar="TEXT", help="only runs whose error contains TEXT (either case)"
+    )
     for name, text in (
         ("replay", "run a dead-lettered run again, with fresh attempts"),
         ("drop", "remove a run from the dead-letter queue"),
@@ -384,6 +387,22 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub.add_parser("cluster", parents=[common], help="show nodes, leader, term and indexes")
     sub.add_parser("workers", parents=[common], help="show connected workers")
+    ui = sub.add_parser(
+        "ui",
+        parents=[common],
+        help="open the web dashboard, logged in with this token",
+        description="Ask a node for a one-time login code and open its dashboard with it in "
+        "the address (/ui/#code=...): the page exchanges it for a session token of this "
+        "token's role, good for auth.ui_session_ttl (default 8 h). The code is good once, "
+        "for 60 s, on that node. Prints the address; without a browser here, open it "
+        "elsewhere within the minute.",
+    )
+    ui.add_argument(
+        "--no-open", action="store_true", help="print the address, do not start a browser"
+    )
+    ui.add_argument(
+        "--read-only", action="store_true", help="open a session with the read role only"
+    )
 
     w = sub.add_parser(
         "watch",

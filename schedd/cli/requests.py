@@ -367,7 +367,8 @@ def _job_action_request(args: argparse.Namespace, stdin: IO[bytes] | None) -> Ap
     if cmd == "watch":
         return ApiRequest("GET", job_path(args.id, "/runs"))
     if cmd == "dlq list":
-        return ApiRequest("GET", "/api/v1/dlq", query=_query(args, "namespace", "queue", "task"))
+        query = _query(args, "namespace", "queue", "task", "error")
+        return ApiRequest("GET", "/api/v1/dlq", query=query)
     if cmd == "dlq replay":
         return ApiRequest("POST", run_path(args.run_id, "/replay", under="dlq"))
     if cmd == "dlq drop":
@@ -414,4 +415,6 @@ def build_request(args: argparse.Namespace, stdin: IO[bytes] | None = None) -> A
         return ApiRequest("GET", "/api/v1/cluster")
     if cmd == "workers":
         return ApiRequest("GET", "/api/v1/workers")
+    if cmd == "ui":
+        return ApiRequest("POST", "/api/v1/login/codes", body={"read_only": args.read_only})
     return _job_action_request(args, stdin)

@@ -16,6 +16,7 @@ import os
 import shutil
 import sys
 import time
+import webbrowser
 from collections.abc import Callable, Mapping
 from typing import IO, Any
 
@@ -466,6 +467,8 @@ def run_command(
         return wait(client, args.id, wait_seconds(args), settings, style, out, err)
     hints = _TRIGGER_HINTS if command == "trigger" and not args.override else _HINTS
     resp = _call(client, req, hints=hints)
+    if command == "ui":
+        return open_dashboard(resp, args.no_open, settings, out, err)
     if command == "dlq drop" or (command == "cancel" and not is_run_id(args.id)):
         _removed(command, args, resp, settings, out)
         return EXIT_OK
@@ -482,6 +485,27 @@ def run_command(
         out.flush()
         job_id = str(_as_mapping(data).get("id"))
         return wait(client, job_id, wait_seconds(args), settings, style, out, err)
+    return EXIT_OK
+
+
+def open_dashboard(
+    resp: Response, no_open: bool, settings: Settings, out: IO[bytes], err: IO[str]
+) -> int:
+    """``schedctl ui``: the dashboard's address with the one-time code, on the node that made
+    it; printed, and opened in a browser unless ``no_open``."""
+    data = _as_mapping(resp.json())
+    url = resp.server.url + str(data.get("path", "/ui/"))
+    if settings.output == "json":
+        out.write(orjson.dumps({**data, "url": url}) + b"\n")
+    else:
+        _write(out, url)
+    if no_open:
+        return EXIT_OK
+    out.flush()
+    if not webbrowser.open(url):
+        err.write(
+            "schedctl: no browser to start here: open the address above (good once, for 60 s)\n"
+        )
     return EXIT_OK
 
 

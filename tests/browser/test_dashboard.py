@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
@@ -16,6 +17,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from tests.browser.conftest import Daemon, login, screenshot
+from tests.cluster.harness import BIN
 
 pytestmark = pytest.mark.browser
 
@@ -622,3 +624,53 @@ def test_a_runs_timeline_marks_its_backoff_and_a_refused_late_result(
     row = page.inner_text(f"#refused tr[data-fence='{old}']")
     assert "w-silent" in row and "succeeded" in row and f"fence {old} is not the current" in row
     screenshot(page, "run-refused", tmp_path)
+
+
+def schedctl_ui(daemon: Daemon, role: str, *args: str) -> str:
+    """``schedctl ui --no-open`` as a user runs it: the address it prints."""
+    proc = subprocess.run(
+        [
+            str(BIN / "schedctl"),
+            "--server",
+            daemon.url,
+            "--token",
+            daemon.token(role),
+            "ui",
+            "--no-open",
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    url = proc.stdout.strip()
+    assert url.startswith(f"{daemon.url}/ui/#code="), url
+    return url
+
+
+def test_schedctl_ui_opens_a_session_once_and_the_code_leaves_the_address(
+    page: Any, daemon: Daemon
+) -> None:
+    url = schedctl_ui(daemon, "submit")
+    page.goto(url)
+    page.wait_for_selector("#role:text-is('submit')")  # logged in, no token pasted
+    assert "#" not in page.url and "code" not in page.url  # nor kept in the history
+    assert page.evaluate("sessionStorage.length") == 1
+    session = page.evaluate("Object.values(sessionStorage)[0]")
+    assert session.startswith("ui1.") and daemon.token("submit") not in session
+    page.wait_for_selector(".cluster .facts")  # and it reads the API with it
+    # the same link again is refused: the code was good once
+    second = page.context.new_page()
+    try:
+        second.goto(url)
+        second.wait_for_selector("#login .error")
+        assert "unknown, used or expired" in second.inner_text("#login .error")
+        assert second.evaluate("sessionStorage.length") == 0
+    finally:
+        second.close()
+    # a read-only link from an admin token: the actions are hidden
+    page.evaluate("sessionStorage.clear()")
+    page.goto(schedctl_ui(daemon, "admin", "--read-only"))
+    page.wait_for_selector("#role:text-is('read')")

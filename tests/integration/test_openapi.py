@@ -338,6 +338,18 @@ async def test_live_answers_match_the_document(
     await call("GET", API + "/scheduling-lag?minutes=0", 400)
     me = await call("GET", API + "/whoami", 200, token=READ_SECRET)
     assert (me["name"], me["role"]) == ("viewer", "read")
+    # schedctl ui: a one-time code for the caller's token, exchanged without a token
+    made = await call("POST", API + "/login/codes", 201, {"read_only": True})
+    assert made["path"] == f"/ui/#code={made['code']}"
+    session = await call("POST", API + "/login", 200, {"code": made["code"]}, token=None)
+    assert (session["name"], session["role"]) == ("admin", "read")
+    me = await call("GET", API + "/whoami", 200, token=session["token"])
+    assert (me["name"], me["role"]) == ("admin", "read")
+    await call("POST", API + "/login", 401, {"code": made["code"]}, token=None)  # used
+    await call("POST", API + "/login/codes", 403, token=session["token"])  # no renewal
+    await call("POST", API + "/login", 400, {"code": 7}, token=None)
+    await call("POST", API + "/login/codes", 400, {"read_only": "yes"})
+    await call("POST", API + "/login/codes", 401, token=None)
     await call("GET", "/healthz", 200, token=None)
     await call("GET", "/readyz", 200, token=None)
     assert "schedd" in await call("GET", "/metrics", 200)

@@ -7,12 +7,15 @@ import os
 import stat
 import string
 import threading
+import time
 from pathlib import Path
 
 import pytest
 
 from schedd.auth import (
     ACTIONS,
+    SESSION_PREFIX,
+    LoginCodes,
     Role,
     Token,
     TokenStore,
@@ -392,3 +395,94 @@ def test_a_secret_no_client_can_present_is_refused(tmp_path: Path, secret: str) 
         f"{p}: token[0].secret: starts or ends with whitespace, which a client cannot send"
     ]
     assert "0123456789" not in str(info.value)  # never the secret itself
+
+
+# -- dashboard sessions (schedctl ui) ---------------------------------------------------------
+
+
+def test_a_session_is_its_tokens_role_on_every_node_that_has_the_token(tmp_path: Path) -> None:
+    path = tokens_file(tmp_path)
+    here, there = load_tokens(path), load_tokens(path)  # two nodes, the same tokens file
+    ops = here.authenticate(f"Bearer {SECRETS['ops']}")
+    session = here.session(ops, int(time.time()) + 60)
+    assert session.startswith(SESSION_PREFIX) and SECRETS["ops"] not in session
+    assert there.authenticate(f"Bearer {session}") == Token("ops", Role.ADMIN)
+    read_only = here.session(ops, int(time.time()) + 60, read_only=True)
+    assert there.authenticate(f"Bearer {read_only}") == Token("ops", Role.READ)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        "expired",
+        "forged",
+        "role raised",
+        "token removed",
+        "secret changed",
+        "role changed",
+        "garbled",
+    ],
+)
+def test_a_session_ends_with_its_time_and_with_its_token(tmp_path: Path, change: str) -> None:
+    path = tokens_file(tmp_path)
+    store = load_tokens(path)
+    ci = store.authenticate(f"Bearer {SECRETS['ci']}")
+    expires = int(time.time()) + 60
+    session = store.session(ci, expires)
+    assert store.authenticate(f"Bearer {session}") == ci
+    name, role, at, mac = session.removeprefix(SESSION_PREFIX).split(".")
+    text = path.read_text()
+    if change == "expired":
+        session = store.session(ci, int(time.time()) - 1)
+    elif change == "forged":
+        session = SESSION_PREFIX + ".".join((name, role, str(expires + 3600), mac))
+    elif change == "role raised":
+        session = SESSION_PREFIX + ".".join((name, "admin", at, mac))
+    elif change == "garbled":
+        session = SESSION_PREFIX + "not.a.session"
+    else:
+        if change == "token removed":
+            text = text.replace('name = "ci"', 'name = "ci-2"')
+        elif change == "secret changed":
+            text = text.replace(SECRETS["ci"], "another-secret-0123456789")
+        else:
+            text = text.replace('role = "submit"', 'role = "read"')
+        path.write_text(text)
+        store = load_tokens(path)  # a reload (SIGHUP)
+    with pytest.raises(Unauthenticated):
+        store.authenticate(f"Bearer {session}")
+
+
+def test_a_session_is_not_minted_for_a_token_the_store_no_longer_has(tmp_path: Path) -> None:
+    store = load_tokens(tokens_file(tmp_path))
+    with pytest.raises(Unauthenticated, match="changed or removed"):
+        store.session(Token("ci", Role.ADMIN), int(time.time()) + 60)  # ci is submit
+
+
+def test_a_tokens_file_secret_cannot_look_like_a_session(tmp_path: Path) -> None:
+    path = tokens_file(
+        tmp_path,
+        f'[[token]]\nname = "x"\nsecret = "{SESSION_PREFIX}0123456789abcdef"\nrole = "read"\n',
+    )
+    with pytest.raises(ConfigError, match=r"token\[0\]\.secret: starts with 'ui1\.'"):
+        load_tokens(path)
+
+
+def test_a_login_code_is_good_once_and_for_its_time_only() -> None:
+    now = [100.0]
+    codes = LoginCodes(ttl_s=60, cap=3, clock=lambda: now[0])
+    viewer = Token("viewer", Role.READ)
+    code = codes.issue(viewer)
+    assert len(code) >= 40 and codes.take(code) == (viewer, False)
+    with pytest.raises(Unauthenticated, match="unknown, used or expired"):
+        codes.take(code)  # used
+    late = codes.issue(viewer, read_only=True)
+    now[0] += 60
+    with pytest.raises(Unauthenticated):
+        codes.take(late)  # expired
+    kept = [codes.issue(viewer) for _ in range(4)]  # at most 3: the oldest goes
+    with pytest.raises(Unauthenticated):
+        codes.take(kept[0])
+    assert [codes.take(c) for c in kept[1:]] == [(viewer, False)] * 3
+    with pytest.raises(Unauthenticated):
+        codes.take("")

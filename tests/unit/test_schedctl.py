@@ -179,6 +179,15 @@ REQUESTS: list[tuple[list[str], ApiRequest]] = [
     ),
     (["cluster"], ApiRequest("GET", "/api/v1/cluster")),
     (["workers"], ApiRequest("GET", "/api/v1/workers")),
+    (["ui"], ApiRequest("POST", "/api/v1/login/codes", body={"read_only": False})),
+    (
+        ["ui", "--read-only", "--no-open"],
+        ApiRequest("POST", "/api/v1/login/codes", body={"read_only": True}),
+    ),
+    (
+        ["dlq", "list", "--error", "disk full"],
+        ApiRequest("GET", "/api/v1/dlq", query=(("error", "disk full"),)),
+    ),
     # connection options are accepted after the command too
     (["get", "x", "-o", "json", "--server", DEAD], ApiRequest("GET", "/api/v1/jobs/x")),
     # changing a job
@@ -752,7 +761,7 @@ def test_watch_line_without_times_or_attempts() -> None:
 
 COMMANDS = [
     "submit", "get", "list", "runs", "run", "wait", "cancel", "pause", "resume", "trigger",
-    "update", "explain", "dlq", "cluster", "workers", "watch", "apply", "completion",
+    "update", "explain", "dlq", "cluster", "workers", "ui", "watch", "apply", "completion",
 ]  # fmt: skip
 
 
@@ -783,7 +792,7 @@ def test_completion_script_mentions_every_command_and_option(
 
 BASH_CASES = [
     ("", "submit get runs cancel pause resume run wait list trigger update explain dlq cluster "
-     "workers watch apply completion"),
+     "workers ui watch apply completion"),
     ("dl", "dlq"),
     ("--server http://x:7700 dlq ", "list replay drop"),
     ("dlq replay R --o", "--output"),
@@ -1341,3 +1350,24 @@ def test_a_run_shows_every_attempt_whole() -> None:
     assert 'progress: {"done":3}' in text
     assert LONG in "".join(line.strip() for line in lines)  # the error, whole
     assert '      File "t.py", line 3, in f' in lines  # the traceback, its own indentation kept
+
+
+def test_ui_prints_the_address_on_the_node_that_made_the_code_and_opens_it(
+    server: FakeServer, capsysbinary: pytest.CaptureFixture[bytes], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    made = b'{"code": "c0de", "expires_at": "2026-11-27T10:00:00.000Z", "path": "/ui/#code=c0de"}'
+    server.routes[("POST", "/api/v1/login/codes")] = Canned(201, made)
+    opened: list[str] = []
+    browsers = [True]
+    monkeypatch.setattr(
+        "webbrowser.open",
+        lambda url: opened.append(url) or browsers[0],  # type: ignore[func-returns-value]
+    )
+    code, out, err = run(["--server", server.url, "ui"], capsysbinary)
+    url = f"{server.url}/ui/#code=c0de"
+    assert (code, out.decode(), err, opened) == (EXIT_OK, url + "\n", "", [url])
+    browsers[0] = False  # no browser here: say what to do
+    code, out, err = run(["--server", server.url, "ui"], capsysbinary)
+    assert code == EXIT_OK and "open the address above" in err
+    code, out, _ = run(["--server", server.url, "-o", "json", "ui", "--no-open"], capsysbinary)
+    assert orjson.loads(out)["url"] == url and len(opened) == 2  # --no-open: not opened

@@ -187,6 +187,13 @@ export async function login() {
   return session;
 }
 
+/** Exchange the one-time code of a ``schedctl ui`` link for a session token (no token
+ * needed: the code is the credential, good once). */
+export async function exchangeCode(code) {
+  const answer = await call("POST", `${API}/login`, { body: { code } });
+  return answer.token;
+}
+
 /** Whether the API refuses ``method path`` to this token (403), rather than for the request. */
 async function refused(method, path, body) {
   try {

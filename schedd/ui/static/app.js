@@ -2,7 +2,7 @@
 // (/ui/jobs, /ui/jobs/<id>, /ui/runs/<id>, /ui/dlq, /ui/workers, /ui/lag) and their live
 // refresh.
 
-import { ApiError, login, on, session } from "./api.js";
+import { ApiError, exchangeCode, login, on, session } from "./api.js";
 import * as clusterbar from "./clusterbar.js";
 import { fill, h, tickAges } from "./dom.js";
 import { browserZone } from "./fmt.js";
@@ -142,8 +142,8 @@ function boot() {
     document.getElementById("banner"),
     document.getElementById("notices"),
   );
-  on("unauthenticated", () => {
-    if (loggedIn) logout("The token is no longer accepted (401): paste a valid one.");
+  on("unauthenticated", (err) => {
+    if (loggedIn) logout(`The token is no longer accepted (401: ${err.message}). Paste a valid one.`);
   });
   live.subscribe((kind, event) => {
     if (kind === "event" && event.type === "cluster") {
@@ -175,9 +175,38 @@ function boot() {
     clusterbar.refresh();
     if (screen?.poll && live.status.mode === "live") screen.refresh("poll");
   }, live.POLL_MS);
+  // a `schedctl ui` link opened in this tab later changes only the address's fragment
+  window.addEventListener("hashchange", takeCode);
+  if (takeCode()) return;
   const secret = token();
   if (secret) start(secret);
   else showLogin();
+}
+
+/** Open a session with the one-time code of a `schedctl ui` link, if the address has one. */
+function takeCode() {
+  const code = new URLSearchParams(location.hash.slice(1)).get("code");
+  if (!code) return false;
+  // out of the address (and the history) at once
+  history.replaceState(history.state, "", location.pathname + location.search);
+  if (loggedIn) {
+    loggedIn = false;
+    live.stop();
+  }
+  openSession(code);
+  return true;
+}
+
+async function openSession(code) {
+  let secret;
+  try {
+    secret = await exchangeCode(code);
+  } catch (err) {
+    setToken(null);
+    showLogin(`That login link did not work: ${err.message}`);
+    return;
+  }
+  start(secret);
 }
 
 boot();

@@ -23,7 +23,8 @@ export function loginScreen(main, { message, onToken }) {
     input,
     h("button", { type: "submit" }, "Log in"),
     message ? h("p", { class: "error", role: "alert" }, message) : null,
-    h("p", { class: "muted" }, "A local node writes its admin token to .schedd/tokens.toml."),
+    h("p", { class: "muted" }, "Or run ", h("code", {}, "schedctl ui"),
+      ": it opens this page logged in with a one-time link. A local node writes its admin token to .schedd/tokens.toml."),
   );
   form.addEventListener("submit", (event) => {
     event.preventDefault();
