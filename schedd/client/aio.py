@@ -342,8 +342,8 @@ class AsyncClient:
         return run if run is not None and run.finished else None
 
     async def _visible(self, ref: str) -> Run:
-        """The run once a read shows it finished: a node's reads see what it applied a few
-        milliseconds after its events do."""
+        """The run once a read shows it finished: a node sends an event once its own reads
+        see it, but the read may be answered by another node, which may not have it yet."""
         delay = 0.01
         while (run := await self._finished(ref)) is None:
             await asyncio.sleep(delay)

@@ -234,17 +234,19 @@ class EventRing:
         self._count = 0
         self.horizon = horizon
 
-    def pull(self, after: int, limit: int) -> Pulled | None:
+    def pull(self, after: int, limit: int, upto: int | None = None) -> Pulled | None:
         """The changes of the entries after index ``after`` (whole entries, the oldest first,
-        until at least ``limit`` changes), and the index of the last one pulled (``after`` when
-        there is none yet); None when ``after`` is older than the horizon."""
+        until at least ``limit`` changes; none after ``upto`` when given), and the index of the
+        last one pulled (``after`` when there is none yet); None when ``after`` is older than
+        the horizon."""
         if after < self.horizon:
             return None
         newer: list[tuple[int, list[Change]]] = []
         for entry in reversed(self._entries):
             if entry[0] <= after:
                 break
-            newer.append(entry)
+            if upto is None or entry[0] <= upto:
+                newer.append(entry)
         out: list[Change] = []
         upto = after
         for index, changes in reversed(newer):

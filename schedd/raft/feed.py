@@ -18,9 +18,14 @@ DEFAULT_SIZE = 10_000
 
 
 class EventFeed:
-    def __init__(self, size: int = DEFAULT_SIZE, horizon: int = 0) -> None:
+    """``gated``: hand out an entry's changes only once :meth:`visible_upto` says the reads see
+    it (a client told "run succeeded" that reads the run then finds it succeeded); else as soon
+    as it is appended."""
+
+    def __init__(self, size: int = DEFAULT_SIZE, horizon: int = 0, gated: bool = False) -> None:
         self._lock = threading.Lock()
         self._ring = EventRing(size, horizon)
+        self._visible: int | None = horizon if gated else None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._waiters: set[asyncio.Event] = set()  # event loop only
         self._listening = False  # read by the tick thread without the lock (a hint)
@@ -34,12 +39,23 @@ class EventFeed:
     def append(self, index: int, changes: list[Change]) -> None:
         with self._lock:
             self._ring.append(index, changes)
+        if self._visible is None:
+            self._notify()
+
+    def visible_upto(self, index: int) -> None:
+        """The reads now see the entries up to ``index`` (a gated feed hands them out)."""
+        with self._lock:
+            if self._visible is None or index <= self._visible:
+                return
+            self._visible = index
         self._notify()
 
     def restart(self, horizon: int) -> None:
         """A snapshot replaced the state: what came before ``horizon`` is not known here."""
         with self._lock:
             self._ring.restart(horizon)
+            if self._visible is not None:
+                self._visible = max(self._visible, horizon)
         self._notify()
 
     def _notify(self) -> None:
@@ -79,7 +95,7 @@ class EventFeed:
 
     def pull(self, after: int, limit: int) -> Pulled | None:
         with self._lock:
-            return self._ring.pull(after, limit)
+            return self._ring.pull(after, limit, self._visible)
 
     def close(self) -> None:
         """The node stops: every stream ends."""

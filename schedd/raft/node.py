@@ -305,8 +305,11 @@ class RaftNode:
         settings.data_dir.mkdir(parents=True, exist_ok=True)
         self._sm = _StateMachine(hooks, settings.data_dir / "state.db", settings.hot_window_ms)
         #: what each applied entry changed, for the API's event streams (GET /events)
-        self.events = EventFeed(settings.events_buffer, self._sm.state.applied_index)
-        self._sm.state.changes = ChangeLog(self.events.append)
+        # gated: an event is sent once the API's reads see its entry (the lazy commit)
+        state = self._sm.state
+        self.events = EventFeed(settings.events_buffer, state.committed_index, gated=True)
+        state.changes = ChangeLog(self.events.append)
+        state.on_commit = self.events.visible_upto
         self._loop: asyncio.AbstractEventLoop | None = None
         self._pending: list[tuple[commands.Command, asyncio.Future[Result]]] = []
         self._flush_scheduled = False

@@ -231,6 +231,8 @@ class SqlState(State):
                 setattr(self, key, value)
         #: the applied index other connections (the API's readers, a snapshot copy) see
         self.committed_index = self.applied_index
+        #: called with it after each commit (the event feed releases what reads now see)
+        self.on_commit: Callable[[int], None] | None = None
         #: a command whose answer may be read back was applied (see make_visible): the node
         #: commits it before answering the caller that waits for it, if there is one here
         self.visible_now = False
@@ -471,6 +473,8 @@ class SqlState(State):
             self._counts_written.update(counts)
         self._x("COMMIT", ())
         self.committed_index = self.applied_index
+        if self.on_commit is not None:
+            self.on_commit(self.committed_index)
 
     def make_visible(self) -> None:
         self.visible_now = True

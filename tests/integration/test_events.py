@@ -209,7 +209,7 @@ async def test_a_client_that_stops_reading_is_dropped_not_buffered_for(
     tmp_path: Path, http: aiohttp.ClientSession, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(events_api, "WRITE_TIMEOUT_S", 0.5)
-    async with running_node(tmp_path / "n1", api={"events_buffer": 1000}) as node:
+    async with running_node(tmp_path / "n1", api={"events_buffer": 10_000}) as node:
         host, port = node.url.removeprefix("http://").split(":")
         sock = socket.socket()
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
@@ -223,9 +223,10 @@ async def test_a_client_that_stops_reading_is_dropped_not_buffered_for(
             )
             await loop.sock_sendall(sock, request.encode())
             await wait_for(lambda: open_streams(node) == 1)
-            # the client reads nothing while the node goes on: its stream cannot write
+            # the client reads nothing while the node goes on: its stream cannot write (the
+            # ring holds several batches, so the stream has them to send, not only resets)
             big = {"task": "t", "name": "x" * 150, "schedule": {"in": "1h"}}
-            for _ in range(40):
+            for _ in range(60):
                 if open_streams(node) == 0:
                     break
                 async with http.post(
@@ -239,3 +240,45 @@ async def test_a_client_that_stops_reading_is_dropped_not_buffered_for(
             assert resets is not None
         finally:
             sock.close()
+
+
+RANK = {"scheduled": 0, "queued": 1, "running": 2, "succeeded": 3}
+
+
+async def test_a_run_event_is_sent_once_a_read_on_the_node_shows_it(
+    node: Node, http: aiohttp.ClientSession
+) -> None:
+    """The leader's fires, leases and results are committed to the database up to 0.1 s after
+    they are applied; their events wait for it, so a client that reads the run when told finds
+    it at least as far along as the event said."""
+    worker = await connect(http, node, "w-visible", capacity=4)
+    checked = 0
+    async with stream(http, node, "?types=run") as s:
+        await s.next()  # hello
+        jobs = {(await submit(http, node, {"task": "t"}))["id"] for _ in range(6)}
+
+        async def work() -> None:
+            acks = 0
+            while acks < len(jobs):  # each lease completed as it comes, until each is acked
+                msg = await worker.recv()
+                if isinstance(msg, messages.Lease):
+                    await worker.send(messages.Complete(run_id=msg.run_id, fence=msg.fence))
+                acks += isinstance(msg, messages.Ack)
+
+        working = asyncio.create_task(work())
+        done: set[str] = set()
+        while done != jobs:
+            event = await s.next(timeout=10)
+            assert event is not None and event.kind == "run"
+            for c in event.data:
+                async with http.get(
+                    node.url + API + f"/runs/{c['id']}", headers=node.headers()
+                ) as r:
+                    run = await r.json()
+                assert RANK[run["state"]] >= RANK[c["state"]], (c, run["state"])
+                checked += 1
+                if c["state"] == "succeeded":
+                    done.add(c["job_id"])
+        await working
+    assert checked >= len(jobs) * 2  # a queued or running change, and the end, of each
+    await worker.ws.close()

@@ -21,6 +21,7 @@ from schedd.core.events import (
 )
 from schedd.core.model import JobSpec, RetryPolicy
 from schedd.core.state import MemoryState, State
+from schedd.raft.feed import EventFeed
 from schedd.storage.sqlstate import SqlState
 from tests.unit.test_state import T0, Harness, lease_one
 
@@ -244,3 +245,22 @@ def test_only_a_plain_comma_separated_list_of_kinds_is_taken(raw: str) -> None:
     with pytest.raises(ValueError):
         parse_kinds(raw)
     assert parse_kinds("run,dlq,run") == frozenset({"run", "dlq"})
+
+
+def test_a_gated_feed_hands_out_an_entry_once_the_reads_see_it() -> None:
+    feed = EventFeed(size=100, horizon=10, gated=True)
+    feed.append(11, [change(11, "a")])
+    feed.append(12, [change(12, "b")])
+    assert feed.pull(10, 100) == ([], 10)  # applied, not yet committed: nothing
+    feed.visible_upto(11)
+    pulled = feed.pull(10, 100)
+    assert pulled is not None and pulled.upto == 11 and [c.key for c in pulled.changes] == ["a"]
+    feed.visible_upto(5)  # never backwards
+    feed.visible_upto(12)
+    assert feed.pull(11, 100) is not None and feed.pull(11, 100).upto == 12  # type: ignore[union-attr]
+    feed.restart(50)  # a snapshot: what the reads see starts there
+    feed.append(51, [change(51)])
+    assert feed.pull(50, 100) == ([], 50)
+    ungated = EventFeed(size=100)
+    ungated.append(1, [change(1)])
+    assert ungated.pull(0, 100) is not None and ungated.pull(0, 100).upto == 1  # type: ignore[union-attr]
