@@ -460,7 +460,7 @@ OPERATIONS: tuple[Operation, ...] = (
         "read",
         "A one-time code that opens a dashboard session on this node (schedctl ui)",
         (Reply(201, "the code", "LoginCode"),),
-        (400,),
+        (400, 403),
         body="LoginCodeRequest",
         body_required=False,
         description="Any role may ask, with a token of the tokens file (a dashboard session "

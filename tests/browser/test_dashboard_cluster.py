@@ -205,6 +205,17 @@ def submit_to_any(cluster: Cluster, body: dict[str, Any]) -> str | None:
     return None
 
 
+def asked(daemon: Daemon, path: str) -> dict[str, Any] | None:
+    """``GET path`` of the API; None when the node does not have it yet (404, 503)."""
+    try:
+        answer: dict[str, Any] = daemon.api("GET", path)
+        return answer
+    except urllib.error.HTTPError as e:
+        if e.code in (404, 503):
+            return None
+        raise
+
+
 def test_the_event_stream_resumes_across_a_failover_and_loses_no_run(
     page: Any, three: Cluster
 ) -> None:
@@ -215,7 +226,8 @@ def test_the_event_stream_resumes_across_a_failover_and_loses_no_run(
     follower = next(i for i in range(3) if i != old)
     daemon = Daemon(three, three.nodes[follower].url, three.token)  # it outlives the leader
     three.start_worker("--import", "tests.browser.tasks", "--concurrency", "16", name="w1")
-    daemon.wait(lambda: daemon.api("GET", "/workers")["workers"], timeout=30)
+    # the follower asks its leader, which it may not know yet (503)
+    daemon.wait(lambda: (asked(daemon, "/workers") or {}).get("workers"), timeout=30)
     host, port = three.nodes[follower].url.removeprefix("http://").split(":")
     proxy = CuttableProxy(int(port) + 7, (host, int(port)))  # a free port next to its own
     try:
@@ -234,12 +246,7 @@ def test_the_event_stream_resumes_across_a_failover_and_loses_no_run(
         def latest_run(job_id: str) -> dict[str, Any]:
             """The job's latest run as the follower sees it ({} before it has the job: it
             may apply a submit acknowledged by the leader a moment later)."""
-            try:
-                return daemon.api("GET", f"/jobs/{job_id}")["latest_run"] or {}
-            except urllib.error.HTTPError as e:
-                if e.code == 404:
-                    return {}
-                raise
+            return (asked(daemon, f"/jobs/{job_id}") or {}).get("latest_run") or {}
 
         daemon.wait(lambda: latest_run(long_id).get("state") == "running")
         for _ in range(10):
