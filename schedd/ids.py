@@ -15,6 +15,11 @@ def could_be_job_id_prefix(text: str) -> bool:
     return 1 <= len(text) <= JOB_ID_LENGTH and set(text.upper()) <= _CHARS
 
 
+def is_job_id(text: str) -> bool:
+    """Whether ``text`` (upper case) is a job id: 26 Crockford characters."""
+    return len(text) == JOB_ID_LENGTH and set(text) <= _CHARS
+
+
 def new_job_id(now_ms: int) -> str:
     """A 26-character ULID: 48 bits of milliseconds then 80 random bits; sorts by creation."""
     value = (now_ms & ((1 << 48) - 1)) << 80 | secrets.randbits(80)

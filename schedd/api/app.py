@@ -104,8 +104,9 @@ from schedd.errors import (
     Unavailable,
     from_code,
 )
-from schedd.ids import could_be_job_id_prefix, new_job_id, new_request_id
+from schedd.ids import could_be_job_id_prefix, is_job_id, new_job_id, new_request_id
 from schedd.logs import log_event
+from schedd.storage.reader import MAX_IDS
 from schedd.storage.schema import FIRST
 from schedd.ui import mount as mount_ui
 
@@ -408,6 +409,14 @@ async def list_jobs(request: web.Request) -> web.Response:
                 field="id_prefix",
             )
         filters["id_prefix"] = prefix
+    if "ids" in q:
+        ids = q["ids"].upper().split(",")
+        if not 1 <= len(ids) <= MAX_IDS or not all(is_job_id(i) for i in ids):
+            raise InvalidArgument(
+                f"ids: expected 1 to {MAX_IDS} job ids, comma-separated, got {q['ids'][:80]!r}",
+                field="ids",
+            )
+        filters["ids"] = ",".join(ids)
     jobs, after = await app[READER].jobs_page(cursor, limit, filters)
     latest = await app[READER].latest_runs([job.id for job in jobs])
     body: JobListView = {

@@ -19,7 +19,7 @@ from schedd.api.ports import PREFIX
 from schedd.api.schema import js, values
 from schedd.core.events import KINDS, MAX_INDEX
 from schedd.core.model import DstGap, DstRepeat, JobStatus, RunState
-from schedd.storage.reader import SCAN_WINDOW
+from schedd.storage.reader import MAX_IDS, SCAN_WINDOW
 from schedd.storage.schema import FIRST
 
 
@@ -136,6 +136,17 @@ OPERATIONS: tuple[Operation, ...] = (
                 "id_prefix",
                 Annotated[str, js(pattern="^[0-9A-HJKMNP-TV-Za-hjkmnp-tv-z]{1,26}$")],
                 "only jobs whose id starts so (either case)",
+            ),
+            Query(
+                "ids",
+                Annotated[
+                    str,
+                    js(
+                        pattern=f"^[0-9A-HJKMNP-TV-Z]{{26}}(,[0-9A-HJKMNP-TV-Z]{{26}}){{0,{MAX_IDS - 1}}}$"
+                    ),
+                ],
+                f"only these jobs: up to {MAX_IDS} ids, comma-separated (those that do not exist "
+                "are left out)",
             ),
             Query(
                 "last_run",

@@ -286,6 +286,9 @@ def test_a_run_shows_each_attempt_with_its_error_and_traceback(
     page.goto(daemon.url + f"/ui/runs/{latest['id']}")
     page.wait_for_selector("#attempts progress")
     assert "3 / 4" in page.inner_text("#attempts")
+    # the reported progress is marked on the attempt's lane too
+    title = page.text_content("svg.timeline circle.progress title") or ""
+    assert title.startswith('progress {"done":3,"of":4} reported at')
 
 
 def _dead(daemon: Daemon, ns: str, n: int) -> list[dict[str, Any]]:
@@ -335,6 +338,21 @@ def test_dead_letters_filter_group_and_drop(page: Any, daemon: Daemon, tmp_path:
     left = daemon.api("GET", "/dlq?namespace=tdlq")["runs"]
     assert len(left) == 4
     assert not any("record 4" in r["error"] for r in left)
+
+
+def test_a_dead_letter_reads_in_its_jobs_zone_and_names_its_task(page: Any, daemon: Daemon) -> None:
+    berlin = {"cron": "0 3 1 1 *", "timezone": "Europe/Berlin"}
+    job = submit(
+        daemon, task="ui.disk", namespace="tdlqz", retry={"max_attempts": 1}, schedule=berlin
+    )
+    daemon.api("POST", f"/jobs/{job['id']}/trigger", {})
+    [run] = _dead(daemon, "tdlqz", 1)
+    login(page, daemon, "read", "/ui/dlq?namespace=tdlqz")
+    row = page.wait_for_selector(f"#dlq-table tr[data-run='{run['id']}']")
+    assert "ui.disk" in row.inner_text()
+    assert row.query_selector(".tz-job").inner_text() == reads(run["updated_at"], "Europe/Berlin")
+    viewer = row.query_selector(".tz-viewer").inner_text()
+    assert viewer == reads(run["updated_at"], "America/New_York")
 
 
 def test_workers_show_capacity_and_leases(page: Any, daemon: Daemon, tmp_path: Path) -> None:

@@ -122,6 +122,8 @@ async def test_listings_filter_by_name_id_prefix_latest_run_state_and_time(
     assert await ids(f"id_prefix={c['id'].lower()}") == [c["id"]]
     assert await ids("last_run=failed") == [a["id"]]
     assert await ids("last_run=scheduled") == [b["id"], c["id"]]
+    assert await ids(f"ids={c['id']},{a['id'].lower()},{'0' * 26}") == [a["id"], c["id"]]
+    assert await ids(f"ids={c['id']}&name=nightly") == []
     status, body = await get(http, node, f"/jobs/{b['id']}/runs?state=scheduled")
     assert status == 200 and len(body["runs"]) == 1
     status, body = await get(http, node, f"/jobs/{b['id']}/runs?state=failed")
@@ -138,6 +140,9 @@ async def test_listings_filter_by_name_id_prefix_latest_run_state_and_time(
         (f"/jobs/{b['id']}/runs?state=exploded", "state"),
         (f"/jobs/{b['id']}/runs?since=yesterday", "since"),
         ("/dlq?since=yesterday", "since"),
+        ("/jobs?ids=", "ids"),
+        ("/jobs?ids=not-an-id", "ids"),
+        ("/jobs?ids=" + ",".join([a["id"]] * 201), "ids"),
         ("/dlq?queue=Not+A+Queue", "queue"),
         ("/explain?every=1h&from=0399-07-22T00:00:00Z", "from"),
         (f"/jobs/{b['id']}/explain?from=tomorrow", "from"),

@@ -1,10 +1,13 @@
 // Dead letters: one page of GET /api/v1/dlq with the API's filters (task, queue, namespace,
 // since; the error text too where the API takes it, else on this page), its runs grouped by
-// error. Replay or drop the selected runs; where the node has the bulk endpoints, act on every
-// run that matches the filter at once: a dry run says how many, then one call does it.
+// error, each with its job's task and its time in the job's zone (its jobs read with
+// GET /jobs?ids=…, a request per 200 jobs not seen before). Replay or drop the selected runs;
+// where the node has the bulk endpoints, act on every run that matches the filter at once: a
+// dry run says how many, then one call does it.
 
 import { API, OPTIONAL, bodyFields, call, can, enc, get, has, queryParams } from "../api.js";
 import { badge, confirmButton, fill, h, link, shortId, when } from "../dom.js";
+import { jobZone } from "../fmt.js";
 import { notice } from "../clusterbar.js";
 import { errorBox, filterForm, filterOf, pager } from "../widgets.js";
 
@@ -20,6 +23,21 @@ const FILTERS = [
 const SERVER_FILTERS = ["namespace", "queue", "task", "since"];
 /** The name the bulk endpoints give the error-text filter. */
 const ERROR_FIELDS = ["error"];
+
+/** The jobs seen so far (id → {task, zone}): a job's task and zone never change. */
+const JOBS = new Map();
+const IDS_PER_CALL = 200;
+
+/** Read the jobs of ``ids`` not seen yet (where the node takes GET /jobs?ids=; else none). */
+async function learnJobs(ids) {
+  const missing = [...new Set(ids)].filter((id) => !JOBS.has(id));
+  if (!missing.length || !queryParams("get", `${API}/jobs`).has("ids")) return;
+  for (let i = 0; i < missing.length; i += IDS_PER_CALL) {
+    const chunk = missing.slice(i, i + IDS_PER_CALL);
+    const page = await get(`${API}/jobs`, { ids: chunk.join(","), limit: chunk.length });
+    for (const job of page.jobs) JOBS.set(job.id, { task: job.task, zone: jobZone(job) });
+  }
+}
 
 /** "1h", "24h", "7d" → the RFC 3339 instant that long ago; anything else as written. */
 export function sinceValue(value, now = Date.now()) {
@@ -55,6 +73,7 @@ export function dlqScreen(main, { params, navigate }) {
     if (errorOnServer) filter.error = errorText;
     try {
       page = await get(`${API}/dlq`, { ...filter, limit: params.get("limit"), cursor: params.get("cursor") });
+      await learnJobs(page.runs.map((r) => r.job_id)).catch(() => null); // times in UTC then
     } catch (err) {
       if (alive) fill(table, errorBox(err));
       return;
@@ -169,17 +188,18 @@ function groupedTable(runs, selected, onSelect) {
       });
       boxes.push(one);
       const last = run.attempts.at(-1);
+      const job = JOBS.get(run.job_id);
       body.push(h("tr", { "data-run": run.id },
         h("td", {}, one),
         h("td", {}, link(`/ui/runs/${enc(run.id)}`, shortId(run.id))),
-        h("td", {}, link(`/ui/jobs/${enc(run.job_id)}`, shortId(run.job_id))),
+        h("td", {}, link(`/ui/jobs/${enc(run.job_id)}`, shortId(run.job_id)), job ? h("div", { class: "muted" }, job.task) : null),
         h("td", {}, run.namespace),
-        h("td", {}, when(run.updated_at)),
+        h("td", {}, when(run.updated_at, job?.zone ?? null)),
         h("td", {}, `${run.attempts.length} attempt${run.attempts.length === 1 ? "" : "s"}`, last ? ` · ${last.worker_id}` : ""),
         h("td", {}, badge(run.state))));
     }
   }
-  const heads = ["", "Run", "Job", "Namespace", "Failed", "Attempts", "State"];
+  const heads = ["", "Run", "Job · task", "Namespace", "Failed", "Attempts", "State"];
   return h("table", { class: "dlq", id: "dlq-table" },
     h("thead", {}, h("tr", {}, heads.map((t) => h("th", {}, t)))),
     h("tbody", {}, body));

@@ -202,6 +202,12 @@ function timeline(run, leaders) {
       : bx + bw + 164 <= SVG_W ? ["lane", bx + bw + 4, "start"] : ["lane", bx - 4, "end"];
     svg.appendChild(h("svg:text", { class: place[0], x: place[1], y: y + 12, "text-anchor": place[2] },
       `${s.a.worker_id} · fence ${s.a.fence}`));
+    if (s.a.progress_at) { // the latest progress the worker reported (with a heartbeat)
+      const t = Math.min(Date.parse(s.a.progress_at), s.end);
+      const tick = h("svg:circle", { class: "progress", cx: x(t), cy: y + (ROW_H - 6) / 2, r: 3 });
+      tick.appendChild(h("svg:title", {}, `progress ${JSON.stringify(s.a.progress)} reported at ${formatIn(t, viewer, { seconds: true })}`));
+      svg.appendChild(tick);
+    }
     for (const { f, t } of refused.filter((r) => r.f.fence === s.a.fence)) {
       const cross = h("svg:text", { class: "refused", x: x(t), y: y + 13, "text-anchor": "middle", "data-fence": String(f.fence) }, "×");
       cross.appendChild(h("svg:title", {}, `result refused (${f.outcome}) at ${formatIn(t, viewer, { seconds: true })}: ${f.reason}`));
