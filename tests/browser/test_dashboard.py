@@ -265,6 +265,8 @@ def test_a_run_shows_each_attempt_with_its_error_and_traceback(
     text = page.inner_text("#attempts")
     assert "ValueError: cannot parse record 7" in text
     assert "w1" in text
+    facts = page.inner_text("#run-facts")  # the payload and the task, with the run
+    assert '"record": 7' in facts and "ui.parse" in facts
     assert page.query_selector_all("#attempts details summary")  # the tracebacks
     page.click("#attempts details summary >> nth=0")
     assert "raise ValueError" in page.inner_text("#attempts pre.traceback >> nth=0")

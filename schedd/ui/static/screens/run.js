@@ -15,6 +15,7 @@ export function runScreen(main, { id }) {
   fill(main, head, body);
   let alive = true;
   let zone = null;
+  let job = null; // the run's job: its zone, task and payload (they never change)
   let shown = null; // the run (and leader history) as last drawn: unchanged, not drawn again
   const unfolded = new Set(); // the attempts whose traceback is open
 
@@ -27,7 +28,8 @@ export function runScreen(main, { id }) {
         get(`${API}/cluster`).then((c) => c.leaders ?? [], () => []),
       ]);
       if (zone === null) {
-        zone = await get(`${API}/jobs/${enc(run.job_id)}`).then(jobZone, () => "UTC");
+        job = await get(`${API}/jobs/${enc(run.job_id)}`).catch(() => null);
+        zone = job ? jobZone(job) : "UTC";
       }
     } catch (err) {
       if (alive) fill(body, errorBox(err));
@@ -39,7 +41,7 @@ export function runScreen(main, { id }) {
     shown = drawn;
     fill(head, h("h1", {}, "Run ", shortId(run.id)), badge(run.state),
       h("span", { class: "actions" }, runActions(run, load)));
-    fill(body, runFacts(run, zone), h("h2", {}, "Attempts"), timeline(run, leaders),
+    fill(body, runFacts(run, zone, job), h("h2", {}, "Attempts"), timeline(run, leaders),
       attemptsTable(run, zone, unfolded), refusedTable(run, zone));
   }
 
@@ -61,9 +63,9 @@ function runActions(run, refresh) {
   return out;
 }
 
-function runFacts(run, zone) {
+function runFacts(run, zone, job) {
   const rows = [
-    ["Job", link(`/ui/jobs/${enc(run.job_id)}`, run.job_id)],
+    ["Job", [link(`/ui/jobs/${enc(run.job_id)}`, run.job_id), job ? ` · ${job.task}` : ""]],
     ["Namespace", run.namespace],
     ["State", badge(run.state)],
     ["Scheduled", when(run.scheduled_at, zone)],
@@ -72,6 +74,7 @@ function runFacts(run, zone) {
   ];
   if (run.reason) rows.push(["Reason", run.reason]);
   if (run.waiting) rows.push(["Waiting", run.waiting]);
+  if (job) rows.push(["Payload", pre(job.payload)]);
   if (run.error) rows.push(["Error", h("span", { class: "error" }, run.error)]);
   if (run.result !== null && run.result !== undefined) rows.push(["Result", pre(run.result)]);
   return h("table", { class: "kv", id: "run-facts" },
