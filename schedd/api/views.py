@@ -315,6 +315,9 @@ class WorkerView(TypedDict):
     leases: Annotated[int, js(minimum=0), "leases in flight"]
     connected_at: Time
     draining: bool
+    node: Annotated[str, "the node whose websocket it holds: the leader"]
+    host: Annotated[str | None, "the address it connects from, as that node sees it"]
+    last_heard: Annotated[Time, "when a frame (a heartbeat, a result) last came from it"]
 
 
 class WorkersView(TypedDict):
@@ -674,6 +677,9 @@ def worker_view(w: WorkerConn) -> WorkerView:
         "leases": len(w.leases),
         "connected_at": format_time(w.connected_at_ms),
         "draining": w.draining,
+        "node": w.node,
+        "host": w.host,
+        "last_heard": format_time(w.heard_ms),
     }
 
 

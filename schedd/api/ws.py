@@ -73,12 +73,16 @@ async def _serve(request: web.Request, ws: web.WebSocketResponse) -> web.WebSock
         await ws.close()
         return ws
 
+    connected = clock.wall_ms()
     conn = WorkerConn(
         hello.worker_id,
         hello.queues,
         hello.capacity,
-        clock.wall_ms(),
+        connected,
         None if hello.tasks is None else frozenset(hello.tasks),
+        node=app[CONFIG].node.id,
+        host=request.remote,
+        heard_ms=connected,
     )
     conn.send(
         messages.Welcome(
@@ -93,6 +97,7 @@ async def _serve(request: web.Request, ws: web.WebSocketResponse) -> web.WebSock
         async for frame in ws:
             if frame.type is not WSMsgType.TEXT:
                 continue
+            conn.heard_ms = clock.wall_ms()
             try:
                 msg = messages.decode(frame.data)
             except ProtocolError as exc:

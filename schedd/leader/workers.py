@@ -16,6 +16,9 @@ class WorkerConn:
     capacity: int
     connected_at_ms: int
     tasks: frozenset[str] | None = None  # the tasks it runs (None: any)
+    node: str = ""  # the node whose websocket it holds (the leader)
+    host: str | None = None  # the address it connects from, as that node sees it
+    heard_ms: int = 0  # when a frame last came from it (a heartbeat, a result; wall clock)
     outbox: asyncio.Queue[str | None] = field(default_factory=asyncio.Queue)
     leases: dict[str, int] = field(default_factory=dict)  # run_id -> fence
     reserved: int = 0  # leases being committed for this worker

@@ -364,6 +364,10 @@ def test_workers_show_capacity_and_leases(page: Any, daemon: Daemon, tmp_path: P
     assert "ui.disk, ui.ok, ui.parse" in text or "ui.ok" in text
     assert re.search(r"\b\d+ / 16\b", text)
     assert "serving" in text
+    # where it connects from and to, and how long since it was heard from (its heartbeats)
+    assert "127.0.0.1" in text and "to n1" in text
+    heard = page.inner_text("#workers-table tr[data-worker='w1'] td.heard")
+    assert re.fullmatch(r"now|\d+ [smh] ago", heard), heard
     screenshot(page, "workers", tmp_path)
 
 
