@@ -508,12 +508,12 @@ def test_dead_letters_replays_or_drops_those_of_the_list_still_in_the_queue() ->
         rid = f"{job_id}@{T0}"
         h.one(commands.FailRun(h.rid(), T0 + 1, lf, rid, lease_one(h, lf, rid), "boom", False))
         dead.append(rid)
-    res = h.one(commands.DeadLetters(h.rid(), T0 + 2, "replay", (dead[0], dead[2], "J9@1")))
-    assert res == Ok(([dead[0], dead[2]], ["J9@1"], [["mail", 1], ["sms", 1]]))
+    res = h.one(commands.DeadLetters(h.rid(), T0 + 2, "replay", (dead[0], dead[1], "J9@1")))
+    assert res == Ok(([dead[0], dead[1]], ["J9@1"], [["mail", 2]]))  # counted by task
     assert h.state.runs[dead[0]].state is RunState.QUEUED and not h.state.in_dlq(dead[0])
     res = h.one(commands.DeadLetters(h.rid(), T0 + 3, "drop", tuple(dead)))
-    assert res == Ok(([dead[1]], [dead[0], dead[2]], [["mail", 1]]))
-    assert h.state.dlq_size() == 0 and h.state.runs[dead[1]].state is RunState.FAILED
+    assert res == Ok(([dead[2]], [dead[0], dead[1]], [["sms", 1]]))
+    assert h.state.dlq_size() == 0 and h.state.runs[dead[2]].state is RunState.FAILED
     refused = h.one(commands.DeadLetters(h.rid(), T0 + 4, "explode", ()))
     assert isinstance(refused, Rejected) and refused.field == "action"
 
