@@ -16,8 +16,8 @@ from __future__ import annotations
 import gc
 from bisect import bisect_left
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -299,6 +299,52 @@ class Metrics:
         return bytes(generate_latest(self.registry))
 
 
+#: (metric, help, label, key of RaftNode.elections())
+_ELECTION_COUNTERS: Final = (
+    (
+        "schedd_raft_elections_started",
+        "Raft elections this node started, by why it could: prevote_won (a majority said it "
+        "would vote for it), transfer (a leader handed over), single_node.",
+        "cause",
+        "started",
+    ),
+    (
+        "schedd_raft_prevote_rounds",
+        "Pre-vote rounds this node ran, by outcome (won: an election followed; lost).",
+        "outcome",
+        "rounds",
+    ),
+    (
+        "schedd_raft_prevotes_refused",
+        "Pre-votes this node refused, by reason: leader, leader_alive (it heard from its "
+        "leader lately), stale_term, log_behind, abstaining.",
+        "reason",
+        "refused",
+    ),
+    (
+        "schedd_raft_votes_ignored",
+        "Vote requests this node ignored while it led or heard from its leader lately.",
+        "reason",
+        "ignored",
+    ),
+    (
+        "schedd_raft_leader_stepdowns",
+        "Times this node stopped leading, by cause: quorum_lost (no majority heard within "
+        "raft.leader_fallback_timeout), higher_term, transfer.",
+        "cause",
+        "stepdowns",
+    ),
+)
+
+
+def _election_counters(counts: Mapping[str, Mapping[str, int]]) -> Iterator[CounterMetricFamily]:
+    for metric, text, label, key in _ELECTION_COUNTERS:
+        family = CounterMetricFamily(metric, text, labels=[label])
+        for value, count in sorted(counts.get(key, {}).items()):
+            family.add_metric([value], float(count))
+        yield family
+
+
 class _StateCollector(Collector):
     def __init__(self, node: RaftNode, leader: Callable[[], LeaderGauges | None]) -> None:
         self.node = node
@@ -368,6 +414,7 @@ class _StateCollector(Collector):
         for reason, count in sorted(node.peer_refusals().items()):
             refused.add_metric([reason], float(count))
         yield refused
+        yield from _election_counters(node.elections())
         with node.read() as st:
             counts = dict(st.counts)
             dlq = st.dlq_size()

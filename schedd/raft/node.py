@@ -52,6 +52,7 @@ from schedd.raft.patches import (
     guard_snapshot_commit,
     keep_next_index,
     last_response_times,
+    pre_vote,
     read_before_judging,
     watch_contact,
 )
@@ -392,6 +393,14 @@ class RaftNode:
         # _fast_append); under load appends are still batched, one round trip at a time.
         guard_snapshot_commit(self._obj)
         keep_next_index(self._obj)  # no duplicate appends to a follower (schedd/raft/patches.py)
+        # Elections only when the leader is really gone: a node asks its peers first
+        # (pre-vote), and a follower that hears from its leader ignores vote requests; so a
+        # node cut off or stalled for a while comes back without deposing a healthy leader
+        # (schedd/raft/patches.py).  Inside read_before_judging: the sockets are read first.
+        journal = durable.journal
+        self._elections = pre_vote(
+            self._obj, journal.may_vote if journal is not None else (lambda: True)
+        )
         # A pause of the tick thread (a garbage collection, the event loop holding the GIL)
         # deposes no one whose messages wait in the sockets, and one tick applies at most
         # ~50 ms of entries before it sends heartbeats and reads again (schedd/raft/pauses.py).
@@ -557,6 +566,19 @@ class RaftNode:
         except OSError:
             return None
         return max(0.0, clock.wall_ms() / 1000 - mtime)
+
+    def elections(self) -> dict[str, dict[str, int]]:
+        """What pre-vote counted since this node started: elections started (by why), pre-vote
+        rounds (won, lost), pre-votes refused and vote requests ignored (by reason), leader
+        step-downs (by cause).  Copies, read from any thread."""
+        e = self._elections
+        return {
+            "started": dict(e.started),
+            "rounds": dict(e.rounds),
+            "refused": dict(e.refused),
+            "ignored": dict(e.ignored),
+            "stepdowns": dict(e.stepdowns),
+        }
 
     def peer_refusals(self) -> dict[str, int]:
         """Connections this node refused since it started, by reason (see PeerGuard)."""

@@ -75,9 +75,11 @@ from __future__ import annotations
 import hashlib
 import inspect
 import logging
+import random
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Any, Final
 
@@ -99,6 +101,8 @@ PRIVATE_METHODS: Final = (
     "_SyncObj__getEntries",
     "_SyncObj__applyLogEntries",
     "_SyncObj__getCurrentLogIndex",
+    "_SyncObj__getCurrentLogTerm",
+    "_getLeader",
 )
 #: attributes of a built SyncObj that the patches read or write
 PRIVATE_ATTRIBUTES: Final = (
@@ -117,6 +121,8 @@ PRIVATE_ATTRIBUTES: Final = (
     "_SyncObj__newAppendEntriesTime",
     "_SyncObj__lastResponseTime",
     "_SyncObj__forceLogCompaction",
+    "_SyncObj__raftElectionDeadline",
+    "_SyncObj__transferInProgress",
 )
 #: a connection's socket, read only to name a refused peer (without it the name is "?")
 CONNECTION_SOCKET: Final = "_TcpConnection__socket"
@@ -338,6 +344,245 @@ def watch_contact(
             answered(str(node.id))
 
     _intercept(obj, wanted, around)
+
+
+# -- elections ----------------------------------------------------------------------------------
+PRE_VOTE: Final = "schedd.pre_vote"
+PRE_VOTE_ANSWER: Final = "schedd.pre_vote_response"
+STALE_TERM: Final = "schedd.stale_term"
+
+
+@dataclass
+class ElectionStats:
+    """What :func:`pre_vote` counted (tick thread; read elsewhere as a snapshot of ints)."""
+
+    #: real elections this node started, by why it was allowed: prevote_won, transfer,
+    #: single_node
+    started: dict[str, int] = field(default_factory=dict)
+    #: pre-vote rounds this node ran: won (then an election) or lost (no majority in time)
+    rounds: dict[str, int] = field(default_factory=lambda: {"won": 0, "lost": 0})
+    #: pre-votes this node refused, by reason: leader, leader_alive, stale_term, log_behind,
+    #: abstaining
+    refused: dict[str, int] = field(default_factory=dict)
+    #: vote requests this node ignored because it leads or heard from its leader lately
+    ignored: dict[str, int] = field(default_factory=dict)
+    #: times this node stopped leading, by cause: quorum_lost, higher_term, transfer
+    stepdowns: dict[str, int] = field(default_factory=dict)
+
+
+def _bump(counts: dict[str, int], key: str) -> None:
+    counts[key] = counts.get(key, 0) + 1
+
+
+def pre_vote(obj: SyncObj, may_vote: Callable[[], bool] = lambda: True) -> ElectionStats:
+    """Elections only when the leader is really gone: pre-vote and leader stickiness.
+
+    pysyncobj raises its term and asks for votes as soon as its election deadline passes
+    (``_onTick``), and a node that gets a vote request of a higher term adopts it and stops
+    following or leading (``__onMessageReceived``, before it even decides on the vote).  So a
+    follower cut off for a while, or stalled, comes back with a higher term and deposes a
+    healthy leader; under load one late heartbeat is an election.
+
+    * **Pre-vote**: when the deadline passes, the node first asks its peers whether they would
+      vote for it at ``term + 1`` (``schedd.pre_vote``, nothing persisted, the term unchanged).
+      A peer refuses while it leads or heard from a leader within ``raftMinTimeout``, when the
+      term is not above its own or the node's log is behind its own, or while its journal
+      abstains (``may_vote``).  Only a majority of grants lets pysyncobj run its real election,
+      on the next tick; otherwise the node draws a new deadline and tries again.  A node that
+      hears from a leader meanwhile drops its round.
+    * **Stickiness**: a vote request is ignored (neither granted nor its term adopted) by a
+      leader and by a follower that heard from its leader within ``raftMinTimeout`` - unless it
+      comes from a leadership transfer (``timeout_now``; marked ``transfer`` by the sender).
+    * **Stale terms**: a node whose term passed the leader's (it won a pre-vote just as the
+      leader came back) ignores that leader's appends; so it answers them with
+      ``schedd.stale_term`` and the leader, seeing a higher term, steps down for a clean
+      election instead of the two talking past each other.  A refused pre-vote that names a
+      higher term is taken the same way.
+    * **Check-quorum** is pysyncobj's own ``leaderFallbackTimeout``: a leader that has not
+      heard from a majority within it steps down (counted here as ``quorum_lost``).
+
+    Wraps the tick (install it before :func:`read_before_judging`, so that one stays outermost
+    and the sockets are read before the timers), the message callback and the transport's
+    ``send``.  Returns the counters it keeps."""
+    return _PreVote(obj, may_vote).stats
+
+
+class _PreVote:
+    """:func:`pre_vote`'s state and wrappers (tick thread only)."""
+
+    def __init__(self, obj: SyncObj, may_vote: Callable[[], bool]) -> None:
+        self.obj, self.may_vote = obj, may_vote
+        self.conf = obj._SyncObj__conf
+        self.stats = ElectionStats()
+        self.contact = float("-inf")  # when a leader's append (term >= ours) was last taken
+        self.round: dict[str, Any] | None = None  # the running round: id, term, granted
+        self.rid = 0
+        self.allow = False  # a round was won: the next tick may run the real election
+        self.transfer_tick = False  # this tick's election is a leadership transfer
+        self.stale_sent: dict[tuple[Any, int], float] = {}  # told (peer, our term) when
+        self.handed_over_at = float("-inf")  # when this node last sent timeout_now
+        self.stepdown_seen = False
+        transport = obj._SyncObj__transport
+        self.send = transport.send
+        transport.send = self.marked_send
+        self.inner = transport._onMessageReceivedCallback
+        transport.setOnMessageReceivedCallback(self.on_message)
+        self.original_tick = obj._onTick
+        obj._onTick = self.on_tick
+        obj._SyncObj__properies.add("_onTick")  # not replicated state (see read_before_judging)
+
+    # -- sending -----------------------------------------------------------------------------
+    def marked_send(self, node: Any, message: Any) -> Any:
+        if isinstance(message, dict):
+            if message.get("type") == "request_vote" and self.transfer_tick:
+                message = {**message, "transfer": True}
+            elif message.get("type") == "timeout_now":
+                self.handed_over_at = raft_clock()
+        return self.send(node, message)
+
+    def majority(self, votes: int) -> bool:
+        return votes > (len(self.obj._SyncObj__otherNodes) + 1) / 2
+
+    def log_position(self) -> tuple[int, int]:
+        return self.obj._SyncObj__getCurrentLogTerm(), self.obj._SyncObj__getCurrentLogIndex()
+
+    def heard_leader_lately(self) -> bool:
+        return bool(raft_clock() - self.contact < self.conf.raftMinTimeout)
+
+    def adopt(self, node: Any, term: int) -> None:
+        """Take ``term`` as pysyncobj does from a vote request, which it then refuses (the
+        empty log position is never up to date)."""
+        request = {"type": "request_vote", "term": term, "last_log_index": 0, "last_log_term": -1}
+        self.inner(node, request)
+
+    # -- receiving ---------------------------------------------------------------------------
+    def on_message(self, node: Any, message: Any) -> None:
+        kind = message.get("type") if isinstance(message, dict) else None
+        leading = self.obj._isLeader()
+        if kind == PRE_VOTE:
+            self.answer(node, message)
+        elif kind == PRE_VOTE_ANSWER:
+            self.count(node, message)
+        elif kind == STALE_TERM:
+            if message["term"] > self.obj.raftCurrentTerm:
+                self.adopt(node, message["term"])
+                self.stepped_down(leading, "higher_term")
+        elif (
+            kind == "request_vote"
+            and not message.get("transfer")
+            and (leading or self.heard_leader_lately())
+        ):
+            _bump(self.stats.ignored, "leader" if leading else "leader_alive")
+        else:
+            if kind == "append_entries":
+                self.appended(node, message["term"])
+            self.inner(node, message)
+            recent = raft_clock() - self.handed_over_at < self.conf.raftMaxTimeout
+            self.stepped_down(leading, "transfer" if recent else "higher_term")
+
+    def stepped_down(self, was_leading: bool, cause: str) -> None:
+        if was_leading and not self.obj._isLeader():
+            _bump(self.stats.stepdowns, cause)
+            self.stepdown_seen = True
+
+    def appended(self, node: Any, term: int) -> None:
+        """A leader's append: contact (and no round), or, from an older term, tell it so."""
+        ours = self.obj.raftCurrentTerm
+        if term >= ours:
+            self.contact, self.round = raft_clock(), None
+            return
+        key = (node.id, ours)
+        if raft_clock() - self.stale_sent.get(key, float("-inf")) > self.conf.raftMinTimeout:
+            self.stale_sent[key] = raft_clock()
+            self.send(node, {"type": STALE_TERM, "term": ours})
+
+    def refusal(self, message: dict[str, Any]) -> str | None:
+        if self.obj._isLeader():
+            return "leader"
+        if self.heard_leader_lately():
+            return "leader_alive"
+        if message["term"] <= self.obj.raftCurrentTerm:
+            return "stale_term"
+        if (message["last_log_term"], message["last_log_index"]) < self.log_position():
+            return "log_behind"
+        if not self.may_vote():
+            return "abstaining"
+        return None
+
+    def answer(self, node: Any, message: dict[str, Any]) -> None:
+        why = self.refusal(message)
+        if why is not None:
+            _bump(self.stats.refused, why)
+        reply = {"type": PRE_VOTE_ANSWER, "round": message["round"]}
+        self.send(
+            node, {**reply, "term": self.obj.raftCurrentTerm, "granted": why is None, "reason": why}
+        )
+
+    def count(self, node: Any, message: dict[str, Any]) -> None:
+        term = self.obj.raftCurrentTerm
+        r = self.round
+        if r is None or message["round"] != r["id"] or term != r["term"] or self.obj._isLeader():
+            return  # an answer to an older round, or the round is over
+        if message["granted"]:
+            r["granted"].add(node.id)
+            if self.majority(len(r["granted"])):
+                self.round, self.allow = None, True
+                self.obj._SyncObj__raftElectionDeadline = 0  # the real election, next tick
+                self.stats.rounds["won"] += 1
+        elif message["reason"] == "stale_term" and message["term"] > term:
+            self.round = None
+            self.adopt(node, message["term"])
+
+    # -- ticking -----------------------------------------------------------------------------
+    def start_round(self, term: int) -> None:
+        obj = self.obj
+        if self.round is not None:
+            self.stats.rounds["lost"] += 1
+        low, high = self.conf.raftMinTimeout, self.conf.raftMaxTimeout
+        obj._SyncObj__raftElectionDeadline = raft_clock() + low + (high - low) * random.random()
+        self.round = None
+        if not self.may_vote():  # a node whose journal abstains does not campaign either
+            return
+        self.rid += 1
+        self.round = {"id": self.rid, "term": term, "granted": {obj.selfNode.id}}
+        last_term, last_index = self.log_position()
+        ask = {"type": PRE_VOTE, "round": self.rid, "term": term + 1}
+        for peer in obj._SyncObj__otherNodes:
+            self.send(peer, {**ask, "last_log_term": last_term, "last_log_index": last_index})
+
+    def election_due(self) -> str | None:
+        """Why this tick may run pysyncobj's election (None: it may not, or none is due; a
+        due election without leave starts a pre-vote round instead)."""
+        obj = self.obj
+        others = obj._SyncObj__otherNodes
+        if (
+            obj._isLeader()
+            or obj._SyncObj__raftElectionDeadline >= raft_clock()
+            or not (obj._SyncObj__connectedNodes or not others)
+        ):  # pysyncobj's own condition for an election (0.3.17 _onTick)
+            return None
+        if obj._SyncObj__transferInProgress:
+            return "transfer"
+        if self.allow:
+            return "prevote_won"
+        if not others:
+            return "single_node"
+        self.start_round(obj.raftCurrentTerm)  # no election on this tick: the deadline moved
+        return None
+
+    def on_tick(self, timeToWait: float = 0.0) -> None:  # pysyncobj's name
+        obj = self.obj
+        leading, term = obj._isLeader(), obj.raftCurrentTerm
+        allowed = self.election_due()
+        self.allow, self.transfer_tick, self.stepdown_seen = False, allowed == "transfer", False
+        try:
+            self.original_tick(timeToWait)
+        finally:
+            self.transfer_tick = False
+        if allowed is not None and obj.raftCurrentTerm > term:
+            _bump(self.stats.started, allowed)
+        if leading and not obj._isLeader() and not self.stepdown_seen:
+            _bump(self.stats.stepdowns, "quorum_lost")
 
 
 def keep_next_index(obj: SyncObj) -> None:

@@ -1,0 +1,200 @@
+"""Pre-vote and leader stickiness (``schedd.raft.patches.pre_vote``) on real pysyncobj nodes
+(real sockets), ticked by hand.  Links are cut by dropping messages while the TCP connections
+stay up - the worst case: pysyncobj alone raises its term at every timeout then.  Each test that
+shows a bug of pysyncobj alone runs unpatched too, and asserts the bug."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pysyncobj import SyncObj, SyncObjConf
+
+from schedd.raft.patches import ElectionStats, pre_vote, read_before_judging
+from tests.conftest import free_port
+from tests.unit.test_raft_pauses import MAX_TIMEOUT, MIN_TIMEOUT, settled, tick
+
+
+class Cuts:
+    """Which nodes are cut off: their messages are dropped both ways (the connections stay)."""
+
+    def __init__(self) -> None:
+        self.cut: set[str] = set()
+
+    def install(self, obj: SyncObj) -> None:
+        transport = obj._SyncObj__transport
+        me = str(obj.selfNode.id)
+        send, receive = transport.send, transport._onMessageReceivedCallback
+
+        def filtered_send(node: Any, message: Any) -> Any:
+            if me in self.cut or str(node.id) in self.cut:
+                return False
+            return send(node, message)
+
+        def filtered_receive(node: Any, message: Any) -> None:
+            if me not in self.cut and str(node.id) not in self.cut:
+                receive(node, message)
+
+        transport.send = filtered_send
+        transport.setOnMessageReceivedCallback(filtered_receive)
+
+
+@pytest.fixture
+def cluster(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[tuple[list[SyncObj], Cuts, list[ElectionStats]]]:
+    patched: bool = getattr(request, "param", True)
+    ports = [free_port() for _ in range(3)]
+    addrs = [f"127.0.0.1:{p}" for p in ports]
+    made: list[SyncObj] = []
+    stats: list[ElectionStats] = []
+    cuts = Cuts()
+    try:
+        for i, addr in enumerate(addrs):
+            conf = SyncObjConf(
+                autoTick=False,
+                raftMinTimeout=MIN_TIMEOUT,
+                raftMaxTimeout=MAX_TIMEOUT,
+                leaderFallbackTimeout=MAX_TIMEOUT,
+                appendEntriesPeriod=0.05,
+                journalFile=str(tmp_path / f"j{i}"),
+                fullDumpFile=str(tmp_path / f"d{i}"),
+            )
+            obj = SyncObj(addr, [a for a in addrs if a != addr], conf)
+            if patched:
+                stats.append(pre_vote(obj))
+                read_before_judging(obj)
+            cuts.install(obj)  # outermost: a cut message reaches neither pysyncobj nor the patch
+            made.append(obj)
+        yield made, cuts, stats
+    finally:
+        for n in made:
+            n.destroy()
+
+
+def name(obj: SyncObj) -> str:
+    return str(obj.selfNode.id)
+
+
+@pytest.mark.parametrize("cluster", [True, False], indirect=True, ids=["pre-vote", "pysyncobj"])
+def test_a_follower_whose_deadline_passes_while_the_leader_lives_keeps_its_term(
+    cluster: tuple[list[SyncObj], Cuts, list[ElectionStats]],
+) -> None:
+    nodes, _, stats = cluster
+    term, leader = settled(nodes)
+    started = [dict(s.started) for s in stats]  # the first election
+    follower = next(n for n in nodes if n is not leader)
+    follower._SyncObj__raftElectionDeadline = 0  # as if its timer fired
+    tick(nodes, 2 * MAX_TIMEOUT)
+    if stats:
+        assert {n.raftCurrentTerm for n in nodes} == {term} and leader._isLeader()
+        refused = sum(sum(s.refused.values()) for s in stats)
+        assert refused >= 1  # its round was refused: the others hear from the leader
+        assert [s.started for s in stats] == started
+    else:  # pysyncobj alone: a new term, and the leader deposed by it
+        assert max(n.raftCurrentTerm for n in nodes) > term
+
+
+@pytest.mark.parametrize("cluster", [True, False], indirect=True, ids=["pre-vote", "pysyncobj"])
+def test_an_isolated_follower_comes_back_without_deposing_the_leader(
+    cluster: tuple[list[SyncObj], Cuts, list[ElectionStats]],
+) -> None:
+    nodes, cuts, stats = cluster
+    term, leader = settled(nodes)
+    started = [dict(s.started) for s in stats]  # the first election
+    follower = next(n for n in nodes if n is not leader)
+    cuts.cut.add(name(follower))
+    tick(nodes, 5 * MAX_TIMEOUT)
+    isolated_term = follower.raftCurrentTerm
+    cuts.cut.clear()
+    tick(nodes, 3 * MAX_TIMEOUT)
+    if stats:
+        assert isolated_term == term  # its rounds were lost; its term never moved
+        assert leader._isLeader() and {n.raftCurrentTerm for n in nodes} == {term}
+        assert follower._getLeader() == leader.selfNode
+        assert stats[nodes.index(follower)].rounds["lost"] >= 2
+        assert [s.started for s in stats] == started
+    else:  # pysyncobj alone: its term ran away, and it deposed the leader on its return
+        assert isolated_term > term
+        assert min(n.raftCurrentTerm for n in nodes) > term
+
+
+def test_an_isolated_leader_steps_down_the_others_elect_and_it_rejoins_quietly(
+    cluster: tuple[list[SyncObj], Cuts, list[ElectionStats]],
+) -> None:
+    nodes, cuts, stats = cluster
+    term, leader = settled(nodes)
+    started = [dict(s.started) for s in stats]
+    cuts.cut.add(name(leader))
+    others = [n for n in nodes if n is not leader]
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and (
+        leader._isLeader() or not any(n._isLeader() for n in others)
+    ):
+        tick(nodes, 0.05)
+    assert not leader._isLeader()  # check-quorum: no majority heard within the fallback timeout
+    assert stats[nodes.index(leader)].stepdowns == {"quorum_lost": 1}
+    [new] = [n for n in others if n._isLeader()]
+    new_term = new.raftCurrentTerm
+    assert new_term == term + 1  # one round won, one election
+    i = nodes.index(new)
+    assert stats[i].started == {"prevote_won": started[i].get("prevote_won", 0) + 1}
+    cuts.cut.clear()
+    tick(nodes, 3 * MAX_TIMEOUT)
+    assert new._isLeader() and {n.raftCurrentTerm for n in nodes} == {new_term}
+    assert leader._getLeader() == new.selfNode
+
+
+def test_a_vote_request_is_ignored_while_the_leader_lives_but_a_transfer_is_honoured(
+    cluster: tuple[list[SyncObj], Cuts, list[ElectionStats]],
+) -> None:
+    nodes, _, stats = cluster
+    term, leader = settled(nodes)
+    started = [dict(s.started) for s in stats]
+    follower = next(n for n in nodes if n is not leader)
+    transport = follower._SyncObj__transport
+    other = next(n for n in nodes if n is not leader and n is not follower)
+    from_node = next(node for node in transport._connections if str(node.id) == name(other))
+    request = {
+        "type": "request_vote",
+        "term": term + 5,
+        "last_log_index": 10**6,
+        "last_log_term": term + 5,
+    }
+    transport._onMessageReceivedCallback(from_node, request)
+    assert follower.raftCurrentTerm == term  # neither granted nor its term taken
+    assert stats[nodes.index(follower)].ignored == {"leader_alive": 1}
+    # a leadership transfer is a real election at once, honoured by the others
+    leader.transferLeadership()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and leader._isLeader():
+        tick(nodes, 0.05)
+    tick(nodes, MAX_TIMEOUT)
+    leaders = [n for n in nodes if n._isLeader()]
+    assert len(leaders) == 1 and leaders[0] is not leader
+    assert stats[nodes.index(leader)].stepdowns == {"transfer": 1}
+    i = nodes.index(leaders[0])
+    assert stats[i].started == {**started[i], "transfer": 1}
+
+
+def test_a_follower_whose_term_passed_the_leaders_brings_back_one_leader(
+    cluster: tuple[list[SyncObj], Cuts, list[ElectionStats]],
+) -> None:
+    nodes, _, stats = cluster
+    term, leader = settled(nodes)
+    follower = next(n for n in nodes if n is not leader)
+    follower._SyncObj__setCurrentTerm(term + 3, None)  # it ignores the leader's appends from now on
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        tick(nodes, 0.1)
+        leaders = [n for n in nodes if n._isLeader()]
+        if len(leaders) == 1 and {n.raftCurrentTerm for n in nodes} == {leaders[0].raftCurrentTerm}:
+            if all(n._getLeader() == leaders[0].selfNode for n in nodes):
+                break
+    else:
+        raise AssertionError("no single leader again within 15 s")
+    assert leaders[0].raftCurrentTerm > term + 3
+    assert stats[nodes.index(leader)].stepdowns.get("higher_term", 0) >= 1
