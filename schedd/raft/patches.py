@@ -26,6 +26,12 @@ keep_next_index          wraps the transport's message callback: an            t
 append_now               zeroes ``__newAppendEntriesTime`` when no append is   tests/unit/test_raft_patches.py
                          in flight: new entries go out at once, not at the
                          next append period (low-latency commits)
+pre_vote                 wraps ``_onTick``, the message callback and ``send``:  tests/unit/test_raft_prevote.py
+                         pre-vote before an election, vote requests ignored
+                         while the leader is heard (both fingerprinted:
+                         :data:`SOURCES`)
+watch_contact            reads ``append_entries`` and ``next_node_idx``: when   tests/cluster/test_cluster_view.py
+                         this node last heard from its leader or followers
 last_response_times,     read ``__lastResponseTime`` and                       tests/cluster/test_stalled_follower.py
 compaction_forced        ``__forceLogCompaction`` (the stalled-follower watch)
 swap_create_journal      replaces ``pysyncobj.syncobj.createJournal`` while a   tests/unit/test_journal.py
@@ -132,6 +138,21 @@ CONNECTION_SOCKET: Final = "_TcpConnection__socket"
 APPLY_SOURCE_SHA256: Final = "073db677773b5a2dddf17cc51f84ac8803ed456da0f0011e15240d6bd1600684"
 
 
+#: the sources whose every line a patch depends on: sha256 of each method of pysyncobj 0.3.17,
+#: and what depends on it
+SOURCES: Final = {
+    "_SyncObj__applyLogEntries": (APPLY_SOURCE_SHA256, "schedd's bound_apply copies"),
+    "_onTick": (
+        "cc9eb08232d005ba4e21a33ec453e5d02fe3537dadebda8571406c57f65a3c37",
+        "schedd's pre_vote knows (when it calls an election)",
+    ),
+    "_SyncObj__onMessageReceived": (
+        "ddfe34b6c02821795146dc533fb7c0fcf6574a082a68a227b4c885c9e14be206",
+        "schedd's pre_vote knows (how it takes a vote request and a higher term)",
+    ),
+}
+
+
 class PysyncobjMismatch(RuntimeError):
     """The installed pysyncobj is not the one schedd's patches were written for."""
 
@@ -156,15 +177,14 @@ def check_installed() -> None:
         missing.append("pysyncobj.syncobj.createJournal")
     if missing:
         raise PysyncobjMismatch(f"pysyncobj lacks {', '.join(missing)}; {_HINT}")
-    try:
-        source = inspect.getsource(SyncObj._SyncObj__applyLogEntries)
-    except (OSError, TypeError):
-        return  # installed without its source: the version check above is what there is
-    if hashlib.sha256(source.encode()).hexdigest() != APPLY_SOURCE_SHA256:
-        raise PysyncobjMismatch(
-            f"pysyncobj's SyncObj.__applyLogEntries is not the one "
-            f"schedd's bound_apply copies; {_HINT}"
-        )
+    for name, (digest, why) in SOURCES.items():
+        try:
+            source = inspect.getsource(getattr(SyncObj, name))
+        except (OSError, TypeError):
+            return  # installed without its source: the version check above is what there is
+        if hashlib.sha256(source.encode()).hexdigest() != digest:
+            shown = name.replace("_SyncObj__", "__")
+            raise PysyncobjMismatch(f"pysyncobj's SyncObj.{shown} is not the one {why}; {_HINT}")
 
 
 def check_node(obj: SyncObj) -> None:

@@ -63,6 +63,21 @@ def test_an_apply_step_unlike_the_copied_one_is_refused(monkeypatch: pytest.Monk
         check_installed()
 
 
+def test_an_election_step_unlike_the_one_pre_vote_knows_is_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    real = patches.inspect.getsource
+
+    def source(obj: object) -> str:
+        return "def _onTick(self): pass\n" if obj is SyncObj._onTick else real(obj)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(patches.inspect, "getsource", source)
+    with pytest.raises(
+        PysyncobjMismatch, match=r"SyncObj\._onTick is not the one schedd's pre_vote knows"
+    ):
+        check_installed()
+
+
 def test_a_built_node_missing_an_attribute_is_named(tmp_path: Path) -> None:
     conf = SyncObjConf(
         autoTick=False, journalFile=str(tmp_path / "j"), fullDumpFile=str(tmp_path / "d")
