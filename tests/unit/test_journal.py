@@ -589,3 +589,21 @@ def test_the_snapshot_is_made_durable_before_the_head_it_replaces_goes(
     j.clear()
     assert order == ["fsync raft.dump"]
     j._destroy()
+
+
+def test_a_finished_compaction_copy_discarded_twice_is_closed_removed_and_harmless(
+    tmp_path: Path,
+) -> None:
+    src = tmp_path / "journal"
+    src.write_bytes(b"x" * 100)
+    fd = os.open(src, os.O_RDONLY)
+    copy = jmod._Compaction(os.dup(fd), 10, 100, 1, str(tmp_path / "copy"), None)
+    os.close(fd)
+    copy.start()
+    copy.join(10)
+    assert copy.done and copy.error is None and copy.fd >= 0  # the copy, still open
+    assert (tmp_path / "copy").stat().st_size == jmod.HEADER_SIZE + 90
+    copy.discard()
+    assert copy.fd == -1 and not (tmp_path / "copy").exists()  # closed and forgotten
+    copy.discard()  # again (the journal closing after it dropped the copy): nothing to do
+    assert copy.fd == -1
