@@ -56,14 +56,19 @@ def leader_of(cluster: Cluster) -> int | None:
     return None
 
 
-def test_a_follower_serves_the_page_and_a_new_leader_is_told(
-    page: Any, three: Cluster, tmp_path: Path
-) -> None:
+def leader_and_follower(three: Cluster) -> tuple[Daemon, int, int]:
+    """Once the cluster has a leader: a client of it, the leader's index and a follower's."""
     daemon = Daemon(three, three.urls[0], three.token)
     daemon.wait(lambda: leader_of(three) is not None, timeout=30)
     old = leader_of(three)
     assert old is not None
-    follower = next(i for i in range(3) if i != old)
+    return daemon, old, next(i for i in range(3) if i != old)
+
+
+def test_a_follower_serves_the_page_and_a_new_leader_is_told(
+    page: Any, three: Cluster, tmp_path: Path
+) -> None:
+    daemon, old, follower = leader_and_follower(three)
     page.goto(three.nodes[follower].url + "/ui/")
     page.fill("#token", SECRETS["read"])
     page.click("#login button[type=submit]")
@@ -219,11 +224,7 @@ def asked(daemon: Daemon, path: str) -> dict[str, Any] | None:
 def test_the_event_stream_resumes_across_a_failover_and_loses_no_run(
     page: Any, three: Cluster
 ) -> None:
-    daemon = Daemon(three, three.urls[0], three.token)
-    daemon.wait(lambda: leader_of(three) is not None, timeout=30)
-    old = leader_of(three)
-    assert old is not None
-    follower = next(i for i in range(3) if i != old)
+    daemon, old, follower = leader_and_follower(three)
     daemon = Daemon(three, three.nodes[follower].url, three.token)  # it outlives the leader
     three.start_worker("--import", "tests.browser.tasks", "--concurrency", "16", name="w1")
     # the follower asks its leader, which it may not know yet (503)

@@ -18,6 +18,19 @@ from tests.conftest import free_port
 MIN_TIMEOUT, MAX_TIMEOUT = 0.3, 0.6
 
 
+def hand_ticked(tmp_path: Path, i: int) -> SyncObjConf:
+    """Node ``i`` of a three-node test cluster: ticked by hand, short election timeouts."""
+    return SyncObjConf(
+        autoTick=False,
+        raftMinTimeout=MIN_TIMEOUT,
+        raftMaxTimeout=MAX_TIMEOUT,
+        leaderFallbackTimeout=MAX_TIMEOUT,
+        appendEntriesPeriod=0.05,
+        journalFile=str(tmp_path / f"j{i}"),
+        fullDumpFile=str(tmp_path / f"d{i}"),
+    )
+
+
 @pytest.fixture
 def nodes(tmp_path: Path) -> Iterator[list[SyncObj]]:
     ports = [free_port() for _ in range(3)]
@@ -25,16 +38,7 @@ def nodes(tmp_path: Path) -> Iterator[list[SyncObj]]:
     made = []
     try:
         for i, addr in enumerate(addrs):
-            conf = SyncObjConf(
-                autoTick=False,
-                raftMinTimeout=MIN_TIMEOUT,
-                raftMaxTimeout=MAX_TIMEOUT,
-                leaderFallbackTimeout=MAX_TIMEOUT,
-                appendEntriesPeriod=0.05,
-                journalFile=str(tmp_path / f"j{i}"),
-                fullDumpFile=str(tmp_path / f"d{i}"),
-            )
-            made.append(SyncObj(addr, [a for a in addrs if a != addr], conf))
+            made.append(SyncObj(addr, [a for a in addrs if a != addr], hand_ticked(tmp_path, i)))
         yield made
     finally:
         for n in made:

@@ -11,11 +11,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pysyncobj import SyncObj, SyncObjConf
+from pysyncobj import SyncObj
 
 from schedd.raft.patches import ElectionStats, pre_vote, read_before_judging
 from tests.conftest import free_port
-from tests.unit.test_raft_pauses import MAX_TIMEOUT, MIN_TIMEOUT, settled, tick
+from tests.unit.test_raft_pauses import MAX_TIMEOUT, hand_ticked, settled, tick
 
 
 class Cuts:
@@ -54,16 +54,7 @@ def cluster(
     cuts = Cuts()
     try:
         for i, addr in enumerate(addrs):
-            conf = SyncObjConf(
-                autoTick=False,
-                raftMinTimeout=MIN_TIMEOUT,
-                raftMaxTimeout=MAX_TIMEOUT,
-                leaderFallbackTimeout=MAX_TIMEOUT,
-                appendEntriesPeriod=0.05,
-                journalFile=str(tmp_path / f"j{i}"),
-                fullDumpFile=str(tmp_path / f"d{i}"),
-            )
-            obj = SyncObj(addr, [a for a in addrs if a != addr], conf)
+            obj = SyncObj(addr, [a for a in addrs if a != addr], hand_ticked(tmp_path, i))
             if patched:
                 stats.append(pre_vote(obj))
                 read_before_judging(obj)
