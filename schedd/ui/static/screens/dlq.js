@@ -1,5 +1,5 @@
 // Dead letters: one page of GET /api/v1/dlq with the API's filters (task, queue, namespace,
-// since; the error text too where the API takes it, else on this page), its runs grouped by
+// since, error text), its runs grouped by
 // error, each with its job's task and its time in the job's zone (its jobs read with
 // GET /jobs?ids=…, a request per 200 jobs not seen before). Replay or drop the selected runs;
 // where the node has the bulk endpoints, act on every run that matches the filter at once: a
@@ -61,8 +61,6 @@ export function dlqScreen(main, { params, navigate }) {
   fill(main, h("div", { class: "screen-head" }, h("h1", {}, "Dead letters")),
     filterForm(FILTERS, params, navigate, PATH), bulk, selection, paging, table);
   const errorText = (params.get("error") ?? "").trim();
-  const listTakes = queryParams("get", `${API}/dlq`);
-  const errorOnServer = errorText && listTakes.has("error");
   let alive = true;
   let selected = new Set();
   let rows = [];
@@ -70,7 +68,7 @@ export function dlqScreen(main, { params, navigate }) {
   async function load() {
     let page;
     const filter = serverFilter(params);
-    if (errorOnServer) filter.error = errorText;
+    if (errorText) filter.error = errorText; // the API's own filter: it pages like the others
     try {
       page = await get(`${API}/dlq`, { ...filter, limit: params.get("limit"), cursor: params.get("cursor") });
       await learnJobs(page.runs.map((r) => r.job_id)).catch(() => null); // times in UTC then
@@ -79,15 +77,9 @@ export function dlqScreen(main, { params, navigate }) {
       return;
     }
     if (!alive || main.querySelector(".armed") || main.querySelector(".bulk .pending")) return;
-    const lower = errorText.toLowerCase();
-    rows = errorText && !errorOnServer
-      ? page.runs.filter((r) => (r.error ?? "").toLowerCase().includes(lower))
-      : page.runs;
+    rows = page.runs;
     selected = new Set([...selected].filter((id) => rows.some((r) => r.id === id)));
-    const note = errorText && !errorOnServer
-      ? h("span", { class: "muted" }, ` (error text matched on this page: ${rows.length} of ${page.runs.length})`)
-      : null;
-    fill(paging, pager(page.next_cursor, params, navigate, PATH, rows.length), note);
+    fill(paging, pager(page.next_cursor, params, navigate, PATH, rows.length));
     fill(table, groupedTable(rows, selected, drawSelection));
     drawSelection();
   }
