@@ -6,7 +6,13 @@ pysyncobj drops two kinds of connection without a word:
   a node with another secret, a node with none, or something that is not a schedd node;
 * one from a node that names itself by an address that is not in ``raft.peers``.
 
-Both are configuration mistakes that leave a node out of its cluster, so an operator must see
+and schedd adds a third: a node that speaks another version of schedd's Raft messages (see
+:data:`RAFT_PROTOCOL`), such as one without pre-vote.  Mixing the two would let the older node
+depose healthy leaders, so each connection starts with a ``schedd.hello`` naming the protocol
+both ways; the node's Raft layer hears of the peer only once its hello matches, nothing is sent
+to it before, and a peer that speaks another protocol (or Raft without a hello) is refused.
+
+All three are configuration mistakes that leave a node out of its cluster, so an operator must see
 them.  :class:`PeerGuard` (mixed into the node's transport) logs each refusal as one
 ``raft.peer_refused`` line (at most once a minute per remote host and reason, with the number
 of refusals since the last line), counts them by reason for ``/metrics``, and tells a node it
@@ -25,7 +31,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from schedd import clock
+from schedd import __version__, clock
 from schedd.logs import log_event
 from schedd.raft.patches import peer_address
 
@@ -35,6 +41,14 @@ log = logging.getLogger(__name__)
 NOT_A_MEMBER = "schedd.not_a_member"
 WRONG_SECRET = "wrong_secret"
 NOT_IN_PEERS = "not_in_peers"
+PROTOCOL_VERSION = "protocol_version"
+
+#: The version of the Raft messages this node speaks, in its hello.  1 was pysyncobj's own (no
+#: hello); 2 adds pre-vote, leader stickiness and the stale-term notice.  Peers must be equal.
+RAFT_PROTOCOL = 2
+#: what protocol 2 carries beyond pysyncobj's messages (in the hello, for an operator to read)
+FEATURES = ("pre_vote", "leader_stickiness", "stale_term_notice")
+HELLO = "schedd.hello"
 REPORT_EVERY = 60.0  # seconds between two lines for the same remote host and reason
 
 CLOSE_GRACE = 1.0  # seconds a refused connection stays open after the notice, read and ignored
@@ -42,6 +56,10 @@ CLOSE_GRACE = 1.0  # seconds a refused connection stays open after the notice, r
 _HANDSHAKE_HINT = (
     "it closed the connection during the encryption handshake: it does not accept this node's "
     "raft.secret_file (another secret, or none); every node must use the same secret file"
+)
+_UPGRADE_HINT = (
+    "every node of a cluster must speak the same protocol; upgrade the older nodes one at a time "
+    "(docs/operations.md, Upgrades)"
 )
 _WRONG_SECRET_HINT = (
     "its messages do not authenticate with this node's raft.secret_file: every node must use "
@@ -86,6 +104,8 @@ class PeerGuard:
     _unknownConnections: set[Any]
     _connections: dict[Any, Any]
     _syncObj: Any
+    #: the Raft protocol this node speaks (a class attribute so a test can build another)
+    protocol: int = RAFT_PROTOCOL
 
     @staticmethod
     def on_fatal(message: str) -> None:
@@ -95,7 +115,9 @@ class PeerGuard:
         self._guard_lock = threading.Lock()
         self._reported: dict[tuple[str, str], tuple[float, int]] = {}
         #: refusals since start, by reason (read by /metrics from other threads)
-        self.refusals: dict[str, int] = {WRONG_SECRET: 0, NOT_IN_PEERS: 0}
+        self.refusals: dict[str, int] = {WRONG_SECRET: 0, NOT_IN_PEERS: 0, PROTOCOL_VERSION: 0}
+        self._awaiting_hello: set[Any] = set()  # connected peers whose hello has not come yet
+        self._verified: set[Any] = set()  # connected peers whose hello matched
         self._handshakes: dict[Any, float] = {}  # outgoing connection -> when it connected
         self._closing: list[tuple[float, Any]] = []  # refused connections, closed after a grace
         self._refused_by: dict[str, list[str]] = {}  # peer -> the peer list it holds
@@ -165,9 +187,31 @@ class PeerGuard:
         conn.setOnMessageReceivedCallback(_ignore)
         self._closing.append((clock.mono() + CLOSE_GRACE, conn))
 
+    def _onNodeConnected(self, node: Any) -> None:
+        # The hello goes first on the connection (before pysyncobj hears of the peer, so before
+        # any Raft message); the connection may still be CONNECTING, which ``send`` refuses.
+        self._verified.discard(node)
+        self._awaiting_hello.add(node)
+        conn = self._connections.get(node)
+        if conn is not None:
+            conn.send(self._hello())
+
+    def _onNodeDisconnected(self, node: Any) -> None:
+        self._awaiting_hello.discard(node)
+        self._verified.discard(node)
+        super()._onNodeDisconnected(node)  # type: ignore[misc]
+
+    def send(self, node: Any, message: Any) -> bool:
+        if node not in self._verified:
+            return False  # no Raft message to a peer before its hello matched
+        return bool(super().send(node, message))  # type: ignore[misc]
+
     def _onMessageReceived(self, node: Any, message: Any) -> None:
         if isinstance(message, list) and message and message[0] == NOT_A_MEMBER:
             self._not_a_member(message)
+            return
+        if node not in self._verified:
+            self._before_hello(node, message)
             return
         if not self._saw_leader and self._syncObj._getLeader() is not None:
             self._saw_leader = True
@@ -182,6 +226,49 @@ class PeerGuard:
             for conn in due:
                 self._unknownConnections.discard(conn)
                 conn.disconnect()
+
+    # -- the hello ------------------------------------------------------------------------------
+    def _hello(self) -> dict[str, Any]:
+        return {
+            "type": HELLO,
+            "raft_protocol": self.protocol,
+            "features": list(FEATURES),
+            "node": str(self._selfNode.address),
+            "version": __version__,
+        }
+
+    def _before_hello(self, node: Any, message: Any) -> None:
+        """A message from a peer whose hello has not matched yet."""
+        if node not in self._awaiting_hello:
+            return  # refused, its connection about to close: read and ignored
+        address = str(node.address)
+        kind = message.get("type") if isinstance(message, dict) else None
+        if kind == HELLO and message.get("raft_protocol") == self.protocol:
+            self._awaiting_hello.discard(node)
+            self._verified.add(node)
+            super()._onNodeConnected(node)  # type: ignore[misc]
+            return
+        if kind == HELLO:
+            theirs = f"schedd Raft protocol {message.get('raft_protocol')} (schedd " + (
+                f"{message.get('version', '?')})"
+            )
+        else:  # pysyncobj's messages without a hello: a schedd from before the hello
+            theirs = "schedd Raft protocol 1 (a schedd without pre-vote: it sent Raft messages "
+            theirs += "without a hello)"
+        self._refused(
+            PROTOCOL_VERSION,
+            address,
+            f"{address} speaks {theirs} and this node {self.protocol} (schedd {__version__}): "
+            f"{_UPGRADE_HINT}",
+            peer=address,
+        )
+        self._awaiting_hello.discard(node)
+        conn = self._connections.get(node)
+        if conn is not None:
+            # Its end logs the refusal too if it has the hello (it refuses this node's).  What
+            # it sends until the connection is closed a moment later is dropped above (not by
+            # another callback: pysyncobj keeps an outgoing connection's across reconnects).
+            self._closing.append((clock.mono() + CLOSE_GRACE, conn))
 
     # -- reporting ------------------------------------------------------------------------------
     def _handshake_timeout(self) -> float:
