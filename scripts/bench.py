@@ -2,8 +2,8 @@
 peers measured in the same run.
 
     scripts/bench [--runs N] [--quick] [--no-peers] [--json FILE] [--only S5,S3,...]
-                  [--s3b-jobs N] [--s4-jobs N] [--s5-kills N] [--s5-rate R]
-                  [--s6-jobs N] [--s6-seconds S]
+                  [--s3b-jobs N] [--s4-jobs N] [--s5-kills N] [--s5-terms N] [--s5-rate R]
+                  [--s6-jobs N] [--s6-seconds S] [--s7-seconds S] [--s7-rate R]
 
 Each scenario runs under its own timeout; a failure or timeout is reported, the rest still run,
 and the exit status is non-zero.  Figures are medians of --runs with min–max.
@@ -36,17 +36,27 @@ Once per invocation (not per --runs), each on a fresh cluster (scripts/benchlib/
            p99 at most 100 ms, the restarted follower answering within 5 s and caught up
            within 30 s
   S5       the leader SIGKILLed under load (a worker connected, ~200 run-now submits/s spread
-           over the nodes that are up), 5 times, each time restarted and caught up: kill ->
+           over the nodes that are up), 10 times, each time restarted and caught up: kill ->
            first handler start of a run leased by the new leader (its lease fence is above the
            new leader's claim index) p50/p99/max, kill -> first ack of a submit sent after the
-           kill, and acknowledged jobs never started (must be 0)  (scripts/benchlib/failover.py)
+           kill; then 3 times SIGTERM instead (the leader hands over before it exits): SIGTERM
+           -> the same first dispatch p50/max; acknowledged jobs never started, over all of it
+           (must be 0)  (scripts/benchlib/failover.py)
   S6       every-second jobs and a stream of one-off jobs with one worker, on a cluster that
            forgets finished runs after a minute and on one that keeps them all: runs/s, growth
            of the leader's VmRSS and of its state database (KiB/min, least squares after a
            warm-up of 90 s) (scripts/benchlib/retention.py)
---quick: S3b 10,000 jobs, S4 20,000 (its targets not checked), S5 1 kill, S6 30 s.
+Only when named in --only (it takes 10 minutes):
+  S7       one node's CPU core held at 100% by one busy-loop process (the hog and the node
+           pinned to the same core) for 600 s under S5's load at ~100 submits/s: the first half
+           next to a follower, the second half next to the leader.  Elections (term increments;
+           leader.elected lines beyond the first), acknowledged jobs never started, submit
+           latency p50/p99, the CPU share the hog got.  Targets (a miss is a failure): 0
+           elections, 0 lost  (scripts/benchlib/cpuhog.py)
+--quick: S3b 10,000 jobs, S4 20,000 (its targets not checked), S5 1 kill and 1 SIGTERM, S6 30 s,
+S7 30 s.
 --only: scenarios to run, comma-separated: ceiling, syncobj, S1, S1c, S1d, S2, S3, S1b, peers, S3b,
-S4, S5, S6 (default: all).
+S4, S5, S6, S7 (default: all but S7).
 """
 
 from __future__ import annotations
@@ -72,7 +82,7 @@ import orjson
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from scripts.benchlib import failover, peers, retention, scale
+from scripts.benchlib import cpuhog, failover, peers, retention, scale
 from scripts.benchlib.clusterops import leader_url, stop_cluster, wait_worker
 from scripts.benchlib.common import pct, stop_pid, summary
 from scripts.benchlib.syncobj_ceiling import syncobj_ceiling
@@ -391,9 +401,15 @@ ROWS: list[tuple[str, str, str]] = [
     ("S5 acknowledged jobs lost (never started)", "jobs", "s5_lost"),
     ("S5 acknowledged -> started, slowest job", "s", "s5_ack_to_start_max"),
     ("S5 longest time without a handler start", "s", "s5_max_start_gap"),
-    ("S5 leader changes besides the kills", "count", "s5_extra_leader_changes"),
+    ("S5 leader changes besides the kills and SIGTERMs", "count", "s5_extra_leader_changes"),
     ("S5 killed node restarted -> caught up p50", "s", "s5_restart_p50"),
     ("S5 submit load (acknowledged jobs / load time)", "jobs/s", "s5_load_rate"),
+    ("S5 {s5_terms} leader SIGTERMs (hand-over): first dispatch p50", "s", "s5_term_dispatch_p50"),
+    ("S5 leader SIGTERM -> first dispatch max", "s", "s5_term_dispatch_max"),
+    ("S5 leader SIGTERM -> next ack p50", "s", "s5_term_ack_p50"),
+    ("S5 leader SIGTERM -> leader.elected p50 (node log)", "s", "s5_term_elected_p50"),
+    ("S5 leader SIGTERM -> process exit max", "s", "s5_term_exit_max"),
+    ("S5 SIGTERMs without leader.handed_over", "count", "s5_term_handover_failed"),
     (
         "S6 {s6_jobs} every 1 s + {s6_oneoff} one-off/s, forgetting after 1 min: runs",
         "runs/s",
@@ -407,6 +423,26 @@ ROWS: list[tuple[str, str, str]] = [
     ("S6 state.db + wal growth, keeping every run", "KiB/min", "s6_keep_db_kib_per_min"),
     ("S6 state.db + wal at the end, keeping every run", "MiB", "s6_keep_db_mib_end"),
     ("S6 database growth: forgetting / keeping", "ratio", "s6_db_growth_vs_keep_all"),
+    (
+        "S7 a node's core shared with a 100% CPU loop, {s7_seconds} s: elections",
+        "count",
+        "s7_elections",
+    ),
+    ("S7 leader.elected beyond the first (node logs)", "count", "s7_leader_changes"),
+    ("S7 acknowledged jobs", "jobs", "s7_acked"),
+    ("S7 acknowledged jobs started", "jobs", "s7_started"),
+    ("S7 acknowledged jobs lost (never started)", "jobs", "s7_lost"),
+    ("S7 submits not acknowledged", "count", "s7_not_acked"),
+    ("S7 submit -> ack p50, hog running", "ms", "s7_submit_p50"),
+    ("S7 submit -> ack p99, hog running", "ms", "s7_submit_p99"),
+    ("S7 submit -> ack p99, before the hog", "ms", "s7_base_submit_p99"),
+    ("S7 submit -> ack p99, hog next to a follower", "ms", "s7_follower_submit_p99"),
+    ("S7 submit -> ack p99, hog next to the leader", "ms", "s7_leader_submit_p99"),
+    ("S7 hog's CPU next to the follower", "% core", "s7_follower_hog_cpu"),
+    ("S7 follower's CPU beside the hog", "% core", "s7_follower_node_cpu"),
+    ("S7 hog's CPU next to the leader", "% core", "s7_leader_hog_cpu"),
+    ("S7 leader's CPU beside the hog", "% core", "s7_leader_node_cpu"),
+    ("S7 submit load (acknowledged jobs / load time)", "jobs/s", "s7_load_rate"),
     ("peer: Huey (SQLite) enqueue, tight loop", "jobs/s", "huey_enqueue"),
     ("peer: Huey drain, 1 consumer (1 thread)", "jobs/s", "huey_drain"),
     ("peer: Celery 5 + Redis enqueue, tight loop", "jobs/s", "celery_enqueue"),
@@ -504,7 +540,13 @@ def _parse_args() -> argparse.Namespace:
         help="S4's pending job count (default 2,000,000; --quick: 20,000)",
     )
     ap.add_argument(
-        "--s5-kills", type=int, default=None, help="S5's leader SIGKILLs (default 5; --quick: 1)"
+        "--s5-kills", type=int, default=None, help="S5's leader SIGKILLs (default 10; --quick: 1)"
+    )
+    ap.add_argument(
+        "--s5-terms",
+        type=int,
+        default=None,
+        help="S5's leader SIGTERMs (graceful hand-overs) after the kills (default 3; --quick: 1)",
     )
     ap.add_argument(
         "--s5-rate", type=float, default=200.0, help="S5's submit load, requests/s (default 200)"
@@ -525,11 +567,25 @@ def _parse_args() -> argparse.Namespace:
         help="S6's run time per configuration (default 300; --quick: 30)",
     )
     ap.add_argument(
+        "--s7-seconds",
+        type=float,
+        default=None,
+        help="S7's run time, half next to a follower, half next to the leader "
+        "(default 600; --quick: 30)",
+    )
+    ap.add_argument(
+        "--s7-rate", type=float, default=100.0, help="S7's submit load, requests/s (default 100)"
+    )
+    ap.add_argument(
         "--only",
         type=_scenarios,
         default=None,
         metavar="S5,S3,...",
-        help="run only these scenarios (" + ", ".join(SCENARIOS) + ")",
+        help="run only these scenarios ("
+        + ", ".join(SCENARIOS)
+        + "; default: all but "
+        + ", ".join(OPT_IN)
+        + ", which run only when named here)",
     )
     return ap.parse_args()
 
@@ -537,9 +593,7 @@ def _parse_args() -> argparse.Namespace:
 async def main() -> int:
     args = _parse_args()
 
-    def on(scenario: str) -> bool:
-        return args.only is None or scenario in args.only
-
+    on = partial(_selected, args.only)
     runs = 1 if args.quick else args.runs
     if args.quick:
         n_submit, n_seq, n_drain, n_delayed, n_raft, n_peer = 300, 100, 300, 2000, 2000, 1000
@@ -549,12 +603,14 @@ async def main() -> int:
         n_batch, n_s3b, n_s4 = 40_000, 100_000, 2_000_000
     n_s3b = args.s3b_jobs or n_s3b
     n_s4 = args.s4_jobs or n_s4
-    n_s5 = args.s5_kills or (1 if args.quick else 5)
+    n_s5 = args.s5_kills or (1 if args.quick else 10)
+    n_s5_terms = (1 if args.quick else 3) if args.s5_terms is None else args.s5_terms
     s6_seconds = args.s6_seconds or (30.0 if args.quick else 300.0)
+    s7_seconds = args.s7_seconds or (30.0 if args.quick else 600.0)
     # S3b: jobs not started this long after the due second are missing; S4: snapshot period,
     # longest quiet period waiting for every node's snapshot, follower catch-up limit (s).
     s3b_bound = max(30.0, n_s3b / 700)
-    # S5: an acknowledged job not started this long after the load stopped is lost (s).
+    # S5, S7: an acknowledged job not started this long after the load stopped is lost (s).
     s5_bound = 30.0
     s4_compaction, s4_load, s4_quiet, s4_catchup = (
         (3.0, 60.0, 30.0, 60.0) if args.quick else (30.0, 1200.0, 240.0, 90.0)
@@ -579,8 +635,9 @@ async def main() -> int:
         "s1b": 60,
         "s3b": 60 + s3b_bound + n_s3b / 500,
         "s4": 120 + s4_load + s4_quiet + s4_catchup,
-        "s5": 60 + 90 * n_s5 + 2 * s5_bound,
+        "s5": 60 + 90 * (n_s5 + n_s5_terms) + 2 * s5_bound,
         "s6": 2 * (90 + s6_seconds),
+        "s7": 120 + s7_seconds + 2 * s5_bound,
     }
     if args.quick:
         t.update(
@@ -643,6 +700,7 @@ async def main() -> int:
                 n_s5,
                 args.s5_rate,
                 s5_bound,
+                n_s5_terms,
                 detail=args.json.with_name(args.json.stem + "-s5.json"),
             ),
             "s3b": partial(
@@ -674,6 +732,14 @@ async def main() -> int:
                 min(90.0, s6_seconds / 3),
                 args.json.with_name(args.json.stem + "-s6.json"),
             ),
+            "s7": partial(
+                cpuhog.s7,
+                tmp / "s7",
+                s7_seconds,
+                args.s7_rate,
+                s5_bound,
+                detail=args.json.with_name(args.json.stem + "-s7.json"),
+            ),
         }
         for name, fn in once.items():
             if on(name):
@@ -686,12 +752,15 @@ async def main() -> int:
     # node is most of its RSS growth
     _check_s4(res, runner.failures, n_s4, s4_load, s4_catchup, targets=not args.quick)
     _check_bad(res, runner.failures, "s3b", f"{s3b_bound:.0f} s after the due second")
-    _check_s5(res, runner.failures, s5_bound)
+    _check_lost(res, runner.failures, "s5", s5_bound)
+    _check_s7(res, runner.failures, s5_bound)
     out = {k: summary(v) for k, v in res.items()}
     labels = {
         "s3b_n": f"{n_s3b:,}",
         "s4_n": f"{n_s4:,}",
         "s5_kills": str(n_s5),
+        "s5_terms": str(n_s5_terms),
+        "s7_seconds": f"{s7_seconds:.0f}",
         "s6_jobs": str(args.s6_jobs),
         "s6_oneoff": str(args.s6_oneoff),
     }
@@ -714,11 +783,14 @@ async def main() -> int:
                     "s4_load_cap_s": s4_load,
                     "s3b_missing_after_s": s3b_bound,
                     "s5_kills": n_s5,
+                    "s5_terms": n_s5_terms,
                     "s5_rate": args.s5_rate,
                     "s5_lost_after_s": s5_bound,
                     "s6_jobs": args.s6_jobs,
                     "s6_oneoff": args.s6_oneoff,
                     "s6_seconds": s6_seconds,
+                    "s7_seconds": s7_seconds,
+                    "s7_rate": args.s7_rate,
                 },
                 "failures": runner.failures,
                 "markdown": table(out, markdown=True, labels=labels),
@@ -812,11 +884,24 @@ def _ratios(res: dict[str, list[float]]) -> None:
             res[key] = [x / y for x, y in zip(res[a], res[b], strict=True)]
 
 
-def _check_s5(res: dict[str, list[float]], failures: list[str], bound: float) -> None:
-    if res.get("s5_lost") and res["s5_lost"][0]:
+def _check_s7(res: dict[str, list[float]], failures: list[str], bound: float) -> None:
+    """S7's targets: no election (term increments, and leader.elected lines beyond the first
+    leader's), no acknowledged job lost."""
+    for key, what in (
+        ("s7_elections", "Raft term increments"),
+        ("s7_leader_changes", "leader.elected lines beyond the first"),
+    ):
+        if res.get(key) and res[key][0]:
+            failures.append(f"s7: {res[key][0]:.0f} {what} with a node's core hogged (target: 0)")
+    _check_lost(res, failures, "s7", bound)
+
+
+def _check_lost(res: dict[str, list[float]], failures: list[str], key: str, bound: float) -> None:
+    if res.get(f"{key}_lost") and res[f"{key}_lost"][0]:
         failures.append(
-            f"s5: {res['s5_lost'][0]:.0f} of {res['s5_acked'][0]:.0f} acknowledged jobs did not "
-            f"start within {bound:.0f}s of the load's end (job ids in the -s5.json file)"
+            f"{key}: {res[f'{key}_lost'][0]:.0f} of {res[f'{key}_acked'][0]:.0f} acknowledged "
+            f"jobs did not start within {bound:.0f}s of the load's end (job ids in the "
+            f"-{key}.json file)"
         )
 
 
@@ -834,7 +919,18 @@ SCENARIOS = (
     "S4",
     "S5",
     "S6",
+    "S7",
 )
+# Scenarios that run only when named in --only (S7 takes 10 minutes).
+OPT_IN = ("S7",)
+
+
+def _selected(only: set[str] | None, scenario: str) -> bool:
+    """Whether to run ``scenario`` (lower case): named in ``--only``, or without ``--only`` any
+    scenario but the OPT_IN ones."""
+    if only is None:
+        return scenario not in {s.lower() for s in OPT_IN}
+    return scenario in only
 
 
 def _scenarios(text: str) -> set[str]:

@@ -1,5 +1,6 @@
-"""S5: the leader SIGKILLed under load.  Target: "the new leader's first dispatch p99
-≤ 2 s; no acknowledged job lost".  Its own three-node cluster, once per invocation.
+"""S5: the leader SIGKILLed under load, then stopped gracefully (SIGTERM).  Target, over at
+least 10 kills (the default): "the new leader's first dispatch p99 ≤ 2 s; no acknowledged job
+lost".  Its own three-node cluster, once per invocation.
 
 Load, for the whole scenario: one ``schedd-worker`` process (``bench.failover`` from
 scripts/benchlib/tasks.py, ``--concurrency`` WORKER_CONCURRENCY) and an open-loop generator
@@ -31,11 +32,17 @@ schedd/worker/client.py; real failovers are further apart than that.)  Per kill,
   ``leader.ready``, and the worker's ``worker.welcome`` by the new leader (where the time goes);
   restart -> the leader reports the restarted node connected, and -> caught up.
 
+Then ``terms`` times the same with SIGTERM instead of SIGKILL: the node steps down, hands
+leadership to the most caught-up follower (Raft TimeoutNow; ``leader.handed_over`` or
+``leader.handover_failed`` in its log) and exits.  The same first dispatch is measured from the
+signal (a run leased by the node that logs ``leader.ready`` after it), and the time to the
+process's exit; once it has exited it is restarted and must catch up, as after a kill.
+
 Over the whole load: leader changes besides the kills (``leader.elected`` lines beyond the
-first leader and one per kill: e.g. a restarted node that campaigns before the leader's
+first leader and one per kill or SIGTERM: e.g. a restarted node that campaigns before the leader's
 connection reaches it deposes the leader) and the longest interval without any handler start.
 
-**Lost**: after the last kill the load stops; every job that was acknowledged must start within
+**Lost**: after the last kill and SIGTERM the load stops; every job that was acknowledged must start within
 ``bound`` seconds of the load's end and of the last leader change, at most ``2 * bound`` after
 the load's end (checked by job id against the worker's records).  A new leader keeps every lease
 it finds in the state for max(the job's heartbeat timeout, ``REBUILD_GRACE_S`` = 10 s) before it
@@ -45,9 +52,6 @@ worker starts only once a leader has lasted that long: the jobs are submitted wi
 slowest acknowledged -> started is reported.  Every wait is bounded; every process is stopped
 by PID.
 """
-
-# Small local file reads (worker records, logs): blocking is fine here.
-# ruff: noqa: ASYNC240
 
 from __future__ import annotations
 
@@ -61,17 +65,19 @@ import signal
 import statistics
 import sys
 import time
+from collections.abc import AsyncIterator
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import orjson
 
 from schedd.worker.client import STABLE_SESSION
-from tests.cluster.harness import Cluster
+from tests.cluster.harness import Cluster, cluster_view
 
-from .clusterops import cluster_view, find_leader, stop_cluster
+from .clusterops import find_leader, stop_cluster
 from .common import pct, stop_pid
 
 TASK = "bench.failover"
@@ -208,7 +214,7 @@ def _lines(path: Path) -> list[str]:
         return []
 
 
-def _node_events(path: Path, event: str, since: float) -> list[tuple[float, str]]:
+def node_events(path: Path, event: str, since: float) -> list[tuple[float, str]]:
     """(time, line) of a node log's ``event`` lines (text or JSON format) logged at or after
     ``since`` (the log's timestamps are truncated to the millisecond), in time order."""
     out = []
@@ -240,10 +246,11 @@ def _welcomes(path: Path, since: float) -> list[tuple[float, str]]:
 
 @dataclass
 class _Kill:
-    """One leader SIGKILL; times in seconds after ``t_kill``."""
+    """One leader SIGKILL (or SIGTERM); times in seconds after ``t_kill``."""
 
     node: str
     t_kill: float
+    signal: str = "SIGKILL"
     new_leader: str | None = None
     claim: int | None = None  # the new leader's fence (its claim's log index)
     elected: float = math.nan  # leader.elected logged by a surviving node
@@ -251,12 +258,135 @@ class _Kill:
     welcome: float = math.nan  # the worker welcomed by the new leader
     dispatch: float = math.nan  # first handler start of a run the new leader leased
     ack: float = math.nan  # first ack of a submit sent after the kill
+    exited: float = math.nan  # SIGTERM: the signalled node's process exited (NaN: SIGKILLed)
+    handed_over: bool | None = None  # SIGTERM: leader.handed_over (or handover_failed) logged
+    handover: float = math.nan  # SIGTERM: when it logged either (the node's own log)
     reconnected: float = math.nan  # restart of the killed node -> the leader connected to it
     restart: float = math.nan  # restart of the killed node -> caught up (s)
     restart_failures: int = 0  # restarts that exited at once
 
 
-async def _steady(
+@dataclass
+class Loaded:
+    """A fresh three-node cluster under load (see :func:`loaded`): S5's, and S7's
+    (scripts/benchlib/cpuhog.py)."""
+
+    cluster: Cluster
+    http: aiohttp.ClientSession  # for everything but the load
+    load: _Load
+    starts: _Starts
+    name: str  # the worker's
+    task: asyncio.Task[None] | None = None  # the load generator
+    acked: dict[str, float] = field(default_factory=dict)  # job id -> acknowledged at
+
+    @property
+    def worker_log(self) -> Path:
+        return self.cluster.root / f"{self.name}.log"
+
+    def check(self) -> None:
+        """Raise what ended the load generator, if anything did."""
+        if self.task is not None and self.task.done():
+            self.task.result()
+
+    async def stop_load(self) -> None:
+        """Stop the generator; let the requests in flight finish (cancel them after
+        REQUEST_TIMEOUT); ``acked`` is then every acknowledged job."""
+        if self.task is not None and not self.task.done():
+            self.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.task
+        if self.load.ended != self.load.ended:
+            self.load.ended = time.time()
+        if self.load.inflight:
+            await asyncio.wait(set(self.load.inflight), timeout=REQUEST_TIMEOUT + 1)
+        for task in list(self.load.inflight):
+            task.cancel()
+        self.acked = {s.job: s.acked for s in self.load.subs if s.job is not None}
+
+    async def finish(self, bound: float) -> None:
+        """Stop the load; until every acknowledged job has started (see :func:`_all_started`)."""
+        await self.stop_load()
+        await _all_started(self.cluster, self.starts, set(self.acked), self.load.ended, bound)
+
+    def figures(self, prefix: str) -> dict[str, float]:
+        """What every loaded scenario reports (call after :meth:`finish`)."""
+        lost = [job for job in self.acked if job not in self.starts.first]
+        return {
+            f"{prefix}_lost": float(len(lost)),
+            f"{prefix}_acked": float(len(self.acked)),
+            f"{prefix}_not_acked": float(sum(1 for s in self.load.subs if s.job is None)),
+            f"{prefix}_skipped": float(self.load.skipped),
+            f"{prefix}_repeated": float(self.starts.repeated),
+            f"{prefix}_load_rate": len(self.acked) / max(1e-3, self.load.ended - self.load.began),
+        }
+
+    def write_detail(self, path: Path | None, **extra: Any) -> None:
+        """``extra`` and :meth:`detail` to ``path`` as JSON (nothing when ``path`` is None)."""
+        if path is not None:
+            path.write_text(json.dumps({**extra, **self.detail()}, indent=1))
+
+    def detail(self) -> dict[str, Any]:
+        """The lost jobs, the slowest acknowledged -> started and the submits not acknowledged
+        by status, for a scenario's JSON file."""
+        started = self.starts.first
+        slow = sorted(
+            ((started[job] - t, job, t) for job, t in self.acked.items() if job in started),
+            reverse=True,
+        )[:20]
+        return {
+            "lost": [job for job in self.acked if job not in started][:100],
+            "slowest_ack_to_start": [
+                {"job": job, "acked": t, "seconds": round(d, 3)} for d, job, t in slow
+            ],
+            "not_acked_by_status": _by_status(self.load.subs),
+        }
+
+
+@contextlib.asynccontextmanager
+async def loaded(root: Path, rate: float, prefix: str) -> AsyncIterator[Loaded]:
+    """A fresh three-node cluster under ``root`` with one ``schedd-worker`` (``bench.failover``,
+    its starts recorded to ``<root>/<prefix>.starts``) and the open-loop submit generator at
+    ``rate`` requests/s; everything is stopped (by PID) on the way out."""
+    cluster = Cluster(root)
+    cluster.start()
+    worker = None
+    run: Loaded | None = None
+    name = f"bench-{prefix}-{time.monotonic_ns()}"
+    record = root / f"{prefix}.starts"
+    try:
+        async with (
+            aiohttp.ClientSession() as http,
+            aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=MAX_INFLIGHT + 10)
+            ) as loadhttp,
+        ):
+            try:
+                await find_leader(http, cluster)
+                worker = cluster.start_worker(
+                    "--import",
+                    "scripts.benchlib.tasks",
+                    "--concurrency",
+                    str(WORKER_CONCURRENCY),
+                    name=name,
+                    env={"SCHEDD_BENCH_LAG": str(record)},
+                )
+                run = Loaded(cluster, http, _Load(cluster, loadhttp, rate), _Starts(record), name)
+                run.task = asyncio.create_task(run.load.run())
+                yield run
+            finally:
+                if run is not None:
+                    if run.task is not None and not run.task.done():
+                        run.task.cancel()
+                        with contextlib.suppress(asyncio.CancelledError):
+                            await run.task
+                    for task in list(run.load.inflight):
+                        task.cancel()
+    finally:
+        stop_pid(worker, grace=20)
+        stop_cluster(cluster)
+
+
+async def steady(
     http: aiohttp.ClientSession, cluster: Cluster, starts: _Starts, worker: str, timeout: float
 ) -> int:
     """Until the leader lists ``worker`` and welcomed it SESSION_BEFORE_KILL seconds ago or
@@ -296,24 +426,19 @@ async def _steady(
         if time.time() - welcomes[-1][0] < SESSION_BEFORE_KILL:
             continue
         return i
-    raise RuntimeError(f"S5: not steady within {timeout:.0f}s: {state}")
+    raise RuntimeError(f"not steady within {timeout:.0f}s: {state}")
 
 
-async def _failover(
-    http: aiohttp.ClientSession,
-    cluster: Cluster,
-    load: _Load,
-    starts: _Starts,
-    worker_log: Path,
-    timeout: float,
-) -> _Kill:
-    """SIGKILL the leader; until the new leader's first dispatch and the next ack are seen."""
+async def _failover(run: Loaded, sig: signal.Signals, timeout: float) -> _Kill:
+    """SIGKILL (or SIGTERM) the leader; until the new leader's first dispatch and the next ack
+    are seen, and after a SIGTERM until the node's process has exited."""
+    http, cluster, load, starts = run.http, run.cluster, run.load, run.starts
     i = await find_leader(http, cluster, timeout=10.0)
     survivors = [k for k in range(len(cluster.nodes)) if k != i]
     load.down.add(i)
     seen = len(starts.starts)
-    kill = _Kill(cluster.nodes[i].node_id, time.time())
-    cluster.kill(i, signal.SIGKILL)
+    kill = _Kill(cluster.nodes[i].node_id, time.time(), sig.name)
+    cluster.kill(i, sig)
     t_kill = kill.t_kill
     deadline = time.monotonic() + timeout
     while True:
@@ -323,7 +448,7 @@ async def _failover(
             readies = sorted(
                 (t, k, line)
                 for k in survivors
-                for t, line in _node_events(cluster.nodes[k].log, "leader.ready", t_kill)
+                for t, line in node_events(cluster.nodes[k].log, "leader.ready", t_kill)
             )
             for t, k, line in readies:
                 m = _FENCE.search(line)
@@ -343,7 +468,7 @@ async def _failover(
             break
         if time.monotonic() > deadline:
             raise RuntimeError(
-                f"S5: {timeout:.0f}s after SIGKILL of the leader {kill.node}: "
+                f"{timeout:.0f}s after {sig.name} of the leader {kill.node}: "
                 + (
                     "no leader.ready logged by a surviving node"
                     if kill.claim is None
@@ -356,14 +481,31 @@ async def _failover(
                 )
             )
     elected = [
-        t
-        for k in survivors
-        for t, _ in _node_events(cluster.nodes[k].log, "leader.elected", t_kill)
+        t for k in survivors for t, _ in node_events(cluster.nodes[k].log, "leader.elected", t_kill)
     ]
     kill.elected = min(elected, default=math.nan) - t_kill
-    welcomed = [t for t, node in _welcomes(worker_log, t_kill) if node == kill.new_leader]
+    welcomed = [t for t, node in _welcomes(run.worker_log, t_kill) if node == kill.new_leader]
     kill.welcome = min(welcomed, default=math.nan) - t_kill
+    if sig != signal.SIGKILL:
+        await _exited(cluster, i, kill, timeout)
     return kill
+
+
+async def _exited(cluster: Cluster, i: int, kill: _Kill, timeout: float) -> None:
+    """Until node ``i`` (signalled at ``kill.t_kill``) has exited: ``kill.exited``; SIGKILLed
+    (``exited`` left NaN) after ``timeout`` seconds.  ``kill.handed_over`` from its log."""
+    node = cluster.nodes[i]
+    deadline = time.monotonic() + timeout
+    while node.alive and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    if node.alive:
+        cluster.kill(i, signal.SIGKILL)
+    else:
+        kill.exited = time.time() - kill.t_kill
+    for event, ok in (("leader.handed_over", True), ("leader.handover_failed", False)):
+        logged = node_events(node.log, event, kill.t_kill)
+        if logged:
+            kill.handed_over, kill.handover = ok, logged[0][0] - kill.t_kill
 
 
 async def _restart(
@@ -399,7 +541,7 @@ async def _restart(
             kill.restart = time.monotonic() - t0
             return
     raise RuntimeError(
-        f"S5: the killed node {kill.node} did not catch up within {timeout:.0f}s "
+        f"the {kill.signal} node {kill.node} did not catch up within {timeout:.0f}s "
         f"of its restart ({kill.restart_failures} restarts exited at once)"
     )
 
@@ -409,140 +551,95 @@ async def s5(
     kills: int,
     rate: float,
     bound: float,
+    terms: int = 0,
     failover_timeout: float = 30.0,
     steady_timeout: float = 30.0,
     catchup_timeout: float = 60.0,
     detail: Path | None = None,
 ) -> dict[str, float]:
-    """The scenario (see the module docstring); figures in seconds unless named otherwise.
-    ``detail``: the per-kill figures, as JSON."""
-    cluster = Cluster(root)
-    cluster.start()
-    worker = None
-    load_task: asyncio.Task[None] | None = None
-    load: _Load | None = None
-    name = f"bench-s5-{time.monotonic_ns()}"
-    record = root / "s5.starts"
-    worker_log = cluster.root / f"{name}.log"
-    starts = _Starts(record)
+    """The scenario (see the module docstring): ``kills`` SIGKILL rounds, then ``terms``
+    SIGTERM rounds; figures in seconds unless named otherwise.  ``detail``: the per-round
+    figures, as JSON."""
     results: list[_Kill] = []
-    acked: dict[str, float] = {}  # job id -> acknowledged at
-    try:
-        async with (
-            aiohttp.ClientSession() as http,
-            aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=MAX_INFLIGHT + 10)
-            ) as loadhttp,
-        ):
-            await find_leader(http, cluster)
-            worker = cluster.start_worker(
-                "--import",
-                "scripts.benchlib.tasks",
-                "--concurrency",
-                str(WORKER_CONCURRENCY),
-                name=name,
-                env={"SCHEDD_BENCH_LAG": str(record)},
-            )
-            load = _Load(cluster, loadhttp, rate)
-            load_task = asyncio.create_task(load.run())
-            i = await _steady(http, cluster, starts, name, steady_timeout)
-            term0 = await _term(http, cluster, i)
-            for n in range(kills):
-                if n:
-                    await _steady(http, cluster, starts, name, steady_timeout)
-                if load_task.done():
-                    load_task.result()
-                kill = await _failover(http, cluster, load, starts, worker_log, failover_timeout)
-                await _restart(http, cluster, load, kill, catchup_timeout)
-                results.append(kill)
-                print(
-                    f"    s5: kill {n + 1}/{kills} ({kill.node}, new leader "
-                    f"{kill.new_leader}): first dispatch {kill.dispatch:.2f}s, next ack "
-                    f"{kill.ack:.2f}s, elected {kill.elected:.2f}s, ready {kill.ready:.2f}s, "
-                    f"worker welcomed {kill.welcome:.2f}s; restart -> leader connected "
-                    f"{kill.reconnected:.1f}s, caught up {kill.restart:.1f}s",
-                    file=sys.stderr,
-                    flush=True,
+    rounds = [signal.SIGKILL] * kills + [signal.SIGTERM] * terms
+    async with loaded(root, rate, "s5") as run:
+        http, cluster = run.http, run.cluster
+        i = await steady(http, cluster, run.starts, run.name, steady_timeout)
+        term0 = await term(http, cluster, i)
+        for n, sig in enumerate(rounds):
+            if n:
+                await steady(http, cluster, run.starts, run.name, steady_timeout)
+            run.check()
+            kill = await _failover(run, sig, failover_timeout)
+            await _restart(http, cluster, run.load, kill, catchup_timeout)
+            results.append(kill)
+            same = rounds.count(sig)
+            print(
+                f"    s5: {sig.name} {rounds[: n + 1].count(sig)}/{same} ({kill.node}, new leader "
+                f"{kill.new_leader}): first dispatch {kill.dispatch:.2f}s, next ack "
+                f"{kill.ack:.2f}s, elected {kill.elected:.2f}s, ready {kill.ready:.2f}s, "
+                f"worker welcomed {kill.welcome:.2f}s"
+                + (
+                    f", handed over {kill.handover:.2f}s ({kill.handed_over}), exited "
+                    f"{kill.exited:.2f}s"
+                    if sig != signal.SIGKILL
+                    else ""
                 )
-            term1 = await _term(http, cluster, await find_leader(http, cluster))
-            # stop the load; every acknowledged job must start within ``bound``
-            load_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await load_task
-            load.ended = time.time()
-            if load.inflight:
-                await asyncio.wait(set(load.inflight), timeout=REQUEST_TIMEOUT + 1)
-            for task in list(load.inflight):
-                task.cancel()
-            acked = {s.job: s.acked for s in load.subs if s.job is not None}
-            await _all_started(cluster, starts, set(acked), load.ended, bound)
-    finally:
-        if load_task is not None and not load_task.done():
-            load_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await load_task
-        for task in list(load.inflight) if load is not None else []:
-            task.cancel()
-        stop_pid(worker, grace=20)
-        stop_cluster(cluster)
-    elected = sum(len(_node_events(n.log, "leader.elected", 0.0)) for n in cluster.nodes)
+                + f"; restart -> leader connected {kill.reconnected:.1f}s, "
+                f"caught up {kill.restart:.1f}s",
+                file=sys.stderr,
+                flush=True,
+            )
+        term1 = await term(http, cluster, await find_leader(http, cluster))
+        # stop the load; every acknowledged job must start within ``bound``
+        await run.finish(bound)
+    run.write_detail(detail, kills=[asdict(k) for k in results], rate=rate, bound_s=bound)
+    return _s5_figures(run, results, term1 - term0)
+
+
+def p50(values: list[float]) -> float:
+    """The median of the values that are not NaN (NaN when none is)."""
+    values = [v for v in values if v == v]
+    return statistics.median(values) if values else math.nan
+
+
+def _s5_figures(run: Loaded, results: list[_Kill], elections: int) -> dict[str, float]:
+    starts, load = run.starts, run.load
+    kills = [k for k in results if k.signal == "SIGKILL"]
+    terms = [k for k in results if k.signal != "SIGKILL"]
+    elected = sum(len(node_events(n.log, "leader.elected", 0.0)) for n in run.cluster.nodes)
     during = sorted(t for t, _ in starts.starts if load.began <= t <= load.ended)
     gaps = [b - a for a, b in itertools.pairwise(during)]
-    lost = [job for job in acked if job not in starts.first]
-    to_start = [starts.first[job] - t for job, t in acked.items() if job in starts.first]
-    dispatch = [k.dispatch for k in results]
-    not_acked = sum(1 for s in load.subs if s.job is None)
-
-    def p50(values: list[float]) -> float:
-        values = [v for v in values if v == v]
-        return statistics.median(values) if values else math.nan
-
-    out = {
+    to_start = [starts.first[job] - t for job, t in run.acked.items() if job in starts.first]
+    dispatch = [k.dispatch for k in kills]
+    term_dispatch = [k.dispatch for k in terms]
+    return {
         "s5_dispatch_p50": p50(dispatch),
-        "s5_dispatch_p99": pct(dispatch, 0.99),
-        "s5_dispatch_max": max(dispatch),
-        "s5_ack_p50": p50([k.ack for k in results]),
-        "s5_ack_max": max(k.ack for k in results),
-        "s5_elected_p50": p50([k.elected for k in results]),
-        "s5_ready_p50": p50([k.ready for k in results]),
-        "s5_welcome_p50": p50([k.welcome for k in results]),
-        "s5_restart_connected_p50": p50([k.reconnected for k in results]),
-        "s5_restart_p50": p50([k.restart for k in results]),
-        "s5_lost": float(len(lost)),
-        "s5_acked": float(len(acked)),
-        "s5_not_acked": float(not_acked),
-        "s5_skipped": float(load.skipped),
-        "s5_repeated": float(starts.repeated),
+        "s5_dispatch_p99": pct(dispatch, 0.99) if dispatch else math.nan,
+        "s5_dispatch_max": max(dispatch, default=math.nan),
+        "s5_ack_p50": p50([k.ack for k in kills]),
+        "s5_ack_max": max((k.ack for k in kills), default=math.nan),
+        "s5_elected_p50": p50([k.elected for k in kills]),
+        "s5_ready_p50": p50([k.ready for k in kills]),
+        "s5_welcome_p50": p50([k.welcome for k in kills]),
+        "s5_restart_connected_p50": p50([k.reconnected for k in kills]),
+        "s5_restart_p50": p50([k.restart for k in kills]),
+        "s5_term_dispatch_p50": p50(term_dispatch),
+        "s5_term_dispatch_max": max(term_dispatch, default=math.nan),
+        "s5_term_ack_p50": p50([k.ack for k in terms]),
+        "s5_term_elected_p50": p50([k.elected for k in terms]),
+        "s5_term_exit_max": max((k.exited for k in terms), default=math.nan),
+        "s5_term_handover_failed": float(sum(1 for k in terms if k.handed_over is not True)),
+        **run.figures("s5"),
         "s5_ack_to_start_max": max(to_start, default=math.nan),
-        "s5_load_rate": len(acked) / max(1e-3, load.ended - load.began),
-        "s5_kills": float(len(results)),
-        "s5_elections": float(term1 - term0),
-        # leader.elected lines beyond the first leader and one per kill: e.g. a restarted node
-        # that campaigns before the leader reaches it deposes the leader
+        "s5_kills": float(len(kills)),
+        "s5_terms": float(len(terms)),
+        "s5_elections": float(elections),
+        # leader.elected lines beyond the first leader and one per kill or SIGTERM: e.g. a
+        # restarted node that campaigns before the leader reaches it deposes the leader
         "s5_extra_leader_changes": float(elected - 1 - len(results)),
         "s5_max_start_gap": max(gaps, default=math.nan),
     }
-    if detail is not None:
-        slow = sorted(
-            ((starts.first[job] - t, job, t) for job, t in acked.items() if job in starts.first),
-            reverse=True,
-        )[:20]
-        detail.write_text(
-            json.dumps(
-                {
-                    "kills": [asdict(k) for k in results],
-                    "rate": rate,
-                    "bound_s": bound,
-                    "lost": lost[:100],
-                    "slowest_ack_to_start": [
-                        {"job": job, "acked": t, "seconds": round(d, 3)} for d, job, t in slow
-                    ],
-                    "not_acked_by_status": _by_status(load.subs),
-                },
-                indent=1,
-            )
-        )
-    return out
 
 
 async def _all_started(
@@ -562,7 +659,7 @@ async def _all_started(
         if now - checked > 1.0:
             checked = now
             readies = [
-                t for n in cluster.nodes for t, _ in _node_events(n.log, "leader.ready", since)
+                t for n in cluster.nodes for t, _ in node_events(n.log, "leader.ready", since)
             ]
             last_ready = max([since, *readies])
         if now > min(since + 2 * bound, last_ready + bound):
@@ -572,10 +669,11 @@ async def _all_started(
         await asyncio.sleep(0.2)
 
 
-async def _term(http: aiohttp.ClientSession, cluster: Cluster, i: int) -> int:
+async def term(http: aiohttp.ClientSession, cluster: Cluster, i: int) -> int:
+    """Node ``i``'s Raft term."""
     view = await cluster_view(http, cluster.urls[i], cluster.headers(), timeout=10)
     if view is None:
-        raise RuntimeError(f"S5: {cluster.nodes[i].node_id} does not answer /api/v1/cluster")
+        raise RuntimeError(f"{cluster.nodes[i].node_id} does not answer /api/v1/cluster")
     return int(view["term"])
 
 
