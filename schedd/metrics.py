@@ -14,15 +14,18 @@ Each node has its own registry.  Two kinds of metric:
 from __future__ import annotations
 
 import gc
+import math
 from bisect import bisect_left
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
+from schedd.raft.gaps import GAP_BUCKETS, GapView
 from schedd.raft.node import ROLES
 
 if TYPE_CHECKING:
@@ -334,6 +337,13 @@ _ELECTION_COUNTERS: Final = (
         "cause",
         "stepdowns",
     ),
+    (
+        "schedd_raft_leader_lost",
+        "Times this follower lost its leader by reason: connection_closed (its election "
+        "deadline is then brought forward: a leader process that dies is replaced at once).",
+        "reason",
+        "leader_lost",
+    ),
 )
 
 
@@ -345,12 +355,36 @@ def _election_counters(counts: Mapping[str, Mapping[str, int]]) -> Iterator[Coun
         yield family
 
 
+def _gap_histograms(views: Mapping[str, GapView]) -> Iterator[Metric]:
+    family = HistogramMetricFamily(
+        "schedd_raft_gap_seconds",
+        "Intervals the Raft election timers judge by: tick (from one tick of the Raft thread "
+        "to the next), leader_contact (on a follower, between two messages of its leader), "
+        "follower_answer (on the leader, between two answers of a follower).",
+        labels=["kind"],
+    )
+    longest = GaugeMetricFamily(
+        "schedd_raft_gap_max_seconds",
+        "The longest interval of schedd_raft_gap_seconds since this node started, by kind.",
+        labels=["kind"],
+    )
+    for kind, view in views.items():
+        cumulative, buckets = 0, []
+        for bound, count in zip((*GAP_BUCKETS, math.inf), view.counts, strict=True):
+            cumulative += count
+            buckets.append(("+Inf" if bound == math.inf else repr(bound), float(cumulative)))
+        family.add_metric([kind], buckets, view.total)
+        longest.add_metric([kind], view.longest)
+    yield family
+    yield longest
+
+
 class _StateCollector(Collector):
     def __init__(self, node: RaftNode, leader: Callable[[], LeaderGauges | None]) -> None:
         self.node = node
         self.leader = leader
 
-    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+    def collect(self) -> Iterator[Metric]:
         node = self.node
         status = node.raft_status
         role = status.role
@@ -415,6 +449,7 @@ class _StateCollector(Collector):
             refused.add_metric([reason], float(count))
         yield refused
         yield from _election_counters(node.elections())
+        yield from _gap_histograms(node.gap_views())
         with node.read() as st:
             counts = dict(st.counts)
             dlq = st.dlq_size()

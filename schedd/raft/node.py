@@ -41,6 +41,7 @@ from schedd.errors import ResourceExhausted, SchedError, Unavailable
 from schedd.logs import log_event
 from schedd.raft.feed import DEFAULT_SIZE as DEFAULT_EVENTS_BUFFER
 from schedd.raft.feed import EventFeed
+from schedd.raft.gaps import KINDS, Gaps, GapView
 from schedd.raft.journal import durable_journal
 from schedd.raft.patches import (
     ApplyBatch,
@@ -404,11 +405,14 @@ class RaftNode:
         # A pause of the tick thread (a garbage collection, the event loop holding the GIL)
         # deposes no one whose messages wait in the sockets, and one tick applies at most
         # ~50 ms of entries before it sends heartbeats and reads again (schedd/raft/pauses.py).
-        read_before_judging(self._obj)
+        self.gaps = {kind: Gaps() for kind in KINDS}  # tick thread (see schedd/raft/gaps.py)
+        read_before_judging(self._obj, on_start=self.gaps["tick"].mark)
         # when this follower last heard from its leader, and (leading) when each follower last
         # answered: tick thread, published in the status
         self._leader_heard_at: float | None = None
         self._answered_at: dict[str, float] = {}
+        self._gap_leader: tuple[Any, int] | None = None
+        self._gap_term = -1
         watch_contact(self._obj, self._heard_from_leader, self._answered)
         bound_apply(self._obj, batch=self._sm)
         self._woken = threading.Event()  # set while a wake-up is in the pipe
@@ -427,10 +431,22 @@ class RaftNode:
         self.events.attach(loop)
 
     def _heard_from_leader(self) -> None:  # tick thread
-        self._leader_heard_at = clock.mono()
+        now = clock.mono()
+        self._leader_heard_at = now
+        leader = (self._obj._getLeader(), self._obj.raftCurrentTerm)
+        if leader != self._gap_leader:  # a gap across an election is not the leader's
+            self._gap_leader = leader
+            self.gaps["leader_contact"].forget_all()
+        self.gaps["leader_contact"].mark(now)
 
     def _answered(self, peer: str) -> None:  # tick thread
-        self._answered_at[peer] = clock.mono()
+        now = clock.mono()
+        self._answered_at[peer] = now
+        term = self._obj.raftCurrentTerm
+        if term != self._gap_term:  # answers to an earlier reign are another series
+            self._gap_term = term
+            self.gaps["follower_answer"].forget_all()
+        self.gaps["follower_answer"].mark(now, peer)
 
     def _replaced(self) -> None:
         """A snapshot replaced the state: the changes before it are not known here."""
@@ -578,7 +594,12 @@ class RaftNode:
             "refused": dict(e.refused),
             "ignored": dict(e.ignored),
             "stepdowns": dict(e.stepdowns),
+            "leader_lost": dict(e.leader_lost),
         }
+
+    def gap_views(self) -> dict[str, GapView]:
+        """The histograms of :mod:`schedd.raft.gaps`, by kind (read from any thread)."""
+        return {kind: gaps.view() for kind, gaps in self.gaps.items()}
 
     def peer_refusals(self) -> dict[str, int]:
         """Connections this node refused since it started, by reason (see PeerGuard)."""

@@ -204,15 +204,23 @@ DEFAULT_THRESHOLD_S = 0.05
 DEFAULT_APPLY_BUDGET_S = 0.05
 
 
-def read_before_judging(obj: Any, threshold: float = DEFAULT_THRESHOLD_S) -> None:
+def read_before_judging(
+    obj: Any,
+    threshold: float = DEFAULT_THRESHOLD_S,
+    on_start: Callable[[float], None] | None = None,
+) -> None:
     """Wrap the pysyncobj ``obj``'s tick (its auto-tick thread and ``doTick`` call
-    ``self._onTick``) so that after a pause it reads the network before its timers."""
+    ``self._onTick``) so that after a pause it reads the network before its timers.
+    ``on_start(now)`` is called as each tick starts."""
     original = obj._onTick
     transport = obj._SyncObj__transport
     last_end = [raft_clock()]
 
     def on_tick(timeToWait: float = 0.0) -> None:  # pysyncobj's name
-        if raft_clock() - last_end[0] > threshold and transport.ready:
+        now = raft_clock()
+        if on_start is not None:
+            on_start(now)
+        if now - last_end[0] > threshold and transport.ready:
             obj._poller.poll(0)
         try:
             original(timeToWait)
@@ -367,6 +375,12 @@ def watch_contact(
 
 
 # -- elections ----------------------------------------------------------------------------------
+#: after its leader's connection closed, a follower's election deadline comes within
+#: ``rank * LOST_LEADER_STEP + LOST_LEADER_JITTER`` seconds (see :func:`pre_vote`): the step
+#: leaves the first node time for its pre-vote and its election (two round trips and ticks,
+#: tens of milliseconds under load) before the second one starts its own
+LOST_LEADER_STEP: Final = 0.2
+LOST_LEADER_JITTER: Final = 0.05
 PRE_VOTE: Final = "schedd.pre_vote"
 PRE_VOTE_ANSWER: Final = "schedd.pre_vote_response"
 STALE_TERM: Final = "schedd.stale_term"
@@ -388,6 +402,8 @@ class ElectionStats:
     ignored: dict[str, int] = field(default_factory=dict)
     #: times this node stopped leading, by cause: quorum_lost, higher_term, transfer
     stepdowns: dict[str, int] = field(default_factory=dict)
+    #: times this follower's connection to its leader closed (its deadline brought forward)
+    leader_lost: dict[str, int] = field(default_factory=dict)
 
 
 def _bump(counts: dict[str, int], key: str) -> None:
@@ -420,6 +436,14 @@ def pre_vote(obj: SyncObj, may_vote: Callable[[], bool] = lambda: True) -> Elect
       higher term is taken the same way.
     * **Check-quorum** is pysyncobj's own ``leaderFallbackTimeout``: a leader that has not
       heard from a majority within it steps down (counted here as ``quorum_lost``).
+    * **A leader whose connection closed**: a leader process that dies (killed, crashed) has
+      its connections closed by its host at once.  A follower whose connection to its leader
+      closes no longer counts it as heard from, and brings its election deadline forward to
+      ``rank * LOST_LEADER_STEP`` plus up to ``LOST_LEADER_JITTER`` from now, ``rank`` being
+      its place among the nodes other than the leader, by id: the first runs its pre-vote
+      alone, so the two do not split the vote.  Safe because of pre-vote: while the leader is
+      alive and reaches a majority, a node connected to it refuses.  (A leader host that
+      vanishes without closing anything is found by the election timeout, as before.)
 
     Wraps the tick (install it before :func:`read_before_judging`, so that one stays outermost
     and the sockets are read before the timers), the message callback and the transport's
@@ -442,6 +466,7 @@ class _PreVote:
         self.stale_sent: dict[tuple[Any, int], float] = {}  # told (peer, our term) when
         self.handed_over_at = float("-inf")  # when this node last sent timeout_now
         self.stepdown_seen = False
+        self.lost: tuple[Any, int] | None = None  # the leader whose closed connection was seen
         transport = obj._SyncObj__transport
         self.send = transport.send
         transport.send = self.marked_send
@@ -467,7 +492,29 @@ class _PreVote:
         return self.obj._SyncObj__getCurrentLogTerm(), self.obj._SyncObj__getCurrentLogIndex()
 
     def heard_leader_lately(self) -> bool:
-        return bool(raft_clock() - self.contact < self.conf.raftMinTimeout)
+        """Heard from its leader within ``raftMinTimeout``, still connected to it."""
+        obj = self.obj
+        return (
+            raft_clock() - self.contact < self.conf.raftMinTimeout
+            and obj._SyncObj__raftLeader in obj._SyncObj__connectedNodes
+        )
+
+    def watch_leader(self) -> None:
+        """Bring the election deadline forward once the followed leader's connection closed."""
+        obj = self.obj
+        leader = obj._SyncObj__raftLeader
+        if leader is None or obj._isLeader() or leader in obj._SyncObj__connectedNodes:
+            self.lost = None
+            return
+        lost = (leader.id, obj.raftCurrentTerm)
+        if lost == self.lost:
+            return  # brought forward already for this leader
+        self.lost = lost
+        _bump(self.stats.leader_lost, "connection_closed")
+        ids = sorted(n.id for n in (obj.selfNode, *obj._SyncObj__otherNodes) if n.id != leader.id)
+        rank = ids.index(obj.selfNode.id)
+        soon = raft_clock() + rank * LOST_LEADER_STEP + LOST_LEADER_JITTER * random.random()
+        obj._SyncObj__raftElectionDeadline = min(obj._SyncObj__raftElectionDeadline, soon)
 
     def adopt(self, node: Any, term: int) -> None:
         """Take ``term`` as pysyncobj does from a vote request, which it then refuses (the
@@ -593,6 +640,7 @@ class _PreVote:
     def on_tick(self, timeToWait: float = 0.0) -> None:  # pysyncobj's name
         obj = self.obj
         leading, term = obj._isLeader(), obj.raftCurrentTerm
+        self.watch_leader()
         allowed = self.election_due()
         self.allow, self.transfer_tick, self.stepdown_seen = False, allowed == "transfer", False
         try:

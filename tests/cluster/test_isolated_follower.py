@@ -64,6 +64,18 @@ async def test_a_follower_isolated_for_30_s_rejoins_without_an_election(tmp_path
             other = next(i for i in range(cluster.size) if i not in (leader, follower))
             refused = await _metric(http, cluster, other, "schedd_raft_prevotes_refused_total")
             assert refused >= 10, refused
+            # and the gap it went without its leader is what its histogram shows, as is the
+            # leader's wait for its answers (the same leader and term on both sides of it)
+            # (the connection comes back within pysyncobj's connectionRetryTime, 5 s)
+            contact = 'schedd_raft_gap_max_seconds{kind="leader_contact"}'
+            answer = 'schedd_raft_gap_max_seconds{kind="follower_answer"}'
+
+            async def back() -> bool:
+                return await _metric(http, cluster, follower, contact) >= ISOLATED_S - 1
+
+            await wait_for(back, timeout=15)
+            assert await _metric(http, cluster, leader, answer) >= ISOLATED_S - 1
+            assert await _metric(http, cluster, other, contact) < ISOLATED_S / 3
     finally:
         cluster.stop()
 

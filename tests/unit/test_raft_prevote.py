@@ -15,7 +15,7 @@ from pysyncobj import SyncObj
 
 from schedd.raft.patches import ElectionStats, pre_vote, read_before_judging
 from tests.conftest import free_port
-from tests.unit.test_raft_pauses import MAX_TIMEOUT, hand_ticked, settled, tick
+from tests.unit.test_raft_pauses import MAX_TIMEOUT, MIN_TIMEOUT, hand_ticked, settled, tick
 
 
 class Cuts:
@@ -66,13 +66,20 @@ def cluster(
             n.destroy()
 
 
+Trio = tuple[list[SyncObj], "Cuts", list[ElectionStats]]
+#: run a test with the patch and without it (pysyncobj alone, whose bug it then asserts)
+BOTH = pytest.mark.parametrize(
+    "cluster", [True, False], indirect=True, ids=["pre-vote", "pysyncobj"]
+)
+
+
 def name(obj: SyncObj) -> str:
     return str(obj.selfNode.id)
 
 
-@pytest.mark.parametrize("cluster", [True, False], indirect=True, ids=["pre-vote", "pysyncobj"])
+@BOTH
 def test_a_follower_whose_deadline_passes_while_the_leader_lives_keeps_its_term(
-    cluster: tuple[list[SyncObj], Cuts, list[ElectionStats]],
+    cluster: Trio,
 ) -> None:
     nodes, _, stats = cluster
     term, leader = settled(nodes)
@@ -89,9 +96,9 @@ def test_a_follower_whose_deadline_passes_while_the_leader_lives_keeps_its_term(
         assert max(n.raftCurrentTerm for n in nodes) > term
 
 
-@pytest.mark.parametrize("cluster", [True, False], indirect=True, ids=["pre-vote", "pysyncobj"])
+@BOTH
 def test_an_isolated_follower_comes_back_without_deposing_the_leader(
-    cluster: tuple[list[SyncObj], Cuts, list[ElectionStats]],
+    cluster: Trio,
 ) -> None:
     nodes, cuts, stats = cluster
     term, leader = settled(nodes)
@@ -114,7 +121,7 @@ def test_an_isolated_follower_comes_back_without_deposing_the_leader(
 
 
 def test_an_isolated_leader_steps_down_the_others_elect_and_it_rejoins_quietly(
-    cluster: tuple[list[SyncObj], Cuts, list[ElectionStats]],
+    cluster: Trio,
 ) -> None:
     nodes, cuts, stats = cluster
     term, leader = settled(nodes)
@@ -140,7 +147,7 @@ def test_an_isolated_leader_steps_down_the_others_elect_and_it_rejoins_quietly(
 
 
 def test_a_vote_request_is_ignored_while_the_leader_lives_but_a_transfer_is_honoured(
-    cluster: tuple[list[SyncObj], Cuts, list[ElectionStats]],
+    cluster: Trio,
 ) -> None:
     nodes, _, stats = cluster
     term, leader = settled(nodes)
@@ -172,7 +179,7 @@ def test_a_vote_request_is_ignored_while_the_leader_lives_but_a_transfer_is_hono
 
 
 def test_a_follower_whose_term_passed_the_leaders_brings_back_one_leader(
-    cluster: tuple[list[SyncObj], Cuts, list[ElectionStats]],
+    cluster: Trio,
 ) -> None:
     nodes, _, stats = cluster
     term, leader = settled(nodes)
@@ -189,3 +196,30 @@ def test_a_follower_whose_term_passed_the_leaders_brings_back_one_leader(
         raise AssertionError("no single leader again within 15 s")
     assert leaders[0].raftCurrentTerm > term + 3
     assert stats[nodes.index(leader)].stepdowns.get("higher_term", 0) >= 1
+
+
+@BOTH
+def test_a_leader_whose_process_dies_is_replaced_by_the_first_follower_at_once(
+    cluster: Trio,
+) -> None:
+    nodes, _, stats = cluster
+    term, leader = settled(nodes)
+    others = [n for n in nodes if n is not leader]
+    stats_of = {name(n): s for n, s in zip(nodes, stats, strict=False)}
+    nodes.remove(leader)  # the fixture must not destroy it twice
+    leader.destroy()  # its connections close, as a killed process's do
+    killed = time.monotonic()
+    deadline = killed + 10
+    while not any(n._isLeader() for n in others):
+        assert time.monotonic() < deadline, "no new leader within 10 s"
+        tick(others, 0.002)
+    took = time.monotonic() - killed
+    [new] = [n for n in others if n._isLeader()]
+    if stats:
+        # The first of the others by id runs its pre-vote as soon as the connection closes,
+        # the second 0.2 s later: no wait for an election timeout, no split vote.
+        assert took < MIN_TIMEOUT, took
+        assert new is min(others, key=name) and new.raftCurrentTerm == term + 1
+        assert stats_of[name(new)].leader_lost == {"connection_closed": 1}
+    else:  # pysyncobj alone waits for the election timeout from the leader's last heartbeat
+        assert took > MIN_TIMEOUT - 0.05, took
