@@ -329,6 +329,20 @@ class Runner:
         return False
 
 
+def _gap_rows(scenario: str, prefix: str) -> list[tuple[str, str, str]]:
+    """The rows of clusterops.raft_gaps' figures for one scenario."""
+    what = {
+        "tick": "Raft tick gap (all nodes)",
+        "contact": "follower <- leader gap",
+        "answer": "leader <- follower gap",
+    }
+    return [
+        (f"{scenario} {text} {q}", "s", f"{prefix}_gap_{kind}_{q}")
+        for kind, text in what.items()
+        for q in ("p99", "p999", "max")
+    ]
+
+
 ROWS: list[tuple[str, str, str]] = [
     ("ceiling: bare aiohttp POST, 64 clients", "req/s", "ceiling"),
     ("ceiling: bare pysyncobj 3 nodes, 1 op/entry", "entries/s", "syncobj_entries"),
@@ -342,6 +356,7 @@ ROWS: list[tuple[str, str, str]] = [
     ("S1b batch submit, 4 clients x 5,000/batch", "jobs/s", "s1b_5000"),
     ("S1b x1,000: elections (Raft term increments)", "count", "s1b_elections"),
     ("S1b x5,000: elections (Raft term increments)", "count", "s1b_5000_elections"),
+    *_gap_rows("S1 to S1b x5,000, since the cluster started:", "s1b_5000"),
     ("S1b (x1,000) / pysyncobj ops/s", "ratio", "s1b_vs_syncobj_ops"),
     ("S1b (x1,000) / Huey enqueue", "ratio", "s1b_vs_huey"),
     ("S1b (x1,000) / Celery enqueue", "ratio", "s1b_vs_celery"),
@@ -374,9 +389,11 @@ ROWS: list[tuple[str, str, str]] = [
     ("S3b batch submit of all jobs", "jobs/s", "s3b_submit_rate"),
     ("S3b submit done before the due second by", "s", "s3b_submit_margin"),
     ("S3b elections (Raft term increments)", "count", "s3b_elections"),
+    *_gap_rows("S3b", "s3b"),
     ("S4 {s4_n} pending: batch submit (x1,000)", "jobs/s", "s4_submit_rate"),
     ("S4 jobs submitted within the load cap", "jobs", "s4_jobs"),
     ("S4 elections during load + quiet (term increments)", "count", "s4_elections"),
+    *_gap_rows("S4 (load + quiet)", "s4"),
     ("S4 leader memory per pending job (VmRSS)", "bytes", "s4_bytes_per_job"),
     ("S4 follower memory per pending job (max)", "bytes", "s4_follower_bytes_per_job"),
     ("S4 probe submit every 50 ms, under load: p99", "ms", "s4_load_probe_p99"),

@@ -184,6 +184,34 @@ def histogram_quantile(cumulative: list[tuple[float, float]], q: float) -> float
     return lower
 
 
+#: schedd_raft_gap_seconds kinds, and their short names in the figures
+GAP_KINDS = {"tick": "tick", "leader_contact": "contact", "follower_answer": "answer"}
+
+
+async def raft_gaps(http: aiohttp.ClientSession, cluster: Cluster, prefix: str) -> dict[str, float]:
+    """The intervals the election timers judge by (``schedd_raft_gap_seconds``), over every
+    node since it started: ``{prefix}_gap_{kind}_p50/p99/p999`` (s, from the buckets: an upper
+    estimate within one bucket) and ``_max`` (the longest, exact), kinds ``tick``,
+    ``contact`` (follower <- leader) and ``answer`` (leader <- follower)."""
+    merged: dict[str, dict[float, float]] = {kind: {} for kind in GAP_KINDS}
+    longest: dict[str, float] = dict.fromkeys(GAP_KINDS, 0.0)
+    for url in cluster.urls:
+        metrics = await scrape(http, url, cluster.headers())
+        for sample, labels, value in metrics.get("schedd_raft_gap_seconds", []):
+            if sample == "schedd_raft_gap_seconds_bucket":
+                le = float(labels["le"])
+                merged[labels["kind"]][le] = merged[labels["kind"]].get(le, 0.0) + value
+        for _, labels, value in metrics.get("schedd_raft_gap_max_seconds", []):
+            longest[labels["kind"]] = max(longest[labels["kind"]], value)
+    out: dict[str, float] = {}
+    for kind, short in GAP_KINDS.items():
+        cumulative = sorted(merged[kind].items())
+        for name, q in (("p50", 0.5), ("p99", 0.99), ("p999", 0.999)):
+            out[f"{prefix}_gap_{short}_{name}"] = histogram_quantile(cumulative, q)
+        out[f"{prefix}_gap_{short}_max"] = longest[kind]
+    return out
+
+
 def stop_cluster(cluster: Cluster) -> int:
     """``cluster.stop()``, then SIGKILL (by PID) any process still running with a node's exact
     ``--config`` path (found in /proc), so that nothing of a scenario outlives it and skews the

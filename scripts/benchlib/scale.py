@@ -35,6 +35,7 @@ from .clusterops import (
     leader_url,
     mem_available,
     post_batches,
+    raft_gaps,
     rss_bytes,
     scrape,
     stop_cluster,
@@ -74,10 +75,12 @@ async def s1b(
         sent = await post_batches(http, url, cluster.headers(), [body] * count, clients)
         url = await current_leader(http, cluster)
         term1 = await _term(http, url, cluster.headers())
+        gaps = await raft_gaps(http, cluster, key)  # since the cluster started (S1 to S1b)
     return {
         key: count * batch / sent.elapsed,
         f"{key}_elections": term1 - term0,
         f"{key}_retries": float(sent.retries),
+        **gaps,
     }
 
 
@@ -242,6 +245,7 @@ async def s3b(
             after = await _fire_histograms(http, cluster)
             lead_url = cluster.urls[await find_leader(http, cluster)]
             term1 = await _term(http, lead_url, headers)
+            gaps = await raft_gaps(http, cluster, "s3b")
             # where the jobs that did not start are: stuck (queued, running) or still waiting
             states = {
                 labels["state"]: value
@@ -275,6 +279,7 @@ async def s3b(
             "s3b_submit_rate": n / (submitted - t_submit),
             "s3b_elections": term1 - term0,
             "s3b_retries": float(sent.retries),
+            **gaps,
         }
         if len(lags) < n:
             out.update({f"s3b_left_{k}": v for k, v in states.items() if v and k != "succeeded"})
@@ -608,6 +613,8 @@ async def s4(
                             }
                         )
                     )
+                # before a follower is killed (the leader's wait for its answers is not a gap)
+                out.update(await raft_gaps(http, cluster, "s4"))
                 out.update(
                     await _guarded(
                         _catchup(
