@@ -340,6 +340,12 @@ def _gap_rows(scenario: str, prefix: str) -> list[tuple[str, str, str]]:
         (f"{scenario} {text} {q}", "s", f"{prefix}_gap_{kind}_{q}")
         for kind, text in what.items()
         for q in ("p99", "p999", "max")
+    ] + [
+        (
+            f"{scenario} election timers fired, leader alive (pre-vote lost)",
+            "count",
+            f"{prefix}_prevote_rounds_lost",
+        )
     ]
 
 

@@ -192,22 +192,31 @@ async def raft_gaps(http: aiohttp.ClientSession, cluster: Cluster, prefix: str) 
     """The intervals the election timers judge by (``schedd_raft_gap_seconds``), over every
     node since it started: ``{prefix}_gap_{kind}_p50/p99/p999`` (s, from the buckets: an upper
     estimate within one bucket) and ``_max`` (the longest, exact), kinds ``tick``,
-    ``contact`` (follower <- leader) and ``answer`` (leader <- follower)."""
+    ``contact`` (follower <- leader) and ``answer`` (leader <- follower); and
+    ``{prefix}_prevote_rounds_lost``, election timers that fired while the leader lived."""
     merged: dict[str, dict[float, float]] = {kind: {} for kind in GAP_KINDS}
     longest: dict[str, float] = dict.fromkeys(GAP_KINDS, 0.0)
+    rounds = 0.0
     for url in cluster.urls:
         metrics = await scrape(http, url, cluster.headers())
+        rounds += sum(
+            value
+            for sample, labels, value in metrics.get("schedd_raft_prevote_rounds", [])
+            if sample.endswith("_total") and labels.get("outcome") == "lost"
+        )
         for sample, labels, value in metrics.get("schedd_raft_gap_seconds", []):
             if sample == "schedd_raft_gap_seconds_bucket":
                 le = float(labels["le"])
                 merged[labels["kind"]][le] = merged[labels["kind"]].get(le, 0.0) + value
         for _, labels, value in metrics.get("schedd_raft_gap_max_seconds", []):
             longest[labels["kind"]] = max(longest[labels["kind"]], value)
-    out: dict[str, float] = {}
+    # an election timer that fired while the leader lived (its pre-vote refused)
+    out: dict[str, float] = {f"{prefix}_prevote_rounds_lost": rounds}
     for kind, short in GAP_KINDS.items():
         cumulative = sorted(merged[kind].items())
         for name, q in (("p50", 0.5), ("p99", 0.99), ("p999", 0.999)):
-            out[f"{prefix}_gap_{short}_{name}"] = histogram_quantile(cumulative, q)
+            estimate = histogram_quantile(cumulative, q)  # never above the longest seen
+            out[f"{prefix}_gap_{short}_{name}"] = min(estimate, longest[kind])
         out[f"{prefix}_gap_{short}_max"] = longest[kind]
     return out
 
