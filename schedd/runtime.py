@@ -201,8 +201,8 @@ class Runtime:
         await self._stop_leader()  # workers get a redirect hint and reconnect elsewhere
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
+        self.node.transfer_leadership()  # retried on every Raft tick until it goes
         while self.node.is_leader and loop.time() < deadline:
-            self.node.transfer_leadership()
             await wait_event(self._role_changed, 0.3)
             self._role_changed.clear()
         log_event(

@@ -55,6 +55,7 @@ from schedd.raft.patches import (
     last_response_times,
     pre_vote,
     read_before_judging,
+    refuse_forwarded,
     watch_contact,
 )
 from schedd.raft.peerguard import PeerGuard
@@ -300,6 +301,12 @@ _FAIL_MESSAGES = {
 }
 
 
+#: how long a leader handing its leadership over holds new commands at most (s), and how
+#: often it looks whether it may send them (to the new leader) meanwhile
+HAND_OVER_HOLD = 3.0
+HAND_OVER_POLL = 0.005
+
+
 class RaftNode:
     def __init__(self, settings: RaftSettings, hooks: Hooks) -> None:
         self.settings = settings
@@ -315,6 +322,9 @@ class RaftNode:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._pending: list[tuple[commands.Command, asyncio.Future[Result]]] = []
         self._flush_scheduled = False
+        #: when this node began handing its leadership over (None: it is not); set once, by
+        #: the stopping daemon (transfer_leadership)
+        self._handing_over: float | None = None
         self.snapshots = SqlSnapshots(
             self._sm,
             settings.data_dir / "state.db",
@@ -414,6 +424,7 @@ class RaftNode:
         self._gap_leader: tuple[Any, int] | None = None
         self._gap_term = -1
         watch_contact(self._obj, self._heard_from_leader, self._answered)
+        refuse_forwarded(self._obj, lambda: self._handing_over is not None)
         bound_apply(self._obj, batch=self._sm)
         self._woken = threading.Event()  # set while a wake-up is in the pipe
         self._waker = PipeNotifier(self._obj._poller, callback=self._woken.clear)
@@ -614,9 +625,28 @@ class RaftNode:
         return bool(self._obj.isReady())
 
     def transfer_leadership(self) -> None:
-        """Ask the most caught-up follower to take over (Raft TimeoutNow).  pysyncobj is not
-        thread-safe, so the request runs on the tick thread."""
-        self._on_tick.put(self._obj.transferLeadership)
+        """Hand the leadership over (the daemon is stopping): ask the most caught-up follower
+        to take over (Raft TimeoutNow) on every tick until this node no longer leads.
+        pysyncobj sends TimeoutNow only to a follower that holds the whole log, which under
+        load it never does while commands keep coming: so from now on this node appends no
+        new command - its own wait (and are sent to the new leader once it is known) and those
+        followers forward are refused (their callers retry) - and a follower catches up
+        within one round trip."""
+        if self._handing_over is None:
+            self._handing_over = clock.mono()
+        self._wake()
+
+    def _hand_over(self) -> None:  # tick thread
+        if self._handing_over is not None and self._obj._isLeader():
+            self._obj.transferLeadership()
+
+    def _holding_writes(self) -> bool:
+        """While handing over: until this node no longer leads and knows the new leader (at
+        most HAND_OVER_HOLD), new commands wait."""
+        since = self._handing_over
+        if since is None or clock.mono() - since > HAND_OVER_HOLD:
+            return False
+        return bool(self._obj._isLeader()) or self._obj._getLeader() is None
 
     # -- stalled followers (docs/pysyncobj.md #6) ------------------------------------------------------
     def _watch_followers(self) -> None:  # tick thread
@@ -716,6 +746,7 @@ class RaftNode:
         self._status_at = 0.0  # publish the change at the end of this tick
 
     def _run_on_tick(self) -> None:  # tick thread
+        self._hand_over()
         self._fast_append()
         self.snapshots.running = True  # pysyncobj loaded the snapshot file (if any) before
         self._restore_split()
@@ -778,6 +809,10 @@ class RaftNode:
             ) from None
 
     def _flush(self) -> None:
+        if self._holding_writes():
+            assert self._loop is not None
+            self._loop.call_later(HAND_OVER_POLL, self._flush)
+            return
         self._flush_scheduled = False
         pending, self._pending = self._pending, []
         for start in range(0, len(pending), MAX_COMMANDS_PER_ENTRY):

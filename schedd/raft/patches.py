@@ -319,6 +319,26 @@ def _intercept(
     transport.setOnMessageReceivedCallback(on_message)
 
 
+def refuse_forwarded(obj: SyncObj, refusing: Callable[[], bool]) -> None:
+    """While ``refusing()`` (a leader handing its leadership over), answer the commands
+    followers forward to this leader with NOT_LEADER, as pysyncobj does once it has stepped
+    down, instead of appending them: the log stops growing, so a follower catches up and the
+    transfer can go (pysyncobj transfers only to a follower holding the whole log).  The
+    follower's caller gets the refusal and retries.  Tick thread."""
+
+    def wanted(message: dict[str, Any]) -> bool:
+        return message.get("type") == "apply_command"
+
+    def around(node: Any, message: Any, inner: Callable[[Any, Any], None]) -> None:
+        if not (refusing() and obj._isLeader()):
+            inner(node, message)
+        elif "request_id" in message:
+            answer = {"type": "apply_command_response", "request_id": message["request_id"]}
+            obj._SyncObj__transport.send(node, {**answer, "error": FAIL_REASON.NOT_LEADER})
+
+    _intercept(obj, wanted, around)
+
+
 def guard_snapshot_commit(obj: SyncObj) -> None:
     """Work around a pysyncobj 0.3.17 bug that acknowledged writes which were then lost.
 
@@ -379,7 +399,7 @@ def watch_contact(
 #: ``rank * LOST_LEADER_STEP + LOST_LEADER_JITTER`` seconds (see :func:`pre_vote`): the step
 #: leaves the first node time for its pre-vote and its election (two round trips and ticks,
 #: tens of milliseconds under load) before the second one starts its own
-LOST_LEADER_STEP: Final = 0.2
+LOST_LEADER_STEP: Final = 0.1
 LOST_LEADER_JITTER: Final = 0.05
 PRE_VOTE: Final = "schedd.pre_vote"
 PRE_VOTE_ANSWER: Final = "schedd.pre_vote_response"
@@ -441,8 +461,10 @@ def pre_vote(obj: SyncObj, may_vote: Callable[[], bool] = lambda: True) -> Elect
       closes no longer counts it as heard from, and brings its election deadline forward to
       ``rank * LOST_LEADER_STEP`` plus up to ``LOST_LEADER_JITTER`` from now, ``rank`` being
       its place among the nodes other than the leader, by id: the first runs its pre-vote
-      alone, so the two do not split the vote.  Safe because of pre-vote: while the leader is
-      alive and reaches a majority, a node connected to it refuses.  (A leader host that
+      alone, so the two do not split the vote; a round it loses (to a peer that had not seen
+      the connection close yet, or whose log is longer) is tried again as soon, for
+      ``raftMaxTimeout``.  Safe because of pre-vote: while the leader is alive and reaches a
+      majority, a node connected to it refuses.  (A leader host that
       vanishes without closing anything is found by the election timeout, as before.)
 
     Wraps the tick (install it before :func:`read_before_judging`, so that one stays outermost
@@ -467,6 +489,7 @@ class _PreVote:
         self.handed_over_at = float("-inf")  # when this node last sent timeout_now
         self.stepdown_seen = False
         self.lost: tuple[Any, int] | None = None  # the leader whose closed connection was seen
+        self.lost_at = float("-inf")  # and when
         transport = obj._SyncObj__transport
         self.send = transport.send
         transport.send = self.marked_send
@@ -509,12 +532,18 @@ class _PreVote:
         lost = (leader.id, obj.raftCurrentTerm)
         if lost == self.lost:
             return  # brought forward already for this leader
-        self.lost = lost
+        self.lost, self.lost_at = lost, raft_clock()
         _bump(self.stats.leader_lost, "connection_closed")
-        ids = sorted(n.id for n in (obj.selfNode, *obj._SyncObj__otherNodes) if n.id != leader.id)
+        obj._SyncObj__raftElectionDeadline = min(
+            obj._SyncObj__raftElectionDeadline, self.soon(leader.id)
+        )
+
+    def soon(self, leader: Any) -> float:
+        """When to ask for votes, the leader ``leader`` being gone: by rank among the others."""
+        obj = self.obj
+        ids = sorted(n.id for n in (obj.selfNode, *obj._SyncObj__otherNodes) if n.id != leader)
         rank = ids.index(obj.selfNode.id)
-        soon = raft_clock() + rank * LOST_LEADER_STEP + LOST_LEADER_JITTER * random.random()
-        obj._SyncObj__raftElectionDeadline = min(obj._SyncObj__raftElectionDeadline, soon)
+        return float(raft_clock()) + rank * LOST_LEADER_STEP + LOST_LEADER_JITTER * random.random()
 
     def adopt(self, node: Any, term: int) -> None:
         """Take ``term`` as pysyncobj does from a vote request, which it then refuses (the
@@ -607,6 +636,10 @@ class _PreVote:
             self.stats.rounds["lost"] += 1
         low, high = self.conf.raftMinTimeout, self.conf.raftMaxTimeout
         obj._SyncObj__raftElectionDeadline = raft_clock() + low + (high - low) * random.random()
+        if self.lost is not None and raft_clock() - self.lost_at < high:
+            # Its leader's connection closed lately: a round lost to a peer that had not seen
+            # it close yet, or whose log was longer, is tried again soon, in rank.
+            obj._SyncObj__raftElectionDeadline = self.soon(self.lost[0])
         self.round = None
         if not self.may_vote():  # a node whose journal abstains does not campaign either
             return

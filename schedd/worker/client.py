@@ -103,8 +103,8 @@ NO_LEADER_RETRY = (0.1, 0.2)  # seconds: uniform
 NO_LEADER_QUICK_FOR = 5.0
 # A server that could not be reached (refused, timed out) is passed over for this long while
 # another may answer: the rotation skips it and a redirect to it is not followed (an older
-# follower names the dead leader until its own election timeout runs out, 0.4-1.4 s by
-# default).  Short, because a node that was down may come back and be elected (or, at start,
+# follower names the dead leader until it learns the new one: at once when the leader's process
+# died, after its election timeout, 1-2 s by default, when its host vanished).  Short, because a node that was down may come back and be elected (or, at start,
 # be the leader before its HTTP port listens): then this is what its first workers lose.
 DOWN_FOR = 1.0
 NEXT_SERVER_MAX = 0.1  # seconds (uniform from 0) before trying the next server after one is down

@@ -217,7 +217,7 @@ def test_a_leader_whose_process_dies_is_replaced_by_the_first_follower_at_once(
     [new] = [n for n in others if n._isLeader()]
     if stats:
         # The first of the others by id runs its pre-vote as soon as the connection closes,
-        # the second 0.2 s later: no wait for an election timeout, no split vote.
+        # the second 0.1 s later: no wait for an election timeout, no split vote.
         assert took < MIN_TIMEOUT, took
         assert new is min(others, key=name) and new.raftCurrentTerm == term + 1
         assert stats_of[name(new)].leader_lost == {"connection_closed": 1}

@@ -1,0 +1,83 @@
+"""A leadership transfer under a steady stream of commands (what a stopping leader does, see
+``RaftNode.transfer_leadership``), on real pysyncobj nodes ticked by hand.  pysyncobj sends
+TimeoutNow only to a follower that holds the leader's whole log; while commands keep coming,
+none ever does, and the transfer waits for a lull.  A leader that appends nothing new while it
+hands over - its own commands held, those followers forward refused (``refuse_forwarded``) -
+hands over within a few ticks."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from pysyncobj import FAIL_REASON, SyncObj, replicated
+
+from schedd.raft.patches import refuse_forwarded
+from tests.conftest import free_port
+from tests.unit.test_raft_pauses import hand_ticked, settled, tick
+
+
+class Counter(SyncObj):
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)
+        self.total = 0
+
+    @replicated
+    def add(self, n: int) -> int:
+        self.total += n
+        return self.total
+
+
+@pytest.fixture
+def nodes(tmp_path: Path) -> Iterator[list[Counter]]:
+    addrs = [f"127.0.0.1:{free_port()}" for _ in range(3)]
+    made: list[Counter] = []
+    try:
+        for i, addr in enumerate(addrs):
+            made.append(Counter(addr, [a for a in addrs if a != addr], hand_ticked(tmp_path, i)))
+        yield made
+    finally:
+        for n in made:
+            n.destroy()
+
+
+@pytest.mark.parametrize("hold", [True, False], ids=["held", "pysyncobj"])
+def test_a_leader_that_appends_nothing_new_hands_over_within_a_few_ticks(
+    nodes: list[Counter], hold: bool
+) -> None:
+    handing_over: list[SyncObj] = []  # the node handing over
+    for n in nodes:
+        refuse_forwarded(n, lambda n=n: hold and n in handing_over)  # type: ignore[misc]
+    _, leader = settled(nodes)  # type: ignore[arg-type]
+    follower = next(n for n in nodes if n is not leader)
+    forwarded: list[int] = []  # the errors of the commands the follower forwarded
+    handing_over.append(leader)
+    ticks, deadline = 0, time.monotonic() + 3
+    while leader._isLeader() and time.monotonic() < deadline:
+        if not hold:
+            leader.add(1)  # its own clients' commands keep coming
+        follower.add(1, callback=lambda _res, err: forwarded.append(err))
+        for n in nodes:
+            n.doTick(0.002)
+        leader.transferLeadership()  # as RaftNode does on every tick while handing over
+        ticks += 1
+    if hold:
+        assert not leader._isLeader() and ticks <= 30, ticks
+        assert FAIL_REASON.NOT_LEADER in forwarded  # refused, not appended: its caller retries
+        limit = time.monotonic() + 5
+        while not any(n._isLeader() for n in nodes) and time.monotonic() < limit:
+            tick(nodes, 0.01)
+        [new] = [n for n in nodes if n._isLeader()]
+        assert new is not leader
+        # and the follower's commands reach the new leader once it knows it
+        while follower._getLeader() != new.selfNode and time.monotonic() < limit:
+            tick(nodes, 0.01)
+        done: list[int] = []
+        follower.add(1, callback=lambda _res, err: done.append(err))
+        while not done and time.monotonic() < limit:
+            tick(nodes, 0.01)
+        assert done == [FAIL_REASON.SUCCESS] or follower is new
+    else:  # pysyncobj alone: the log keeps growing, no follower ever holds all of it
+        assert leader._isLeader(), f"handed over after {ticks} ticks"
