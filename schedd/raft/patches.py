@@ -81,6 +81,7 @@ from __future__ import annotations
 import hashlib
 import inspect
 import logging
+import math
 import random
 import threading
 from collections.abc import Callable, Iterator
@@ -676,10 +677,20 @@ class _PreVote:
         self.watch_leader()
         allowed = self.election_due()
         self.allow, self.transfer_tick, self.stepdown_seen = False, allowed == "transfer", False
+        # Without leave, pysyncobj's own check must not find the deadline passed either: it
+        # comes later in the tick, and a deadline that passes in between (the thread preempted
+        # on a busy machine) would be an election without a pre-vote.  What the tick's
+        # messages set (a leader's append, a transfer's TimeoutNow) is kept.
+        deadline = obj._SyncObj__raftElectionDeadline
+        guarded = allowed is None and not leading
+        if guarded:
+            obj._SyncObj__raftElectionDeadline = math.inf
         try:
             self.original_tick(timeToWait)
         finally:
             self.transfer_tick = False
+            if guarded and obj._SyncObj__raftElectionDeadline == math.inf:
+                obj._SyncObj__raftElectionDeadline = deadline
         if allowed is not None and obj.raftCurrentTerm > term:
             _bump(self.stats.started, allowed)
         if leading and not obj._isLeader() and not self.stepdown_seen:

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from pysyncobj import SyncObj
+from pysyncobj.monotonic import monotonic as raft_clock
 
 from schedd.raft.patches import ElectionStats, pre_vote, read_before_judging
 from tests.conftest import free_port
@@ -223,3 +224,41 @@ def test_a_leader_whose_process_dies_is_replaced_by_the_first_follower_at_once(
         assert stats_of[name(new)].leader_lost == {"connection_closed": 1}
     else:  # pysyncobj alone waits for the election timeout from the leader's last heartbeat
         assert took > MIN_TIMEOUT - 0.05, took
+
+
+def test_a_deadline_that_passes_during_the_tick_starts_no_election(tmp_path: Path) -> None:
+    """The thread preempted between pre-vote's look at the deadline and pysyncobj's own (later
+    in the same tick): the deadline passed meanwhile, and no election may follow from it."""
+    addrs = [f"127.0.0.1:{free_port()}" for _ in range(3)]
+    nodes: list[SyncObj] = []
+    preempt: list[SyncObj] = []  # the node whose next tick is preempted
+
+    def preempted(obj: SyncObj) -> Any:
+        tick_ = obj._onTick
+
+        def on_tick(timeToWait: float = 0.0) -> None:
+            if obj in preempt:
+                preempt.clear()
+                time.sleep(0.02)  # its deadline passes here
+            tick_(timeToWait)
+
+        return on_tick
+
+    try:
+        for i, addr in enumerate(addrs):
+            obj = SyncObj(addr, [a for a in addrs if a != addr], hand_ticked(tmp_path, i))
+            obj._onTick = preempted(obj)  # inside pre-vote: what it calls pysyncobj's tick
+            pre_vote(obj)
+            read_before_judging(obj)
+            nodes.append(obj)
+        term, leader = settled(nodes)
+        follower = next(n for n in nodes if n is not leader)
+        preempt.append(follower)
+        follower._SyncObj__raftElectionDeadline = raft_clock() + 0.002
+        follower.doTick(0)
+        assert follower.raftCurrentTerm == term and follower._getLeader() == leader.selfNode
+        tick(nodes, MAX_TIMEOUT)
+        assert leader._isLeader() and {n.raftCurrentTerm for n in nodes} == {term}
+    finally:
+        for n in nodes:
+            n.destroy()
