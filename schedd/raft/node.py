@@ -301,6 +301,8 @@ _FAIL_MESSAGES = {
 }
 
 
+CONNECTION_RETRY_S = 1.0
+
 #: how long a leader handing its leadership over holds new commands at most (s), and how
 #: often it looks whether it may send them (to the new leader) meanwhile
 HAND_OVER_HOLD = 3.0
@@ -343,6 +345,9 @@ class RaftNode:
             raftMinTimeout=settings.raft_min_timeout,
             raftMaxTimeout=settings.raft_max_timeout,
             leaderFallbackTimeout=settings.leader_fallback_timeout,
+            # A node reconnects to a peer this often (pysyncobj's 5 s default held a restarted
+            # node off its cluster for 5 s when the other end was the one to connect).
+            connectionRetryTime=CONNECTION_RETRY_S,
             logCompactionMinEntries=settings.log_compaction_min_entries,
             logCompactionMinTime=settings.log_compaction_min_time,
             # Compact in turn, not all three at once (they apply the same entries at about the
