@@ -26,6 +26,7 @@ Everything here runs on pysyncobj's tick thread, like the transport it extends.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from collections.abc import Callable
@@ -51,7 +52,12 @@ FEATURES = ("pre_vote", "leader_stickiness", "stale_term_notice")
 HELLO = "schedd.hello"
 REPORT_EVERY = 60.0  # seconds between two lines for the same remote host and reason
 
-CLOSE_GRACE = 1.0  # seconds a refused connection stays open after the notice, read and ignored
+CLOSE_GRACE = 1.0
+#: how long a peer that spoke this node's protocol may send Raft messages without a hello (its
+#: hellos lost) before that counts as a refusal (seconds)
+HELLO_MISSING_GRACE = (
+    30.0  # seconds a refused connection stays open after the notice, read and ignored
+)
 
 _HANDSHAKE_HINT = (
     "it closed the connection during the encryption handshake: it does not accept this node's "
@@ -116,8 +122,11 @@ class PeerGuard:
         self._reported: dict[tuple[str, str], tuple[float, int]] = {}
         #: refusals since start, by reason (read by /metrics from other threads)
         self.refusals: dict[str, int] = {WRONG_SECRET: 0, NOT_IN_PEERS: 0, PROTOCOL_VERSION: 0}
-        self._awaiting_hello: set[Any] = set()  # connected peers whose hello has not come yet
+        #: connected peers whose hello has not come yet -> until when it may come
+        self._awaiting_hello: dict[Any, float] = {}
         self._verified: set[Any] = set()  # connected peers whose hello matched
+        self._spoke_ours: set[str] = set()  # peers whose hello matched at least once
+        self._missing_since: dict[str, float] = {}  # such a peer's hellos missing since when
         self._handshakes: dict[Any, float] = {}  # outgoing connection -> when it connected
         self._closing: list[tuple[float, Any]] = []  # refused connections, closed after a grace
         self._refused_by: dict[str, list[str]] = {}  # peer -> the peer list it holds
@@ -191,13 +200,21 @@ class PeerGuard:
         # The hello goes first on the connection (before pysyncobj hears of the peer, so before
         # any Raft message); the connection may still be CONNECTING, which ``send`` refuses.
         self._verified.discard(node)
-        self._awaiting_hello.add(node)
+        self._awaiting_hello[node] = clock.mono() + float(self._syncObj.conf.connectionTimeout)
         conn = self._connections.get(node)
         if conn is not None:
+            # Messages are taken from this connection only: a peer that reconnected may still
+            # have an older one open here for a while (pysyncobj replaces it without closing
+            # it), and what arrives on that one is neither its hello nor anything to act on.
+            conn.setOnMessageReceivedCallback(functools.partial(self._from, conn, node))
             conn.send(self._hello())
 
+    def _from(self, conn: Any, node: Any, message: Any) -> None:
+        if self._connections.get(node) is conn:
+            self._onMessageReceived(node, message)
+
     def _onNodeDisconnected(self, node: Any) -> None:
-        self._awaiting_hello.discard(node)
+        self._awaiting_hello.pop(node, None)
         self._verified.discard(node)
         super()._onNodeDisconnected(node)  # type: ignore[misc]
 
@@ -219,6 +236,16 @@ class PeerGuard:
 
     def _onTick(self) -> None:
         super()._onTick()  # type: ignore[misc]
+        if self._awaiting_hello:
+            now = clock.mono()
+            for node, until in list(self._awaiting_hello.items()):
+                # No hello in time (it was lost, or the peer is stopped): a new connection, and
+                # new hellos both ways.  A peer that speaks Raft without a hello says so.
+                if until < now:
+                    del self._awaiting_hello[node]
+                    conn = self._connections.get(node)
+                    if conn is not None:
+                        conn.disconnect()
         if self._closing:
             now = clock.mono()
             due = [conn for at, conn in self._closing if at <= now]
@@ -244,10 +271,25 @@ class PeerGuard:
         address = str(node.address)
         kind = message.get("type") if isinstance(message, dict) else None
         if kind == HELLO and message.get("raft_protocol") == self.protocol:
-            self._awaiting_hello.discard(node)
+            del self._awaiting_hello[node]
             self._verified.add(node)
+            self._spoke_ours.add(address)
+            self._missing_since.pop(address, None)
             super()._onNodeConnected(node)  # type: ignore[misc]
             return
+        del self._awaiting_hello[node]
+        conn = self._connections.get(node)
+        if conn is not None:
+            # What it sends until the connection closes (at the next tick) is dropped above.
+            self._closing.append((clock.mono(), conn))
+        if kind != HELLO and address in self._spoke_ours:
+            # It spoke this protocol before: its hello was lost on the way (a connection that
+            # drops messages) - unless that goes on, as with a node downgraded in place.
+            # Reconnect, quietly for a while.
+            since = self._missing_since.setdefault(address, clock.mono())
+            if clock.mono() - since < HELLO_MISSING_GRACE:
+                log_event(log, "raft.hello_missing", peer=address)
+                return
         if kind == HELLO:
             theirs = f"schedd Raft protocol {message.get('raft_protocol')} (schedd " + (
                 f"{message.get('version', '?')})"
@@ -262,13 +304,7 @@ class PeerGuard:
             f"{_UPGRADE_HINT}",
             peer=address,
         )
-        self._awaiting_hello.discard(node)
-        conn = self._connections.get(node)
-        if conn is not None:
-            # Its end logs the refusal too if it has the hello (it refuses this node's).  What
-            # it sends until the connection is closed a moment later is dropped above (not by
-            # another callback: pysyncobj keeps an outgoing connection's across reconnects).
-            self._closing.append((clock.mono() + CLOSE_GRACE, conn))
+        # Its end logs the refusal too if it has the hello (it refuses this node's).
 
     # -- reporting ------------------------------------------------------------------------------
     def _handshake_timeout(self) -> float:

@@ -198,3 +198,59 @@ def test_a_refused_node_upgraded_in_place_joins(tmp_path: Path, destroy: list[Sy
     until(nodes, lambda: upgraded._getLeader() == leader.selfNode)
     assert leader._isLeader() and leader.raftCurrentTerm == term
     assert all(len(transport(n)._verified) == 2 for n in nodes)
+
+
+class LosesFirstHellos(Guarded):
+    """Its first hello to each peer is lost on the way (as on a connection that drops
+    messages, like the fault proxy's)."""
+
+    def _onNodeConnected(self, node: Any) -> None:
+        lost: set[Any] = self.__dict__.setdefault("lost_to", set())
+        conn = self._connections.get(node)
+        if node in lost or conn is None:
+            super()._onNodeConnected(node)
+            return
+        lost.add(node)
+        conn.send = lambda message: None
+        try:
+            super()._onNodeConnected(node)
+        finally:
+            del conn.send
+
+
+def test_hellos_lost_both_ways_cost_a_reconnection_not_the_link(
+    tmp_path: Path, destroy: list[SyncObj]
+) -> None:
+    nodes = build(tmp_path, [LosesFirstHellos, LosesFirstHellos, Guarded])
+    destroy.extend(nodes)
+    for n in nodes:
+        n._SyncObj__conf.connectionRetryTime = 0.5
+    # Two nodes wait for each other's hello, and neither sends anything else before it: only
+    # the hello timeout (connectionTimeout) gets them a new connection with new hellos.
+    until(nodes, lambda: all(len(transport(n)._verified) == 2 for n in nodes), limit=30)
+    leader, _ = elected(nodes, nodes)
+    until(nodes, lambda: all(n._getLeader() == leader.selfNode for n in nodes))
+
+
+def test_a_message_on_a_peers_older_connection_is_dropped_not_refused(
+    tmp_path: Path, destroy: list[SyncObj]
+) -> None:
+    """A peer that reconnected (after a pause, say) may leave its older connection open here
+    for a while, pysyncobj having replaced it without closing it: what still arrives on that
+    one is neither the new connection's hello nor anything to act on."""
+    nodes = build(tmp_path, [Guarded, Guarded, Guarded])
+    destroy.extend(nodes)
+    until(nodes, lambda: all(len(transport(n)._verified) == 2 for n in nodes))
+    a, b = nodes[0], nodes[1]
+    guard = transport(b)
+    peer = next(n for n in guard._connections if str(n.address) == str(a.selfNode.address))
+    spy = Spy(b)
+    guard._onNodeConnected(peer)  # a new connection, its hello not there yet
+    older = object()  # the connection it replaced
+    stale = {"type": "append_entries", "term": a.raftCurrentTerm, "commit_index": 0}
+    guard._from(older, peer, stale)
+    assert guard.refusals[PROTOCOL_VERSION] == 0 and peer in guard._awaiting_hello
+    assert spy.seen == []
+    guard._from(guard._connections[peer], peer, stale)  # on the new one: Raft before a hello
+    assert peer not in guard._awaiting_hello  # closed at the next tick, quietly (spoke ours)
+    assert guard.refusals[PROTOCOL_VERSION] == 0
