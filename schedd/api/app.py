@@ -936,6 +936,10 @@ async def readyz(request: web.Request) -> web.Response:
         raise Unavailable("not ready: this node is shutting down", retry_after=1)
     if leader is None or not raft.is_ready():
         raise Unavailable("not ready: no known leader yet", retry_after=1)
+    own = request.app[NODE].leader
+    if raft.is_leader and (own is None or not own.ready.is_set()):
+        # elected, but what only the leader serves (workers, dispatch) is not there yet
+        raise Unavailable("not ready: this node was just elected and is starting", retry_after=1)
     body: ReadyView = {"status": "ready", "leader": leader}
     return json_response(body)
 

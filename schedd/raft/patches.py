@@ -496,6 +496,18 @@ class _PreVote:
         transport.send = self.marked_send
         self.inner = transport._onMessageReceivedCallback
         transport.setOnMessageReceivedCallback(self.on_message)
+        if not obj._SyncObj__otherNodes:
+            # A single node has no leader to hear from and no one to split a vote with: it
+            # elects itself at its first tick, not after an election timeout.
+            obj._SyncObj__raftElectionDeadline = 0
+        else:
+            # Nor does a node that just started know a leader: it asks at once, in rank, as
+            # when its leader's connection closes.  Into a running cluster its pre-vote is
+            # refused (the others hear their leader) until the leader's first append reaches
+            # it; a round it loses is tried again after an election timeout.
+            obj._SyncObj__raftElectionDeadline = min(
+                obj._SyncObj__raftElectionDeadline, self.soon(None)
+            )
         self.original_tick = obj._onTick
         obj._onTick = self.on_tick
         obj._SyncObj__properies.add("_onTick")  # not replicated state (see read_before_judging)
@@ -540,7 +552,8 @@ class _PreVote:
         )
 
     def soon(self, leader: Any) -> float:
-        """When to ask for votes, the leader ``leader`` being gone: by rank among the others."""
+        """When to ask for votes, the leader ``leader`` (an id, or None) being gone: by rank
+        among the others."""
         obj = self.obj
         ids = sorted(n.id for n in (obj.selfNode, *obj._SyncObj__otherNodes) if n.id != leader)
         rank = ids.index(obj.selfNode.id)

@@ -155,6 +155,24 @@ async def test_cluster_view_names_the_leader(node: Node, http: aiohttp.ClientSes
         assert r.status == 200
 
 
+async def test_a_leader_is_not_ready_until_its_scheduler_is(
+    node: Node, http: aiohttp.ClientSession
+) -> None:
+    """Elected but not yet serving what only the leader serves (workers, dispatch): /readyz
+    says so, so a load balancer does not send it the requests that would get 503."""
+    leader = node.rt.leader
+    assert leader is not None and leader.ready.is_set()
+    leader.ready.clear()
+    try:
+        async with http.get(node.url + "/readyz") as r:
+            assert r.status == 503
+            assert "just elected" in (await r.json())["error"]["message"]
+    finally:
+        leader.ready.set()
+    async with http.get(node.url + "/readyz") as r:
+        assert r.status == 200
+
+
 async def test_the_raft_status_is_published_whole_by_the_tick_thread(node: Node) -> None:
     raft = node.rt.node
     status = await wait_for(lambda: raft.raft_status if raft.raft_status.role == "leader" else None)

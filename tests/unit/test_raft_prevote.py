@@ -262,3 +262,37 @@ def test_a_deadline_that_passes_during_the_tick_starts_no_election(tmp_path: Pat
     finally:
         for n in nodes:
             n.destroy()
+
+
+def test_a_single_node_elects_itself_at_its_first_ticks(tmp_path: Path) -> None:
+    obj = SyncObj(f"127.0.0.1:{free_port()}", [], hand_ticked(tmp_path, 0))
+    try:
+        stats = pre_vote(obj)
+        read_before_judging(obj)
+        started = time.monotonic()
+        for _ in range(5):
+            obj.doTick(0)
+            if obj._isLeader():
+                break
+        assert obj._isLeader(), "not leader after 5 ticks"
+        assert time.monotonic() - started < MIN_TIMEOUT  # no election timeout waited out
+        assert stats.started == {"single_node": 1}
+    finally:
+        obj.destroy()
+
+
+@BOTH
+def test_a_fresh_cluster_elects_its_first_leader_without_waiting_out_a_timeout(
+    cluster: Trio,
+) -> None:
+    nodes, _, stats = cluster
+    started = time.monotonic()
+    while not any(n._isLeader() for n in nodes):
+        assert time.monotonic() - started < 10, "no leader within 10 s"
+        tick(nodes, 0.002)
+    took = time.monotonic() - started
+    if stats:  # the first by id asks as soon as it is connected
+        assert took < MIN_TIMEOUT, took
+        assert sum(s.started.get("prevote_won", 0) for s in stats) == 1
+    else:  # pysyncobj alone: an election timeout first
+        assert took > MIN_TIMEOUT - 0.05, took
