@@ -15,8 +15,7 @@ import pytest
 from pysyncobj import FAIL_REASON, SyncObj, replicated
 
 from schedd.raft.patches import refuse_forwarded
-from tests.conftest import free_port
-from tests.unit.test_raft_pauses import hand_ticked, settled, tick
+from tests.unit.test_raft_pauses import settled, three, tick
 
 
 class Counter(SyncObj):
@@ -32,15 +31,8 @@ class Counter(SyncObj):
 
 @pytest.fixture
 def nodes(tmp_path: Path) -> Iterator[list[Counter]]:
-    addrs = [f"127.0.0.1:{free_port()}" for _ in range(3)]
-    made: list[Counter] = []
-    try:
-        for i, addr in enumerate(addrs):
-            made.append(Counter(addr, [a for a in addrs if a != addr], hand_ticked(tmp_path, i)))
+    with three(tmp_path, Counter) as made:
         yield made
-    finally:
-        for n in made:
-            n.destroy()
 
 
 @pytest.mark.parametrize("hold", [True, False], ids=["held", "pysyncobj"])

@@ -6,8 +6,10 @@ applies can be counted."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any, TypeVar, cast
 
 import pytest
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, replicated
@@ -16,6 +18,7 @@ from schedd.raft.patches import ApplyBatch, bound_apply, read_before_judging
 from tests.conftest import free_port
 
 MIN_TIMEOUT, MAX_TIMEOUT = 0.3, 0.6
+T = TypeVar("T")
 
 
 def hand_ticked(tmp_path: Path, i: int) -> SyncObjConf:
@@ -31,18 +34,24 @@ def hand_ticked(tmp_path: Path, i: int) -> SyncObjConf:
     )
 
 
-@pytest.fixture
-def nodes(tmp_path: Path) -> Iterator[list[SyncObj]]:
-    ports = [free_port() for _ in range(3)]
-    addrs = [f"127.0.0.1:{p}" for p in ports]
-    made = []
+@contextmanager
+def three(tmp_path: Path, cls: Callable[..., T]) -> Iterator[list[T]]:
+    """Three hand-ticked nodes of class ``cls`` (a SyncObj), destroyed afterwards."""
+    addrs = [f"127.0.0.1:{free_port()}" for _ in range(3)]
+    made: list[T] = []
     try:
         for i, addr in enumerate(addrs):
-            made.append(SyncObj(addr, [a for a in addrs if a != addr], hand_ticked(tmp_path, i)))
+            made.append(cls(addr, [a for a in addrs if a != addr], hand_ticked(tmp_path, i)))
         yield made
     finally:
         for n in made:
-            n.destroy()
+            cast(Any, n).destroy()
+
+
+@pytest.fixture
+def nodes(tmp_path: Path) -> Iterator[list[SyncObj]]:
+    with three(tmp_path, SyncObj) as made:
+        yield made
 
 
 def tick(nodes: list[SyncObj], seconds: float, skip: SyncObj | None = None) -> None:
