@@ -83,7 +83,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from scripts.benchlib import cpuhog, failover, peers, retention, scale
-from scripts.benchlib.clusterops import leader_url, stop_cluster, wait_worker
+from scripts.benchlib.clusterops import leader_url, start_lag_worker, stop_cluster, wait_worker
 from scripts.benchlib.common import pct, stop_pid, summary
 from scripts.benchlib.syncobj_ceiling import syncobj_ceiling
 from tests.cluster.harness import Cluster
@@ -251,14 +251,7 @@ async def s3(cluster: Cluster, root: Path, n: int, lead: float) -> dict[str, flo
     _, url = await leader_url(cluster)
     record = root / f"s3-{time.monotonic_ns()}.lag"
     name = f"bench-s3-{time.monotonic_ns()}"
-    worker = cluster.start_worker(
-        "--import",
-        "scripts.benchlib.tasks",
-        "--concurrency",
-        str(n),
-        name=name,
-        env={"SCHEDD_BENCH_LAG": str(record)},
-    )
+    worker = start_lag_worker(cluster, name, record, n)
     try:
         async with aiohttp.ClientSession() as http:
             await wait_worker(http, url, cluster, name)

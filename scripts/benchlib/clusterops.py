@@ -10,6 +10,7 @@ import contextlib
 import math
 import os
 import signal
+import subprocess
 import sys
 import time
 import uuid
@@ -219,6 +220,21 @@ async def raft_gaps(http: aiohttp.ClientSession, cluster: Cluster, prefix: str) 
             out[f"{prefix}_gap_{short}_{name}"] = min(estimate, longest[kind])
         out[f"{prefix}_gap_{short}_max"] = longest[kind]
     return out
+
+
+def start_lag_worker(
+    cluster: Cluster, name: str, record: Path, concurrency: int
+) -> subprocess.Popen[bytes]:
+    """A ``schedd-worker`` running ``scripts.benchlib.tasks`` that appends each handler start
+    (``bench.lag``) to ``record``."""
+    return cluster.start_worker(
+        "--import",
+        "scripts.benchlib.tasks",
+        "--concurrency",
+        str(concurrency),
+        name=name,
+        env={"SCHEDD_BENCH_LAG": str(record)},
+    )
 
 
 def stop_cluster(cluster: Cluster) -> int:

@@ -77,7 +77,7 @@ import orjson
 from schedd.worker.client import STABLE_SESSION
 from tests.cluster.harness import Cluster, cluster_view
 
-from .clusterops import find_leader, stop_cluster
+from .clusterops import find_leader, start_lag_worker, stop_cluster
 from .common import pct, stop_pid
 
 TASK = "bench.failover"
@@ -362,14 +362,7 @@ async def loaded(root: Path, rate: float, prefix: str) -> AsyncIterator[Loaded]:
         ):
             try:
                 await find_leader(http, cluster)
-                worker = cluster.start_worker(
-                    "--import",
-                    "scripts.benchlib.tasks",
-                    "--concurrency",
-                    str(WORKER_CONCURRENCY),
-                    name=name,
-                    env={"SCHEDD_BENCH_LAG": str(record)},
-                )
+                worker = start_lag_worker(cluster, name, record, WORKER_CONCURRENCY)
                 run = Loaded(cluster, http, _Load(cluster, loadhttp, rate), _Starts(record), name)
                 run.task = asyncio.create_task(run.load.run())
                 yield run

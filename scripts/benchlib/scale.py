@@ -38,6 +38,7 @@ from .clusterops import (
     raft_gaps,
     rss_bytes,
     scrape,
+    start_lag_worker,
     stop_cluster,
     wait_worker,
 )
@@ -190,16 +191,7 @@ async def s3b(
         records = [root / f"w{k}.lag" for k in range(S3B_WORKERS)]
         names = [f"bench-s3b-{k}-{time.monotonic_ns()}" for k in range(S3B_WORKERS)]
         for name, record in zip(names, records, strict=True):
-            workers.append(
-                cluster.start_worker(
-                    "--import",
-                    "scripts.benchlib.tasks",
-                    "--concurrency",
-                    str(concurrency),
-                    name=name,
-                    env={"SCHEDD_BENCH_LAG": str(record)},
-                )
-            )
+            workers.append(start_lag_worker(cluster, name, record, concurrency))
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=8)) as http:
             for name in names:
                 await wait_worker(http, url, cluster, name)
