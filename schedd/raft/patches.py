@@ -444,7 +444,9 @@ def pre_vote(obj: SyncObj, may_vote: Callable[[], bool] = lambda: True) -> Elect
       vote for it at ``term + 1`` (``schedd.pre_vote``, nothing persisted, the term unchanged).
       A peer refuses while it leads or heard from a leader within ``raftMinTimeout``, when the
       term is not above its own or the node's log is behind its own, or while its journal
-      abstains (``may_vote``).  Only a majority of grants lets pysyncobj run its real election,
+      abstains (``may_vote``); it grants only at its next tick, judging again after whatever
+      came with the request (a stalled node reads the leader's queued heartbeats in the same
+      poll).  Only a majority of grants lets pysyncobj run its real election,
       on the next tick; otherwise the node draws a new deadline and tries again.  A node that
       hears from a leader meanwhile drops its round.
     * **Stickiness**: a vote request is ignored (neither granted nor its term adopted) by a
@@ -491,6 +493,8 @@ class _PreVote:
         self.stepdown_seen = False
         self.lost: tuple[Any, int] | None = None  # the leader whose closed connection was seen
         self.lost_at = float("-inf")  # and when
+        #: pre-votes it would grant, answered at the next tick (see :meth:`answer`)
+        self.pending: dict[Any, dict[str, Any]] = {}
         transport = obj._SyncObj__transport
         self.send = transport.send
         transport.send = self.marked_send
@@ -620,7 +624,25 @@ class _PreVote:
         return None
 
     def answer(self, node: Any, message: dict[str, Any]) -> None:
+        """A refusal goes at once; a grant waits for the next tick, which judges it again.
+        A node that was stalled (descheduled, swapped out) reads, in one poll, the pre-vote of
+        a peer cut off from the leader and the leader's heartbeats queued meanwhile, in the
+        order their sockets became readable: judged on the spot, a pre-vote that came first
+        finds the last contact a stall old and is granted, although the leader is alive and
+        heard in the same poll.  The next tick starts after every message of the poll (and,
+        after a pause, a fresh read: :func:`read_before_judging`)."""
         why = self.refusal(message)
+        if why is None:
+            self.pending[node] = message
+            return
+        self.reply(node, message, why)
+
+    def answer_pending(self) -> None:
+        pending, self.pending = self.pending, {}
+        for node, message in pending.items():
+            self.reply(node, message, self.refusal(message))
+
+    def reply(self, node: Any, message: dict[str, Any], why: str | None) -> None:
         if why is not None:
             _bump(self.stats.refused, why)
         reply = {"type": PRE_VOTE_ANSWER, "round": message["round"]}
@@ -687,6 +709,8 @@ class _PreVote:
     def on_tick(self, timeToWait: float = 0.0) -> None:  # pysyncobj's name
         obj = self.obj
         leading, term = obj._isLeader(), obj.raftCurrentTerm
+        if self.pending:
+            self.answer_pending()
         self.watch_leader()
         allowed = self.election_due()
         self.allow, self.transfer_tick, self.stepdown_seen = False, allowed == "transfer", False

@@ -20,10 +20,21 @@ from tests.unit.test_raft_pauses import MAX_TIMEOUT, MIN_TIMEOUT, hand_ticked, s
 
 
 class Cuts:
-    """Which nodes are cut off: their messages are dropped both ways (the connections stay)."""
+    """Which nodes are cut off: their messages are dropped both ways (the connections stay);
+    and which directed links (src, dst) drop their messages."""
 
     def __init__(self) -> None:
         self.cut: set[str] = set()
+        self.links: set[tuple[str, str]] = set()
+        self.holding: set[str] = set()  # nodes whose received messages are held back
+        self.held: list[tuple[Any, Any, Any]] = []
+
+    def release(self, first: str) -> None:
+        """Deliver the held messages, those from ``first`` before the others (each sender's in
+        the order they came), in one go: as one poll that found them in that order."""
+        held, self.held = self.held, []
+        for receive, node, message in sorted(held, key=lambda h: str(h[1].id) != first):
+            receive(node, message)
 
     def install(self, obj: SyncObj) -> None:
         transport = obj._SyncObj__transport
@@ -31,12 +42,15 @@ class Cuts:
         send, receive = transport.send, transport._onMessageReceivedCallback
 
         def filtered_send(node: Any, message: Any) -> Any:
-            if me in self.cut or str(node.id) in self.cut:
+            if me in self.cut or str(node.id) in self.cut or (me, str(node.id)) in self.links:
                 return False
             return send(node, message)
 
         def filtered_receive(node: Any, message: Any) -> None:
-            if me not in self.cut and str(node.id) not in self.cut:
+            peer = str(node.id)
+            if me in self.holding:
+                self.held.append((receive, node, message))
+            elif me not in self.cut and peer not in self.cut and (peer, me) not in self.links:
                 receive(node, message)
 
         transport.send = filtered_send
@@ -119,6 +133,41 @@ def test_an_isolated_follower_comes_back_without_deposing_the_leader(
     else:  # pysyncobj alone: its term ran away, and it deposed the leader on its return
         assert isolated_term > term
         assert min(n.raftCurrentTerm for n in nodes) > term
+
+
+@BOTH
+def test_a_stalled_node_reads_the_leaders_heartbeats_before_it_grants_a_pre_vote(
+    cluster: Trio,
+) -> None:
+    """A follower cut off from the leader asks the other follower, which is stalled (not
+    scheduled): the stalled node then reads, in one poll, that pre-vote and the leader's
+    heartbeats queued meanwhile, in the order their sockets became readable - here the
+    pre-vote first.  Judged on the spot it finds the last contact a stall old and is granted:
+    an election, although the leader was alive all along."""
+    nodes, cuts, stats = cluster
+    term, leader = settled(nodes)
+    cut_off, stalled = (n for n in nodes if n is not leader)
+    started = [dict(s.started) for s in stats]
+    cuts.links |= {(name(leader), name(cut_off)), (name(cut_off), name(leader))}
+    cut_off._SyncObj__raftElectionDeadline = 0  # its timer fires: a pre-vote, or an election
+    # The stall outlasts the election timeout but not the leader's check-quorum (the stalled
+    # node is the only follower it reaches).
+    assert MIN_TIMEOUT + 0.1 < MAX_TIMEOUT
+    tick(nodes, MIN_TIMEOUT + 0.05, skip=stalled)
+    cuts.holding.add(name(stalled))
+    stalled._poller.poll(0)  # what queued up during the stall ...
+    cuts.holding.clear()
+    assert {str(h[1].id) for h in cuts.held} == {name(leader), name(cut_off)}
+    cuts.release(first=name(cut_off))  # ... handled as one poll would, the pre-vote first
+    tick(nodes, 2 * MAX_TIMEOUT)
+    cuts.links.clear()
+    tick(nodes, 2 * MAX_TIMEOUT)
+    if stats:
+        assert {n.raftCurrentTerm for n in nodes} == {term} and leader._isLeader()
+        assert [s.started for s in stats] == started
+        assert stats[nodes.index(stalled)].refused.get("leader_alive", 0) >= 1
+    else:  # pysyncobj alone: no pre-vote, the cut-off node's election raises the term
+        assert max(n.raftCurrentTerm for n in nodes) > term
 
 
 def test_an_isolated_leader_steps_down_the_others_elect_and_it_rejoins_quietly(
