@@ -82,6 +82,7 @@ from pysyncobj.transport import TCPTransport
 
 from schedd.logs import log_event
 from schedd.raft.patches import swap_create_journal
+from schedd.storage.space import free_space
 
 log = logging.getLogger(__name__)
 
@@ -586,6 +587,7 @@ class DurableJournal(Journal):  # type: ignore[misc]
                 path=self.path,
                 op=what,
                 error=str(exc),
+                **free_space(self.path),
             )
             self.on_io_failure(exc)
             raise JournalError(f"journal {self.path}: {what} failed: {exc}") from exc

@@ -60,6 +60,7 @@ from schedd.raft.patches import (
 )
 from schedd.raft.peerguard import PeerGuard
 from schedd.raft.snapshots import SqlSnapshots
+from schedd.storage.space import free_space
 from schedd.storage.sqlstate import SqlState, StorageFailure, apply_entry
 
 log = logging.getLogger(__name__)
@@ -150,10 +151,12 @@ class Hooks:
         self.on_apply_time: Callable[[float], None] = lambda s: None
 
 
-def stop_node(message: str) -> None:
-    """The database failed, or a snapshot cannot be used: log why and exit with status 70
-    (EX_SOFTWARE), so the supervisor restarts the node from its disk and the journal."""
-    log_event(log, "storage.failed", logging.CRITICAL, error=message)
+def stop_node(message: str, path: str | None = None) -> None:
+    """The database failed, or a snapshot cannot be used: log why (with the room left on the
+    filesystem of ``path``, the file that failed) and exit with status 70 (EX_SOFTWARE), so
+    the supervisor restarts the node from its disk and the journal."""
+    where = {} if path is None else {"path": path, **free_space(path)}
+    log_event(log, "storage.failed", logging.CRITICAL, error=message, **where)
     for handler in logging.getLogger().handlers:
         handler.flush()
     os._exit(70)
@@ -181,13 +184,17 @@ class _StateMachine(SyncObjConsumer, ApplyBatch):  # type: ignore[misc]
     commit applies those entries again from it.  A snapshot commits first (``commit_now``)."""
 
     #: what a database failure under apply does (tests replace it)
-    on_storage_failure: Callable[[str], None] = staticmethod(stop_node)
+    on_storage_failure: Callable[..., None] = staticmethod(stop_node)
 
     def __init__(self, hooks: Hooks, live: Path, hot_ms: int) -> None:
         self.lock = threading.RLock()
         self.hooks = hooks
         super().__init__()
-        self.state = SqlState(live, hot_ms=hot_ms)
+        try:
+            self.state = SqlState(live, hot_ms=hot_ms)
+        except StorageFailure as exc:  # at start: as when it fails later (a full disk, say)
+            self.on_storage_failure(str(exc), str(live))
+            raise
         self._batch = False  # between ApplyBatch.begin and end: commit at the end
         self._began = 0.0  # when the open transaction began (monotonic)
         self._events: list[tuple[int, list[LeaderEvent]]] = []  # to hand on (_emit)
@@ -243,7 +250,7 @@ class _StateMachine(SyncObjConsumer, ApplyBatch):  # type: ignore[misc]
                 state.commit()
                 self._visible = False
             except StorageFailure as exc:
-                self.on_storage_failure(str(exc))
+                self.on_storage_failure(str(exc), str(self.state.path))
                 raise
 
     @replicated  # type: ignore[untyped-decorator]
@@ -262,7 +269,7 @@ class _StateMachine(SyncObjConsumer, ApplyBatch):  # type: ignore[misc]
                         state.visible_now = False
                         self._visible = self._visible or awaited or self.leading()
                 except StorageFailure as exc:
-                    self.on_storage_failure(str(exc))
+                    self.on_storage_failure(str(exc), str(self.state.path))
                     raise
             if applied is None:  # the database already held it (a replay after a restart)
                 return []

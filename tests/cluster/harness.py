@@ -112,6 +112,8 @@ class Cluster:
     clock_skew: bool = False
     #: node i's HTTP port (its Raft port is the next one); free ports when empty
     http_ports: list[int] = field(default_factory=list)
+    #: extra environment of the nodes' processes
+    env: dict[str, str] = field(default_factory=dict)
     net: Any = None
 
     def __post_init__(self) -> None:
@@ -181,7 +183,7 @@ class Cluster:
         for k, n in enumerate(self.nodes):
             if (i is not None and k != i) or n.alive:
                 continue
-            env = _env()
+            env = {**_env(), **self.env}
             args = [str(BIN / "schedd"), "--config", str(n.config)]
             if self.clock_skew:
                 env["SCHEDD_TEST_CLOCK_FILE"] = str(self.clock_file(k))
