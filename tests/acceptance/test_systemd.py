@@ -64,6 +64,18 @@ def test_units_pass_systemd_analyze_verify(tmp_path: Path) -> None:
         assert not problems, out.stderr
 
 
+def test_units_restart_without_a_start_limit() -> None:
+    """A node stops on a full disk (exit 70) at once after each start; with systemd's default
+    start limit (5 starts in 10 s) ``Restart=on-failure`` would give up and leave it down after
+    the space is freed (tests/cluster/test_full_disk.py shows it comes back when restarted)."""
+    for unit in ("schedd.service", "schedd-worker@.service"):
+        text = (REPO / "systemd" / unit).read_text()
+        unit_section = text.split("[Unit]", 1)[1].split("[Service]", 1)[0]
+        service = text.split("[Service]", 1)[1].split("[Install]", 1)[0]
+        assert "\nStartLimitIntervalSec=0\n" in unit_section, unit
+        assert "\nRestart=on-failure\n" in service, unit
+
+
 def test_sighup_reloads_tokens_and_log_level(tmp_path: Path) -> None:
     import time
     import urllib.error
