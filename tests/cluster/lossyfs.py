@@ -11,7 +11,8 @@ written back, in order): torn tails.
 
 Other faults, for the tests that need them:
 
-- ``delay MS``: every ``fsync`` takes MS milliseconds longer (a slow disk);
+- ``delay MS [MAX_MS]``: every ``fsync`` takes MS milliseconds longer, or a random time
+  between MS and MAX_MS (a slow disk; ``seed N`` seeds it);
 - ``full NAMES BYTES``: files called one of NAMES (comma-separated) may grow by BYTES more in
   all, then every write to them fails with ENOSPC and ``statfs`` shows no room (a full disk,
   hit by exactly those files); ``full off`` frees the space;
@@ -84,11 +85,15 @@ class LossyFS:
         self.root = os.path.realpath(backing)
         self.lock = threading.RLock()
         self.files: dict[int, _File] = {}  # inode -> its unsynced changes
-        self.fsync_delay = 0.0
+        self.fsync_delay = (0.0, 0.0)  # seconds, from .. to
+        self.rng = random.Random(0)
+        self.synced: dict[str, int] = {}  # fsyncs by file name
         self.trap: tuple[str, int, int] | None = None  # name, pid, writes left before it fires
         self.trapped = False
         self.full: tuple[set[str], int] | None = None  # names, bytes they may still grow by
-        self.stats = {"writes": 0, "fsyncs": 0, "crashes": 0, "undone_writes": 0}
+        self.stats: dict[str, float] = {
+            "writes": 0, "fsyncs": 0, "crashes": 0, "undone_writes": 0, "fsync_delayed_s": 0.0
+        }  # fmt: skip
 
     # -- helpers -------------------------------------------------------------------------------
     def _full(self, path: str) -> str:
@@ -245,11 +250,17 @@ class LossyFS:
         return 0
 
     def fsync(self, path: str, datasync: int, fh: int) -> int:
-        if self.fsync_delay:
-            time.sleep(self.fsync_delay)
+        low, high = self.fsync_delay
+        if high > 0:
+            with self.lock:
+                wait = low + (high - low) * self.rng.random()
+            time.sleep(wait)
+            self.stats["fsync_delayed_s"] += wait
         with self.lock:
             self.files.pop(os.fstat(fh).st_ino, None)
             self.stats["fsyncs"] += 1
+            name = os.path.basename(path)
+            self.synced[name] = self.synced.get(name, 0) + 1
         return 0
 
     def fsyncdir(self, path: str, datasync: int, fh: int) -> int:
@@ -273,8 +284,13 @@ class LossyFS:
             seed = int(args[args.index("--seed") + 1]) if "--seed" in args else 0
             return {"undone": self.crash(keep, seed)}
         if verb == "delay":
-            self.fsync_delay = float(args[0]) / 1000
-            return {"delay_ms": float(args[0])}
+            low = float(args[0]) / 1000
+            self.fsync_delay = (low, float(args[1]) / 1000 if len(args) > 1 else low)
+            return {"delay_ms": args}
+        if verb == "seed":
+            with self.lock:
+                self.rng = random.Random(int(args[0]))
+            return {"seed": int(args[0])}
         if verb == "trap":
             with self.lock:
                 self.trap = (args[0], int(args[1]), int(args[2]) if len(args) > 2 else 1)
@@ -287,7 +303,12 @@ class LossyFS:
         if verb == "status":
             with self.lock:
                 unsynced = sum(len(f.undo) for f in self.files.values())
-                return {**self.stats, "unsynced_writes": unsynced, "trapped": self.trapped}
+                return {
+                    **self.stats,
+                    "unsynced_writes": unsynced,
+                    "trapped": self.trapped,
+                    "fsyncs_by_file": dict(self.synced),
+                }
         return {"error": f"unknown command {verb!r}"}
 
 
