@@ -129,6 +129,9 @@ class WorkerHub(Protocol):
 
     def disconnect(self, conn: WorkerConn) -> None: ...
 
+    def heard(self, conn: WorkerConn) -> None:
+        """A frame came from the worker."""
+
     def drain(self, worker_id: str) -> WorkerConn | None:
         """Lease the worker nothing more and tell it so (None: it is not connected)."""
 

@@ -97,7 +97,7 @@ async def _serve(request: web.Request, ws: web.WebSocketResponse) -> web.WebSock
         async for frame in ws:
             if frame.type is not WSMsgType.TEXT:
                 continue
-            conn.heard_ms = clock.wall_ms()
+            leader.heard(conn)
             try:
                 msg = messages.decode(frame.data)
             except ProtocolError as exc:

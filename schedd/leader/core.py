@@ -444,6 +444,9 @@ class LeaderCore:
             if info.ending:
                 continue
             if info.expires < now.mono:
+                conn = self.workers.get(info.worker_id)
+                if conn is not None:  # connected, but silent: no new lease until it is heard
+                    conn.silent = True
                 self._end_lease(
                     info,
                     now.wall_ms,
@@ -674,6 +677,15 @@ class LeaderCore:
         self._out.append(WAKE)
 
     # -- workers ---------------------------------------------------------------------------
+    def heard(self, conn: WorkerConn, now: Now) -> list[Action]:
+        """A frame came from the worker: it is heard, and one that had gone silent (a lease of
+        it expired while its connection stayed open) may take leases again."""
+        conn.heard_ms = now.wall_ms
+        if not conn.silent:
+            return []
+        conn.silent = False
+        return [WAKE]
+
     def connect(
         self, conn: WorkerConn, resume: tuple[messages.LeaseRef, ...], now: Now
     ) -> list[Action]:

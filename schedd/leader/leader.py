@@ -165,6 +165,9 @@ class Leader:
     def disconnect(self, conn: WorkerConn) -> None:
         self.core.disconnect(conn)
 
+    def heard(self, conn: WorkerConn) -> None:
+        self._do(self.core.heard(conn, now()))
+
     def drain(self, worker_id: str) -> WorkerConn | None:
         """Drain the connected worker ``worker_id`` (None: no such worker is connected)."""
         conn = self.core.workers.get(worker_id)

@@ -24,10 +24,14 @@ class WorkerConn:
     reserved: int = 0  # leases being committed for this worker
     draining: bool = False
     closed: bool = False
+    #: it let a lease expire while its connection stayed open (stopped, or cut off by a
+    #: partition that leaves the socket hanging): no new lease reaches it until a frame comes
+    #: from it again, or every lease dispatched to it would be lost the same way
+    silent: bool = False
 
     @property
     def free(self) -> int:
-        if self.draining or self.closed:
+        if self.draining or self.closed or self.silent:
             return 0
         return self.capacity - len(self.leases) - self.reserved
 

@@ -82,10 +82,11 @@ class NodeProc:
     config: Path
     log: Path
     proc: subprocess.Popen[bytes] | None = None
+    host: str = "127.0.0.1"
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.http_port}"
+        return f"http://{self.host}:{self.http_port}"
 
     @property
     def alive(self) -> bool:
@@ -114,6 +115,10 @@ class Cluster:
     http_ports: list[int] = field(default_factory=list)
     #: extra environment of the nodes' processes
     env: dict[str, str] = field(default_factory=dict)
+    #: per node, the address it listens on (default loopback) and a command prefix it is
+    #: started with (tests/cluster/netns.py: ``ip netns exec NS``)
+    hosts: list[str] = field(default_factory=list)
+    launch: list[list[str]] = field(default_factory=list)
     net: Any = None
 
     def __post_init__(self) -> None:
@@ -129,8 +134,9 @@ class Cluster:
             ports.sort()
             proxy_ports = ports[1::2]
             ports = ports[0::2]
+        hosts = list(self.hosts) or ["127.0.0.1"] * self.size
         peer_addr = [
-            f"127.0.0.1:{proxy_ports[i] if self.proxied else p + 1}" for i, p in enumerate(ports)
+            f"{hosts[i]}:{proxy_ports[i] if self.proxied else p + 1}" for i, p in enumerate(ports)
         ]
         for i, port in enumerate(ports):
             node_id = f"n{i + 1}"
@@ -146,12 +152,14 @@ class Cluster:
             cfg = self.root / f"{node_id}.toml"
             cfg.write_text(
                 f'[node]\nid = "{node_id}"\ndata_dir = "{self.root / node_id}"\n'
-                f'[http]\nlisten = "127.0.0.1:{port}"\n'
-                f'[raft]\nlisten = "127.0.0.1:{port + 1}"\npeers = [{", ".join(peers)}]\n{raft}'
+                f'[http]\nlisten = "{hosts[i]}:{port}"\n'
+                f'[raft]\nlisten = "{hosts[i]}:{port + 1}"\npeers = [{", ".join(peers)}]\n{raft}'
                 f'[auth]\ntokens_file = "{tokens}"\n'
                 f"[scheduler]\n{sched}{history}"
             )
-            self.nodes.append(NodeProc(node_id, port, port + 1, cfg, self.root / f"{node_id}.log"))
+            self.nodes.append(
+                NodeProc(node_id, port, port + 1, cfg, self.root / f"{node_id}.log", host=hosts[i])
+            )
             if self.clock_skew:
                 self.clock_file(i).write_text("0\n")
         if self.proxied:
@@ -184,7 +192,8 @@ class Cluster:
             if (i is not None and k != i) or n.alive:
                 continue
             env = {**_env(), **self.env}
-            args = [str(BIN / "schedd"), "--config", str(n.config)]
+            args = [*(self.launch[k] if self.launch else []), str(BIN / "schedd")]
+            args += ["--config", str(n.config)]
             if self.clock_skew:
                 env["SCHEDD_TEST_CLOCK_FILE"] = str(self.clock_file(k))
                 args = [sys.executable, "-c", SKEW_LAUNCHER, "--config", str(n.config)]
@@ -213,9 +222,14 @@ class Cluster:
         return proc
 
     def start_worker(
-        self, *extra: str, name: str = "worker", env: dict[str, str] | None = None
+        self,
+        *extra: str,
+        name: str = "worker",
+        env: dict[str, str] | None = None,
+        prefix: list[str] | None = None,
     ) -> subprocess.Popen[bytes]:
-        args = [str(BIN / "schedd-worker"), f"--token={self.token}", "--worker-id", name]
+        args = [*(prefix or []), str(BIN / "schedd-worker"), f"--token={self.token}"]
+        args += ["--worker-id", name]
         for url in self.urls:
             args += ["--server", url]
         return self.spawn(args + list(extra), self.root / f"{name}.log", env)

@@ -352,6 +352,33 @@ def test_a_lease_without_heartbeats_ends_as_lost_and_its_worker_is_told_to_stop(
     assert run_id not in sim.leader.leases and conn.leases == {}
 
 
+def test_a_worker_that_let_a_lease_expire_gets_no_lease_until_it_is_heard_again() -> None:
+    """Its connection stayed open (stopped, or cut off by a partition that leaves the socket
+    hanging): each lease sent to it would be lost the same way, another worker must take the
+    run; once a frame comes from it, it takes leases again."""
+    sim = Sim()
+    quiet = sim.connect("w1")
+    run_id, _ = leased(sim, quiet, heartbeat_timeout_ms=3 * S)
+    other = sim.connect("w2")
+    sim.advance(3.01)
+    sim.tick()
+    sim.settle()  # lost: retried after its backoff
+    assert sim.run(run_id).state is RunState.RETRYING
+    sim.advance(60)
+    sim.settle()
+    assert sim.run(run_id).state is RunState.RUNNING
+    assert sim.run(run_id).attempts[-1].worker_id == other.worker_id
+    assert quiet.free == 0
+    second = sim.submit("J2")  # w2 is busy (capacity 1), w1 silent: it waits
+    sim.settle()
+    assert sim.run(second).state is RunState.QUEUED
+    sim.do(sim.leader.heard(quiet, sim.now))  # a frame from w1 (a heartbeat, say)
+    assert quiet.free == 1
+    sim.settle()
+    assert sim.run(second).state is RunState.RUNNING
+    assert sim.run(second).attempts[-1].worker_id == quiet.worker_id
+
+
 def test_a_heartbeat_with_a_stale_fence_or_from_another_worker_does_not_keep_a_lease() -> None:
     sim = Sim()
     conn, other = sim.connect("w1"), sim.connect("w2")

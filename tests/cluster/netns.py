@@ -1,0 +1,151 @@
+"""Real network partitions: every host (a node, a worker) in a network namespace of its own,
+all on one bridge, and nftables rules inside the namespaces to cut pairs of hosts.
+
+``NetLab(["n1", "n2", "n3", "w1"])`` makes namespaces ``sd<tag>-<name>``, each with one veth
+(``eth0``, ``10.<net>.0.<i+1>/24``) on a bridge in the root namespace, which holds
+``10.<net>.0.254``: the address of the test process itself, the *client* (:data:`CLIENT`).
+Nothing is routed anywhere else, and no rule is ever added to the root namespace.
+
+- ``cut(a, b)``: packets between a and b are dropped - connections hang, as across a real
+  partition (TCP retransmits, a connect waits for its timeout); ``cut(a, b, reject=True)``
+  answers them with a reset or an ICMP error instead (refused at once).
+- ``heal()``: every cut removed (``heal(a, b)``: that one).
+- ``run(host, args)``: a process in that host's namespace (``ip netns exec`` execs it: the
+  returned ``Popen``'s pid is the process), stopped by :meth:`close`.
+
+Root and ``ip``/``nft`` (Debian's iproute2 and nftables) are needed: :func:`available` says
+whether this machine has them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+CLIENT = "client"
+_labs = itertools.count()
+
+
+def available() -> str | None:
+    """None when namespaces with nftables rules can be made here, else why not."""
+    if os.geteuid() != 0:
+        return "network namespaces need root"
+    for tool in ("ip", "nft"):
+        if shutil.which(tool) is None:
+            return f"{tool} not installed (Debian: iproute2, nftables)"
+    return None
+
+
+def _sh(*args: str) -> None:
+    out = subprocess.run(args, capture_output=True, text=True)
+    if out.returncode != 0:
+        raise RuntimeError(f"{' '.join(args)}: {out.stderr.strip()}")
+
+
+class NetLab:
+    def __init__(self, hosts: list[str]) -> None:
+        assert CLIENT not in hosts and len(hosts) < 250
+        # Unique per lab: a namespace's veth goes away some time after the namespace does.
+        n = next(_labs)
+        self.tag = f"{os.getpid() % 1000:03d}{n % 100:02d}"
+        self.net = 100 + (os.getpid() + n) % 100
+        self.bridge = f"sdb{self.tag}"
+        self.hosts = list(hosts)
+        self.ns = {h: f"sd{self.tag}-{h}" for h in hosts}
+        self.ip = {h: f"10.{self.net}.0.{i + 1}" for i, h in enumerate(hosts)}
+        self.ip[CLIENT] = f"10.{self.net}.0.254"
+        self.cuts: dict[frozenset[str], bool] = {}  # pair -> reject (else drop)
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self._made: list[str] = []
+
+    def __enter__(self) -> NetLab:
+        try:
+            self._setup()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _setup(self) -> None:
+        _sh("ip", "link", "add", self.bridge, "type", "bridge")
+        self._made.append("bridge")
+        _sh("ip", "addr", "add", f"{self.ip[CLIENT]}/24", "dev", self.bridge)
+        _sh("ip", "link", "set", self.bridge, "up")
+        for i, host in enumerate(self.hosts):
+            ns, veth = self.ns[host], f"sdv{self.tag}{i}"
+            _sh("ip", "netns", "add", ns)
+            self._made.append(ns)
+            _sh("ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns)
+            _sh("ip", "link", "set", veth, "master", self.bridge, "up")
+            _sh("ip", "-n", ns, "addr", "add", f"{self.ip[host]}/24", "dev", "eth0")
+            _sh("ip", "-n", ns, "link", "set", "eth0", "up")
+            _sh("ip", "-n", ns, "link", "set", "lo", "up")
+            self._nft(host, "add table inet lab")
+            for chain in ("input", "output"):
+                self._nft(
+                    host, f"add chain inet lab {chain} {{ type filter hook {chain} priority 0; }}"
+                )
+
+    def _nft(self, host: str, command: str) -> None:
+        _sh("ip", "netns", "exec", self.ns[host], "nft", command)
+
+    # -- faults ------------------------------------------------------------------------------
+    def cut(self, a: str, b: str, reject: bool = False) -> None:
+        self.cuts[frozenset((a, b))] = reject
+        self._apply()
+
+    def heal(self, a: str | None = None, b: str | None = None) -> None:
+        if a is None or b is None:
+            self.cuts.clear()
+        else:
+            self.cuts.pop(frozenset((a, b)), None)
+        self._apply()
+
+    def _apply(self) -> None:
+        """Each namespace's rules, rebuilt from :attr:`cuts` (a host drops what it sends to and
+        receives from the other end of each of its cuts)."""
+        for host in self.hosts:
+            self._nft(host, "flush table inet lab")
+            for pair, reject in self.cuts.items():
+                if host not in pair:
+                    continue
+                peer = self.ip[next(iter(pair - {host}))]
+                verdict = "reject with tcp reset" if reject else "drop"
+                tcp = "meta l4proto tcp " if reject else ""
+                self._nft(host, f"add rule inet lab input ip saddr {peer} {tcp}{verdict}")
+                self._nft(host, f"add rule inet lab output ip daddr {peer} {tcp}{verdict}")
+
+    # -- processes ---------------------------------------------------------------------------
+    def prefix(self, host: str) -> list[str]:
+        """The command prefix that runs a program in ``host``'s namespace."""
+        return ["ip", "netns", "exec", self.ns[host]]
+
+    def run(
+        self, host: str, args: list[str], log: Path, env: dict[str, str] | None = None
+    ) -> subprocess.Popen[bytes]:
+        with open(log, "ab") as out:
+            proc = subprocess.Popen(
+                self.prefix(host) + args, stdout=out, stderr=subprocess.STDOUT, env=env
+            )
+        self.procs.append(proc)
+        return proc
+
+    def close(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.kill()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(10)
+        for name in reversed(self._made):
+            if name == "bridge":
+                subprocess.run(["ip", "link", "del", self.bridge], capture_output=True)
+            else:
+                subprocess.run(["ip", "netns", "del", name], capture_output=True)
+        self._made.clear()
