@@ -26,7 +26,15 @@ worker_kill            SIGKILL a worker (mid-run: workers always hold leases und
                        restart it after 1–3 s
 worker_stall           SIGSTOP a worker for heartbeat_timeout + 1–3 s, then SIGCONT: its leases
                        are lost and re-leased, and its late results must be refused
+power_loss             SIGKILL all three nodes, drop what each one's disk had not synced (a
+                       random prefix of each file's unsynced writes kept: torn tails), restart
+                       them together after 1–3 s
+slow_disk              every fsync on one node (the leader or a follower) 50–500 ms longer,
+                       for 5–10 s
 =====================  =====================================================================
+
+The two disk kinds put every node's data directory on a lossy FUSE mount
+(tests/cluster/lossyfs.py), only in a schedule that has one of them.
 
 :func:`run_schedule` starts the cluster (Raft links through tests/cluster/proxy.py), two
 workers running ``tests.acceptance.tasks`` (``acc.record`` logs every execution with its
@@ -38,6 +46,7 @@ hands the recorded history to tests/cluster/checker.py.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import signal
 import subprocess
@@ -52,6 +61,7 @@ import orjson
 from schedd.aio import wait_event
 from tests.cluster import checker
 from tests.cluster.harness import Cluster
+from tests.cluster.lossyfs import LossyMount
 
 KINDS = (
     "kill_leader",
@@ -68,11 +78,15 @@ KINDS = (
     "clock_skew",
     "worker_kill",
     "worker_stall",
+    "power_loss",
+    "slow_disk",
 )
+# Kinds that need the nodes' data directories on lossy mounts.
+DISK_KINDS = frozenset({"power_loss", "slow_disk"})
 # Faults that leave a connected majority of live nodes (one-way faults too: the two followers
 # still talk to each other both ways): writes must resume within the bound while the fault
 # lasts.  Only kill_all leaves no majority; it is measured from its heal (the restart).
-KEEPS_MAJORITY = frozenset(KINDS) - {"kill_all"}
+KEEPS_MAJORITY = frozenset(KINDS) - {"kill_all", "power_loss"}
 
 HEARTBEAT_INTERVAL_S = 0.5
 HEARTBEAT_TIMEOUT_S = 3.0
@@ -104,8 +118,10 @@ def _duration(kind: str, rng: random.Random) -> tuple[float, float]:
         return rng.uniform(3, 5), 0.0
     if kind == "flaky_link":
         return rng.uniform(4, 8), rng.uniform(30, 120)
-    if kind == "kill_all":
+    if kind in ("kill_all", "power_loss"):
         return rng.uniform(1, 3), 0.0
+    if kind == "slow_disk":
+        return rng.uniform(5, 10), 0.0
     if kind == "clock_skew":
         return rng.uniform(5, 10), rng.choice((-1, 1)) * rng.uniform(5, 45)
     if kind == "worker_kill":
@@ -154,6 +170,8 @@ class Run:
     paused: set[int] = field(default_factory=set)
     inflight: set[asyncio.Task[None]] = field(default_factory=set)
     cron_ids: list[str] = field(default_factory=list)
+    #: per node, its lossy data directory (only when the schedule has a disk fault)
+    disks: list[LossyMount] = field(default_factory=list)
 
     def record_file(self, worker: str) -> Path:
         return self.root / f"exec-{worker}.txt"
@@ -275,7 +293,7 @@ class Run:
         size = len(self.cluster.nodes)
         lead: int | None = None
         follower: int | None = None
-        if step.kind not in ("worker_kill", "worker_stall", "kill_all"):
+        if step.kind not in ("worker_kill", "worker_stall", "kill_all", "power_loss"):
             lead = await self.leader()
             if lead is None:
                 lead = int(step.pick * size) % size  # no leader right now: any node
@@ -304,10 +322,22 @@ class Run:
     ) -> tuple[str, str, list[Any]]:
         c = self.cluster
         kind = step.kind
-        if kind == "kill_all":
+        if kind in ("kill_all", "power_loss"):
             for i in range(len(c.nodes)):
                 c.kill(i, signal.SIGKILL)
-            return "n1,n2,n3", f"restart after {step.duration:.1f}s", [("start_all",)]
+            restart = f"restart after {step.duration:.1f}s"
+            if kind == "power_loss":
+                seed = int(step.pick * 10_000)
+                undone = [d.crash("random", seed + i) for i, d in enumerate(self.disks)]
+                restart = f"unsynced writes undone {undone}, {restart}"
+            return "n1,n2,n3", restart, [("start_all",)]
+        if kind == "slow_disk":
+            victim = lead if step.pick < 0.5 else follower
+            assert victim is not None
+            self.disks[victim].call(f"seed {int(step.pick * 10_000)}")
+            self.disks[victim].call("delay 50 500")
+            role = "leader" if victim == lead else "follower"
+            return self.name(victim), f"{role}, fsync +50-500 ms", [("fast_disk", victim)]
         if kind == "clock_skew":
             victim = lead if step.pick < 0.5 else follower
             assert victim is not None
@@ -415,10 +445,14 @@ class Run:
                 self.start_worker(action[1])
             elif what == "worker_cont":
                 self.workers[action[1]].send_signal(signal.SIGCONT)
+            elif what == "fast_disk":
+                self.disks[action[1]].call("delay 0")
 
     def heal_everything(self) -> None:
         c = self.cluster
         c.net.heal()
+        for disk in self.disks:
+            disk.call("delay 0")
         for i, n in enumerate(c.nodes):
             if c.clock_skew:
                 c.set_clock_offset(i, 0)
@@ -521,10 +555,20 @@ async def run_schedule(
     states: list[checker.NodeState] = []
     info: dict[str, Any] = {}
     run: Run | None = None
+    mounts = contextlib.ExitStack()
+    disks: list[LossyMount] = []
+    if DISK_KINDS.intersection(s.kind for s in steps):
+        disks = [
+            mounts.enter_context(
+                LossyMount(root / "disk" / n.node_id, cluster.root / n.node_id, root / f"{n.node_id}.fs.log")
+            )
+            for n in cluster.nodes
+        ]  # fmt: skip
     try:
         cluster.start()
         async with aiohttp.ClientSession() as http:
             run = Run(seed, root, cluster, history, http, random.Random(seed ^ 0x5EED))
+            run.disks = disks
             await cluster.wait_leader(http)
             for name in ("w1", "w2"):
                 run.start_worker(name)
@@ -548,6 +592,7 @@ async def run_schedule(
             states, info = await checker.collect(http, cluster.urls, cluster.headers())
     finally:
         cluster.stop()
+        mounts.close()
     workers = sorted({w for w in (run.workers if run else {})})
     executions, malformed = checker.read_executions([root / f"exec-{w}.txt" for w in workers])
     refusals = checker.read_refusals([root / "cluster" / f"{w}.log" for w in workers])

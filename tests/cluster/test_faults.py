@@ -1,7 +1,7 @@
-"""The fault-injection suite's CI subset: three fixed seeds, each a ~32 s schedule on a real
+"""The fault-injection suite's CI subset: four fixed seeds, each a ~32 s schedule on a real
 three-node cluster (Raft links through tests/cluster/proxy.py) with two real workers, a few
 hundred one-off jobs and three ``* * * * * *`` cron jobs; every invariant of
-tests/cluster/checker.py must be 0.  Between them the three schedules use every fault kind.
+tests/cluster/checker.py must be 0.  Between them the four schedules use every fault kind.
 
 ``scripts/torture --schedules N --seed S`` runs as many schedules as wanted (RELIABILITY.md).
 A failing seed replays with ``scripts/torture --schedules 1 --seed SEED --kinds ...``.
@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 
 from tests.cluster import checker
-from tests.cluster.faults import KINDS, make_schedule, run_schedule, summary_line
+from tests.cluster.faults import DISK_KINDS, KINDS, make_schedule, run_schedule, summary_line
+from tests.cluster.lossyfs import available as lossy_unavailable
 
 pytestmark = [pytest.mark.cluster]
 
@@ -25,6 +26,7 @@ CI_SCHEDULES = [
     (7, ("kill_leader", "pause_follower", "isolate_leader", "worker_stall", "clock_skew")),
     (4, ("kill_follower", "pause_leader", "one_way_leader_in", "worker_kill", "cut_link")),
     (1, ("kill_all", "isolate_follower", "one_way_leader_out", "flaky_link")),
+    (3, ("power_loss", "slow_disk")),  # on lossy mounts (tests/cluster/lossyfs.py)
 ]
 DURATION_S = 32.0
 
@@ -37,8 +39,19 @@ def test_the_ci_schedules_cover_every_fault_kind() -> None:
     assert make_schedule(5, 60) != make_schedule(6, 60)
 
 
+def _needs(kinds: tuple[str, ...]) -> list[pytest.MarkDecorator]:
+    why = lossy_unavailable() if DISK_KINDS.intersection(kinds) else None
+    return [pytest.mark.skip(reason=why)] if why else []
+
+
 @pytest.mark.timeout(150)
-@pytest.mark.parametrize(("seed", "kinds"), CI_SCHEDULES, ids=[f"seed{s}" for s, _ in CI_SCHEDULES])
+@pytest.mark.parametrize(
+    ("seed", "kinds"),
+    [
+        pytest.param(seed, kinds, id=f"seed{seed}", marks=_needs(kinds))
+        for seed, kinds in CI_SCHEDULES
+    ],
+)
 async def test_invariants_hold_under_a_fault_schedule(
     tmp_path: Path, seed: int, kinds: tuple[str, ...]
 ) -> None:
