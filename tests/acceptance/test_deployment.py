@@ -596,8 +596,13 @@ def start_nodes(dep: Deployment) -> None:
         )
         left = deadline - time.monotonic()
         assert left > 0, f"no READY=1 within 60s from {sorted(n.name for n in pending.values())}"
-        readable, _, _ = select.select(list(pending), [], [], min(0.5, left))
-        for sock in readable:
+        # poll, not select: the test process may hold more than 1024 descriptors by now
+        poller = select.poll()
+        by_fd = {sock.fileno(): sock for sock in pending}
+        for fd in by_fd:
+            poller.register(fd, select.POLLIN)
+        for fd, _ in poller.poll(min(0.5, left) * 1000):
+            sock = by_fd[fd]
             node = pending[sock]
             node.notified.append(sock.recv(4096).decode())
             if "READY=1" in node.notified[-1].splitlines():
