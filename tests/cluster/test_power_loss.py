@@ -204,8 +204,15 @@ async def test_the_power_loss_test_fails_when_the_journal_does_not_sync(tmp_path
         async with aiohttp.ClientSession() as http:
             await cluster.wait_leader(http)
             acked: list[str] = []
-            await load_then_lose_power(http, cluster, mounts, acked, rng, "none")
-            cluster.start()
-            with pytest.raises(AssertionError) as failed:
-                await check_every_node(http, cluster, acked, timeout=20)
-            assert re.search(r"lost \d+ of|no leader", str(failed.value)), failed.value
+            # What it loses is what was acknowledged since the state databases' last
+            # checkpoint (0.2 s at most): almost always something, but a power loss just
+            # after a checkpoint with nothing in flight could lose nothing - up to 3 of them.
+            for _ in range(3):
+                await load_then_lose_power(http, cluster, mounts, acked, rng, "none")
+                cluster.start()
+                try:
+                    await check_every_node(http, cluster, acked, timeout=20)
+                except AssertionError as failure:
+                    assert re.search(r"lost \d+ of|no leader", str(failure)), failure
+                    return
+            raise AssertionError("3 power losses on a journal that never syncs lost nothing")

@@ -23,7 +23,7 @@ pytestmark = [
     pytest.mark.skipif(available() is not None, reason=str(available())),
 ]
 
-LOAD_S = 20.0
+LOAD_S = 10.0
 SUBMITTERS = 8
 ELECTIONS = "schedd_raft_elections_started_total"
 
@@ -59,7 +59,7 @@ async def test_a_slow_disk_on_one_node_keeps_the_leader_and_the_node_catches_up(
             disks[slow].call("delay 0")
             # the disk was slow: at least 20 delayed syncs on that node
             assert status["fsyncs"] >= 20 and status["fsync_delayed_s"] >= 20 * 0.05, status
-            assert len(acked) >= 50, len(acked)  # the cluster kept taking jobs
+            assert len(acked) >= 30, len(acked)  # the cluster kept taking jobs
             for i in range(cluster.size):
                 v = await cluster.view(http, i)
                 assert v is not None, i
