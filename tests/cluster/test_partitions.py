@@ -175,14 +175,14 @@ async def test_a_leader_cut_off_from_everyone_follows_the_new_leader_once_healed
                     for other in (*[n for n in NODES if n != NODES[old]], CLIENT):
                         lab.cut(NODES[old], other)
 
-                    async def new_leader() -> int | None:
+                    async def new_leader() -> tuple[int] | None:  # (0,): node 0 is truthy
                         for i in range(len(NODES)):
                             v = await cluster.view(http, i) if i != old else None
                             if v and v["role"] == "leader" and v["term"] > term:
-                                return i
+                                return (i,)
                         return None
 
-                    new = await wait_for(new_leader, timeout=30)
+                    (new,) = await wait_for(new_leader, timeout=30)
                     cut_at = len(acked)
                     await wait_for(lambda: len(acked) >= cut_at + 20, timeout=30)  # it goes on
                     lab.heal()
