@@ -13,10 +13,12 @@ never syncs (``fdatasync`` replaced in the node processes) loses acknowledged jo
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import random
 import re
 import signal
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
@@ -61,6 +63,22 @@ async def submit_until(
         await asyncio.sleep(0.05)
 
 
+@contextlib.asynccontextmanager
+async def submitting(
+    http: aiohttp.ClientSession, cluster: Cluster, acked: list[str]
+) -> AsyncIterator[None]:
+    """SUBMITTERS clients submitting (:func:`submit_until`) while the block runs."""
+    stop = asyncio.Event()
+    tasks = [
+        asyncio.create_task(submit_until(http, cluster, acked, stop, k)) for k in range(SUBMITTERS)
+    ]
+    try:
+        yield
+    finally:
+        stop.set()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
 async def load_then_lose_power(
     http: aiohttp.ClientSession,
     cluster: Cluster,
@@ -73,11 +91,7 @@ async def load_then_lose_power(
     flight, and drop what each filesystem had not synced.  Returns the writes undone."""
     before = len(acked)
     target = before + rng.randint(150, 400)
-    stop = asyncio.Event()
-    tasks = [
-        asyncio.create_task(submit_until(http, cluster, acked, stop, k)) for k in range(SUBMITTERS)
-    ]
-    try:
+    async with submitting(http, cluster, acked):
         await wait_for(lambda: len(acked) >= target, timeout=120, interval=0.005)
         for n in cluster.nodes:  # all at once: the power goes
             assert n.proc is not None
@@ -86,9 +100,6 @@ async def load_then_lose_power(
         for n in cluster.nodes:
             assert n.proc is not None
             n.proc.wait(10)
-    finally:
-        stop.set()
-        await asyncio.gather(*tasks, return_exceptions=True)
     return sum(m.crash(keep, rng.randrange(1 << 30)) for m in mounts)
 
 
@@ -171,18 +182,10 @@ async def test_power_loss_of_one_node_in_the_middle_of_a_write(tmp_path: Path, f
             assert proc is not None
             mounts[victim].call(f"trap {file} {proc.pid} 3")
             acked: list[str] = []
-            stop = asyncio.Event()
-            tasks = [
-                asyncio.create_task(submit_until(http, cluster, acked, stop, k))
-                for k in range(SUBMITTERS)
-            ]
-            try:
+            async with submitting(http, cluster, acked):
                 await wait_for(lambda: proc.poll() is not None, timeout=120, interval=0.05)
                 assert mounts[victim].call("status")["trapped"]
                 await wait_for(lambda: len(acked) >= 100, timeout=60)
-            finally:
-                stop.set()
-                await asyncio.gather(*tasks, return_exceptions=True)
             cluster.start(victim)
             await check_every_node(http, cluster, acked)
 

@@ -13,7 +13,7 @@ import aiohttp
 import pytest
 
 from tests.cluster.lossyfs import available, lossy_cluster
-from tests.cluster.test_power_loss import check_every_node, submit_until
+from tests.cluster.test_power_loss import check_every_node, submitting
 from tests.cluster.test_stalled_follower import _metric
 from tests.conftest import wait_for
 
@@ -24,7 +24,6 @@ pytestmark = [
 ]
 
 LOAD_S = 10.0
-SUBMITTERS = 8
 ELECTIONS = "schedd_raft_elections_started_total"
 
 
@@ -45,16 +44,8 @@ async def test_a_slow_disk_on_one_node_keeps_the_leader_and_the_node_catches_up(
             disks[slow].call("seed 19")
             disks[slow].call("delay 50 500")
             acked: list[str] = []
-            stop = asyncio.Event()
-            tasks = [
-                asyncio.create_task(submit_until(http, cluster, acked, stop, k))
-                for k in range(SUBMITTERS)
-            ]
-            try:
+            async with submitting(http, cluster, acked):
                 await asyncio.sleep(LOAD_S)
-            finally:
-                stop.set()
-                await asyncio.gather(*tasks, return_exceptions=True)
             status = disks[slow].call("status")
             disks[slow].call("delay 0")
             # the disk was slow: at least 20 delayed syncs on that node
