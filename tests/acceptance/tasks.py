@@ -1,7 +1,8 @@
 """Tasks for the acceptance tests' real ``schedd-worker`` (``--import tests.acceptance.tasks``).
 
 ``acc.record`` appends one line per execution (run id, fence, attempt) to the file named by
-``SCHEDD_TEST_RECORD``, so the test can see every execution the worker made.
+``SCHEDD_TEST_RECORD``, so the test can see every execution the worker made; with
+``"fail_below": N`` in its payload it then fails attempts 1 to N-1 (retries, dead-lettering).
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ async def record(ctx: Context, payload: Any) -> dict[str, Any]:
     path = os.environ["SCHEDD_TEST_RECORD"]
     with open(path, "a", encoding="utf-8") as fh:
         fh.write(f"{ctx.run_id} {ctx.fence} {ctx.attempt}\n")
+    if ctx.attempt < int((payload or {}).get("fail_below", 0)):
+        raise RuntimeError(f"acc.record fails attempt {ctx.attempt}")
     return {"run_id": ctx.run_id, "attempt": ctx.attempt}
 
 

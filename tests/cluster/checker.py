@@ -33,6 +33,12 @@ Invariants (``report["invariants"]``):
   period with every fault healed.
 * ``failover_over_bound`` — faults after which no submit was acknowledged within the bound
   (from the fault's start when it leaves a connected majority of live nodes, else from its heal).
+
+With history retention (``check(retention_s=...)``, the soak), a job or run may be forgotten by
+every node: an acknowledged job missing on every node counts as forgotten, not lost, only when
+it was acknowledged more than the retention before the nodes were read and a worker executed
+one of its runs; an execution of a run no node has counts only when the run was scheduled more
+than the retention before the read.  Anything else missing is still a violation.
 """
 
 from __future__ import annotations
@@ -251,6 +257,7 @@ async def collect(
         if not ok:
             info["views"] = before
             break
+        read_ms = int(time.time() * 1000)
         states = list(
             await asyncio.gather(*(read_node(http, u, headers, i) for i, u in enumerate(urls)))
         )
@@ -261,6 +268,7 @@ async def collect(
         )
         if same and len({s.applied_index for s in states}) == 1:
             info["converged"] = True
+            info["read_wall_ms"] = read_ms
             info["index"] = states[0].applied_index
             info["leader"] = next(i for i, v in enumerate(before) if v and v["role"] == "leader")
             return states, info
@@ -346,10 +354,18 @@ def check(
     *,
     bound_s: float,
     cron_jobs: list[str],
+    retention_s: float | None = None,
 ) -> dict[str, Any]:
     """Count every invariant's violations (each with its evidence) and build the report."""
     v: dict[str, list[str]] = {k: [] for k in INVARIANTS}
     stats: Counter[str] = Counter()
+    forgot: Forgetting | None = None
+    if retention_s is not None and "read_wall_ms" in collect_info:
+        forgot = Forgetting(
+            collect_info["read_wall_ms"] - retention_s * 1000,
+            {run_id.rpartition("@")[0] for run_id, _, _, _ in executions},
+            history.wall0,
+        )
     recov = recovery_times(history, bound_s)
     for r in recov:
         if not r["within_bound"]:
@@ -364,10 +380,10 @@ def check(
     else:
         ref = states[collect_info.get("leader", 0)]
         sums = _check_replicas(states, ref, v)
-        _check_jobs(history, states, ref, v)
+        _check_jobs(history, states, ref, v, forgot, stats)
         skew_ms = max([abs(f.clock_shift_s) for f in history.faults] + [0.0]) * 1000
         all_runs = _check_runs(ref, executions, set(cron_jobs), skew_ms, v, stats)
-        _check_executions(executions, all_runs, v)
+        _check_executions(executions, all_runs, v, forgot, stats)
         stats["refused_then_recorded_succeeded"] = sum(
             1
             for r, f in refusals
@@ -428,13 +444,43 @@ def _check_duplicates(
             v["duplicate_job_ids"].append(f"job id {acked} acknowledged to {n} submissions")
 
 
+@dataclass
+class Forgetting:
+    """What history retention may have forgotten by the time the nodes were read."""
+
+    before_ms: float  # wall-clock ms: only what finished before this can be gone
+    executed_jobs: set[str]  # jobs a worker executed a run of
+    wall0: float  # the history's start, wall clock (s)
+
+    def job(self, op: Op, states: list[NodeState]) -> bool:
+        return (
+            op.completed is not None
+            and (self.wall0 + op.completed) * 1000 < self.before_ms
+            and op.job_id in self.executed_jobs
+            and all(op.job_id not in s.jobs for s in states)
+        )
+
+    def run(self, run_id: str) -> bool:
+        scheduled = run_id.rpartition("@")[2]
+        return scheduled.isdigit() and int(scheduled) < self.before_ms
+
+
 def _check_jobs(
-    history: History, states: list[NodeState], ref: NodeState, v: dict[str, list[str]]
+    history: History,
+    states: list[NodeState],
+    ref: NodeState,
+    v: dict[str, list[str]],
+    forgot: Forgetting | None = None,
+    stats: Counter[str] | None = None,
 ) -> None:
     """Acknowledged jobs present everywhere with their payload, no duplicates, none stuck."""
     _check_duplicates(history, states, ref, v)
     for op in history.ops:
         if not op.ok:
+            continue
+        if forgot is not None and forgot.job(op, states):
+            if stats is not None:
+                stats["forgotten_jobs"] += 1
             continue
         for s in states:
             job = s.jobs.get(op.job_id or "")
@@ -496,6 +542,8 @@ def _check_executions(
     executions: list[tuple[str, int, int, str]],
     all_runs: dict[str, dict[str, Any]],
     v: dict[str, list[str]],
+    forgot: Forgetting | None = None,
+    stats: Counter[str] | None = None,
 ) -> None:
     """Each execution a worker made had a fence the log granted to that run, and ran once."""
     by_run: dict[str, list[tuple[int, int, str]]] = defaultdict(list)
@@ -506,6 +554,10 @@ def _check_executions(
             if n > 1:
                 v["duplicate_fires"].append(f"run {run_id} executed {n} times with fence {fence}")
         run = all_runs.get(run_id)
+        if run is None and forgot is not None and forgot.run(run_id):
+            if stats is not None:
+                stats["executions_of_forgotten_runs"] += len(items)
+            continue
         fences = {a["fence"]: a for a in run["attempts"]} if run else {}
         for fence, attempt, src in items:
             granted = fences.get(fence)
