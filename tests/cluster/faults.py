@@ -31,10 +31,23 @@ power_loss             SIGKILL all three nodes, drop what each one's disk had no
                        them together after 1–3 s
 slow_disk              every fsync on one node (the leader or a follower) 50–500 ms longer,
                        for 5–10 s
+net_isolate_leader     the leader's packets to and from every other host dropped (the other
+                       nodes, the workers, the client) for 3–6 s: its connections hang
+net_cut_worker         a worker's packets to and from the leader dropped for heartbeat_timeout
+                       + 1–4 s: it runs on, its leases are lost and re-leased, and its late
+                       results (once healed) must be refused
+net_cut_client         the client's packets to and from the leader dropped for 3–6 s: its
+                       requests there hang, it must get through the other nodes
 =====================  =====================================================================
 
 The two disk kinds put every node's data directory on a lossy FUSE mount
-(tests/cluster/lossyfs.py), only in a schedule that has one of them.
+(tests/cluster/lossyfs.py), only in a schedule that has one of them.  The ``net_`` kinds put
+every node and every worker in a network namespace of its own (tests/cluster/netns.py), the
+test process (the client) on the bridge between them, and cut with nftables rules that drop
+packets, so connections hang as they do across a real partition.  In such a schedule there is
+no Raft proxy and the proxy's kinds are nftables rules too: isolate and cut as above (every
+packet between the nodes, not only Raft's), one-way cuts drop one direction on arrival, and
+flaky_link is packet loss (2 % on every link between nodes, 10–30 % on one) instead of delay.
 
 :func:`run_schedule` starts the cluster (Raft links through tests/cluster/proxy.py), two
 workers running ``tests.acceptance.tasks`` (``acc.record`` logs every execution with its
@@ -48,6 +61,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
+import secrets
 import signal
 import subprocess
 import time
@@ -62,6 +76,7 @@ from schedd.aio import wait_event
 from tests.cluster import checker
 from tests.cluster.harness import Cluster
 from tests.cluster.lossyfs import LossyMount
+from tests.cluster.netns import CLIENT, NetLab
 
 KINDS = (
     "kill_leader",
@@ -80,9 +95,16 @@ KINDS = (
     "worker_stall",
     "power_loss",
     "slow_disk",
+    "net_isolate_leader",
+    "net_cut_worker",
+    "net_cut_client",
 )
 # Kinds that need the nodes' data directories on lossy mounts.
 DISK_KINDS = frozenset({"power_loss", "slow_disk"})
+# Kinds that need every node and worker in a network namespace (tests/cluster/netns.py).
+NET_KINDS = frozenset({"net_isolate_leader", "net_cut_worker", "net_cut_client"})
+WORKERS = ("w1", "w2")
+NETNS_HTTP_PORT = 17700  # every node's, each in its own namespace (Raft: the next port)
 # Faults that leave a connected majority of live nodes (one-way faults too: the two followers
 # still talk to each other both ways): writes must resume within the bound while the fault
 # lasts.  Only kill_all leaves no majority; it is measured from its heal (the restart).
@@ -114,6 +136,10 @@ def _duration(kind: str, rng: random.Random) -> tuple[float, float]:
         return rng.uniform(2, 5), 0.0
     if kind in ("isolate_leader", "isolate_follower", "cut_link"):
         return rng.uniform(3, 6), 0.0
+    if kind in ("net_isolate_leader", "net_cut_client"):
+        return rng.uniform(3, 6), 0.0
+    if kind == "net_cut_worker":
+        return HEARTBEAT_TIMEOUT_S + rng.uniform(1, 4), 0.0
     if kind.startswith("one_way"):
         return rng.uniform(3, 5), 0.0
     if kind == "flaky_link":
@@ -172,6 +198,8 @@ class Run:
     cron_ids: list[str] = field(default_factory=list)
     #: per node, its lossy data directory (only when the schedule has a disk fault)
     disks: list[LossyMount] = field(default_factory=list)
+    #: the network namespaces of the nodes and workers (only when the schedule has a net_ kind)
+    lab: NetLab | None = None
 
     def record_file(self, worker: str) -> Path:
         return self.root / f"exec-{worker}.txt"
@@ -184,6 +212,7 @@ class Run:
             "8",
             name=name,
             env={"SCHEDD_TEST_RECORD": str(self.record_file(name))},
+            prefix=self.lab.prefix(name) if self.lab else None,
         )
 
     # -- client operations ---------------------------------------------------------------------
@@ -301,6 +330,9 @@ class Run:
             follower = others[int(step.pick * len(others)) % len(others)]
         if step.kind.startswith("worker_"):
             target, detail, heal = await self._worker_fault(step)
+        elif step.kind in NET_KINDS:
+            assert lead is not None
+            target, detail, heal = self._ns_fault(step, lead)
         elif step.kind in (
             "isolate_leader",
             "isolate_follower",
@@ -308,7 +340,10 @@ class Run:
             "flaky_link",
         ) or step.kind.startswith("one_way"):
             assert lead is not None and follower is not None
-            target, detail, heal = self._network_fault(step, lead, follower)
+            if self.lab is not None:
+                target, detail, heal = self._lab_network_fault(step, lead, follower)
+            else:
+                target, detail, heal = self._network_fault(step, lead, follower)
         else:
             target, detail, heal = self._node_fault(step, lead, follower)
         shift = step.value if step.kind == "clock_skew" else 0.0
@@ -389,6 +424,72 @@ class Run:
             [("heal",)],
         )
 
+    def _ns_fault(self, step: Step, lead: int) -> tuple[str, str, list[Any]]:
+        """The net_ kinds: packets dropped by nftables between namespaces."""
+        lab = self.lab
+        assert lab is not None
+        leader = self.name(lead)
+        if step.kind == "net_isolate_leader":
+            for host in [*lab.hosts, CLIENT]:
+                if host != leader:
+                    lab.cut(leader, host)
+            return leader, "cut from the other nodes, the workers and the client", [("heal",)]
+        if step.kind == "net_cut_worker":
+            names = sorted(self.workers)
+            wname = names[int(step.pick * len(names)) % len(names)]
+            lab.cut(wname, leader)
+            return f"{wname}<->{leader}", f"for {step.duration:.1f}s", [("heal",)]
+        assert step.kind == "net_cut_client", step.kind
+        lab.cut(CLIENT, leader)
+        return f"client<->{leader}", "the client's requests there hang", [("heal",)]
+
+    def _lab_network_fault(
+        self, step: Step, lead: int, follower: int
+    ) -> tuple[str, str, list[Any]]:
+        """The Raft proxy's kinds, as nftables rules between the nodes' namespaces."""
+        lab = self.lab
+        assert lab is not None
+        nodes = [n.node_id for n in self.cluster.nodes]
+        others = [n for i, n in enumerate(nodes) if i != lead]
+        leader = nodes[lead]
+        kind = step.kind
+        if kind in ("isolate_leader", "isolate_follower"):
+            victim = leader if kind == "isolate_leader" else nodes[follower]
+            for n in nodes:
+                if n != victim:
+                    lab.cut(victim, n)
+            return victim, "every packet to and from the other two dropped", [("heal",)]
+        if kind == "cut_link":
+            lab.cut(leader, nodes[follower])
+            return f"{leader}<->{nodes[follower]}", "only this pair", [("heal",)]
+        if kind == "one_way_leader_out":
+            for o in others:
+                lab.cut_one_way(leader, o)
+            return leader, "its packets to the followers dropped", [("heal",)]
+        if kind == "one_way_leader_in":
+            for o in others:
+                lab.cut_one_way(o, leader)
+            return leader, "the followers' packets to it dropped", [("heal",)]
+        assert kind == "flaky_link", kind
+        a = int(step.pick * len(nodes)) % len(nodes)
+        b = (a + 1) % len(nodes)
+        heavy = round(10 + (step.value - 30) / 90 * 20)  # 10-30 %, from the proxy's delay draw
+        for i in range(len(nodes)):
+            for j in range(i + 1, len(nodes)):
+                lab.loss(nodes[i], nodes[j], 2)
+        lab.loss(nodes[a], nodes[b], heavy)
+        return (
+            f"every link between nodes loses 2 %, {nodes[a]}<->{nodes[b]} {heavy} %",
+            "",
+            [("heal",)],
+        )
+
+    def heal_net(self) -> None:
+        if self.lab is not None:
+            self.lab.heal()
+        if self.cluster.net is not None:
+            self.cluster.net.heal()
+
     async def _worker_fault(self, step: Step) -> tuple[str, str, list[Any]]:
         names = sorted(self.workers)
         wname = names[int(step.pick * len(names)) % len(names)]
@@ -438,7 +539,7 @@ class Run:
                 c.kill(action[1], signal.SIGCONT)
                 self.paused.discard(action[1])
             elif what == "heal":
-                c.net.heal()
+                self.heal_net()
             elif what == "clock":
                 c.set_clock_offset(action[1], 0)
             elif what == "worker_start":
@@ -450,7 +551,7 @@ class Run:
 
     def heal_everything(self) -> None:
         c = self.cluster
-        c.net.heal()
+        self.heal_net()
         for disk in self.disks:
             disk.call("delay 0")
         for i, n in enumerate(c.nodes):
@@ -538,24 +639,40 @@ async def run_schedule(
     the history.  Every process started here is stopped by PID before this returns."""
     steps = make_schedule(seed, duration, kinds)
     began = time.monotonic()
+    mounts = contextlib.ExitStack()
+    raft: dict[str, Any] = {
+        "log_compaction_min_entries": compaction[0],
+        "log_compaction_min_time": compaction[1],
+    }
+    where: dict[str, Any] = {"proxied": True}
+    lab: NetLab | None = None
+    if NET_KINDS.intersection(s.kind for s in steps):
+        nodes = ["n1", "n2", "n3"]
+        lab = mounts.enter_context(NetLab([*nodes, *WORKERS]))
+        where = {
+            "hosts": [lab.ip[n] for n in nodes],
+            "launch": [lab.prefix(n) for n in nodes],
+            "http_ports": [NETNS_HTTP_PORT] * len(nodes),
+        }
+        key = root / "raft.key"  # off loopback, the nodes need a Raft secret
+        root.mkdir(parents=True, exist_ok=True)
+        key.write_text(secrets.token_hex(48) + "\n")
+        key.chmod(0o600)
+        raft["secret_file"] = str(key)
     cluster = Cluster(
         root / "cluster",
-        proxied=True,
         clock_skew=True,
         scheduler={
             "heartbeat_interval": f"{HEARTBEAT_INTERVAL_S}s",
             "heartbeat_timeout": f"{HEARTBEAT_TIMEOUT_S}s",
         },
-        raft={
-            "log_compaction_min_entries": compaction[0],
-            "log_compaction_min_time": compaction[1],
-        },
+        raft=raft,
+        **where,
     )
     history = checker.History()
     states: list[checker.NodeState] = []
     info: dict[str, Any] = {}
     run: Run | None = None
-    mounts = contextlib.ExitStack()
     disks: list[LossyMount] = []
     if DISK_KINDS.intersection(s.kind for s in steps):
         disks = [
@@ -569,8 +686,9 @@ async def run_schedule(
         async with aiohttp.ClientSession() as http:
             run = Run(seed, root, cluster, history, http, random.Random(seed ^ 0x5EED))
             run.disks = disks
+            run.lab = lab
             await cluster.wait_leader(http)
-            for name in ("w1", "w2"):
+            for name in WORKERS:
                 run.start_worker(name)
             crons = [run.launch("cron") for _ in range(cron_jobs)]
             await asyncio.gather(*list(run.inflight))

@@ -192,11 +192,11 @@ class Cluster:
             if (i is not None and k != i) or n.alive:
                 continue
             env = {**_env(), **self.env}
-            args = [*(self.launch[k] if self.launch else []), str(BIN / "schedd")]
-            args += ["--config", str(n.config)]
+            prefix = self.launch[k] if self.launch else []
+            args = [*prefix, str(BIN / "schedd"), "--config", str(n.config)]
             if self.clock_skew:
                 env["SCHEDD_TEST_CLOCK_FILE"] = str(self.clock_file(k))
-                args = [sys.executable, "-c", SKEW_LAUNCHER, "--config", str(n.config)]
+                args = [*prefix, sys.executable, "-c", SKEW_LAUNCHER, "--config", str(n.config)]
             out = open(n.log, "ab")  # owned by the child
             n.proc = subprocess.Popen(
                 args, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=self.root

@@ -177,7 +177,10 @@ class LossyFS:
         return 0
 
     def utimens(self, path: str, times: tuple[int, int] | None = None) -> int:
-        os.utime(self._full(path), ns=times)
+        if times is None:
+            os.utime(self._full(path))
+        else:
+            os.utime(self._full(path), ns=times)
         return 0
 
     def unlink(self, path: str) -> int:

@@ -9,7 +9,9 @@ Nothing is routed anywhere else, and no rule is ever added to the root namespace
 - ``cut(a, b)``: packets between a and b are dropped - connections hang, as across a real
   partition (TCP retransmits, a connect waits for its timeout); ``cut(a, b, reject=True)``
   answers them with a reset or an ICMP error instead (refused at once).
-- ``heal()``: every cut removed (``heal(a, b)``: that one).
+- ``cut_one_way(src, dst)``: only the packets from src to dst are dropped (on arrival).
+- ``loss(a, b, percent)``: that share of the packets between a and b dropped at random.
+- ``heal()``: every cut and loss removed (``heal(a, b)``: the cut between those two).
 - ``run(host, args)``: a process in that host's namespace (``ip netns exec`` execs it: the
   returned ``Popen``'s pid is the process), stopped by :meth:`close`.
 
@@ -59,6 +61,8 @@ class NetLab:
         self.ip = {h: f"10.{self.net}.0.{i + 1}" for i, h in enumerate(hosts)}
         self.ip[CLIENT] = f"10.{self.net}.0.254"
         self.cuts: dict[frozenset[str], bool] = {}  # pair -> reject (else drop)
+        self.one_way: set[tuple[str, str]] = set()  # (src, dst): src's packets to dst dropped
+        self.losses: dict[frozenset[str], int] = {}  # pair -> percent of packets dropped
         self.procs: list[subprocess.Popen[bytes]] = []
         self._made: list[str] = []
 
@@ -96,31 +100,67 @@ class NetLab:
     def _nft(self, host: str, command: str) -> None:
         _sh("ip", "netns", "exec", self.ns[host], "nft", command)
 
+    def _nft_script(self, host: str, lines: list[str]) -> None:
+        """Several nft commands in one transaction (all or none applied)."""
+        out = subprocess.run(
+            ["ip", "netns", "exec", self.ns[host], "nft", "-f", "-"],
+            input="\n".join(lines) + "\n",
+            capture_output=True,
+            text=True,
+        )
+        if out.returncode != 0:
+            raise RuntimeError(f"nft -f in {self.ns[host]}: {out.stderr.strip()}")
+
     # -- faults ------------------------------------------------------------------------------
     def cut(self, a: str, b: str, reject: bool = False) -> None:
         self.cuts[frozenset((a, b))] = reject
         self._apply()
 
+    def cut_one_way(self, src: str, dst: str) -> None:
+        self.one_way.add((src, dst))
+        self._apply()
+
+    def loss(self, a: str, b: str, percent: int) -> None:
+        self.losses[frozenset((a, b))] = percent
+        self._apply()
+
     def heal(self, a: str | None = None, b: str | None = None) -> None:
         if a is None or b is None:
             self.cuts.clear()
+            self.one_way.clear()
+            self.losses.clear()
         else:
             self.cuts.pop(frozenset((a, b)), None)
         self._apply()
 
     def _apply(self) -> None:
-        """Each namespace's rules, rebuilt from :attr:`cuts` (a host drops what it sends to and
-        receives from the other end of each of its cuts)."""
+        """Each namespace's rules, rebuilt from :attr:`cuts`, :attr:`one_way` and
+        :attr:`losses` (a host drops what it sends to and receives from the other end of each
+        of its cuts, what arrives along a one-way cut, and a share of what arrives from the
+        other end of a lossy pair), in one nft transaction per namespace."""
         for host in self.hosts:
-            self._nft(host, "flush table inet lab")
+            rules = ["flush table inet lab"]
             for pair, reject in self.cuts.items():
                 if host not in pair:
                     continue
                 peer = self.ip[next(iter(pair - {host}))]
                 verdict = "reject with tcp reset" if reject else "drop"
                 tcp = "meta l4proto tcp " if reject else ""
-                self._nft(host, f"add rule inet lab input ip saddr {peer} {tcp}{verdict}")
-                self._nft(host, f"add rule inet lab output ip daddr {peer} {tcp}{verdict}")
+                rules.append(f"add rule inet lab input ip saddr {peer} {tcp}{verdict}")
+                rules.append(f"add rule inet lab output ip daddr {peer} {tcp}{verdict}")
+            # Dropped where they arrive, as a network loses them: a packet dropped on its way
+            # out fails the sender's send (EPERM), which no real network does.
+            for src, dst in sorted(self.one_way):
+                if host == dst:
+                    rules.append(f"add rule inet lab input ip saddr {self.ip[src]} drop")
+            for pair, percent in self.losses.items():
+                if host in pair:
+                    peer = self.ip[next(iter(pair - {host}))]
+                    rules.append(
+                        f"add rule inet lab input ip saddr {peer} "
+                        f"numgen random mod 100 < {percent} drop"
+                    )
+            self._nft_script(host, rules)
 
     # -- processes ---------------------------------------------------------------------------
     def prefix(self, host: str) -> list[str]:

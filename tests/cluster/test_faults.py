@@ -1,7 +1,8 @@
-"""The fault-injection suite's CI subset: four fixed seeds, each a ~32 s schedule on a real
-three-node cluster (Raft links through tests/cluster/proxy.py) with two real workers, a few
+"""The fault-injection suite's CI subset: five fixed seeds, each a ~32 s schedule on a real
+three-node cluster (Raft links through tests/cluster/proxy.py, or every node and worker in a
+network namespace for the ``net_`` kinds) with two real workers, a few
 hundred one-off jobs and three ``* * * * * *`` cron jobs; every invariant of
-tests/cluster/checker.py must be 0.  Between them the four schedules use every fault kind.
+tests/cluster/checker.py must be 0.  Between them the five schedules use every fault kind.
 
 ``scripts/torture --schedules N --seed S`` runs as many schedules as wanted (RELIABILITY.md).
 A failing seed replays with ``scripts/torture --schedules 1 --seed SEED --kinds ...``.
@@ -16,8 +17,16 @@ from typing import Any
 import pytest
 
 from tests.cluster import checker
-from tests.cluster.faults import DISK_KINDS, KINDS, make_schedule, run_schedule, summary_line
+from tests.cluster.faults import (
+    DISK_KINDS,
+    KINDS,
+    NET_KINDS,
+    make_schedule,
+    run_schedule,
+    summary_line,
+)
 from tests.cluster.lossyfs import available as lossy_unavailable
+from tests.cluster.netns import available as netns_unavailable
 
 pytestmark = [pytest.mark.cluster]
 
@@ -27,6 +36,8 @@ CI_SCHEDULES = [
     (4, ("kill_follower", "pause_leader", "one_way_leader_in", "worker_kill", "cut_link")),
     (1, ("kill_all", "isolate_follower", "one_way_leader_out", "flaky_link")),
     (3, ("power_loss", "slow_disk")),  # on lossy mounts (tests/cluster/lossyfs.py)
+    # in network namespaces (tests/cluster/netns.py), flaky_link there as packet loss
+    (9, ("net_isolate_leader", "net_cut_worker", "net_cut_client", "flaky_link")),
 ]
 DURATION_S = 32.0
 
@@ -41,6 +52,7 @@ def test_the_ci_schedules_cover_every_fault_kind() -> None:
 
 def _needs(kinds: tuple[str, ...]) -> list[pytest.MarkDecorator]:
     why = lossy_unavailable() if DISK_KINDS.intersection(kinds) else None
+    why = why or (netns_unavailable() if NET_KINDS.intersection(kinds) else None)
     return [pytest.mark.skip(reason=why)] if why else []
 
 
