@@ -34,7 +34,6 @@ import asyncio
 import json
 import os
 import random
-import signal
 import statistics
 import sys
 import tempfile
@@ -53,7 +52,7 @@ from schedd.core.durations import parse_duration
 from schedd.errors import InvalidArgument
 from tests.cluster import checker
 from tests.cluster.faults import Run
-from tests.cluster.harness import Cluster
+from tests.cluster.harness import Cluster, run_stoppable
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -351,15 +350,7 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     print(f"soak in {out}", flush=True)
 
-    async def guarded() -> dict[str, Any]:
-        task = asyncio.current_task()
-        assert task is not None
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, task.cancel)
-        return await soak(args, out)
-
-    report = asyncio.run(guarded())
+    report = run_stoppable(soak(args, out))
     path = Path(args.json or out / "soak.json")
     path.write_text(json.dumps(report, indent=1, default=str))
     inv = report["invariants"]

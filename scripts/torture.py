@@ -17,7 +17,6 @@ tests/cluster/harness.py SKEW_LAUNCHER): libfaketime 0.9.10 breaks Python 3.11's
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import math
 import shutil
@@ -35,6 +34,7 @@ sys.path.insert(0, str(REPO))
 
 from tests.cluster.checker import INVARIANTS
 from tests.cluster.faults import KINDS, make_schedule, run_schedule, summary_line
+from tests.cluster.harness import run_stoppable
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -244,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
             for step in make_schedule(args.seed + i, args.duration, args.kinds):
                 print("  " + step.describe())
         return 0
-    return asyncio.run(main_async(args))
+    return run_stoppable(main_async(args))
 
 
 if __name__ == "__main__":

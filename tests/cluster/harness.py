@@ -12,14 +12,17 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import aiohttp
 
 from schedd.auth import ensure_admin_token
 from tests.conftest import free_port
+
+_T = TypeVar("_T")
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -290,3 +293,31 @@ async def cluster_view(
     except (aiohttp.ClientError, TimeoutError):
         pass
     return None
+
+
+def run_stoppable(main: Coroutine[Any, Any, _T]) -> _T:
+    """``asyncio.run(main)``, with SIGTERM and SIGINT cancelling it instead of killing the
+    process: its ``finally`` blocks stop every node and worker it started (by PID), and then
+    the process exits with 128 + the signal's number."""
+    got: list[int] = []
+
+    async def guarded() -> _T:
+        task = asyncio.current_task()
+        assert task is not None
+        loop = asyncio.get_running_loop()
+
+        def stop(sig: int) -> None:
+            got.append(sig)
+            task.cancel()
+
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop, sig)
+        return await main
+
+    try:
+        return asyncio.run(guarded())
+    except asyncio.CancelledError:
+        if not got:
+            raise
+        print(f"stopped by {signal.Signals(got[0]).name}: every process it started is stopped")
+        raise SystemExit(128 + got[0]) from None
