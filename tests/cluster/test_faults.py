@@ -225,3 +225,56 @@ def test_the_checker_counts_each_kind_of_violation() -> None:
     assert inv["failover_over_bound"] == 1
     assert inv["duplicate_job_ids"] == 0 and inv["stuck_jobs"] == 0
     assert not report["ok"]
+
+
+def test_the_checker_forgives_only_what_retention_may_have_forgotten() -> None:
+    h = checker.History()
+    read_ms = int(h.wall0 * 1000) + 1_000_000  # the nodes read 1,000 s after the start
+    old_ms = int(h.wall0 * 1000) + 100  # scheduled long before the retention
+    recent_ms = read_ms - 10_000
+    acked = {}
+    for name, at in (("old", 0.1), ("recent", 900.0), ("never_ran", 0.1), ("kept", 0.1)):
+        op = h.new_op("oneoff", {"task": "acc.record", "payload": {"tag": name}})
+        op.ok, op.completed, op.job_id = True, at, name.upper()
+        acked[name] = op
+    kept_run = _run(
+        f"KEPT@{old_ms}",
+        "succeeded",
+        [_attempt(1, 5, "2026-01-01T00:00:01.000Z", "2026-01-01T00:00:02.000Z", "succeeded")],
+        {"run_id": f"KEPT@{old_ms}", "attempt": 1},
+    )
+    states = [
+        checker.NodeState(
+            i,
+            7,
+            {"KEPT": {"id": "KEPT", "payload": {"tag": "kept"}, "status": "done"}},
+            {"KEPT": [kept_run]},
+            ["KEPT"],
+        )
+        for i in range(3)
+    ]
+    executions = [
+        (f"OLD@{old_ms}", 1, 1, "w1"),  # its job and run forgotten since: fine
+        (f"RECENT@{recent_ms}", 2, 1, "w1"),  # too recent to be forgotten
+        (f"KEPT@{old_ms}", 5, 1, "w1"),
+    ]
+    info = {"converged": True, "leader": 0, "read_wall_ms": read_ms}
+
+    def check(retention_s: float | None) -> dict[str, Any]:
+        return checker.check(
+            h, states, info, executions, 0, [], bound_s=10.0, cron_jobs=[], retention_s=retention_s
+        )
+
+    report = check(600.0)
+    inv = report["invariants"]
+    # RECENT (acknowledged 100 s before the read) and NEVER_RAN (no worker ran it) are lost,
+    # on each of the three nodes; OLD was run and acknowledged before the retention: forgotten.
+    assert inv["lost_acknowledged_jobs"] == 6, report["violations"]
+    lost = " ".join(report["violations"]["lost_acknowledged_jobs"])
+    assert "RECENT" in lost and "NEVER_RAN" in lost and "OLD" not in lost
+    assert report["runs"]["forgotten_jobs"] == 1
+    assert inv["executions_without_lease"] == 1  # RECENT's run cannot have been forgotten yet
+    assert report["runs"]["executions_of_forgotten_runs"] == 1
+    # Without retention nothing may be missing.
+    inv = check(None)["invariants"]
+    assert inv["lost_acknowledged_jobs"] == 9 and inv["executions_without_lease"] == 2
