@@ -33,6 +33,9 @@ Invariants (``report["invariants"]``):
   period with every fault healed.
 * ``failover_over_bound`` — faults after which no submit was acknowledged within the bound
   (from the fault's start when it leaves a connected majority of live nodes, else from its heal).
+* ``unexpected_exits`` — a node or worker process that exited by itself: anything but the
+  harness's own kills and, for a node whose disk was full (``disk_full``), its fail-fast stop
+  with status 70.
 
 With history retention (``check(retention_s=...)``, the soak), a job or run may be forgotten by
 every node: an acknowledged job missing on every node counts as forgotten, not lost, only when
@@ -68,6 +71,7 @@ INVARIANTS = (
     "replica_divergence",
     "stuck_jobs",
     "failover_over_bound",
+    "unexpected_exits",
 )
 
 
@@ -120,6 +124,7 @@ class History:
         self.ops: list[Op] = []
         self.faults: list[Fault] = []
         self.notes: list[tuple[float, str]] = []
+        self.exits: list[str] = []  # processes that exited by themselves, unexpectedly
 
     def now(self) -> float:
         return time.monotonic() - self.t0
@@ -358,6 +363,7 @@ def check(
 ) -> dict[str, Any]:
     """Count every invariant's violations (each with its evidence) and build the report."""
     v: dict[str, list[str]] = {k: [] for k in INVARIANTS}
+    v["unexpected_exits"] = list(history.exits)
     stats: Counter[str] = Counter()
     forgot: Forgetting | None = None
     if retention_s is not None and "read_wall_ms" in collect_info:

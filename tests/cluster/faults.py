@@ -31,6 +31,11 @@ power_loss             SIGKILL all three nodes, drop what each one's disk had no
                        them together after 1–3 s
 slow_disk              every fsync on one node (the leader or a follower) 50–500 ms longer,
                        for 5–10 s
+disk_full              one node's (the leader's or a follower's) journal, or its state
+                       database, may grow 8–64 KiB more, then its writes fail ENOSPC, for
+                       6–10 s: the node stops (status 70) and is restarted every 2 s as
+                       systemd would (Restart=on-failure, RestartSec=2), stopping again while
+                       the disk is full; space freed, the next restart brings it back
 net_isolate_leader     the leader's packets to and from every other host dropped (the other
                        nodes, the workers, the client) for 3–6 s: its connections hang
 net_cut_worker         a worker's packets to and from the leader dropped for heartbeat_timeout
@@ -40,7 +45,7 @@ net_cut_client         the client's packets to and from the leader dropped for 3
                        requests there hang, it must get through the other nodes
 =====================  =====================================================================
 
-The two disk kinds put every node's data directory on a lossy FUSE mount
+The three disk kinds put every node's data directory on a lossy FUSE mount
 (tests/cluster/lossyfs.py), only in a schedule that has one of them.  The ``net_`` kinds put
 every node and every worker in a network namespace of its own (tests/cluster/netns.py), the
 test process (the client) on the bridge between them, and cut with nftables rules that drop
@@ -95,12 +100,13 @@ KINDS = (
     "worker_stall",
     "power_loss",
     "slow_disk",
+    "disk_full",
     "net_isolate_leader",
     "net_cut_worker",
     "net_cut_client",
 )
 # Kinds that need the nodes' data directories on lossy mounts.
-DISK_KINDS = frozenset({"power_loss", "slow_disk"})
+DISK_KINDS = frozenset({"power_loss", "slow_disk", "disk_full"})
 # Kinds that need every node and worker in a network namespace (tests/cluster/netns.py).
 NET_KINDS = frozenset({"net_isolate_leader", "net_cut_worker", "net_cut_client"})
 WORKERS = ("w1", "w2")
@@ -112,6 +118,8 @@ KEEPS_MAJORITY = frozenset(KINDS) - {"kill_all", "power_loss"}
 
 HEARTBEAT_INTERVAL_S = 0.5
 HEARTBEAT_TIMEOUT_S = 3.0
+RESTART_SEC = 2.0  # systemd/schedd.service RestartSec
+FULL_DISK_EXIT = 70  # a node that cannot write its data stops with EX_SOFTWARE
 FAILOVER_BOUND_S = 10.0
 
 
@@ -121,7 +129,7 @@ class Step:
     kind: str
     duration: float
     pick: float  # which follower / worker / link, resolved when the step runs
-    value: float = 0.0  # clock shift in seconds, or the delay in ms
+    value: float = 0.0  # clock shift in seconds, the delay in ms, or the room left in KiB
 
     def describe(self) -> str:
         extra = f" value={self.value:g}" if self.value else ""
@@ -148,6 +156,8 @@ def _duration(kind: str, rng: random.Random) -> tuple[float, float]:
         return rng.uniform(1, 3), 0.0
     if kind == "slow_disk":
         return rng.uniform(5, 10), 0.0
+    if kind == "disk_full":
+        return rng.uniform(6, 10), rng.uniform(8, 64)
     if kind == "clock_skew":
         return rng.uniform(5, 10), rng.choice((-1, 1)) * rng.uniform(5, 45)
     if kind == "worker_kill":
@@ -200,6 +210,14 @@ class Run:
     disks: list[LossyMount] = field(default_factory=list)
     #: the network namespaces of the nodes and workers (only when the schedule has a net_ kind)
     lab: NetLab | None = None
+    #: processes the harness killed, and those whose exit has been looked at
+    killed: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    seen: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    #: node processes that ran while their disk was full (a stop with status 70 is expected)
+    exposed: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    #: per node with a full disk, the task restarting it as systemd would
+    supervisors: dict[int, asyncio.Task[None]] = field(default_factory=dict)
+    full_stops: int = 0
 
     def record_file(self, worker: str) -> Path:
         return self.root / f"exec-{worker}.txt"
@@ -316,9 +334,56 @@ class Run:
     def name(self, i: int | None) -> str:
         return "none" if i is None else self.cluster.nodes[i].node_id
 
+    # -- processes -------------------------------------------------------------------------------
+    def kill(self, proc: subprocess.Popen[bytes] | None, sig: int = signal.SIGKILL) -> None:
+        """Kill a node's or a worker's process on purpose (its exit is then expected)."""
+        assert proc is not None
+        self.killed.append(proc)
+        proc.send_signal(sig)
+        proc.wait(10)
+
+    def observe(self) -> None:
+        """Look at every node and worker that has exited since the last look: an exit the
+        harness did not cause (nor a full disk's status 70) goes into the history."""
+        procs = [(n.node_id, n.proc) for n in self.cluster.nodes]
+        procs += list(self.workers.items())
+        for name, p in procs:
+            if p is None or p.poll() is None or any(p is q for q in self.seen):
+                continue
+            self.seen.append(p)
+            if any(p is q for q in self.killed):
+                continue
+            if p.returncode == FULL_DISK_EXIT and any(p is q for q in self.exposed):
+                self.full_stops += 1
+                self.history.note(f"{name} stopped on its full disk (status 70)")
+                continue
+            self.history.exits.append(
+                f"{name} (pid {p.pid}) exited with status {p.returncode} by itself at "
+                f"t={self.history.now():.1f}s; see its log"
+            )
+
+    async def supervise(self, i: int) -> None:
+        """systemd's Restart=on-failure for node i: started again RestartSec after it stops."""
+        while True:
+            await asyncio.sleep(RESTART_SEC)
+            self.observe()
+            if not self.cluster.nodes[i].alive:
+                self.cluster.start(i)
+                self.exposed.append(self.cluster.nodes[i].proc)  # type: ignore[arg-type]
+
+    def disk_free(self, i: int) -> None:
+        task = self.supervisors.pop(i, None)
+        if task is not None:
+            task.cancel()
+        self.disks[i].call("full off")
+        self.observe()
+        if not self.cluster.nodes[i].alive:
+            self.cluster.start(i)
+
     # -- faults ------------------------------------------------------------------------------------
     async def inject(self, n: int, step: Step) -> tuple[checker.Fault, list[Any]]:
         """Start one step; returns its fault record and the actions that heal it."""
+        self.observe()
         size = len(self.cluster.nodes)
         lead: int | None = None
         follower: int | None = None
@@ -358,8 +423,8 @@ class Run:
         c = self.cluster
         kind = step.kind
         if kind in ("kill_all", "power_loss"):
-            for i in range(len(c.nodes)):
-                c.kill(i, signal.SIGKILL)
+            for n in c.nodes:
+                self.kill(n.proc)
             restart = f"restart after {step.duration:.1f}s"
             if kind == "power_loss":
                 seed = int(step.pick * 10_000)
@@ -373,6 +438,19 @@ class Run:
             self.disks[victim].call("delay 50 500")
             role = "leader" if victim == lead else "follower"
             return self.name(victim), f"{role}, fsync +50-500 ms", [("fast_disk", victim)]
+        if kind == "disk_full":
+            victim = lead if step.pick < 0.5 else follower
+            assert victim is not None
+            names = "raft.journal" if int(step.pick * 100) % 2 == 0 else "state.db,state.db-wal"
+            self.disks[victim].call(f"full {names} {int(step.value * 1024)}")
+            self.exposed.append(c.nodes[victim].proc)  # type: ignore[arg-type]
+            self.supervisors[victim] = asyncio.create_task(self.supervise(victim))
+            role = "leader" if victim == lead else "follower"
+            return (
+                self.name(victim),
+                f"{role}: {names} may grow {step.value:.0f} KiB more, then ENOSPC",
+                [("disk_free", victim)],
+            )
         if kind == "clock_skew":
             victim = lead if step.pick < 0.5 else follower
             assert victim is not None
@@ -382,7 +460,7 @@ class Run:
         victim = lead if kind.endswith("_leader") else follower
         assert victim is not None
         if kind.startswith("kill_"):
-            c.kill(victim, signal.SIGKILL)
+            self.kill(c.nodes[victim].proc)
             return self.name(victim), f"restart after {step.duration:.1f}s", [("start", victim)]
         assert kind.startswith("pause_"), kind
         c.kill(victim, signal.SIGSTOP)
@@ -496,8 +574,7 @@ class Run:
         proc = self.workers[wname]
         held = await self.leases_of(wname)
         if step.kind == "worker_kill":
-            proc.send_signal(signal.SIGKILL)
-            proc.wait(10)
+            self.kill(proc)
             return (
                 wname,
                 f"holding {held} leases; restart after {step.duration:.1f}s",
@@ -529,6 +606,7 @@ class Run:
 
     def do_heal(self, actions: list[Any]) -> None:
         c = self.cluster
+        self.observe()
         for action in actions:
             what = action[0]
             if what == "start":
@@ -548,10 +626,15 @@ class Run:
                 self.workers[action[1]].send_signal(signal.SIGCONT)
             elif what == "fast_disk":
                 self.disks[action[1]].call("delay 0")
+            elif what == "disk_free":
+                self.disk_free(action[1])
 
     def heal_everything(self) -> None:
         c = self.cluster
         self.heal_net()
+        for i in list(self.supervisors):
+            self.disk_free(i)
+        self.observe()
         for disk in self.disks:
             disk.call("delay 0")
         for i, n in enumerate(c.nodes):
@@ -708,6 +791,7 @@ async def run_schedule(
             await run.cancel_crons()
             await run.settle(settle_timeout)
             states, info = await checker.collect(http, cluster.urls, cluster.headers())
+            run.observe()
     finally:
         cluster.stop()
         mounts.close()

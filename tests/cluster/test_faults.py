@@ -11,6 +11,9 @@ A failing seed replays with ``scripts/torture --schedules 1 --seed SEED --kinds 
 from __future__ import annotations
 
 import json
+import random
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -21,10 +24,12 @@ from tests.cluster.faults import (
     DISK_KINDS,
     KINDS,
     NET_KINDS,
+    Run,
     make_schedule,
     run_schedule,
     summary_line,
 )
+from tests.cluster.harness import Cluster
 from tests.cluster.lossyfs import available as lossy_unavailable
 from tests.cluster.netns import available as netns_unavailable
 
@@ -35,7 +40,7 @@ CI_SCHEDULES = [
     (7, ("kill_leader", "pause_follower", "isolate_leader", "worker_stall", "clock_skew")),
     (4, ("kill_follower", "pause_leader", "one_way_leader_in", "worker_kill", "cut_link")),
     (1, ("kill_all", "isolate_follower", "one_way_leader_out", "flaky_link")),
-    (3, ("power_loss", "slow_disk")),  # on lossy mounts (tests/cluster/lossyfs.py)
+    (2, ("power_loss", "slow_disk", "disk_full")),  # on lossy mounts (tests/cluster/lossyfs.py)
     # in network namespaces (tests/cluster/netns.py), flaky_link there as packet loss
     (9, ("net_isolate_leader", "net_cut_worker", "net_cut_client", "flaky_link")),
 ]
@@ -278,3 +283,30 @@ def test_the_checker_forgives_only_what_retention_may_have_forgotten() -> None:
     # Without retention nothing may be missing.
     inv = check(None)["invariants"]
     assert inv["lost_acknowledged_jobs"] == 9 and inv["executions_without_lease"] == 2
+
+
+def test_a_process_that_exits_by_itself_is_a_violation(tmp_path: Path) -> None:
+    """Only the harness's kills, and a full disk's status 70, are expected exits."""
+    cluster = Cluster(tmp_path / "c", size=3)  # not started: its nodes' processes are set here
+
+    def exiting(status: int) -> subprocess.Popen[bytes]:
+        return subprocess.Popen([sys.executable, "-c", f"raise SystemExit({status})"])
+
+    history = checker.History()
+    run = Run(1, tmp_path, cluster, history, None, random.Random(1))  # type: ignore[arg-type]
+    crashed, full = exiting(3), exiting(70)
+    killed = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    cluster.nodes[0].proc, cluster.nodes[1].proc, cluster.nodes[2].proc = crashed, killed, full
+    run.exposed.append(full)  # it ran on a full disk
+    run.workers["w1"] = exiting(0)
+    run.kill(killed)
+    for p in (crashed, full, run.workers["w1"]):
+        p.wait(10)
+    run.observe()
+    run.observe()  # each exit is looked at once
+    assert len(history.exits) == 2, history.exits
+    assert "n1" in history.exits[0] and "status 3" in history.exits[0]
+    assert "w1" in history.exits[1] and "status 0" in history.exits[1]
+    assert run.full_stops == 1
+    report = checker.check(history, [], {}, [], 0, [], bound_s=10.0, cron_jobs=[])
+    assert report["invariants"]["unexpected_exits"] == 2 and not report["ok"]
