@@ -355,16 +355,15 @@ class LeaderCore:
         if now.wall_ms + self.hot_window_ms // 2 >= self.loaded_until or self.loading:
             self._load_window(now.wall_ms + self.hot_window_ms)
         if not self._purging and now.mono >= self._next_purge:
-            self._purging = True
-            cmd = commands.Purge(
-                leader_rid(),
-                now.wall_ms,
-                self.fence,
-                now.wall_ms - self.retention_ms,
-                self.keep_per_job,
-                PURGE_LIMIT,
-            )
-            self._out.append(Commit(cmd, Purged()))
+            before = now.wall_ms - self.retention_ms
+            if self._purge_due(before):
+                self._purging = True
+                cmd = commands.Purge(
+                    leader_rid(), now.wall_ms, self.fence, before, self.keep_per_job, PURGE_LIMIT
+                )
+                self._out.append(Commit(cmd, Purged()))
+            else:  # nothing to forget: no entry (an idle cluster's log stays as it is)
+                self._next_purge = now.mono + PURGE_PERIOD_S
         self._fire_due(now.wall_ms)
         self._dispatch(now.wall_ms)
         self._check_leases(now)
@@ -632,6 +631,16 @@ class LeaderCore:
                 if run is not None and run.state is RunState.QUEUED:
                     spec = st.jobs[run.job_id].spec
                     self._enqueue(rid, spec.queue, spec.priority, spec.namespace, spec.task)
+
+    def _purge_due(self, before_ms: int) -> bool:
+        """Whether a purge would change anything: a finished run or job to forget, or the
+        per-job bound the log holds is not this leader's (a purge carries it)."""
+        with self.read() as st:
+            return (
+                st.history_keep != self.keep_per_job
+                or bool(st.finished_runs_before(before_ms, 1))
+                or bool(st.forgettable_jobs(before_ms, 1))
+            )
 
     def _purged(self, res: Result | None, now: Now) -> None:
         self._purging = False

@@ -583,18 +583,52 @@ def test_a_large_window_is_read_a_chunk_per_tick(monkeypatch: pytest.MonkeyPatch
 
 def test_history_is_purged_one_command_at_a_time_every_period() -> None:
     sim = Sim(retention_s=60)
+    for job_id in ("J1", "J2"):  # finished 2 s apart: each forgettable 60 s later
+        sim.submit(job_id)
+        sim.log(commands.CancelJob(f"cancel{job_id}", sim.wall, job_id))
+        sim.advance(2)
+    sim.advance(57.5)  # J1 is 61.5 s old, J2 59.5 s
     sim.tick()
     [purge] = sim.asked(commands.Purge)
     assert purge.before_ms == sim.wall - 60 * S
     sim.tick()
     assert len(sim.asked(commands.Purge)) == 1  # one in flight
-    sim.commit()
+    [purged] = sim.commit()
+    assert purged == Ok([1, 1]) and "J1" not in sim.state.jobs and "J2" in sim.state.jobs
     sim.advance(leader_core.PURGE_PERIOD_S - 0.1)
     sim.tick()
-    assert sim.asked(commands.Purge) == []
+    assert sim.asked(commands.Purge) == []  # J2 is forgettable now, but the period is not over
     sim.advance(0.1)
     sim.tick()
     assert len(sim.asked(commands.Purge)) == 1
+
+
+def test_no_purge_is_committed_while_there_is_nothing_to_forget() -> None:
+    sim = Sim(retention_s=60)
+    sim.submit()  # active: not forgettable
+    for _ in range(5):
+        sim.tick()
+        sim.commit()
+        sim.advance(leader_core.PURGE_PERIOD_S)
+    assert sim.asked(commands.Purge) == []
+    entries = sim.index
+    for _ in range(5):  # idle: the log does not grow
+        sim.tick()
+        sim.commit()
+        sim.advance(leader_core.PURGE_PERIOD_S)
+    assert sim.index == entries
+
+
+def test_a_leader_with_another_bound_per_job_purges_once_to_set_it() -> None:
+    sim = Sim(retention_s=60, keep_per_job=5)
+    sim.tick()
+    [purge] = sim.asked(commands.Purge)
+    assert purge.keep == 5
+    sim.commit()
+    assert sim.state.history_keep == 5
+    sim.advance(leader_core.PURGE_PERIOD_S)
+    sim.tick()
+    assert sim.asked(commands.Purge) == []
 
 
 # -- progress and tracebacks --------------------------------------------------------------------
