@@ -18,11 +18,15 @@ The load, all of it through the public API with real ``schedd-worker`` processes
 
 Every ``--sample`` seconds: each node's and each worker's resident memory (``VmRSS``), open
 descriptors and data directory size (blocks on disk), and the leader's fire and lease lag over
-the last minute (``GET /api/v1/scheduling-lag``).  At the end: the recurring jobs are
-cancelled, the cluster settles, every node is read and tests/cluster/checker.py counts each
-invariant, retention-aware (a job may be forgotten only after the retention, and only if a
-worker ran it).  The summary gives the slope of memory and disk (least squares, after the
-warm-up: retention + 10 minutes by default) and the lag percentiles per quarter of the run.
+the last minute (``GET /api/v1/scheduling-lag``).  At the end every node is read and
+tests/cluster/checker.py counts each invariant, retention-aware (a one-off job may be gone only
+if a worker last ran it more than the retention before the read).  The summary gives the slope of memory and disk (least squares, after the
+warm-up: retention + 10 minutes by default) and, per quarter of the steady part, the median
+and the maximum of the per-minute lag percentiles.  During the run, every sample also looks up
+20 jobs acknowledged 30-150 s before (and a minute inside the retention) on every node (each must be there); the first 10
+dead-lettered runs stay in the queue throughout (they must be kept, retention or not).  At
+the end the recurring jobs are cancelled, the rest of the queue dropped, and the read waits
+until retention has forgotten what it will (a consistent read needs a still commit index).
 Exit status 1 if an invariant is violated.  SIGTERM/SIGINT stop the run and every process it
 started.
 """
@@ -84,6 +88,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+DLQ_KEPT = 10  # dead-lettered runs left in the queue from first to last
+SPOT_CHECKS = 20  # jobs looked up on every node per sample
+
+
 class SoakRun(Run):
     """The fault schedules' client (one X-Request-Id per job, retried on every node until
     acknowledged), with the soak's mix of jobs."""
@@ -120,6 +128,44 @@ class SoakRun(Run):
             nxt += 1.0 / rate
             await wait_event(stop, max(0.0, nxt - h.now()))
 
+    async def spot_check(self, checked: list[str], missing: list[str], retention_s: float) -> None:
+        """Jobs acknowledged 30 s to 150 s ago (and at least a minute inside the retention)
+        must be on every node, each node asked on its own (its local state)."""
+        now, upper = self.history.now(), min(150.0, retention_s - 60)
+        ops = [
+            o for o in self.history.ops if o.ok and o.completed and 30 < now - o.completed < upper
+        ]
+        for op in self.rng.sample(ops, min(SPOT_CHECKS, len(ops))):
+            for n in self.cluster.nodes:
+                try:
+                    async with self.http.get(
+                        f"{n.url}/api/v1/jobs/{op.job_id}",
+                        headers=self.cluster.headers(),
+                        timeout=aiohttp.ClientTimeout(total=5),
+                    ) as r:
+                        if r.status == 404:
+                            missing.append(f"{op.job_id} (op {op.op}) missing on {n.node_id}")
+                        elif r.status == 200:
+                            checked.append(op.job_id or "")
+                except (aiohttp.ClientError, TimeoutError):
+                    pass  # not answering is not losing
+
+    async def quiet(self, timeout: float) -> bool:
+        """Wait until the leader's commit index stands still for 3 purge periods (every
+        finished run and job forgotten that the retention lets go)."""
+        deadline = time.monotonic() + timeout
+        last, since = -1, time.monotonic()
+        while time.monotonic() < deadline:
+            lead = await self.leader()
+            view = await self.cluster.view(self.http, lead) if lead is not None else None
+            index = int(view["commit_index"]) if view else -1
+            if index != last:
+                last, since = index, time.monotonic()
+            elif time.monotonic() - since >= 15:
+                return True
+            await asyncio.sleep(1.0)
+        return False
+
     async def api(self, method: str, path: str, body: Any = None) -> Any:
         """One API call on whichever node answers it (None if none did)."""
         for url in self.cluster.urls:
@@ -137,11 +183,19 @@ class SoakRun(Run):
                 continue
         return None
 
+    #: the first dead-lettered runs, left in the queue for the whole soak: kept, retention or not
+    dlq_kept: list[str]
+
     async def operator(self, stop: asyncio.Event, counts: dict[str, int]) -> None:
-        """Once a minute: replay three dead-lettered runs, drop the others."""
+        """Once a minute: replay three dead-lettered runs, drop the others (but the first
+        DLQ_KEPT ever seen, which stay)."""
         while not await wait_event(stop, 60.0):
             page = await self.api("GET", "/dlq?limit=1000")
             ids = [r["id"] for r in (page or {}).get("runs", [])]
+            for run_id in reversed(ids):  # the oldest first
+                if len(self.dlq_kept) < DLQ_KEPT and run_id not in self.dlq_kept:
+                    self.dlq_kept.append(run_id)
+            ids = [r for r in ids if r not in self.dlq_kept]
             if not ids:
                 continue
             replay, drop = ids[:3], ids[3:]
@@ -201,16 +255,20 @@ def slope(points: list[tuple[float, float]]) -> float | None:
 
 
 def summarize(samples: list[dict[str, Any]], warmup: float) -> dict[str, Any]:
+    """Slopes (least squares, per hour) of each node's memory, disk and descriptors after the
+    warm-up, and per quarter of the steady part the median and the maximum of the per-minute
+    lag percentiles.  A reading that failed is left out, not taken as 0."""
     steady = [s for s in samples if s["t"] >= warmup]
     mb = 1 / 2**20
     out: dict[str, Any] = {"samples": len(samples), "steady_samples": len(steady), "nodes": {}}
+
+    def series(rows: list[dict[str, Any]], key: str, scale: float) -> list[tuple[float, float]]:
+        return [(t, row[key] * scale) for t, row in zip(ts, rows, strict=True) if key in row]
+
+    ts = [s["t"] for s in steady]
     for k, name in enumerate(n["node"] for n in samples[0]["nodes"]):
-
-        def series(key: str, k: int = k) -> list[tuple[float, float]]:
-            return [(s["t"], s["nodes"][k].get(key, 0) * mb) for s in steady if s["nodes"][k]]
-
-        rss, disk = series("VmRSS"), series("disk")
-        fds = [(s["t"], float(s["nodes"][k].get("fds", 0))) for s in steady]
+        rows = [s["nodes"][k] for s in steady]
+        rss, disk, fds = series(rows, "VmRSS", mb), series(rows, "disk", mb), series(rows, "fds", 1)
         out["nodes"][name] = {
             "rss_mb_first": round(rss[0][1], 1) if rss else None,
             "rss_mb_last": round(rss[-1][1], 1) if rss else None,
@@ -219,36 +277,42 @@ def summarize(samples: list[dict[str, Any]], warmup: float) -> dict[str, Any]:
             "disk_mb_min": round(min(v for _, v in disk), 1) if disk else None,
             "disk_mb_max": round(max(v for _, v in disk), 1) if disk else None,
             "disk_slope_mb_per_h": _r(slope(disk)),
+            "fds_first": fds[0][1] if fds else None,
+            "fds_last": fds[-1][1] if fds else None,
             "fds_slope_per_h": _r(slope(fds)),
         }
     out["workers"] = {
         name: {
             "rss_slope_mb_per_h": _r(
-                slope([(s["t"], s["workers"][name].get("VmRSS", 0) * mb) for s in steady])
+                slope(series([s["workers"].get(name, {}) for s in steady], "VmRSS", mb))
             )
         }
         for name in samples[0]["workers"]
     }
     quarters: list[dict[str, Any]] = []
-    q = max(1, len(steady) // 4)
-    for i in range(0, len(steady), q):
-        part = [s["lag"] for s in steady[i : i + q] if s.get("lag")]
+    n = len(steady)
+    for q in range(4):
+        part_samples = steady[n * q // 4 : n * (q + 1) // 4]
+        part = [s["lag"] for s in part_samples if s.get("lag")]
         if not part:
             continue
 
-        def med(kind: str, p: str, part: list[dict[str, Any]] = part) -> float | None:
-            vals = [x[kind][p] for x in part if x[kind].get(p) is not None]
-            return round(statistics.median(vals), 4) if vals else None
+        def stat(kind: str, p: str, how: Any, part: list[dict[str, Any]] = part) -> float | None:
+            vals = [x[kind][p] for x in part if (x.get(kind) or {}).get(p) is not None]
+            return round(how(vals), 4) if vals else None
 
         quarters.append(
             {
-                "from_s": steady[i]["t"],
-                "fire_p50": med("fire", "p50"),
-                "fire_p99": med("fire", "p99"),
-                "lease_p50": med("lease", "p50"),
-                "lease_p99": med("lease", "p99"),
-                "lease_p99_max": max((x["lease"].get("p99") or 0) for x in part),
-                "fires_per_min": med("fire", "count"),
+                "from_s": part_samples[0]["t"],
+                "to_s": part_samples[-1]["t"],
+                "minutes": len(part),
+                "fire_p50_median": stat("fire", "p50", statistics.median),
+                "fire_p99_median": stat("fire", "p99", statistics.median),
+                "fire_p99_max": stat("fire", "p99", max),
+                "lease_p50_median": stat("lease", "p50", statistics.median),
+                "lease_p99_median": stat("lease", "p99", statistics.median),
+                "lease_p99_max": stat("lease", "p99", max),
+                "fires_per_min_median": stat("fire", "count", statistics.median),
             }
         )
     out["lag_by_quarter"] = quarters
@@ -261,9 +325,13 @@ def _r(x: float | None) -> float | None:
 
 async def soak(args: argparse.Namespace, out: Path) -> dict[str, Any]:
     cluster = Cluster(out / "cluster", size=3, history={"retention": args.retention})
+    cron_ids: list[str] = []
+    interval_ids: list[str] = []
     history = checker.History()
     samples: list[dict[str, Any]] = []
     counts = {"replayed": 0, "dropped": 0}
+    checked: list[str] = []
+    missing: list[str] = []
     started = time.monotonic()
     run: SoakRun | None = None
     states: list[checker.NodeState] = []
@@ -273,17 +341,17 @@ async def soak(args: argparse.Namespace, out: Path) -> dict[str, Any]:
         cluster.start()
         async with aiohttp.ClientSession() as http:
             run = SoakRun(args.seed, out, cluster, history, http, random.Random(args.seed))
+            run.dlq_kept = []
             await cluster.wait_leader(http, timeout=60)
             for name in ("w1", "w2"):
                 run.start_worker(name)
-            run.recurring = (
-                [{"cron": f"* * * * * {i % 60}"} for i in range(args.crons)]
-                + [{"cron": "* * * * * *"} for _ in range(args.every_second)]
-                + [{"every": "10s"} for _ in range(args.intervals)]
-            )
-            recurring = [run.launch("cron") for _ in range(len(run.recurring))]
+            crons = [{"cron": f"* * * * * {i % 60}"} for i in range(args.crons)]
+            crons += [{"cron": "* * * * * *"} for _ in range(args.every_second)]
+            run.recurring = [{"every": "10s"} for _ in range(args.intervals)] + crons[::-1]
+            recurring = [run.launch("cron") for _ in range(len(run.recurring))]  # pops the end
             await asyncio.gather(*list(run.inflight))
             run.cron_ids = [op.job_id for op in recurring if op.job_id]
+            cron_ids, interval_ids = run.cron_ids[: len(crons)], run.cron_ids[len(crons) :]
             print(f"{len(run.cron_ids)} recurring jobs; load for {args.duration:.0f}s", flush=True)
             stop = asyncio.Event()
             tasks = [
@@ -293,6 +361,8 @@ async def soak(args: argparse.Namespace, out: Path) -> dict[str, Any]:
             t0 = time.monotonic()
             try:
                 while (t := time.monotonic() - t0) < args.duration:
+                    run.observe()
+                    await run.spot_check(checked, missing, args.retention_s)
                     s = await sample(run, t)
                     samples.append(s)
                     log.write(json.dumps(s) + "\n")
@@ -314,9 +384,16 @@ async def soak(args: argparse.Namespace, out: Path) -> dict[str, Any]:
                 await asyncio.gather(*tasks)
             await asyncio.gather(*list(run.inflight))
             await run.cancel_crons()
-            await run.api("POST", "/dlq/drop", {"dry_run": False})
+            dlq = await run.api("GET", "/dlq?limit=1000")
+            rest = [r["id"] for r in (dlq or {}).get("runs", []) if r["id"] not in run.dlq_kept]
+            if rest:
+                await run.api("POST", "/dlq/drop", {"dry_run": False, "run_ids": rest})
             await run.settle(180.0)
+            # A consistent read of every node needs a commit index that stands still: wait
+            # until the retention has forgotten what it will (no purge is committed then).
+            history.note(f"quiet: {await run.quiet(args.retention_s + 120)}")
             states, info = await checker.collect(http, cluster.urls, cluster.headers(), 120.0)
+            run.observe()
     finally:
         cluster.stop()
         log.close()
@@ -331,9 +408,28 @@ async def soak(args: argparse.Namespace, out: Path) -> dict[str, Any]:
         malformed,
         refusals,
         bound_s=10.0,
-        cron_jobs=run.cron_ids if run else [],
+        cron_jobs=cron_ids,
+        interval_jobs=interval_ids,
         retention_s=args.retention_s,
+        executed_ms=checker.last_executions([out / f"exec-{w}.txt" for w in workers]),
+        cancelled_ms=run.cancelled_ms if run else {},
     )
+    # Dead-lettered runs are kept whatever the retention: the ones left in the queue all
+    # along, and their jobs, on every node.
+    kept_missing = [
+        f"{run_id} (dead-lettered) missing on n{s.node + 1}"
+        for run_id in (run.dlq_kept if run else [])
+        for s in states
+        if not any(r["id"] == run_id for r in s.runs.get(run_id.rpartition("@")[0], []))
+    ]
+    report["soak_checks"] = {
+        "spot_checked": len(checked),
+        "spot_missing": missing[:50],
+        "dlq_kept": run.dlq_kept if run else [],
+        "dlq_kept_missing": kept_missing,
+    }
+    if missing or kept_missing or not (run and run.dlq_kept):
+        report["ok"] = False
     report["soak"] = summarize(samples, args.warmup) if samples else {}
     report["soak"]["dlq"] = counts
     report["soak"]["config"] = {

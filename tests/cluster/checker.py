@@ -38,10 +38,13 @@ Invariants (``report["invariants"]``):
   with status 70.
 
 With history retention (``check(retention_s=...)``, the soak), a job or run may be forgotten by
-every node: an acknowledged job missing on every node counts as forgotten, not lost, only when
-it was acknowledged more than the retention before the nodes were read and a worker executed
-one of its runs; an execution of a run no node has counts only when the run was scheduled more
-than the retention before the read.  Anything else missing is still a violation.
+every node.  An acknowledged job missing on every node counts as forgotten, not lost, only when
+a worker's last execution of it (the records' wall-clock stamps) came more than the retention
+before the nodes were read - it finished after that execution, and retention counts from its
+last change - and, for a recurring job, it was cancelled before that too.  An execution of a run no node has counts only when
+the run was scheduled more than the retention before the read and its job is recurring (old
+runs go while the job stays) or gone too.  Anything else missing is still a violation.  (Runs
+trimmed by ``max_runs_per_job`` are not allowed for: the soak keeps fewer per job.)
 """
 
 from __future__ import annotations
@@ -206,7 +209,15 @@ async def read_node(
 
     async def one(job_id: str) -> None:
         async with sem:
-            runs[job_id] = (await _get(http, f"{url}/api/v1/jobs/{job_id}/runs", headers))["runs"]
+            got: list[dict[str, Any]] = []
+            after: str | None = ""
+            while after is not None:
+                page = await _get(
+                    http, f"{url}/api/v1/jobs/{job_id}/runs?limit=1000{after}", headers
+                )
+                got += page["runs"]
+                after = f"&cursor={page['next_cursor']}" if page.get("next_cursor") else None
+            runs[job_id] = got
 
     await asyncio.gather(*(one(j) for j in jobs))
     return NodeState(node, int(view["applied_index"]), jobs, runs, listed)
@@ -283,20 +294,41 @@ async def collect(
 # -- worker evidence -------------------------------------------------------------------------------
 
 
-def read_executions(paths: list[Path]) -> tuple[list[tuple[str, int, int, str]], int]:
-    """(run_id, fence, attempt, worker record file) per execution; and malformed lines."""
-    out: list[tuple[str, int, int, str]] = []
-    bad = 0
+def _record_lines(paths: list[Path]) -> list[tuple[Path, list[str] | None]]:
+    """Each line of the workers' records, split: ``run_id fence attempt [wall_ms]`` (None for a
+    malformed line: a worker killed in the middle of a write)."""
+    out: list[tuple[Path, list[str] | None]] = []
     for path in paths:
         if not path.exists():
             continue
         for line in path.read_text(errors="replace").splitlines():
             parts = line.split()
-            if len(parts) != 3 or not parts[1].isdigit() or not parts[2].isdigit():
-                bad += 1  # a worker killed in the middle of a write
-                continue
+            ok = len(parts) in (3, 4) and all(p.isdigit() for p in parts[1:])
+            out.append((path, parts if ok else None))
+    return out
+
+
+def read_executions(paths: list[Path]) -> tuple[list[tuple[str, int, int, str]], int]:
+    """(run_id, fence, attempt, worker record file) per execution; and malformed lines."""
+    out: list[tuple[str, int, int, str]] = []
+    bad = 0
+    for path, parts in _record_lines(paths):
+        if parts is None:
+            bad += 1
+        else:
             out.append((parts[0], int(parts[1]), int(parts[2]), path.name))
     return out, bad
+
+
+def last_executions(paths: list[Path]) -> dict[str, int]:
+    """Per job, the wall-clock time (ms) of its last recorded execution, from the lines that
+    carry one (``SCHEDD_TEST_RECORD_TIME``)."""
+    last: dict[str, int] = {}
+    for _, parts in _record_lines(paths):
+        if parts is not None and len(parts) == 4:
+            job = parts[0].rpartition("@")[0]
+            last[job] = max(last.get(job, 0), int(parts[3]))
+    return last
 
 
 _REFUSED = re.compile(r"worker\.result_refused run_id=(\S+) fence=(\d+)")
@@ -360,17 +392,29 @@ def check(
     bound_s: float,
     cron_jobs: list[str],
     retention_s: float | None = None,
+    interval_jobs: list[str] | None = None,
+    executed_ms: dict[str, int] | None = None,
+    cancelled_ms: dict[str, int] | None = None,
 ) -> dict[str, Any]:
-    """Count every invariant's violations (each with its evidence) and build the report."""
+    """Count every invariant's violations (each with its evidence) and build the report.
+    ``cron_jobs`` and ``interval_jobs`` are the recurring jobs (a cron's runs must be on its
+    whole seconds); ``retention_s`` and ``executed_ms`` (:func:`last_executions`) let a job or
+    run that history retention forgot go (see the module's docstring), and ``cancelled_ms``
+    says when the recurring jobs were cancelled (only then may one be forgotten)."""
     v: dict[str, list[str]] = {k: [] for k in INVARIANTS}
     v["unexpected_exits"] = list(history.exits)
     stats: Counter[str] = Counter()
+    recurring = set(cron_jobs) | set(interval_jobs or ())
+    recurring |= {op.job_id for op in history.ops if op.kind == "cron" and op.job_id}
     forgot: Forgetting | None = None
-    if retention_s is not None and "read_wall_ms" in collect_info:
+    if retention_s is not None and "read_wall_ms" in collect_info and states:
+        ref_jobs = states[collect_info.get("leader", 0)].jobs
         forgot = Forgetting(
             collect_info["read_wall_ms"] - retention_s * 1000,
-            {run_id.rpartition("@")[0] for run_id, _, _, _ in executions},
-            history.wall0,
+            executed_ms or {},
+            recurring,
+            ref_jobs,
+            cancelled_ms or {},
         )
     recov = recovery_times(history, bound_s)
     for r in recov:
@@ -388,7 +432,7 @@ def check(
         sums = _check_replicas(states, ref, v)
         _check_jobs(history, states, ref, v, forgot, stats)
         skew_ms = max([abs(f.clock_shift_s) for f in history.faults] + [0.0]) * 1000
-        all_runs = _check_runs(ref, executions, set(cron_jobs), skew_ms, v, stats)
+        all_runs = _check_runs(ref, executions, set(cron_jobs), recurring, skew_ms, v, stats)
         _check_executions(executions, all_runs, v, forgot, stats)
         stats["refused_then_recorded_succeeded"] = sum(
             1
@@ -454,21 +498,33 @@ def _check_duplicates(
 class Forgetting:
     """What history retention may have forgotten by the time the nodes were read."""
 
-    before_ms: float  # wall-clock ms: only what finished before this can be gone
-    executed_jobs: set[str]  # jobs a worker executed a run of
-    wall0: float  # the history's start, wall clock (s)
+    before_ms: float  # wall-clock ms: only what last changed before this can be gone
+    last_executed: dict[str, int]  # per job, its last recorded execution (wall-clock ms)
+    recurring: set[str]  # cron and interval jobs: never forgotten while active
+    kept: dict[str, dict[str, Any]]  # the jobs the leader still has
+    cancelled: dict[str, int]  # recurring jobs the harness cancelled, when (wall-clock ms)
 
     def job(self, op: Op, states: list[NodeState]) -> bool:
-        return (
-            op.completed is not None
-            and (self.wall0 + op.completed) * 1000 < self.before_ms
-            and op.job_id in self.executed_jobs
-            and all(op.job_id not in s.jobs for s in states)
-        )
+        """A job may be gone when a worker ran it and it ended before ``before_ms``: a one-off
+        job after its last execution, a recurring one after it was cancelled too; and every
+        node lacks it alike."""
+        job_id = op.job_id or ""
+        ran = self.last_executed.get(job_id)
+        if ran is None:
+            return False
+        if op.kind == "cron" or job_id in self.recurring:
+            ran = max(ran, self.cancelled.get(job_id, 2**62))
+        return ran < self.before_ms and all(job_id not in s.jobs for s in states)
 
     def run(self, run_id: str) -> bool:
-        scheduled = run_id.rpartition("@")[2]
-        return scheduled.isdigit() and int(scheduled) < self.before_ms
+        """A run may be gone when it was scheduled before ``before_ms`` and its job is a
+        recurring one (whose old runs go while it stays) or is gone too."""
+        job_id, _, scheduled = run_id.rpartition("@")
+        return (
+            scheduled.isdigit()
+            and int(scheduled) < self.before_ms
+            and (job_id in self.recurring or job_id not in self.kept)
+        )
 
 
 def _check_jobs(
@@ -513,11 +569,14 @@ def _check_runs(
     ref: NodeState,
     executions: list[tuple[str, int, int, str]],
     cron: set[str],
+    recurring: set[str],
     skew_ms: float,
     v: dict[str, list[str]],
     stats: Counter[str],
 ) -> dict[str, dict[str, Any]]:
-    """Every run of every job: fires, leases, completions.  Returns the runs by id."""
+    """Every run of every job: fires, leases, completions.  Returns the runs by id.  ``cron``:
+    the jobs on a cron expression (their runs on whole seconds); ``recurring``: every job that
+    may have more than one run."""
     execs_by_run: dict[str, list[tuple[int, int, str]]] = defaultdict(list)
     for run_id, fence, attempt, src in executions:
         execs_by_run[run_id].append((fence, attempt, src))
@@ -526,7 +585,7 @@ def _check_runs(
         for when, n in Counter(r["scheduled_at"] for r in runs).items():
             if n > 1:
                 v["duplicate_fires"].append(f"job {job_id}: {n} runs scheduled at {when}")
-        if job_id not in cron and len(runs) > 1:
+        if job_id not in recurring and len(runs) > 1:
             v["duplicate_fires"].append(f"one-off job {job_id} has {len(runs)} runs")
         for run in runs:
             all_runs[run["id"]] = run

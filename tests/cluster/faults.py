@@ -218,6 +218,8 @@ class Run:
     #: per node with a full disk, the task restarting it as systemd would
     supervisors: dict[int, asyncio.Task[None]] = field(default_factory=dict)
     full_stops: int = 0
+    #: per recurring job, when the harness cancelled it (wall-clock ms)
+    cancelled_ms: dict[str, int] = field(default_factory=dict)
 
     def record_file(self, worker: str) -> Path:
         return self.root / f"exec-{worker}.txt"
@@ -229,7 +231,7 @@ class Run:
             "--concurrency",
             "8",
             name=name,
-            env={"SCHEDD_TEST_RECORD": str(self.record_file(name))},
+            env={"SCHEDD_TEST_RECORD": str(self.record_file(name)), "SCHEDD_TEST_RECORD_TIME": "1"},
             prefix=self.lab.prefix(name) if self.lab else None,
         )
 
@@ -673,6 +675,7 @@ class Run:
                         timeout=aiohttp.ClientTimeout(total=5),
                     ) as r:
                         if r.status in (204, 404):
+                            self.cancelled_ms[job_id] = int(time.time() * 1000)
                             break
                 except (aiohttp.ClientError, TimeoutError):
                     pass

@@ -235,54 +235,65 @@ def test_the_checker_counts_each_kind_of_violation() -> None:
 def test_the_checker_forgives_only_what_retention_may_have_forgotten() -> None:
     h = checker.History()
     read_ms = int(h.wall0 * 1000) + 1_000_000  # the nodes read 1,000 s after the start
-    old_ms = int(h.wall0 * 1000) + 100  # scheduled long before the retention
+    old_ms = int(h.wall0 * 1000) + 100  # long before the retention (600 s)
     recent_ms = read_ms - 10_000
-    acked = {}
-    for name, at in (("old", 0.1), ("recent", 900.0), ("never_ran", 0.1), ("kept", 0.1)):
-        op = h.new_op("oneoff", {"task": "acc.record", "payload": {"tag": name}})
+    for name, kind, at in (
+        ("old", "oneoff", 0.1),  # ran long ago: may be forgotten
+        ("recent", "oneoff", 900.0),  # acknowledged and ran too recently
+        ("never_ran", "oneoff", 0.1),  # no worker ran it
+        ("late", "oneoff", 0.1),  # acknowledged long ago but ran recently (a delayed job)
+        ("cron", "cron", 0.1),  # recurring: never forgotten while active
+        ("cron_done", "cron", 0.1),  # recurring, cancelled long ago: may be forgotten
+        ("kept", "oneoff", 0.1),
+        ("cron_kept", "cron", 0.1),
+    ):
+        op = h.new_op(kind, {"task": "acc.record", "payload": {"tag": name}})
         op.ok, op.completed, op.job_id = True, at, name.upper()
-        acked[name] = op
+    done = ("2026-01-01T00:00:01.000Z", "2026-01-01T00:00:02.000Z")
+    kept = {
+        job: {"id": job, "payload": {"tag": job.lower()}, "status": "done"}
+        for job in ("KEPT", "CRON_KEPT")
+    }
     kept_run = _run(
-        f"KEPT@{old_ms}",
+        f"KEPT@{old_ms + 1}",
         "succeeded",
-        [_attempt(1, 5, "2026-01-01T00:00:01.000Z", "2026-01-01T00:00:02.000Z", "succeeded")],
-        {"run_id": f"KEPT@{old_ms}", "attempt": 1},
+        [_attempt(1, 5, *done, "succeeded")],
+        {"run_id": f"KEPT@{old_ms + 1}", "attempt": 1},
     )
     states = [
-        checker.NodeState(
-            i,
-            7,
-            {"KEPT": {"id": "KEPT", "payload": {"tag": "kept"}, "status": "done"}},
-            {"KEPT": [kept_run]},
-            ["KEPT"],
-        )
+        checker.NodeState(i, 7, dict(kept), {"KEPT": [kept_run], "CRON_KEPT": []}, list(kept))
         for i in range(3)
     ]
     executions = [
-        (f"OLD@{old_ms}", 1, 1, "w1"),  # its job and run forgotten since: fine
+        (f"OLD@{old_ms}", 1, 1, "w1"),  # its job forgotten: fine
         (f"RECENT@{recent_ms}", 2, 1, "w1"),  # too recent to be forgotten
-        (f"KEPT@{old_ms}", 5, 1, "w1"),
+        (f"KEPT@{old_ms}", 3, 1, "w1"),  # a one-off job still kept lost this run
+        (f"KEPT@{old_ms + 1}", 5, 1, "w1"),
+        (f"CRON_KEPT@{old_ms}", 6, 1, "w1"),  # an old run of a recurring job: may go
     ]
+    last = {"OLD": old_ms, "RECENT": recent_ms, "LATE": recent_ms, "CRON": old_ms}
+    last["CRON_DONE"] = old_ms
     info = {"converged": True, "leader": 0, "read_wall_ms": read_ms}
 
     def check(retention_s: float | None) -> dict[str, Any]:
         return checker.check(
-            h, states, info, executions, 0, [], bound_s=10.0, cron_jobs=[], retention_s=retention_s
-        )
+            h, states, info, executions, 0, [], bound_s=10.0, cron_jobs=["CRON_KEPT"],
+            retention_s=retention_s, executed_ms=last, cancelled_ms={"CRON_DONE": old_ms + 5},
+        )  # fmt: skip
 
     report = check(600.0)
     inv = report["invariants"]
-    # RECENT (acknowledged 100 s before the read) and NEVER_RAN (no worker ran it) are lost,
-    # on each of the three nodes; OLD was run and acknowledged before the retention: forgotten.
-    assert inv["lost_acknowledged_jobs"] == 6, report["violations"]
     lost = " ".join(report["violations"]["lost_acknowledged_jobs"])
-    assert "RECENT" in lost and "NEVER_RAN" in lost and "OLD" not in lost
-    assert report["runs"]["forgotten_jobs"] == 1
-    assert inv["executions_without_lease"] == 1  # RECENT's run cannot have been forgotten yet
-    assert report["runs"]["executions_of_forgotten_runs"] == 1
+    # RECENT, NEVER_RAN, LATE and CRON are lost, on each of the three nodes; OLD was forgotten.
+    assert inv["lost_acknowledged_jobs"] == 12, report["violations"]
+    assert all(j in lost for j in ("RECENT", "NEVER_RAN", "LATE", "CRON")) and "OLD" not in lost
+    assert report["runs"]["forgotten_jobs"] == 2  # OLD and CRON_DONE
+    without = " ".join(report["violations"]["executions_without_lease"])
+    assert inv["executions_without_lease"] == 2 and "RECENT@" in without and "KEPT@" in without
+    assert report["runs"]["executions_of_forgotten_runs"] == 2  # OLD's and CRON_KEPT's
     # Without retention nothing may be missing.
     inv = check(None)["invariants"]
-    assert inv["lost_acknowledged_jobs"] == 9 and inv["executions_without_lease"] == 2
+    assert inv["lost_acknowledged_jobs"] == 18 and inv["executions_without_lease"] == 4
 
 
 def test_a_process_that_exits_by_itself_is_a_violation(tmp_path: Path) -> None:
