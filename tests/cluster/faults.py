@@ -510,9 +510,7 @@ class Run:
         assert lab is not None
         leader = self.name(lead)
         if step.kind == "net_isolate_leader":
-            for host in [*lab.hosts, CLIENT]:
-                if host != leader:
-                    lab.cut(leader, host)
+            lab.cut(leader, *[h for h in [*lab.hosts, CLIENT] if h != leader])
             return leader, "cut from the other nodes, the workers and the client", [("heal",)]
         if step.kind == "net_cut_worker":
             names = sorted(self.workers)
@@ -535,9 +533,7 @@ class Run:
         kind = step.kind
         if kind in ("isolate_leader", "isolate_follower"):
             victim = leader if kind == "isolate_leader" else nodes[follower]
-            for n in nodes:
-                if n != victim:
-                    lab.cut(victim, n)
+            lab.cut(victim, *[n for n in nodes if n != victim])
             return victim, "every packet to and from the other two dropped", [("heal",)]
         if kind == "cut_link":
             lab.cut(leader, nodes[follower])
@@ -726,47 +722,51 @@ async def run_schedule(
     steps = make_schedule(seed, duration, kinds)
     began = time.monotonic()
     mounts = contextlib.ExitStack()
-    raft: dict[str, Any] = {
-        "log_compaction_min_entries": compaction[0],
-        "log_compaction_min_time": compaction[1],
-    }
-    where: dict[str, Any] = {"proxied": True}
-    lab: NetLab | None = None
-    if NET_KINDS.intersection(s.kind for s in steps):
-        nodes = ["n1", "n2", "n3"]
-        lab = mounts.enter_context(NetLab([*nodes, *WORKERS]))
-        where = {
-            "hosts": [lab.ip[n] for n in nodes],
-            "launch": [lab.prefix(n) for n in nodes],
-            "http_ports": [NETNS_HTTP_PORT] * len(nodes),
+    try:  # namespaces and mounts made so far go again if the setup fails
+        raft: dict[str, Any] = {
+            "log_compaction_min_entries": compaction[0],
+            "log_compaction_min_time": compaction[1],
         }
-        key = root / "raft.key"  # off loopback, the nodes need a Raft secret
-        root.mkdir(parents=True, exist_ok=True)
-        key.write_text(secrets.token_hex(48) + "\n")
-        key.chmod(0o600)
-        raft["secret_file"] = str(key)
-    cluster = Cluster(
-        root / "cluster",
-        clock_skew=True,
-        scheduler={
-            "heartbeat_interval": f"{HEARTBEAT_INTERVAL_S}s",
-            "heartbeat_timeout": f"{HEARTBEAT_TIMEOUT_S}s",
-        },
-        raft=raft,
-        **where,
-    )
-    history = checker.History()
-    states: list[checker.NodeState] = []
-    info: dict[str, Any] = {}
-    run: Run | None = None
-    disks: list[LossyMount] = []
-    if DISK_KINDS.intersection(s.kind for s in steps):
-        disks = [
-            mounts.enter_context(
-                LossyMount(root / "disk" / n.node_id, cluster.root / n.node_id, root / f"{n.node_id}.fs.log")
-            )
-            for n in cluster.nodes
-        ]  # fmt: skip
+        where: dict[str, Any] = {"proxied": True}
+        lab: NetLab | None = None
+        if NET_KINDS.intersection(s.kind for s in steps):
+            nodes = ["n1", "n2", "n3"]
+            lab = mounts.enter_context(NetLab([*nodes, *WORKERS]))
+            where = {
+                "hosts": [lab.ip[n] for n in nodes],
+                "launch": [lab.prefix(n) for n in nodes],
+                "http_ports": [NETNS_HTTP_PORT] * len(nodes),
+            }
+            key = root / "raft.key"  # off loopback, the nodes need a Raft secret
+            root.mkdir(parents=True, exist_ok=True)
+            key.write_text(secrets.token_hex(48) + "\n")
+            key.chmod(0o600)
+            raft["secret_file"] = str(key)
+        cluster = Cluster(
+            root / "cluster",
+            clock_skew=True,
+            scheduler={
+                "heartbeat_interval": f"{HEARTBEAT_INTERVAL_S}s",
+                "heartbeat_timeout": f"{HEARTBEAT_TIMEOUT_S}s",
+            },
+            raft=raft,
+            **where,
+        )
+        history = checker.History()
+        states: list[checker.NodeState] = []
+        info: dict[str, Any] = {}
+        run: Run | None = None
+        disks: list[LossyMount] = []
+        if DISK_KINDS.intersection(s.kind for s in steps):
+            disks = [
+                mounts.enter_context(
+                    LossyMount(root / "disk" / n.node_id, cluster.root / n.node_id, root / f"{n.node_id}.fs.log")
+                )
+                for n in cluster.nodes
+            ]  # fmt: skip
+    except BaseException:
+        mounts.close()
+        raise
     try:
         cluster.start()
         async with aiohttp.ClientSession() as http:
@@ -785,19 +785,23 @@ async def run_schedule(
             try:
                 await run.play(steps)
             finally:
-                run.heal_everything()
-                history.note("everything healed")
-                await asyncio.sleep(2.0)  # some load after the last heal, then stop it
-                stop.set()
-                await loader
+                try:
+                    run.heal_everything()
+                    history.note("everything healed")
+                    await asyncio.sleep(2.0)  # some load after the last heal, then stop it
+                finally:
+                    stop.set()
+                    await loader
             await asyncio.gather(*list(run.inflight))
             await run.cancel_crons()
             await run.settle(settle_timeout)
             states, info = await checker.collect(http, cluster.urls, cluster.headers())
             run.observe()
     finally:
-        cluster.stop()
-        mounts.close()
+        try:
+            cluster.stop()
+        finally:
+            mounts.close()
     workers = sorted({w for w in (run.workers if run else {})})
     executions, malformed = checker.read_executions([root / f"exec-{w}.txt" for w in workers])
     refusals = checker.read_refusals([root / "cluster" / f"{w}.log" for w in workers])

@@ -6,7 +6,7 @@ all on one bridge, and nftables rules inside the namespaces to cut pairs of host
 ``10.<net>.0.254``: the address of the test process itself, the *client* (:data:`CLIENT`).
 Nothing is routed anywhere else, and no rule is ever added to the root namespace.
 
-- ``cut(a, b)``: packets between a and b are dropped - connections hang, as across a real
+- ``cut(a, b, ...)``: packets between a and each of the others are dropped - connections hang, as across a real
   partition (TCP retransmits, a connect waits for its timeout); ``cut(a, b, reject=True)``
   answers them with a reset or an ICMP error instead (refused at once).
 - ``cut_one_way(src, dst)``: only the packets from src to dst are dropped (on arrival).
@@ -65,6 +65,7 @@ class NetLab:
         self.losses: dict[frozenset[str], int] = {}  # pair -> percent of packets dropped
         self.procs: list[subprocess.Popen[bytes]] = []
         self._made: list[str] = []
+        self._applied: dict[str, list[str]] = {}  # per namespace, its rules now
 
     def __enter__(self) -> NetLab:
         try:
@@ -112,15 +113,18 @@ class NetLab:
             raise RuntimeError(f"nft -f in {self.ns[host]}: {out.stderr.strip()}")
 
     # -- faults ------------------------------------------------------------------------------
-    def cut(self, a: str, b: str, reject: bool = False) -> None:
-        self.cuts[frozenset((a, b))] = reject
+    def cut(self, a: str, *others: str, reject: bool = False) -> None:
+        for b in others:
+            self.cuts[frozenset((a, b))] = reject
         self._apply()
 
     def cut_one_way(self, src: str, dst: str) -> None:
+        assert dst != CLIENT, "no rule is ever added to the root namespace (the client's)"
         self.one_way.add((src, dst))
         self._apply()
 
     def loss(self, a: str, b: str, percent: int) -> None:
+        assert CLIENT not in (a, b), "no rule is ever added to the root namespace (the client's)"
         self.losses[frozenset((a, b))] = percent
         self._apply()
 
@@ -137,7 +141,7 @@ class NetLab:
         """Each namespace's rules, rebuilt from :attr:`cuts`, :attr:`one_way` and
         :attr:`losses` (a host drops what it sends to and receives from the other end of each
         of its cuts, what arrives along a one-way cut, and a share of what arrives from the
-        other end of a lossy pair), in one nft transaction per namespace."""
+        other end of a lossy pair), in one nft transaction per namespace whose rules change."""
         for host in self.hosts:
             rules = ["flush table inet lab"]
             for pair, reject in self.cuts.items():
@@ -160,7 +164,9 @@ class NetLab:
                         f"add rule inet lab input ip saddr {peer} "
                         f"numgen random mod 100 < {percent} drop"
                     )
-            self._nft_script(host, rules)
+            if self._applied.get(host, ["flush table inet lab"]) != rules:
+                self._nft_script(host, rules)
+                self._applied[host] = rules
 
     # -- processes ---------------------------------------------------------------------------
     def prefix(self, host: str) -> list[str]:
