@@ -398,20 +398,18 @@ async def soak(args: argparse.Namespace, out: Path) -> dict[str, Any]:
         cluster.stop()
         log.close()
     workers = sorted(run.workers if run else {})
-    executions, malformed = checker.read_executions([out / f"exec-{w}.txt" for w in workers])
-    refusals = checker.read_refusals([cluster.root / f"{w}.log" for w in workers])
-    report = checker.check(
+    records = [out / f"exec-{w}.txt" for w in workers]
+    report = checker.check_recorded(
         history,
         states,
         info,
-        executions,
-        malformed,
-        refusals,
+        records,
+        [cluster.root / f"{w}.log" for w in workers],
         bound_s=10.0,
         cron_jobs=cron_ids,
         interval_jobs=interval_ids,
         retention_s=args.retention_s,
-        executed_ms=checker.last_executions([out / f"exec-{w}.txt" for w in workers]),
+        executed_ms=checker.last_executions(records),
         cancelled_ms=run.cancelled_ms if run else {},
     )
     # Dead-lettered runs are kept whatever the retention: the ones left in the queue all

@@ -457,6 +457,20 @@ def check(
     )
 
 
+def check_recorded(
+    history: History,
+    states: list[NodeState],
+    collect_info: dict[str, Any],
+    records: list[Path],
+    logs: list[Path],
+    **options: Any,
+) -> dict[str, Any]:
+    """:func:`check` with the workers' evidence read from their execution records and logs."""
+    executions, malformed = read_executions(records)
+    refusals = read_refusals(logs)
+    return check(history, states, collect_info, executions, malformed, refusals, **options)
+
+
 def _check_replicas(states: list[NodeState], ref: NodeState, v: dict[str, list[str]]) -> list[str]:
     sums = [s.checksum() for s in states]
     mine = ref.checksum()

@@ -802,16 +802,13 @@ async def run_schedule(
             cluster.stop()
         finally:
             mounts.close()
-    workers = sorted({w for w in (run.workers if run else {})})
-    executions, malformed = checker.read_executions([root / f"exec-{w}.txt" for w in workers])
-    refusals = checker.read_refusals([root / "cluster" / f"{w}.log" for w in workers])
-    report = checker.check(
+    workers = sorted(run.workers if run else {})
+    report = checker.check_recorded(
         history,
         states,
         info,
-        executions,
-        malformed,
-        refusals,
+        [root / f"exec-{w}.txt" for w in workers],
+        [root / "cluster" / f"{w}.log" for w in workers],
         bound_s=bound_s,
         cron_jobs=run.cron_ids if run else [],
     )
