@@ -20,20 +20,24 @@ pytestmark = [
 
 PORT = 17900
 
-# Receives UDP datagrams for a while and prints how many arrived.
+# Receives UDP datagrams until told the sender has finished (its stop file exists), then
+# takes what is still queued and prints how many arrived. The receive buffer is large enough
+# for every datagram a test sends, so a receiver descheduled on a busy machine loses none.
 COUNT_UDP = f"""
-import socket, sys
+import os, socket, sys
 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.setsockopt(socket.SOL_SOCKET, 33, 8 << 20)  # SO_RCVBUFFORCE (root)
 s.bind(("0.0.0.0", {PORT}))
 print("ready", flush=True)
-s.settimeout(1.0)
+s.settimeout(0.1)
 n = 0
-try:
-    while True:
+while True:
+    try:
         s.recv(100)
         n += 1
-except TimeoutError:
-    pass
+    except TimeoutError:
+        if os.path.exists(sys.argv[1]):
+            break
 print(n, flush=True)
 """
 
@@ -67,12 +71,18 @@ def in_ns(lab: NetLab, host: str, code: str, *args: str) -> str:
 
 def udp_received(lab: NetLab, src: str, dst: str, count: int, tmp_path: Path) -> int:
     log = tmp_path / f"recv-{src}-{dst}.txt"
-    recv = lab.run(dst, [sys.executable, "-u", "-c", COUNT_UDP], log)
-    for _ in range(100):
+    stop = tmp_path / f"stop-{src}-{dst}"
+    log.unlink(missing_ok=True)  # a pair measured twice: wait for this receiver's "ready"
+    stop.unlink(missing_ok=True)
+    recv = lab.run(dst, [sys.executable, "-u", "-c", COUNT_UDP, str(stop)], log)
+    for _ in range(200):
         if log.exists() and "ready" in log.read_text():
             break
         subprocess.run(["sleep", "0.05"])
     in_ns(lab, src, SEND_UDP.format(port=PORT), lab.ip[dst], str(count))
+    # The sender has exited: whatever the network delivers is in the receiver's queue or on
+    # a veth pair's few microseconds of way there, well within the receiver's last 0.1 s wait.
+    stop.touch()
     recv.wait(10)
     return int(log.read_text().split()[-1])
 
