@@ -26,7 +26,7 @@ from tests.cluster.harness import Cluster
 from tests.cluster.lossyfs import available as lossy_unavailable
 from tests.cluster.lossyfs import lossy_cluster
 from tests.cluster.test_failover import submit
-from tests.cluster.test_restart import all_visible
+from tests.cluster.test_restart import all_visible, held
 from tests.conftest import wait_for
 
 pytestmark = [
@@ -83,9 +83,9 @@ async def load_until_dead(
 
 
 async def job_ids(http: aiohttp.ClientSession, cluster: Cluster, url: str) -> set[str]:
-    async with http.get(f"{url}/api/v1/jobs?limit=1000", headers=cluster.headers()) as r:
-        assert r.status == 200
-        return {j["id"] for j in (await r.json())["jobs"]}
+    ids = await held(http, cluster, url)
+    assert ids is not None, f"{url} does not answer"
+    return ids
 
 
 @pytest.mark.parametrize("role", ["leader", "follower"])

@@ -27,6 +27,7 @@ import pytest
 
 from tests.cluster.harness import REPO, Cluster
 from tests.cluster.lossyfs import LossyMount, available, lossy_cluster
+from tests.cluster.test_restart import held
 from tests.conftest import wait_for
 
 pytestmark = [
@@ -101,24 +102,6 @@ async def load_then_lose_power(
             assert n.proc is not None
             n.proc.wait(10)
     return sum(m.crash(keep, rng.randrange(1 << 30)) for m in mounts)
-
-
-async def held(http: aiohttp.ClientSession, cluster: Cluster, url: str) -> set[str] | None:
-    ids: set[str] = set()
-    cursor = None
-    while True:
-        q = f"{url}/api/v1/jobs?limit=1000" + (f"&cursor={cursor}" if cursor else "")
-        try:
-            async with http.get(q, headers=cluster.headers()) as r:
-                if r.status != 200:
-                    return None
-                page = await r.json()
-        except aiohttp.ClientError:
-            return None
-        ids |= {j["id"] for j in page["jobs"]}
-        cursor = page.get("next_cursor")
-        if not cursor:
-            return ids
 
 
 async def check_every_node(
