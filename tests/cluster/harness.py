@@ -263,6 +263,25 @@ class Cluster:
     async def view(self, http: aiohttp.ClientSession, i: int) -> dict[str, Any] | None:
         return await cluster_view(http, self.nodes[i].url, self.headers())
 
+    async def job_ids(self, http: aiohttp.ClientSession, url: str) -> set[str] | None:
+        """The ids of every job the node at ``url`` holds (all pages); None while it does not
+        answer."""
+        ids: set[str] = set()
+        cursor = None
+        while True:
+            q = f"{url}/api/v1/jobs?limit=1000" + (f"&cursor={cursor}" if cursor else "")
+            try:
+                async with http.get(q, headers=self.headers()) as r:
+                    if r.status != 200:
+                        return None
+                    page = await r.json()
+            except aiohttp.ClientError:
+                return None
+            ids |= {j["id"] for j in page["jobs"]}
+            cursor = page.get("next_cursor")
+            if not cursor:
+                return ids
+
     async def wait_leader(
         self, http: aiohttp.ClientSession, timeout: float = 30.0, exclude: int | None = None
     ) -> int:

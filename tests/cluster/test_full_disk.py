@@ -26,7 +26,7 @@ from tests.cluster.harness import Cluster
 from tests.cluster.lossyfs import available as lossy_unavailable
 from tests.cluster.lossyfs import lossy_cluster
 from tests.cluster.test_failover import submit
-from tests.cluster.test_restart import all_visible, held
+from tests.cluster.test_restart import all_visible
 from tests.conftest import wait_for
 
 pytestmark = [
@@ -83,7 +83,7 @@ async def load_until_dead(
 
 
 async def job_ids(http: aiohttp.ClientSession, cluster: Cluster, url: str) -> set[str]:
-    ids = await held(http, cluster, url)
+    ids = await cluster.job_ids(http, url)
     assert ids is not None, f"{url} does not answer"
     return ids
 

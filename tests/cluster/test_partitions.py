@@ -29,7 +29,7 @@ from schedd.errors import SchedError
 from tests.acceptance.test_three_nodes import job_state
 from tests.cluster.harness import Cluster
 from tests.cluster.netns import CLIENT, NetLab, available
-from tests.cluster.test_power_loss import check_every_node, held
+from tests.cluster.test_power_loss import check_every_node
 from tests.cluster.test_raft_secret import new_secret
 from tests.conftest import wait_for
 
@@ -141,7 +141,7 @@ async def test_a_client_cut_off_from_the_leader_submits_through_the_other_nodes(
             lab.heal()
             ids = [j.id for j in jobs]
             assert len(set(ids)) == 30
-            held_ids = await held(http, cluster, cluster.urls[leader])
+            held_ids = await cluster.job_ids(http, cluster.urls[leader])
             assert held_ids == set(ids)  # each job once, nothing else
 
 

@@ -27,7 +27,6 @@ import pytest
 
 from tests.cluster.harness import REPO, Cluster
 from tests.cluster.lossyfs import LossyMount, available, lossy_cluster
-from tests.cluster.test_restart import held
 from tests.conftest import wait_for
 
 pytestmark = [
@@ -112,14 +111,14 @@ async def check_every_node(
     want = set(acked)
 
     async def complete(url: str) -> set[str] | None:
-        ids = await held(http, cluster, url)
+        ids = await cluster.job_ids(http, url)
         return ids if ids is not None and want <= ids else None
 
     for url in cluster.urls:
         try:
             await wait_for(lambda u=url: complete(u), timeout=timeout)
         except AssertionError:
-            ids = await held(http, cluster, url) or set()
+            ids = await cluster.job_ids(http, url) or set()
             raise AssertionError(
                 f"{url} lost {len(want - ids)} of {len(want)} acknowledged jobs: "
                 f"{sorted(want - ids)[:5]}\n{cluster.logs()}"
@@ -128,7 +127,7 @@ async def check_every_node(
     # Every replica the same (a submit whose answer the power cut off may have made a job
     # beyond those acknowledged: on every node alike, once they have all caught up)
     async def same() -> bool:
-        sets = [await held(http, cluster, url) for url in cluster.urls]
+        sets = [await cluster.job_ids(http, url) for url in cluster.urls]
         return all(s is not None for s in sets) and sets[0] == sets[1] == sets[2]
 
     await wait_for(same, timeout=30)

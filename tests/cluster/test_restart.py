@@ -17,29 +17,10 @@ from tests.conftest import wait_for
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(180)]
 
 
-async def held(http: aiohttp.ClientSession, cluster: Cluster, url: str) -> set[str] | None:
-    """The ids of every job ``url`` holds (all pages); None while it does not answer."""
-    ids: set[str] = set()
-    cursor = None
-    while True:
-        q = f"{url}/api/v1/jobs?limit=1000" + (f"&cursor={cursor}" if cursor else "")
-        try:
-            async with http.get(q, headers=cluster.headers()) as r:
-                if r.status != 200:
-                    return None
-                page = await r.json()
-        except aiohttp.ClientError:
-            return None
-        ids |= {j["id"] for j in page["jobs"]}
-        cursor = page.get("next_cursor")
-        if not cursor:
-            return ids
-
-
 async def all_visible(
     http: aiohttp.ClientSession, cluster: Cluster, url: str, ids: list[str]
 ) -> bool:
-    have = await held(http, cluster, url)
+    have = await cluster.job_ids(http, url)
     return have is not None and set(ids) <= have
 
 
