@@ -59,7 +59,7 @@ async def test_a_task_no_worker_runs_waits_for_one_instead_of_being_dead_lettere
     cluster.start()
     try:
         async with aiohttp.ClientSession() as http:
-            await cluster.wait_leader(http)
+            await cluster.wait_serving(http)  # the test reads and writes through node 0
             record_file = tmp_path / "record.txt"
             cluster.start_worker(
                 "--import",

@@ -297,6 +297,20 @@ class Cluster:
             await asyncio.sleep(0.1)
         raise AssertionError(f"no leader within {timeout}s\n{self.logs()}")
 
+    async def wait_serving(self, http: aiohttp.ClientSession, timeout: float = 30.0) -> int:
+        """Index of the leader, once every live node serves its API and names that leader. A
+        leader can be elected by two nodes before the third's HTTP site is up: a test that then
+        talks to any node waits for this, not only for a leader."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            leader = await self.wait_leader(http, max(0.1, deadline - time.monotonic()))
+            lead_id = self.nodes[leader].node_id
+            views = [await self.view(http, i) for i, n in enumerate(self.nodes) if n.alive]
+            if all(v is not None and v["leader"] == lead_id for v in views):
+                return leader
+            await asyncio.sleep(0.1)
+        raise AssertionError(f"not every node served within {timeout}s\n{self.logs()}")
+
 
 async def cluster_view(
     http: aiohttp.ClientSession, url: str, headers: dict[str, str], timeout: float = 2.0
