@@ -313,14 +313,16 @@ _ELECTION_COUNTERS: Final = (
     ),
     (
         "schedd_raft_prevote_rounds",
-        "Pre-vote rounds this node ran, by outcome (won: an election followed; lost).",
+        "Pre-vote rounds this node ran, by outcome (won: an election followed; lost; yielded: it "
+        "granted a peer's round that outranks its own, running at the same time).",
         "outcome",
         "rounds",
     ),
     (
         "schedd_raft_prevotes_refused",
         "Pre-votes this node refused, by reason: leader, leader_alive (it heard from its "
-        "leader lately), stale_term, log_behind, abstaining.",
+        "leader lately), stale_term, log_behind, abstaining, campaigning (its own round, running at "
+        "the same time, outranks the asker's).",
         "reason",
         "refused",
     ),

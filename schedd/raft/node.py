@@ -608,8 +608,8 @@ class RaftNode:
 
     def elections(self) -> dict[str, dict[str, int]]:
         """What pre-vote counted since this node started: elections started (by why), pre-vote
-        rounds (won, lost), pre-votes refused and vote requests ignored (by reason), leader
-        step-downs (by cause).  Copies, read from any thread."""
+        rounds (won, lost, yielded), pre-votes refused and vote requests ignored (by reason),
+        leader step-downs (by cause).  Copies, read from any thread."""
         e = self._elections
         return {
             "started": dict(e.started),

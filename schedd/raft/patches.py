@@ -414,10 +414,11 @@ class ElectionStats:
     #: real elections this node started, by why it was allowed: prevote_won, transfer,
     #: single_node
     started: dict[str, int] = field(default_factory=dict)
-    #: pre-vote rounds this node ran: won (then an election) or lost (no majority in time)
-    rounds: dict[str, int] = field(default_factory=lambda: {"won": 0, "lost": 0})
+    #: pre-vote rounds this node ran: won (then an election), lost (no majority in time) or
+    #: yielded (it granted a peer's round that outranks its own)
+    rounds: dict[str, int] = field(default_factory=lambda: {"won": 0, "lost": 0, "yielded": 0})
     #: pre-votes this node refused, by reason: leader, leader_alive, stale_term, log_behind,
-    #: abstaining
+    #: abstaining, campaigning
     refused: dict[str, int] = field(default_factory=dict)
     #: vote requests this node ignored because it leads or heard from its leader lately
     ignored: dict[str, int] = field(default_factory=dict)
@@ -449,6 +450,14 @@ def pre_vote(obj: SyncObj, may_vote: Callable[[], bool] = lambda: True) -> Elect
       poll).  Only a majority of grants lets pysyncobj run its real election,
       on the next tick; otherwise the node draws a new deadline and tries again.  A node that
       hears from a leader meanwhile drops its round.
+    * **Two rounds at once**: when the other nodes' deadlines pass within a round trip and a
+      tick of each other, each would grant the other's pre-vote and both run an election for
+      the same term: a split vote, and another election timeout without a leader.  So a node
+      whose own round is running (or won, its election not yet started) answers a peer's
+      pre-vote by rank - the longer log, then the lower id, goes first: it refuses a peer it
+      outranks (``campaigning``) and grants one that outranks it, dropping its own round
+      (``yielded``) and drawing a new deadline, as after a lost round.  Of two rounds at
+      once, one wins.
     * **Stickiness**: a vote request is ignored (neither granted nor its term adopted) by a
       leader and by a follower that heard from its leader within ``raftMinTimeout`` - unless it
       comes from a leadership transfer (``timeout_now``; marked ``transfer`` by the sender).
@@ -610,7 +619,7 @@ class _PreVote:
             self.stale_sent[key] = raft_clock()
             self.send(node, {"type": STALE_TERM, "term": ours})
 
-    def refusal(self, message: dict[str, Any]) -> str | None:
+    def refusal(self, message: dict[str, Any], node: Any) -> str | None:
         if self.obj._isLeader():
             return "leader"
         if self.heard_leader_lately():
@@ -621,7 +630,19 @@ class _PreVote:
             return "log_behind"
         if not self.may_vote():
             return "abstaining"
+        if self.campaigning() and self.outranks(message, node):
+            return "campaigning"
         return None
+
+    def campaigning(self) -> bool:
+        """Its own pre-vote round is running, or won with the election still to start."""
+        return self.round is not None or self.allow
+
+    def outranks(self, message: dict[str, Any], node: Any) -> bool:
+        """Its own round goes before the peer's: a longer log, or as long and a lower id."""
+        theirs = (message["last_log_term"], message["last_log_index"])
+        ours = self.log_position()
+        return ours > theirs or (ours == theirs and str(self.obj.selfNode.id) < str(node.id))
 
     def answer(self, node: Any, message: dict[str, Any]) -> None:
         """A refusal goes at once; a grant waits for the next tick, which judges it again.
@@ -631,7 +652,7 @@ class _PreVote:
         finds the last contact a stall old and is granted, although the leader is alive and
         heard in the same poll.  The next tick starts after every message of the poll (and,
         after a pause, a fresh read: :func:`read_before_judging`)."""
-        why = self.refusal(message)
+        why = self.refusal(message, node)
         if why is None:
             self.pending[node] = message
             return
@@ -640,7 +661,12 @@ class _PreVote:
     def answer_pending(self) -> None:
         pending, self.pending = self.pending, {}
         for node, message in pending.items():
-            self.reply(node, message, self.refusal(message))
+            why = self.refusal(message, node)
+            if why is None and self.campaigning():
+                self.stats.rounds["yielded"] += 1
+                self.round, self.allow = None, False
+                self.obj._SyncObj__raftElectionDeadline = self.retry_at()
+            self.reply(node, message, why)
 
     def reply(self, node: Any, message: dict[str, Any], why: str | None) -> None:
         if why is not None:
@@ -670,12 +696,7 @@ class _PreVote:
         obj = self.obj
         if self.round is not None:
             self.stats.rounds["lost"] += 1
-        low, high = self.conf.raftMinTimeout, self.conf.raftMaxTimeout
-        obj._SyncObj__raftElectionDeadline = raft_clock() + low + (high - low) * random.random()
-        if self.lost is not None and raft_clock() - self.lost_at < high:
-            # Its leader's connection closed lately: a round lost to a peer that had not seen
-            # it close yet, or whose log was longer, is tried again soon, in rank.
-            obj._SyncObj__raftElectionDeadline = self.soon(self.lost[0])
+        obj._SyncObj__raftElectionDeadline = self.retry_at()
         self.round = None
         if not self.may_vote():  # a node whose journal abstains does not campaign either
             return
@@ -685,6 +706,15 @@ class _PreVote:
         ask = {"type": PRE_VOTE, "round": self.rid, "term": term + 1}
         for peer in obj._SyncObj__otherNodes:
             self.send(peer, {**ask, "last_log_term": last_term, "last_log_index": last_index})
+
+    def retry_at(self) -> float:
+        """When to try again after a round lost or yielded: an election timeout from now."""
+        low, high = self.conf.raftMinTimeout, self.conf.raftMaxTimeout
+        if self.lost is not None and raft_clock() - self.lost_at < high:
+            # Its leader's connection closed lately: a round lost to a peer that had not seen
+            # it close yet, or whose log was longer, is tried again soon, in rank.
+            return self.soon(self.lost[0])
+        return float(raft_clock() + low + (high - low) * random.random())
 
     def election_due(self) -> str | None:
         """Why this tick may run pysyncobj's election (None: it may not, or none is due; a

@@ -196,6 +196,65 @@ def test_an_isolated_leader_steps_down_the_others_elect_and_it_rejoins_quietly(
     assert leader._getLeader() == new.selfNode
 
 
+def test_two_rounds_at_once_elect_one_leader_without_a_split_vote(cluster: Trio) -> None:
+    """The leader is cut off and both followers' deadlines pass together: both run a pre-vote
+    round before either reads the other's.  Each would grant the other's, both would win and
+    both would stand for the same term - a split vote, another election timeout without a
+    leader.  Every message is held here until both have acted on what they had, so the two
+    rounds overlap as fully as they can: the one that goes first (same log, lower id) refuses
+    the other's, the other grants it and drops its own round, and one election follows."""
+    nodes, cuts, stats = cluster
+    term, leader = settled(nodes)
+    started = [dict(s.started) for s in stats]
+    cuts.cut.add(name(leader))
+    first, second = sorted((n for n in nodes if n is not leader), key=name)
+    assert first._SyncObj__getCurrentLogIndex() == second._SyncObj__getCurrentLogIndex()
+
+    def hold_until(count: int) -> None:
+        """Read the sockets (holding what comes) until ``count`` messages are held."""
+        deadline = time.monotonic() + 5
+        while len(cuts.held) < count and time.monotonic() < deadline:
+            for n in (first, second):
+                n._poller.poll(0.005)
+        assert len(cuts.held) == count
+
+    def release() -> None:
+        cuts.holding.clear()
+        cuts.release(first=name(first))
+
+    def tick_once_holding() -> None:
+        cuts.holding |= {name(first), name(second)}
+        for n in (first, second):
+            n.doTick(0)
+
+    for n in (first, second):  # no round until their leader's last contact is old
+        n._SyncObj__raftElectionDeadline = raft_clock() + 100
+    tick(nodes, MIN_TIMEOUT + 0.05)
+    for n in (first, second):
+        n._SyncObj__raftElectionDeadline = 0
+    tick_once_holding()  # both rounds start, neither has read the other's pre-vote
+    for n in (first, second):
+        n._SyncObj__raftElectionDeadline = raft_clock() + 100  # and neither retries here
+    hold_until(2)  # the two pre-votes
+    release()
+    tick_once_holding()  # the pre-votes are answered
+    hold_until(2)  # the two answers
+    release()
+    tick_once_holding()  # an election (two, in a split) before any vote request is read
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and not any(n._isLeader() for n in (first, second)):
+        release()
+        tick([first, second], 0.05)
+    assert first._isLeader() and first.raftCurrentTerm == term + 1  # one election, not a split
+    assert stats[nodes.index(first)].refused.get("campaigning") == 1
+    assert stats[nodes.index(second)].rounds["yielded"] == 1
+    i, j = nodes.index(first), nodes.index(second)
+    assert stats[i].started == {**started[i], "prevote_won": started[i].get("prevote_won", 0) + 1}
+    assert stats[j].started == started[j]
+    tick([first, second], MAX_TIMEOUT)
+    assert second._getLeader() == first.selfNode and second.raftCurrentTerm == term + 1
+
+
 def test_a_vote_request_is_ignored_while_the_leader_lives_but_a_transfer_is_honoured(
     cluster: Trio,
 ) -> None:
