@@ -455,9 +455,9 @@ def pre_vote(obj: SyncObj, may_vote: Callable[[], bool] = lambda: True) -> Elect
       the same term: a split vote, and another election timeout without a leader.  So a node
       whose own round is running (or won, its election not yet started) answers a peer's
       pre-vote by rank - the longer log, then the lower id, goes first: it refuses a peer it
-      outranks (``campaigning``) and grants one that outranks it, dropping its own round
-      (``yielded``) and drawing a new deadline, as after a lost round.  Of two rounds at
-      once, one wins.
+      outranks (``campaigning``) - unless that peer refused its round, which then cannot count
+      on it - and grants one that outranks it, dropping its own round (``yielded``) and drawing
+      a new deadline, as after a lost round.  Of two rounds at once, one wins.
     * **Stickiness**: a vote request is ignored (neither granted nor its term adopted) by a
       leader and by a follower that heard from its leader within ``raftMinTimeout`` - unless it
       comes from a leadership transfer (``timeout_now``; marked ``transfer`` by the sender).
@@ -493,7 +493,7 @@ class _PreVote:
         self.conf = obj._SyncObj__conf
         self.stats = ElectionStats()
         self.contact = float("-inf")  # when a leader's append (term >= ours) was last taken
-        self.round: dict[str, Any] | None = None  # the running round: id, term, granted
+        self.round: dict[str, Any] | None = None  # the running round: id, term, granted, refused
         self.rid = 0
         self.allow = False  # a round was won: the next tick may run the real election
         self.transfer_tick = False  # this tick's election is a leadership transfer
@@ -630,13 +630,18 @@ class _PreVote:
             return "log_behind"
         if not self.may_vote():
             return "abstaining"
-        if self.campaigning() and self.outranks(message, node):
+        if self.campaigning() and self.outranks(message, node) and not self.refused_by(node):
             return "campaigning"
         return None
 
     def campaigning(self) -> bool:
         """Its own pre-vote round is running, or won with the election still to start."""
         return self.round is not None or self.allow
+
+    def refused_by(self, node: Any) -> bool:
+        """The peer refused its running round (it still heard the leader, say): that round
+        cannot count on it, and the peer's own round must not be refused for its sake."""
+        return self.round is not None and node.id in self.round["refused"]
 
     def outranks(self, message: dict[str, Any], node: Any) -> bool:
         """Its own round goes before the peer's: a longer log, or as long and a lower id."""
@@ -690,6 +695,8 @@ class _PreVote:
         elif message["reason"] == "stale_term" and message["term"] > term:
             self.round = None
             self.adopt(node, message["term"])
+        else:
+            r["refused"].add(node.id)
 
     # -- ticking -----------------------------------------------------------------------------
     def start_round(self, term: int) -> None:
@@ -701,7 +708,7 @@ class _PreVote:
         if not self.may_vote():  # a node whose journal abstains does not campaign either
             return
         self.rid += 1
-        self.round = {"id": self.rid, "term": term, "granted": {obj.selfNode.id}}
+        self.round = {"id": self.rid, "term": term, "granted": {obj.selfNode.id}, "refused": set()}
         last_term, last_index = self.log_position()
         ask = {"type": PRE_VOTE, "round": self.rid, "term": term + 1}
         for peer in obj._SyncObj__otherNodes:

@@ -255,6 +255,37 @@ def test_two_rounds_at_once_elect_one_leader_without_a_split_vote(cluster: Trio)
     assert second._getLeader() == first.selfNode and second.raftCurrentTerm == term + 1
 
 
+def test_a_round_the_peer_refused_does_not_stand_in_the_peers_way(cluster: Trio) -> None:
+    """The node that goes first (same log, lower id) runs a round while the other still hears
+    the leader and refuses it; then the leader is gone and the other runs its round.  The
+    first's round, refused, can no longer win: it grants the other's and yields, instead of
+    refusing it for a round that cannot count on that peer (no leader until it gave up)."""
+    nodes, cuts, stats = cluster
+    term, leader = settled(nodes)
+    first, second = sorted((n for n in nodes if n is not leader), key=name)
+    cuts.links.add((name(leader), name(first)))  # only the first stops hearing the leader
+    first._SyncObj__raftElectionDeadline = raft_clock() + 100
+    tick(nodes, MIN_TIMEOUT + 0.05)
+    first._SyncObj__raftElectionDeadline = 0
+    first.doTick(0)  # its round starts ...
+    first._SyncObj__raftElectionDeadline = raft_clock() + 100  # ... and runs on here
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and not stats[nodes.index(second)].refused:
+        tick(nodes, 0.05)
+    assert stats[nodes.index(second)].refused == {"leader_alive": 1}
+    tick(nodes, 0.05)  # the refusal reaches the first
+    cuts.cut.add(name(leader))  # now the leader is gone for the other too
+    second._SyncObj__raftElectionDeadline = raft_clock() + 100
+    tick(nodes, MIN_TIMEOUT + 0.05)
+    second._SyncObj__raftElectionDeadline = 0
+    deadline = time.monotonic() + 3
+    while time.monotonic() < deadline and not second._isLeader():
+        tick(nodes, 0.05)
+    assert second._isLeader() and second.raftCurrentTerm == term + 1
+    assert stats[nodes.index(first)].rounds["yielded"] == 1
+    assert "campaigning" not in stats[nodes.index(first)].refused
+
+
 def test_a_vote_request_is_ignored_while_the_leader_lives_but_a_transfer_is_honoured(
     cluster: Trio,
 ) -> None:
