@@ -134,6 +134,14 @@ class RaftSettings:
     hot_window_ms: int = 600_000
     #: the changes of the latest entries kept for the clients that follow them (GET /events)
     events_buffer: int = DEFAULT_EVENTS_BUFFER
+    #: where the Raft journal lives (None: beside the state, in ``data_dir``); another
+    #: filesystem keeps its syncs away from the database's writes
+    journal_dir: Path | None = None
+    #: bytes a second a copy of the state is sent at (to a follower that needs one, or a backup)
+    snapshot_rate: int = 32 << 20
+    #: the log keeps the entries a follower still needs (and those of a copy in flight) up to
+    #: this many bytes; past it, it is compacted anyway (that follower then needs a copy)
+    log_keep_max: int = 256 << 20
 
 
 class Hooks:
@@ -321,6 +329,8 @@ class RaftNode:
         self.settings = settings
         self.hooks = hooks
         settings.data_dir.mkdir(parents=True, exist_ok=True)
+        if settings.journal_dir is not None:
+            settings.journal_dir.mkdir(parents=True, exist_ok=True)
         self._sm = _StateMachine(hooks, settings.data_dir / "state.db", settings.hot_window_ms)
         #: what each applied entry changed, for the API's event streams (GET /events)
         # gated: an event is sent once the API's reads see its entry (the lazy commit)
@@ -342,7 +352,7 @@ class RaftNode:
             on_fatal=lambda message: _StateMachine.on_storage_failure(message),
         )
         conf = SyncObjConf(
-            journalFile=str(settings.data_dir / "raft.journal"),
+            journalFile=str((settings.journal_dir or settings.data_dir) / "raft.journal"),
             fullDumpFile=str(settings.data_dir / "raft.dump"),
             password=settings.password,
             bindAddress=settings.self_addr,
@@ -405,6 +415,8 @@ class RaftNode:
                 transportClass=transport,
             )
         check_node(self._obj)
+        #: the durable journal (None only for a node without a journal file, in tests)
+        self.journal = durable.journal
         if durable.journal is not None:
             self.snapshots.on_loaded = durable.journal.skip_to
         self._conf = conf  # the SyncObj reads this object (logCompactionSplit on every tick)
