@@ -122,6 +122,8 @@ class Runtime:
         self.hooks.on_fatal = on_fatal
         self.hooks.on_apply_time = self.metrics.apply_time.observe
         self.node = RaftNode(self._settings, self.hooks)
+        if self.node.journal is not None:  # observed on the Raft tick thread (thread-safe)
+            self.node.journal.on_sync = self.metrics.journal_sync.observe
         self.node.attach(loop)
         self.reader = Reader(self._settings.data_dir / "state.db")
         await self.reader.open()

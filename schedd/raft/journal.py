@@ -386,6 +386,10 @@ class DurableJournal(Journal):  # type: ignore[misc]
         self.state_path = path + ".state"
         self.snapshot_path = snapshot_path
         self.syncs = 0  # fdatasync calls on the journal (for measurements)
+        #: given the seconds each fdatasync of the journal's file took, on the thread that made
+        #: it (the Raft tick thread): must be cheap; what it raises is logged once and dropped
+        self.on_sync: Callable[[float], None] | None = None
+        self._on_sync_failed = False
         self._pending = bytearray()  # records added but not yet written
         self._dirty = False  # written but not yet fdatasync'ed
         self._state_dirty = False
@@ -592,6 +596,21 @@ class DurableJournal(Journal):  # type: ignore[misc]
             self.on_io_failure(exc)
             raise JournalError(f"journal {self.path}: {what} failed: {exc}") from exc
 
+    def _timed_sync(self, fd: int) -> None:
+        """``fdatasync`` of the journal's file (or of the copy about to replace it), timed for
+        :attr:`on_sync`.  Inside :meth:`_io`, so nothing but the sync's own error may escape."""
+        started = time.monotonic()
+        _fdatasync(fd)
+        hook = self.on_sync
+        if hook is None:
+            return
+        try:
+            hook(time.monotonic() - started)
+        except Exception:  # a measurement never fails the journal
+            if not self._on_sync_failed:
+                self._on_sync_failed = True
+                log.exception("the journal's on_sync hook failed (further failures not logged)")
+
     def sync(self) -> None:
         """Write what is pending and make it durable (no-op when nothing is)."""
         self.finish_compaction()
@@ -603,7 +622,7 @@ class DurableJournal(Journal):  # type: ignore[misc]
                 _write_all(self._fd, data, self._written)
                 self._written += len(data)
                 self._dirty = True
-            _fdatasync(self._fd)
+            self._timed_sync(self._fd)
         self._dirty = False
         self.syncs += 1
         self._synced_index = self._entries[-1][1] if self._entries else 0
@@ -657,7 +676,7 @@ class DurableJournal(Journal):  # type: ignore[misc]
             self._pending = bytearray()
             with self._io("truncate"):
                 os.ftruncate(self._fd, new_end)
-                _fdatasync(self._fd)
+                self._timed_sync(self._fd)
             self._written, self._dirty = new_end, False
         last = self._entries[-1][1] if self._entries else 0
         self._synced_index = min(self._synced_index, last)
@@ -685,7 +704,7 @@ class DurableJournal(Journal):  # type: ignore[misc]
         self._sync_snapshot()
         with self._io("compact"):
             os.ftruncate(self._fd, HEADER_SIZE)
-            _fdatasync(self._fd)
+            self._timed_sync(self._fd)
         del self._pending[: self._head - self._written]
         shift = self._head - HEADER_SIZE
         self._ends = [end - shift for end in self._ends]
@@ -759,7 +778,7 @@ class DurableJournal(Journal):  # type: ignore[misc]
             delta = _read_all(self._fd, self._written - job.upto, job.upto)
             _write_all(job.fd, delta, job.upto - shift)
             os.ftruncate(job.fd, self._written - shift)
-            _fdatasync(job.fd)
+            self._timed_sync(job.fd)
             os.replace(job.tmp, self.path)
             fsync_dir(os.path.dirname(os.path.abspath(self.path)))
             fd, self._fd, job.fd = self._fd, job.fd, -1

@@ -85,3 +85,18 @@ async def test_snapshot_age_and_duration_are_exported(
         assert 0 <= m[("schedd_raft_snapshot_duration_seconds", ())] < 10
     finally:
         await node.rt.stop()
+
+
+async def test_the_journal_syncs_are_timed(node: Node, http: aiohttp.ClientSession) -> None:
+    before = await scrape(http, node)
+    count = ("schedd_raft_journal_fsync_seconds_count", ())
+    syncs = node.rt.node.journal.syncs
+    status, _ = await post(http, node, "/jobs", {"task": "t", "schedule": {"in": "1h"}})
+    assert status == 201  # committed, so the leader synced its journal first
+    after = await scrape(http, node)
+    assert after[count] > before.get(count, 0.0)
+    assert node.rt.node.journal.syncs > syncs
+    # every sync of the journal is one observation, in a bucket
+    inf = ("schedd_raft_journal_fsync_seconds_bucket", (("le", "+Inf"),))
+    assert after[inf] == after[count]
+    assert after[("schedd_raft_journal_fsync_seconds_sum", ())] > 0
