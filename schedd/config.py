@@ -58,6 +58,7 @@ __all__ = [
 MIN_SECRET_BYTES: Final = 32
 KIB: Final = 1024
 MIB: Final = 1024 * 1024
+GIB: Final = 1024 * MIB
 
 # --------------------------------------------------------------------------------------------
 # value parsers: (value, key path) -> parsed value, or raise _Bad with full "path: ..." messages
@@ -291,16 +292,27 @@ _SIZE_UNIT = {
     "b": 1,
     "kib": KIB,
     "mib": MIB,
-    "gib": 1024 * MIB,
+    "gib": GIB,
     "kb": 1000,
     "mb": 1000**2,
     "gb": 1000**3,
 }
 
 
-def _size(lo: int, hi: int) -> Parser:
+def _bytes(n: int) -> str:
+    """``n`` bytes as a size would be written: ``1048576`` → ``1048576 (1MiB)``."""
+    for unit, size in (("GiB", GIB), ("MiB", MIB), ("KiB", KIB)):
+        if n >= size and n % size == 0:
+            return f"{n} ({n // size}{unit})"
+    return str(n)
+
+
+def _size(lo: int, hi: int, per: str = "") -> Parser:
+    """A size in bytes from ``lo`` to ``hi`` (``per="second"``: a rate, bytes a second)."""
+    unit = f"bytes per {per}" if per else "bytes"
+
     def parse(value: object, path: str) -> int:
-        expected = 'expected a size in bytes (an integer or a string like "64KiB", "1MiB")'
+        expected = f'expected a size in {unit} (an integer or a string like "64KiB", "1MiB")'
         if isinstance(value, str):
             m = _SIZE.match(value)
             if not m:
@@ -311,7 +323,10 @@ def _size(lo: int, hi: int) -> Parser:
         else:
             raise _Bad(f"{path}: {expected}, got {_show(value)}")
         if not lo <= n <= hi:
-            raise _Bad(f"{path}: expected a size from {lo} to {hi} bytes, got {_show(value)}")
+            raise _Bad(
+                f"{path}: expected a size from {_bytes(lo)} to {_bytes(hi)} {unit}, "
+                f"got {_show(value)}"
+            )
         return n
 
     return parse
@@ -403,6 +418,13 @@ class RaftConfig:
     leader_fallback_timeout_ms: int = _dur(2000)
     log_compaction_min_entries: int = _f(5000, _int(1, 1_000_000_000), "int")
     log_compaction_min_time_ms: int = _dur(60_000)
+    #: where the Raft journal lives; None: <node.data_dir>/raft (see :attr:`Config.journal_path`)
+    journal_dir: str | None = _f(None, _optional(_path), "optional")
+    #: bytes a second a copy of the state is sent at (to a follower, or a backup)
+    snapshot_rate: int = _f(32 * MIB, _size(MIB, 10 * GIB, per="second"), "int")
+    #: the most bytes of entries the log keeps for a follower that is behind (or a copy in
+    #: flight) before it is compacted anyway
+    log_keep_max: int = _f(256 * MIB, _size(16 * MIB, 64 * GIB), "int")
 
 
 @dataclass(frozen=True)
@@ -511,6 +533,14 @@ class Config:
     @property
     def data_path(self) -> Path:
         return Path(self.node.data_dir)
+
+    @property
+    def journal_path(self) -> Path:
+        """The directory of the Raft journal: ``raft.journal_dir``, or ``<node.data_dir>/raft``
+        (beside the state) when unset."""
+        if self.raft.journal_dir is not None:
+            return Path(self.raft.journal_dir)
+        return self.data_path / "raft"
 
     @property
     def tokens_path(self) -> Path:
@@ -838,11 +868,52 @@ def check_files(cfg: Config) -> list[str]:
     data = cfg.data_path
     if data.exists() and not data.is_dir():
         problems.append(f"node.data_dir: {_show(str(data))} exists and is not a directory")
+    if cfg.raft.journal_dir is not None:
+        problems.extend(_journal_dir_problems(cfg))
     tokens = cfg.tokens_path
     if tokens.exists() and not tokens.is_file():
         key = "auth.tokens_file" if cfg.auth.tokens_file is not None else "node.data_dir"
         problems.append(f"{key}: {_show(str(tokens))} exists and is not a file")
     return problems
+
+
+#: the Raft journal's file in its directory (``schedd.raft.node``); its state file and
+#: temporary files are named after it
+JOURNAL_FILE: Final = "raft.journal"
+#: the state database in ``<node.data_dir>/raft``: a node that has one has run before
+STATE_FILE: Final = "state.db"
+
+
+def _journal_dir_problems(cfg: Config) -> list[str]:
+    """``raft.journal_dir`` is a directory (or can be one), and the node's journal is there:
+    not left behind in ``<node.data_dir>/raft``, nor missing (an unmounted disk) from a node
+    that has run before.  A node started without its journal has lost its log, its term and
+    its vote (it could vote twice in one term)."""
+    where, default = cfg.journal_path, cfg.data_path / "raft"
+    if where.exists() and not where.is_dir():
+        return [f"raft.journal_dir: {_show(str(where))} exists and is not a directory"]
+    if where.resolve() == default.resolve():
+        return []
+    here, there = (where / JOURNAL_FILE).exists(), (default / JOURNAL_FILE).exists()
+    if here and there:
+        return [
+            f"raft.journal_dir: both {_show(str(where))} and {_show(str(default))} hold a Raft "
+            f"journal ({JOURNAL_FILE}); keep the one this node last ran with in raft.journal_dir "
+            "and remove the other"
+        ]
+    if there:
+        return [
+            f"raft.journal_dir: the journal is still in {_show(str(default))}; with the node "
+            f"stopped, move {JOURNAL_FILE} and {JOURNAL_FILE}.state from there to "
+            f"{_show(str(where))} (or unset raft.journal_dir)"
+        ]
+    if not here and (default / STATE_FILE).exists():
+        return [
+            f"raft.journal_dir: {_show(str(where))} holds no journal ({JOURNAL_FILE}) but "
+            f"{_show(str(default))} holds this node's state: is the journal's disk mounted? "
+            "(a node whose journal is lost must start with an empty node.data_dir)"
+        ]
+    return []
 
 
 # --------------------------------------------------------------------------------------------

@@ -3,8 +3,8 @@ around a valid config, each reported as one line naming the key or path and what
 
 The config itself (types, ranges, the secret rule, the secret and TLS files) is checked by
 :mod:`schedd.config`; here is what only the machine can tell: a Python package missing from the
-installation, a data directory the service user cannot write, a port another process holds or
-an address this host does not have.  The daemon prints every problem and exits non-zero before
+installation, a data (or journal) directory the service user cannot write, a port another
+process holds or an address this host does not have.  The daemon prints every problem and exits non-zero before
 it touches anything else.
 """
 
@@ -17,6 +17,7 @@ import pwd
 import socket
 import tempfile
 import time
+from pathlib import Path
 
 from schedd.config import Config, split_hostport
 
@@ -65,32 +66,40 @@ def check_modules(cfg: Config) -> list[str]:
 
 
 def check_data_dir(cfg: Config) -> list[str]:
-    """``node.data_dir`` exists or can be made, and the service user can write what is in it."""
-    data = cfg.data_path
-    raft = data / "raft"
-    hint = f"schedd runs as {run_as()}; give node.data_dir to that user (chown -R)"
+    """``node.data_dir`` exists or can be made, and the service user can write what is in it;
+    so does ``raft.journal_dir`` when it is set."""
+    problems = _check_dir("node.data_dir", cfg.data_path, "raft")
+    if cfg.raft.journal_dir is not None:
+        problems += _check_dir("raft.journal_dir", cfg.journal_path)
+    return problems
+
+
+def _check_dir(key: str, top: Path, sub: str = "") -> list[str]:
+    """``top/sub`` exists or can be made, files can be made in ``top`` and ``top/sub``, and
+    the files below ``top`` (the first :data:`MAX_FILES_CHECKED`) can be read and written."""
+    inner = top / sub
+    hint = f"schedd runs as {run_as()}; give {key} to that user (chown -R)"
     try:
-        raft.mkdir(parents=True, exist_ok=True)
+        inner.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        return [f"node.data_dir: cannot create {_show(str(raft))}: {exc.strerror or exc} ({hint})"]
-    for directory in (data, raft):
+        return [f"{key}: cannot create {_show(str(inner))}: {exc.strerror or exc} ({hint})"]
+    for directory in dict.fromkeys((top, inner)):
         try:
             fd, probe = tempfile.mkstemp(dir=directory, prefix=".write-check-")
             os.close(fd)
             os.unlink(probe)
         except OSError as exc:
             return [
-                f"node.data_dir: cannot write in {_show(str(directory))}: "
-                f"{exc.strerror or exc} ({hint})"
+                f"{key}: cannot write in {_show(str(directory))}: {exc.strerror or exc} ({hint})"
             ]
     problems: list[str] = []
-    for n, path in enumerate(data.rglob("*")):
+    for n, path in enumerate(top.rglob("*")):
         if n >= MAX_FILES_CHECKED:
             break
         if path.is_file() and not os.access(path, os.R_OK | os.W_OK):
             owner = path.stat().st_uid
             problems.append(
-                f"node.data_dir: {_show(str(path))} cannot be read and written "
+                f"{key}: {_show(str(path))} cannot be read and written "
                 f"(owned by uid {owner}; {hint})"
             )
     return problems

@@ -67,6 +67,9 @@ class Runtime:
             log_compaction_min_time=r.log_compaction_min_time_ms / 1000,
             hot_window_ms=config.scheduler.hot_window_ms,
             events_buffer=config.http.events_buffer,
+            journal_dir=config.journal_path,
+            snapshot_rate=r.snapshot_rate,
+            log_keep_max=r.log_keep_max,
         )
         self._settings = settings
         # https when http.tls_cert/tls_key are set (a ConfigError naming the key if unusable);

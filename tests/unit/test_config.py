@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from schedd import preflight
 from schedd.config import (
     Config,
     HttpConfig,
@@ -564,3 +565,134 @@ def test_dispatch_ahead_is_bounded_and_may_be_zero() -> None:
         ConfigError, match=r"scheduler\.dispatch_ahead: expected at most 2000ms, got 3000ms"
     ):
         load_config(None, env={}, overrides={"scheduler.dispatch_ahead": "3s"})
+
+
+# -- the Raft journal's directory, the copy rate, the log's keep cap --------------------------
+
+
+def test_journal_dir_copy_rate_and_keep_cap_defaults(tmp_path: Path) -> None:
+    cfg = load_config(None, env={}, overrides={"node.data_dir": str(tmp_path / "data")})
+    r = cfg.raft
+    assert r.journal_dir is None and cfg.journal_path == tmp_path / "data" / "raft"
+    assert r.snapshot_rate == 32 * 1024 * 1024
+    assert r.log_keep_max == 256 * 1024 * 1024
+    assert r.log_compaction_min_time_ms == 60_000 and r.log_compaction_min_entries == 5000
+
+
+def test_journal_dir_copy_rate_and_keep_cap_from_toml_and_env(tmp_path: Path) -> None:
+    p = write(
+        tmp_path,
+        """
+[raft]
+journal_dir = "~/journal"
+snapshot_rate = 1048576
+log_keep_max = "1GiB"
+""",
+    )
+    cfg = load_config(p, env={})
+    assert cfg.journal_path == Path.home() / "journal"
+    assert cfg.raft.snapshot_rate == 1024 * 1024 and cfg.raft.log_keep_max == 1024**3
+    env = {
+        "SCHEDD_RAFT_JOURNAL_DIR": "/srv/journal",
+        "SCHEDD_RAFT_SNAPSHOT_RATE": "100MB",
+        "SCHEDD_RAFT_LOG_KEEP_MAX": "16777216",
+    }
+    cfg = load_config(p, env=env)
+    assert cfg.journal_path == Path("/srv/journal")
+    assert cfg.raft.snapshot_rate == 100_000_000 and cfg.raft.log_keep_max == 16 * 1024 * 1024
+    # an empty variable unsets the optional key: back to the default place
+    assert load_config(p, env={"SCHEDD_RAFT_JOURNAL_DIR": ""}).raft.journal_dir is None
+
+
+def test_journal_dir_copy_rate_and_keep_cap_errors(tmp_path: Path) -> None:
+    p = write(
+        tmp_path,
+        """
+[raft]
+journal_dir = " "
+snapshot_rate = "512KiB"
+log_keep_max = "fast"
+""",
+    )
+    assert problems(p) == [
+        'raft.journal_dir: expected a non-empty path, got " "',
+        "raft.snapshot_rate: expected a size from 1048576 (1MiB) to 10737418240 (10GiB) bytes "
+        'per second, got "512KiB"',
+        'raft.log_keep_max: expected a size in bytes (an integer or a string like "64KiB", '
+        '"1MiB"), got "fast"',
+    ]
+    assert problems(
+        env={"SCHEDD_RAFT_SNAPSHOT_RATE": "quick", "SCHEDD_RAFT_LOG_KEEP_MAX": "65GiB"}
+    ) == [
+        "raft.snapshot_rate: expected a size in bytes per second (an integer or a string like "
+        '"64KiB", "1MiB"), got "quick" (from SCHEDD_RAFT_SNAPSHOT_RATE)',
+        "raft.log_keep_max: expected a size from 16777216 (16MiB) to 68719476736 (64GiB) bytes, "
+        'got "65GiB" (from SCHEDD_RAFT_LOG_KEEP_MAX)',
+    ]
+
+
+def test_check_files_journal_dir(tmp_path: Path) -> None:
+    data, elsewhere = tmp_path / "data", tmp_path / "journal"
+
+    def check(journal_dir: Path) -> list[str]:
+        cfg = load_config(
+            None,
+            env={},
+            overrides={"node.data_dir": str(data), "raft.journal_dir": str(journal_dir)},
+        )
+        return check_files(cfg)
+
+    assert check(elsewhere) == []  # a fresh node: neither exists yet
+    (tmp_path / "file").write_text("x")
+    assert check(tmp_path / "file") == [
+        f'raft.journal_dir: "{tmp_path / "file"}" exists and is not a directory'
+    ]
+    (data / "raft").mkdir(parents=True)
+    (data / "raft" / "raft.journal").write_bytes(b"journal")
+    # left behind: the node would start without its log, term and vote
+    assert check(elsewhere) == [
+        f'raft.journal_dir: the journal is still in "{data / "raft"}"; with the node stopped, '
+        f'move raft.journal and raft.journal.state from there to "{elsewhere}" '
+        "(or unset raft.journal_dir)"
+    ]
+    assert check(data / "raft") == []  # the default place, named: the same journal
+    elsewhere.mkdir()
+    (elsewhere / "raft.journal").write_bytes(b"journal")
+    assert check(elsewhere) == [
+        f'raft.journal_dir: both "{elsewhere}" and "{data / "raft"}" hold a Raft journal '
+        "(raft.journal); keep the one this node last ran with in raft.journal_dir and remove "
+        "the other"
+    ]
+    (data / "raft" / "raft.journal").unlink()  # moved
+    assert check(elsewhere) == []
+    (data / "raft" / "state.db").write_bytes(b"state")  # the node has run
+    assert check(elsewhere) == []
+    (elsewhere / "raft.journal").unlink()  # its disk is not mounted, say
+    assert check(elsewhere) == [
+        f'raft.journal_dir: "{elsewhere}" holds no journal (raft.journal) but "{data / "raft"}" '
+        "holds this node's state: is the journal's disk mounted? (a node whose journal is lost "
+        "must start with an empty node.data_dir)"
+    ]
+
+
+def test_preflight_creates_and_checks_the_journal_dir(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("x")
+
+    def check_dirs(journal_dir: Path) -> list[str]:
+        cfg = load_config(
+            None,
+            env={},
+            overrides={
+                "node.data_dir": str(tmp_path / "data"),
+                "raft.journal_dir": str(journal_dir),
+            },
+        )
+        return preflight.check_data_dir(cfg)
+
+    assert check_dirs(tmp_path / "disk2" / "journal") == []
+    assert (tmp_path / "disk2" / "journal").is_dir() and (tmp_path / "data" / "raft").is_dir()
+    got = check_dirs(tmp_path / "file" / "journal")
+    assert len(got) == 1 and got[0].startswith(
+        f'raft.journal_dir: cannot create "{tmp_path / "file" / "journal"}": '
+    )
+    assert "give raft.journal_dir to that user (chown -R)" in got[0]
