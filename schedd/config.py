@@ -417,7 +417,7 @@ class RaftConfig:
     raft_max_timeout_ms: int = _dur(2000)
     leader_fallback_timeout_ms: int = _dur(2000)
     log_compaction_min_entries: int = _f(5000, _int(1, 1_000_000_000), "int")
-    log_compaction_min_time_ms: int = _dur(60_000)
+    log_compaction_min_time_ms: int = _dur(10_000)
     #: where the Raft journal lives; None: <node.data_dir>/raft (see :attr:`Config.journal_path`)
     journal_dir: str | None = _f(None, _optional(_path), "optional")
     #: bytes a second a copy of the state is sent at (to a follower, or a backup)

@@ -1,7 +1,7 @@
 """docs/pysyncobj.md #6: after a leader pause under load, the paused node comes back as a
 follower whose replication live-locks.  The new leader must notice and recover it within
 seconds, not at its next log compaction (``log_compaction_min_time``: 300 s here, so that
-nothing but the recovery in schedd/raft/node.py can help; 60 s by default).
+nothing but the recovery in schedd/raft/node.py can help; 10 s by default).
 
 How the stall arises (pysyncobj 0.3.17): the paused leader holds a tail of ``D`` entries of its
 term that it appended but never sent; its log ends at ``F``.  The new leader's ``nextIndex``
