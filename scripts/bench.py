@@ -2,7 +2,8 @@
 peers measured in the same run.
 
     scripts/bench [--runs N] [--quick] [--no-peers] [--json FILE] [--only S5,S3,...]
-                  [--s3b-jobs N] [--s4-jobs N] [--s5-kills N] [--s5-terms N] [--s5-rate R]
+                  [--s3b-jobs N] [--s4-jobs N] [--s4-wipe-timeout S] [--s4-skip-wipe]
+                  [--s5-kills N] [--s5-terms N] [--s5-rate R]
                   [--s6-jobs N] [--s6-seconds S] [--s7-seconds S] [--s7-rate R]
 
 Each scenario runs under its own timeout; a failure or timeout is reported, the rest still run,
@@ -29,12 +30,15 @@ Once per invocation (not per --runs), each on a fresh cluster (scripts/benchlib/
            before it, two workers: fire lag p50/p99 from the leader's schedd_fire_lag_seconds
            histogram, start lag p50/p99/max from the workers' records, early (must be 0),
            missing, drain rate
-  S4       2,000,000 pending delayed jobs: leader memory per job (VmRSS), latency of a probe
-           submit every 50 ms during the load and during a quiet period with snapshots, the
-           longest snapshot, follower SIGKILL + restart -> caught up (s).  Targets (a miss is a
+  S4       2,000,000 pending delayed jobs: leader memory per job (VmRSS), bytes each node
+           wrote per job (/proc/<pid>/io write_bytes), latency of a probe submit every 50 ms
+           during the load and during a quiet period with snapshots, the longest snapshot,
+           follower SIGKILL + restart -> caught up (s); then a follower SIGKILLed, its data
+           directory's raft/ emptied and restarted under a probe and a few batches -> caught up
+           (s), probe p99/max meanwhile (not with --s4-skip-wipe).  Targets (a miss is a
            failure): 0 elections, at most 100 bytes of leader RSS per pending job, quiet probe
            p99 at most 100 ms, the restarted follower answering within 5 s and caught up
-           within 30 s
+           within 30 s, the wiped follower caught up within --s4-wipe-timeout
   S5       the leader SIGKILLed under load (a worker connected, ~200 run-now submits/s spread
            over the nodes that are up), 10 times, each time restarted and caught up: kill ->
            first handler start of a run leased by the new leader (its lease fence is above the
@@ -395,17 +399,34 @@ ROWS: list[tuple[str, str, str]] = [
     *_gap_rows("S4 (load + quiet)", "s4"),
     ("S4 leader memory per pending job (VmRSS)", "bytes", "s4_bytes_per_job"),
     ("S4 follower memory per pending job (max)", "bytes", "s4_follower_bytes_per_job"),
+    ("S4 leader bytes written per pending job (/proc io)", "bytes", "s4_write_bytes_per_job"),
+    ("S4 follower bytes written per pending job (max)", "bytes", "s4_follower_write_bytes_per_job"),
+    ("S4 written, load + quiet: leader", "MiB", "s4_write_mib_leader"),
+    ("S4 written, load + quiet: follower 1", "MiB", "s4_write_mib_follower_1"),
+    ("S4 written, load + quiet: follower 2", "MiB", "s4_write_mib_follower_2"),
     ("S4 probe submit every 50 ms, under load: p99", "ms", "s4_load_probe_p99"),
     ("S4 probe submit under load: max", "ms", "s4_load_probe_max"),
     ("S4 probe submit, quiet + snapshots: p99", "ms", "s4_quiet_probe_p99"),
     ("S4 probe submit, quiet + snapshots: max", "ms", "s4_quiet_probe_max"),
     ("S4 quiet: probe max while the leader snapshots", "ms", "s4_snapshot_probe_max"),
     ("S4 quiet: whole snapshots written in it (all nodes)", "count", "s4_quiet_snapshots_done"),
-    ("S4 snapshots written (all nodes)", "count", "s4_snapshots"),
-    ("S4 longest snapshot write (any node)", "s", "s4_snapshot_max"),
+    ("S4 snapshots (log compactions) made (all nodes)", "count", "s4_snapshots"),
+    ("S4 longest snapshot (any node's duration gauge)", "s", "s4_snapshot_max"),
     ("S4 follower SIGKILL, restarts that exited at once", "count", "s4_restart_failures"),
     ("S4 follower SIGKILL, restart -> answers HTTP", "s", "s4_restart_answer"),
     ("S4 follower SIGKILL, restart -> caught up", "s", "s4_catchup"),
+    ("S4 follower SIGKILL, behind at the timeout", "entries", "s4_catchup_behind"),
+    ("S4 wiped follower: its raft/ deleted", "MiB", "s4_wiped_removed_mib"),
+    ("S4 wiped follower: restarts that exited", "count", "s4_wiped_restart_failures"),
+    ("S4 wiped follower: restart -> answers HTTP", "s", "s4_wiped_answer"),
+    ("S4 wiped follower: restart -> caught up", "s", "s4_wiped_catchup"),
+    ("S4 wiped follower: not caught up within", "s", "s4_wiped_timeout"),
+    ("S4 wiped follower: behind at the timeout", "entries", "s4_wiped_behind"),
+    ("S4 wiped follower: written by its last start", "MiB", "s4_wiped_write_mib"),
+    ("S4 wiped follower: probe submit meanwhile, p99", "ms", "s4_wiped_probe_p99"),
+    ("S4 wiped follower: probe submit meanwhile, max", "ms", "s4_wiped_probe_max"),
+    ("S4 wiped follower: probe submits failed", "count", "s4_wiped_probe_errors"),
+    ("S4 wiped follower: batches (x1,000) meanwhile", "count", "s4_wiped_batches"),
     ("S5 {s5_kills} leader SIGKILLs under load: first dispatch p50", "s", "s5_dispatch_p50"),
     ("S5 first dispatch p99 (of the kills)", "s", "s5_dispatch_p99"),
     ("S5 first dispatch max", "s", "s5_dispatch_max"),
@@ -556,6 +577,18 @@ def _parse_args() -> argparse.Namespace:
         help="S4's pending job count (default 2,000,000; --quick: 20,000)",
     )
     ap.add_argument(
+        "--s4-wipe-timeout",
+        type=float,
+        default=None,
+        help="how long S4's wiped follower has to catch up, s (default 900 s per 10,000,000 "
+        "jobs, at least 120; --quick: 60)",
+    )
+    ap.add_argument(
+        "--s4-skip-wipe",
+        action="store_true",
+        help="skip S4's last phase, the follower restarted with its raft/ directory emptied",
+    )
+    ap.add_argument(
         "--s5-kills", type=int, default=None, help="S5's leader SIGKILLs (default 10; --quick: 1)"
     )
     ap.add_argument(
@@ -608,6 +641,8 @@ def _parse_args() -> argparse.Namespace:
 
 async def main() -> int:
     args = _parse_args()
+    # the scenarios write their detail files beside it as they finish
+    args.json.parent.mkdir(parents=True, exist_ok=True)
 
     on = partial(_selected, args.only)
     runs = 1 if args.quick else args.runs
@@ -634,6 +669,8 @@ async def main() -> int:
     if not args.quick:  # a larger S4 (--s4-jobs) gets the time it needs at ~4,000 jobs/s, and
         # a snapshot of its database (~25,000 jobs/s) in its quiet period
         s4_load, s4_quiet = max(s4_load, n_s4 / 4000), max(s4_quiet, n_s4 / 25_000)
+    # the wiped follower's catch-up limit (s): 900 s at 10,000,000 jobs
+    s4_wipe = args.s4_wipe_timeout or (60.0 if args.quick else max(120.0, 900.0 * n_s4 / 1e7))
     # Per-scenario timeouts (s): generous multiples of a normal run on a busy 2-core machine.
     t = {
         "ceiling": 30,
@@ -650,7 +687,7 @@ async def main() -> int:
         "settle": 30,
         "s1b": 60,
         "s3b": 60 + s3b_bound + n_s3b / 500,
-        "s4": 120 + s4_load + s4_quiet + s4_catchup,
+        "s4": 120 + s4_load + s4_quiet + s4_catchup + (0 if args.s4_skip_wipe else 60 + s4_wipe),
         "s5": 60 + 90 * (n_s5 + n_s5_terms) + 2 * s5_bound,
         "s6": 2 * (90 + s6_seconds),
         "s7": 120 + s7_seconds + 2 * s5_bound,
@@ -737,6 +774,7 @@ async def main() -> int:
                 s4_quiet,
                 s4_catchup,
                 args.json.with_name(args.json.stem + "-s4.json"),
+                None if args.s4_skip_wipe else s4_wipe,
             ),
             # samples start once the retention has begun forgetting (20 s + a purge period)
             "s6": partial(
@@ -766,7 +804,7 @@ async def main() -> int:
     _check_bad(res, runner.failures, "s3", "30 s")
     # the targets are for the full-size run: at --quick's 20,000 jobs the fixed memory of a
     # node is most of its RSS growth
-    _check_s4(res, runner.failures, n_s4, s4_load, s4_catchup, targets=not args.quick)
+    _check_s4(res, runner.failures, n_s4, s4_load, s4_catchup, s4_wipe, targets=not args.quick)
     _check_bad(res, runner.failures, "s3b", f"{s3b_bound:.0f} s after the due second")
     _check_lost(res, runner.failures, "s5", s5_bound)
     _check_s7(res, runner.failures, s5_bound)
@@ -797,6 +835,7 @@ async def main() -> int:
                     "s4_jobs": n_s4,
                     "s4_compaction_s": s4_compaction,
                     "s4_load_cap_s": s4_load,
+                    "s4_wipe_timeout_s": None if args.s4_skip_wipe else s4_wipe,
                     "s3b_missing_after_s": s3b_bound,
                     "s5_kills": n_s5,
                     "s5_terms": n_s5_terms,
@@ -861,6 +900,7 @@ def _check_s4(
     n_s4: int,
     s4_load: float,
     s4_catchup: float,
+    s4_wipe: float,
     targets: bool,
 ) -> None:
     if res.get("s4_jobs") and res["s4_jobs"][0] < n_s4:
@@ -890,6 +930,18 @@ def _check_s4(
                 else "it never answered HTTP"
             )
             + (f"; {failed:.0f} restarts exited at once" if failed else "")
+            + ")"
+        )
+    if res.get("s4_wiped_timeout"):
+        behind = res.get("s4_wiped_behind")
+        failures.append(
+            f"s4: the follower restarted with an empty raft/ did not catch up within "
+            f"{s4_wipe:.0f}s ("
+            + (
+                f"{behind[0]:,.0f} entries behind the leader's commit index then"
+                if behind
+                else "it never answered HTTP"
+            )
             + ")"
         )
 

@@ -272,6 +272,15 @@ def rss_bytes(pid: int) -> int:
     raise RuntimeError(f"no VmRSS for pid {pid}")
 
 
+def write_bytes(pid: int) -> int:
+    """``write_bytes`` of ``/proc/<pid>/io``: what the process (all its threads) had sent to the
+    storage layer, every file, since it started (reading another user's needs root)."""
+    for line in Path(f"/proc/{pid}/io").read_text().splitlines():
+        if line.startswith("write_bytes:"):
+            return int(line.split()[1])
+    raise RuntimeError(f"no write_bytes for pid {pid}")
+
+
 def mem_available() -> int:
     """The machine's ``MemAvailable`` in bytes."""
     for line in Path("/proc/meminfo").read_text().splitlines():

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import json
 import math
+import shutil
 import signal
 import sys
 import time
@@ -18,7 +19,7 @@ from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import aiohttp
 import orjson
@@ -41,6 +42,7 @@ from .clusterops import (
     start_lag_worker,
     stop_cluster,
     wait_worker,
+    write_bytes,
 )
 from .common import pct, stop_pid
 
@@ -328,33 +330,39 @@ class _Probe:
 @dataclass
 class _Snapshot:
     node: int
-    start: float  # monotonic; NaN when it began before the watcher looked
-    end: float = math.nan  # monotonic (the dump's mtime); NaN while running
-    duration: float = math.nan  # the node's schedd_raft_snapshot_duration_seconds
+    end: float  # monotonic: when the node's raft.dump changed (its mtime)
+    duration: float = math.nan  # the node's schedd_raft_snapshot_duration_seconds; NaN unread
+
+    @property
+    def start(self) -> float:
+        """When the compaction began: its end less the duration the node reported (NaN until
+        that is read)."""
+        return self.end - self.duration
 
 
 @dataclass
 class _Snapshots:
-    """Watches each node's snapshot files: ``raft.dump.sqltmp`` exists while the node's
-    snapshot thread writes a copy, and ``raft.dump`` is replaced when it is done; the duration the node
-    reports (``schedd_raft_snapshot_duration_seconds``) is read after each.  Also points the
-    probe at the new leader after an election, and aborts the scenario when the machine runs
-    short of memory."""
+    """Watches each node's log compactions (Raft snapshots) by the one file every compaction
+    replaces, ``raft/raft.dump``, whatever else it writes meanwhile: whether that file is a
+    whole copy of the database or a small marker, its mtime changes when the compaction is
+    done.  How long the compaction took is what the node reports next in
+    ``schedd_raft_snapshot_duration_seconds``, so its interval is ``[end - duration, end]``,
+    known once it is over.  Also points the probe at the new leader after an election, and
+    aborts the scenario when the machine runs short of memory."""
+
+    READ_FOR: ClassVar[float] = 15.0  # s to wait for the duration gauge after a compaction
 
     cluster: Cluster
     probe: _Probe
-    running: dict[int, _Snapshot] = field(default_factory=dict)
     done: list[_Snapshot] = field(default_factory=list)
     seen: dict[int, float] = field(default_factory=dict)  # node -> raft.dump mtime
     gauges: dict[int, float] = field(default_factory=dict)  # node -> last duration read
     _reads: set[asyncio.Task[None]] = field(default_factory=set)
 
-    def path(self, k: int, name: str) -> Path:
-        return self.cluster.root / self.cluster.nodes[k].node_id / "raft" / name
-
     def mtime(self, k: int) -> float:
+        dump = self.cluster.root / self.cluster.nodes[k].node_id / "raft" / "raft.dump"
         try:
-            return self.path(k, "raft.dump").stat().st_mtime
+            return dump.stat().st_mtime
         except OSError:
             return 0.0
 
@@ -374,28 +382,26 @@ class _Snapshots:
             if avail < MIN_AVAILABLE:
                 raise RuntimeError(f"S4 aborted: only {avail >> 20} MiB of memory left")
             for k, node in enumerate(self.cluster.nodes):
-                if not node.alive:
-                    self.running.pop(k, None)
-                    continue
-                busy = self.path(k, "raft.dump.sqltmp").exists()
                 m = self.mtime(k)
-                if m != self.seen[k]:
-                    self.seen[k] = m
-                    snap = self.running.pop(k, None) or _Snapshot(k, math.nan)
-                    snap.end = now - max(0.0, time.time() - m)
-                    self.done.append(snap)
-                    task = asyncio.create_task(self._duration(http, snap))
-                    self._reads.add(task)
-                    task.add_done_callback(self._reads.discard)
-                if busy and k not in self.running:
-                    self.running[k] = _Snapshot(k, now)
-                elif not busy and k in self.running:
-                    self.running.pop(k)  # the child failed: no new raft.dump
+                if m == self.seen[k]:
+                    continue
+                self.seen[k] = m
+                if not m or not node.alive:  # deleted (a wiped node), or not by a live node
+                    continue
+                snap = _Snapshot(k, now - max(0.0, time.time() - m))
+                self.done.append(snap)
+                task = asyncio.create_task(self._duration(http, snap))
+                self._reads.add(task)
+                task.add_done_callback(self._reads.discard)
 
     async def _duration(self, http: aiohttp.ClientSession, snap: _Snapshot) -> None:
-        """The tick thread notes the child's end (and sets the gauge) a tick or so later."""
+        """The node's Raft thread notes the end of the compaction (and sets the gauge) a tick
+        or so later: the first new value within ``READ_FOR`` s, else the value then (two
+        compactions that took exactly as long)."""
         node = self.cluster.nodes[snap.node]
-        for _ in range(30):
+        deadline = time.monotonic() + self.READ_FOR
+        value: float | None = None
+        while time.monotonic() < deadline:
             await asyncio.sleep(0.1)
             with contextlib.suppress(aiohttp.ClientError, TimeoutError, RuntimeError):
                 value = gauge(
@@ -403,27 +409,22 @@ class _Snapshots:
                     "schedd_raft_snapshot_duration_seconds",
                 )
                 if value is not None and value != self.gauges.get(snap.node):
-                    self.gauges[snap.node] = snap.duration = value
-                    return
+                    break
+        if value is not None:
+            self.gauges[snap.node] = snap.duration = value
 
     def completed_since(self, t: float) -> set[int]:
-        """Nodes that wrote a whole snapshot (begun and finished) after ``t``."""
+        """Nodes that made a whole compaction (begun and finished) after ``t``."""
         return {s.node for s in self.done if s.start >= t}
 
-    def windows(self, k: int, until: float) -> list[tuple[float, float]]:
-        """Node ``k``'s snapshot intervals (monotonic), the running one up to ``until``."""
-        out = []
-        for s in self.done:
-            if s.node == k:
-                start = (
-                    s.start
-                    if s.start == s.start
-                    else s.end - (s.duration if s.duration == s.duration else 0.0)
-                )
-                out.append((start, s.end))
-        if k in self.running:
-            out.append((self.running[k].start, until))
-        return out
+    def windows(self, k: int) -> list[tuple[float, float]]:
+        """Node ``k``'s compactions (monotonic intervals; one whose duration is unread as its
+        end alone)."""
+        return [
+            (s.start if s.duration == s.duration else s.end, s.end)
+            for s in self.done
+            if s.node == k
+        ]
 
 
 async def _guarded(coro: Awaitable[T], guard: asyncio.Task[None]) -> T:
@@ -450,6 +451,7 @@ async def s4(
     quiet_cap: float,
     catchup_timeout: float,
     detail: Path | None = None,
+    wipe_timeout: float | None = None,
 ) -> dict[str, float]:
     """``n`` pending delayed no-op jobs (due in 6 h, payload ``{"n": 1}``) submitted in batches
     of 1,000 by 4 clients to a fresh cluster whose nodes snapshot every ``compaction`` seconds
@@ -458,16 +460,20 @@ async def s4(
 
     (a) leader memory per pending job: leader VmRSS after the quiet period - before the load,
         over the jobs submitted in between (followers' max reported too);
-    (b) probe submits, one job every 50 ms sequentially to the leader, during the load and
-        during a quiet period afterwards that lasts until every node has written a whole
-        snapshot (begun after the load), at most ``quiet_cap`` s (the leader must at least have
-        been snapshotting in it): p99/max latency of each, max over quiet-period probes in
-        flight while the leader was snapshotting (``raft.dump.sqltmp`` exists while the node's
-        snapshot thread writes it), and the longest snapshot any node reported;
-    (c) catch-up: a follower is SIGKILLed, 1 % of ``n`` more jobs go in, it is restarted (and
+    (b) bytes written per pending job: the same for each node process's ``write_bytes``
+        (``/proc/<pid>/io``: every file, every thread), and each node's total in MiB;
+    (c) probe submits, one job every 50 ms sequentially to the leader, during the load and
+        during a quiet period afterwards that lasts until every node has made a whole log
+        compaction (begun after the load; see :class:`_Snapshots`), at most ``quiet_cap`` s
+        (the leader must at least have finished one in it): p99/max latency of each, max over
+        quiet-period probes in flight while the leader was compacting, and the longest
+        compaction any node reported;
+    (d) catch-up: a follower is SIGKILLed, 1 % of ``n`` more jobs go in, it is restarted (and
         started again, as a supervisor would, each time it exits: its old snapshot writer may
         still hold its port), and the time from the first restart until its applied index
-        reaches the leader's commit index.
+        reaches the leader's commit index;
+    (e) unless ``wipe_timeout`` is None, a wiped follower (:func:`_wiped`), at most
+        ``wipe_timeout`` s.
 
     ``detail``: the probes and snapshot intervals, as JSON, for a closer look.
     """
@@ -482,10 +488,9 @@ async def s4(
             # warm-up (code paths, buffers) outside the measurement
             await post_batches(http, url, headers, [_batch_body([job] * 1000)], 1)
             await asyncio.sleep(1.0)
-            rss0 = {
-                k: rss_bytes(cluster.nodes[k].proc.pid)  # type: ignore[union-attr]
-                for k in range(len(cluster.nodes))
-            }
+            pids = [node.proc.pid for node in cluster.nodes]  # type: ignore[union-attr]
+            rss0 = [rss_bytes(pid) for pid in pids]
+            written0 = [write_bytes(pid) for pid in pids]
             view0 = await cluster_view(http, url, headers)
             probe = _Probe(url, headers)
             snaps = _Snapshots(cluster, probe)
@@ -531,17 +536,15 @@ async def s4(
                 url = await current_leader(http, cluster)
                 i = cluster.urls.index(url)
                 followers = [k for k in range(len(cluster.nodes)) if k != i]
-                windows = snaps.windows(i, quiet_end)
+                windows = snaps.windows(i)
                 if not any(hi > load_end for _, hi in windows):
                     raise RuntimeError(
-                        f"the leader did not snapshot within {quiet_cap}s of "
+                        f"the leader did not finish a snapshot within {quiet_cap}s of "
                         f"quiet (snapshots every {compaction}s)"
                     )
                 submitted = jobs + sum(1 for *_, ok in probe.samples if ok)
-                rss1 = {
-                    k: rss_bytes(cluster.nodes[k].proc.pid)  # type: ignore[union-attr]
-                    for k in range(len(cluster.nodes))
-                }
+                rss1 = [rss_bytes(pid) for pid in pids]
+                written = [write_bytes(pid) - w0 for pid, w0 in zip(pids, written0, strict=True)]
                 view1 = await cluster_view(http, url, headers)
                 if not view0 or not view1:
                     raise RuntimeError("the leader does not answer /api/v1/cluster")
@@ -563,6 +566,15 @@ async def s4(
                         (rss1[k] - rss0[k]) / submitted for k in followers
                     ),
                     "s4_leader_rss_mib": rss1[i] / 2**20,
+                    "s4_write_bytes_per_job": written[i] / submitted,
+                    "s4_follower_write_bytes_per_job": max(
+                        written[k] / submitted for k in followers
+                    ),
+                    "s4_write_mib_leader": written[i] / 2**20,
+                    **{
+                        f"s4_write_mib_follower_{m}": written[k] / 2**20
+                        for m, k in enumerate(followers, 1)
+                    },
                     "s4_load_probe_p99": _ms(load, 0.99),
                     "s4_load_probe_max": _ms(load, 1.0),
                     "s4_load_probes": float(len(load)),
@@ -598,10 +610,9 @@ async def s4(
                                     )
                                     for x in snaps.done
                                 ],
-                                "running": [
-                                    (k, round(x.start - load_start, 2))
-                                    for k, x in snaps.running.items()
-                                ],
+                                "written_bytes": {
+                                    node.node_id: written[k] for k, node in enumerate(cluster.nodes)
+                                },
                             }
                         )
                     )
@@ -615,6 +626,13 @@ async def s4(
                         guard,
                     )
                 )
+                if wipe_timeout is not None:
+                    # the other follower: the one above has just caught up
+                    out.update(
+                        await _guarded(
+                            _wiped(cluster, http, snaps, followers[-1], wipe_timeout), guard
+                        )
+                    )
                 return out
             finally:
                 for task in (probing, guard):
@@ -635,16 +653,36 @@ async def _catchup(
     cluster.kill(j, signal.SIGKILL)
     job = {"task": "bench.noop", "payload": {"n": 1}, "schedule": {"in": "6h"}}
     await post_batches(http, url, headers, [_batch_body([job] * 1000)] * max(1, extra // 1000), 2)
+    r = await _rejoin(cluster, http, url, j, timeout)
+    out = {"s4_restart_answer": r.answered, "s4_restart_failures": float(r.failed)}
+    if r.caught_up == r.caught_up:
+        return {**out, "s4_catchup": r.caught_up}
+    return {**out, "s4_catchup_timeout": timeout, "s4_catchup_behind": r.behind}
+
+
+@dataclass
+class _Rejoined:
+    """How a restarted node came back (seconds from its first start)."""
+
+    caught_up: float = math.nan  # its applied index reached the leader's commit index; NaN: not
+    answered: float = math.nan  # it first answered /api/v1/cluster
+    behind: float = math.nan  # entries behind the leader's commit index at the last look
+    failed: int = 0  # starts that exited (e.g. its port still held by its old snapshot writer)
+
+
+async def _rejoin(
+    cluster: Cluster, http: aiohttp.ClientSession, url: str, j: int, timeout: float
+) -> _Rejoined:
+    """Start node ``j`` (stopped), and again after 1 s each time it exits, as a supervisor
+    would, until its applied index reaches the leader's commit index or ``timeout`` s."""
+    headers = cluster.headers()
+    out = _Rejoined()
     t0 = time.monotonic()
     cluster.start(j)
-    answered = math.nan
-    behind = math.nan
-    failed = 0  # restarts that exited (e.g. its port still held by its old snapshot writer)
-    deadline = t0 + timeout
-    while time.monotonic() < deadline:
+    while time.monotonic() < t0 + timeout:
         if not cluster.nodes[j].alive:
-            failed += 1
-            await asyncio.sleep(1.0)  # as a supervisor would: start it again
+            out.failed += 1
+            await asyncio.sleep(1.0)
             cluster.start(j)
             continue
         lead = await cluster_view(http, url, headers)
@@ -653,19 +691,102 @@ async def _catchup(
             continue
         mine = await cluster_view(http, cluster.urls[j], headers)
         if mine is not None:
-            if answered != answered:
-                answered = time.monotonic() - t0
-            behind = lead["commit_index"] - mine["applied_index"]
-            if behind <= 0:
-                return {
-                    "s4_catchup": time.monotonic() - t0,
-                    "s4_restart_answer": answered,
-                    "s4_restart_failures": float(failed),
-                }
+            if out.answered != out.answered:
+                out.answered = time.monotonic() - t0
+            out.behind = lead["commit_index"] - mine["applied_index"]
+            if out.behind <= 0:
+                out.caught_up = time.monotonic() - t0
+                break
         await asyncio.sleep(0.1)
+    return out
+
+
+WIPE_BATCH_EVERY = 5.0  # s between the batches of 1,000 jobs that go in while a wiped node joins
+
+
+async def _wiped(
+    cluster: Cluster,
+    http: aiohttp.ClientSession,
+    snaps: _Snapshots,
+    j: int,
+    timeout: float,
+) -> dict[str, float]:
+    """SIGKILL follower ``j``, delete everything the node wrote under its data directory (the
+    contents of ``raft/``: database, write-ahead log, Raft journal and its state, snapshot,
+    temporary files; the harness keeps the node's configuration and tokens elsewhere), and
+    start it again (and again each time it exits, as a supervisor would), while a probe job
+    every 50 ms goes to the leader and a batch of 1,000 jobs every ``WIPE_BATCH_EVERY`` s:
+    seconds until it answers HTTP and until its applied index reaches the leader's commit index
+    (``s4_wiped_catchup``), the probe's p99/max meanwhile; when it does not within ``timeout``,
+    ``s4_wiped_timeout`` and how far behind it still was."""
+    headers = cluster.headers()
+    url = await current_leader(http, cluster)
+    cluster.kill(j, signal.SIGKILL)
+    removed = _wipe(cluster.root / cluster.nodes[j].node_id / "raft")
+    print(
+        f"    s4: follower {cluster.nodes[j].node_id} wiped ({removed / 2**20:,.0f} MiB), "
+        "restarting...",
+        file=sys.stderr,
+        flush=True,
+    )
+    probe = _Probe(url, headers)
+    snaps.probe = probe  # the watcher points it at a new leader
+    sent = [0, 0]  # batches committed, batches given up on
+
+    async def trickle() -> None:
+        job = {"task": "bench.noop", "payload": {"n": 1}, "schedule": {"in": "6h"}}
+        body = _batch_body([job] * S4_BATCH)
+        while True:
+            try:
+                await post_batches(http, probe.url, headers, [body], 1)
+                sent[0] += 1
+            except (aiohttp.ClientError, RuntimeError, TimeoutError):
+                sent[1] += 1
+            await asyncio.sleep(WIPE_BATCH_EVERY)
+
+    tasks = [asyncio.create_task(probe.run(http)), asyncio.create_task(trickle())]
+    t0 = time.monotonic()
+    try:
+        r = await _rejoin(cluster, http, url, j, timeout)
+    finally:
+        for task in tasks:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+    window = probe.window(t0, time.monotonic())
+    out = (
+        {"s4_wiped_catchup": r.caught_up}
+        if r.caught_up == r.caught_up
+        else {"s4_wiped_timeout": timeout, "s4_wiped_behind": r.behind}
+    )
+    proc = cluster.nodes[j].proc
+    if proc is not None and proc.poll() is None:
+        # the last start's writes: the copy it was sent, installed, and the log after it
+        with contextlib.suppress(OSError, RuntimeError):
+            out["s4_wiped_write_mib"] = write_bytes(proc.pid) / 2**20
     return {
-        "s4_catchup_timeout": timeout,
-        "s4_restart_answer": answered,
-        "s4_catchup_behind": behind,
-        "s4_restart_failures": float(failed),
+        **out,
+        "s4_wiped_answer": r.answered,
+        "s4_wiped_removed_mib": removed / 2**20,
+        "s4_wiped_restart_failures": float(r.failed),
+        "s4_wiped_probe_p99": _ms(window, 0.99),
+        "s4_wiped_probe_max": _ms(window, 1.0),
+        "s4_wiped_probe_errors": float(sum(1 for t, _, ok in probe.samples if t >= t0 and not ok)),
+        "s4_wiped_batches": float(sent[0]),
+        "s4_wiped_batches_failed": float(sent[1]),
     }
+
+
+def _wipe(directory: Path) -> int:
+    """Delete everything in ``directory`` (files and folders, the folder itself kept): bytes
+    removed."""
+    removed = 0
+    for entry in list(directory.iterdir()) if directory.is_dir() else []:
+        if entry.is_dir() and not entry.is_symlink():
+            removed += sum(f.stat().st_size for f in entry.rglob("*") if f.is_file())
+            shutil.rmtree(entry)
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                removed += entry.lstat().st_size
+                entry.unlink()
+    return removed

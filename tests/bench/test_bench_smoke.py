@@ -55,6 +55,10 @@ SCENARIO_KEYS = [
     "s4_quiet_probe_max",
     "s4_snapshot_max",
     "s4_catchup",
+    "s4_write_bytes_per_job",
+    "s4_follower_write_bytes_per_job",
+    "s4_wiped_catchup",
+    "s4_wiped_probe_p99",
     "s5_dispatch_p50",
     "s5_dispatch_p99",
     "s5_dispatch_max",  # S5: 1 kill under load
