@@ -68,6 +68,11 @@ sys.exit(main())
 """
 
 
+#: What a node logs when it replaces its state with a whole copy of the leader's (a Raft
+#: snapshot it was sent): the name it has today, and the names it might be given.
+SNAPSHOT_INSTALL_EVENTS = ("raft.snapshot_install", "raft.snapshot_installed")
+
+
 def _env() -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
@@ -205,6 +210,56 @@ class Cluster:
                 args, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=self.root
             )
             out.close()
+
+    def data_dir(self, i: int) -> Path:
+        """Node i's ``node.data_dir`` (a lossy mount's mount point, in tests that use one)."""
+        return self.root / self.nodes[i].node_id
+
+    def wipe(self, i: int) -> list[str]:
+        """Delete everything node i wrote in its data directory (the Raft journal and its state
+        file, the snapshot, the state database with its ``-wal``/``-shm``, temporary files),
+        and in its ``raft.journal_dir`` if it has one, as a disk replaced under a stopped node.
+        The directories themselves stay (one may be a mount point), and so would any file the
+        harness put there (its config, the tokens and its log live in :attr:`root`).  Returns
+        the paths deleted, relative to the data directory (or absolute)."""
+        assert not self.nodes[i].alive, f"{self.nodes[i].node_id} is running: stop it first"
+        ours = {self.nodes[i].config, self.nodes[i].log, self.root / "tokens.toml"}
+        if self.clock_skew:
+            ours.add(self.clock_file(i))
+        top = self.data_dir(i)
+        tops = [top]
+        journal_dir = {**self.raft, **self.node_raft.get(i, {})}.get("journal_dir")
+        if journal_dir is not None:
+            tops.append(Path(journal_dir))
+        gone: list[str] = []
+        for where in tops:
+            for path in sorted(where.rglob("*"), reverse=True):  # a directory's files first
+                if path in ours or any(p.is_relative_to(path) for p in ours):
+                    continue
+                gone.append(str(path.relative_to(top) if path.is_relative_to(top) else path))
+                if path.is_dir() and not path.is_symlink():
+                    path.rmdir()
+                else:
+                    path.unlink()
+        return sorted(gone)
+
+    def log_size(self, i: int) -> int:
+        """How many bytes node i's log holds so far (where to read its later lines from)."""
+        try:
+            return self.nodes[i].log.stat().st_size
+        except FileNotFoundError:
+            return 0
+
+    def log_events(self, i: int, events: tuple[str, ...], since: int = 0) -> list[str]:
+        """Node i's log lines from byte ``since`` on that record one of ``events``."""
+        try:
+            with open(self.nodes[i].log, "rb") as f:
+                f.seek(since)
+                text = f.read().decode(errors="replace")
+        except FileNotFoundError:
+            return []
+        names = set(events)
+        return [line for line in text.splitlines() if names.intersection(line.split())]
 
     def kill(self, i: int, sig: int = signal.SIGKILL) -> None:
         proc = self.nodes[i].proc
