@@ -100,6 +100,8 @@ def totals(reports: list[dict[str, Any]]) -> dict[str, Any]:
     runs = Counter[str]()
     for r in reports:
         runs.update(r["runs"])
+    wiped = [f for r in reports for f in r["faults"] if f.get("wiped")]
+    rebuilt = [f["rebuilt_s"] for f in wiped if f["rebuilt_s"] is not None]
     return {
         "schedules": len(reports),
         "schedules_ok": sum(1 for r in reports if r["ok"]),
@@ -138,6 +140,13 @@ def totals(reports: list[dict[str, Any]]) -> dict[str, Any]:
             k: {"p50_s": pct(v, 0.5), "max_s": max(v)} for k, v in sorted(heal_by_kind.items())
         },
         "violated_seeds": [r["seed"] for r in reports if not r["ok"]],
+        "rebuilds": {
+            "wiped": len(wiped),
+            "rebuilt": len(rebuilt),
+            "from_snapshot": sum(1 for f in wiped if f["rebuilt_by"] == "snapshot"),
+            "p50_s": pct(rebuilt, 0.5),
+            "max_s": max(rebuilt) if rebuilt else None,
+        },
     }
 
 
@@ -163,6 +172,13 @@ def print_totals(t: dict[str, Any], elapsed: float) -> None:
         print(
             f"  {k:<20} n={v['n']:<3} p50 {v['p50_s']}s max {v['max_s']}s "
             f"(from the fault's {v['measured_from']})"
+        )
+    rb = t["rebuilds"]
+    if rb["wiped"]:
+        print(
+            f"wiped followers: {rb['wiped']}, {rb['rebuilt']} caught up with the leader "
+            f"({rb['from_snapshot']} from a whole copy of the state, the others from the "
+            f"leader's log) p50 {rb['p50_s']}s max {rb['max_s']}s after the restart"
         )
     if t["violated_seeds"]:
         print(f"VIOLATIONS in seeds {t['violated_seeds']}")

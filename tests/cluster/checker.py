@@ -36,6 +36,10 @@ Invariants (``report["invariants"]``):
 * ``unexpected_exits`` — a node or worker process that exited by itself: anything but the
   harness's own kills and, for a node whose disk was full (``disk_full``), its fail-fast stop
   with status 70.
+* ``rebuild_over_bound`` — a follower restarted with an empty data directory
+  (``wipe_follower``) that had not applied the leader's commit index within
+  :data:`REBUILD_BOUND_S` of its restart (the other invariants then judge it with the rest:
+  it must hold every acknowledged job, and the same state as the leader).
 
 With history retention (``check(retention_s=...)``, the soak), a job or run may be forgotten by
 every node.  An acknowledged job missing on every node counts as forgotten, not lost, only when
@@ -75,7 +79,10 @@ INVARIANTS = (
     "stuck_jobs",
     "failover_over_bound",
     "unexpected_exits",
+    "rebuild_over_bound",
 )
+#: seconds from a wiped follower's restart until it must have applied the leader's commit index
+REBUILD_BOUND_S = 10.0
 
 
 def parse_ms(value: str | None) -> int | None:
@@ -118,6 +125,12 @@ class Fault:
     healed: float | None = None
     keeps_majority: bool = True  # a connected majority of live nodes exists during the fault
     clock_shift_s: float = 0.0
+    #: the node whose data directory the fault deleted (wipe_follower), and, once it is back,
+    #: seconds from its restart until it had applied the leader's commit index (None: not
+    #: within REBUILD_BOUND_S) and how: "snapshot" (it installed a whole copy) or "log"
+    wiped: str | None = None
+    rebuilt_s: float | None = None
+    rebuilt_by: str | None = None
 
 
 class History:
@@ -381,6 +394,21 @@ def recovery_times(history: History, bound_s: float) -> list[dict[str, Any]]:
     return out
 
 
+def slow_rebuilds(history: History, bound_s: float) -> list[str]:
+    """The wiped nodes not seen caught up with the leader within ``bound_s`` of their restart."""
+    return [
+        f"fault {f.step} {f.kind}: {f.wiped} restarted empty at t={f.healed}s and "
+        + (
+            "never applied the leader's commit index"
+            if f.rebuilt_s is None
+            else f"applied the leader's commit index {f.rebuilt_s}s later"
+        )
+        + f" (bound {bound_s}s)"
+        for f in history.faults
+        if f.wiped is not None and (f.rebuilt_s is None or f.rebuilt_s > bound_s)
+    ]
+
+
 def check(
     history: History,
     states: list[NodeState],
@@ -395,6 +423,7 @@ def check(
     interval_jobs: list[str] | None = None,
     executed_ms: dict[str, int] | None = None,
     cancelled_ms: dict[str, int] | None = None,
+    rebuild_bound_s: float = REBUILD_BOUND_S,
 ) -> dict[str, Any]:
     """Count every invariant's violations (each with its evidence) and build the report.
     ``cron_jobs`` and ``interval_jobs`` are the recurring jobs (a cron's runs must be on its
@@ -424,6 +453,7 @@ def check(
                 f"{r['from_start_s']}s after start, {r['from_heal_s']}s after heal; "
                 f"bound {bound_s}s from its {r['bound_from']}"
             )
+    v["rebuild_over_bound"] = slow_rebuilds(history, rebuild_bound_s)
     sums: list[str] = []
     if not states:
         v["replica_divergence"].append(f"no consistent read of the nodes: {collect_info}")

@@ -43,6 +43,13 @@ net_cut_worker         a worker's packets to and from the leader dropped for hea
                        results (once healed) must be refused
 net_cut_client         the client's packets to and from the leader dropped for 3–6 s: its
                        requests there hang, it must get through the other nodes
+wipe_follower          SIGKILL a follower, delete everything it wrote in its data directory
+                       (Raft journal and its state file, snapshot, state database with its
+                       -wal/-shm, temporary files), restart it empty after 1–4 s; the step
+                       then leaves it REBUILD_S to be rebuilt from the leader (a whole copy
+                       of the state, once the leader's log no longer starts at index 1), and
+                       waits until it has applied the leader's commit index (at most
+                       checker.REBUILD_BOUND_S from the restart) before the next step
 =====================  =====================================================================
 
 The three disk kinds put every node's data directory on a lossy FUSE mount
@@ -79,7 +86,7 @@ import orjson
 
 from schedd.aio import wait_event
 from tests.cluster import checker
-from tests.cluster.harness import Cluster
+from tests.cluster.harness import SNAPSHOT_INSTALL_EVENTS, Cluster
 from tests.cluster.lossyfs import LossyMount
 from tests.cluster.netns import CLIENT, NetLab
 
@@ -104,6 +111,7 @@ KINDS = (
     "net_isolate_leader",
     "net_cut_worker",
     "net_cut_client",
+    "wipe_follower",
 )
 # Kinds that need the nodes' data directories on lossy mounts.
 DISK_KINDS = frozenset({"power_loss", "slow_disk", "disk_full"})
@@ -121,6 +129,10 @@ HEARTBEAT_TIMEOUT_S = 3.0
 RESTART_SEC = 2.0  # systemd/schedd.service RestartSec
 FULL_DISK_EXIT = 70  # a node that cannot write its data stops with EX_SOFTWARE
 FAILOVER_BOUND_S = 10.0
+#: what a wipe_follower step lasts beyond the follower's restart: time for the leader to send
+#: it a whole copy and for it to catch up, before the next step (checker.REBUILD_BOUND_S, from
+#: the restart, is the bound it is held to)
+REBUILD_S = 6.0
 
 
 @dataclass
@@ -134,6 +146,12 @@ class Step:
     def describe(self) -> str:
         extra = f" value={self.value:g}" if self.value else ""
         return f"t={self.at:5.1f}s {self.kind:<19} for {self.duration:4.1f}s pick={self.pick:.2f}{extra}"
+
+    @property
+    def heal_after(self) -> float:
+        """Seconds from the fault's start to its heal: the whole step, except for a wiped
+        follower, restarted after ``value`` s and given the rest of the step to be rebuilt."""
+        return self.value if self.kind == "wipe_follower" else self.duration
 
 
 def _duration(kind: str, rng: random.Random) -> tuple[float, float]:
@@ -164,6 +182,9 @@ def _duration(kind: str, rng: random.Random) -> tuple[float, float]:
         return rng.uniform(1, 3), 0.0
     if kind == "worker_stall":
         return HEARTBEAT_TIMEOUT_S + rng.uniform(1, 3), 0.0
+    if kind == "wipe_follower":
+        down = rng.uniform(1, 4)
+        return down + REBUILD_S, down
     raise ValueError(f"unknown fault kind {kind!r}")
 
 
@@ -417,6 +438,8 @@ class Run:
         fault = self.history.fault_started(
             n, step.kind, target, detail, step.kind in KEEPS_MAJORITY, shift
         )
+        if step.kind == "wipe_follower":
+            fault.wiped = target
         return fault, heal
 
     def _node_fault(
@@ -464,6 +487,15 @@ class Run:
         if kind.startswith("kill_"):
             self.kill(c.nodes[victim].proc)
             return self.name(victim), f"restart after {step.duration:.1f}s", [("start", victim)]
+        if kind == "wipe_follower":
+            self.kill(c.nodes[victim].proc)
+            since = c.log_size(victim)  # its log's lines from the restart on tell how it came back
+            gone = c.wipe(victim)
+            return (
+                self.name(victim),
+                f"data directory wiped ({', '.join(gone)}); restart after {step.value:.1f}s",
+                [("start", victim), ("rebuilt", victim, since)],
+            )
         assert kind.startswith("pause_"), kind
         c.kill(victim, signal.SIGSTOP)
         self.paused.add(victim)
@@ -603,6 +635,7 @@ class Run:
         return None
 
     def do_heal(self, actions: list[Any]) -> None:
+        """Carry out a step's healing actions (``rebuilt`` is awaited by :meth:`play` after)."""
         c = self.cluster
         self.observe()
         for action in actions:
@@ -654,9 +687,41 @@ class Run:
         for n, step in enumerate(steps):
             await asyncio.sleep(max(0.0, start + step.at - h.now()))
             fault, heal = await self.inject(n, step)
-            await asyncio.sleep(max(0.0, fault.started + step.duration - h.now()))
+            await asyncio.sleep(max(0.0, fault.started + step.heal_after - h.now()))
             self.do_heal(heal)
             h.fault_healed(fault)
+            for action in heal:
+                if action[0] == "rebuilt":
+                    await self.rebuilt(fault, action[1], action[2])
+
+    async def rebuilt(self, fault: checker.Fault, i: int, since: int) -> None:
+        """Wait until node i, restarted empty, has applied the leader's commit index (read
+        before its own applied index), at most checker.REBUILD_BOUND_S from its restart; write
+        down how long it took and whether it installed a whole copy of the state (its log from
+        byte ``since``) or was sent the leader's log."""
+        h = self.history
+        assert fault.healed is not None
+        deadline = fault.healed + checker.REBUILD_BOUND_S
+        while h.now() < deadline:
+            lead = await self.leader(timeout=max(0.1, deadline - h.now()))
+            theirs = None if lead is None else await self.cluster.view(self.http, lead)
+            mine = await self.cluster.view(self.http, i)
+            if theirs and mine and mine["applied_index"] >= theirs["commit_index"]:
+                fault.rebuilt_s = round(h.now() - fault.healed, 3)
+                break
+            await asyncio.sleep(0.1)
+        installs = self.cluster.log_events(i, SNAPSHOT_INSTALL_EVENTS, since)
+        fault.rebuilt_by = "snapshot" if installs else "log"
+        if fault.rebuilt_s is None:
+            h.note(
+                f"{self.name(i)} not caught up {checker.REBUILD_BOUND_S:g}s after its restart "
+                f"(a whole copy installed: {bool(installs)})"
+            )
+        else:
+            h.note(
+                f"{self.name(i)} rebuilt {fault.rebuilt_s}s after its restart, "
+                + ("from a whole copy of the state" if installs else "from the leader's log")
+            )
 
     # -- after the schedule ------------------------------------------------------------------------
     async def cancel_crons(self) -> None:

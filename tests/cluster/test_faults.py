@@ -1,4 +1,4 @@
-"""The fault-injection suite's CI subset: five fixed seeds, each a ~32 s schedule on a real
+"""The fault-injection suite's CI subset: six fixed seeds, each a ~32 s schedule on a real
 three-node cluster (Raft links through tests/cluster/proxy.py, or every node and worker in a
 network namespace for the ``net_`` kinds) with two real workers, a few
 hundred one-off jobs and three ``* * * * * *`` cron jobs; every invariant of
@@ -43,6 +43,9 @@ CI_SCHEDULES = [
     (2, ("power_loss", "slow_disk", "disk_full")),  # on lossy mounts (tests/cluster/lossyfs.py)
     # in network namespaces (tests/cluster/netns.py), flaky_link there as packet loss
     (9, ("net_isolate_leader", "net_cut_worker", "net_cut_client", "flaky_link")),
+    # a follower wiped early (rebuilt from the leader's log) and late (from a whole copy, the
+    # log compacted by then), each followed by the leader's death: the rebuilt node must elect
+    (28, ("wipe_follower", "kill_leader")),
 ]
 DURATION_S = 32.0
 
@@ -230,6 +233,20 @@ def test_the_checker_counts_each_kind_of_violation() -> None:
     assert inv["failover_over_bound"] == 1
     assert inv["duplicate_job_ids"] == 0 and inv["stuck_jobs"] == 0
     assert not report["ok"]
+
+
+def test_the_checker_counts_a_wiped_follower_not_rebuilt_within_the_bound() -> None:
+    h = checker.History()
+    for step, rebuilt_s in enumerate((2.5, None, checker.REBUILD_BOUND_S + 1)):
+        f = h.fault_started(step, "wipe_follower", "n2", "", True)
+        h.fault_healed(f)
+        f.wiped, f.rebuilt_s = "n2", rebuilt_s
+    h.fault_healed(h.fault_started(3, "kill_follower", "n3", "", True))  # no node wiped
+    report = checker.check(h, [], {}, [], 0, [], bound_s=10.0, cron_jobs=[])
+    assert report["invariants"]["rebuild_over_bound"] == 2, report["violations"]
+    slow = report["violations"]["rebuild_over_bound"]
+    assert "fault 1 " in slow[0] and "never applied" in slow[0]
+    assert "fault 2 " in slow[1] and f"{checker.REBUILD_BOUND_S + 1}s later" in slow[1]
 
 
 def test_the_checker_forgives_only_what_retention_may_have_forgotten() -> None:
