@@ -396,6 +396,7 @@ ROWS: list[tuple[str, str, str]] = [
     ("S4 {s4_n} pending: batch submit (x1,000)", "jobs/s", "s4_submit_rate"),
     ("S4 jobs submitted within the load cap", "jobs", "s4_jobs"),
     ("S4 elections during load + quiet (term increments)", "count", "s4_elections"),
+    ("S4 looks for the leader that found none in 30 s", "count", "s4_leaderless_30s"),
     *_gap_rows("S4 (load + quiet)", "s4"),
     ("S4 leader memory per pending job (VmRSS)", "bytes", "s4_bytes_per_job"),
     ("S4 follower memory per pending job (max)", "bytes", "s4_follower_bytes_per_job"),

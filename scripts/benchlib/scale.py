@@ -357,6 +357,7 @@ class _Snapshots:
     done: list[_Snapshot] = field(default_factory=list)
     seen: dict[int, float] = field(default_factory=dict)  # node -> raft.dump mtime
     gauges: dict[int, float] = field(default_factory=dict)  # node -> last duration read
+    leaderless: int = 0  # looks for the leader that found none within 30 s
     _reads: set[asyncio.Task[None]] = field(default_factory=set)
 
     def mtime(self, k: int) -> float:
@@ -377,7 +378,11 @@ class _Snapshots:
                 checked = now
                 view = await cluster_view(http, self.probe.url, self.cluster.headers())
                 if view is None or view["role"] != "leader":
-                    self.probe.url = await current_leader(http, self.cluster)
+                    try:
+                        self.probe.url = await current_leader(http, self.cluster)
+                    except RuntimeError as exc:  # the load's retries decide; look again
+                        self.leaderless += 1
+                        print(f"    s4: {exc}; looking again", file=sys.stderr, flush=True)
             avail = mem_available()
             if avail < MIN_AVAILABLE:
                 raise RuntimeError(f"S4 aborted: only {avail >> 20} MiB of memory left")
@@ -587,6 +592,7 @@ async def s4(
                     "s4_snapshots": float(len(snaps.done)),
                     "s4_snapshot_max": max(durations, default=math.nan),
                     "s4_elections": float(view1["term"] - view0["term"]),
+                    "s4_leaderless_30s": float(snaps.leaderless),
                     "s4_retries": float(sent.retries),
                 }
                 if detail is not None:
@@ -639,6 +645,15 @@ async def s4(
                     task.cancel()
                     with contextlib.suppress(asyncio.CancelledError, RuntimeError):
                         await task
+    except BaseException:
+        stop_cluster(cluster)
+        if detail is not None:  # the cluster's folder goes with the bench's temporary one
+            logs = detail.with_name(detail.stem + "-logs")
+            logs.mkdir(parents=True, exist_ok=True)
+            for log in cluster.root.glob("*.log"):
+                shutil.copyfile(log, logs / log.name)
+            print(f"    s4: node logs kept in {logs}", file=sys.stderr, flush=True)
+        raise
     finally:
         stop_cluster(cluster)
 
