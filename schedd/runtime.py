@@ -45,6 +45,7 @@ class Runtime:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._role_changed = asyncio.Event()
         self._stopping = False
+        self._background: set[asyncio.Task[None]] = set()  # kept referenced until done
         #: set when this node cannot go on as configured; :attr:`failure` says why
         self.failed = asyncio.Event()
         self.failure: str | None = None
@@ -295,8 +296,12 @@ class Runtime:
                 leader.on_events(index, events)
 
     def _on_reset(self) -> None:
-        # A snapshot replaced the state: a leader (if any) must rebuild from scratch.
+        # A snapshot replaced the state: a leader (if any) must rebuild from scratch, and the
+        # API's readers read the new database file.
         self._deposed()
+        task = asyncio.get_running_loop().create_task(self.reader.reopen())
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     async def wait_leader_ready(self, timeout: float) -> Leader | None:
         """The active leader object if this node leads (waiting for its rebuild), else None."""

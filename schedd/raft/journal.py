@@ -804,6 +804,10 @@ class DurableJournal(Journal):  # type: ignore[misc]
             self._start_compaction()
         return True
 
+    def size_bytes(self) -> int:
+        """The bytes of the records the log holds (in memory, and in the file once written)."""
+        return (self._ends[-1] - self._head) if self._ends else 0
+
     def __getitem__(self, item: int | slice) -> Any:
         return self._entries[item]
 

@@ -10,8 +10,9 @@
   see :meth:`RaftNode._watch_followers`).
 * The replicated state is the node's SQLite database (``<data_dir>/state.db``, see
   schedd/storage): each entry is applied in one transaction with its index.  Log compaction
-  writes a consistent copy of it in a thread, without a fork and without stopping the tick
-  thread (schedd/raft/snapshots.py), and the nodes compact in turn (``logCompactionSplit``).
+  is a durability barrier (the database synced, a small marker written), not a copy; a whole
+  copy is streamed from the live database only to a follower that needs one, and installed
+  there by rename (schedd/raft/snapshots.py).
 * A failure of the database under apply stops the node (exit status 70, like a failed journal
   write): a result that depended on a full disk could differ between nodes.
 """
@@ -49,17 +50,18 @@ from schedd.raft.patches import (
     bound_apply,
     check_installed,
     check_node,
-    compaction_forced,
+    compact_log,
     guard_snapshot_commit,
     keep_next_index,
     last_response_times,
     pre_vote,
     read_before_judging,
     refuse_forwarded,
+    ship_snapshots,
     watch_contact,
 )
 from schedd.raft.peerguard import PeerGuard
-from schedd.raft.snapshots import SqlSnapshots
+from schedd.raft.snapshots import SqlSnapshots, prepare
 from schedd.storage.space import free_space
 from schedd.storage.sqlstate import SqlState, StorageFailure, apply_entry
 
@@ -331,6 +333,8 @@ class RaftNode:
         settings.data_dir.mkdir(parents=True, exist_ok=True)
         if settings.journal_dir is not None:
             settings.journal_dir.mkdir(parents=True, exist_ok=True)
+        # an install of a copy from the leader that a stop interrupted is finished first
+        prepare(settings.data_dir / "state.db")
         self._sm = _StateMachine(hooks, settings.data_dir / "state.db", settings.hot_window_ms)
         #: what each applied entry changed, for the API's event streams (GET /events)
         # gated: an event is sent once the API's reads see its entry (the lazy commit)
@@ -350,6 +354,8 @@ class RaftNode:
             settings.data_dir / "raft.dump",
             on_replaced=self._replaced,
             on_fatal=lambda message: _StateMachine.on_storage_failure(message),
+            rate=settings.snapshot_rate,
+            node=settings.self_addr,
         )
         conf = SyncObjConf(
             journalFile=str((settings.journal_dir or settings.data_dir) / "raft.journal"),
@@ -367,20 +373,9 @@ class RaftNode:
             connectionRetryTime=CONNECTION_RETRY_S,
             logCompactionMinEntries=settings.log_compaction_min_entries,
             logCompactionMinTime=settings.log_compaction_min_time,
-            # Compact in turn, not all three at once (they apply the same entries at about the
-            # same moment and started together, so their logCompactionMinEntries/MinTime
-            # triggers fired together and, at scale, three snapshot writers competed for the
-            # CPU and the disk: BENCHMARKS.md).  pysyncobj 0.3.17: the period
-            # logCompactionMinTime is cut into one slot per node (node ids sorted, the same on
-            # every node; time.monotonic, so the slots are disjoint on one host and of random
-            # phase across hosts) and a node starts a compaction only in the first 30 % of its
-            # slot (6 s of every 60 s by default), when one is due (more than
-            # logCompactionMinEntries entries or logCompactionMinTime since the last).  So a
-            # node compacts about once a period, the in-memory journal holds up to a period of
-            # entries and a restart replays up to that much.  The slot also holds back
-            # forceLogCompaction (up to a whole period): the stalled-follower recovery lifts the
-            # split for its one forced compaction (_force_compaction).
-            logCompactionSplit=True,
+            # A compaction is a barrier, not a copy: no need to stagger the nodes' (see
+            # compact_log, which replaces pysyncobj's and ignores this).
+            logCompactionSplit=False,
             commandsWaitLeader=False,
             commandsQueueSize=MAX_PENDING,
             onStateChanged=self._on_state_changed,
@@ -419,7 +414,18 @@ class RaftNode:
         self.journal = durable.journal
         if durable.journal is not None:
             self.snapshots.on_loaded = durable.journal.skip_to
-        self._conf = conf  # the SyncObj reads this object (logCompactionSplit on every tick)
+        # Compaction as a barrier, held while a copy is sent and for followers that still need
+        # the log; copies streamed to the followers that need one (schedd/raft/patches.py).
+        journal_bytes = durable.journal.size_bytes if durable.journal is not None else (lambda: 0)
+        compact_log(
+            self._obj,
+            holding=self.snapshots.holding,
+            log_bytes=journal_bytes,
+            keep_max=settings.log_keep_max,
+        )
+        ship_snapshots(
+            self._obj, self.snapshots.transmission, self.snapshots.cancel, self.snapshots.receive
+        )
         self._on_tick: queue.SimpleQueue[Callable[[], object]] = queue.SimpleQueue()
         # Low-latency commits (BENCHMARKS.md, S1c): with appendEntriesUseBatch pysyncobj picks a command
         # up only when its poll times out (autoTickPeriod) and replicates it only at the next
@@ -490,6 +496,7 @@ class RaftNode:
 
     def close(self) -> None:
         self._obj.destroy()
+        self.snapshots.close()
         self._sm.commit_now()
 
     def _on_state_changed(self, old: int, new: int) -> None:
@@ -756,15 +763,9 @@ class RaftNode:
             self._republish()
 
     def _force_compaction(self) -> None:  # tick thread
-        """Compact the log at the next tick, outside this node's logCompactionSplit slot:
-        pysyncobj checks the slot after the force flag, so the split is lifted until the flag
-        has been taken (:meth:`_restore_split`)."""
-        self._conf.logCompactionSplit = False
+        """Compact the log up to the last applied entry at the next tick, whatever waits (see
+        compact_log)."""
         self._obj.forceLogCompaction()
-
-    def _restore_split(self) -> None:  # tick thread, after this tick's __tryLogCompaction
-        if not self._conf.logCompactionSplit and not compaction_forced(self._obj):
-            self._conf.logCompactionSplit = True
 
     def _republish(self) -> None:  # tick thread
         self._status_at = 0.0  # publish the change at the end of this tick
@@ -773,7 +774,7 @@ class RaftNode:
         self._hand_over()
         self._fast_append()
         self.snapshots.running = True  # pysyncobj loaded the snapshot file (if any) before
-        self._restore_split()
+        self.snapshots.sweep(bool(self._obj._isLeader()))
         try:
             self._watch_followers()
             self._publish_status(clock.mono())

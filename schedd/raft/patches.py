@@ -32,8 +32,17 @@ pre_vote                 wraps ``_onTick``, the message callback and ``send``:  
                          :data:`SOURCES`)
 watch_contact            reads ``append_entries`` and ``next_node_idx``: when   tests/cluster/test_cluster_view.py
                          this node last heard from its leader or followers
-last_response_times,     read ``__lastResponseTime`` and                       tests/cluster/test_stalled_follower.py
-compaction_forced        ``__forceLogCompaction`` (the stalled-follower watch)
+last_response_times      reads ``__lastResponseTime`` (the stalled-follower     tests/cluster/test_stalled_follower.py
+                         watch)
+compact_log              replaces ``__tryLogCompaction`` (fingerprinted): no     tests/unit/test_raft_compaction.py
+                         new compaction while a copy is sent, the log kept
+                         for a follower that still needs it (up to a cap),
+                         no staggering (a compaction is a barrier, not a copy)
+ship_snapshots           replaces the serializer's transmission methods and    tests/unit/test_raft_compaction.py,
+                         wraps ``__sendAppendEntries`` (fingerprinted): a      tests/cluster/test_snapshot_transfer.py
+                         copy streamed, paced, from the live database only
+                         to a follower that needs one, written beside the
+                         follower's database and installed by rename
 swap_create_journal      replaces ``pysyncobj.syncobj.createJournal`` while a   tests/unit/test_journal.py
                          SyncObj is built: the durable journal
 peer_address             reads a connection's ``__socket`` to name a peer it    tests/cluster/test_raft_secret.py
@@ -92,6 +101,7 @@ from typing import Any, Final
 
 import pysyncobj.syncobj as _syncobj
 from pysyncobj import FAIL_REASON, SyncObj
+from pysyncobj.config import SERIALIZER_STATE
 from pysyncobj.monotonic import monotonic as raft_clock
 from pysyncobj.syncobj import SyncObjExceptionWrongVer
 
@@ -109,6 +119,9 @@ PRIVATE_METHODS: Final = (
     "_SyncObj__applyLogEntries",
     "_SyncObj__getCurrentLogIndex",
     "_SyncObj__getCurrentLogTerm",
+    "_SyncObj__tryLogCompaction",
+    "_SyncObj__sendAppendEntries",
+    "_SyncObj__deleteEntriesTo",
     "_getLeader",
 )
 #: attributes of a built SyncObj that the patches read or write
@@ -130,6 +143,10 @@ PRIVATE_ATTRIBUTES: Final = (
     "_SyncObj__forceLogCompaction",
     "_SyncObj__raftElectionDeadline",
     "_SyncObj__transferInProgress",
+    "_SyncObj__serializer",
+    "_SyncObj__lastSerializedTime",
+    "_SyncObj__lastSerializedEntry",
+    "_SyncObj__selfNode",
 )
 #: a connection's socket, read only to name a refused peer (without it the name is "?")
 CONNECTION_SOCKET: Final = "_TcpConnection__socket"
@@ -150,6 +167,14 @@ SOURCES: Final = {
     "_SyncObj__onMessageReceived": (
         "ddfe34b6c02821795146dc533fb7c0fcf6574a082a68a227b4c885c9e14be206",
         "schedd's pre_vote knows (how it takes a vote request and a higher term)",
+    ),
+    "_SyncObj__tryLogCompaction": (
+        "c2f8a0ec14cc7312e3ff41a16cde9be71ff0f908bd66aec9e2673d97a775be2c",
+        "schedd's compact_log replaces",
+    ),
+    "_SyncObj__sendAppendEntries": (
+        "9cb9073128c392fa9e5efc4691420ba435bfafb4c74e83a34f931fa16aa760c6",
+        "schedd's ship_snapshots knows (how it asks for a snapshot's pieces)",
     ),
 }
 
@@ -850,9 +875,123 @@ def last_response_times(obj: SyncObj) -> dict[str, float]:
     return {str(node.id): float(t) for node, t in obj._SyncObj__lastResponseTime.items()}
 
 
-def compaction_forced(obj: SyncObj) -> bool:
-    """Whether a ``forceLogCompaction`` has not been taken by a tick yet."""
-    return bool(obj._SyncObj__forceLogCompaction)
+# -- compaction and snapshots --------------------------------------------------------------------
+#: a follower heard from within this many seconds keeps the log it still needs (below the cap):
+#: one down for longer is sent a whole copy when it comes back
+KEEP_FOR_FOLLOWER_S: Final = 300.0
+
+
+def compact_log(
+    obj: SyncObj,
+    *,
+    holding: Callable[[], bool],
+    log_bytes: Callable[[], int],
+    keep_max: int,
+) -> None:
+    """Replace pysyncobj 0.3.17's ``__tryLogCompaction`` (looked up on the instance by its
+    mangled name) with one that compacts as it does (once the log holds more than
+    ``logCompactionMinEntries`` entries or ``logCompactionMinTime`` passed, or when forced),
+    finishing a compaction the same way, with three differences, while the log holds less than
+    ``keep_max`` bytes (``log_bytes()``):
+
+    * no compaction starts while ``holding()`` (a whole copy is being sent: its Raft data is
+      the log's start, which must stay where it is until the follower has it);
+    * a leader compacts only up to what every follower heard from in the last
+      :data:`KEEP_FOR_FOLLOWER_S` seconds holds (its match index): a follower that was
+      restarted or fell behind catches up from the log instead of needing a whole copy;
+    * there is no staggering of the nodes (``logCompactionSplit``): a compaction is a
+      durability barrier now, not a copy of the state that three nodes must not write at once.
+
+    Past ``keep_max``, and when forced (the stalled-follower recovery), it compacts up to the
+    last applied entry whatever waits.  Tick thread."""
+    serializer = obj._SyncObj__serializer
+    conf = obj._SyncObj__conf
+
+    def try_log_compaction() -> None:
+        now = raft_clock()
+        state, serialize_id = serializer.checkSerializing()
+        if state == SERIALIZER_STATE.SUCCESS:
+            obj._SyncObj__lastSerializedTime = now
+            obj._SyncObj__deleteEntriesTo(serialize_id)
+            obj._SyncObj__lastSerializedEntry = serialize_id
+        if state != SERIALIZER_STATE.NOT_SERIALIZING:
+            return
+        forced = obj._SyncObj__forceLogCompaction
+        if (
+            len(obj._SyncObj__raftLog) <= conf.logCompactionMinEntries
+            and now - obj._SyncObj__lastSerializedTime <= conf.logCompactionMinTime
+            and not forced
+        ):
+            return
+        point = obj._SyncObj__raftLastApplied
+        if not forced and log_bytes() < keep_max:
+            if holding():
+                return
+            if obj._isLeader():
+                match, heard = obj._SyncObj__raftMatchIndex, obj._SyncObj__lastResponseTime
+                for node in obj._SyncObj__otherNodes:
+                    if now - heard.get(node, float("-inf")) < KEEP_FOR_FOLLOWER_S:
+                        point = min(point, match.get(node, 0))
+        obj._SyncObj__forceLogCompaction = False
+        entries = obj._SyncObj__getEntries(point - 1, 2)
+        if len(entries) < 2 or entries[0][1] == obj._SyncObj__lastSerializedEntry:
+            obj._SyncObj__lastSerializedTime = now
+            return
+        cluster = obj._SyncObj__otherNodes | {obj._SyncObj__selfNode}
+        serializer.serialize((None, entries[1], entries[0], cluster), entries[0][1])
+
+    obj._SyncObj__tryLogCompaction = try_log_compaction
+    obj._SyncObj__properies.add("_SyncObj__tryLogCompaction")  # not replicated state
+
+
+def ship_snapshots(
+    obj: SyncObj,
+    transmission: Callable[[Any, Any], tuple[bytes, bool, bool] | None],
+    cancel: Callable[[Any], None],
+    receive: Callable[[Any], bool],
+) -> None:
+    """Route pysyncobj's snapshot transfers through schedd's (:mod:`schedd.raft.snapshots`).
+
+    The leader asks its serializer for the next piece of the snapshot
+    (``getTransmissionData(node)``) for each follower whose next index is at or before the
+    start of its log, and a follower hands each piece it receives to
+    ``setTransmissionData(data)``: both are replaced, with ``transmission(node, raft)`` (``raft``
+    the Raft data of the log's start: its second entry, its first, the cluster) and
+    ``receive(data)``; ``cancelTransmisstion(node)`` (a follower not connected) with
+    ``cancel(node)``.
+
+    pysyncobj 0.3.17's send loop asks again at once when a piece is not ready (None), for the
+    rest of its append period (20 ms of the tick thread, each ask a message): so when there is
+    none, the follower's next index is moved past the log for the rest of this send, which ends
+    the loop, and put back when ``__sendAppendEntries`` returns.  Tick thread."""
+    serializer = obj._SyncObj__serializer
+    next_index = obj._SyncObj__raftNextIndex
+    original_send = obj._SyncObj__sendAppendEntries
+    held_back: dict[Any, int] = {}
+
+    def get_transmission_data(node: Any) -> tuple[bytes, bool, bool] | None:
+        raft_log = obj._SyncObj__raftLog
+        raft = (raft_log[1], raft_log[0], obj._SyncObj__otherNodes | {obj._SyncObj__selfNode})
+        data = transmission(node, raft)
+        if data is None and node in next_index:
+            held_back.setdefault(node, next_index[node])
+            next_index[node] = obj._SyncObj__getCurrentLogIndex() + 1
+        return data
+
+    def send_append_entries() -> None:
+        try:
+            original_send()
+        finally:
+            for node, value in held_back.items():
+                if node in next_index:
+                    next_index[node] = value
+            held_back.clear()
+
+    serializer.getTransmissionData = get_transmission_data
+    serializer.cancelTransmisstion = cancel
+    serializer.setTransmissionData = receive
+    obj._SyncObj__sendAppendEntries = send_append_entries
+    obj._SyncObj__properies.add("_SyncObj__sendAppendEntries")  # not replicated state
 
 
 # -- construction ---------------------------------------------------------------------------------

@@ -7,8 +7,9 @@ at least what that client was told; other changes show within ``LAZY_COMMIT_S``
 never takes the writer's lock and never runs SQL on the event loop: each aiosqlite connection
 does its work in its own thread.  WAL readers never block the writer; a long read only keeps the
 write-ahead log from being checkpointed while it lasts, so reads here are short (one record,
-one page).  After a snapshot is installed into the database, readers see its content from their
-next read on (the install is a write transaction like any other).
+one page).  After a snapshot from the leader is installed (another file renamed over the
+database), :meth:`Reader.reopen` opens connections to it, and the old ones are closed as their
+reads end.
 """
 
 from __future__ import annotations
@@ -89,19 +90,47 @@ class Reader:
         self.size = size
         self._idle: asyncio.Queue[aiosqlite.Connection] = asyncio.Queue()
         self._all: list[aiosqlite.Connection] = []
+        self._lent: set[aiosqlite.Connection] = set()  # in use by a read now
+        self._retired: set[aiosqlite.Connection] = set()  # to close when given back (reopen)
         self._wanted: dict[str, list[asyncio.Future[Run | None]]] = {}  # latest_run's callers
         self._fetching: set[asyncio.Task[dict[str, Run]]] = set()
 
+    async def _connect(self) -> list[aiosqlite.Connection]:
+        out = []
+        try:
+            for _ in range(self.size):
+                db = await aiosqlite.connect(
+                    f"file:{self.path}?mode=ro", uri=True, isolation_level=None
+                )
+                out.append(db)
+                # A small cache each: the writer's is the big one, pages are shared by the OS.
+                await db.execute(f"PRAGMA cache_size = -{max(1024, PAGE_CACHE_KIB // 16)}")
+                await db.execute("PRAGMA query_only = ON")
+        except BaseException:
+            for db in out:
+                await db.close()
+            raise
+        return out
+
     async def open(self) -> None:
-        for _ in range(self.size):
-            db = await aiosqlite.connect(
-                f"file:{self.path}?mode=ro", uri=True, isolation_level=None
-            )
-            # A small cache each: the writer's is the big one, and pages are shared by the OS.
-            await db.execute(f"PRAGMA cache_size = -{max(1024, PAGE_CACHE_KIB // 16)}")
-            await db.execute("PRAGMA query_only = ON")
+        for db in await self._connect():
             self._all.append(db)
             self._idle.put_nowait(db)
+
+    async def reopen(self) -> None:
+        """Open new connections to the database file (another file was renamed into its
+        place: a snapshot installed) and close the old ones once they are done with."""
+        fresh = await self._connect()
+        old, self._all = self._all, fresh
+        self._idle = asyncio.Queue()
+        for db in fresh:
+            self._idle.put_nowait(db)
+        self._retired.update(old)
+        for db in old:
+            if db in self._lent:
+                continue  # closed when it comes back
+            self._retired.discard(db)
+            await db.close()
 
     async def close(self) -> None:
         for db in self._all:
@@ -111,10 +140,16 @@ class Reader:
     @asynccontextmanager
     async def _conn(self) -> AsyncIterator[aiosqlite.Connection]:
         db = await self._idle.get()
+        self._lent.add(db)
         try:
             yield db
         finally:
-            self._idle.put_nowait(db)
+            self._lent.discard(db)
+            if db in self._retired:
+                self._retired.discard(db)
+                await db.close()
+            else:
+                self._idle.put_nowait(db)
 
     async def _rows(self, sql: str, params: tuple[Any, ...]) -> list[Any]:
         async with self._conn() as db:

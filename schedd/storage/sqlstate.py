@@ -192,6 +192,9 @@ class SqlState(State):
         self.checkpointer = None if str(path) == ":memory:" else Checkpointer(path)
         self.jobs = _Jobs(self)
         self.runs = _Runs(self)
+        #: called with the committed index after each commit (the event feed releases what
+        #: reads now see)
+        self.on_commit: Callable[[int], None] | None = None
         self._load()
 
     def _load(self) -> None:
@@ -231,8 +234,6 @@ class SqlState(State):
                 setattr(self, key, value)
         #: the applied index other connections (the API's readers, a snapshot copy) see
         self.committed_index = self.applied_index
-        #: called with it after each commit (the event feed releases what reads now see)
-        self.on_commit: Callable[[int], None] | None = None
         #: a command whose answer may be read back was applied (see make_visible): the node
         #: commits it before answering the caller that waits for it, if there is one here
         self.visible_now = False
@@ -254,6 +255,22 @@ class SqlState(State):
         if self.checkpointer is not None:
             self.checkpointer.close()
         self.db.close()
+
+    def reopen(self, replace: Callable[[], object] | None = None) -> None:
+        """Close the database, call ``replace`` (which puts another file in its place: an
+        installed snapshot), and open it again.  What was applied and not committed is
+        committed first."""
+        if self.in_transaction:
+            self.commit()
+        self.close()
+        if replace is not None:
+            replace()
+        try:
+            self.db = open_database(self.path)
+        except sqlite3.Error as exc:
+            raise StorageFailure(f"{self.path}: {exc}") from exc
+        self.checkpointer = None if str(self.path) == ":memory:" else Checkpointer(self.path)
+        self._load()
 
     def install(self, snapshot: Path) -> None:
         """Replace the whole content with the snapshot's (a node that fell behind).  One write

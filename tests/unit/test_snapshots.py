@@ -1,14 +1,17 @@
-"""Raft snapshots of the state database (schedd/storage/snapshots.py, schedd/raft/snapshots.py):
-a copy holds exactly the entries up to the index it was pinned at however much is applied while
-it is written; a snapshot is checked before it is trusted; installing one replaces the live
-database whole; at start a newer live database is kept, and a snapshot from the leader always
-replaces it.  Real SQLite files, commands applied through the real core."""
+"""Snapshots without copies (schedd/storage/snapshots.py, schedd/raft/snapshots.py).
+
+A compaction is a barrier: the database's log synced and a small marker written, whatever the
+size of the state.  A whole copy is an image streamed from a pinned read transaction while the
+node goes on writing and checkpointing, received beside the live database, checked, and
+installed by rename; an install a stop interrupted is finished at start.  Real SQLite files,
+commands applied through the real core."""
 
 from __future__ import annotations
 
-import gzip
-import sqlite3
+import os
+import shutil
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +20,7 @@ from pysyncobj.config import SERIALIZER_STATE
 
 from schedd.core import commands
 from schedd.core.model import JobSpec
+from schedd.raft import snapshots as raft_snapshots
 from schedd.raft.snapshots import SqlSnapshots
 from schedd.storage import snapshots
 from schedd.storage.schema import SCHEMA_VERSION
@@ -25,6 +29,10 @@ from tests.property.test_sql_state_property import answers
 
 T0 = 1_800_000_000_000
 RAFT = ((b"\x01last", 7, 2), (b"\x01prev", 6, 2), ["127.0.0.1:9001", "127.0.0.1:9002"])
+
+
+def raft_at(index: int, term: int = 2) -> Any:
+    return ((b"\x01last", index, term), (b"\x01prev", index - 1, term), RAFT[2])
 
 
 def submit(state: SqlState, index: int, n: int = 1) -> None:
@@ -41,163 +49,236 @@ def filled(path: Path, entries: int, per_entry: int = 1) -> SqlState:
     return state
 
 
-def test_a_copy_holds_exactly_the_entries_up_to_its_pin_while_more_are_applied(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    live, dump = tmp_path / "state.db", tmp_path / "raft.dump"
-    state = filled(live, 20, per_entry=50)
-    src, pinned = snapshots.pin(live)
-    assert pinned == 20
-    monkeypatch.setattr(snapshots, "BACKUP_PAGES", 1)  # many steps: entries land between them
-    index = iter(range(21, 10_000))
-    steps = 0
-
-    def apply_more() -> None:
-        nonlocal steps
-        steps += 1
-        submit(state, next(index), 20)
-
-    snapshots.write_copy(src, dump, RAFT, step=apply_more)
-    assert steps > 10 and state.applied_index > 30
-    info = snapshots.read_snapshot(dump)
-    assert info.applied_index == 20 and info.raft == RAFT
-    copy = SqlState(tmp_path / "copy.db")
-    copy.install(dump)
+def replayed(path: Path, entries: int, per_entry: int = 1) -> dict[str, Any]:
+    """What a database that applied exactly ``entries`` entries answers."""
+    state = filled(path, entries, per_entry)
     try:
-        assert copy.applied_index == 20 and len(copy.jobs) == 20 * 50
-        assert sorted(copy.jobs) == sorted(j for j in state.jobs if int(j[1:].split("-")[0]) <= 20)
-        assert sqlite3.connect(dump).execute("PRAGMA integrity_check").fetchone()[0] == "ok"
-    finally:
-        copy.close()
-        state.close()
-    assert not (tmp_path / "raft.dump.sqltmp").exists()
-
-
-def test_the_copy_is_synced_step_by_step_as_it_is_written(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # Not one flush of the whole file at the end: each step's pages go to disk before the next
-    # step, so the journal's syncs never wait behind a whole snapshot's writeback.
-    live, dump = tmp_path / "state.db", tmp_path / "raft.dump"
-    state = filled(live, 10, per_entry=50)
-    state.close()
-    monkeypatch.setattr(snapshots, "BACKUP_PAGES", 8)
-    synced_sizes: list[int] = []
-    real = snapshots.os.fdatasync
-
-    def fdatasync(fd: int) -> None:
-        real(fd)
-        synced_sizes.append(snapshots.os.fstat(fd).st_size)
-
-    monkeypatch.setattr(snapshots.os, "fdatasync", fdatasync)
-    src, _ = snapshots.pin(live)
-    snapshots.write_copy(src, dump, RAFT)
-    pages = sqlite3.connect(dump).execute("PRAGMA page_count").fetchone()[0]
-    assert pages > 4 * 8
-    assert len(synced_sizes) >= pages // 8  # once a step
-    assert synced_sizes == sorted(synced_sizes) and synced_sizes[0] < synced_sizes[-1]
-
-
-def test_the_write_ahead_log_shrinks_back_once_a_long_copy_lets_it(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # A snapshot copy pins the database for as long as it writes, and the log grows meanwhile;
-    # the first checkpoint after it cuts the file back to the limit instead of keeping its
-    # largest size for good.
-    from schedd.storage import schema
-
-    monkeypatch.setattr(schema, "WAL_SIZE_LIMIT", 256 << 10)
-    live = tmp_path / "state.db"
-    wal = tmp_path / "state.db-wal"
-    state = SqlState(live)
-    try:
-        src, _ = snapshots.pin(live)  # held like a copy in progress
-        for i in range(1, 41):
-            submit(state, i, 50)
-        grown = wal.stat().st_size
-        assert grown > 4 * (256 << 10)
-        assert state.checkpointer is not None
-        state.checkpointer.checkpoint()  # it copies only what the copy no longer needs
-        submit(state, 41, 5)
-        assert wal.stat().st_size >= grown  # the writer never checkpoints: it goes on
-        src.execute("COMMIT")
-        src.close()
-        _, copied = state.checkpointer.checkpoint()  # (the thread's look, run here)
-        assert copied > 0
-        submit(state, 42, 5)  # the writer starts the log again, and cuts it back
-        assert wal.stat().st_size <= 256 << 10, f"still {wal.stat().st_size} bytes"
+        return answers(state)
     finally:
         state.close()
 
 
-def test_an_installed_snapshot_answers_as_the_database_it_was_copied_from(tmp_path: Path) -> None:
-    live = tmp_path / "state.db"
-    state = filled(live, 12, per_entry=3)
-    src, _ = snapshots.pin(live)
-    snapshots.write_copy(src, tmp_path / "raft.dump", RAFT)
-    expected = answers(state)
-    state.close()
-    restored = filled(tmp_path / "other.db", 30)  # a node that went its own way
-    reader = sqlite3.connect(tmp_path / "other.db")  # an API reader, open all along
-    assert reader.execute("SELECT count(*) FROM jobs").fetchone() == (30,)
-    restored.install(tmp_path / "raft.dump")
-    try:
-        assert answers(restored) == expected
-        assert reader.execute("SELECT count(*) FROM jobs").fetchone() == (36,)
-        reader.close()
-        restored.close()
-        restored = SqlState(tmp_path / "other.db")  # and after a restart
-        assert answers(restored) == expected
-        tables = {r[0] for r in restored.db.execute("SELECT name FROM sqlite_master")}
-        assert "snapshot" not in tables  # the Raft data stays with the snapshot
-        submit(restored, 13)  # and it goes on from there
-        assert restored.applied_index == 13
-    finally:
-        restored.close()
+def stream(source: snapshots.ImageSource) -> bytes:
+    return b"".join(source)
+
+
+# -- the marker ---------------------------------------------------------------------------------
+def test_a_marker_is_small_and_read_back_as_written(tmp_path: Path) -> None:
+    path = tmp_path / "raft.dump"
+    snapshots.write_marker(path, snapshots.Marker(RAFT, 9))
+    assert path.stat().st_size < 1024
+    assert not Path(f"{path}{snapshots.MARKER_TMP}").exists()
+    marker = snapshots.read_marker(path)
+    assert (marker.raft, marker.applied_index, marker.schema) == (RAFT, 9, SCHEMA_VERSION)
+    assert (marker.index, marker.term) == (7, 2)
+    info = snapshots.read_snapshot(path)
+    assert (info.raft, info.applied_index, info.copy) == (RAFT, 9, False)
+
+
+def _flip(path: Path, at: int) -> None:
+    data = bytearray(path.read_bytes())
+    data[at] ^= 0x20
+    path.write_bytes(bytes(data))
 
 
 @pytest.mark.parametrize(
-    ("make", "message"),
+    ("damage", "message"),
     [
         (
-            lambda p: p.write_bytes(gzip.compress(b"an old pickled snapshot")),
-            "not a schedd snapshot of this version (it is not an SQLite database",
+            lambda p: _flip(p, 40),
+            "a damaged snapshot marker (its header's checksum does not match)",
         ),
-        (
-            lambda p: sqlite3.connect(p).execute("CREATE TABLE x (a)"),
-            "not a complete schedd snapshot: no such table: snapshot",
-        ),
-        (
-            lambda p: _snapshot_with(p, version=99),
-            f"schema version 99; this schedd reads format 1 up to schema version {SCHEMA_VERSION}: "
-            "it was written "
-            "by a newer schedd",
-        ),
-        (lambda p: _snapshot_with(p, raft=b"{"), "damaged Raft data in the snapshot"),
+        (lambda p: p.write_bytes(p.read_bytes()[:30]), "a damaged snapshot marker"),
+        (lambda p: _flip(p, 8), "version"),  # the version field: from a newer schedd
+        (lambda p: p.write_bytes(b"not a database at all, 16+ bytes"), "not a schedd snapshot"),
     ],
 )
-def test_a_snapshot_that_cannot_be_used_is_refused_saying_why(
-    tmp_path: Path, make: Any, message: str
+def test_a_marker_that_cannot_be_used_is_refused_saying_why(
+    tmp_path: Path, damage: Any, message: str
 ) -> None:
     path = tmp_path / "raft.dump"
-    make(path)
+    snapshots.write_marker(path, snapshots.Marker(RAFT, 9))
+    damage(path)
     with pytest.raises(snapshots.SnapshotError) as caught:
         snapshots.read_snapshot(path)
     assert str(caught.value).startswith(f"{path}: ") and message in str(caught.value)
 
 
-def _snapshot_with(path: Path, version: int = 1, raft: bytes | None = None) -> None:
-    state = filled(path.parent / "src.db", 2)
-    src, _ = snapshots.pin(path.parent / "src.db")
-    snapshots.write_copy(src, path, RAFT)
+# -- the image ------------------------------------------------------------------------------------
+def test_an_image_of_a_database_being_written_is_a_whole_state_at_or_after_its_pin(
+    tmp_path: Path,
+) -> None:
+    """The node goes on applying and checkpointing while the image is read: the image installs
+    as exactly the state of some entry at or after the one it was pinned at."""
+    live = tmp_path / "live" / "state.db"
+    live.parent.mkdir()
+    state = filled(live, 30, per_entry=40)
+    source = snapshots.ImageSource(live, rate=1e12, raft=raft_at(30), node="n1")
+    assert source.header.applied_index == 30
+    index = 30
+    blocks = []
+    while block := source.read():  # entries applied and checkpointed between the blocks
+        blocks.append(block)
+        index += 1
+        submit(state, index, 20)
+        if index % 3 == 0 and state.checkpointer is not None:
+            state.checkpointer.checkpoint()
+    source.close()
     state.close()
-    db = sqlite3.connect(path, isolation_level=None)
-    db.execute(f"PRAGMA user_version = {version}")
-    if raft is not None:
-        db.execute("UPDATE snapshot SET value = ? WHERE key = 'raft'", (raft,))
-    db.close()
+    sink = snapshots.ImageSink(tmp_path / "state.db.incoming")
+    assert any(sink.feed(b) for b in blocks)
+    assert sink.header is not None and sink.header.raft == raft_at(30)
+    applied = snapshots.finalize_incoming(tmp_path / "state.db.incoming")
+    assert applied >= 30
+    got = SqlState(tmp_path / "state.db.incoming")
+    try:
+        assert got.applied_index == applied
+        got_answers = answers(got)
+    finally:
+        got.close()
+    # the same entries again, one per index, into a fresh database (index 1-30: 40 jobs each)
+    ref = SqlState(tmp_path / "ref.db")
+    try:
+        for i in range(1, applied + 1):
+            submit(ref, i, 40 if i <= 30 else 20)
+        assert got_answers == answers(ref)
+    finally:
+        ref.close()
 
 
+def test_an_image_is_sent_at_its_pace(tmp_path: Path) -> None:
+    live = tmp_path / "state.db"
+    filled(live, 40, per_entry=50).close()
+    now = [0.0]
+    rate = 256 << 10  # bytes a second
+    source = snapshots.ImageSource(live, rate=rate, clock=lambda: now[0])
+    try:
+        for _ in range(200):  # let the reader thread read ahead
+            if len(source._ready) >= 2:
+                break
+            time.sleep(0.01)
+        sent = 0
+        while (block := source.take()) is not None:
+            sent += len(block)
+        assert 0 < sent <= source.pacer.burst + snapshots.CHUNK + 4096  # one burst, no more
+        now[0] += 1.0  # a second later: about rate more bytes
+        later = 0
+        for _ in range(200):
+            block = source.take()
+            if block is None and len(source._ready) == 0 and not source.done:
+                time.sleep(0.01)
+                continue
+            if block is None:
+                break
+            later += len(block)
+        assert rate / 2 <= later <= rate + snapshots.CHUNK + 4096
+    finally:
+        source.close()
+
+
+def image_file(tmp_path: Path, entries: int = 10) -> Path:
+    live = tmp_path / "src" / "state.db"
+    live.parent.mkdir(exist_ok=True)
+    filled(live, entries, per_entry=20).close()
+    with snapshots.ImageSource(live, rate=1e12) as source:
+        path = tmp_path / "backup.snap"
+        snapshots.write_image(iter(source), path)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        (lambda d: d[:-500], "an incomplete snapshot"),
+        (lambda d: d[:10], "an incomplete snapshot (the file ends before its header"),
+        (lambda d: d[:5000] + bytes([d[5000] ^ 1]) + d[5001:], "checksum does not match"),
+        (lambda d: b"PK\x03\x04" + d[4:], "not a schedd snapshot"),
+        (lambda d: d + b"more", "data after the end of the snapshot"),
+    ],
+)
+def test_a_damaged_image_is_refused_saying_why_and_leaves_nothing_behind(
+    tmp_path: Path, damage: Any, message: str
+) -> None:
+    path = image_file(tmp_path)
+    path.write_bytes(damage(path.read_bytes()))
+    into = tmp_path / "out" / "state.db.incoming"
+    into.parent.mkdir()
+    with pytest.raises(snapshots.SnapshotError) as caught:
+        snapshots.verify_image(path, into)
+    assert str(caught.value).startswith(f"{path}: ") and message in str(caught.value)
+    assert list(into.parent.iterdir()) == []
+
+
+def test_a_whole_image_file_is_verified_with_its_counts(tmp_path: Path) -> None:
+    path = image_file(tmp_path, entries=10)
+    checked = snapshots.verify_image(path)
+    assert checked.size == path.stat().st_size
+    h = checked.header
+    assert (h.applied_index, h.schema, h.counts["jobs"], h.counts["runs"]) == (
+        10,
+        SCHEMA_VERSION,
+        200,
+        200,
+    )
+
+
+# -- installing by rename -------------------------------------------------------------------------
+def test_an_install_replaces_the_live_database_and_its_log_whole(tmp_path: Path) -> None:
+    """The live database has committed entries still in its write-ahead log: the log is
+    removed before the new file takes its name (a log beside a database it does not belong to
+    would be replayed into it)."""
+    path = image_file(tmp_path, entries=12)
+    live = tmp_path / "state.db"
+    state = filled(live, 5)
+    submit(state, 6, 30)
+    assert Path(f"{live}-wal").stat().st_size > 0
+    incoming = tmp_path / f"state.db{snapshots.INCOMING}"
+    snapshots.verify_image(path, incoming)
+    assert snapshots.finalize_incoming(incoming) == 12
+    snapshots.decide_install(incoming, live)
+    state.reopen(lambda: snapshots.finish_install(live))
+    try:
+        assert state.applied_index == 12
+        assert answers(state) == replayed(tmp_path / "ref.db", 12, per_entry=20)
+        assert state.db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    finally:
+        state.close()
+
+
+def test_an_install_a_stop_interrupted_is_finished_at_start(tmp_path: Path) -> None:
+    path = image_file(tmp_path, entries=12)
+    live = tmp_path / "state.db"
+    filled(live, 5).close()
+    incoming = tmp_path / f"state.db{snapshots.INCOMING}"
+    snapshots.verify_image(path, incoming)
+    snapshots.finalize_incoming(incoming)
+    snapshots.decide_install(incoming, live)  # ... and the node stops here
+    assert raft_snapshots.prepare(live)
+    state = SqlState(live)
+    try:
+        assert state.applied_index == 12
+    finally:
+        state.close()
+    assert not raft_snapshots.prepare(live)  # nothing more to do
+
+
+def test_a_copy_still_coming_in_when_the_node_stopped_is_dropped_at_start(tmp_path: Path) -> None:
+    path = image_file(tmp_path)
+    live = tmp_path / "state.db"
+    filled(live, 5).close()
+    incoming = tmp_path / f"state.db{snapshots.INCOMING}"
+    sink = snapshots.ImageSink(incoming)
+    sink.feed(path.read_bytes()[:200_000])  # a part of a copy
+    sink._close_files()  # ... and the node stops
+    assert incoming.exists()
+    assert not raft_snapshots.prepare(live)
+    assert not incoming.exists() and not Path(f"{incoming}-wal").exists()
+    state = SqlState(live)
+    assert state.applied_index == 5
+    state.close()
+
+
+# -- the node's side: the barrier, start, sending and receiving -----------------------------------
 class Machine:
     def __init__(self, live: Path) -> None:
         self.lock = threading.RLock()
@@ -208,111 +289,244 @@ class Machine:
             self.state.commit()
 
 
-def snapshots_of(tmp_path: Path, live_entries: int) -> tuple[SqlSnapshots, Machine, list[str]]:
-    """A snapshot of 10 entries at raft.dump, and a live database of ``live_entries``."""
-    src_db = filled(tmp_path / "src.db", 10)
-    src, _ = snapshots.pin(tmp_path / "src.db")
-    snapshots.write_copy(src, tmp_path / "raft.dump", RAFT)
-    src_db.close()
-    filled(tmp_path / "state.db", live_entries).close()
-    machine = Machine(tmp_path / "state.db")
+def node(
+    tmp_path: Path, name: str, entries: int, *, rate: float = 1e12
+) -> tuple[SqlSnapshots, Machine, list[str]]:
+    d = tmp_path / name
+    d.mkdir()
+    filled(d / "state.db", entries, per_entry=5).close()
+    machine = Machine(d / "state.db")
     seen: list[str] = []
     snaps = SqlSnapshots(
         machine,
-        tmp_path / "state.db",
-        tmp_path / "raft.dump",  # type: ignore[arg-type]
+        d / "state.db",
+        d / "raft.dump",
         on_replaced=lambda: seen.append("replaced"),
         on_fatal=lambda m: seen.append(f"fatal: {m}"),
+        rate=rate,
+        node=name,
     )
     return snaps, machine, seen
 
 
-def test_at_start_a_live_database_newer_than_the_snapshot_is_kept(tmp_path: Path) -> None:
-    snaps, machine, seen = snapshots_of(tmp_path, live_entries=14)
-    assert snaps.deserialize(str(tmp_path / "raft.dump")) == RAFT
-    assert machine.state.applied_index == 14 and seen == []  # the journal replays after 14
-
-
-def test_at_start_a_live_database_older_than_the_snapshot_is_replaced(tmp_path: Path) -> None:
-    snaps, machine, seen = snapshots_of(tmp_path, live_entries=4)
-    assert snaps.deserialize(str(tmp_path / "raft.dump")) == RAFT
-    assert machine.state.applied_index == 10 and seen == ["replaced"]
-
-
-def test_a_snapshot_from_the_leader_always_replaces_the_live_database(tmp_path: Path) -> None:
-    snaps, machine, seen = snapshots_of(tmp_path, live_entries=14)
-    snaps.running = True
-    assert snaps.deserialize(str(tmp_path / "raft.dump")) == RAFT
-    assert machine.state.applied_index == 10 and seen == ["replaced"]
-    assert "J12-0" not in machine.state.jobs
-
-
-def test_a_snapshot_that_cannot_be_used_stops_the_node_instead_of_being_skipped(
-    tmp_path: Path,
+def test_a_compaction_syncs_the_log_and_writes_a_marker_without_copying_the_state(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    snaps, machine, seen = snapshots_of(tmp_path, live_entries=4)
-    (tmp_path / "raft.dump").write_bytes(b"not a database at all, 16+ bytes")
-    with pytest.raises(snapshots.SnapshotError):
-        snaps.deserialize(str(tmp_path / "raft.dump"))
-    assert len(seen) == 1 and seen[0].startswith("fatal: ") and "not a schedd snapshot" in seen[0]
-    assert machine.state.applied_index == 4  # untouched
-
-
-def test_a_snapshot_is_written_in_the_background_and_reported_once(tmp_path: Path) -> None:
-    snaps, machine, _ = snapshots_of(tmp_path, live_entries=5)
-    # the sixth entry applied and not yet committed (a leader command waits a little): the
-    # copy still holds every entry applied before it began
-    jobs = (("J6-0", JobSpec(task="t")),)
+    snaps, machine, _ = node(tmp_path, "n1", 40)
+    # the 41st entry applied and not yet committed (a leader command waits a little): the
+    # barrier commits it, and the marker vouches for it
+    jobs = (("J41-0", JobSpec(task="t")),)
     assert apply_entry(
-        machine.state, commands.encode_entry([commands.Submit("r6", T0 + 6, jobs)]), 6, commit=False
+        machine.state, commands.encode_entry([commands.Submit("r41", T0, jobs)]), 41, commit=False
     )
-    assert machine.state.committed_index == 5
-    (tmp_path / "raft.dump").unlink()
-    snaps.serialize(str(tmp_path / "raft.dump.tmp"), RAFT)
-    assert snaps.busy_for() is not None
-    copy = snaps._copy
-    assert copy is not None and copy.done.wait(10)
+    synced: list[str] = []
+    real = snapshots.fsync_path
+
+    def spy(path: Path | str, *, directory: bool = False) -> None:
+        synced.append(os.path.basename(str(path)))
+        real(path, directory=directory)
+
+    monkeypatch.setattr(snapshots, "fsync_path", spy)
+    written: list[str] = []
+    real_open = os.open
+
+    def opened(path: Any, flags: int, *a: Any) -> int:
+        if flags & os.O_WRONLY or flags & os.O_RDWR:
+            written.append(os.path.basename(str(path)))
+        return real_open(path, flags, *a)
+
+    monkeypatch.setattr(os, "open", opened)
+    snaps.serialize(str(tmp_path / "n1" / "raft.dump.tmp"), raft_at(40))
+    assert snaps.wait_barrier(10)
     assert snaps.check() == SERIALIZER_STATE.SUCCESS
     assert snaps.check() == SERIALIZER_STATE.NOT_SERIALIZING and snaps.busy_for() is None
-    assert snapshots.read_snapshot(tmp_path / "raft.dump").applied_index == 6
-    assert snaps.last_index == 6 and snaps.last_duration is not None
-    assert not (tmp_path / "raft.dump.tmp").exists()  # pysyncobj's own name is never written
+    assert "state.db-wal" in synced  # the log synced before the marker says it holds 41
+    assert written == [f"raft.dump{snapshots.MARKER_TMP}"]  # nothing but the marker written
+    marker = snapshots.read_marker(tmp_path / "n1" / "raft.dump")
+    assert (marker.index, marker.applied_index) == (40, 41)
+    assert snaps.last_index == 40 and snaps.last_duration is not None
+    assert not (tmp_path / "n1" / "raft.dump.tmp").exists()  # pysyncobj's name never written
 
 
-def test_a_failed_copy_is_reported_and_the_old_snapshot_kept(tmp_path: Path) -> None:
-    snaps, machine, _ = snapshots_of(tmp_path, live_entries=6)
-    before = (tmp_path / "raft.dump").read_bytes()
-    (tmp_path / "raft.dump.sqltmp").mkdir()  # the copy cannot create its file
-    snaps.serialize(str(tmp_path / "raft.dump.tmp"), RAFT)
-    copy = snaps._copy
-    assert copy is not None and copy.done.wait(10)
+def test_a_failed_barrier_is_reported_and_the_old_marker_kept(tmp_path: Path) -> None:
+    snaps, _, _ = node(tmp_path, "n1", 6)
+    dump = tmp_path / "n1" / "raft.dump"
+    snapshots.write_marker(dump, snapshots.Marker(raft_at(5), 5))
+    before = dump.read_bytes()
+    Path(f"{dump}{snapshots.MARKER_TMP}").mkdir()  # the marker cannot be written
+    snaps.serialize(str(dump) + ".tmp", raft_at(6))
+    assert snaps.wait_barrier(10)
     assert snaps.check() == SERIALIZER_STATE.FAILED
-    assert (tmp_path / "raft.dump").read_bytes() == before
-    # the copy let go of its read transaction: the writer can checkpoint the whole WAL
-    submit(machine.state, 7)
-    busy, _, _ = machine.state.db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
-    assert busy == 0
+    assert dump.read_bytes() == before
 
 
-def test_at_start_the_journal_is_told_the_snapshots_last_two_entries(tmp_path: Path) -> None:
-    snaps, _, seen = snapshots_of(tmp_path, live_entries=14)
+def test_at_start_the_marker_is_loaded_and_the_journal_told_its_entries(tmp_path: Path) -> None:
+    snaps, machine, seen = node(tmp_path, "n1", 14)
+    dump = tmp_path / "n1" / "raft.dump"
+    snapshots.write_marker(dump, snapshots.Marker(RAFT, 9))
     told: list[tuple[object, object]] = []
     snaps.on_loaded = lambda prev, last: told.append((prev, last))
-    snaps.deserialize(str(tmp_path / "raft.dump"))
-    last, prev, _ = RAFT
-    assert told == [(prev, last)] and seen == []
-    snaps.running = True  # a snapshot from the leader replaces the journal: nothing to align
-    snaps.deserialize(str(tmp_path / "raft.dump"))
-    assert told == [(prev, last)]
+    assert snaps.deserialize(str(dump)) == RAFT
+    assert told == [(RAFT[1], RAFT[0])] and seen == []
+    assert machine.state.applied_index == 14  # untouched: the journal replays after it
 
 
-def test_a_journal_that_cannot_drop_its_head_at_start_stops_the_node(tmp_path: Path) -> None:
-    snaps, _, seen = snapshots_of(tmp_path, live_entries=14)
+def test_at_start_a_database_older_than_its_marker_stops_the_node_saying_what_to_do(
+    tmp_path: Path,
+) -> None:
+    snaps, _, seen = node(tmp_path, "n1", 4)
+    dump = tmp_path / "n1" / "raft.dump"
+    snapshots.write_marker(dump, snapshots.Marker(RAFT, 9))  # compacted up to 7
+    with pytest.raises(snapshots.SnapshotError):
+        snaps.deserialize(str(dump))
+    assert len(seen) == 1 and seen[0].startswith("fatal: ")
+    assert "holds the entries up to 4" in seen[0] and "compacted up to 7" in seen[0]
+    assert "rebuild it from the cluster" in seen[0]
 
-    def broken(prev: object, last: object) -> None:
-        raise OSError("Bad file descriptor")
 
-    snaps.on_loaded = broken
-    with pytest.raises(OSError):
-        snaps.deserialize(str(tmp_path / "raft.dump"))
-    assert len(seen) == 1 and seen[0].startswith("fatal: ") and "Bad file descriptor" in seen[0]
+def test_at_start_a_whole_copy_from_an_older_schedd_is_still_used(tmp_path: Path) -> None:
+    """raft.dump of format 1 (a whole copy): installed when the live database is older."""
+    sample = Path(__file__).resolve().parents[1] / "data" / f"raft-dump-v{SCHEMA_VERSION}.sqlite"
+    snaps, machine, seen = node(tmp_path, "n1", 4)
+    dump = tmp_path / "n1" / "raft.dump"
+    shutil.copyfile(sample, dump)
+    info = snapshots.read_snapshot(dump)
+    assert info.copy and info.applied_index > 4
+    assert snaps.deserialize(str(dump)) == info.raft
+    assert machine.state.applied_index == info.applied_index and seen == ["replaced"]
+
+
+def pump(leader: SqlSnapshots, follower: SqlSnapshots, raft: Any, *, apply: Any = None) -> int:
+    """Move a copy from ``leader`` to ``follower`` as pysyncobj would; the pieces sent."""
+    pieces = 0
+    for _ in range(100_000):
+        data = leader.transmission("f", raft)
+        if data is None:
+            time.sleep(0.001)
+            continue
+        pieces += 1
+        if apply is not None:
+            apply(pieces)
+        if follower.receive(data):
+            return pieces
+    raise AssertionError("the copy never completed")
+
+
+def test_a_copy_goes_from_the_leader_to_a_follower_and_is_installed_by_rename(
+    tmp_path: Path,
+) -> None:
+    leader, lm, _ = node(tmp_path, "lead", 60)
+    follower, fm, seen = node(tmp_path, "fol", 3)
+    follower.running = True
+    before = os.stat(tmp_path / "lead" / "state.db").st_ino
+    index = [60]
+
+    def more(_: int) -> None:  # the leader goes on applying while it sends
+        index[0] += 1
+        submit(lm.state, index[0], 5)
+
+    assert leader.holding() is False
+    pump(leader, follower, raft_at(50), apply=more)
+    assert leader.holding() is False and leader.sent["completed"] == 1
+    # the follower's database is the copy, renamed into place; the leader wrote nothing
+    assert os.stat(tmp_path / "lead" / "state.db").st_ino == before
+    assert not Path(f"{tmp_path}/fol/state.db{snapshots.INSTALL}").exists()
+    assert fm.state.applied_index >= 60  # newer than its Raft data (50): fine
+    marker = snapshots.read_marker(tmp_path / "fol" / "raft.dump")
+    assert (marker.index, marker.applied_index) == (50, fm.state.applied_index)
+    assert follower.deserialize(str(tmp_path / "fol" / "raft.dump")) == raft_at(50)
+    assert seen == ["replaced"]
+    got = answers(fm.state)
+    assert got == replayed_with(tmp_path / "ref.db", fm.state.applied_index)
+    # the entries the copy already holds are skipped when the log brings them
+    blob = commands.encode_entry([commands.Submit("r55", T0, (("X", JobSpec(task="t")),))])
+    assert apply_entry(fm.state, blob, 55) is None
+
+
+def replayed_with(path: Path, applied: int) -> dict[str, Any]:
+    state = SqlState(path)
+    try:
+        for i in range(1, applied + 1):
+            submit(state, i, 5)
+        return answers(state)
+    finally:
+        state.close()
+
+
+def test_no_copy_begins_while_a_barrier_is_written_and_compaction_waits_while_one_is_sent(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    leader, _, _ = node(tmp_path, "lead", 20, rate=64 << 10)
+    go = threading.Event()
+    real = snapshots.fsync_path
+
+    def slow(path: Path | str, *, directory: bool = False) -> None:
+        go.wait(10)
+        real(path, directory=directory)
+
+    monkeypatch.setattr(snapshots, "fsync_path", slow)
+    leader.serialize(str(tmp_path / "lead" / "raft.dump.tmp"), raft_at(20))
+    assert leader.check() == SERIALIZER_STATE.SERIALIZING
+    assert leader.transmission("f", raft_at(19)) is None  # the log's start is about to move
+    assert not leader.holding()
+    go.set()
+    assert leader.wait_barrier(10)
+    assert leader.check() == SERIALIZER_STATE.SUCCESS
+    for _ in range(1000):
+        if leader.transmission("f", raft_at(20)) is not None:
+            break
+        time.sleep(0.005)
+    assert leader.holding()
+    leader.sweep(leading=False)  # this node no longer leads: the copy goes
+    assert not leader.holding() and leader.sent["dropped"] == 1
+
+
+def test_a_copy_whose_log_start_moved_starts_again_with_the_new_one(tmp_path: Path) -> None:
+    """The hazard of pysyncobj's own transfers: a compaction during a transfer left it going
+    with the old Raft data.  Here the copy starts again, from its first piece."""
+    leader, _, _ = node(tmp_path, "lead", 30, rate=1e12)
+    follower, fm, _ = node(tmp_path, "fol", 2)
+    follower.running = True
+    first = None
+    for _ in range(1000):
+        first = leader.transmission("f", raft_at(20))
+        if first is not None:
+            break
+        time.sleep(0.001)
+    assert first is not None and first[1] is True
+    assert follower.receive(first) is False
+    data = None
+    for _ in range(1000):  # the log was compacted up to 25 meanwhile (its cap reached)
+        data = leader.transmission("f", raft_at(25))
+        if data is not None:
+            break
+        time.sleep(0.001)
+    assert data is not None and data[1] is True  # a new copy, from its first piece
+    assert leader.sent["restarted"] == 1
+    assert follower.receive(data) is False
+    pump(leader, follower, raft_at(25))
+    assert snapshots.read_marker(tmp_path / "fol" / "raft.dump").index == 25
+    assert fm.state.applied_index == 30
+
+
+def test_a_damaged_piece_makes_the_follower_drop_the_copy_and_wait_for_the_next(
+    tmp_path: Path,
+) -> None:
+    leader, _, _ = node(tmp_path, "lead", 30)
+    follower, fm, seen = node(tmp_path, "fol", 2)
+    follower.running = True
+    pieces = []
+    while True:
+        data = leader.transmission("f", raft_at(30))
+        if data is None:
+            time.sleep(0.001)
+            continue
+        pieces.append(data)
+        if data[2]:
+            break
+    block, first, last = pieces[3]
+    pieces[3] = (block[:100] + bytes([block[100] ^ 1]) + block[101:], first, last)
+    assert not any(follower.receive(p) for p in pieces)
+    assert follower.received["failed"] == 1 and seen == []
+    assert fm.state.applied_index == 2
+    assert not follower.incoming_path.exists()

@@ -102,16 +102,36 @@ def sample_entries() -> list[bytes]:
     return [commands.encode_entry(batch) for batch in cmds]
 
 
-def write_samples(db: Path, dump: Path) -> None:
-    for path in (db, dump):
-        for suffix in ("", "-wal", "-shm"):
-            Path(f"{path}{suffix}").unlink(missing_ok=True)
+def marker_sample(version: int = snapshots.MARKER_VERSION) -> Path:
+    return DATA / f"snapshot-marker-v{version}.bin"
+
+
+def image_sample(version: int = snapshots.IMAGE_VERSION) -> Path:
+    return DATA / f"snapshot-image-v{version}.snap"
+
+
+def write_samples(db: Path) -> None:
+    """A state database of the sample entries (``raft-dump-v<N>.sqlite``, whole copies, are
+    no longer written: schedd compacts with a marker since schema version 3)."""
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{db}{suffix}").unlink(missing_ok=True)
     state = SqlState(db)
     for i, blob in enumerate(sample_entries(), start=1):
         sql_apply_entry(state, blob, i)
-    src, _ = snapshots.pin(db)
-    snapshots.write_copy(src, dump, RAFT)
-    state.close()  # checkpoints the log into the file: one self-contained file each
+    state.close()  # checkpoints the log into the file: one self-contained file
+
+
+def write_snapshot_samples(tmp: Path) -> None:
+    """A marker and an image of the sample entries, at the current formats."""
+    db = tmp / "state.db"
+    state = SqlState(db)
+    for i, blob in enumerate(sample_entries(), start=1):
+        sql_apply_entry(state, blob, i)
+    n = len(sample_entries())
+    snapshots.write_marker(marker_sample(), snapshots.Marker(RAFT, n, written_ms=T0))
+    with snapshots.ImageSource(db, rate=1e12, raft=RAFT, term=2, node="n1") as source:
+        snapshots.write_image(iter(source), image_sample())
+    state.close()
 
 
 def reference() -> MemoryState:
@@ -191,6 +211,33 @@ def test_a_snapshot_of_every_schema_version_installs_and_holds_what_its_entries_
         state.close()
 
 
+def test_the_marker_of_every_format_reads_as_written() -> None:
+    for version in range(1, snapshots.MARKER_VERSION + 1):
+        marker = snapshots.read_marker(marker_sample(version))
+        assert (marker.raft, marker.applied_index, marker.written_ms) == (
+            RAFT,
+            len(sample_entries()),
+            T0,
+        )
+
+
+@pytest.mark.parametrize("version", range(1, snapshots.IMAGE_VERSION + 1))
+def test_an_image_of_every_format_installs_and_holds_what_its_entries_give(
+    tmp_path: Path, version: int
+) -> None:
+    incoming = tmp_path / "state.db.incoming"
+    checked = snapshots.verify_image(image_sample(version), incoming)
+    h = checked.header
+    assert (h.applied_index, h.raft, h.term, h.node) == (len(sample_entries()), RAFT, 2, "n1")
+    assert snapshots.finalize_incoming(incoming) == len(sample_entries())
+    state = SqlState(incoming)
+    try:
+        assert without_claims(answers(state)) == without_claims(answers(reference()))
+        assert schema_of(state.db) == schema_of(SqlState().db)
+    finally:
+        state.close()
+
+
 def test_the_names_of_jobs_written_before_version_3_are_found_after_the_upgrade(
     tmp_path: Path,
 ) -> None:
@@ -224,8 +271,17 @@ def schema_of(db: sqlite3.Connection) -> list[tuple[str, str, str]]:
 
 
 if __name__ == "__main__":
-    db_path, dump_path = db_sample(SCHEMA_VERSION), dump_sample(SCHEMA_VERSION)
+    import tempfile
+
+    db_path = db_sample(SCHEMA_VERSION)
     if db_path.exists() and "--force" not in sys.argv:
-        raise SystemExit(f"{db_path} exists: samples of a released version are never rewritten")
-    write_samples(db_path, dump_path)
-    print(f"wrote {db_path} and {dump_path}")
+        print(f"{db_path} exists: samples of a released version are never rewritten")
+    else:
+        write_samples(db_path)
+        print(f"wrote {db_path}")
+    if marker_sample().exists() or image_sample().exists():
+        print(f"{marker_sample()} or {image_sample()} exists: never rewritten")
+    else:
+        with tempfile.TemporaryDirectory() as tmp:
+            write_snapshot_samples(Path(tmp))
+        print(f"wrote {marker_sample()} and {image_sample()}")
