@@ -23,6 +23,7 @@ from schedd.logs import log_event
 from schedd.metrics import Metrics
 from schedd.raft.node import Hooks, RaftNode, RaftSettings
 from schedd.storage.reader import Reader
+from schedd.storage.snapshots import ImageSource
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +94,7 @@ class Runtime:
             sockets=self.sockets,
             proxy=self.proxy,
             events=self.node.events,
+            images=self,  # open_image(): GET /snapshot
         )
 
     def authenticate(self, header: str | None) -> auth.Token:
@@ -100,6 +102,15 @@ class Runtime:
 
     def session(self, token: auth.Token, expires_s: int, read_only: bool) -> str:
         return self.tokens.session(token, expires_s, read_only)
+
+    def open_image(self) -> ImageSource:
+        """An image of the state database as committed now, paced at ``raft.snapshot_rate``
+        (``schedd.api.ports.StateImages``)."""
+        return ImageSource(
+            self._settings.data_dir / "state.db",
+            rate=self.config.raft.snapshot_rate,
+            node=self.config.node.id,
+        )
 
     # -- start / stop ------------------------------------------------------------------------
     async def start(self) -> None:

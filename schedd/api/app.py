@@ -54,6 +54,7 @@ from schedd.api.ports import (
     read_json,
     require,
 )
+from schedd.api.snapshot import SAVES, Saves, snapshot
 from schedd.api.views import (
     BatchResultView,
     DlqBulkView,
@@ -950,6 +951,7 @@ def make_app(ports: Ports) -> web.Application:
         client_max_size=ports.config.http.max_body,
     )
     install(app, ports)
+    app[SAVES] = Saves()
     mount_ui(app)  # the dashboard at /ui/ (its files need no token)
     handlers = {h.__name__: h for h in HANDLERS}
     assert handlers.keys() == BY_ID.keys(), sorted(handlers.keys() ^ BY_ID.keys())
@@ -996,6 +998,7 @@ HANDLERS: tuple[Handler, ...] = (
     drain_worker,
     worker_connect,
     events,
+    snapshot,
     whoami,
     create_login_code,
     login,

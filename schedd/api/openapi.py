@@ -37,6 +37,12 @@ def _ref(name: str) -> Schema:
 _OTHER: Final[dict[str, Schema]] = {
     "OpenApi": {"type": "object", "description": "an OpenAPI 3.1 document"},
     "Text": {"type": "string"},
+    "Snapshot": {
+        "type": "string",
+        "contentMediaType": "application/octet-stream",
+        "description": "a schedd image (schedctl snapshot save writes it to a file, schedctl "
+        "snapshot inspect checks one, schedd restore seeds a new cluster from one)",
+    },
     "EventStream": {
         "description": "one event of the text/event-stream (lines 'id: N', 'event: KIND', "
         "'data: JSON' and a blank line; a line starting with ':' is a comment). id: the Raft "
@@ -136,6 +142,15 @@ def _operation(op: Operation) -> Schema:
     responses: dict[str, Schema] = {}
     for reply in sorted(op.replies, key=lambda r: r.status):
         answer: Schema = {"description": reply.description}
+        if reply.headers:
+            answer["headers"] = {
+                h.name: {
+                    "description": h.description,
+                    "required": True,
+                    "schema": COMPONENTS.schema_of(h.type),
+                }
+                for h in reply.headers
+            }
         if reply.body is not None:
             answer["content"] = {reply.media: {"schema": _ref(reply.body)}}
         responses[str(reply.status)] = answer

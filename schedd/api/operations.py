@@ -53,12 +53,14 @@ class Query:
 @dataclass(frozen=True, slots=True)
 class Reply:
     """A successful answer: its status, what it means, and its body (a component of the
-    document, by name; None: no body; ``media`` other than JSON: a text body)."""
+    document, by name; None: no body; ``media`` other than JSON: a text or binary body), and
+    the headers it always carries (besides ``Content-Type``)."""
 
     status: int
     description: str
     body: str | None = None
     media: str = "application/json"
+    headers: tuple[Query, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -454,6 +456,42 @@ OPERATIONS: tuple[Operation, ...] = (
         description="A new client opens the stream first, then reads its pages: the hello "
         "event's id is what those pages show, and the changes after it follow. Each stream "
         "writes at most every 0.1 s, each record once with its latest state.",
+    ),
+    Operation(
+        "snapshot",
+        "GET",
+        f"{PREFIX}/snapshot",
+        "admin",
+        "A consistent image of this node's state, for a backup (schedctl snapshot save)",
+        (
+            Reply(
+                200,
+                "the image, streamed as it is read (chunked): a header, the state database "
+                "and its write-ahead log in checksummed frames, and the SHA-256 of it all",
+                "Snapshot",
+                "application/octet-stream",
+                headers=(
+                    Query(
+                        "X-Schedd-Applied-Index",
+                        Annotated[str, js(pattern="^[0-9]{1,19}$")],
+                        "the Raft log index the image holds every entry up to",
+                    ),
+                    Query(
+                        "Content-Disposition",
+                        Annotated[str, js(pattern="^attachment; filename=")],
+                        'attachment; filename="schedd-<node>-<applied index>.snap"',
+                    ),
+                ),
+            ),
+        ),
+        (429, 503),
+        description="Any node answers with its own state, consistent at the index it has "
+        "applied (a follower's may trail the leader's by a moment). The image is read from "
+        "one read transaction while the node goes on working; nothing is written on the node, "
+        "and it is sent at raft.snapshot_rate (default 32 MiB/s). One image streams from a "
+        "node at a time: 429 with Retry-After while another does. A client that reads nothing "
+        "for 60 s is dropped. 503 when the state cannot be read now (the node is installing "
+        "a copy from the leader, or stopping).",
     ),
     Operation(
         "whoami",

@@ -34,6 +34,7 @@ from schedd.leader.workers import WorkerConn
 from schedd.metrics import Metrics
 from schedd.protocol import messages
 from schedd.storage.reader import Reader
+from schedd.storage.snapshots import ImageSource
 
 
 class PeerView(Protocol):
@@ -199,6 +200,17 @@ class LeaderApi(Protocol):
         yet, or it does not answer); stale ones are asked again in the background."""
 
 
+class StateImages(Protocol):
+    """Consistent images of this node's state database (``GET /snapshot``)."""
+
+    def open_image(self) -> ImageSource:
+        """Pin a read transaction on the state database and return the image of what it
+        holds, paced at ``raft.snapshot_rate``.  Blocks (opening the database, reading ahead):
+        call it, and the image's ``read``, in a thread; always ``close`` the image, which lets
+        go of the read transaction.  ``SnapshotError`` or ``sqlite3.Error`` when the state
+        cannot be read now."""
+
+
 @dataclass(frozen=True, slots=True)
 class Ports:
     """Everything the API is given (:func:`schedd.api.app.make_app`)."""
@@ -213,6 +225,7 @@ class Ports:
     sockets: set[web.WebSocketResponse]  # open worker websockets (closed first on stop)
     proxy: LeaderApi  # asks the leader's API (GET /workers on a follower)
     events: EventFeed  # the changes this node applied (GET /events)
+    images: StateImages  # images of the state database (GET /snapshot)
 
 
 CONFIG: web.AppKey[Config] = web.AppKey("config", Config)
@@ -225,6 +238,7 @@ METRICS: web.AppKey[Metrics] = web.AppKey("metrics", Metrics)
 SOCKETS: web.AppKey[set[web.WebSocketResponse]] = web.AppKey("sockets")
 PROXY: web.AppKey[LeaderApi] = web.AppKey("proxy")
 EVENTS: web.AppKey[EventFeed] = web.AppKey("events")
+IMAGES: web.AppKey[StateImages] = web.AppKey("images")
 
 
 @dataclass
@@ -254,6 +268,7 @@ def install(app: web.Application, ports: Ports) -> None:
     app[SOCKETS] = ports.sockets
     app[PROXY] = ports.proxy
     app[EVENTS] = ports.events
+    app[IMAGES] = ports.images
     app[LEADER_WORKERS] = Recent()
     app[LOGIN_CODES] = auth.LoginCodes()
 

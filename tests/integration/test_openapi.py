@@ -94,16 +94,22 @@ class Checker:
             data = await r.read()
             status, content_type = r.status, r.content_type
             retry_after = r.headers.get("Retry-After")
+            answered = dict(r.headers)
         assert status == expect, (method, path, status, data[:500])
         template, op = self._operation(method, path)
         documented = op["responses"].get(str(status))
         assert documented is not None, f"{method} {template}: {status} is not documented"
         response = _resolve(self.doc, documented)
         self.seen.add((method, template, status))
+        for name, header in response.get("headers", {}).items():
+            if header.get("required"):
+                assert name in answered, f"{method} {template} {status}: no {name} header"
         if "content" not in response:
             assert data == b"", f"{method} {template} {status}: documented without a body"
             return None
         assert content_type in response["content"], (method, template, status, content_type)
+        if content_type == "application/octet-stream":
+            return data
         if content_type != "application/json":
             return data.decode()
         value = json.loads(data)
@@ -350,6 +356,9 @@ async def test_live_answers_match_the_document(
     await call("POST", API + "/login", 400, {"code": 7}, token=None)
     await call("POST", API + "/login/codes", 400, {"read_only": "yes"})
     await call("POST", API + "/login/codes", 401, token=None)
+    image = await call("GET", API + "/snapshot", 200)
+    assert image.startswith(b"SCHDSNAP")
+    await call("GET", API + "/snapshot", 403, token=READ_SECRET)
     await call("GET", "/healthz", 200, token=None)
     await call("GET", "/readyz", 200, token=None)
     assert "schedd" in await call("GET", "/metrics", 200)
