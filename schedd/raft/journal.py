@@ -367,6 +367,10 @@ class _Compaction(threading.Thread):
             os.unlink(self.tmp)
 
 
+#: ``abstain_until`` of an empty node in a cluster with data, until it hears from a leader
+UNTIL_LEADER_CONTACT: Final = 1 << 62
+
+
 # -- the journal -------------------------------------------------------------------------------
 def exit_process(exc: OSError) -> None:
     """Default reaction to a failed journal write or sync: exit with status 70 (EX_SOFTWARE),
@@ -398,6 +402,11 @@ class DurableJournal(Journal):  # type: ignore[misc]
         self._gen = 0  # bumped when written records are truncated: a copy of them is stale
         self._head = HEADER_SIZE  # file offset of the first record still in the log
         self.compactions = 0  # compactions finished (for measurements and tests)
+        #: this node started with no journal and no Raft state: a node of a new cluster, or one
+        #: whose data directory was lost (see :meth:`abstain_as_new`)
+        self.new = not os.path.exists(self.state_path) and (
+            not os.path.exists(path) or os.path.getsize(path) == 0
+        )
         # Set by _open:
         self.damage: Damage | None  # what recovery cut at open, for health and tests
         self._entries: list[Entry]
@@ -526,6 +535,40 @@ class DurableJournal(Journal):  # type: ignore[misc]
     @property
     def abstain_until(self) -> int | None:
         return self._state.abstain_until
+
+    def holds_no_data(self) -> bool:
+        """The log holds nothing a leader wrote (no entry of a term above 0)."""
+        return not self._entries or self._entries[-1][2] == 0
+
+    def abstain_as_new(self) -> None:
+        """This node started empty (:attr:`new`), holds no data yet, and a peer's log holds
+        some: the cluster existed before this node's data directory did (a lost disk, a wiped
+        or replaced node).  It may have voted in this cluster before and acknowledged entries
+        that only it and a leader now gone held: voting now, it could help elect a candidate
+        that lacks them.  So it abstains until it has heard from a leader and caught up to the
+        commit index that leader had then (:meth:`leader_contact`); stored, so a restart keeps
+        it abstaining.  A node of a new cluster never sees a peer with data before it has
+        some itself, so a cluster still forms."""
+        if self._state.abstain_until is not None:
+            return
+        self._state.abstain_until = UNTIL_LEADER_CONTACT
+        self._store_state()
+        log_event(
+            log,
+            "raft.journal_abstains",
+            logging.WARNING,
+            path=self.path,
+            reason="an empty node in a cluster with data: it votes once it has caught up "
+            "with a leader",
+        )
+
+    def leader_contact(self, commit_index: int) -> None:
+        """A leader was heard, with its commit index: an empty node abstaining since it saw
+        that the cluster has data (:meth:`abstain_as_new`) now knows how far to catch up."""
+        if self._state.abstain_until == UNTIL_LEADER_CONTACT:
+            self._state.abstain_until = max(1, commit_index)
+            self._store_state()
+            self._check_caught_up()
 
     def _check_caught_up(self) -> None:
         until = self._state.abstain_until

@@ -439,8 +439,10 @@ class RaftNode:
         # node cut off or stalled for a while comes back without deposing a healthy leader
         # (schedd/raft/patches.py).  Inside read_before_judging: the sockets are read first.
         journal = durable.journal
+        # A node that starts empty in a cluster with data (a lost or wiped data directory)
+        # votes only once it has caught up with a leader (DurableJournal.abstain_as_new).
         self._elections = pre_vote(
-            self._obj, journal.may_vote if journal is not None else (lambda: True)
+            self._obj, journal.may_vote if journal is not None else (lambda: True), journal
         )
         # A pause of the tick thread (a garbage collection, the event loop holding the GIL)
         # deposes no one whose messages wait in the sockets, and one tick applies at most

@@ -97,7 +97,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from importlib import metadata
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import pysyncobj.syncobj as _syncobj
 from pysyncobj import FAIL_REASON, SyncObj
@@ -457,7 +457,23 @@ def _bump(counts: dict[str, int], key: str) -> None:
     counts[key] = counts.get(key, 0) + 1
 
 
-def pre_vote(obj: SyncObj, may_vote: Callable[[], bool] = lambda: True) -> ElectionStats:
+class NewNodeGuard(Protocol):
+    """What :func:`pre_vote` asks of the journal about a node that started empty."""
+
+    new: bool
+
+    def holds_no_data(self) -> bool: ...
+
+    def abstain_as_new(self) -> None: ...
+
+    def leader_contact(self, commit_index: int) -> None: ...
+
+
+def pre_vote(
+    obj: SyncObj,
+    may_vote: Callable[[], bool] = lambda: True,
+    new_node: NewNodeGuard | None = None,
+) -> ElectionStats:
     """Elections only when the leader is really gone: pre-vote and leader stickiness.
 
     pysyncobj raises its term and asks for votes as soon as its election deadline passes
@@ -507,14 +523,16 @@ def pre_vote(obj: SyncObj, may_vote: Callable[[], bool] = lambda: True) -> Elect
     Wraps the tick (install it before :func:`read_before_judging`, so that one stays outermost
     and the sockets are read before the timers), the message callback and the transport's
     ``send``.  Returns the counters it keeps."""
-    return _PreVote(obj, may_vote).stats
+    return _PreVote(obj, may_vote, new_node).stats
 
 
 class _PreVote:
     """:func:`pre_vote`'s state and wrappers (tick thread only)."""
 
-    def __init__(self, obj: SyncObj, may_vote: Callable[[], bool]) -> None:
-        self.obj, self.may_vote = obj, may_vote
+    def __init__(
+        self, obj: SyncObj, may_vote: Callable[[], bool], new_node: NewNodeGuard | None = None
+    ) -> None:
+        self.obj, self.may_vote, self.new_node = obj, may_vote, new_node
         self.conf = obj._SyncObj__conf
         self.stats = ElectionStats()
         self.contact = float("-inf")  # when a leader's append (term >= ours) was last taken
@@ -621,9 +639,11 @@ class _PreVote:
             and (leading or self.heard_leader_lately())
         ):
             _bump(self.stats.ignored, "leader" if leading else "leader_alive")
+        elif kind == "request_vote" and self.amnesiac(message):
+            _bump(self.stats.ignored, "abstaining")
         else:
             if kind == "append_entries":
-                self.appended(node, message["term"])
+                self.appended(node, message["term"], message.get("commit_index"))
             self.inner(node, message)
             recent = raft_clock() - self.handed_over_at < self.conf.raftMaxTimeout
             self.stepped_down(leading, "transfer" if recent else "higher_term")
@@ -633,22 +653,37 @@ class _PreVote:
             _bump(self.stats.stepdowns, cause)
             self.stepdown_seen = True
 
-    def appended(self, node: Any, term: int) -> None:
+    def appended(self, node: Any, term: int, commit_index: int | None = None) -> None:
         """A leader's append: contact (and no round), or, from an older term, tell it so."""
         ours = self.obj.raftCurrentTerm
         if term >= ours:
             self.contact, self.round = raft_clock(), None
+            if self.new_node is not None and commit_index is not None:
+                self.new_node.leader_contact(int(commit_index))
             return
         key = (node.id, ours)
         if raft_clock() - self.stale_sent.get(key, float("-inf")) > self.conf.raftMinTimeout:
             self.stale_sent[key] = raft_clock()
             self.send(node, {"type": STALE_TERM, "term": ours})
 
+    def amnesiac(self, message: dict[str, Any]) -> bool:
+        """This node started empty and holds no data, and the candidate's log holds some: it
+        abstains (see ``DurableJournal.abstain_as_new``)."""
+        guard = self.new_node
+        if guard is None or not guard.new or not guard.holds_no_data():
+            return False
+        if int(message.get("last_log_term", 0)) <= 0:
+            return False  # a candidate as empty as this node: a new cluster forming
+        guard.abstain_as_new()
+        return True
+
     def refusal(self, message: dict[str, Any], node: Any) -> str | None:
         if self.obj._isLeader():
             return "leader"
         if self.heard_leader_lately():
             return "leader_alive"
+        if self.amnesiac(message):
+            return "abstaining"
         if message["term"] <= self.obj.raftCurrentTerm:
             return "stale_term"
         if (message["last_log_term"], message["last_log_index"]) < self.log_position():
