@@ -266,3 +266,47 @@ def test_a_failing_checkpoint_is_counted_and_does_not_stop_the_thread(tmp_path: 
         assert cp.failures == 1
     finally:
         cp.close()
+
+
+def test_a_backlog_held_by_a_long_reader_is_copied_back_in_bounded_steps(tmp_path: Path) -> None:
+    """A reader holds an old view (a whole copy being sent) while megabytes are committed; once
+    it lets go, no checkpoint copies more than a step of the log (plus one commit), each step
+    at its own checkpoint, instead of the whole backlog at once."""
+    path = tmp_path / "state.db"
+    st = SqlState(path)
+    assert st.checkpointer is not None
+    st.checkpointer.close()  # driven by hand below
+    step = 256 << 10
+    cp = Checkpointer(path, period_s=3600, step_bytes=step)
+    reader = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        reader.execute("BEGIN")
+        reader.execute("SELECT count(*) FROM jobs").fetchone()  # the long view, taken now
+        commit_bytes = 0
+        for k in range(40):  # about 2.5 MB of log behind the view
+            before = cp.checkpoint()[0]
+            jobs = tuple((f"j{k}-{i}", JobSpec(task="t", payload="x" * 200)) for i in range(50))
+            assert apply_entry(
+                st, commands.encode_entry([commands.Submit(f"s{k}", T0, jobs)]), k + 1
+            )
+            commit_bytes = max(commit_bytes, (cp.checkpoint()[0] - before) * cp.frame_bytes)
+            cp.step()
+        assert cp.pins == 3  # the views it took to cut the backlog
+        frames, copied = cp.checkpoint()
+        assert (frames - copied) * cp.frame_bytes > 3 * step  # all of it held back
+        reader.execute("COMMIT")  # the long view goes
+        steps = []
+        while True:
+            frames, now = cp.step()
+            steps.append((now - copied) * cp.frame_bytes)
+            copied = now
+            if now == frames and cp.pins == 0:
+                break
+            assert len(steps) < 20
+        assert cp.steps == 3 and len(steps) >= 4
+        assert all(s <= step + commit_bytes for s in steps[:3]), (steps, step, commit_bytes)
+        assert copied == frames  # and all of it copied in the end
+    finally:
+        reader.close()
+        cp.close()
+        st.close()
