@@ -5,7 +5,8 @@ submit: all three nodes are killed at once, each filesystem puts back every file
 its last sync (or keeps a random prefix of the unsynced writes: torn tails), and the nodes start
 again on what is left.  Every job the cluster acknowledged must be there, on every node, every
 replica must hold the same jobs, and no node may refuse to start.  A single node also loses
-power in the middle of writing a Raft snapshot and in the middle of a SQLite checkpoint.
+power in the middle of a log compaction (the marker written after the barrier) and in the
+middle of a SQLite checkpoint.
 
 The last test shows that the first one can fail: the same power loss on nodes whose journal
 never syncs (``fdatasync`` replaced in the node processes) loses acknowledged jobs."""
@@ -151,10 +152,13 @@ async def test_power_loss_of_every_node_loses_no_acknowledged_job(
                 await check_every_node(http, cluster, acked)
 
 
-@pytest.mark.parametrize("file", ["raft.dump.sqltmp", "state.db"], ids=["snapshot", "checkpoint"])
+@pytest.mark.parametrize(
+    "file", ["raft.dump.new", "state.db"], ids=["compaction-barrier", "checkpoint"]
+)
 async def test_power_loss_of_one_node_in_the_middle_of_a_write(tmp_path: Path, file: str) -> None:
-    """``raft.dump.sqltmp``: the Raft snapshot being written; ``state.db``: written only by a
-    checkpoint (the state database is in WAL mode)."""
+    """``raft.dump.new``: the compaction's marker being written, after the state database's log
+    was synced (the barrier); ``state.db``: written only by a checkpoint (the state database is
+    in WAL mode)."""
     with lossy_cluster(tmp_path, raft=dict(RAFT)) as (cluster, mounts):
         cluster.start()
         async with aiohttp.ClientSession() as http:
