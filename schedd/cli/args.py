@@ -438,6 +438,33 @@ def build_parser() -> argparse.ArgumentParser:
         help="cancel and submit again a job whose task, queue or other fixed field changed",
     )
 
+    sn = sub.add_parser("snapshot", help="back up a node's state to a file, or check such a file")
+    snap = sn.add_subparsers(
+        dest="snapshot_command", metavar="SNAPSHOT_COMMAND", required=True, parser_class=_Parser
+    )
+    sv = snap.add_parser(
+        "save",
+        parents=[common],
+        help="save a consistent image of a node's state to FILE (an admin token)",
+        description="Stream a consistent image of the state of the first node of --server "
+        "that answers into FILE.part, checking every frame and the SHA-256 of the whole as it "
+        "comes; only a whole, checked image is synced and renamed to FILE. Otherwise the "
+        "partial file is removed, FILE is left as it was, and the exit status is 1. "
+        "schedd restore seeds a new cluster from FILE (docs/operations.md, Backups).",
+    )
+    sv.add_argument("file", metavar="FILE", help="the file to write (mode 0600)")
+    sv.add_argument(
+        "--force",
+        action="store_true",
+        help="replace FILE if it exists (only once the new image is whole and checked)",
+    )
+    si = snap.add_parser(
+        "inspect",
+        parents=[common],
+        help="check a saved image whole and show what it holds (no server needed)",
+    )
+    si.add_argument("file", metavar="FILE")
+
     jobs_words = sub.add_parser("__jobs", parents=[common])
     jobs_words.add_argument("prefix", nargs="?", default="")
 

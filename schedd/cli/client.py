@@ -77,6 +77,22 @@ def tls_context(cafile: str, option: str = "--cacert") -> ssl.SSLContext:
         raise UsageError(f"{option}: {exc}") from None
 
 
+class Body:
+    """The body of a 2xx answer to a request made with ``stream=True``, read as it comes;
+    :meth:`close` it (it holds the connection)."""
+
+    def __init__(self, resp: http.client.HTTPResponse, conn: http.client.HTTPConnection) -> None:
+        self._resp, self._conn = resp, conn
+
+    def read(self, size: int) -> bytes:
+        """Up to ``size`` bytes as they arrive; ``b""`` at the end.  ``OSError`` (a timeout, a
+        reset) or ``http.client.HTTPException`` (the stream cut short) when it breaks."""
+        return self._resp.read1(size)
+
+    def close(self) -> None:
+        self._conn.close()
+
+
 @dataclass(frozen=True)
 class Response:
     server: Server
@@ -84,6 +100,8 @@ class Response:
     reason: str
     headers: Mapping[str, str]  # lower-cased names
     body: bytes
+    #: a 2xx answer to a request made with ``stream=True``: its body, still to be read
+    stream: Body | None = None
 
     def json(self) -> Any:
         try:
@@ -135,6 +153,13 @@ def _describe_tls(exc: ssl.SSLError, scheme: str) -> str:
     return f"TLS handshake failed ({reason})"
 
 
+def describe(exc: BaseException, timeout: float, server: Server) -> str:
+    """What went wrong with a connection to ``server``, in a few words."""
+    if isinstance(exc, http.client.IncompleteRead):
+        return "the server closed the connection in the middle of its answer"
+    return _describe(exc, timeout, server.host, server.scheme).split(_ADVICE)[0]
+
+
 def _describe(exc: BaseException, timeout: float, host: str, scheme: str = "http") -> str:
     if isinstance(exc, ssl.SSLError):
         return _describe_tls(exc, scheme)
@@ -180,8 +205,10 @@ class Client:
         query: Sequence[tuple[str, str]] = (),
         body: bytes | None = None,
         idempotent: bool = True,
+        stream: bool = False,
     ) -> Response:
-        """The first real answer from a server, whatever its status (except 502/503/504)."""
+        """The first real answer from a server, whatever its status (except 502/503/504).
+        ``stream``: a 2xx answer's body is left to read from ``Response.stream``."""
         target = path + (("?" + urlencode(list(query))) if query else "")
         headers = {"Accept": "application/json", "User-Agent": _USER_AGENT}
         if body is not None:
@@ -196,7 +223,7 @@ class Client:
         order = list(self.servers[self._preferred :]) + list(self.servers[: self._preferred])
         for server in order:
             resp = self._try_server(
-                server, method, target, body, headers, deadline, idempotent, failures
+                server, method, target, body, headers, deadline, idempotent, failures, stream
             )
             if resp is not None:
                 # later requests (e.g. the pages of `list --all`) start with the server that answered
@@ -214,10 +241,11 @@ class Client:
         deadline: float,
         idempotent: bool,
         failures: list[_Failure],
+        stream: bool = False,
     ) -> Response | None:
         for retry in range(self.max_retries + 1):
             try:
-                resp = self._send(server, method, server.base_path + target, body, headers)
+                resp = self._send(server, method, server.base_path + target, body, headers, stream)
             except _NotSent as exc:
                 failures.append(_Failure(server, str(exc), connect=True))
                 return None
@@ -244,7 +272,13 @@ class Client:
         return None
 
     def _send(
-        self, server: Server, method: str, target: str, body: bytes | None, headers: dict[str, str]
+        self,
+        server: Server,
+        method: str,
+        target: str,
+        body: bytes | None,
+        headers: dict[str, str],
+        stream: bool = False,
     ) -> Response:
         conn: http.client.HTTPConnection
         if server.scheme == "https":
@@ -253,6 +287,7 @@ class Client:
             )
         else:
             conn = http.client.HTTPConnection(server.host, server.port, timeout=self.timeout)
+        kept: Body | None = None
         try:
             try:
                 conn.connect()
@@ -261,13 +296,17 @@ class Client:
             try:
                 conn.request(method, target, body=body, headers=headers)
                 resp = conn.getresponse()
+                names = {k.lower(): v for k, v in resp.getheaders()}
+                if stream and 200 <= resp.status < 300:
+                    kept = Body(resp, conn)
+                    return Response(server, resp.status, resp.reason, names, b"", kept)
                 data = resp.read()
             except (OSError, http.client.HTTPException) as exc:
                 raise _MaybeSent(_describe(exc, self.timeout, server.host, server.scheme)) from None
-            names = {k.lower(): v for k, v in resp.getheaders()}
             return Response(server, resp.status, resp.reason, names, data)
         finally:
-            conn.close()
+            if kept is None:
+                conn.close()
 
 
 def _status_problem(resp: Response, retry: int) -> str:

@@ -349,6 +349,8 @@ def command_name(args: argparse.Namespace) -> str:
     """``get``, ``dlq replay``, ...: the command a parsed command line runs."""
     if args.command == "dlq":
         return f"dlq {args.dlq_command}"
+    if args.command == "snapshot":
+        return f"snapshot {args.snapshot_command}"
     return str(args.command)
 
 

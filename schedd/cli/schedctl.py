@@ -197,6 +197,7 @@ _TRIGGER_HINTS = {
     409: "the job's overlap policy keeps it from running now; pass --override to run it anyway",
 }
 _JOB_DONE = ("done", "cancelled")
+_SNAPSHOT_HINTS = {**_HINTS, 403: "a snapshot needs a token with the admin role"}
 
 
 def watch(
@@ -433,6 +434,8 @@ def run_command(
     if command == "completion":
         _write(out, completion_script(build_parser(), args.shell))
         return EXIT_OK
+    if command.startswith("snapshot "):
+        return _snapshot(command, args, settings, style, out)
     client = Client(
         settings.servers, settings.token, settings.timeout, ssl_context=settings.ssl_context
     )
@@ -486,6 +489,26 @@ def run_command(
         job_id = str(_as_mapping(data).get("id"))
         return wait(client, job_id, wait_seconds(args), settings, style, out, err)
     return EXIT_OK
+
+
+def _snapshot(
+    command: str,
+    args: argparse.Namespace,
+    settings: Settings,
+    style: render.Style,
+    out: IO[bytes],
+) -> int:
+    """``snapshot save`` (from a node) and ``snapshot inspect`` (a file, no server needed)."""
+    from schedd.cli.snapshot import inspect_image, save_image
+
+    if command == "snapshot inspect":
+        return inspect_image(args.file, settings, style, out)
+    client = Client(
+        settings.servers, settings.token, settings.timeout, ssl_context=settings.ssl_context
+    )
+    return save_image(
+        client, args.file, args.force, settings, out, lambda r: server_error(r, _SNAPSHOT_HINTS)
+    )
 
 
 def open_dashboard(

@@ -161,6 +161,7 @@ ALLOWED: dict[str, set[str]] = {
         "schedd.notify",
         "schedd.preflight",
         "schedd.runtime",
+        "schedd.storage",  # schedctl snapshot: checks images as they come, and files
         "schedd.worker",
         *FOUNDATION,
     },

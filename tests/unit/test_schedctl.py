@@ -761,7 +761,8 @@ def test_watch_line_without_times_or_attempts() -> None:
 
 COMMANDS = [
     "submit", "get", "list", "runs", "run", "wait", "cancel", "pause", "resume", "trigger",
-    "update", "explain", "dlq", "cluster", "workers", "ui", "watch", "apply", "completion",
+    "update", "explain", "dlq", "cluster", "workers", "ui", "watch", "apply", "snapshot",
+    "completion",
 ]  # fmt: skip
 
 
@@ -776,9 +777,10 @@ def test_completion_script_mentions_every_command_and_option(
     levels = completion_levels(build_parser())
     assert sorted(w for w, _ in levels[""].words) == sorted(COMMANDS)
     assert sorted(w for w, _ in levels["dlq"].words) == ["drop", "list", "replay"]
+    assert sorted(w for w, _ in levels["snapshot"].words) == ["inspect", "save"]
     for command in COMMANDS:
         assert f"'{command}')" in script, command  # a case for what follows it
-    for path in ("dlq list", "dlq replay", "dlq drop"):
+    for path in ("dlq list", "dlq replay", "dlq drop", "snapshot save", "snapshot inspect"):
         assert f"'{path}')" in script
     for option in ("--override", "--count", "--interval", "--max-attempts", "--token-file"):
         assert option in script
@@ -792,7 +794,7 @@ def test_completion_script_mentions_every_command_and_option(
 
 BASH_CASES = [
     ("", "submit get runs cancel pause resume run wait list trigger update explain dlq cluster "
-     "workers ui watch apply completion"),
+     "workers ui watch apply snapshot completion"),
     ("dl", "dlq"),
     ("--server http://x:7700 dlq ", "list replay drop"),
     ("dlq replay R --o", "--output"),
@@ -801,6 +803,8 @@ BASH_CASES = [
     ("explain --c", "--cron --count"),
     ("watch j1 --", "--help --server --token --token-file --output --quiet --interval"),
     ("completion ", "bash zsh"),
+    ("snapshot ", "save inspect"),
+    ("snapshot save b.snap --f", "--force"),
     ("get j1 ", ""),
     # a job is completed from the cluster's job names and ids (schedctl __jobs, stubbed here)
     ("get ", "nightly-report 01M8ADCPDZ145C4FJCBYS11A0G"),

@@ -1,0 +1,238 @@
+"""``schedctl snapshot save`` and ``schedctl snapshot inspect``: backups of a node's state.
+
+``save FILE`` streams ``GET /api/v1/snapshot`` from the first node of ``--server`` that answers
+into ``FILE.part`` (mode 0600: an image holds every job's payload), feeding every byte to an
+:class:`~schedd.storage.snapshots.ImageSink` that checks each frame's CRC-32 and, at the end,
+the sizes and the SHA-256 of the whole.  Only an image that is whole and checked is synced and
+renamed to ``FILE``; anything else (the connection dropped, a damaged frame, a stream that ends
+early) removes the partial file, leaves an existing ``FILE`` as it was, and says what went
+wrong.
+
+``inspect FILE`` needs no server: it checks the whole file the same way and shows what the
+image holds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO, Any
+
+import orjson
+
+from schedd.cli import render
+from schedd.cli.client import Client, CliError, Response, UsageError, describe
+from schedd.cli.settings import Settings
+from schedd.core.durations import format_time
+from schedd.storage.snapshots import (
+    IMAGE_MAGIC,
+    ImageHeader,
+    ImageSink,
+    SnapshotError,
+    fsync_path,
+    verify_image,
+)
+
+PATH = "/api/v1/snapshot"
+READ_SIZE = 1 << 20
+PART = ".part"
+
+
+def _bytes(n: int) -> str:
+    """``1.2 MiB``; a whole number of bytes below 1 KiB."""
+    size = float(n)
+    for unit in ("bytes", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{n} bytes" if unit == "bytes" else f"{size:.1f} {unit}"
+        size /= 1024
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _counts(header: ImageHeader) -> str:
+    c = header.counts
+    return (
+        f"{c.get('jobs', 0):,} jobs, {c.get('runs', 0):,} runs, "
+        f"{c.get('dead_letters', 0):,} dead letters"
+    )
+
+
+def _term(header: ImageHeader) -> str:
+    return "unknown" if header.term is None else str(header.term)
+
+
+def _summary(path: Path, size: int, header: ImageHeader, seconds: float | None) -> dict[str, Any]:
+    """What ``save`` and ``inspect`` say about an image, as JSON (``-o json``)."""
+    out: dict[str, Any] = {
+        "file": str(path),
+        "bytes": size,
+        "checked": True,
+        "schema": header.schema,
+        "applied_index": header.applied_index,
+        "term": header.term,
+        "taken_at": format_time(header.created_ms) if header.created_ms else None,
+        "node": header.node,
+        "counts": dict(header.counts),
+        "database_bytes": header.db_bytes,
+        "wal_bytes": header.wal_bytes,
+    }
+    if seconds is not None:
+        out["seconds"] = round(seconds, 3)
+    return out
+
+
+# ---- save ----------------------------------------------------------------------------------
+
+
+def _target(file: str, force: bool) -> Path:
+    """Where ``save`` writes (usage errors first: nothing is asked of a server for them)."""
+    if file == "-":
+        raise UsageError(
+            "snapshot save: FILE must be a file: an image is checked whole before it is kept, "
+            "and what was written to stdout could not be taken back if it failed the check"
+        )
+    dest = Path(file)
+    if dest.is_dir():
+        raise UsageError(f"snapshot save: {file} is a directory; give the file to write")
+    if not dest.parent.is_dir():
+        raise UsageError(f"snapshot save: {dest.parent} is not a directory")
+    if dest.exists() and not force:
+        raise UsageError(
+            f"snapshot save: {file} exists; pass --force to replace it (it is replaced only "
+            "once the new image is whole and checked)"
+        )
+    return dest
+
+
+def save_image(
+    client: Client,
+    file: str,
+    force: bool,
+    settings: Settings,
+    out: IO[bytes],
+    server_error: Callable[[Response], CliError],
+    clock: Callable[[], float] = time.monotonic,
+) -> int:
+    """``schedctl snapshot save FILE [--force]``."""
+    dest = _target(file, force)
+    started = clock()
+    resp = client.request("GET", PATH, stream=True)
+    if resp.status >= 400 or resp.stream is None:
+        raise server_error(resp)
+    where = resp.server.url + PATH
+    part = dest.with_name(dest.name + PART)
+    sink = ImageSink(None, where=where)
+    try:
+        try:
+            _receive(resp, sink, part, settings.timeout)
+        finally:
+            resp.stream.close()
+        header = sink.header
+        assert header is not None
+        said = resp.headers.get("x-schedd-applied-index")
+        if said is not None and said != str(header.applied_index):
+            raise CliError(
+                f"{where}: the answer says applied index {render.clean(said)}, the image "
+                f"{header.applied_index}; nothing was saved"
+            )
+        os.replace(part, dest)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            part.unlink()
+        raise
+    with contextlib.suppress(OSError):
+        fsync_path(dest.parent, directory=True)
+    seconds = clock() - started
+    summary = _summary(dest, sink.received, header, seconds)
+    if settings.output == "json":
+        out.write(orjson.dumps(summary) + b"\n")
+    elif settings.quiet:
+        out.write(str(dest).encode() + b"\n")
+    else:
+        line = (
+            f"saved {dest}: {_bytes(sink.received)}, node {header.node or '?'} at applied "
+            f"index {header.applied_index} (term {_term(header)}), {_counts(header)}, in "
+            f"{seconds:.1f}s"
+        )
+        out.write(render.clean(line).encode("utf-8", "replace") + b"\n")
+    return 0
+
+
+def _receive(resp: Response, sink: ImageSink, part: Path, timeout: float) -> None:
+    """Write the answer's body into ``part`` while ``sink`` checks it, then sync the file;
+    :class:`CliError` saying what went wrong (the caller removes ``part``)."""
+    assert resp.stream is not None
+    where = resp.server.url + PATH
+    fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        while True:
+            try:
+                chunk = resp.stream.read(READ_SIZE)
+            except Exception as exc:  # noqa: BLE001 - OSError, http.client's errors
+                raise CliError(
+                    f"{where}: the connection dropped after {sink.received:,} bytes of the "
+                    f"image ({describe(exc, timeout, resp.server)}); nothing was saved"
+                ) from None
+            if not chunk:
+                break
+            f.write(chunk)
+            try:
+                sink.feed(chunk)
+            except SnapshotError as exc:
+                raise CliError(f"{exc}; nothing was saved") from None
+        if not sink.complete:
+            raise CliError(
+                f"{where}: the image ended after {sink.received:,} bytes, before its end (the "
+                "stream was cut short); nothing was saved"
+            )
+        f.flush()
+        os.fsync(f.fileno())
+
+
+# ---- inspect -------------------------------------------------------------------------------
+
+
+def inspect_image(file: str, settings: Settings, style: render.Style, out: IO[bytes]) -> int:
+    """``schedctl snapshot inspect FILE``: check the whole file and show what it holds."""
+    path = Path(file)
+    if not path.is_file():
+        what = "is not a file" if path.exists() else "no such file"
+        raise UsageError(f"snapshot inspect: {file}: {what}")
+    try:
+        with open(path, "rb") as f:
+            head = f.read(len(IMAGE_MAGIC))
+        if not head:
+            raise SnapshotError(f"{path}: an empty file, not a schedd snapshot")
+        if not IMAGE_MAGIC.startswith(head):  # verify_image would call a short one cut short
+            raise SnapshotError(f"{path}: not a schedd snapshot")
+        checked = verify_image(path)
+    except OSError as exc:
+        raise CliError(f"{path}: cannot read it: {exc.strerror or exc}") from None
+    except SnapshotError as exc:
+        raise CliError(str(exc)) from None
+    header = checked.header
+    if settings.output == "json":
+        out.write(orjson.dumps(_summary(path, checked.size, header, None)) + b"\n")
+        return 0
+    if settings.quiet:
+        out.write(str(path).encode() + b"\n")
+        return 0
+    c = header.counts
+    pairs = [
+        ("file", str(path)),
+        ("size", f"{_bytes(checked.size)} ({checked.size:,} bytes): whole, every frame and "
+         "the SHA-256 checked"),
+        ("taken", f"{render.fmt_when(header.created_ms, style)} on node {header.node or '?'}"),
+        ("applied index", str(header.applied_index)),
+        ("term", _term(header)),
+        ("schema", str(header.schema)),
+        ("jobs", f"{c.get('jobs', 0):,}"),
+        ("runs", f"{c.get('runs', 0):,}"),
+        ("dead letters", f"{c.get('dead_letters', 0):,}"),
+        ("database", f"{_bytes(header.db_bytes)} and {_bytes(header.wal_bytes)} of "
+         "write-ahead log"),
+    ]  # fmt: skip
+    out.write(render.details(pairs, style.width).encode("utf-8", "replace") + b"\n")
+    return 0
