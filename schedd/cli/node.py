@@ -28,9 +28,41 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog="schedd",
         description="A schedd node. With no arguments: a single-node cluster on loopback, "
-        "data in ./.schedd.",
+        "data in ./.schedd. schedd restore --from FILE --config PATH seeds a node of a new "
+        "cluster from a backup (schedd restore --help).",
     )
     p.add_argument("--version", action="version", version=f"schedd {__version__}")
+    _config_options(p)
+    p.add_argument(
+        "--check-config",
+        action="store_true",
+        help="validate the configuration, print problems, and exit",
+    )
+    return p.parse_args(argv)
+
+
+def parse_restore_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="schedd restore",
+        description="Seed this node of a new cluster from a backup (schedctl snapshot save): "
+        "the image is checked whole and its state written into the empty node.data_dir, with "
+        "a Raft log that starts at the image's applied index. Restore every node of the new "
+        "cluster from the same file, then start them. Run it as the user the service runs as "
+        "(sudo -u schedd schedd restore ...); run as root, it gives the files it writes to "
+        "the owner of node.data_dir.",
+    )
+    p.add_argument(
+        "--from",
+        dest="image",
+        required=True,
+        metavar="FILE",
+        help="the image to restore (schedctl snapshot save FILE)",
+    )
+    _config_options(p)
+    return p.parse_args(argv)
+
+
+def _config_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", "-c", help="TOML config file (see config/schedd.example.toml)")
     p.add_argument("--node-id", help="this node's id (node.id)")
     p.add_argument(
@@ -45,12 +77,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="another node's Raft host:port (repeatable; raft.peers)",
     )
     p.add_argument("--log-level", help="debug | info | warning | error (log.level)")
-    p.add_argument(
-        "--check-config",
-        action="store_true",
-        help="validate the configuration, print problems, and exit",
-    )
-    return p.parse_args(argv)
 
 
 def build_config(args: argparse.Namespace) -> Config:
@@ -179,6 +205,17 @@ def _banner(cfg: Config, created: bool) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["restore"]:
+        from schedd.cli.restore import restore
+
+        args = parse_restore_args(argv[1:])
+        try:
+            cfg = build_config(args)
+        except ConfigError as exc:
+            _print_problems(exc.problems, "schedd restore: config: ")
+            return 2
+        return restore(cfg, args.image)
     args = parse_args(argv)
     try:
         cfg = build_config(args)

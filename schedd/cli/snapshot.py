@@ -194,6 +194,17 @@ def _receive(resp: Response, sink: ImageSink, part: Path, timeout: float) -> Non
 # ---- inspect -------------------------------------------------------------------------------
 
 
+def check_magic(path: Path) -> None:
+    """:class:`SnapshotError` when the file at ``path`` does not even start as an image does
+    (a file shorter than an image's header would otherwise be called one cut short)."""
+    with open(path, "rb") as f:
+        head = f.read(len(IMAGE_MAGIC))
+    if not head:
+        raise SnapshotError(f"{path}: an empty file, not a schedd snapshot")
+    if not IMAGE_MAGIC.startswith(head):
+        raise SnapshotError(f"{path}: not a schedd snapshot")
+
+
 def inspect_image(file: str, settings: Settings, style: render.Style, out: IO[bytes]) -> int:
     """``schedctl snapshot inspect FILE``: check the whole file and show what it holds."""
     path = Path(file)
@@ -201,12 +212,7 @@ def inspect_image(file: str, settings: Settings, style: render.Style, out: IO[by
         what = "is not a file" if path.exists() else "no such file"
         raise UsageError(f"snapshot inspect: {file}: {what}")
     try:
-        with open(path, "rb") as f:
-            head = f.read(len(IMAGE_MAGIC))
-        if not head:
-            raise SnapshotError(f"{path}: an empty file, not a schedd snapshot")
-        if not IMAGE_MAGIC.startswith(head):  # verify_image would call a short one cut short
-            raise SnapshotError(f"{path}: not a schedd snapshot")
+        check_magic(path)
         checked = verify_image(path)
     except OSError as exc:
         raise CliError(f"{path}: cannot read it: {exc.strerror or exc}") from None

@@ -160,6 +160,7 @@ ALLOWED: dict[str, set[str]] = {
         "schedd.core",
         "schedd.notify",
         "schedd.preflight",
+        "schedd.raft",  # schedd restore: seeds a node's Raft directory from an image
         "schedd.runtime",
         "schedd.storage",  # schedctl snapshot: checks images as they come, and files
         "schedd.worker",
