@@ -19,11 +19,18 @@ import pytest
 from schedd.auth import ensure_admin_token
 from schedd.cli.node import main
 from schedd.config import load_config
+from schedd.storage.snapshots import verify_image
 from tests.conftest import free_port, wait_for
 
 SAMPLE = Path(__file__).resolve().parents[1] / "data" / "snapshot-image-v1.snap"
+HEADER = verify_image(SAMPLE).header  # the frozen sample's: what a restore must say
+COUNTS = HEADER.counts
 NOBODY = 65534
 BIN = Path(sys.executable).parent
+
+
+def _flipped(data: bytes, at: int) -> bytes:
+    return data[:at] + bytes([data[at] ^ 0x01]) + data[at + 1 :]
 
 
 def restore(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -61,9 +68,13 @@ async def test_a_restored_node_starts_with_the_backups_state(
     code, out, err = restore(capsys, *argv)
     assert (code, err) == (0, "")
     first, second = out.splitlines()
-    assert first.startswith(f"restored {data / 'raft'} from {SAMPLE}: applied index 10 (term 2), ")
+    assert first.startswith(
+        f"restored {data / 'raft'} from {SAMPLE}: applied index {HEADER.applied_index} "
+        f"(term {HEADER.term}), "
+    )
     assert first.endswith(
-        "on node n1: 6 jobs, 7 runs, 1 dead letters"
+        f"on node {HEADER.node}: {COUNTS['jobs']} jobs, {COUNTS['runs']} runs, "
+        f"{COUNTS['dead_letters']} dead letters"
         + (f"; its files belong to uid 0, as {data} does" if os.geteuid() == 0 else "")
     )
     assert second.startswith("next: restore every other node of the new cluster from this same")
@@ -88,10 +99,11 @@ async def test_a_restored_node_starts_with_the_backups_state(
             auth = {"Authorization": f"Bearer {token}"}
             async with http.get(url + "/jobs", headers=auth) as r:
                 assert r.status == 200
-                assert len((await r.json())["jobs"]) == 6
+                assert len((await r.json())["jobs"]) == COUNTS["jobs"]
             async with http.get(url + "/dlq", headers=auth) as r:
-                assert len((await r.json())["runs"]) == 1
-        assert rt.node.applied_index > 10  # the new leader's claim, after the image's state
+                assert len((await r.json())["runs"]) == COUNTS["dead_letters"]
+        # the new leader's claim, after the image's state
+        assert rt.node.applied_index > HEADER.applied_index
     finally:
         await rt.stop()
 
@@ -113,9 +125,9 @@ def test_a_node_that_holds_a_state_is_refused_and_left_alone(
 @pytest.mark.parametrize(
     ("content", "says"),
     [
-        (SAMPLE.read_bytes()[:300_000], "an incomplete snapshot (the file ends before its end"),
+        (SAMPLE.read_bytes()[:-1000], "an incomplete snapshot (the file ends before its end"),
         (
-            SAMPLE.read_bytes()[:200_000] + b"\xff" + SAMPLE.read_bytes()[200_001:],
+            _flipped(SAMPLE.read_bytes(), len(SAMPLE.read_bytes()) // 2),
             "a damaged snapshot (a frame's checksum does not match at byte ",
         ),
         (b"SQLite format 3\x00" + bytes(100), "not a schedd snapshot"),

@@ -15,11 +15,15 @@ import pytest
 from aiohttp import web
 
 from schedd.cli.schedctl import EXIT_OK, EXIT_SERVER, EXIT_USAGE, main
+from schedd.core.durations import format_time
 from schedd.storage.snapshots import verify_image
 
 SAMPLE = Path(__file__).resolve().parents[1] / "data" / "snapshot-image-v1.snap"
 IMAGE = SAMPLE.read_bytes()
-HEADER = verify_image(SAMPLE).header
+HEADER = verify_image(SAMPLE).header  # the frozen sample's: what every answer must say
+COUNTS = HEADER.counts
+KIB = f"{len(IMAGE) / 1024:.1f} KiB"
+assert 1024 <= len(IMAGE) < 1 << 20 and HEADER.term is not None
 TOKEN = "admin-secret-0123456789abcdef"
 
 Serve = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -124,8 +128,13 @@ async def test_a_whole_image_is_saved_checked_and_summed_up(
     assert not (tmp_path / "backup.snap.part").exists()
     line = out.decode()
     assert line.count("\n") == 1
-    assert line.startswith(f"saved {dest}: 439.1 KiB, node n1 at applied index 10 (term 2), ")
-    assert "6 jobs, 7 runs, 1 dead letters, in " in line
+    assert line.startswith(
+        f"saved {dest}: {KIB}, node {HEADER.node} at applied index {HEADER.applied_index} "
+        f"(term {HEADER.term}), "
+    )
+    assert (
+        f"{COUNTS['jobs']} jobs, {COUNTS['runs']} runs, {COUNTS['dead_letters']} dead letters, in "
+    ) in line
 
     # refused without --force, before anything is asked; replaced with it
     dest.write_bytes(b"last night's")
@@ -140,8 +149,12 @@ async def test_a_whole_image_is_saved_checked_and_summed_up(
     assert code == EXIT_OK
     summary = orjson.loads(out)
     assert summary["file"] == str(dest) and summary["bytes"] == len(IMAGE)
-    assert (summary["applied_index"], summary["term"], summary["node"]) == (10, 2, "n1")
-    assert summary["counts"] == {"jobs": 6, "runs": 7, "dead_letters": 1}
+    assert (summary["applied_index"], summary["term"], summary["node"]) == (
+        HEADER.applied_index,
+        HEADER.term,
+        HEADER.node,
+    )
+    assert summary["counts"] == COUNTS
     assert dest.read_bytes() == IMAGE
 
     code, out, err = await schedctl(capsysbinary, *save_argv(url, "-"))
@@ -152,7 +165,7 @@ async def test_a_whole_image_is_saved_checked_and_summed_up(
     ("handler", "says"),
     [
         (cut_half_way, "the connection dropped after "),
-        (ended_early, "the image ended after 224,797 bytes, before its end"),
+        (ended_early, f"the image ended after {len(IMAGE) // 2:,} bytes, before its end"),
         (flipped, "a damaged snapshot (a frame's checksum does not match at byte "),
     ],
     ids=["cut-half-way", "ended-early", "byte-flipped"],
@@ -210,40 +223,43 @@ async def test_inspect_shows_what_an_image_holds(
     text = out.decode()
     for line in (
         f"file:          {path}",
-        "size:          439.1 KiB (449,594 bytes): whole, every frame and the SHA-256 checked",
-        "taken:         2026-11-28 ",
-        "applied index: 10",
-        "term:          2",
-        "schema:        3",
-        "jobs:          6",
-        "runs:          7",
-        "dead letters:  1",
+        f"size:          {KIB} ({len(IMAGE):,} bytes): whole, every frame and the SHA-256 checked",
+        f"taken:         {format_time(HEADER.created_ms)[:10]} ",
+        f"applied index: {HEADER.applied_index}",
+        f"term:          {HEADER.term}",
+        f"schema:        {HEADER.schema}",
+        f"jobs:          {COUNTS['jobs']}",
+        f"runs:          {COUNTS['runs']}",
+        f"dead letters:  {COUNTS['dead_letters']}",
     ):
         assert line in text, (line, text)
-    assert " ago) on node n1\n" in text
+    assert f" ago) on node {HEADER.node}\n" in text
     code, out, _ = await schedctl(capsysbinary, "snapshot", "inspect", str(path), "-o", "json")
     assert code == EXIT_OK
     assert orjson.loads(out) == {
         "file": str(path),
         "bytes": len(IMAGE),
         "checked": True,
-        "schema": 3,
-        "applied_index": 10,
-        "term": 2,
-        "taken_at": "2026-11-28T14:23:30.596Z",
-        "node": "n1",
-        "counts": {"jobs": 6, "runs": 7, "dead_letters": 1},
-        "database_bytes": 4096,
-        "wal_bytes": 444992,
+        "schema": HEADER.schema,
+        "applied_index": HEADER.applied_index,
+        "term": HEADER.term,
+        "taken_at": format_time(HEADER.created_ms),
+        "node": HEADER.node,
+        "counts": COUNTS,
+        "database_bytes": HEADER.db_bytes,
+        "wal_bytes": HEADER.wal_bytes,
     }
 
 
 @pytest.mark.parametrize(
     ("content", "says"),
     [
-        (IMAGE[:300_000], "an incomplete snapshot (the file ends before its end, after 300000 "),
+        (IMAGE[: len(IMAGE) * 2 // 3], "an incomplete snapshot (the file ends before its end, "),
         (IMAGE[:40], "an incomplete snapshot (the file ends before its header, after 40 bytes)"),
-        (_flipped(200_000), "a damaged snapshot (a frame's checksum does not match at byte "),
+        (
+            _flipped(len(IMAGE) // 3),
+            "a damaged snapshot (a frame's checksum does not match at byte ",
+        ),
         (b"SQLite format 3\x00" + bytes(100), "not a schedd snapshot"),
         (b"hello\n", "not a schedd snapshot"),
         (b"", "an empty file, not a schedd snapshot"),
