@@ -374,6 +374,40 @@ _ELECTION_COUNTERS: Final = (
 )
 
 
+def _snapshot_metrics(stats: Mapping[str, Any]) -> Iterator[Metric]:
+    if stats["index"] is not None:
+        yield GaugeMetricFamily(
+            "schedd_raft_snapshot_index",
+            "The Raft log index this node last compacted its log up to.",
+            value=stats["index"],
+        )
+    transfers = CounterMetricFamily(
+        "schedd_raft_snapshot_transfers",
+        "Whole copies of the state sent to followers (by the leader) and received from the "
+        "leader, by outcome: completed, restarted (the log was compacted meanwhile), dropped "
+        "(the follower went away, the leader stepped down), failed; installed, failed.",
+        labels=["direction", "outcome"],
+    )
+    for direction in ("sent", "received"):
+        for outcome, n in sorted(stats[direction].items()):
+            transfers.add_metric([direction, outcome], n)
+    yield transfers
+    sent = CounterMetricFamily(
+        "schedd_raft_snapshot_transfer_bytes",
+        "Bytes of whole copies of the state sent and received.",
+        labels=["direction"],
+    )
+    sent.add_metric(["sent"], stats["bytes_sent"])
+    sent.add_metric(["received"], stats["bytes_received"])
+    yield sent
+    yield GaugeMetricFamily(
+        "schedd_raft_snapshot_sending",
+        "Whole copies of the state this leader is sending now (its log is not compacted "
+        "meanwhile).",
+        value=stats["sending"],
+    )
+
+
 def _election_counters(counts: Mapping[str, Mapping[str, int]]) -> Iterator[CounterMetricFamily]:
     for metric, text, label, key in _ELECTION_COUNTERS:
         family = CounterMetricFamily(metric, text, labels=[label])
@@ -443,16 +477,18 @@ class _StateCollector(Collector):
         if duration is not None:
             yield GaugeMetricFamily(
                 "schedd_raft_snapshot_duration_seconds",
-                "How long this node's last Raft snapshot took to write.",
+                "How long this node's last log compaction took (a barrier: the state "
+                "database synced and the snapshot marker written).",
                 value=duration,
             )
         age = node.snapshot_age()
         if age is not None:
             yield GaugeMetricFamily(
                 "schedd_raft_snapshot_age_seconds",
-                "Seconds since this node last wrote its Raft snapshot.",
+                "Seconds since this node last compacted its Raft log (wrote its marker).",
                 value=age,
             )
+        yield from _snapshot_metrics(node.snapshot_stats())
         db, wal = node.database_bytes()
         yield GaugeMetricFamily(
             "schedd_state_db_bytes",

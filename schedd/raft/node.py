@@ -424,7 +424,11 @@ class RaftNode:
             keep_max=settings.log_keep_max,
         )
         ship_snapshots(
-            self._obj, self.snapshots.transmission, self.snapshots.cancel, self.snapshots.receive
+            self._obj,
+            self.snapshots.transmission,
+            self.snapshots.cancel,
+            self.snapshots.receive,
+            self.snapshots.lost,
         )
         self._on_tick: queue.SimpleQueue[Callable[[], object]] = queue.SimpleQueue()
         # Low-latency commits (BENCHMARKS.md, S1c): with appendEntriesUseBatch pysyncobj picks a command
@@ -616,8 +620,22 @@ class RaftNode:
 
     @property
     def last_snapshot_duration(self) -> float | None:
-        """How long the last snapshot took to write (None before the first)."""
+        """How long the last compaction (the barrier and the marker) took (None before the
+        first)."""
         return self.snapshots.last_duration
+
+    def snapshot_stats(self) -> dict[str, Any]:
+        """The last compaction's index, and the whole copies sent and received since the
+        process started (read from any thread: plain numbers and copies)."""
+        s = self.snapshots
+        return {
+            "index": s.last_index,
+            "sent": dict(s.sent),
+            "received": dict(s.received),
+            "bytes_sent": s.bytes_sent,
+            "bytes_received": s.bytes_received,
+            "sending": len(s.sending()),
+        }
 
     def snapshot_age(self) -> float | None:
         """Seconds since the snapshot (full dump) file was last written, if there is one."""
@@ -696,8 +714,8 @@ class RaftNode:
         moves its log start past ``F`` and the follower is sent a snapshot instead.
 
         So: a follower that is connected and keeps answering (pysyncobj's last response time
-        from it is recent: a follower that is down, stopped or receiving a snapshot does not
-        answer), is behind the commit index, and whose match index has not moved for
+        from it is recent: a follower that is down or stopped does not answer; one receiving a
+        copy does, and is left alone), is behind the commit index, and whose match index has not moved for
         ``follower_stall_timeout`` seconds of that, is stalled.  It is logged, exposed in
         :attr:`raft_status`, and the leader compacts its log now (``forceLogCompaction``), which
         sends the follower the snapshot at once instead of at the next scheduled compaction.
@@ -719,9 +737,11 @@ class RaftNode:
         answered = last_response_times(self._obj)
         timeout = self.settings.follower_stall_timeout
         changed = False
+        receiving = self.snapshots.sending()  # a follower being sent a copy is not stalled
         for view in status.peers:
             peer, match = view.addr, view.match_index
             alive = view.connected and now - answered.get(peer, -1e9) < FOLLOWER_ANSWERED_WITHIN
+            alive = alive and peer not in receiving
             seen = self._followers.get(peer)
             if match is None or not alive or match >= commit or seen is None or match != seen.match:
                 if seen is not None and seen.stalled:

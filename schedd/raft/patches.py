@@ -122,6 +122,7 @@ PRIVATE_METHODS: Final = (
     "_SyncObj__tryLogCompaction",
     "_SyncObj__sendAppendEntries",
     "_SyncObj__deleteEntriesTo",
+    "_SyncObj__sendNextNodeIdx",
     "_getLeader",
 )
 #: attributes of a built SyncObj that the patches read or write
@@ -979,11 +980,16 @@ def compact_log(
     obj._SyncObj__properies.add("_SyncObj__tryLogCompaction")  # not replicated state
 
 
+#: a follower receiving a whole copy answers the leader at least this often (seconds)
+RECEIVING_ANSWER_S: Final = 0.5
+
+
 def ship_snapshots(
     obj: SyncObj,
     transmission: Callable[[Any, Any], tuple[bytes, bool, bool] | None],
     cancel: Callable[[Any], None],
     receive: Callable[[Any], bool],
+    lost: Callable[[Any], None] = lambda node: None,
 ) -> None:
     """Route pysyncobj's snapshot transfers through schedd's (:mod:`schedd.raft.snapshots`).
 
@@ -998,7 +1004,19 @@ def ship_snapshots(
     pysyncobj 0.3.17's send loop asks again at once when a piece is not ready (None), for the
     rest of its append period (20 ms of the tick thread, each ask a message): so when there is
     none, the follower's next index is moved past the log for the rest of this send, which ends
-    the loop, and put back when ``__sendAppendEntries`` returns.  Tick thread."""
+    the loop, and put back when ``__sendAppendEntries`` returns.
+
+    Two more things pysyncobj does not do for a transfer that lasts minutes:
+
+    * a follower answers nothing until the last piece, and a connection that reads nothing for
+      its timeout (10 s) is closed: so a follower receiving a copy answers the leader every
+      :data:`RECEIVING_ANSWER_S` seconds (``next_node_idx``, neither success nor reset: the
+      leader only notes that it answered, which also counts it as alive);
+    * a piece whose message the transport could not send (a connection being replaced) is
+      dropped without a word: the transport's ``send`` is wrapped, and such a loss is reported
+      (``lost(node)``), so the copy starts again instead of arriving with a hole in it.
+
+    Tick thread."""
     serializer = obj._SyncObj__serializer
     next_index = obj._SyncObj__raftNextIndex
     original_send = obj._SyncObj__sendAppendEntries
@@ -1022,9 +1040,29 @@ def ship_snapshots(
                     next_index[node] = value
             held_back.clear()
 
+    answered = [float("-inf")]
+
+    def set_transmission_data(data: Any) -> bool:
+        done = receive(data)
+        leader = obj._getLeader()
+        if not done and leader is not None and raft_clock() - answered[0] >= RECEIVING_ANSWER_S:
+            answered[0] = raft_clock()
+            obj._SyncObj__sendNextNodeIdx(leader, reset=False, success=False)
+        return done
+
+    transport = obj._SyncObj__transport
+    transport_send = transport.send
+
+    def send(node: Any, message: Any) -> bool:
+        sent = bool(transport_send(node, message))
+        if not sent and isinstance(message, dict) and message.get("serialized") is not None:
+            lost(node)
+        return sent
+
+    transport.send = send
     serializer.getTransmissionData = get_transmission_data
     serializer.cancelTransmisstion = cancel
-    serializer.setTransmissionData = receive
+    serializer.setTransmissionData = set_transmission_data
     obj._SyncObj__sendAppendEntries = send_append_entries
     obj._SyncObj__properies.add("_SyncObj__sendAppendEntries")  # not replicated state
 

@@ -342,6 +342,12 @@ class SqlSnapshots:
             **({"reason": reason} if reason else {}),
         )
 
+    def lost(self, peer: Any) -> None:
+        """A piece of the copy to ``peer`` could not be sent (the connection is being
+        replaced): the copy starts again from its first piece."""
+        if peer in self._outgoing:
+            self._close(peer, "restarted", reason="a piece could not be sent")
+
     def cancel(self, peer: Any) -> None:
         """The follower is not connected (pysyncobj's ``cancelTransmisstion``)."""
         if peer in self._outgoing:

@@ -17,9 +17,10 @@ The marker (``raft.dump``)
 The image (a follower that needs a whole copy, ``schedctl snapshot save``)
     A stream: ``SCHDSNAP | version:u16 | flags:u16 | length:u32 | crc32(header):u32 | header``
     (JSON: the applied index it was pinned at, the schema, the Raft data, counts, sizes), then
-    frames ``kind:u8 | length:u32 | crc32(payload):u32 | payload`` - the database file's bytes
-    (kind 1), then its write-ahead log's (kind 2) - and an end frame (kind 9, JSON: the sizes
-    and the SHA-256 of every byte before it).  :class:`ImageSource` pins a read transaction
+    frames ``kind:u8 | length:u32 | crc32(payload):u32 | offset:u64 | payload`` - the database
+    file's bytes (kind 1), then its write-ahead log's (kind 2), each at its offset in its file,
+    so a frame lost on the way is noticed at the next one - and an end frame (kind 9, JSON: the
+    sizes and the SHA-256 of every byte before it).  :class:`ImageSource` pins a read transaction
     and streams the database file and the write-ahead log as they are at the pin: no
     checkpoint copies a frame past a pinned reader into the database, and the log is not
     started again while one reads it, so the two files read while the node goes on writing are
@@ -71,7 +72,7 @@ MARKER_VERSION: Final = 1
 IMAGE_MAGIC: Final = b"SCHDSNAP"
 IMAGE_VERSION: Final = 1
 _HEAD: Final = struct.Struct("<8sHHII")  # magic, version, flags, length, crc32
-_FRAME: Final = struct.Struct("<BII")  # kind, length, crc32
+_FRAME: Final = struct.Struct("<BIIQ")  # kind, length, crc32, offset in its file
 FRAME_DB: Final = 1
 FRAME_WAL: Final = 2
 FRAME_END: Final = 9
@@ -423,8 +424,8 @@ class ImageHeader:
         return header
 
 
-def _frame(kind: int, payload: bytes) -> bytes:
-    return _FRAME.pack(kind, len(payload), zlib.crc32(payload)) + payload
+def _frame(kind: int, payload: bytes, offset: int = 0) -> bytes:
+    return _FRAME.pack(kind, len(payload), zlib.crc32(payload), offset) + payload
 
 
 class ImageSource:
@@ -514,7 +515,7 @@ class ImageSource:
                     # fully copied into the database, which then stays as it was): zeros end
                     # it where it was cut, and recovery stops at the first frame they hold.
                     data = bytes(want)
-                block = _frame(kind, data)
+                block = _frame(kind, data, off)
                 digest.update(block)
                 yield block
                 off += len(data)
@@ -734,7 +735,7 @@ class ImageSink:
             self._digest.update(head + body)
             del buf[: _HEAD.size + length]
         while len(buf) >= _FRAME.size:
-            kind, length, crc = _FRAME.unpack_from(buf)
+            kind, length, crc, offset = _FRAME.unpack_from(buf)
             if length > (MAX_HEADER if kind == FRAME_END else 2 * CHUNK):
                 raise SnapshotError(f"{self.where}: a damaged snapshot (a frame of {length} bytes)")
             if len(buf) < _FRAME.size + length:
@@ -753,6 +754,12 @@ class ImageSink:
                 return
             if kind not in self._written:
                 raise SnapshotError(f"{self.where}: a damaged snapshot (a frame of kind {kind})")
+            if offset != self._written[kind]:
+                raise SnapshotError(
+                    f"{self.where}: an incomplete snapshot (a piece is missing: the "
+                    f"{'database' if kind == FRAME_DB else 'log'} goes on at byte {offset}, "
+                    f"after {self._written[kind]})"
+                )
             self._digest.update(buf[: _FRAME.size + length])
             self._write(kind, payload)
             del buf[: _FRAME.size + length]

@@ -626,7 +626,7 @@ log_keep_max = "fast"
     ) == [
         "raft.snapshot_rate: expected a size in bytes per second (an integer or a string like "
         '"64KiB", "1MiB"), got "quick" (from SCHEDD_RAFT_SNAPSHOT_RATE)',
-        "raft.log_keep_max: expected a size from 16777216 (16MiB) to 68719476736 (64GiB) bytes, "
+        "raft.log_keep_max: expected a size from 1048576 (1MiB) to 68719476736 (64GiB) bytes, "
         'got "65GiB" (from SCHEDD_RAFT_LOG_KEEP_MAX)',
     ]
 

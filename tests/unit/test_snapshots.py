@@ -530,3 +530,18 @@ def test_a_damaged_piece_makes_the_follower_drop_the_copy_and_wait_for_the_next(
     assert follower.received["failed"] == 1 and seen == []
     assert fm.state.applied_index == 2
     assert not follower.incoming_path.exists()
+
+
+def test_a_piece_lost_on_the_way_is_noticed_at_the_next_one(tmp_path: Path) -> None:
+    live = tmp_path / "src" / "state.db"
+    live.parent.mkdir()
+    filled(live, 20, per_entry=20).close()
+    with snapshots.ImageSource(live, rate=1e12) as source:
+        blocks = list(source)
+    assert len(blocks) > 6
+    sink = snapshots.ImageSink(tmp_path / "state.db.incoming")
+    for block in blocks[:3]:
+        assert sink.feed(block) is False
+    with pytest.raises(snapshots.SnapshotError, match="a piece is missing"):
+        sink.feed(blocks[4])  # the fourth never came
+    assert not (tmp_path / "state.db.incoming").exists()
