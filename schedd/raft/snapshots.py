@@ -509,24 +509,38 @@ def restore_data_dir(
         raise SnapshotError(f"{raft_dir}: not empty; move what it holds away first")
     staging = raft_dir.with_name(f"{raft_dir.name}.restoring")
     shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
-    live = staging / "state.db"
-    incoming = Path(f"{live}{store.INCOMING}")
-    checked = store.verify_image(image, incoming)
-    applied = store.finalize_incoming(incoming)
-    if applied < 2:
-        raise SnapshotError(f"{image}: an image of an empty state (applied index {applied})")
-    os.replace(incoming, live)
-    raft = ((NO_OP, applied, 0), (NO_OP, applied - 1, 0), sorted(cluster))
-    store.write_marker(staging / "raft.dump", Marker(raft, applied))
     journal_target = staging if journal_dir is None else journal_dir
-    journal_target.mkdir(parents=True, exist_ok=True)
     journal = journal_target / JOURNAL_FILE
-    store.atomic_write(journal, encode_header())
-    store.atomic_write(Path(f"{journal}.state"), RaftState(commit_index=applied).encode())
-    if raft_dir.exists():
-        raft_dir.rmdir()
-    os.replace(staging, raft_dir)
+    pending = [Path(f"{journal}.restoring"), Path(f"{journal}.state.restoring")]
+    try:
+        staging.mkdir(parents=True)
+        live = staging / "state.db"
+        incoming = Path(f"{live}{store.INCOMING}")
+        checked = store.verify_image(image, incoming)
+        applied = store.finalize_incoming(incoming)
+        if applied < 2:
+            raise SnapshotError(f"{image}: an image of an empty state (applied index {applied})")
+        os.replace(incoming, live)
+        os.chmod(live, 0o600)  # every payload is in it
+        raft = ((NO_OP, applied, 0), (NO_OP, applied - 1, 0), sorted(cluster))
+        store.write_marker(staging / "raft.dump", Marker(raft, applied))
+        # an empty journal whose commit index is P, under names the node does not read until
+        # the state is in place
+        journal_target.mkdir(parents=True, exist_ok=True)
+        store.atomic_write(pending[0], encode_header())
+        store.atomic_write(pending[1], RaftState(commit_index=applied).encode())
+        if raft_dir.exists():
+            raft_dir.rmdir()
+        os.replace(staging, raft_dir)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        for path in pending:
+            path.unlink(missing_ok=True)
+        raise
+    home = raft_dir if journal_dir is None else journal_dir  # where the journal is read
+    os.replace(home / pending[0].name, home / JOURNAL_FILE)
+    os.replace(home / pending[1].name, home / f"{JOURNAL_FILE}.state")
+    store.fsync_path(home, directory=True)
     store.fsync_path(raft_dir.parent, directory=True)
     log_event(
         log,

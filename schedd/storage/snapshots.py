@@ -915,6 +915,8 @@ def verify_image(path: Path, into: Path | None = None) -> ImageFile:
         raise SnapshotError(f"{path}: cannot read it: {exc}") from exc
     if not sink.complete:
         sink.abort()
+        if sink.header is None and not IMAGE_MAGIC.startswith(bytes(sink._buf[:8])[:8] or b"?"):
+            raise SnapshotError(f"{path}: not a schedd snapshot")
         where = "before its header" if sink.header is None else "before its end"
         raise SnapshotError(
             f"{path}: an incomplete snapshot (the file ends {where}, after {sink.received} "
