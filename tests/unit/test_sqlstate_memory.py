@@ -310,3 +310,45 @@ def test_a_backlog_held_by_a_long_reader_is_copied_back_in_bounded_steps(tmp_pat
         reader.close()
         cp.close()
         st.close()
+
+
+def _remember_batches(path: Path, with_ids: bool, batches: int = 60) -> int:
+    """Python's allocations held after ``batches`` submits of 100 far-future jobs, each with a
+    request id or not."""
+    import tracemalloc
+
+    node = Node(path, cache_max=1)
+    try:
+        tracemalloc.start()
+        for k in range(batches):
+            jobs = tuple((f"j{k}-{i}", at(T0 + 86_400_000)) for i in range(100))
+            node.apply([commands.Submit(f"tok:req-{k}:abc" if with_ids else "", T0 + k, jobs)])
+        held = tracemalloc.get_traced_memory()[0]
+        tracemalloc.stop()
+        if with_ids:
+            assert node.state.remembered() == batches
+        return held
+    finally:
+        node.state.close()
+
+
+def test_request_ids_are_remembered_on_disk_not_in_memory(tmp_path: Path) -> None:
+    """The dedup window (a submit's request id and the ids of its jobs, 15 minutes) lives in the
+    database: remembering 6,000 jobs' ids holds no more Python memory than not remembering them,
+    a reopened database still answers a repeat, and the window is purged by time."""
+    _remember_batches(tmp_path / "warm.db", True)  # first calls allocate caches of their own
+    with_ids = _remember_batches(tmp_path / "a.db", True)
+    without = _remember_batches(tmp_path / "b.db", False)
+    assert with_ids - without < 6_000 * 8, (with_ids, without)  # under 8 bytes a job
+    st = SqlState(tmp_path / "a.db")
+    try:
+        seen = st.recall("tok:req-7:abc")
+        assert seen is not None and len(seen.value) == 100  # type: ignore[union-attr]
+        rows = st.db.execute("SELECT count(*), sum(length(result)) FROM recent").fetchone()
+        assert rows[0] == 60 and rows[1] / 6_000 < 64  # bytes a job, on disk
+        st.begin()
+        st.remember("later", T0 + 16 * 60_000, seen)  # 16 minutes on: the window moved past
+        st.commit()
+        assert st.remembered() == 1 and st.recall("tok:req-7:abc") is None
+    finally:
+        st.close()
