@@ -847,6 +847,13 @@ class DurableJournal(Journal):  # type: ignore[misc]
             self._start_compaction()
         return True
 
+    def entry_at(self, index: int) -> Entry | None:
+        """The entry at log index ``index``, if the journal holds it."""
+        if not self._entries:
+            return None
+        at = index - self._entries[0][1]
+        return self._entries[at] if 0 <= at < len(self._entries) else None
+
     def size_bytes(self) -> int:
         """The bytes of the records the log holds (in memory, and in the file once written)."""
         return (self._ends[-1] - self._head) if self._ends else 0

@@ -414,6 +414,7 @@ class RaftNode:
         self.journal = durable.journal
         if durable.journal is not None:
             self.snapshots.on_loaded = durable.journal.skip_to
+            self.snapshots.entry_at = durable.journal.entry_at
         # Compaction as a barrier, held while a copy is sent and for followers that still need
         # the log; copies streamed to the followers that need one (schedd/raft/patches.py).
         journal_bytes = durable.journal.size_bytes if durable.journal is not None else (lambda: 0)

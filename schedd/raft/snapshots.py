@@ -126,6 +126,10 @@ class SqlSnapshots:
         #: called at start with the loaded snapshot's entry before last and last entry: the
         #: journal drops the records the snapshot holds if a stop left them there
         self.on_loaded: Callable[[Any, Any], object] | None = None
+        #: the journal's entry at an index (None: it does not hold it): the marker's long
+        #: commands are taken back from there at start
+        self.entry_at: Callable[[int], Any] = lambda index: None
+        self._received_raft: Any = None  # the Raft data of the copy just installed, whole
         # shipping (tick thread)
         self._outgoing: dict[Any, _Outgoing] = {}
         self._incoming: ImageSink | None = None
@@ -209,6 +213,21 @@ class SqlSnapshots:
             self.on_fatal(str(exc))
             raise
         received, self._received = self._received, False
+        raft = info.raft
+        if received and self._received_raft is not None:
+            raft, self._received_raft = self._received_raft, None  # whole, from the leader
+        elif info.marker is not None:
+            whole = store.resolve_marker(info.marker, self.entry_at)
+            if whole is None:
+                message = (
+                    f"{path}: the Raft journal does not hold the entries the snapshot marker "
+                    f"names ({info.raft[1][1]} and {info.raft[0][1]}): the journal was lost or "
+                    "replaced. Move this node's data directory (and raft.journal_dir) away to "
+                    "rebuild it from the cluster."
+                )
+                self.on_fatal(message)
+                raise SnapshotError(message)
+            raft = whole
         if info.copy:
             self._install_copy(path, info.applied_index)
         else:
@@ -229,13 +248,13 @@ class SqlSnapshots:
         if received:
             self.on_replaced()
         if not self.running and self.on_loaded is not None:
-            last, prev, _ = info.raft
+            last, prev, _ = raft
             try:
                 self.on_loaded(prev, last)
             except Exception as exc:  # pysyncobj would log it and go on without the snapshot
                 self.on_fatal(f"{path}: dropping the journal's head the snapshot holds: {exc}")
                 raise
-        return info.raft
+        return tuple(raft)
 
     def _install_copy(self, path: Path, index: int) -> None:
         """A format-1 snapshot (a whole copy, from an older schedd): installed when the live
@@ -437,6 +456,7 @@ class SqlSnapshots:
             )
         store.decide_install(self.incoming_path, self.live)
         store.write_marker(self.dump, Marker(header.raft, applied))
+        self._received_raft = header.raft
         with self.machine.lock:
             held = self.machine.state.applied_index
             try:

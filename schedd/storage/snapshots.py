@@ -179,15 +179,27 @@ def _not_newer(schema: int, where: object, what_to_do: str) -> None:
 
 
 # -- the marker -----------------------------------------------------------------------------------
+#: a command of the marker's two entries longer than this is kept as its SHA-256 only (the
+#: journal holds the entry itself: see :func:`resolve_marker`)
+INLINE_COMMAND_MAX: Final = 4096
+
+
 @dataclass(frozen=True, slots=True)
 class Marker:
     """What a compaction leaves: the Raft data of the entry the log was compacted up to, and
-    the database's applied index then (every entry up to it is in the database)."""
+    the database's applied index then (every entry up to it is in the database).
+
+    pysyncobj keeps the log's first two entries whole (it compares them with the journal's), but
+    a marker is meant to be small and an entry can be a batch of a thousand jobs: a longer
+    command is written as its SHA-256 (``digests``; the entry's command then reads as ``b""``)
+    and taken back from the journal at start (:func:`resolve_marker`)."""
 
     raft: RaftData
     applied_index: int
     schema: int = SCHEMA_VERSION
     written_ms: int = 0
+    #: the SHA-256 of the last and the entry-before-last's commands when they are not in the file
+    digests: tuple[str | None, str | None] = (None, None)
 
     @property
     def index(self) -> int:
@@ -218,9 +230,21 @@ def atomic_write(path: Path, data: bytes) -> None:
     fsync_path(path.parent, directory=True)
 
 
+def _marker_entry(e: RaftEntry) -> list[Any]:
+    command, index, term = e
+    if len(command) <= INLINE_COMMAND_MAX:
+        return _entry(e)
+    return [None, int(index), int(term), hashlib.sha256(command).hexdigest()]
+
+
 def write_marker(path: Path, marker: Marker) -> None:
+    last, prev, cluster = marker.raft
     payload = {
-        "raft": raft_json(marker.raft),
+        "raft": {
+            "last": _marker_entry(last),
+            "prev": _marker_entry(prev),
+            "cluster": sorted(str(getattr(n, "id", n)) for n in cluster),
+        },
         "applied_index": marker.applied_index,
         "schema": marker.schema,
         "written_ms": marker.written_ms or int(time.time() * 1000),
@@ -235,16 +259,51 @@ def _read_marker(path: Path, data: bytes) -> Marker:
     _unhead(head, MARKER_MAGIC, MARKER_VERSION, "snapshot marker", path)
     d = _payload(head, data[_HEAD.size :], "snapshot marker", path)
     try:
+        entries: list[RaftEntry] = []
+        digests: list[str | None] = []
+        for key in ("last", "prev"):
+            v = d["raft"][key]
+            if v[0] is None:  # kept as its digest
+                entries.append((b"", int(v[1]), int(v[2])))
+                digests.append(str(v[3]))
+            else:
+                entries.append(_entry_from(v[:3]))
+                digests.append(None)
+        raft = (entries[0], entries[1], [str(n) for n in d["raft"]["cluster"]])
         marker = Marker(
-            raft_from_json(d["raft"]),
+            raft,
             int(d["applied_index"]),
             int(d["schema"]),
             int(d.get("written_ms", 0)),
+            (digests[0], digests[1]),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise SnapshotError(f"{path}: damaged Raft data in the snapshot marker: {exc!r}") from exc
     _not_newer(marker.schema, path, "Upgrade this node to the version the others run.")
     return marker
+
+
+def resolve_marker(marker: Marker, entry_at: Callable[[int], RaftEntry | None]) -> RaftData | None:
+    """The marker's Raft data with every command whole: those kept as digests taken from
+    ``entry_at(index)`` (the journal), when it holds the entry with that term and digest; None
+    when it does not."""
+    if marker.digests == (None, None):
+        return marker.raft
+    last, prev, cluster = marker.raft
+    out = []
+    for entry, digest in zip((last, prev), marker.digests, strict=True):
+        if digest is None:
+            out.append(entry)
+            continue
+        found = entry_at(entry[1])
+        if (
+            found is None
+            or found[2] != entry[2]
+            or hashlib.sha256(bytes(found[0])).hexdigest() != digest
+        ):
+            return None
+        out.append((bytes(found[0]), int(found[1]), int(found[2])))
+    return out[0], out[1], cluster
 
 
 # -- format 1: a whole SQLite copy --------------------------------------------------------------
@@ -255,6 +314,7 @@ class SnapshotInfo:
     applied_index: int  # the database's applied index the file vouches for
     raft: RaftData
     copy: bool = False  # a format-1 whole copy (installed if the live database is older)
+    marker: Marker | None = None  # what the marker holds (its long commands as digests)
 
 
 def _read_copy(path: Path) -> SnapshotInfo:
@@ -299,7 +359,7 @@ def read_snapshot(path: Path) -> SnapshotInfo:
             "and the state database next to it, to rebuild this node from the cluster"
         )
     marker = _read_marker(path, data)
-    return SnapshotInfo(marker.applied_index, marker.raft)
+    return SnapshotInfo(marker.applied_index, marker.raft, marker=marker)
 
 
 def read_marker(path: Path) -> Marker:

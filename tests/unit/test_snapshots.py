@@ -545,3 +545,25 @@ def test_a_piece_lost_on_the_way_is_noticed_at_the_next_one(tmp_path: Path) -> N
     with pytest.raises(snapshots.SnapshotError, match="a piece is missing"):
         sink.feed(blocks[4])  # the fourth never came
     assert not (tmp_path / "state.db.incoming").exists()
+
+
+def test_a_marker_keeps_long_commands_as_digests_and_takes_them_back_from_the_journal(
+    tmp_path: Path,
+) -> None:
+    big = b"\x00" + b"j" * 200_000  # a batch of a thousand jobs is about this long
+    raft = ((big, 7, 2), (big + b"x", 6, 2), RAFT[2])
+    snaps, _, seen = node(tmp_path, "n1", 9)
+    dump = tmp_path / "n1" / "raft.dump"
+    snapshots.write_marker(dump, snapshots.Marker(raft, 9))
+    assert dump.stat().st_size < 1024  # small, whatever the entries hold
+    journal = {6: raft[1], 7: raft[0], 8: (b"\x00next", 8, 2)}
+    snaps.entry_at = journal.get
+    told: list[tuple[object, object]] = []
+    snaps.on_loaded = lambda prev, last: told.append((prev, last))
+    assert snaps.deserialize(str(dump)) == raft  # whole again, as pysyncobj compares them
+    assert told == [(raft[1], raft[0])] and seen == []
+    # a journal that does not hold them (lost, replaced): the node stops, saying what to do
+    snaps.entry_at = {6: raft[1], 7: (b"\x00other", 7, 2)}.get
+    with pytest.raises(snapshots.SnapshotError):
+        snaps.deserialize(str(dump))
+    assert len(seen) == 1 and "does not hold the entries the snapshot marker names" in seen[0]
