@@ -32,12 +32,16 @@ Once per invocation (not per --runs), each on a fresh cluster (scripts/benchlib/
            missing, drain rate
   S4       2,000,000 pending delayed jobs: leader memory per job (VmRSS), bytes each node
            wrote per job (/proc/<pid>/io write_bytes), latency of a probe submit every 50 ms
-           during the load and during a quiet period with snapshots, the longest snapshot,
+           during the load and during a quiet period with snapshots, the longest snapshot;
+           a backup saved (schedctl snapshot save: GET /api/v1/snapshot, checked as it
+           arrives, then deleted) from the leader, then from a follower, under the probe:
+           seconds, bytes, MiB/s, probe p99/max, the node's WAL at its largest;
            follower SIGKILL + restart -> caught up (s); then a follower SIGKILLed, its data
            directory's raft/ emptied and restarted under a probe and a few batches -> caught up
            (s), probe p99/max meanwhile (not with --s4-skip-wipe).  Targets (a miss is a
            failure): 0 elections, at most 100 bytes of leader RSS per pending job, quiet probe
-           p99 at most 100 ms, the restarted follower answering within 5 s and caught up
+           p99 at most 100 ms, probe p99 at most 100 ms while the leader streams a backup,
+           the restarted follower answering within 5 s and caught up
            within 30 s, the wiped follower caught up within --s4-wipe-timeout
   S5       the leader SIGKILLed under load (a worker connected, ~200 run-now submits/s spread
            over the nodes that are up), 10 times, each time restarted and caught up: kill ->
@@ -413,6 +417,24 @@ ROWS: list[tuple[str, str, str]] = [
     ("S4 quiet: whole snapshots written in it (all nodes)", "count", "s4_quiet_snapshots_done"),
     ("S4 snapshots (log compactions) made (all nodes)", "count", "s4_snapshots"),
     ("S4 longest snapshot (any node's duration gauge)", "s", "s4_snapshot_max"),
+    ("S4 snapshot save from the leader (schedctl): time", "s", "s4_save_seconds"),
+    ("S4 snapshot save from the leader: image", "bytes", "s4_save_bytes"),
+    ("S4 snapshot save from the leader: rate", "MiB/s", "s4_save_mib_s"),
+    ("S4 snapshot save from the leader: probe p99", "ms", "s4_save_probe_p99"),
+    ("S4 snapshot save from the leader: probe max", "ms", "s4_save_probe_max"),
+    ("S4 snapshot save from the leader: probes failed", "count", "s4_save_probe_errors"),
+    ("S4 snapshot save from the leader: its WAL, largest", "MiB", "s4_save_wal_mib"),
+    ("S4 snapshot save from the leader: node wrote", "MiB", "s4_save_node_write_mib"),
+    ("S4 snapshot save from the leader: term increments", "count", "s4_save_elections"),
+    ("S4 snapshot save from the follower (schedctl): time", "s", "s4_save_follower_seconds"),
+    ("S4 snapshot save from the follower: image", "bytes", "s4_save_follower_bytes"),
+    ("S4 snapshot save from the follower: rate", "MiB/s", "s4_save_follower_mib_s"),
+    ("S4 snapshot save from the follower: probe p99", "ms", "s4_save_follower_probe_p99"),
+    ("S4 snapshot save from the follower: probe max", "ms", "s4_save_follower_probe_max"),
+    ("S4 snapshot save from the follower: probes failed", "count", "s4_save_follower_probe_errors"),
+    ("S4 snapshot save from the follower: its WAL, largest", "MiB", "s4_save_follower_wal_mib"),
+    ("S4 snapshot save from the follower: node wrote", "MiB", "s4_save_follower_node_write_mib"),
+    ("S4 snapshot save from the follower: term increments", "count", "s4_save_follower_elections"),
     ("S4 follower SIGKILL, restarts that exited at once", "count", "s4_restart_failures"),
     ("S4 follower SIGKILL, restart -> answers HTTP", "s", "s4_restart_answer"),
     ("S4 follower SIGKILL, restart -> caught up", "s", "s4_catchup"),
@@ -672,6 +694,8 @@ async def main() -> int:
         s4_load, s4_quiet = max(s4_load, n_s4 / 4000), max(s4_quiet, n_s4 / 25_000)
     # the wiped follower's catch-up limit (s): 900 s at 10,000,000 jobs
     s4_wipe = args.s4_wipe_timeout or (60.0 if args.quick else max(120.0, 900.0 * n_s4 / 1e7))
+    # two backups of the state (~1 KB a job) streamed at raft.snapshot_rate (32 MiB/s), with room
+    s4_saves = 2 * (60.0 + 1.5 * n_s4 * 1000 / (32 << 20))
     # Per-scenario timeouts (s): generous multiples of a normal run on a busy 2-core machine.
     t = {
         "ceiling": 30,
@@ -688,7 +712,12 @@ async def main() -> int:
         "settle": 30,
         "s1b": 60,
         "s3b": 60 + s3b_bound + n_s3b / 500,
-        "s4": 120 + s4_load + s4_quiet + s4_catchup + (0 if args.s4_skip_wipe else 60 + s4_wipe),
+        "s4": 120
+        + s4_load
+        + s4_quiet
+        + s4_saves
+        + s4_catchup
+        + (0 if args.s4_skip_wipe else 60 + s4_wipe),
         "s5": 60 + 90 * (n_s5 + n_s5_terms) + 2 * s5_bound,
         "s6": 2 * (90 + s6_seconds),
         "s7": 120 + s7_seconds + 2 * s5_bound,
@@ -914,6 +943,7 @@ def _check_s4(
         ("s4_elections", 0.0, "elections"),
         ("s4_bytes_per_job", 100.0, "bytes of leader RSS per pending job"),
         ("s4_quiet_probe_p99", 100.0, "ms probe p99 while the nodes snapshot"),
+        ("s4_save_probe_p99", 100.0, "ms probe p99 while a backup streams from the leader"),
         ("s4_restart_answer", 5.0, "s from a follower's restart to its first answer"),
         ("s4_catchup", 30.0, "s from a follower's restart to caught up"),
     )

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import json
 import math
+import os
 import shutil
 import signal
 import sys
@@ -24,7 +25,7 @@ from typing import Any, ClassVar, TypeVar
 import aiohttp
 import orjson
 
-from tests.cluster.harness import Cluster
+from tests.cluster.harness import BIN, Cluster
 
 from .clusterops import (
     bucket_diff,
@@ -326,6 +327,9 @@ class _Probe:
     def window(self, lo: float, hi: float) -> list[float]:
         return [lat for t, lat, _ in self.samples if lo <= t < hi]
 
+    def window_samples(self, lo: float, hi: float) -> list[tuple[float, float, bool]]:
+        return [x for x in self.samples if lo <= x[0] < hi]
+
 
 @dataclass
 class _Snapshot:
@@ -473,6 +477,8 @@ async def s4(
         (the leader must at least have finished one in it): p99/max latency of each, max over
         quiet-period probes in flight while the leader was compacting, and the longest
         compaction any node reported;
+    (c2) a backup saved by ``schedctl snapshot save`` from the leader, then from a follower
+        (:func:`_save`), each under a probe job every 50 ms to the leader;
     (d) catch-up: a follower is SIGKILLed, 1 % of ``n`` more jobs go in, it is restarted (and
         started again, as a supervisor would, each time it exits: its old snapshot writer may
         still hold its port), and the time from the first restart until its applied index
@@ -480,7 +486,9 @@ async def s4(
     (e) unless ``wipe_timeout`` is None, a wiped follower (:func:`_wiped`), at most
         ``wipe_timeout`` s.
 
-    ``detail``: the probes and snapshot intervals, as JSON, for a closer look.
+    ``detail``: the probes and snapshot intervals (and each save's probes), as JSON, for a
+    closer look; the node logs are copied beside it (``<detail's stem>-logs/``), whatever the
+    outcome.
     """
     cluster = Cluster(root, raft={"log_compaction_min_time": f"{compaction}s"})
     cluster.start()
@@ -596,34 +604,45 @@ async def s4(
                     "s4_retries": float(sent.retries),
                 }
                 if detail is not None:
-                    detail.write_text(
-                        json.dumps(
-                            {
-                                "n": n,
-                                "leader": i,
-                                "load": [0.0, load_end - load_start],
-                                "quiet_end": quiet_end - load_start,
-                                "probes": [
-                                    (round(t - load_start, 3), round(lat, 4), ok)
-                                    for t, lat, ok in probe.samples
-                                ],
-                                "snapshots": [
-                                    (
-                                        x.node,
-                                        round(x.start - load_start, 2),
-                                        round(x.end - load_start, 2),
-                                        x.duration,
-                                    )
-                                    for x in snaps.done
-                                ],
-                                "written_bytes": {
-                                    node.node_id: written[k] for k, node in enumerate(cluster.nodes)
-                                },
-                            }
-                        )
-                    )
+                    record: dict[str, Any] = {
+                        "n": n,
+                        "leader": i,
+                        "load": [0.0, load_end - load_start],
+                        "quiet_end": quiet_end - load_start,
+                        "probes": [
+                            (round(t - load_start, 3), round(lat, 4), ok)
+                            for t, lat, ok in probe.samples
+                        ],
+                        "snapshots": [
+                            (
+                                x.node,
+                                round(x.start - load_start, 2),
+                                round(x.end - load_start, 2),
+                                x.duration,
+                            )
+                            for x in snaps.done
+                        ],
+                        "written_bytes": {
+                            node.node_id: written[k] for k, node in enumerate(cluster.nodes)
+                        },
+                    }
+                    detail.write_text(json.dumps(record))
                 # before a follower is killed (the leader's wait for its answers is not a gap)
                 out.update(await raft_gaps(http, cluster, "s4"))
+                # a backup of the whole state, from the leader (what the operations guide says
+                # to save from), then from a follower, each under the probe
+                for key, k in (("s4_save", i), ("s4_save_follower", followers[0])):
+                    saved, probes = await _guarded(_save(cluster, http, snaps, k, key), guard)
+                    out.update(saved)
+                    if detail is not None:
+                        record[key] = {
+                            "node": cluster.nodes[k].node_id,
+                            "probes": [
+                                (round(t - load_start, 3), round(lat, 4), ok)
+                                for t, lat, ok in probes
+                            ],
+                        }
+                        detail.write_text(json.dumps(record))
                 out.update(
                     await _guarded(
                         _catchup(
@@ -645,7 +664,7 @@ async def s4(
                     task.cancel()
                     with contextlib.suppress(asyncio.CancelledError, RuntimeError):
                         await task
-    except BaseException:
+    finally:
         stop_cluster(cluster)
         if detail is not None:  # the cluster's folder goes with the bench's temporary one
             logs = detail.with_name(detail.stem + "-logs")
@@ -653,9 +672,114 @@ async def s4(
             for log in cluster.root.glob("*.log"):
                 shutil.copyfile(log, logs / log.name)
             print(f"    s4: node logs kept in {logs}", file=sys.stderr, flush=True)
-        raise
+
+
+SAVE_RATE = 32 << 20  # raft.snapshot_rate's default (bytes/s): the pace an image streams at
+
+
+async def _save(
+    cluster: Cluster, http: aiohttp.ClientSession, snaps: _Snapshots, k: int, key: str
+) -> tuple[dict[str, float], list[tuple[float, float, bool]]]:
+    """``schedctl -o json snapshot save`` from node ``k`` (``GET /api/v1/snapshot`` with the
+    admin token, every frame checked by an ``ImageSink`` as it arrives, the file synced and
+    renamed once whole) into the cluster's folder, while a probe job every 50 ms goes to the
+    leader; the file is deleted after.  Seconds and bytes as schedctl reports them (from its
+    request to the synced file), MiB/s, the probe's p99/max meanwhile, the node's write-ahead
+    log at its largest meanwhile (the image's read transaction holds its checkpoints back),
+    what the node process wrote meanwhile, term increments; and the probes."""
+    headers = cluster.headers()
+    node = cluster.nodes[k]
+    assert node.proc is not None
+    pid = node.proc.pid
+    url = await current_leader(http, cluster)
+    term0 = await _term(http, url, headers)
+    raft = cluster.root / node.node_id / "raft"
+    dest = cluster.root / f"{key}.snap"
+
+    def size(path: Path) -> int:
+        try:
+            return path.stat().st_size
+        except OSError:
+            return 0
+
+    db, wal = raft / "state.db", raft / "state.db-wal"
+    limit = 60.0 + 3.0 * (size(db) + size(wal)) / SAVE_RATE
+    print(
+        f"    s4: saving a backup from {node.node_id} "
+        f"({'leader' if url == node.url else 'follower'}, state.db "
+        f"{size(db) / 2**20:,.0f} MiB)...",
+        file=sys.stderr,
+        flush=True,
+    )
+    probe = _Probe(url, headers)
+    snaps.probe = probe  # the watcher points it at a new leader
+    wal0 = wal_max = size(wal)
+    written0 = write_bytes(pid)
+    env = {**os.environ, "SCHEDD_TOKEN": cluster.token, "SCHEDD_SERVER": node.url}
+    probing = asyncio.create_task(probe.run(http))
+    t0 = time.monotonic()
+    proc = await asyncio.create_subprocess_exec(
+        str(BIN / "schedctl"),
+        "-o",
+        "json",
+        "snapshot",
+        "save",
+        str(dest),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=env,
+    )
+    talk = asyncio.ensure_future(proc.communicate())
+    try:
+        while not talk.done():
+            await asyncio.wait({talk}, timeout=0.5)
+            wal_max = max(wal_max, size(wal))
+            if time.monotonic() - t0 > limit:
+                raise RuntimeError(
+                    f"{key}: schedctl snapshot save still running after {limit:.0f}s"
+                )
+        t1 = time.monotonic()
+        stdout, stderr = talk.result()
+        if proc.returncode != 0:
+            raise RuntimeError(
+                f"{key}: schedctl snapshot save exited {proc.returncode}: "
+                f"{stderr.decode(errors='replace').strip()}"
+            )
+        saved = orjson.loads(stdout)
     finally:
-        stop_cluster(cluster)
+        if proc.returncode is None:
+            proc.kill()
+            talk.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await talk
+            await proc.wait()
+        probing.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await probing
+        for path in (dest, dest.with_name(dest.name + ".part")):
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+    window = probe.window(t0, t1)
+    seconds = float(saved["seconds"])
+    url = await current_leader(http, cluster)
+    print(
+        f"    s4: saved {saved['bytes'] / 2**20:,.0f} MiB from {node.node_id} in {seconds:.1f}s, "
+        f"probe p99 {_ms(window, 0.99):,.1f} ms",
+        file=sys.stderr,
+        flush=True,
+    )
+    return {
+        f"{key}_seconds": seconds,
+        f"{key}_bytes": float(saved["bytes"]),
+        f"{key}_mib_s": saved["bytes"] / 2**20 / seconds,
+        f"{key}_probe_p99": _ms(window, 0.99),
+        f"{key}_probe_max": _ms(window, 1.0),
+        f"{key}_probe_errors": float(sum(1 for t, _, ok in probe.samples if t >= t0 and not ok)),
+        f"{key}_wal_mib": wal_max / 2**20,
+        f"{key}_wal_growth_mib": (wal_max - wal0) / 2**20,
+        f"{key}_node_write_mib": (write_bytes(pid) - written0) / 2**20,
+        f"{key}_elections": await _term(http, url, headers) - term0,
+    }, probe.window_samples(t0, t1)
 
 
 async def _catchup(
