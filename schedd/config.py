@@ -424,7 +424,7 @@ class RaftConfig:
     snapshot_rate: int = _f(32 * MIB, _size(MIB, 10 * GIB, per="second"), "int")
     #: the most bytes of entries the log keeps for a follower that is behind (or a copy in
     #: flight) before it is compacted anyway
-    log_keep_max: int = _f(256 * MIB, _size(MIB, 64 * GIB), "int")
+    log_keep_max: int = _f(GIB, _size(MIB, 64 * GIB), "int")
 
 
 @dataclass(frozen=True)

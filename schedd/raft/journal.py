@@ -540,15 +540,15 @@ class DurableJournal(Journal):  # type: ignore[misc]
         """The log holds nothing a leader wrote (no entry of a term above 0)."""
         return not self._entries or self._entries[-1][2] == 0
 
-    def abstain_as_new(self) -> None:
-        """This node started empty (:attr:`new`), holds no data yet, and a peer's log holds
-        some: the cluster existed before this node's data directory did (a lost disk, a wiped
-        or replaced node).  It may have voted in this cluster before and acknowledged entries
-        that only it and a leader now gone held: voting now, it could help elect a candidate
-        that lacks them.  So it abstains until it has heard from a leader and caught up to the
-        commit index that leader had then (:meth:`leader_contact`); stored, so a restart keeps
-        it abstaining.  A node of a new cluster never sees a peer with data before it has
-        some itself, so a cluster still forms."""
+    def abstain_as_new(self, peer: str = "") -> None:
+        """This node started empty (:attr:`new`), holds no data yet, and a peer (``peer``) said
+        in its hello that its log holds some: the cluster existed before this node's data
+        directory did (a lost disk, a wiped or replaced node).  It may have voted in this
+        cluster before and acknowledged entries that only it and a leader now gone held:
+        voting now, it could help elect a candidate that lacks them.  So it abstains until it
+        has heard from a leader and caught up to the commit index that leader had then
+        (:meth:`leader_contact`); stored, so a restart keeps it abstaining.  The nodes of a new
+        cluster start empty together and meet empty: they vote, and a cluster forms."""
         if self._state.abstain_until is not None:
             return
         self._state.abstain_until = UNTIL_LEADER_CONTACT
@@ -558,8 +558,9 @@ class DurableJournal(Journal):  # type: ignore[misc]
             "raft.journal_abstains",
             logging.WARNING,
             path=self.path,
-            reason="an empty node in a cluster with data: it votes once it has caught up "
-            "with a leader",
+            peer=peer,
+            reason="started empty beside a peer that holds data: it votes once it has caught "
+            "up with a leader",
         )
 
     def leader_contact(self, commit_index: int) -> None:

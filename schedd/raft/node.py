@@ -143,7 +143,7 @@ class RaftSettings:
     snapshot_rate: int = 32 << 20
     #: the log keeps the entries a follower still needs (and those of a copy in flight) up to
     #: this many bytes; past it, it is compacted anyway (that follower then needs a copy)
-    log_keep_max: int = 256 << 20
+    log_keep_max: int = 1 << 30
 
 
 class Hooks:
@@ -159,6 +159,17 @@ class Hooks:
         self.on_fatal: Callable[[str], None] = lambda m: None
         #: seconds one entry took to apply into the database (tick thread)
         self.on_apply_time: Callable[[float], None] = lambda s: None
+
+
+def _holds_data(journal: Any) -> bool:
+    return journal is not None and not journal.holds_no_data()
+
+
+def _peer_data(journal: Any, peer: str, data: bool) -> None:
+    """A peer's hello: one that holds data, met by a node that started empty and holds none,
+    makes it abstain until caught up (``DurableJournal.abstain_as_new``)."""
+    if data and journal is not None and journal.new and journal.holds_no_data():
+        journal.abstain_as_new(peer)
 
 
 def stop_node(message: str, path: str | None = None) -> None:
@@ -395,7 +406,15 @@ class RaftNode:
             guarded = type(
                 "GuardedTransport",
                 (PeerGuard, durable.transport),
-                {"on_fatal": staticmethod(lambda message: hooks.on_fatal(message))},
+                {
+                    "on_fatal": staticmethod(lambda message: hooks.on_fatal(message)),
+                    # A node that starts empty beside peers that hold data is a replacement
+                    # (a lost disk), not a node of a new cluster: it votes once caught up.
+                    "holds_data": staticmethod(lambda: _holds_data(durable.journal)),
+                    "on_peer_data": staticmethod(
+                        lambda peer, data: _peer_data(durable.journal, peer, data)
+                    ),
+                },
             )
 
             def transport(sync_obj: SyncObj, *args: Any) -> Any:
@@ -444,8 +463,8 @@ class RaftNode:
         # node cut off or stalled for a while comes back without deposing a healthy leader
         # (schedd/raft/patches.py).  Inside read_before_judging: the sockets are read first.
         journal = durable.journal
-        # A node that starts empty in a cluster with data (a lost or wiped data directory)
-        # votes only once it has caught up with a leader (DurableJournal.abstain_as_new).
+        # (the journal learns a leader's commit index: a node abstaining since it started empty
+        # beside peers with data votes again once caught up, DurableJournal.abstain_as_new)
         self._elections = pre_vote(
             self._obj, journal.may_vote if journal is not None else (lambda: True), journal
         )

@@ -459,13 +459,8 @@ def _bump(counts: dict[str, int], key: str) -> None:
 
 
 class NewNodeGuard(Protocol):
-    """What :func:`pre_vote` asks of the journal about a node that started empty."""
-
-    new: bool
-
-    def holds_no_data(self) -> bool: ...
-
-    def abstain_as_new(self) -> None: ...
+    """What :func:`pre_vote` tells the journal: a leader was heard, with its commit index (a
+    node that abstains since it started empty learns how far to catch up)."""
 
     def leader_contact(self, commit_index: int) -> None: ...
 
@@ -640,8 +635,7 @@ class _PreVote:
             and (leading or self.heard_leader_lately())
         ):
             _bump(self.stats.ignored, "leader" if leading else "leader_alive")
-        elif kind == "request_vote" and self.amnesiac(message):
-            _bump(self.stats.ignored, "abstaining")
+
         else:
             if kind == "append_entries":
                 self.appended(node, message["term"], message.get("commit_index"))
@@ -667,24 +661,11 @@ class _PreVote:
             self.stale_sent[key] = raft_clock()
             self.send(node, {"type": STALE_TERM, "term": ours})
 
-    def amnesiac(self, message: dict[str, Any]) -> bool:
-        """This node started empty and holds no data, and the candidate's log holds some: it
-        abstains (see ``DurableJournal.abstain_as_new``)."""
-        guard = self.new_node
-        if guard is None or not guard.new or not guard.holds_no_data():
-            return False
-        if int(message.get("last_log_term", 0)) <= 0:
-            return False  # a candidate as empty as this node: a new cluster forming
-        guard.abstain_as_new()
-        return True
-
     def refusal(self, message: dict[str, Any], node: Any) -> str | None:
         if self.obj._isLeader():
             return "leader"
         if self.heard_leader_lately():
             return "leader_alive"
-        if self.amnesiac(message):
-            return "abstaining"
         if message["term"] <= self.obj.raftCurrentTerm:
             return "stale_term"
         if (message["last_log_term"], message["last_log_index"]) < self.log_position():

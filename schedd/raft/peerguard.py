@@ -255,6 +255,11 @@ class PeerGuard:
                 conn.disconnect()
 
     # -- the hello ------------------------------------------------------------------------------
+    #: whether this node's log holds data (an entry a leader wrote), said in its hello
+    holds_data: Callable[[], bool] = staticmethod(lambda: False)
+    #: a peer's hello said whether its log holds data (``peer address, data``)
+    on_peer_data: Callable[[str, bool], None] = staticmethod(lambda peer, data: None)
+
     def _hello(self) -> dict[str, Any]:
         return {
             "type": HELLO,
@@ -262,6 +267,7 @@ class PeerGuard:
             "features": list(FEATURES),
             "node": str(self._selfNode.address),
             "version": __version__,
+            "data": bool(self.holds_data()),
         }
 
     def _before_hello(self, node: Any, message: Any) -> None:
@@ -275,6 +281,8 @@ class PeerGuard:
             self._verified.add(node)
             self._spoke_ours.add(address)
             self._missing_since.pop(address, None)
+            if "data" in message:
+                self.on_peer_data(address, bool(message["data"]))
             super()._onNodeConnected(node)  # type: ignore[misc]
             return
         del self._awaiting_hello[node]

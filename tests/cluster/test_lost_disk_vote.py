@@ -8,8 +8,8 @@ B and C form a majority, and B's log lacks every job acknowledged while it was s
 Granting B its vote, the empty C would make it leader and those jobs would be gone when A
 returns (its log is overwritten by the new leader's).
 
-The empty C abstains instead (``DurableJournal.abstain_as_new``): no leader while only B and C
-are up; once A is back, A is elected (B and A), C is rebuilt from a copy, and every
+The empty C abstains instead (``DurableJournal.abstain_as_new``: it started empty, and its
+peers' hellos say they hold data): no leader while only B and C are up; once A is back, A is elected (B and A), C is rebuilt from a copy, and every
 acknowledged job is on every node.  The same run with the guard removed (a sitecustomize in
 the node processes) elects B within the same window: the hazard is real, and the test sees it.
 """
@@ -36,8 +36,8 @@ RAFT = {"log_compaction_min_entries": 50, "log_compaction_min_time": "1s"}
 NO_LEADER_WINDOW_S = 8.0
 
 SITE_NO_GUARD = """\
-import schedd.raft.patches as patches
-patches._PreVote.amnesiac = lambda self, message: False  # the guard removed
+import schedd.raft.journal as journal
+journal.DurableJournal.abstain_as_new = lambda self, peer="": None  # the guard removed
 """
 
 

@@ -575,7 +575,7 @@ def test_journal_dir_copy_rate_and_keep_cap_defaults(tmp_path: Path) -> None:
     r = cfg.raft
     assert r.journal_dir is None and cfg.journal_path == tmp_path / "data" / "raft"
     assert r.snapshot_rate == 32 * 1024 * 1024
-    assert r.log_keep_max == 256 * 1024 * 1024
+    assert r.log_keep_max == 1024 * 1024 * 1024
     assert r.log_compaction_min_time_ms == 10_000 and r.log_compaction_min_entries == 5000
 
 
