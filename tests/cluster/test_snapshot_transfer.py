@@ -1,6 +1,6 @@
 """Whole copies of the state, sent only to a follower that needs one (an empty one here), paced
-slowly enough (``raft.snapshot_rate`` = 1 MiB/s, a database of several MB) that things can
-happen while one is in flight:
+slowly enough (``raft.snapshot_rate`` = 2 MiB/s, or 1 MiB/s, a database of about 10 MB) that
+things can happen while one is in flight:
 
 * the follower is killed in the middle of receiving it, or the leader is (and restarted: the
   empty follower does not vote until it has caught up), and the copy starts again cleanly,
@@ -33,9 +33,9 @@ pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
 RAFT = {
     "log_compaction_min_entries": 50,
     "log_compaction_min_time": "1s",
-    "snapshot_rate": "1MiB",
+    "snapshot_rate": "2MiB",
 }
-FILL_BATCHES = 8  # batches of 1,000 jobs before the follower is emptied: a database of MBs
+FILL_BATCHES = 5  # batches of 1,000 jobs before the follower is emptied: about 10 MB to send
 INSTALL = ("raft.snapshot_install",)
 
 
@@ -147,7 +147,9 @@ async def test_compaction_is_held_while_a_copy_is_sent_and_resumes_once_it_is_in
 
 
 async def test_a_copy_whose_log_start_moves_starts_again_with_the_new_one(tmp_path: Path) -> None:
-    cluster = Cluster(tmp_path / "c", raft={**RAFT, "log_keep_max": "1MiB"})
+    cluster = Cluster(
+        tmp_path / "c", raft={**RAFT, "log_keep_max": "1MiB", "snapshot_rate": "1MiB"}
+    )
     try:
         cluster.start()
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as http:

@@ -607,3 +607,50 @@ def test_a_finished_compaction_copy_discarded_twice_is_closed_removed_and_harmle
     assert copy.fd == -1 and not (tmp_path / "copy").exists()  # closed and forgotten
     copy.discard()  # again (the journal closing after it dropped the copy): nothing to do
     assert copy.fd == -1
+
+
+# -- what the snapshots and the vote guard ask of it ---------------------------------------------
+def test_an_entry_is_found_by_its_index_and_the_log_knows_its_size(tmp_path: Path) -> None:
+    path = tmp_path / "raft.journal"
+    items = entries(6, start=10)
+    j = DurableJournal(str(path))
+    try:
+        assert j.entry_at(10) is None and j.size_bytes() == 0
+        for e in items:
+            j.add(*e)
+        assert j.entry_at(10) == items[0] and j.entry_at(15) == items[5]
+        assert j.entry_at(9) is None and j.entry_at(16) is None
+        assert j.size_bytes() == sum(len(jmod.encode_record(*e)) for e in items)
+        j.deleteEntriesTo(2)  # a compaction drops the head: it is no longer found or counted
+        assert j.entry_at(11) is None and j.entry_at(12) == items[2]
+        assert j.size_bytes() == sum(len(jmod.encode_record(*e)) for e in items[2:])
+    finally:
+        j._destroy()
+
+
+def test_a_node_that_starts_empty_knows_it_and_abstains_until_caught_up(tmp_path: Path) -> None:
+    path = tmp_path / "raft.journal"
+    j = DurableJournal(str(path))
+    assert j.new and j.holds_no_data() and j.may_vote()
+    j.add(b"\x01", 1, 0)  # pysyncobj's first no-op, of term 0: not data
+    assert j.holds_no_data()
+    j.abstain_as_new("10.0.0.2:7701")  # a peer's hello: it holds data
+    assert not j.may_vote() and j.abstain_until == jmod.UNTIL_LEADER_CONTACT
+    j._destroy()
+    again = DurableJournal(str(path))  # a restart does not make it forget
+    try:
+        assert not again.new and not again.may_vote()
+        again.leader_contact(5)  # a leader: commit index 5
+        assert again.abstain_until == 5 and not again.may_vote()
+        for e in entries(4, start=2, term=3):
+            again.add(*e)
+        assert not again.holds_no_data()
+        again.sync()  # synced up to 5: caught up
+        assert again.may_vote() and again.abstain_until is None
+        again.leader_contact(9)  # no longer abstaining: nothing changes
+        assert again.may_vote()
+    finally:
+        again._destroy()
+    last = DurableJournal(str(path))
+    assert last.may_vote()
+    last._destroy()
