@@ -61,6 +61,7 @@ from schedd import clock
 from schedd.logs import log_event
 from schedd.storage import snapshots as store
 from schedd.storage.snapshots import (
+    CopySink,
     ImageSink,
     ImageSource,
     Marker,
@@ -132,7 +133,7 @@ class SqlSnapshots:
         self._received_raft: Any = None  # the Raft data of the copy just installed, whole
         # shipping (tick thread)
         self._outgoing: dict[Any, _Outgoing] = {}
-        self._incoming: ImageSink | None = None
+        self._incoming: ImageSink | CopySink | None = None
         self._incoming_from: float = 0.0
         self._received = False
         #: copies sent and received since the process started, by outcome
@@ -412,9 +413,16 @@ class SqlSnapshots:
         if first:
             if self._incoming is not None:
                 self._incoming.abort()
-            self._incoming = ImageSink(self.incoming_path)
+            legacy = bytes(chunk[:16]) == b"SQLite format 3\0"  # from a leader of an older
+            self._incoming = (CopySink if legacy else ImageSink)(self.incoming_path)  # schedd
             self._incoming_from = clock.mono()
-            log_event(log, "raft.snapshot_receive", path=str(self.incoming_path))
+            log_event(
+                log,
+                "raft.snapshot_receive",
+                logging.INFO,
+                path=str(self.incoming_path),
+                format="a whole copy from an older leader" if legacy else "image",
+            )
         sink = self._incoming
         if sink is None:
             return False  # the middle of a copy this node did not see begin: wait for the next
@@ -425,9 +433,16 @@ class SqlSnapshots:
             if not last:
                 return False
             self._incoming = None
-            if not sink.complete:
+            if isinstance(sink, CopySink):
+                raft = sink.finish().raft
+            elif not sink.complete:
                 raise SnapshotError(f"{self.incoming_path}: the copy ended early")
-            self._install(sink)
+            else:
+                assert sink.header is not None
+                if sink.header.raft is None:
+                    raise SnapshotError(f"{self.incoming_path}: a copy without Raft data")
+                raft = sink.header.raft
+            self._install(raft, sink.received)
         except (SnapshotError, OSError) as exc:
             self._incoming = None
             sink.abort()
@@ -442,21 +457,17 @@ class SqlSnapshots:
             return False
         return True
 
-    def _install(self, sink: ImageSink) -> None:
-        header = sink.header
-        assert header is not None
-        if header.raft is None:
-            raise SnapshotError(f"{self.incoming_path}: a copy without Raft data")
+    def _install(self, raft: Any, received: int) -> None:
         applied = store.finalize_incoming(self.incoming_path)
-        index = header.raft[0][1]
+        index = raft[0][1]
         if applied < index:
             raise SnapshotError(
                 f"{self.incoming_path}: the copy holds the entries up to {applied}, older than "
                 f"its Raft data ({index})"
             )
         store.decide_install(self.incoming_path, self.live)
-        store.write_marker(self.dump, Marker(header.raft, applied))
-        self._received_raft = header.raft
+        store.write_marker(self.dump, Marker(raft, applied))
+        self._received_raft = raft
         with self.machine.lock:
             held = self.machine.state.applied_index
             try:
@@ -473,7 +484,7 @@ class SqlSnapshots:
             snapshot_index=index,
             applied_index=applied,
             live_index=held,
-            bytes=sink.received,
+            bytes=received,
             seconds=round(clock.mono() - self._incoming_from, 3),
             reason="received from the leader",
         )

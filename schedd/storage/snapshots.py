@@ -864,6 +864,58 @@ class ImageSink:
             remove_database(self.dest)
 
 
+class CopySink:
+    """A whole SQLite copy as a leader of an older schedd sends it (its ``raft.dump`` of
+    format 1, byte for byte, with the Raft data in a ``snapshot`` table): written to ``dest``
+    as it comes, synced as it goes, and read at the end (:meth:`finish`)."""
+
+    def __init__(self, dest: Path) -> None:
+        self.dest = dest
+        remove_database(dest)
+        self._file: BinaryIO | None = open(dest, "wb")  # closed in finish/abort
+        self.received = 0
+        self.complete = False
+        self._unsynced = 0
+
+    def feed(self, data: bytes) -> bool:
+        assert self._file is not None
+        self._file.write(data)
+        self.received += len(data)
+        self._unsynced += len(data)
+        if self._unsynced >= SYNC_EVERY:
+            self._unsynced = 0
+            self._file.flush()
+            _fdatasync(self._file.fileno())
+        return False
+
+    def finish(self) -> SnapshotInfo:
+        """The copy is in: its Raft data and applied index (the ``snapshot`` table dropped,
+        as it is not state).  :class:`SnapshotError` if it is not a whole schedd copy."""
+        assert self._file is not None
+        self._file.flush()
+        os.fsync(self._file.fileno())
+        self._file.close()
+        self._file = None
+        info = _read_copy(self.dest)
+        try:
+            db = sqlite3.connect(str(self.dest), isolation_level=None)
+            try:
+                db.execute("DROP TABLE IF EXISTS snapshot")
+            finally:
+                db.close()
+        except sqlite3.Error as exc:
+            raise SnapshotError(f"{self.dest}: cannot open the received copy: {exc}") from exc
+        self.complete = True
+        return info
+
+    def abort(self) -> None:
+        if self._file is not None:
+            with contextlib.suppress(OSError):
+                self._file.close()
+            self._file = None
+        remove_database(self.dest)
+
+
 def finalize_incoming(incoming: Path) -> int:
     """Make the received image at ``incoming`` one self-contained, synced database file (SQLite
     recovers the received log and a checkpoint copies it in), check it, and return its applied

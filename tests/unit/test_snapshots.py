@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sqlite3
 import threading
 import time
 from pathlib import Path
@@ -567,3 +568,32 @@ def test_a_marker_keeps_long_commands_as_digests_and_takes_them_back_from_the_jo
     with pytest.raises(snapshots.SnapshotError):
         snaps.deserialize(str(dump))
     assert len(seen) == 1 and "does not hold the entries the snapshot marker names" in seen[0]
+
+
+def test_a_whole_copy_from_a_leader_of_an_older_schedd_is_installed(tmp_path: Path) -> None:
+    """During a rolling upgrade the leader may still run the older schedd, which sends its
+    raft.dump (a whole SQLite copy, format 1) as it is: it is installed as the leader meant."""
+    frozen = Path(__file__).resolve().parents[1] / "data" / f"raft-dump-v{SCHEMA_VERSION}.sqlite"
+    sample = tmp_path / "old-leader.dump"
+    shutil.copyfile(frozen, sample)
+    db = sqlite3.connect(sample)  # the frozen sample's Raft data names index 31: a real copy
+    db.execute(  # holds at least the entries its Raft data names
+        "UPDATE snapshot SET value = ? WHERE key = 'raft'", (snapshots.encode_raft(raft_at(10)),)
+    )
+    db.commit()
+    db.close()
+    want = snapshots.read_snapshot(sample)
+    assert want.copy and want.applied_index == 10
+    follower, fm, seen = node(tmp_path, "fol", 2)
+    follower.running = True
+    data = sample.read_bytes()
+    pieces = [data[i : i + 65536] for i in range(0, len(data), 65536)]
+    results = [follower.receive((p, i == 0, False)) for i, p in enumerate(pieces)]
+    assert results == [False] * len(pieces)
+    assert follower.receive((b"", False, True)) is True  # pysyncobj's last, empty piece
+    assert fm.state.applied_index == want.applied_index
+    assert "snapshot" not in {
+        r[0] for r in fm.state.db.execute("SELECT name FROM sqlite_master").fetchall()
+    }
+    assert follower.deserialize(str(tmp_path / "fol" / "raft.dump")) == want.raft
+    assert seen == ["replaced"]
