@@ -410,6 +410,8 @@ class RaftConfig:
     secret_file: str | None = _f(None, _optional(_path), "optional")
     #: the other nodes' HTTP URLs, same order as peers; derived as host:(raft port - 1) if empty
     peer_http: tuple[str, ...] = _f((), _list_of(_url), "list")
+    #: a new node started empty asks the cluster at these API URLs to add it
+    join: tuple[str, ...] = _f((), _list_of(_url), "list")
     append_entries_period_ms: int = _dur(20)
     auto_tick_period_ms: int = _dur(10)
     # chosen from the measured Raft gaps under load (docs/operations.md, Elections)
@@ -551,7 +553,7 @@ class Config:
 
     @property
     def is_single_node(self) -> bool:
-        return not self.raft.peers
+        return not self.raft.peers and not self.raft.join
 
     @property
     def http_scheme(self) -> str:

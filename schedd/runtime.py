@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 
 from aiohttp import web
@@ -15,10 +16,13 @@ from schedd.api.cluster import LeaderProxy
 from schedd.api.ports import Ports
 from schedd.config import Config, peer_ssl_context, read_raft_secret, server_ssl_context
 from schedd.core.fairness import TokenBucket
+from schedd.core.members import Membership
 from schedd.core.state import LeaderEvent
+from schedd.errors import ConfigError, SchedError
 from schedd.gcpolicy import GcPolicy
 from schedd.leader.core import Settings as LeaderSettings
 from schedd.leader.leader import Leader
+from schedd.leader.membership import MembershipService, join_cluster
 from schedd.logs import log_event
 from schedd.metrics import Metrics
 from schedd.raft.node import Hooks, RaftNode, RaftSettings
@@ -40,6 +44,8 @@ class Runtime:
         self._leader_task: asyncio.Task[None] | None = None
         self._leader_term = -1  # the Raft term the running leader task was started in
         self._watch_task: asyncio.Task[None] | None = None
+        self._promote_task: asyncio.Task[None] | None = None
+        self.members: MembershipService  # created in start(), with the node
         self._gc_task: asyncio.Task[None] | None = None
         self.gc: GcPolicy | None = None
         self._runner: web.AppRunner | None = None
@@ -72,6 +78,9 @@ class Runtime:
             journal_dir=config.journal_path,
             snapshot_rate=r.snapshot_rate,
             log_keep_max=r.log_keep_max,
+            node_id=config.node.id,
+            http_url=config.advertise_url(),
+            peer_http=tuple(config.peer_http_map().items()),
         )
         self._settings = settings
         # https when http.tls_cert/tls_key are set (a ConfigError naming the key if unusable);
@@ -95,6 +104,7 @@ class Runtime:
             proxy=self.proxy,
             events=self.node.events,
             images=self,  # open_image(): GET /snapshot
+            members=self.members,
         )
 
     def authenticate(self, header: str | None) -> auth.Token:
@@ -136,7 +146,18 @@ class Runtime:
         )
         self.hooks.on_fatal = on_fatal
         self.hooks.on_apply_time = self.metrics.apply_time.observe
+        if self.config.raft.join and not self._holds_data():
+            # a new node: the cluster records it as a learner, and it starts as one
+            joined = await self._join()
+            self._settings = dataclasses.replace(self._settings, joined=joined)
         self.node = RaftNode(self._settings, self.hooks)
+        self.members = MembershipService(
+            self.node,
+            self.config.node.id,
+            self._settings.password,
+            hand_over=lambda: self._hand_over(self.config.scheduler.drain_time_ms / 2000),
+        )
+        self._promote_task = asyncio.create_task(self.members.promote_when_ready())
         if self.node.journal is not None:  # observed on the Raft tick thread (thread-safe)
             self.node.journal.on_sync = self.metrics.journal_sync.observe
         self.node.attach(loop)
@@ -176,6 +197,43 @@ class Runtime:
             peers=list(self.config.raft.peers),
         )
 
+    def _holds_data(self) -> bool:
+        """Whether this node's data directory holds a state or a journal already."""
+        st = self._settings
+        journal = (st.journal_dir or st.data_dir) / "raft.journal"
+        return (st.data_dir / "state.db").exists() or (
+            journal.exists() and journal.stat().st_size > 0
+        )
+
+    async def _join(self) -> Membership:
+        cfg = self.config
+        log_event(
+            log,
+            "cluster.joining",
+            node_id=cfg.node.id,
+            raft=cfg.raft.listen,
+            join=list(cfg.raft.join),
+        )
+        try:
+            joined = await join_cluster(
+                cfg.raft.join,
+                cfg.raft.listen,
+                cfg.node.id,
+                cfg.advertise_url(),
+                self._settings.password,
+                peer_ssl_context(cfg) or True,
+            )
+        except SchedError as exc:
+            raise ConfigError([f"raft.join: {exc.message}"]) from None
+        log_event(
+            log,
+            "cluster.joined",
+            node_id=cfg.node.id,
+            index=joined.index,
+            voters=[m.raft for m in joined.voters],
+        )
+        return joined
+
     def _fail(self, message: str) -> None:
         if self.failure is None:
             self.failure = message
@@ -191,6 +249,8 @@ class Runtime:
         self.draining = True
         self.node.events.close()  # event streams end now, not at the API's shutdown timeout
         await self._hand_over(self.config.scheduler.drain_time_ms / 2000)
+        if self._promote_task is not None:
+            self._promote_task.cancel()
         if self._watch_task is not None:
             self._watch_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -213,7 +273,7 @@ class Runtime:
         log_event(log, "node.stopped", node_id=self.config.node.id)
 
     async def _hand_over(self, timeout: float) -> None:
-        if not self.node.is_leader or not self.config.raft.peers:
+        if not self.node.is_leader or len(self.node.members.voters) < 2:
             return
         await self._stop_leader()  # workers get a redirect hint and reconnect elsewhere
         loop = asyncio.get_running_loop()
@@ -335,4 +395,7 @@ class Runtime:
         with self.node.read() as st:
             if st.leader_term == self.node.term and st.leader_http:
                 return st.leader_http
+        member = self.node.members.find(addr)
+        if member is not None and member.http:
+            return member.http
         return self.config.raft_http_map().get(addr)

@@ -22,6 +22,7 @@ import schedd
 from schedd import clock
 from schedd.api.cluster import cluster_view
 from schedd.api.events import events
+from schedd.api.members import add_node, cluster_nodes, join_cluster, remove_node
 from schedd.api.openapi import openapi_json
 from schedd.api.operations import (
     BY_ID,
@@ -993,6 +994,10 @@ HANDLERS: tuple[Handler, ...] = (
     replay_dead_letters,
     drop_dead_letters,
     cluster,
+    cluster_nodes,
+    add_node,
+    remove_node,
+    join_cluster,
     scheduling_lag,
     workers,
     drain_worker,

@@ -322,6 +322,28 @@ class LoginBody(TypedDict):
     code: Annotated[str, js(minLength=1, maxLength=100), "from POST /login/codes"]
 
 
+HostPort = Annotated[str, js(minLength=3, maxLength=300, pattern="^[^\\s]+:[0-9]{1,5}$")]
+
+
+class NodeBody(TypedDict, total=False):
+    """a node to add (schedctl node add)"""
+
+    raft: Required[Annotated[HostPort, "the new node's raft.listen (host:port)"]]
+    id: Annotated[str, js(maxLength=64), "its node.id (else it says so when it connects)"]
+    http: Annotated[str, js(maxLength=300), "its API URL (else it says so when it connects)"]
+
+
+class JoinBody(TypedDict):
+    """a join request of a new node (raft.join)"""
+
+    raft: Annotated[HostPort, "the joining node's raft.listen"]
+    id: Annotated[str, js(minLength=1, maxLength=64), "its node.id"]
+    http: Annotated[str, js(maxLength=300), "its API URL"]
+    at: Annotated[int, js(minimum=0), "its clock, Unix ms"]
+    data: Annotated[bool, "whether it holds data (only an empty node may join)"]
+    proof: Annotated[str, js(maxLength=128), "HMAC-SHA256 (hex) of raft, id, http, at"]
+
+
 #: the request bodies, by their name in the OpenAPI document's components
 REQUESTS: Final[dict[str, Any]] = {
     "Dst": DstBody,
@@ -335,4 +357,6 @@ REQUESTS: Final[dict[str, Any]] = {
     "DlqSelection": DlqBulkBody,
     "LoginCodeRequest": LoginCodeBody,
     "Login": LoginBody,
+    "NodeBody": NodeBody,
+    "JoinBody": JoinBody,
 }

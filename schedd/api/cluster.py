@@ -161,6 +161,32 @@ class LeaderProxy:
     async def post(self, request: web.Request, path: str) -> Any:
         return await self._ask(request, "POST", path)
 
+    async def forward(
+        self, request: web.Request, method: str, path: str, body: Any = None, wait: float = 0.0
+    ) -> tuple[int, Any]:
+        """The leader's status and answer to ``method path`` with this request's credentials
+        and ``body`` (JSON), whatever the status; waits up to ``wait`` seconds for a leader
+        other than this node to be known."""
+        deadline = clock.mono() + wait
+        url = self.leader_url()
+        while (url is None or url == self.config.advertise_url()) and clock.mono() < deadline:
+            await asyncio.sleep(0.1)
+            url = self.leader_url()
+        if url is None or url == self.config.advertise_url():
+            raise Unavailable("no leader known yet", retry_after=1)
+        headers = {"Authorization": request.headers.get("Authorization", "")}
+        data = None if body is None else orjson.dumps(body)
+        if data is not None:
+            headers["Content-Type"] = "application/json"
+        try:
+            async with (
+                aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=15)) as s,
+                s.request(method, url + path, headers=headers, data=data, ssl=self.ssl) as resp,
+            ):
+                return resp.status, orjson.loads(await resp.read())
+        except (aiohttp.ClientError, TimeoutError, orjson.JSONDecodeError) as exc:
+            raise Unavailable(f"cannot reach the leader at {url}: {exc}", retry_after=1) from None
+
     async def _ask(self, request: web.Request, method: str, path: str) -> Any:
         url = self.leader_url()
         if url is None or url == self.config.advertise_url():

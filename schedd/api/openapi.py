@@ -80,7 +80,12 @@ _OTHER: Final[dict[str, Schema]] = {
     },
 }
 COMPONENTS: Final = Components({**SCALARS, **REQUESTS, **RESPONSES, **_OTHER})
-_PATH_PARAMS: Final = {"job_id": "JobId", "run_id": "RunId", "worker_id": "WorkerId"}
+_PATH_PARAMS: Final = {
+    "job_id": "JobId",
+    "run_id": "RunId",
+    "worker_id": "WorkerId",
+    "node": "NodeRef",
+}
 
 
 # -- responses ----------------------------------------------------------------------------------
@@ -263,6 +268,13 @@ def _spec() -> Schema:
                     "required": True,
                     "schema": {"type": "string"},
                     "description": "a connected worker's id (GET /workers)",
+                },
+                "NodeRef": {
+                    "name": "node",
+                    "in": "path",
+                    "required": True,
+                    "schema": {"type": "string"},
+                    "description": "a member's node id or Raft address (GET /cluster/nodes)",
                 },
                 "RequestId": {
                     "name": "X-Request-Id",

@@ -339,6 +339,59 @@ OPERATIONS: tuple[Operation, ...] = (
         (Reply(200, "this node's view", "Cluster"),),
     ),
     Operation(
+        "cluster_nodes",
+        "GET",
+        f"{PREFIX}/cluster/nodes",
+        "read",
+        "The members: voters and the learner being added, with what this node sees of each",
+        (Reply(200, "the membership", "Members"),),
+        description="Any node answers from the membership it applied (source log: recorded by "
+        "a change; config: no change yet, the nodes' raft.peers). match_index and lag only "
+        "when this node leads.",
+    ),
+    Operation(
+        "add_node",
+        "POST",
+        f"{PREFIX}/cluster/nodes",
+        "admin",
+        "Add a node: it joins as a learner, and becomes a voter once it has caught up",
+        (Reply(201, "the change is committed; the new membership", "Members"),),
+        (404, 409),
+        body="NodeBody",
+        description="One change at a time: 409 while another node is still joining, when "
+        "the address or id is a member already, or when a voter runs a schedd without "
+        "membership changes. Start the new node (empty, with raft.peers or raft.join naming "
+        "the cluster) before or after. A follower forwards the request to the leader.",
+        write=True,
+    ),
+    Operation(
+        "remove_node",
+        "DELETE",
+        f"{PREFIX}/cluster/nodes/{{node}}",
+        "admin",
+        "Remove a node (by id or Raft address); the leader hands its leadership over first",
+        (Reply(200, "the change is committed; the new membership", "Members"),),
+        (404, 409),
+        description="400 for the last voter; 404 for a name that is not a member; 409 while "
+        "another node is joining (remove that one first). The removed node stops, and is "
+        "refused if it comes back with its data.",
+        write=True,
+    ),
+    Operation(
+        "join_cluster",
+        "POST",
+        f"{PREFIX}/cluster/join",
+        None,
+        "A new node asks to be added (raft.join); signed with the cluster's Raft secret",
+        (Reply(200, "added as a learner (or already a member)", "JoinAnswer"),),
+        (403, 409),
+        body="JoinBody",
+        description="No token: the request carries an HMAC-SHA256 of its fields with the "
+        "Raft secret. 403 when it is not signed with this cluster's secret (or, in a cluster "
+        "without one, does not come from this machine); 409 when the node holds data.",
+        write=True,
+    ),
+    Operation(
         "scheduling_lag",
         "GET",
         f"{PREFIX}/scheduling-lag",

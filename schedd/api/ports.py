@@ -195,6 +195,11 @@ class LeaderApi(Protocol):
     async def post(self, request: web.Request, path: str) -> Any:
         """The leader's answer to ``POST path`` (no body) with this request's credentials."""
 
+    async def forward(
+        self, request: web.Request, method: str, path: str, body: Any = None, wait: float = 0.0
+    ) -> tuple[int, Any]:
+        """The leader's status and answer to ``method path`` with ``body``."""
+
     def versions(self, urls: Sequence[str]) -> dict[str, str | None]:
         """The schedd version of the node at each API URL as last learnt (None: not known
         yet, or it does not answer); stale ones are asked again in the background."""
@@ -209,6 +214,23 @@ class StateImages(Protocol):
         call it, and the image's ``read``, in a thread; always ``close`` the image, which lets
         go of the read transaction.  ``SnapshotError`` or ``sqlite3.Error`` when the state
         cannot be read now."""
+
+
+class Members(Protocol):
+    """The cluster's membership and its changes (``schedd.membership.MembershipService``)."""
+
+    def view(self) -> dict[str, Any]:
+        """The members with what this node sees of each."""
+
+    async def add(self, raft: str, node_id: str = "", http: str = "") -> Any:
+        """Record a learner (this node leads); the new membership."""
+
+    async def remove(self, ref: str) -> Any:
+        """Remove a member (this node leads); the new membership, or None when the member is
+        this node: it handed its leadership over, and the new leader is to be asked."""
+
+    async def join(self, body: dict[str, Any], remote: str | None) -> Any:
+        """A node asks to be added (its request signed with the Raft secret)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,6 +248,7 @@ class Ports:
     proxy: LeaderApi  # asks the leader's API (GET /workers on a follower)
     events: EventFeed  # the changes this node applied (GET /events)
     images: StateImages  # images of the state database (GET /snapshot)
+    members: Members  # the membership and its changes (/cluster/nodes)
 
 
 CONFIG: web.AppKey[Config] = web.AppKey("config", Config)
@@ -239,6 +262,7 @@ SOCKETS: web.AppKey[set[web.WebSocketResponse]] = web.AppKey("sockets")
 PROXY: web.AppKey[LeaderApi] = web.AppKey("proxy")
 EVENTS: web.AppKey[EventFeed] = web.AppKey("events")
 IMAGES: web.AppKey[StateImages] = web.AppKey("images")
+MEMBERS: web.AppKey[Members] = web.AppKey("members")
 
 
 @dataclass
@@ -269,6 +293,7 @@ def install(app: web.Application, ports: Ports) -> None:
     app[PROXY] = ports.proxy
     app[EVENTS] = ports.events
     app[IMAGES] = ports.images
+    app[MEMBERS] = ports.members
     app[LEADER_WORKERS] = Recent()
     app[LOGIN_CODES] = auth.LoginCodes()
 

@@ -307,6 +307,50 @@ class ClusterView(TypedDict):
     ]
 
 
+class MemberView(TypedDict):
+    """a member of the cluster"""
+
+    id: Annotated[str | None, "its node.id (null: not known yet, a learner added by address)"]
+    raft: Annotated[str, "host:port"]
+    http: Annotated[str | None, "its API URL (null: not known yet)"]
+    role: Annotated[
+        Literal["voter", "learner"],
+        "voter: counts towards a majority; learner: being added, catching up",
+    ]
+    leader: bool
+    self: Annotated[bool, "the node that answered"]
+    connected: Annotated[bool, "to the node that answered"]
+    match_index: NotRequired[Annotated[int | None, "when the node that answered leads"]]
+    lag: NotRequired[
+        Annotated[int | None, js(minimum=0), "entries behind the commit index (leader only)"]
+    ]
+
+
+class MembersView(TypedDict):
+    """the cluster's membership"""
+
+    index: Annotated[int, js(minimum=0), "the log index of the latest change (0: none yet)"]
+    source: Annotated[
+        Literal["log", "config"], "log: recorded by a change; config: the nodes' raft.peers"
+    ]
+    nodes: list[MemberView]
+    removed: Annotated[list[str], "Raft addresses of removed nodes (refused if they return)"]
+    quorum: Annotated[int, js(minimum=1), "voters needed for a majority"]
+
+
+class _MembershipRecord(TypedDict):
+    index: int
+    voters: list[list[str]]
+    learner: list[str] | None
+    removed: list[str]
+
+
+class JoinAnswerView(TypedDict):
+    """the membership the joining node goes by (it is the learner)"""
+
+    members: _MembershipRecord
+
+
 class WorkerView(TypedDict):
     worker_id: str
     queues: list[str]
@@ -532,6 +576,8 @@ RESPONSES: dict[str, Any] = {
     "Explain": ExplainView,
     "ClusterNode": ClusterNodeView,
     "Cluster": ClusterView,
+    "Members": MembersView,
+    "JoinAnswer": JoinAnswerView,
     "Worker": WorkerView,
     "Workers": WorkersView,
     "Whoami": WhoamiView,

@@ -4,7 +4,9 @@ total (a bad command is a :class:`Rejected` value; nothing escapes into Raft).
 
 from __future__ import annotations
 
-from schedd.core import commands, history, runs
+from dataclasses import replace
+
+from schedd.core import commands, history, members, runs
 from schedd.core.graph import find_cycle, format_cycle
 from schedd.core.model import Job, JobSpec, JobStatus, Run, evolve
 from schedd.core.state import (
@@ -62,7 +64,7 @@ def apply(
     if isinstance(cmd, commands.Undecodable):
         return Rejected("invalid_argument", f"undecodable command: {cmd.reason}")
     client = isinstance(cmd, CLIENT_COMMANDS)
-    if client or isinstance(cmd, commands.Claim | commands.Barrier):
+    if client or isinstance(cmd, commands.Claim | commands.Barrier | commands.Members):
         state.make_visible()
     seen = state.recall(cmd.rid) if cmd.rid and client else None  # (only theirs are kept)
     if seen is not None:
@@ -130,6 +132,8 @@ def _dispatch(state: State, cmd: commands.Command, index: int, events: list[Lead
             STALE_LEADER,
             f"leader fence {cmd.lf} is not the current leader fence {state.leader_fence}",
         )
+    if isinstance(cmd, commands.Members):
+        return _members(state, cmd, index)
     if isinstance(cmd, commands.Fire):
         return Ok([runs.fire(state, rid, cmd.now, events) for rid in cmd.run_ids])
     if isinstance(cmd, commands.LeaseRuns):
@@ -162,6 +166,28 @@ def _dispatch(state: State, cmd: commands.Command, index: int, events: list[Lead
         cmd.traceback,
         cmd.progress,
     )
+
+
+def _members(state: State, cmd: commands.Members, index: int) -> Result:
+    """A membership change: applied only on the membership it was computed from."""
+    base = 0 if state.members is None else state.members.index
+    if cmd.base != base:
+        return Rejected(
+            "conflict",
+            f"another membership change was applied first (at index {base}, this one was "
+            f"made for {cmd.base}); look again (schedctl node list) and retry",
+        )
+    try:
+        new = members.Membership.from_json(cmd.members)
+    except (KeyError, TypeError, ValueError) as exc:
+        return Rejected("invalid_argument", f"malformed membership: {exc}")
+    problem = members.check(new)
+    if problem is not None:
+        return Rejected("invalid_argument", problem)
+    state.members = replace(new, index=index)
+    if state.changes is not None:
+        state.changes.cluster(state.leader_node, state.leader_term, state.leader_http)
+    return Ok(index)
 
 
 def _client(state: State, cmd: ClientCommand, events: list[LeaderEvent]) -> Result:

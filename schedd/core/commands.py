@@ -218,6 +218,22 @@ class Barrier:
 
 
 @dataclass(frozen=True, slots=True)
+class Members:
+    """A membership change (``op``: add, promote, remove, force) of ``node``, computed by the
+    leader from the membership at log index ``base``: ``members`` is the whole new one
+    (:meth:`schedd.core.members.Membership.to_json`).  Rejected unless the membership is
+    still the one at ``base`` (changes go one at a time)."""
+
+    rid: str
+    now: int
+    lf: int
+    base: int
+    op: str
+    node: str
+    members: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
 class Undecodable:
     """A command (or a whole entry) that does not decode; ``reason`` says why, for the
     rejection that ``apply`` returns in its place."""
@@ -243,6 +259,7 @@ Command = (
     | Progress
     | Purge
     | Barrier
+    | Members
 )
 
 _TAGS: dict[type[Any], str] = {
@@ -263,6 +280,7 @@ _TAGS: dict[type[Any], str] = {
     Progress: "progress",
     Purge: "purge",
     Barrier: "barrier",
+    Members: "members",
 }
 _BY_TAG = {tag: cls for cls, tag in _TAGS.items()}
 #: fields added after version 1 of the codec: left out of an entry when None (their default),

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from schedd.core.events import ChangeLog, job_differs, run_differs
+from schedd.core.members import Membership
 from schedd.core.model import (
     TERMINAL_RUN_STATES,
     Job,
@@ -90,6 +91,8 @@ class State(ABC):
     leader_term: int
     #: the latest leader claims, oldest first: (term, node, entry index, leader's clock ms)
     leader_claims: tuple[tuple[int, str, int, int], ...]
+    #: the membership the log recorded last (None: never changed, the nodes' raft.peers)
+    members: Membership | None
     applied_index: int
     #: Counters kept in step by :meth:`put_run`, for metrics: "state:<s>" (runs now in that
     #: state), "skipped:<reason>", "attempt:<outcome>" (totals since the beginning).
@@ -307,6 +310,7 @@ class MemoryState(State):
         self.leader_http = ""
         self.leader_term = 0
         self.leader_claims: tuple[tuple[int, str, int, int], ...] = ()
+        self.members: Membership | None = None
         self.applied_index = 0
         self.counts: dict[str, int] = {}
         self.history_keep = DEFAULT_HISTORY_KEEP

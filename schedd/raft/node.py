@@ -37,8 +37,9 @@ from schedd import clock
 from schedd.aio import within
 from schedd.core import commands
 from schedd.core.events import ChangeLog
+from schedd.core.members import LEARNER, VOTER, Member, Membership
 from schedd.core.state import LeaderEvent, Rejected, Result, State
-from schedd.errors import ResourceExhausted, SchedError, Unavailable
+from schedd.errors import ConfigError, ResourceExhausted, SchedError, Unavailable
 from schedd.logs import log_event
 from schedd.raft.feed import DEFAULT_SIZE as DEFAULT_EVENTS_BUFFER
 from schedd.raft.feed import EventFeed
@@ -54,9 +55,11 @@ from schedd.raft.patches import (
     guard_snapshot_commit,
     keep_next_index,
     last_response_times,
+    learners,
     pre_vote,
     read_before_judging,
     refuse_forwarded,
+    set_members,
     ship_snapshots,
     watch_contact,
 )
@@ -91,6 +94,7 @@ class PeerStatus:
     stall_recoveries: int  # recoveries this node started for it since the process began
     #: when it last answered this node's append_entries (clock.mono; only a leader knows)
     answered_at: float | None = None
+    role: str = VOTER  # a voter, or a learner (catching up; it neither votes nor counts)
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,6 +148,13 @@ class RaftSettings:
     #: the log keeps the entries a follower still needs (and those of a copy in flight) up to
     #: this many bytes; past it, it is compacted anyway (that follower then needs a copy)
     log_keep_max: int = 1 << 30
+    #: this node's id and API URL, and the peers' API URLs by Raft address: what the
+    #: membership says of the nodes before they said it themselves
+    node_id: str = ""
+    http_url: str = ""
+    peer_http: tuple[tuple[str, str], ...] = ()
+    #: the membership a cluster gave this node when it asked to join (raft.join)
+    joined: Membership | None = None
 
 
 class Hooks:
@@ -221,6 +232,9 @@ class _StateMachine(SyncObjConsumer, ApplyBatch):  # type: ignore[misc]
         self._events: list[tuple[int, list[LeaderEvent]]] = []  # to hand on (_emit)
         self._awaited = True  # whether a caller here waits for the entry applied next
         self._visible = False  # the open transaction holds such an entry that wants visibility
+        self._members_seen = self.state.members
+        #: called with a membership that an applied entry recorded (tick thread)
+        self.on_members: Callable[[Membership], None] = lambda members: None
 
     def begin(self) -> None:
         self._batch = True
@@ -294,6 +308,9 @@ class _StateMachine(SyncObjConsumer, ApplyBatch):  # type: ignore[misc]
                     raise
             if applied is None:  # the database already held it (a replay after a restart)
                 return []
+            if state.members is not self._members_seen and state.members is not None:
+                self._members_seen = state.members
+                self.on_members(state.members)
             self.hooks.on_apply_time(clock.mono() - started)
             results, events = applied
             # Only a leader acts on them: a follower would wake its event loop for nothing.
@@ -347,6 +364,10 @@ class RaftNode:
         # an install of a copy from the leader that a stop interrupted is finished first
         prepare(settings.data_dir / "state.db")
         self._sm = _StateMachine(hooks, settings.data_dir / "state.db", settings.hot_window_ms)
+        #: the membership this node goes by: the log's once it recorded one, else what this
+        #: node was given when it joined, else its raft.peers (published; see _adopt_members)
+        self.members = self._starting_members()
+        self._sm.on_members = self._members_applied
         #: what each applied entry changed, for the API's event streams (GET /events)
         # gated: an event is sent once the API's reads see its entry (the lazy commit)
         state = self._sm.state
@@ -414,6 +435,12 @@ class RaftNode:
                     "on_peer_data": staticmethod(
                         lambda peer, data: _peer_data(durable.journal, peer, data)
                     ),
+                    "node_id": settings.node_id,
+                    "http_url": settings.http_url,
+                    "was_removed": staticmethod(lambda addr: addr in self.members.removed),
+                    "members_index": staticmethod(lambda: self.members.index),
+                    # a node that is not a voter (not yet) waits to be let in
+                    "joining": staticmethod(lambda: self.role_in_cluster != VOTER),
                 },
             )
 
@@ -423,7 +450,7 @@ class RaftNode:
 
             self._obj = SyncObj(
                 settings.self_addr,
-                list(settings.peers),
+                sorted(self.members.voter_addresses() - {settings.self_addr}),
                 conf,
                 consumers=[self._sm],
                 transportClass=transport,
@@ -466,7 +493,10 @@ class RaftNode:
         # (the journal learns a leader's commit index: a node abstaining since it started empty
         # beside peers with data votes again once caught up, DurableJournal.abstain_as_new)
         self._elections = pre_vote(
-            self._obj, journal.may_vote if journal is not None else (lambda: True), journal
+            self._obj,
+            journal.may_vote if journal is not None else (lambda: True),
+            journal,
+            may_campaign=self.may_campaign,
         )
         # A pause of the tick thread (a garbage collection, the event loop holding the GIL)
         # deposes no one whose messages wait in the sockets, and one tick applies at most
@@ -491,6 +521,110 @@ class RaftNode:
         self._status = RaftStatus("follower", 0, None, 0, 0, False, ())
         self._status_at = 0.0
         self._obj.addOnTickCallback(self._run_on_tick)
+        members = self.members
+        self._on_tick.put(lambda: self._adopt_members(members))  # the learner, on the tick thread
+
+    # -- membership ----------------------------------------------------------------------------
+    def _known(self) -> list[Member]:
+        """What the configuration and the peers' hellos say of each node (id, API URL)."""
+        st = self.settings
+        known = [Member(st.self_addr, st.node_id, st.http_url)]
+        known += [Member(addr, "", url) for addr, url in st.peer_http]
+        transport = getattr(self, "_transport", None)
+        if transport is not None:
+            for addr, hello in transport.hellos().items():
+                known.append(Member(addr, str(hello.get("id", "")), str(hello.get("http", ""))))
+        return known
+
+    def _starting_members(self) -> Membership:
+        st = self.settings
+        recorded = self._sm.state.members
+        configured = Membership(
+            voters=(Member(st.self_addr), *(Member(p) for p in st.peers)),
+        ).with_known(self._known())
+        if recorded is None:
+            return st.joined or configured
+        if st.self_addr not in recorded.addresses():
+            removed = st.self_addr in recorded.removed
+            raise ConfigError(
+                [
+                    f"raft.listen: this node ({st.self_addr}) "
+                    + ("was removed from its cluster" if removed else "is not a member")
+                    + f" (the membership its data directory {st.data_dir} recorded at log "
+                    f"index {recorded.index} names "
+                    + ", ".join(m.raft for m in recorded.voters)
+                    + "); it cannot start with that data: to use this machine again, empty "
+                    "the data directory and add the node anew (schedctl node add, or "
+                    "raft.join; docs/operations.md, Membership)"
+                ]
+            )
+        configured_peers = set(st.peers)
+        logged_peers = recorded.voter_addresses() - {st.self_addr}
+        if st.peers and configured_peers != logged_peers:
+            log_event(
+                log,
+                "raft.peers_differ",
+                logging.WARNING,
+                node=st.self_addr,
+                raft_peers=sorted(configured_peers),
+                members=sorted(logged_peers),
+                learner=None if recorded.learner is None else recorded.learner.raft,
+                index=recorded.index,
+                hint="the membership the log recorded wins over raft.peers; update raft.peers "
+                "to match it (schedctl node list) to silence this",
+            )
+        return recorded.with_known(self._known())
+
+    def _members_applied(self, members: Membership) -> None:  # tick thread, after an apply
+        self._adopt_members(members)
+
+    def _adopt_members(self, members: Membership) -> None:  # tick thread
+        members = members.with_known(self._known())
+        voters = members.voter_addresses()
+        learner = set() if members.learner is None else {members.learner.raft}
+        changed = set_members(self._obj, voters, learner, members.removed)
+        self.members = members
+        self._republish()
+        if changed:
+            log_event(
+                log,
+                "raft.members",
+                node=self.settings.self_addr,
+                index=members.index,
+                voters=sorted(voters),
+                learner=members.learner.raft if members.learner else None,
+            )
+        me = self.settings.self_addr
+        if members.index and me not in members.addresses():
+            self.hooks.on_fatal(
+                f"this node ({me}) was removed from its cluster at log index {members.index}; "
+                "it stops. To use this machine again, empty its data directory and add it "
+                "anew (schedctl node add, or raft.join; docs/operations.md, Membership)"
+            )
+
+    @property
+    def raft_self(self) -> str:
+        return self.settings.self_addr
+
+    def peer_hellos(self) -> dict[str, dict[str, Any]]:
+        """Each peer's latest hello (its id, API URL, version, features)."""
+        return self._transport.hellos()
+
+    def sending_copies(self) -> set[str]:
+        """The peers a whole copy of the state is being sent to now."""
+        return set(self.snapshots.sending())
+
+    @property
+    def role_in_cluster(self) -> str | None:
+        """``voter``, ``learner``, or None (not a member)."""
+        return self.members.role(self.settings.self_addr)
+
+    def may_campaign(self) -> bool:  # tick thread
+        """Only a voter that applied everything it knows committed runs for leader: the
+        membership it counts votes over is then the latest one committed (etcd's rule)."""
+        return self.members.role(self.settings.self_addr) == VOTER and int(
+            self._obj.raftLastApplied
+        ) >= int(self._obj.raftCommitIndex)
 
     # -- lifecycle ---------------------------------------------------------------------------
     def attach(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -517,6 +651,10 @@ class RaftNode:
 
     def _replaced(self) -> None:
         """A snapshot replaced the state: the changes before it are not known here."""
+        recorded = self._sm.state.members
+        if recorded is not None:
+            self._sm._members_seen = recorded
+            self._adopt_members(recorded)
         self.events.restart(self._sm.state.applied_index)
         self.hooks.on_reset()
 
@@ -578,19 +716,26 @@ class RaftNode:
         leading = bool(obj._isLeader())
         answered = self._answered_at if leading else {}
         peers = []
-        for addr in self.settings.peers:
+        members = self.members
+        learning = learners(obj)
+        for addr in sorted(members.addresses() - {self.settings.self_addr}):
             seen = self._followers.get(addr)
             match = raw.get(f"match_idx_server_{addr}")
             nxt = raw.get(f"next_node_idx_server_{addr}")
             peers.append(
                 PeerStatus(
                     addr=addr,
-                    connected=raw.get(f"partner_node_status_server_{addr}", 0) == 2,
+                    connected=2
+                    in (
+                        raw.get(f"partner_node_status_server_{addr}"),
+                        raw.get(f"readonly_node_status_server_{addr}"),
+                    ),
                     match_index=None if match is None else int(match),
                     next_index=None if nxt is None else int(nxt),
                     stalled=seen is not None and seen.stalled,
                     stall_recoveries=self._stall_recoveries.get(addr, 0),
                     answered_at=answered.get(addr),
+                    role=LEARNER if addr in learning else VOTER,
                 )
             )
         self._status = RaftStatus(

@@ -43,6 +43,11 @@ ship_snapshots           replaces the serializer's transmission methods and    t
                          copy streamed, paced, from the live database only
                          to a follower that needs one, written beside the
                          follower's database and installed by rename
+set_members              rewrites ``__otherNodes`` (the voters), adds learners  tests/unit/test_raft_members.py,
+                         to ``__readonlyNodes`` (replicated to, never counted   tests/cluster/test_membership.py
+                         in a majority) and keeps the transport and the
+                         leader's per-node indexes in step: the membership
+                         the log recorded, applied on every node
 swap_create_journal      replaces ``pysyncobj.syncobj.createJournal`` while a   tests/unit/test_journal.py
                          SyncObj is built: the durable journal
 peer_address             reads a connection's ``__socket`` to name a peer it    tests/cluster/test_raft_secret.py
@@ -93,7 +98,7 @@ import logging
 import math
 import random
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from importlib import metadata
@@ -148,6 +153,8 @@ PRIVATE_ATTRIBUTES: Final = (
     "_SyncObj__lastSerializedTime",
     "_SyncObj__lastSerializedEntry",
     "_SyncObj__selfNode",
+    "_SyncObj__readonlyNodes",
+    "_SyncObj__nodeClass",
 )
 #: a connection's socket, read only to name a refused peer (without it the name is "?")
 CONNECTION_SOCKET: Final = "_TcpConnection__socket"
@@ -469,6 +476,7 @@ def pre_vote(
     obj: SyncObj,
     may_vote: Callable[[], bool] = lambda: True,
     new_node: NewNodeGuard | None = None,
+    may_campaign: Callable[[], bool] = lambda: True,
 ) -> ElectionStats:
     """Elections only when the leader is really gone: pre-vote and leader stickiness.
 
@@ -518,16 +526,25 @@ def pre_vote(
 
     Wraps the tick (install it before :func:`read_before_judging`, so that one stays outermost
     and the sockets are read before the timers), the message callback and the transport's
-    ``send``.  Returns the counters it keeps."""
-    return _PreVote(obj, may_vote, new_node).stats
+    ``send``.  Returns the counters it keeps.
+
+    ``may_campaign`` says whether this node may run for leader at all: a learner (a node being
+    added, catching up) never does, nor a voter that has not yet applied every entry it knows
+    committed (a membership change among them would change whose votes count)."""
+    return _PreVote(obj, may_vote, new_node, may_campaign).stats
 
 
 class _PreVote:
     """:func:`pre_vote`'s state and wrappers (tick thread only)."""
 
     def __init__(
-        self, obj: SyncObj, may_vote: Callable[[], bool], new_node: NewNodeGuard | None = None
+        self,
+        obj: SyncObj,
+        may_vote: Callable[[], bool],
+        new_node: NewNodeGuard | None = None,
+        may_campaign: Callable[[], bool] = lambda: True,
     ) -> None:
+        self.may_campaign = may_campaign
         self.obj, self.may_vote, self.new_node = obj, may_vote, new_node
         self.conf = obj._SyncObj__conf
         self.stats = ElectionStats()
@@ -775,6 +792,10 @@ class _PreVote:
             or obj._SyncObj__raftElectionDeadline >= raft_clock()
             or not (obj._SyncObj__connectedNodes or not others)
         ):  # pysyncobj's own condition for an election (0.3.17 _onTick)
+            return None
+        if not self.may_campaign():
+            self.round = None
+            obj._SyncObj__raftElectionDeadline = self.retry_at()
             return None
         if obj._SyncObj__transferInProgress:
             return "transfer"
@@ -1046,6 +1067,89 @@ def ship_snapshots(
     serializer.setTransmissionData = set_transmission_data
     obj._SyncObj__sendAppendEntries = send_append_entries
     obj._SyncObj__properies.add("_SyncObj__sendAppendEntries")  # not replicated state
+
+
+# -- membership -----------------------------------------------------------------------------------
+def set_members(
+    obj: SyncObj, voters: Iterable[str], learners: Iterable[str], retired: Iterable[str] = ()
+) -> bool:
+    """Make the node's cluster ``voters`` plus ``learners`` (Raft addresses; this node's own is
+    skipped).  Returns whether anything changed.  Tick thread.
+
+    pysyncobj keeps the voters in ``__otherNodes`` (majorities are counted over them) and sends
+    appends to ``__otherNodes | __readonlyNodes``: a learner is put in the second, so the leader
+    replicates to it and never waits for it.  (pysyncobj's own anonymous read-only nodes, which
+    schedd does not use, are left alone.)  The transport connects to every voter and learner and
+    accepts their connections; a node dropped from both has its copy in flight cancelled and
+    is disconnected: ``retired`` ones (removed through the log) are handed to the transport's
+    ``retire``, which keeps telling them they were removed; others are forgotten."""
+    me = obj._SyncObj__selfNode
+    others: set[Any] = obj._SyncObj__otherNodes
+    readonly: set[Any] = obj._SyncObj__readonlyNodes
+    learning: set[Any] = obj.__dict__.setdefault("_schedd_learners", set())
+    transport = obj._SyncObj__transport
+    want_voters = {a for a in voters if a != me.id}
+    want_learners = {a for a in learners if a != me.id} - want_voters
+    want_retired = {a for a in retired if a != me.id} - want_voters - want_learners
+    known = {n.id: n for n in others | learning}
+    retiring: dict[str, Any] = obj.__dict__.setdefault("_schedd_retired", {})
+    retire = getattr(transport, "retire", None)
+    unretire = getattr(transport, "unretire", None)
+    if retire is not None:
+        for addr in want_retired - set(known) - set(retiring):
+            node = obj._SyncObj__nodeClass(addr)
+            transport.addNode(node)
+            retiring[addr] = node
+            retire(node)
+    if {n.id for n in others} == want_voters and {n.id for n in learning} == want_learners:
+        return False
+    next_index = obj._SyncObj__getCurrentLogIndex() + 1
+    now = raft_clock()
+
+    def track(node: Any) -> None:
+        obj._SyncObj__raftNextIndex.setdefault(node, next_index)
+        obj._SyncObj__raftMatchIndex.setdefault(node, 0)
+        obj._SyncObj__lastResponseTime.setdefault(node, now)
+
+    for addr in (want_voters | want_learners) - set(known):
+        node = retiring.pop(addr, None)
+        if node is not None and unretire is not None:
+            unretire(node)  # added back: the transport knows it already
+        else:
+            node = obj._SyncObj__nodeClass(addr)
+            transport.addNode(node)
+        known[addr] = node
+        track(node)
+    for addr, node in known.items():
+        if addr in want_voters:
+            learning.discard(node)
+            readonly.discard(node)
+            others.add(node)
+            track(node)
+        elif addr in want_learners:
+            others.discard(node)
+            learning.add(node)
+            readonly.add(node)
+            track(node)
+        else:
+            others.discard(node)
+            learning.discard(node)
+            readonly.discard(node)
+            obj._SyncObj__serializer.cancelTransmisstion(node)
+            if retire is not None and addr in want_retired:
+                retiring[addr] = node
+                retire(node)
+            else:
+                transport.dropNode(node)
+            obj._SyncObj__raftNextIndex.pop(node, None)
+            obj._SyncObj__raftMatchIndex.pop(node, None)
+            obj._SyncObj__lastResponseTime.pop(node, None)
+    return True
+
+
+def learners(obj: SyncObj) -> set[str]:
+    """The learners :func:`set_members` put in (Raft addresses)."""
+    return {str(n.id) for n in obj.__dict__.get("_schedd_learners", ())}
 
 
 # -- construction ---------------------------------------------------------------------------------

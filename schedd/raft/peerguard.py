@@ -48,7 +48,10 @@ PROTOCOL_VERSION = "protocol_version"
 #: hello); 2 adds pre-vote, leader stickiness and the stale-term notice.  Peers must be equal.
 RAFT_PROTOCOL = 2
 #: what protocol 2 carries beyond pysyncobj's messages (in the hello, for an operator to read)
-FEATURES = ("pre_vote", "leader_stickiness", "stale_term_notice")
+FEATURES = ("pre_vote", "leader_stickiness", "stale_term_notice", "membership")
+#: the feature a node needs before the cluster records a membership change (an older node would
+#: not apply it, and would go on counting votes over its raft.peers)
+MEMBERSHIP = "membership"
 HELLO = "schedd.hello"
 REPORT_EVERY = 60.0  # seconds between two lines for the same remote host and reason
 
@@ -131,6 +134,8 @@ class PeerGuard:
         self._closing: list[tuple[float, Any]] = []  # refused connections, closed after a grace
         self._refused_by: dict[str, list[str]] = {}  # peer -> the peer list it holds
         self._saw_leader = False
+        self._hellos: dict[str, dict[str, Any]] = {}  # peer address -> its latest hello
+        self._retired: set[Any] = set()  # removed nodes: told so whenever they connect
         #: why this node cannot join any cluster as configured (set once, never cleared)
         self.fatal: str | None = None
         super().__init__(*args, **kwargs)
@@ -192,11 +197,22 @@ class PeerGuard:
         )
         # Tell it why, then read and ignore what it sends until the connection is closed a
         # moment later (closing a socket with unread data resets it, and the notice with it).
-        conn.send([NOT_A_MEMBER, str(self._selfNode.address), self._peer_list()])
+        conn.send(
+            [
+                NOT_A_MEMBER,
+                str(self._selfNode.address),
+                self._peer_list(),
+                self.was_removed(message),
+                int(self.members_index()),
+            ]
+        )
         conn.setOnMessageReceivedCallback(_ignore)
         self._closing.append((clock.mono() + CLOSE_GRACE, conn))
 
     def _onNodeConnected(self, node: Any) -> None:
+        if node in self._retired:
+            self._tell_removed(node)
+            return
         # The hello goes first on the connection (before pysyncobj hears of the peer, so before
         # any Raft message); the connection may still be CONNECTING, which ``send`` refuses.
         self._verified.discard(node)
@@ -260,6 +276,17 @@ class PeerGuard:
     #: a peer's hello said whether its log holds data (``peer address, data``)
     on_peer_data: Callable[[str, bool], None] = staticmethod(lambda peer, data: None)
 
+    #: this node's id and API URL, said in its hello (set by the node)
+    node_id: str = ""
+    http_url: str = ""
+    #: whether an address was removed from the cluster (said to it when it is refused)
+    was_removed: Callable[[str], bool] = staticmethod(lambda address: False)
+    #: the log index of the membership this node goes by (said with a removal, and compared
+    #: with one: a notice from a node that knows less than this one is ignored)
+    members_index: Callable[[], int] = staticmethod(lambda: 0)
+    #: whether this node waits to be added (it asked to join): refusals are expected meanwhile
+    joining: Callable[[], bool] = staticmethod(lambda: False)
+
     def _hello(self) -> dict[str, Any]:
         return {
             "type": HELLO,
@@ -268,7 +295,37 @@ class PeerGuard:
             "node": str(self._selfNode.address),
             "version": __version__,
             "data": bool(self.holds_data()),
+            "id": self.node_id,
+            "http": self.http_url,
         }
+
+    def retire(self, node: Any) -> None:
+        """``node`` was removed from the cluster.  It stays known to the transport, so that
+        whichever end connects, this node tells it so (and nothing else), and closes the
+        connection a moment later: a removed node that comes back learns why it is refused.
+        Tick thread."""
+        self._retired.add(node)
+        self._verified.discard(node)
+        self._awaiting_hello.pop(node, None)
+        self._tell_removed(node)
+
+    def unretire(self, node: Any) -> None:
+        """``node`` is a member again (added back)."""
+        self._retired.discard(node)
+
+    def _tell_removed(self, node: Any) -> None:
+        conn = self._connections.get(node)
+        if conn is None:
+            return
+        notice = [NOT_A_MEMBER, str(self._selfNode.address), self._peer_list(), True]
+        conn.send([*notice, int(self.members_index())])
+        conn.setOnMessageReceivedCallback(_ignore)
+        self._closing.append((clock.mono() + CLOSE_GRACE, conn))
+
+    def hellos(self) -> dict[str, dict[str, Any]]:
+        """The latest hello of each peer that sent one (any thread: a copy)."""
+        with self._guard_lock:
+            return dict(self._hellos)
 
     def _before_hello(self, node: Any, message: Any) -> None:
         """A message from a peer whose hello has not matched yet."""
@@ -281,6 +338,8 @@ class PeerGuard:
             self._verified.add(node)
             self._spoke_ours.add(address)
             self._missing_since.pop(address, None)
+            with self._guard_lock:
+                self._hellos[address] = message
             if "data" in message:
                 self.on_peer_data(address, bool(message["data"]))
             super()._onNodeConnected(node)  # type: ignore[misc]
@@ -348,11 +407,36 @@ class PeerGuard:
     def _not_a_member(self, message: list[Any]) -> None:
         refuser = str(message[1]) if len(message) > 1 else "?"
         their_peers = [str(p) for p in message[2]] if len(message) > 2 else []
+        removed = len(message) > 3 and message[3] is True
         me = str(self._selfNode.address)
+        at = message[4] if len(message) > 4 and isinstance(message[4], int) else 0
+        if removed and at <= self.members_index():
+            return  # it knows an older membership than this node's (it is catching up)
+        if removed:
+            if self.fatal is None:
+                self.fatal = (
+                    f"raft.listen: this node ({me}) was removed from its cluster ({refuser} "
+                    "says so); it cannot take part again with its old data: empty its data "
+                    "directory and add it anew (schedctl node add, or raft.join; "
+                    "docs/operations.md, Membership)"
+                )
+                self.on_fatal(self.fatal)
+            return
         with self._guard_lock:
             first = refuser not in self._refused_by
             self._refused_by[refuser] = their_peers
             everyone = {str(n.address) for n in self._nodes} <= set(self._refused_by)
+        if self.joining():
+            if first:
+                log_event(
+                    log,
+                    "raft.waiting_to_join",
+                    node=me,
+                    peer=refuser,
+                    hint="this node is not a member yet: it is let in once the cluster records "
+                    f"it (schedctl node add {me}, or raft.join)",
+                )
+            return
         if first:
             log_event(
                 log,

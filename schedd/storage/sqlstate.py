@@ -36,6 +36,7 @@ from typing import Any
 import orjson
 
 from schedd.core import apply as core_apply
+from schedd.core.members import Membership
 from schedd.core.model import Job, JobSpec, Run
 from schedd.core.state import (
     DEDUP_WINDOW_MS,
@@ -243,6 +244,11 @@ class SqlState(State):
             () if claims is None else tuple(tuple(c) for c in orjson.loads(claims[0]))
         )
         self._claims_written = self.leader_claims
+        members = self._one("SELECT value FROM meta WHERE key = 'members'", ())
+        self.members: Membership | None = (
+            None if members is None else Membership.from_json(orjson.loads(members[0]))
+        )
+        self._members_written = self.members
         self.counts = {key: int(value) for key, value in self._all("SELECT key, value FROM counts")}
         self._counts_written = dict(self.counts)
         self._dlq_size = int(self._one("SELECT count(*) FROM dlq", ())[0])
@@ -484,6 +490,12 @@ class SqlState(State):
                 (orjson.dumps(self.leader_claims).decode(),),
             )
             self._claims_written = self.leader_claims
+        if self.members is not self._members_written and self.members is not None:
+            self._x(
+                "INSERT OR REPLACE INTO meta (key, value) VALUES ('members', ?)",
+                (orjson.dumps(self.members.to_json()).decode(),),
+            )
+            self._members_written = self.members
         counts = [(k, v) for k, v in self.counts.items() if self._counts_written.get(k) != v]
         if counts:
             self._many("INSERT OR REPLACE INTO counts (key, value) VALUES (?, ?)", counts)

@@ -19,6 +19,7 @@ PATH_VALUES = {
     "{job_id}": "01ZZZZZZZZZZZZZZZZZZZZZZZZ",
     "{run_id}": "01ZZZZZZZZZZZZZZZZZZZZZZZZ@1",
     "{worker_id}": "nobody",
+    "{node}": "nobody",
 }
 
 

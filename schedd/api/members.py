@@ -1,0 +1,113 @@
+"""``/cluster/nodes`` (list, add, remove) and ``/cluster/join``: the membership through the log.
+
+Changes are made by the leader (``schedd.membership``); a follower forwards them to it with the
+caller's credentials, and answers with the leader's answer.  Removing the leader itself makes it
+hand its leadership over first; the new leader then removes it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+
+from schedd.api.ports import MEMBERS, PREFIX, PROXY, RAFT, json_response, read_json
+from schedd.config import split_hostport
+from schedd.errors import InvalidArgument, SchedError
+
+NODES = f"{PREFIX}/cluster/nodes"
+
+
+def check_address(raft: object, field: str = "raft") -> str:
+    """``raft`` as a Raft address (``host:port``), or :class:`InvalidArgument` naming it."""
+    if not isinstance(raft, str) or not raft:
+        raise InvalidArgument(
+            f"{field}: expected the node's Raft address as host:port (its raft.listen)",
+            field=field,
+        )
+    try:
+        host, port = split_hostport(raft)
+    except (ValueError, SchedError):
+        raise InvalidArgument(
+            f"{field}: expected host:port (the node's raft.listen), got {raft!r}", field=field
+        ) from None
+    if not 1 <= port <= 65535 or not host or host in ("0.0.0.0", "::", "[::]"):
+        raise InvalidArgument(
+            f"{field}: expected an address the other nodes can reach (host:port, port 1-65535),"
+            f" got {raft!r}",
+            field=field,
+        )
+    return raft
+
+
+#: how long a removed leader waits for the next one to be known before it forwards
+HAND_OVER_WAIT_S = 10.0
+
+
+def _answer(status: int, body: Any) -> web.Response:
+    return json_response(body, status=status)
+
+
+async def _forwarded(
+    request: web.Request, method: str, path: str, body: Any = None, wait: float = 0.0
+) -> web.Response:
+    status, answer = await request.app[PROXY].forward(request, method, path, body, wait)
+    return _answer(status, answer)
+
+
+async def cluster_nodes(request: web.Request) -> web.Response:
+    return json_response(request.app[MEMBERS].view())
+
+
+def _node_body(body: Any) -> tuple[str, str, str]:
+    if not isinstance(body, dict) or not body.keys() <= {"raft", "id", "http"}:
+        raise InvalidArgument(
+            "body: expected an object with raft (the new node's raft.listen, host:port) and "
+            "optionally id and http",
+            field="body",
+        )
+    raft, node_id, http = body.get("raft"), body.get("id", ""), body.get("http", "")
+    if raft is None:
+        raise InvalidArgument(
+            "raft: required; expected the new node's Raft address host:port (its raft.listen)",
+            field="raft",
+        )
+    raft = check_address(raft)
+    if not isinstance(node_id, str) or len(node_id) > 64:
+        raise InvalidArgument("id: expected the new node's node.id (a string)", field="id")
+    if not isinstance(http, str) or (http and not http.startswith(("http://", "https://"))):
+        raise InvalidArgument(
+            "http: expected the new node's API URL (http:// or https://)", field="http"
+        )
+    return raft, node_id, http
+
+
+async def add_node(request: web.Request) -> web.Response:
+    body = await read_json(request)
+    raft, node_id, http = _node_body(body)
+    if not request.app[RAFT].is_leader:
+        return await _forwarded(request, "POST", NODES, body)
+    await request.app[MEMBERS].add(raft, node_id, http)
+    return json_response(request.app[MEMBERS].view(), status=201)
+
+
+async def remove_node(request: web.Request) -> web.Response:
+    ref = request.match_info["node"]
+    path = f"{NODES}/{ref}"
+    if not request.app[RAFT].is_leader:
+        return await _forwarded(request, "DELETE", path)
+    done = await request.app[MEMBERS].remove(ref)
+    if done is None:  # this node: it handed over, and the new leader removes it
+        return await _forwarded(request, "DELETE", path, wait=HAND_OVER_WAIT_S)
+    return json_response(request.app[MEMBERS].view())
+
+
+async def join_cluster(request: web.Request) -> web.Response:
+    body = await read_json(request)
+    if not isinstance(body, dict):
+        raise InvalidArgument("body: expected an object (a join request)", field="body")
+    check_address(body.get("raft"))
+    if not request.app[RAFT].is_leader:
+        return await _forwarded(request, "POST", f"{PREFIX}/cluster/join", body)
+    members = await request.app[MEMBERS].join(body, request.remote)
+    return json_response({"members": members.to_json()})

@@ -1,0 +1,326 @@
+"""Membership through the log, on a real cluster under a steady load of submits.
+
+* 3 -> 5 -> 3: a node joins by itself (``raft.join``), another is added by the operator
+  (``POST /cluster/nodes``) and started with ``raft.peers``; each loads the state as a learner
+  and is promoted once caught up.  Then a follower and the leader are removed (the leader hands
+  over first).  Writes go on throughout; every acknowledged job is on every member at the end,
+  once.
+* A removed node stops with a message saying so, and is refused (with the same message) when
+  started again with its data.
+* Bad input changes nothing: a member added again, a second change while one is in flight, the
+  last voter removed, an unknown node removed, a join signed with another secret.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import hmac
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+import pytest
+
+from tests.cluster.harness import Cluster, NodeProc, _toml
+from tests.conftest import free_port, wait_for
+
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
+
+RAFT = {"log_compaction_min_entries": 200, "log_compaction_min_time": "2s"}
+NODES = "/api/v1/cluster/nodes"
+
+
+def new_node(cluster: Cluster, node_id: str, raft: dict[str, Any]) -> int:
+    """A node config beside the cluster's (not started); its index in ``cluster.nodes``."""
+    port = free_port()
+    while port + 1 >= 32768:
+        port = free_port()
+    cfg = cluster.root / f"{node_id}.toml"
+    extra = "".join(f"{k} = {_toml(v)}\n" for k, v in raft.items())
+    cfg.write_text(
+        f'[node]\nid = "{node_id}"\ndata_dir = "{cluster.root / node_id}"\n'
+        f'[http]\nlisten = "127.0.0.1:{port}"\n'
+        f'[raft]\nlisten = "127.0.0.1:{port + 1}"\n{extra}'
+        f'[auth]\ntokens_file = "{cluster.root / "tokens.toml"}"\n'
+    )
+    cluster.nodes.append(NodeProc(node_id, port, port + 1, cfg, cluster.root / f"{node_id}.log"))
+    return len(cluster.nodes) - 1
+
+
+def raft_addr(cluster: Cluster, i: int) -> str:
+    return f"127.0.0.1:{cluster.nodes[i].raft_port}"
+
+
+async def call(
+    http: aiohttp.ClientSession,
+    cluster: Cluster,
+    i: int,
+    method: str,
+    path: str,
+    body: Any = None,
+    headers: dict[str, str] | None = None,
+) -> tuple[int, Any]:
+    async with http.request(
+        method,
+        cluster.nodes[i].url + path,
+        data=None if body is None else orjson.dumps(body),
+        headers=cluster.headers() if headers is None else headers,
+        timeout=aiohttp.ClientTimeout(total=30),
+    ) as r:
+        return r.status, await r.json()
+
+
+async def members(http: aiohttp.ClientSession, cluster: Cluster, i: int) -> dict[str, Any] | None:
+    try:
+        status, body = await call(http, cluster, i, "GET", NODES)
+    except (aiohttp.ClientError, TimeoutError):
+        return None
+    return body if status == 200 else None
+
+
+async def voters(http: aiohttp.ClientSession, cluster: Cluster, i: int) -> set[str] | None:
+    view = await members(http, cluster, i)
+    if view is None:
+        return None
+    return {n["raft"] for n in view["nodes"] if n["role"] == "voter"}
+
+
+async def leader_of(http: aiohttp.ClientSession, cluster: Cluster, among: list[int]) -> int:
+    async def find() -> int | None:
+        for i in among:
+            view = await cluster.view(http, i)
+            if view and view["role"] == "leader" and view["leader"] == cluster.nodes[i].node_id:
+                return i + 1  # (truthy)
+        return None
+
+    return int(await wait_for(find, timeout=30, interval=0.1)) - 1
+
+
+class Load:
+    """Clients submitting one job at a time to the live members, round robin; acknowledged
+    ids and each submit's latency are kept."""
+
+    def __init__(self, http: aiohttp.ClientSession, cluster: Cluster, targets: list[int]):
+        self.http, self.cluster, self.targets = http, cluster, targets
+        self.acked: list[str] = []
+        self.latency: list[tuple[float, float]] = []  # (when, seconds)
+
+    async def client(self, stop: asyncio.Event, k: int) -> None:
+        i = k
+        while not stop.is_set():
+            target = self.targets[i % len(self.targets)]
+            body = {"task": "acc.record", "schedule": {"in": "1h"}, "payload": {"k": k}}
+            started = time.monotonic()
+            try:
+                async with self.http.post(
+                    self.cluster.nodes[target].url + "/api/v1/jobs",
+                    data=orjson.dumps(body),
+                    headers=self.cluster.headers(),
+                    timeout=aiohttp.ClientTimeout(total=10),
+                ) as r:
+                    if r.status == 201:
+                        self.acked.append(str((await r.json())["id"]))
+                        self.latency.append((started, time.monotonic() - started))
+                        continue
+            except (aiohttp.ClientError, TimeoutError):
+                pass
+            i += 1
+            await asyncio.sleep(0.05)
+
+    @contextlib.asynccontextmanager
+    async def running(self, clients: int = 4) -> AsyncIterator[None]:
+        stop = asyncio.Event()
+        tasks = [asyncio.create_task(self.client(stop, k)) for k in range(clients)]
+        try:
+            yield
+        finally:
+            stop.set()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def more(self, n: int, timeout: float = 60) -> None:
+        target = len(self.acked) + n
+        await wait_for(lambda: len(self.acked) >= target, timeout=timeout)
+
+
+async def wait_voter(
+    http: aiohttp.ClientSession, cluster: Cluster, leader: int, new: int, timeout: float = 90
+) -> float:
+    """Seconds until node ``new`` is a voter in the leader's membership."""
+    started = time.monotonic()
+    addr = raft_addr(cluster, new)
+
+    async def promoted() -> bool:
+        vs = await voters(http, cluster, leader)
+        return vs is not None and addr in vs
+
+    try:
+        await wait_for(promoted, timeout=timeout, interval=0.1)
+    except AssertionError:
+        raise AssertionError(f"{addr} not promoted in {timeout}s\n{cluster.logs()}") from None
+    return time.monotonic() - started
+
+
+async def check_members_hold(
+    http: aiohttp.ClientSession, cluster: Cluster, live: list[int], acked: list[str]
+) -> None:
+    """Every acknowledged job on every live member, and the same jobs everywhere."""
+    want = set(acked)
+    sets = []
+    for i in live:
+        url = cluster.nodes[i].url
+
+        async def complete(u: str = url) -> set[str] | None:
+            ids = await cluster.job_ids(http, u)
+            return ids if ids is not None and want <= ids else None
+
+        try:
+            sets.append(await wait_for(complete, timeout=60, interval=0.2))
+        except AssertionError:
+            ids = await cluster.job_ids(http, url) or set()
+            raise AssertionError(
+                f"{url} lacks {len(want - ids)} of {len(want)} acknowledged jobs\n{cluster.logs()}"
+            ) from None
+    assert len(acked) == len(want), "a job id was acknowledged twice"
+
+    async def same() -> bool:
+        now = [await cluster.job_ids(http, cluster.nodes[i].url) for i in live]
+        return all(s is not None and s == now[0] for s in now)
+
+    await wait_for(same, timeout=30, interval=0.2)
+
+
+def exit_status(cluster: Cluster, i: int, timeout: float = 30) -> int:
+    proc = cluster.nodes[i].proc
+    assert proc is not None
+    deadline = time.monotonic() + timeout
+    while proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    code = proc.poll()
+    assert code is not None, f"{cluster.nodes[i].node_id} did not stop\n{cluster.logs()}"
+    return code
+
+
+async def test_three_to_five_to_three_under_load(tmp_path: Path) -> None:
+    cluster = Cluster(tmp_path / "c", raft=dict(RAFT))
+    try:
+        cluster.start()
+        async with aiohttp.ClientSession() as http:
+            leader = await cluster.wait_serving(http)
+            before = await members(http, cluster, leader)
+            assert before is not None and before["source"] == "config"
+            assert len(before["nodes"]) == 3 and before["quorum"] == 2
+            load = Load(http, cluster, [0, 1, 2])
+            async with load.running():
+                await load.more(100)
+                # n4 asks to join by itself: raft.join names one node's API (a follower's:
+                # it forwards to the leader)
+                follower = (leader + 1) % 3
+                n4 = new_node(cluster, "n4", {"join": [cluster.nodes[follower].url]})
+                cluster.start(n4)
+                took4 = await wait_voter(http, cluster, leader, n4)
+                await load.more(50)
+                # n5 is added by the operator, then started with raft.peers
+                n5 = new_node(cluster, "n5", {"peers": [raft_addr(cluster, i) for i in range(3)]})
+                status, body = await call(
+                    http, cluster, leader, "POST", NODES, {"raft": raft_addr(cluster, n5)}
+                )
+                assert status == 201, body
+                learner = [n for n in body["nodes"] if n["role"] == "learner"]
+                assert [n["raft"] for n in learner] == [raft_addr(cluster, n5)]
+                # one change at a time: another add while n5 is a learner is refused
+                status, body = await call(
+                    http, cluster, leader, "POST", NODES, {"raft": "127.0.0.1:31999"}
+                )
+                assert status == 409 and "in flight" in body["error"]["message"], body
+                cluster.start(n5)
+                took5 = await wait_voter(http, cluster, leader, n5)
+                view = await members(http, cluster, leader)
+                assert view is not None and view["source"] == "log" and view["quorum"] == 3
+                assert {n["id"] for n in view["nodes"]} == {"n1", "n2", "n3", "n4", "n5"}
+                await load.more(50)
+                # shrink: a follower, then the leader itself (it hands over first)
+                status, body = await call(http, cluster, follower, "DELETE", f"{NODES}/n4")
+                assert status == 200, body
+                assert exit_status(cluster, n4) == 2
+                assert "was removed from its cluster" in cluster.nodes[n4].log.read_text()
+                lead_id = cluster.nodes[leader].node_id
+                status, body = await call(http, cluster, leader, "DELETE", f"{NODES}/{lead_id}")
+                assert status == 200, body
+                assert {n["id"] for n in body["nodes"]} == {"n1", "n2", "n3", "n5"} - {lead_id}
+                assert exit_status(cluster, leader) == 2
+                live = [i for i in (0, 1, 2, n5) if i != leader]
+                load.targets = live
+                new_leader = await leader_of(http, cluster, live)
+                await load.more(50)
+            view = await members(http, cluster, new_leader)
+            assert view is not None and view["quorum"] == 2 and len(view["nodes"]) == 3
+            await check_members_hold(http, cluster, live, load.acked)
+            print(
+                f"n4 promoted after {took4:.1f}s, n5 after {took5:.1f}s; "
+                f"{len(load.acked)} jobs acknowledged; submit p99 "
+                f"{sorted(s for _, s in load.latency)[int(len(load.latency) * 0.99)] * 1000:.0f} ms"
+            )
+            # the removed leader comes back with its data: refused, saying why
+            cluster.start(leader)
+            assert exit_status(cluster, leader) == 2
+            assert "was removed from its cluster" in cluster.nodes[leader].log.read_text()
+    finally:
+        cluster.stop()
+
+
+async def test_bad_membership_changes_change_nothing(tmp_path: Path) -> None:
+    cluster = Cluster(tmp_path / "c", size=1)
+    try:
+        cluster.start()
+        async with aiohttp.ClientSession() as http:
+            await cluster.wait_leader(http)
+            me = raft_addr(cluster, 0)
+            before = await members(http, cluster, 0)
+            cases: list[tuple[str, str, Any, int, str]] = [
+                ("POST", NODES, {"raft": me}, 409, "already a member"),
+                ("POST", NODES, {"raft": "nowhere"}, 400, "host:port"),
+                ("POST", NODES, {"raft": "10.1.2.3:7701"}, 400, "raft.secret_file"),
+                ("POST", NODES, {"id": "n9"}, 400, "raft"),
+                ("DELETE", f"{NODES}/n1", None, 400, "last voter"),
+                ("DELETE", f"{NODES}/n7", None, 404, "no member"),
+            ]
+            for method, path, body, want, says in cases:
+                status, answer = await call(http, cluster, 0, method, path, body)
+                assert status == want, (method, path, body, answer)
+                assert says in answer["error"]["message"], answer
+            # a join signed with another secret
+            join = {
+                "raft": "127.0.0.1:31998",
+                "id": "n9",
+                "http": "http://127.0.0.1:31997",
+                "at": int(time.time() * 1000),
+                "data": False,
+            }
+            signed = {k: join[k] for k in ("raft", "id", "http", "at")}
+            join["proof"] = hmac.new(
+                b"x" * 32, orjson.dumps(signed, option=orjson.OPT_SORT_KEYS), hashlib.sha256
+            ).hexdigest()
+            status, answer = await call(http, cluster, 0, "POST", "/api/v1/cluster/join", join, {})
+            assert status == 403 and "Raft secret" in answer["error"]["message"], answer
+            assert await members(http, cluster, 0) == before  # nothing changed
+            # one learner at a time: a second add while the first is a learner is refused
+            status, answer = await call(
+                http, cluster, 0, "POST", NODES, {"raft": "127.0.0.1:31996"}
+            )
+            assert status == 201, answer
+            status, answer = await call(
+                http, cluster, 0, "POST", NODES, {"raft": "127.0.0.1:31995"}
+            )
+            assert status == 409 and "in flight" in answer["error"]["message"], answer
+            # the learner can be removed (the add called off); the single voter stays
+            status, answer = await call(http, cluster, 0, "DELETE", f"{NODES}/127.0.0.1:31996")
+            assert status == 200, answer
+            assert [n["raft"] for n in answer["nodes"]] == [me]
+            assert answer["removed"] == ["127.0.0.1:31996"]
+    finally:
+        cluster.stop()
