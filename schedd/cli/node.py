@@ -29,7 +29,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         prog="schedd",
         description="A schedd node. With no arguments: a single-node cluster on loopback, "
         "data in ./.schedd. schedd restore --from FILE --config PATH seeds a node of a new "
-        "cluster from a backup (schedd restore --help).",
+        "cluster from a backup (schedd restore --help). schedd inspect --data-dir DIR shows "
+        "what a stopped node's data directory holds (schedd inspect --help).",
     )
     p.add_argument("--version", action="version", version=f"schedd {__version__}")
     _config_options(p)
@@ -206,6 +207,10 @@ def _banner(cfg: Config, created: bool) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["inspect"]:
+        from schedd.cli.inspect import main as inspect_main
+
+        return inspect_main(argv[1:])
     if argv[:1] == ["restore"]:
         from schedd.cli.restore import restore
 

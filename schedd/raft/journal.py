@@ -255,6 +255,78 @@ class RaftState:
         )
 
 
+def load_state_file(path: str) -> tuple[RaftState | None, str | None]:
+    """The state file at ``path``: ``(state, None)``; ``(None, None)`` when there is none;
+    ``(None, why)`` when it cannot be read or is damaged."""
+    try:
+        with open(path, "rb") as f:
+            return RaftState.decode(f.read()), None
+    except FileNotFoundError:
+        return None, None
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        return None, str(exc)
+
+
+def legacy_state(path: str) -> RaftState:
+    """The term, vote and commit index pysyncobj's ``FileJournal`` at ``path`` kept beside it
+    (``<path>.meta``); the defaults when that file is missing or unreadable."""
+    meta: dict[str, Any]
+    try:
+        with open(path + ".meta", "rb") as f:
+            meta = dict(_legacy_loads(f.read()))  # our own file, written by FileJournal
+    except Exception:  # noqa: BLE001 - a missing or unreadable meta means defaults
+        meta = {}
+    return RaftState(
+        int(meta.get("currentTerm", 0)),
+        meta.get("votedForNodeId"),
+        int(meta.get("raftCommitIndex", 1)),
+    )
+
+
+def check_format(path: str, data: bytes) -> None:
+    """:class:`JournalError` when ``data`` (a journal's bytes) has an intact header of a format
+    newer than this schedd's."""
+    if len(data) >= HEADER_SIZE and data[:8] == MAGIC:
+        _magic, version, _flags = _HEAD.unpack_from(data)
+        intact = _U32.unpack_from(data, _HEAD.size)[0] == zlib.crc32(data[: _HEAD.size])
+        if intact and version > VERSION:
+            raise JournalError(
+                f"{path} has journal format {version}, newer than this "
+                f"schedd ({VERSION}): upgrade schedd, do not delete it"
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class JournalFiles:
+    """A journal and its state file as they are on disk (:func:`read_journal`)."""
+
+    size: int  # the journal file's bytes
+    entries: list[Entry]  # the intact records, up to the first bad one
+    damage: Damage | None  # the first bad record: where a node's start would cut the file
+    header_damaged: bool
+    legacy: bool  # pysyncobj's FileJournal format, imported when the node next starts
+    state: RaftState | None  # None: no state file (or, with ``state_error``, a damaged one)
+    state_error: str | None
+
+
+def read_journal(path: str) -> JournalFiles:
+    """The journal at ``path`` and its state file, read as they are: no recovery, no import,
+    nothing written (``schedd inspect``).  ``OSError`` when the journal cannot be read,
+    :class:`JournalError` when a newer schedd wrote it."""
+    with open(path, "rb") as f:
+        data = f.read()
+    state, state_error = load_state_file(path + ".state")
+    if data.startswith(_LEGACY_MAGIC):
+        if state is None and state_error is None:
+            state = legacy_state(path)
+        return JournalFiles(len(data), parse_legacy(data), None, False, True, state, state_error)
+    check_format(path, data)
+    header_damaged = bool(data) and data[:HEADER_SIZE] != encode_header()
+    with memoryview(data) as buf:
+        entries, _, damage = scan(buf)
+    return JournalFiles(len(data), entries, damage, header_damaged, False, state, state_error)
+
+
 # -- file helpers ------------------------------------------------------------------------------
 def _write_all(fd: int, data: bytes, offset: int) -> None:
     view = memoryview(data)
@@ -425,16 +497,11 @@ class DurableJournal(Journal):  # type: ignore[misc]
 
     # -- open and recovery ---------------------------------------------------------------------
     def _load_state(self) -> tuple[RaftState, bool]:
-        try:
-            with open(self.state_path, "rb") as f:
-                return RaftState.decode(f.read()), True
-        except FileNotFoundError:
-            return RaftState(), True
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            log_event(
-                log, "raft.state_damaged", logging.ERROR, path=self.state_path, error=str(exc)
-            )
+        state, error = load_state_file(self.state_path)
+        if error is not None:
+            log_event(log, "raft.state_damaged", logging.ERROR, path=self.state_path, error=error)
             return RaftState(), False
+        return state or RaftState(), True
 
     def _open(self, state_known: bool) -> None:
         with suppress(FileNotFoundError):
@@ -474,14 +541,7 @@ class DurableJournal(Journal):  # type: ignore[misc]
             self._report(damage, state_known)
 
     def _check_newer(self, data: bytes) -> None:
-        if len(data) >= HEADER_SIZE and data[:8] == MAGIC:
-            _magic, version, _flags = _HEAD.unpack_from(data)
-            intact = _U32.unpack_from(data, _HEAD.size)[0] == zlib.crc32(data[: _HEAD.size])
-            if intact and version > VERSION:
-                raise JournalError(
-                    f"{self.path} has journal format {version}, newer than this "
-                    f"schedd ({VERSION}): upgrade schedd, do not delete it"
-                )
+        check_format(self.path, data)
 
     def _keep_dropped(self, tail: memoryview) -> None:
         try:
@@ -586,18 +646,8 @@ class DurableJournal(Journal):  # type: ignore[misc]
 
     def _import_legacy(self, data: bytes) -> bytes:
         entries = parse_legacy(data)
-        meta: dict[str, Any]
-        try:
-            with open(self.path + ".meta", "rb") as f:
-                meta = dict(_legacy_loads(f.read()))  # our own file, written by FileJournal
-        except Exception:  # noqa: BLE001 - a missing or unreadable meta means defaults
-            meta = {}
         if not os.path.exists(self.state_path):
-            self._state = RaftState(
-                int(meta.get("currentTerm", 0)),
-                meta.get("votedForNodeId"),
-                int(meta.get("raftCommitIndex", 1)),
-            )
+            self._state = legacy_state(self.path)
             atomic_write(self.state_path, self._state.encode())
         shutil.copyfile(self.path, self.path + ".pysyncobj.bak")
         new = encode_header() + b"".join(encode_record(*e) for e in entries)

@@ -385,7 +385,9 @@ def pin(live: Path) -> tuple[sqlite3.Connection, int]:
     return src, int(row[0]) if row else 0
 
 
-def _counts(db: sqlite3.Connection) -> dict[str, int]:
+def state_counts(db: sqlite3.Connection) -> dict[str, int]:
+    """The numbers of jobs, runs and dead-lettered runs in the state database ``db`` is
+    connected to (what an image's header and ``schedd inspect`` show)."""
     meta = dict(
         db.execute("SELECT key, value FROM meta WHERE key IN ('jobs_kept', 'runs_kept')").fetchall()
     )
@@ -522,7 +524,7 @@ class ImageSource:
         try:
             page_size = int(self._conn.execute("PRAGMA page_size").fetchone()[0])
             schema = int(self._conn.execute("PRAGMA user_version").fetchone()[0])
-            counts = _counts(self._conn)
+            counts = state_counts(self._conn)
             if term is None:  # the term of the leader that wrote the last entries
                 row = self._conn.execute(
                     "SELECT value FROM meta WHERE key = 'leader_term'"
