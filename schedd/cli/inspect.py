@@ -121,7 +121,13 @@ def find_raft_dir(data: Path) -> Path:
     """The directory that holds the node's ``state.db``: ``DIR/raft``, or ``DIR`` itself."""
     _directory("--data-dir", data)
     for where in (data / "raft", data):
-        if (where / STATE_FILE).is_file() or (where / f"{STATE_FILE}{INSTALL}").is_file():
+        try:
+            names = set(os.listdir(where))
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        except OSError as exc:
+            raise Failure(f"{where}: cannot read it: {exc.strerror or exc}") from None
+        if STATE_FILE in names or f"{STATE_FILE}{INSTALL}" in names:
             return where
     raise Failure(
         f"--data-dir: {data}: not a schedd data directory (it holds no raft/{STATE_FILE}, nor "

@@ -550,7 +550,7 @@ def test_a_database_that_is_not_a_nodes_state(
     )
 
 
-def test_an_unreadable_state_database(data: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_unreadable_files(data: Path, capsys: pytest.CaptureFixture[str]) -> None:
     if os.geteuid() == 0:
         pytest.skip("root reads any file")
     db_path = data / "raft" / "state.db"
@@ -558,6 +558,13 @@ def test_an_unreadable_state_database(data: Path, capsys: pytest.CaptureFixture[
     code, _, err = inspect(capsys, "--data-dir", str(data))
     assert code == 1
     assert one_line(err) == f"schedd inspect: {db_path}: cannot read it: Permission denied"
+    (data / "raft").chmod(0)
+    try:
+        code, _, err = inspect(capsys, "--data-dir", str(data))
+    finally:
+        (data / "raft").chmod(0o700)
+    assert code == 1
+    assert one_line(err) == f"schedd inspect: {data / 'raft'}: cannot read it: Permission denied"
 
 
 def test_a_torn_journal_is_reported_with_what_is_intact(
