@@ -7,6 +7,7 @@ hand its leadership over first; the new leader then removes it.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from aiohttp import web
@@ -42,6 +43,7 @@ def check_address(raft: object, field: str = "raft") -> str:
 
 #: how long a removed leader waits for the next one to be known before it forwards
 HAND_OVER_WAIT_S = 10.0
+RESOLVE_TIMEOUT_S = 5.0
 
 
 def _answer(status: int, body: Any) -> web.Response:
@@ -82,9 +84,25 @@ def _node_body(body: Any) -> tuple[str, str, str]:
     return raft, node_id, http
 
 
+async def _resolvable(raft: str) -> None:
+    """400 unless ``raft``'s host resolves (the Raft thread would otherwise wait on a name
+    that never does, every time it tries to connect)."""
+    host, port = split_hostport(raft)
+    loop = asyncio.get_running_loop()
+    try:
+        await asyncio.wait_for(loop.getaddrinfo(host, port), RESOLVE_TIMEOUT_S)
+    except (OSError, TimeoutError) as exc:
+        raise InvalidArgument(
+            f"raft: cannot resolve {host!r} here ({exc or 'timed out'}): give an address every "
+            "node can resolve, or an IP address",
+            field="raft",
+        ) from None
+
+
 async def add_node(request: web.Request) -> web.Response:
     body = await read_json(request)
     raft, node_id, http = _node_body(body)
+    await _resolvable(raft)
     if not request.app[RAFT].is_leader:
         return await _forwarded(request, "POST", NODES, body)
     await request.app[MEMBERS].add(raft, node_id, http)
@@ -106,7 +124,7 @@ async def join_cluster(request: web.Request) -> web.Response:
     body = await read_json(request)
     if not isinstance(body, dict):
         raise InvalidArgument("body: expected an object (a join request)", field="body")
-    check_address(body.get("raft"))
+    await _resolvable(check_address(body.get("raft")))
     if not request.app[RAFT].is_leader:
         return await _forwarded(request, "POST", f"{PREFIX}/cluster/join", body)
     members = await request.app[MEMBERS].join(body, request.remote)

@@ -356,13 +356,12 @@ OPERATIONS: tuple[Operation, ...] = (
         "admin",
         "Add a node: it joins as a learner, and becomes a voter once it has caught up",
         (Reply(201, "the change is committed; the new membership", "Members"),),
-        (404, 409),
+        (400, 409, 503),
         body="NodeBody",
         description="One change at a time: 409 while another node is still joining, when "
         "the address or id is a member already, or when a voter runs a schedd without "
         "membership changes. Start the new node (empty, with raft.peers or raft.join naming "
         "the cluster) before or after. A follower forwards the request to the leader.",
-        write=True,
     ),
     Operation(
         "remove_node",
@@ -371,11 +370,10 @@ OPERATIONS: tuple[Operation, ...] = (
         "admin",
         "Remove a node (by id or Raft address); the leader hands its leadership over first",
         (Reply(200, "the change is committed; the new membership", "Members"),),
-        (404, 409),
+        (400, 404, 409, 503),
         description="400 for the last voter; 404 for a name that is not a member; 409 while "
         "another node is joining (remove that one first). The removed node stops, and is "
         "refused if it comes back with its data.",
-        write=True,
     ),
     Operation(
         "join_cluster",
@@ -384,12 +382,11 @@ OPERATIONS: tuple[Operation, ...] = (
         None,
         "A new node asks to be added (raft.join); signed with the cluster's Raft secret",
         (Reply(200, "added as a learner (or already a member)", "JoinAnswer"),),
-        (403, 409),
+        (400, 403, 409, 503),
         body="JoinBody",
         description="No token: the request carries an HMAC-SHA256 of its fields with the "
         "Raft secret. 403 when it is not signed with this cluster's secret (or, in a cluster "
         "without one, does not come from this machine); 409 when the node holds data.",
-        write=True,
     ),
     Operation(
         "scheduling_lag",

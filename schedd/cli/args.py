@@ -386,6 +386,35 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("run_id", metavar="RUN_ID")
 
     sub.add_parser("cluster", parents=[common], help="show nodes, leader, term and indexes")
+    nd = sub.add_parser(
+        "node",
+        help="the cluster's members: list, add and remove nodes (admin)",
+        description="Membership changes go one at a time through the Raft log. A node added "
+        "joins as a learner: it loads the state without voting, and becomes a voter once it "
+        "has caught up (node list shows it). Removing the leader hands its leadership over "
+        "first. See docs/operations.md, Membership.",
+    )
+    nodes = nd.add_subparsers(
+        dest="node_command", metavar="NODE_COMMAND", required=True, parser_class=_Parser
+    )
+    nodes.add_parser(
+        "list", parents=[common], help="the members: voters, and the learner being added"
+    )
+    na = nodes.add_parser(
+        "add",
+        parents=[common],
+        help="add a node by its Raft address; start it empty with raft.peers naming the cluster "
+        "(or use raft.join on the new node instead of this command)",
+    )
+    na.add_argument("raft", metavar="ADDR", help="the new node's raft.listen (host:port)")
+    na.add_argument("--id", metavar="ID", help="its node.id (else it says so when it connects)")
+    na.add_argument("--http", metavar="URL", help="its API URL (else it says so itself)")
+    nr = nodes.add_parser(
+        "remove",
+        parents=[common],
+        help="remove a node (by id or Raft address); it stops, and is refused if it comes back",
+    )
+    nr.add_argument("node", metavar="ID", help="a node id or Raft address (node list)")
     sub.add_parser("workers", parents=[common], help="show connected workers")
     ui = sub.add_parser(
         "ui",

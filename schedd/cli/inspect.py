@@ -4,7 +4,7 @@ Reads a node's data directory without changing a byte of it and prints the index
 database applied up to and that entry's term; the Raft journal (its first and last index, the
 last entry's term, and the commit index, current term and vote stored beside it); the
 compaction marker (``raft.dump``); the schema version and the numbers of jobs, runs and dead
-letters; and the membership, when the state records one (a ``members`` table).  The first line
+letters; and the membership, when the log recorded one (after a membership change).  The first line
 is the one to compare between nodes when a majority is lost and a survivor must be chosen:
 ``applied index N (term T)``.
 
@@ -57,6 +57,7 @@ from schedd.cli import render
 from schedd.cli.schedctl import terminal_style
 from schedd.config import JOURNAL_FILE, STATE_FILE
 from schedd.core.durations import format_time
+from schedd.core.members import LEARNER, VOTER, Membership
 from schedd.raft.journal import UNTIL_LEADER_CONTACT, JournalError, JournalFiles, read_journal
 from schedd.storage.schema import SCHEMA_VERSION, schema_version
 from schedd.storage.snapshots import (
@@ -217,12 +218,17 @@ def _connect(path: Path) -> Iterator[tuple[sqlite3.Connection, str]]:
 
 
 def _members(db: sqlite3.Connection) -> list[dict[str, Any]] | None:
-    """The ``members`` table (id, address, role), if the database has one."""
-    columns = {str(row[1]) for row in db.execute("PRAGMA table_info(members)")}
-    if not {"id", "address", "role"} <= columns:
+    """The membership the log recorded (``meta.members``), if a change was ever made: one
+    entry per member (id, address, role), then the removed addresses."""
+    row = db.execute("SELECT value FROM meta WHERE key = 'members'").fetchone()
+    if row is None:
         return None
-    rows = db.execute("SELECT id, address, role FROM members ORDER BY id").fetchall()
-    return [{"id": i, "address": a, "role": r} for i, a, r in rows]
+    m = Membership.from_json(orjson.loads(row[0]))
+    out = [{"id": v.id or None, "address": v.raft, "role": VOTER} for v in m.voters]
+    if m.learner is not None:
+        out.append({"id": m.learner.id or None, "address": m.learner.raft, "role": LEARNER})
+    out += [{"id": None, "address": a, "role": "removed"} for a in m.removed]
+    return out
 
 
 def read_state(raft_dir: Path) -> StateView:
@@ -249,7 +255,7 @@ def read_state(raft_dir: Path) -> StateView:
             schema = schema_version(db)
             counts = state_counts(db)
             members = _members(db)
-    except sqlite3.Error as exc:
+    except (sqlite3.Error, ValueError, KeyError, TypeError) as exc:
         raise Failure(f"{path}: a damaged or foreign state database: {exc}") from None
     except OSError as exc:
         raise Failure(f"{path}: cannot read it: {exc.strerror or exc}") from None

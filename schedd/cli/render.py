@@ -693,6 +693,37 @@ def cluster_view(cluster: Mapping[str, Any], style: Style = PLAIN) -> str:
     return "\n\n".join(out)
 
 
+def members_table(view: Mapping[str, Any], style: Style = PLAIN) -> str:
+    """``schedctl node list`` (and the answer of add and remove): one row per member."""
+    rows = []
+    for n in view.get("nodes") or []:
+        if not isinstance(n, Mapping):
+            continue
+        role = str(n.get("role"))
+        if n.get("leader"):
+            role += " (leader)"
+        lag = n.get("lag")
+        rows.append(
+            [
+                fmt_value(n.get("id")),
+                fmt_value(n.get("raft")),
+                role,
+                "yes" if n.get("connected") else "no",
+                "-" if lag is None else str(lag),
+                fmt_value(n.get("http")),
+            ]
+        )
+    headers = ["ID", "RAFT", "ROLE", "CONNECTED", "LAG", "API"]
+    out = [table(headers, rows, style.width, keep=(0, 1))]
+    voters = sum(1 for n in view.get("nodes") or [] if n.get("role") == "voter")
+    source = "the log" if view.get("source") == "log" else "raft.peers (no change made yet)"
+    out.append(
+        f"{voters} voters, a majority is {view.get('quorum')}; membership from {source}"
+        + (f" at index {view.get('index')}" if view.get("index") else "")
+    )
+    return "\n".join(out)
+
+
 def workers_table(workers: Sequence[Mapping[str, Any]], style: Style = PLAIN) -> str:
     rows = []
     for w in workers:

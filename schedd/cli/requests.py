@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
+from urllib.parse import quote
 
 import orjson
 
@@ -351,7 +352,21 @@ def command_name(args: argparse.Namespace) -> str:
         return f"dlq {args.dlq_command}"
     if args.command == "snapshot":
         return f"snapshot {args.snapshot_command}"
+    if args.command == "node":
+        return f"node {args.node_command}"
     return str(args.command)
+
+
+def _node_request(args: argparse.Namespace) -> ApiRequest:
+    """``node list``, ``node add`` and ``node remove``: the membership."""
+    if args.node_command == "add":
+        body = {"raft": args.raft}
+        body.update({k: v for k, v in (("id", args.id), ("http", args.http)) if v})
+        return ApiRequest("POST", "/api/v1/cluster/nodes", body=body)
+    if args.node_command == "remove":
+        path = f"/api/v1/cluster/nodes/{quote(args.node, safe='')}"
+        return ApiRequest("DELETE", path, idempotent=False)
+    return ApiRequest("GET", "/api/v1/cluster/nodes")
 
 
 def _job_action_request(args: argparse.Namespace, stdin: IO[bytes] | None) -> ApiRequest:
@@ -415,6 +430,8 @@ def build_request(args: argparse.Namespace, stdin: IO[bytes] | None = None) -> A
         return ApiRequest("DELETE", job_path(args.id))
     if cmd == "cluster":
         return ApiRequest("GET", "/api/v1/cluster")
+    if args.command == "node":
+        return _node_request(args)
     if cmd == "workers":
         return ApiRequest("GET", "/api/v1/workers")
     if cmd == "ui":

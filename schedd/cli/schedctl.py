@@ -135,6 +135,9 @@ _TABLES: dict[str, Callable[[Any, render.Style], str]] = {
     ),
     "dlq replay": lambda d, st: render.runs_table([_as_mapping(d)], st),
     "cluster": lambda d, st: render.cluster_view(_as_mapping(d), st),
+    "node list": lambda d, st: render.members_table(_as_mapping(d), st),
+    "node add": lambda d, st: render.members_table(_as_mapping(d), st),
+    "node remove": lambda d, st: render.members_table(_as_mapping(d), st),
     "workers": lambda d, st: (
         render.workers_table(_as_list(d, "workers"), st)
         if _as_list(d, "workers")
@@ -146,6 +149,7 @@ _TABLES: dict[str, Callable[[Any, render.Style], str]] = {
 _IDS: dict[str, Callable[[Any], list[str]]] = {
     "workers": lambda d: [str(w.get("worker_id")) for w in _as_list(d, "workers")],
     "cluster": lambda d: [str(n.get("id")) for n in _as_list(d, "nodes")],
+    "node list": lambda d: [str(n.get("id") or n.get("raft")) for n in _as_list(d, "nodes")],
     "explain": lambda d: [str(f.get("scheduled_at")) for f in _as_list(d, "fires")],
 }
 

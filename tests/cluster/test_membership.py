@@ -26,7 +26,7 @@ import aiohttp
 import orjson
 import pytest
 
-from tests.cluster.harness import Cluster, NodeProc, _toml
+from tests.cluster.harness import BIN, Cluster, NodeProc, _toml
 from tests.conftest import free_port, wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
@@ -194,6 +194,23 @@ async def check_members_hold(
     await wait_for(same, timeout=30, interval=0.2)
 
 
+async def schedctl(cluster: Cluster, i: int, *args: str, json: bool = True) -> tuple[int, str]:
+    """``schedctl`` against node i: its exit status and output."""
+    proc = await asyncio.create_subprocess_exec(
+        str(BIN / "schedctl"),
+        "--server",
+        cluster.nodes[i].url,
+        "--token",
+        cluster.token,
+        *args,
+        *(("-o", "json") if json else ()),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    out, _ = await asyncio.wait_for(proc.communicate(), 30)
+    return int(proc.returncode or 0), out.decode()
+
+
 def exit_status(cluster: Cluster, i: int, timeout: float = 30) -> int:
     proc = cluster.nodes[i].proc
     assert proc is not None
@@ -226,10 +243,9 @@ async def test_three_to_five_to_three_under_load(tmp_path: Path) -> None:
                 await load.more(50)
                 # n5 is added by the operator, then started with raft.peers
                 n5 = new_node(cluster, "n5", {"peers": [raft_addr(cluster, i) for i in range(3)]})
-                status, body = await call(
-                    http, cluster, leader, "POST", NODES, {"raft": raft_addr(cluster, n5)}
-                )
-                assert status == 201, body
+                code, out = await schedctl(cluster, leader, "node", "add", raft_addr(cluster, n5))
+                assert code == 0, out
+                body = orjson.loads(out)
                 learner = [n for n in body["nodes"] if n["role"] == "learner"]
                 assert [n["raft"] for n in learner] == [raft_addr(cluster, n5)]
                 # one change at a time: another add while n5 is a learner is refused
@@ -239,6 +255,8 @@ async def test_three_to_five_to_three_under_load(tmp_path: Path) -> None:
                 assert status == 409 and "in flight" in body["error"]["message"], body
                 cluster.start(n5)
                 took5 = await wait_voter(http, cluster, leader, n5)
+                code, out = await schedctl(cluster, follower, "node", "list", json=False)
+                assert code == 0 and "5 voters, a majority is 3" in out, out
                 view = await members(http, cluster, leader)
                 assert view is not None and view["source"] == "log" and view["quorum"] == 3
                 assert {n["id"] for n in view["nodes"]} == {"n1", "n2", "n3", "n4", "n5"}

@@ -137,6 +137,7 @@ class Live:
         self.work: asyncio.Task[None] | None = None
         self.session = requests.Session()
         self.tmp = tmp
+        self._learners = 0  # nodes added (never started) for the remove_node cases
 
     # -- set up / tear down ---------------------------------------------------------------------
     def start(self) -> None:
@@ -243,6 +244,17 @@ class Live:
         job = self.submit({"task": "doomed", "queue": "doomed", "retry": {"max_attempts": 1}})
         return self.wait_run(job["id"], "failed")
 
+    def fresh_learner(self) -> str:
+        """A node being added (never started): removing it calls its add off."""
+        view = self.call("GET", "/cluster/nodes")
+        joining = [n["raft"] for n in view["nodes"] if n["role"] == "learner"]
+        if joining:
+            return str(joining[0])
+        self._learners += 1
+        addr = f"127.0.0.1:{31000 + self._learners}"
+        self.call("POST", "/cluster/nodes", {"raft": addr})
+        return addr
+
     def prepare(self, case: schemathesis.Case[Any], mode: GenerationMode) -> None:
         """Point the case's path ids at real objects (a fresh one for destructive calls); an
         event stream that would follow forever ends once it has sent what the node holds."""
@@ -261,6 +273,8 @@ class Live:
             ("POST", f"{API}/dlq/{{run_id}}/replay"): self.fresh_dead_run,
             ("DELETE", f"{API}/dlq/{{run_id}}"): self.fresh_dead_run,
         }
+        if "node" in (case.path_parameters or {}):
+            case.path_parameters["node"] = self.fresh_learner()
         params = case.path_parameters
         if not params:
             return

@@ -27,6 +27,7 @@ from pysyncobj.journal import FileJournal
 from schedd.cli.inspect import lock_holder
 from schedd.cli.node import main
 from schedd.core import commands
+from schedd.core.members import Member, Membership
 from schedd.core.model import JobSpec, RetryPolicy
 from schedd.core.state import Ok
 from schedd.raft.journal import (
@@ -277,14 +278,19 @@ def test_a_journal_in_its_own_directory(
     assert report["journal"] == {**beside["journal"], "path": str(journal_dir / "raft.journal")}
 
 
-def test_the_membership_is_shown_when_the_state_has_a_members_table(
+def test_the_membership_is_shown_once_the_log_recorded_one(
     data: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    m = Membership(
+        voters=(Member("10.0.0.1:7701", "n1"), Member("10.0.0.2:7701", "n2")),
+        learner=Member("10.0.0.4:7701"),
+        removed=("10.0.0.3:7701",),
+        index=40,
+    )
     db = sqlite3.connect(data / "raft" / "state.db")
-    db.execute("CREATE TABLE members (id TEXT PRIMARY KEY, address TEXT, role TEXT)")
-    db.executemany(
-        "INSERT INTO members VALUES (?, ?, ?)",
-        [("n2", "10.0.0.2:7701", "voter"), ("n1", "10.0.0.1:7701", "voter")],
+    db.execute(
+        "INSERT OR REPLACE INTO meta (key, value) VALUES ('members', ?)",
+        (orjson.dumps(m.to_json()).decode(),),
     )
     db.commit()
     db.close()
@@ -292,21 +298,21 @@ def test_the_membership_is_shown_when_the_state_has_a_members_table(
     assert report["members"] == [
         {"id": "n1", "address": "10.0.0.1:7701", "role": "voter"},
         {"id": "n2", "address": "10.0.0.2:7701", "role": "voter"},
+        {"id": None, "address": "10.0.0.4:7701", "role": "learner"},
+        {"id": None, "address": "10.0.0.3:7701", "role": "removed"},
     ]
     code, out, _ = inspect(capsys, "--data-dir", str(data))
     assert code == 0
-    assert "members:        n1 10.0.0.1:7701 (voter); n2 10.0.0.2:7701 (voter)" in out
+    assert "members:        n1 10.0.0.1:7701 (voter); n2 10.0.0.2:7701 (voter); " in out
 
 
-def test_a_members_table_of_another_shape_is_not_shown(
-    data: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_a_damaged_membership_is_named(data: Path, capsys: pytest.CaptureFixture[str]) -> None:
     db = sqlite3.connect(data / "raft" / "state.db")
-    db.execute("CREATE TABLE members (name TEXT)")
+    db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('members', '{\"x\": 1}')")
     db.commit()
     db.close()
-    code, report, _ = as_json(capsys, "--data-dir", str(data))
-    assert (code, report["members"]) == (0, None)
+    code, _, err = inspect(capsys, "--data-dir", str(data))
+    assert code == 1 and "a damaged or foreign state database" in err
 
 
 def test_a_decided_install_is_what_is_reported(

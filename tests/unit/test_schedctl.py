@@ -761,8 +761,8 @@ def test_watch_line_without_times_or_attempts() -> None:
 
 COMMANDS = [
     "submit", "get", "list", "runs", "run", "wait", "cancel", "pause", "resume", "trigger",
-    "update", "explain", "dlq", "cluster", "workers", "ui", "watch", "apply", "snapshot",
-    "completion",
+    "update", "explain", "dlq", "cluster", "node", "workers", "ui", "watch", "apply",
+    "snapshot", "completion",
 ]  # fmt: skip
 
 
@@ -778,6 +778,7 @@ def test_completion_script_mentions_every_command_and_option(
     assert sorted(w for w, _ in levels[""].words) == sorted(COMMANDS)
     assert sorted(w for w, _ in levels["dlq"].words) == ["drop", "list", "replay"]
     assert sorted(w for w, _ in levels["snapshot"].words) == ["inspect", "save"]
+    assert sorted(w for w, _ in levels["node"].words) == ["add", "list", "remove"]
     for command in COMMANDS:
         assert f"'{command}')" in script, command  # a case for what follows it
     for path in ("dlq list", "dlq replay", "dlq drop", "snapshot save", "snapshot inspect"):
@@ -794,7 +795,8 @@ def test_completion_script_mentions_every_command_and_option(
 
 BASH_CASES = [
     ("", "submit get runs cancel pause resume run wait list trigger update explain dlq cluster "
-     "workers ui watch apply snapshot completion"),
+     "node workers ui watch apply snapshot completion"),
+    ("node ", "list add remove"),
     ("dl", "dlq"),
     ("--server http://x:7700 dlq ", "list replay drop"),
     ("dlq replay R --o", "--output"),
