@@ -30,7 +30,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         description="A schedd node. With no arguments: a single-node cluster on loopback, "
         "data in ./.schedd. schedd restore --from FILE --config PATH seeds a node of a new "
         "cluster from a backup (schedd restore --help). schedd inspect --data-dir DIR shows "
-        "what a stopped node's data directory holds (schedd inspect --help).",
+        "what a stopped node's data directory holds (schedd inspect --help). schedd recover "
+        "--force-new-cluster --config PATH makes a survivor of a lost majority a one-node "
+        "cluster (schedd recover --help).",
     )
     p.add_argument("--version", action="version", version=f"schedd {__version__}")
     _config_options(p)
@@ -221,6 +223,16 @@ def main(argv: list[str] | None = None) -> int:
             _print_problems(exc.problems, "schedd restore: config: ")
             return 2
         return restore(cfg, args.image)
+    if argv[:1] == ["recover"]:
+        from schedd.cli import recover
+
+        args = recover.parse_args(argv[1:], _config_options)
+        try:
+            cfg = build_config(args)
+        except ConfigError as exc:
+            _print_problems(exc.problems, "schedd recover: config: ")
+            return 2
+        return recover.recover(cfg)
     args = parse_args(argv)
     try:
         cfg = build_config(args)

@@ -918,6 +918,30 @@ class CopySink:
         remove_database(self.dest)
 
 
+def write_meta(path: Path, values: dict[str, str | None]) -> None:
+    """Set (or, None, delete) keys of a stopped node's state database's ``meta`` table, in one
+    synced transaction (a restore forgets the backed-up cluster's membership; a forced
+    recovery writes its own)."""
+    db = sqlite3.connect(str(path), isolation_level=None)
+    try:
+        db.execute("PRAGMA synchronous = FULL")
+        db.execute("BEGIN IMMEDIATE")
+        for key, value in values.items():
+            if value is None:
+                db.execute("DELETE FROM meta WHERE key = ?", (key,))
+            else:
+                db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, value))
+        db.execute("COMMIT")
+        if db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]:
+            raise SnapshotError(f"{path}: its log could not be copied in")
+    finally:
+        db.close()
+    for suffix in _SIDE:  # all in the file now
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(f"{path}{suffix}")
+    fsync_path(path)
+
+
 def finalize_incoming(incoming: Path) -> int:
     """Make the received image at ``incoming`` one self-contained, synced database file (SQLite
     recovers the received log and a checkpoint copies it in), check it, and return its applied

@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import hashlib
 import hmac
+import signal
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -340,5 +341,70 @@ async def test_bad_membership_changes_change_nothing(tmp_path: Path) -> None:
             assert status == 200, answer
             assert [n["raft"] for n in answer["nodes"]] == [me]
             assert answer["removed"] == ["127.0.0.1:31996"]
+    finally:
+        cluster.stop()
+
+
+async def run_schedd(*args: str) -> tuple[int, str]:
+    proc = await asyncio.create_subprocess_exec(
+        str(BIN / "schedd"),
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    out, _ = await asyncio.wait_for(proc.communicate(), 60)
+    return int(proc.returncode or 0), out.decode()
+
+
+async def test_a_lost_majority_is_recovered_from_one_survivor(tmp_path: Path) -> None:
+    cluster = Cluster(tmp_path / "c", raft=dict(RAFT))
+    try:
+        cluster.start()
+        async with aiohttp.ClientSession() as http:
+            leader = await cluster.wait_serving(http)
+            load = Load(http, cluster, [0, 1, 2])
+            async with load.running():
+                await load.more(150)
+            await check_members_hold(http, cluster, [0, 1, 2], load.acked)
+            survivor = (leader + 1) % 3
+            config = str(cluster.nodes[survivor].config)
+            # refused while it runs, and while the others answer: nothing changes
+            code, out = await run_schedd("recover", "--force-new-cluster", "--config", config)
+            assert code == 1 and "running schedd" in out, out
+            cluster.kill(survivor, signal.SIGTERM)
+            assert exit_status(cluster, survivor) == 0
+            code, out = await run_schedd("recover", "--force-new-cluster", "--config", config)
+            assert code == 1 and "still answer" in out and "majority" in out, out
+            # the majority is lost for good: the two others are gone
+            for i in range(3):
+                if i != survivor:
+                    cluster.kill(i)
+            code, out = await run_schedd(
+                "inspect", "--data-dir", str(cluster.data_dir(survivor)), "-o", "json"
+            )
+            assert code == 0, out
+            applied = orjson.loads(out)["applied"]["index"]
+            code, out = await run_schedd("recover", "--force-new-cluster", "--config", config)
+            assert code == 0 and "NEW ONE-NODE CLUSTER" in out and str(applied) in out, out
+            cluster.start(survivor)
+            await leader_of(http, cluster, [survivor])
+            await check_members_hold(http, cluster, [survivor], load.acked)
+            view = await cluster.view(http, survivor)
+            assert view is not None
+            assert any("recover --force-new-cluster" in c["node"] for c in view["leaders"])
+            # new nodes join the recovered cluster, under load
+            load.targets = [survivor]
+            async with load.running():
+                await load.more(50)
+                for name in ("n4", "n5"):
+                    new = new_node(cluster, name, {"join": [cluster.nodes[survivor].url]})
+                    cluster.start(new)
+                    await wait_voter(http, cluster, survivor, new)
+                await load.more(50)
+            live = [survivor, 3, 4]
+            await check_members_hold(http, cluster, live, load.acked)
+            view = await members(http, cluster, survivor)
+            assert view is not None and view["quorum"] == 2
+            assert {n["id"] for n in view["nodes"]} == {cluster.nodes[survivor].node_id, "n4", "n5"}
     finally:
         cluster.stop()

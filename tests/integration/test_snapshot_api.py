@@ -50,6 +50,11 @@ async def test_an_admin_gets_an_image_of_the_state_that_checks_and_restores(
     node: Node, http: aiohttp.ClientSession, tmp_path: Path
 ) -> None:
     ids = [await submit(http, node, {"task": "t", "schedule": {"in": "1h"}}) for _ in range(5)]
+    # a membership change: the image records this cluster's membership
+    async with http.post(
+        node.url + API + "/cluster/nodes", json={"raft": "127.0.0.1:31990"}, headers=node.headers()
+    ) as added:
+        assert added.status == 201, await added.text()
     r, data = await fetch_image(http, node)
     assert r.status == 200
     assert r.content_type == "application/octet-stream"
@@ -73,9 +78,12 @@ async def test_an_admin_gets_an_image_of_the_state_that_checks_and_restores(
     db = sqlite3.connect(tmp_path / "restored" / "raft" / "state.db")
     try:
         held = {row[0] for row in db.execute("SELECT id FROM jobs")}
+        members = db.execute("SELECT value FROM meta WHERE key = 'members'").fetchone()
     finally:
         db.close()
     assert held == set(ids)
+    # a new cluster: its members are its own nodes' raft.peers, not the backed-up cluster's
+    assert members is None
 
 
 async def test_only_an_admin_may_take_an_image(node: Node, http: aiohttp.ClientSession) -> None:
