@@ -14,12 +14,10 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import hmac
 import signal
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -27,200 +25,24 @@ import aiohttp
 import orjson
 import pytest
 
-from tests.cluster.harness import BIN, Cluster, NodeProc, _toml
-from tests.conftest import free_port, wait_for
+from tests.cluster.harness import BIN, Cluster
+from tests.cluster.members import (
+    NODES,
+    Load,
+    call,
+    check_members_hold,
+    exit_status,
+    leader_of,
+    members,
+    new_node,
+    raft_addr,
+    schedctl,
+    wait_voter,
+)
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
 
 RAFT = {"log_compaction_min_entries": 200, "log_compaction_min_time": "2s"}
-NODES = "/api/v1/cluster/nodes"
-
-
-def new_node(cluster: Cluster, node_id: str, raft: dict[str, Any]) -> int:
-    """A node config beside the cluster's (not started); its index in ``cluster.nodes``."""
-    port = free_port()
-    while port + 1 >= 32768:
-        port = free_port()
-    cfg = cluster.root / f"{node_id}.toml"
-    extra = "".join(f"{k} = {_toml(v)}\n" for k, v in raft.items())
-    cfg.write_text(
-        f'[node]\nid = "{node_id}"\ndata_dir = "{cluster.root / node_id}"\n'
-        f'[http]\nlisten = "127.0.0.1:{port}"\n'
-        f'[raft]\nlisten = "127.0.0.1:{port + 1}"\n{extra}'
-        f'[auth]\ntokens_file = "{cluster.root / "tokens.toml"}"\n'
-    )
-    cluster.nodes.append(NodeProc(node_id, port, port + 1, cfg, cluster.root / f"{node_id}.log"))
-    return len(cluster.nodes) - 1
-
-
-def raft_addr(cluster: Cluster, i: int) -> str:
-    return f"127.0.0.1:{cluster.nodes[i].raft_port}"
-
-
-async def call(
-    http: aiohttp.ClientSession,
-    cluster: Cluster,
-    i: int,
-    method: str,
-    path: str,
-    body: Any = None,
-    headers: dict[str, str] | None = None,
-) -> tuple[int, Any]:
-    async with http.request(
-        method,
-        cluster.nodes[i].url + path,
-        data=None if body is None else orjson.dumps(body),
-        headers=cluster.headers() if headers is None else headers,
-        timeout=aiohttp.ClientTimeout(total=30),
-    ) as r:
-        return r.status, await r.json()
-
-
-async def members(http: aiohttp.ClientSession, cluster: Cluster, i: int) -> dict[str, Any] | None:
-    try:
-        status, body = await call(http, cluster, i, "GET", NODES)
-    except (aiohttp.ClientError, TimeoutError):
-        return None
-    return body if status == 200 else None
-
-
-async def voters(http: aiohttp.ClientSession, cluster: Cluster, i: int) -> set[str] | None:
-    view = await members(http, cluster, i)
-    if view is None:
-        return None
-    return {n["raft"] for n in view["nodes"] if n["role"] == "voter"}
-
-
-async def leader_of(http: aiohttp.ClientSession, cluster: Cluster, among: list[int]) -> int:
-    async def find() -> int | None:
-        for i in among:
-            view = await cluster.view(http, i)
-            if view and view["role"] == "leader" and view["leader"] == cluster.nodes[i].node_id:
-                return i + 1  # (truthy)
-        return None
-
-    return int(await wait_for(find, timeout=30, interval=0.1)) - 1
-
-
-class Load:
-    """Clients submitting one job at a time to the live members, round robin; acknowledged
-    ids and each submit's latency are kept."""
-
-    def __init__(self, http: aiohttp.ClientSession, cluster: Cluster, targets: list[int]):
-        self.http, self.cluster, self.targets = http, cluster, targets
-        self.acked: list[str] = []
-        self.latency: list[tuple[float, float]] = []  # (when, seconds)
-
-    async def client(self, stop: asyncio.Event, k: int) -> None:
-        i = k
-        while not stop.is_set():
-            target = self.targets[i % len(self.targets)]
-            body = {"task": "acc.record", "schedule": {"in": "1h"}, "payload": {"k": k}}
-            started = time.monotonic()
-            try:
-                async with self.http.post(
-                    self.cluster.nodes[target].url + "/api/v1/jobs",
-                    data=orjson.dumps(body),
-                    headers=self.cluster.headers(),
-                    timeout=aiohttp.ClientTimeout(total=10),
-                ) as r:
-                    if r.status == 201:
-                        self.acked.append(str((await r.json())["id"]))
-                        self.latency.append((started, time.monotonic() - started))
-                        continue
-            except (aiohttp.ClientError, TimeoutError):
-                pass
-            i += 1
-            await asyncio.sleep(0.05)
-
-    @contextlib.asynccontextmanager
-    async def running(self, clients: int = 4) -> AsyncIterator[None]:
-        stop = asyncio.Event()
-        tasks = [asyncio.create_task(self.client(stop, k)) for k in range(clients)]
-        try:
-            yield
-        finally:
-            stop.set()
-            await asyncio.gather(*tasks, return_exceptions=True)
-
-    async def more(self, n: int, timeout: float = 60) -> None:
-        target = len(self.acked) + n
-        await wait_for(lambda: len(self.acked) >= target, timeout=timeout)
-
-
-async def wait_voter(
-    http: aiohttp.ClientSession, cluster: Cluster, leader: int, new: int, timeout: float = 90
-) -> float:
-    """Seconds until node ``new`` is a voter in the leader's membership."""
-    started = time.monotonic()
-    addr = raft_addr(cluster, new)
-
-    async def promoted() -> bool:
-        vs = await voters(http, cluster, leader)
-        return vs is not None and addr in vs
-
-    try:
-        await wait_for(promoted, timeout=timeout, interval=0.1)
-    except AssertionError:
-        raise AssertionError(f"{addr} not promoted in {timeout}s\n{cluster.logs()}") from None
-    return time.monotonic() - started
-
-
-async def check_members_hold(
-    http: aiohttp.ClientSession, cluster: Cluster, live: list[int], acked: list[str]
-) -> None:
-    """Every acknowledged job on every live member, and the same jobs everywhere."""
-    want = set(acked)
-    sets = []
-    for i in live:
-        url = cluster.nodes[i].url
-
-        async def complete(u: str = url) -> set[str] | None:
-            ids = await cluster.job_ids(http, u)
-            return ids if ids is not None and want <= ids else None
-
-        try:
-            sets.append(await wait_for(complete, timeout=60, interval=0.2))
-        except AssertionError:
-            ids = await cluster.job_ids(http, url) or set()
-            raise AssertionError(
-                f"{url} lacks {len(want - ids)} of {len(want)} acknowledged jobs\n{cluster.logs()}"
-            ) from None
-    assert len(acked) == len(want), "a job id was acknowledged twice"
-
-    async def same() -> bool:
-        now = [await cluster.job_ids(http, cluster.nodes[i].url) for i in live]
-        return all(s is not None and s == now[0] for s in now)
-
-    await wait_for(same, timeout=30, interval=0.2)
-
-
-async def schedctl(cluster: Cluster, i: int, *args: str, json: bool = True) -> tuple[int, str]:
-    """``schedctl`` against node i: its exit status and output."""
-    proc = await asyncio.create_subprocess_exec(
-        str(BIN / "schedctl"),
-        "--server",
-        cluster.nodes[i].url,
-        "--token",
-        cluster.token,
-        *args,
-        *(("-o", "json") if json else ()),
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
-    )
-    out, _ = await asyncio.wait_for(proc.communicate(), 30)
-    return int(proc.returncode or 0), out.decode()
-
-
-def exit_status(cluster: Cluster, i: int, timeout: float = 30) -> int:
-    proc = cluster.nodes[i].proc
-    assert proc is not None
-    deadline = time.monotonic() + timeout
-    while proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)
-    code = proc.poll()
-    assert code is not None, f"{cluster.nodes[i].node_id} did not stop\n{cluster.logs()}"
-    return code
 
 
 async def test_three_to_five_to_three_under_load(tmp_path: Path) -> None:
