@@ -121,8 +121,12 @@ async def test_raft_follower_stalled_by_a_leader_pause_catches_up_within_seconds
                 unsent.append(asyncio.create_task(_post(http, cluster, leader, body)))
                 await asyncio.sleep(0.01)
             cluster.kill(leader, signal.SIGSTOP)
+            paused = time.monotonic()
             cluster.net.heal()
-            await asyncio.sleep(PAUSE)
+            # Paused until the others have elected a leader (on a busy machine that can take
+            # longer than usual), and at least PAUSE, so that its connections die meanwhile.
+            await cluster.wait_leader(http, timeout=30, exclude=leader)
+            await asyncio.sleep(max(0.0, PAUSE - (time.monotonic() - paused)))
             cluster.kill(leader, signal.SIGCONT)
             resumed = time.monotonic()
 
