@@ -267,6 +267,15 @@ def _path(value: object, path: str) -> str:
 _NODE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 
 
+def _cluster_id(value: object, path: str) -> str:
+    if not isinstance(value, str) or (value and not re.fullmatch(r"[0-9a-f]{16}", value)):
+        raise _Bad(
+            f"{path}: expected the cluster's id as schedctl node list shows it (16 hex digits), "
+            f"got {_show(value)}"
+        )
+    return value
+
+
 def _node_id(value: object, path: str) -> str:
     if not isinstance(value, str) or not _NODE_ID.match(value):
         raise _Bad(
@@ -412,6 +421,8 @@ class RaftConfig:
     peer_http: tuple[str, ...] = _f((), _list_of(_url), "list")
     #: a new node started empty asks the cluster at these API URLs to add it
     join: tuple[str, ...] = _f((), _list_of(_url), "list")
+    #: the id of the cluster this node is to join (schedctl node list shows it); "": any
+    cluster_id: str = _f("", _cluster_id)
     append_entries_period_ms: int = _dur(20)
     auto_tick_period_ms: int = _dur(10)
     # chosen from the measured Raft gaps under load (docs/operations.md, Elections)

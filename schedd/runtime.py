@@ -222,6 +222,7 @@ class Runtime:
                 cfg.advertise_url(),
                 self._settings.password,
                 peer_ssl_context(cfg) or True,
+                cluster=cfg.raft.cluster_id,
             )
         except SchedError as exc:
             raise ConfigError([f"raft.join: {exc.message}"]) from None

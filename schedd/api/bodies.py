@@ -10,7 +10,7 @@ default".  Limits that depend on the config (``scheduler.max_payload``, ``http.m
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Final, Literal, Required, TypedDict
+from typing import Annotated, Any, Final, Literal, NotRequired, Required, TypedDict
 
 from schedd.api.schema import Ref, js, values
 from schedd.core.model import DstGap, DstRepeat, Misfire, Overlap, Priority
@@ -341,7 +341,10 @@ class JoinBody(TypedDict):
     http: Annotated[str, js(maxLength=300), "its API URL"]
     at: Annotated[int, js(minimum=0), "its clock, Unix ms"]
     data: Annotated[bool, "whether it holds data (only an empty node may join)"]
-    proof: Annotated[str, js(maxLength=128), "HMAC-SHA256 (hex) of raft, id, http, at"]
+    proof: Annotated[str, js(maxLength=128), "HMAC-SHA256 (hex) of raft, id, http, at and cluster"]
+    cluster: NotRequired[
+        Annotated[str, js(maxLength=64), "the cluster id it expects (its raft.cluster_id)"]
+    ]
 
 
 #: the request bodies, by their name in the OpenAPI document's components

@@ -330,6 +330,7 @@ class MembersView(TypedDict):
     """the cluster's membership"""
 
     index: Annotated[int, js(minimum=0), "the log index of the latest change (0: none yet)"]
+    cluster: Annotated[str | None, "the cluster's id (null until the membership is recorded)"]
     source: Annotated[
         Literal["log", "config"], "log: recorded by a change; config: the nodes' raft.peers"
     ]
@@ -343,6 +344,7 @@ class _MembershipRecord(TypedDict):
     voters: list[list[str]]
     learner: list[str] | None
     removed: list[str]
+    cluster: str
 
 
 class JoinAnswerView(TypedDict):

@@ -128,6 +128,7 @@ def _recover(cfg: Config, probe: bool) -> int:
         voters=(Member(me, cfg.node.id, cfg.advertise_url()),),
         removed=tuple(dict.fromkeys((*current.removed, *(m.raft for m in others))))[-64:],
         index=max(applied, current.index),
+        cluster=current.cluster,  # the same cluster, with one member
     )
     claim = [term, f"{cfg.node.id} (recover --force-new-cluster)", applied, clock.wall_ms()]
     claims = [*claims, claim][-MAX_CLAIMS:]

@@ -720,6 +720,7 @@ def members_table(view: Mapping[str, Any], style: Style = PLAIN) -> str:
     out.append(
         f"{voters} voters, a majority is {view.get('quorum')}; membership from {source}"
         + (f" at index {view.get('index')}" if view.get("index") else "")
+        + (f"; cluster {view.get('cluster')}" if view.get("cluster") else "")
     )
     return "\n".join(out)
 

@@ -181,7 +181,7 @@ def _members(state: State, cmd: commands.Members, index: int) -> Result:
         new = members.Membership.from_json(cmd.members)
     except (KeyError, TypeError, ValueError) as exc:
         return Rejected("invalid_argument", f"malformed membership: {exc}")
-    problem = members.check(new)
+    problem = members.check(new, state.members)
     if problem is not None:
         return Rejected("invalid_argument", problem)
     state.members = replace(new, index=index)

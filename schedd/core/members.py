@@ -11,6 +11,8 @@ as etcd does):
 * **add** records a *learner*: the leader replicates to it, but it neither votes nor counts
   towards a majority, so a node that loads the state for minutes lowers nothing;
 * **promote** makes the learner a voter once the leader has seen it catch up;
+* **record** writes down the membership the nodes' configuration gives, with the cluster's
+  id, once every voter can take part in changes (the leader does it by itself);
 * **remove** drops a voter or the learner.  Its address is remembered, so that a removed node
   that comes back is told so.
 
@@ -64,6 +66,9 @@ class Membership:
     learner: Member | None = None
     removed: tuple[str, ...] = ()
     index: int = 0
+    #: the cluster's id: chosen by the leader when it first records the membership, kept by
+    #: every change after ("": not recorded yet)
+    cluster: str = ""
 
     def addresses(self) -> set[str]:
         out = {m.raft for m in self.voters}
@@ -92,6 +97,7 @@ class Membership:
             "voters": [m.to_wire() for m in self.voters],
             "learner": None if self.learner is None else self.learner.to_wire(),
             "removed": list(self.removed),
+            "cluster": self.cluster,
         }
 
     @classmethod
@@ -102,6 +108,7 @@ class Membership:
             learner=None if learner is None else Member.from_wire(learner),
             removed=tuple(str(a) for a in raw.get("removed", ())),
             index=int(raw.get("index", 0)),
+            cluster=str(raw.get("cluster", "")),
         )
 
     def with_known(self, known: Iterable[Member]) -> Membership:
@@ -187,8 +194,10 @@ def plan_remove(current: Membership, ref: str) -> Membership:
     return replace(current, voters=voters, removed=removed)
 
 
-def check(new: Membership) -> str | None:
-    """Why ``new`` cannot be a membership (None: it can).  ``apply`` checks it again."""
+def check(new: Membership, current: Membership | None = None) -> str | None:
+    """Why ``new`` cannot follow ``current`` (None: it can).  ``apply`` checks it again."""
+    if current is not None and current.cluster and new.cluster != current.cluster:
+        return f"the cluster's id is {current.cluster}, and a membership cannot change it"
     addrs = [m.raft for m in new.voters] + ([new.learner.raft] if new.learner else [])
     if not new.voters:
         return "a membership needs at least one voter"

@@ -15,8 +15,10 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
+import secrets
 import ssl
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any, Protocol
 
 import aiohttp
@@ -88,7 +90,7 @@ def join_proof(secret: bytes | None, body: dict[str, Any]) -> str:
     """The HMAC-SHA256 of a join request's fields with the Raft secret ("" without one)."""
     if secret is None:
         return ""
-    signed = {k: body.get(k) for k in ("raft", "id", "http", "at")}
+    signed = {k: body.get(k) for k in ("raft", "id", "http", "at", "cluster")}
     return hmac.new(secret, orjson.dumps(signed, option=orjson.OPT_SORT_KEYS), "sha256").hexdigest()
 
 
@@ -139,6 +141,7 @@ class MembershipService:
             nodes.append(entry)
         return {
             "index": m.index,
+            "cluster": m.cluster or None,
             "source": "log" if m.index else "config",
             "nodes": nodes,
             "removed": list(m.removed),
@@ -175,7 +178,9 @@ class MembershipService:
             )
 
     async def _commit(self, op: str, target: str, new: Membership, base: Membership) -> Membership:
-        problem = members.check(new)
+        if not base.cluster:  # recorded for the first time: the cluster gets its id
+            new = replace(new, cluster=secrets.token_hex(8))
+        problem = members.check(new, base)
         if problem is not None:
             raise InvalidArgument(problem)
         fence, _ = self._leading()
@@ -265,6 +270,15 @@ class MembershipService:
             raise PermissionDenied(
                 "this cluster has no raft.secret_file: only a node on this machine may join it"
             )
+        expected = body.get("cluster") or ""
+        cluster = self.node.members.cluster
+        if not isinstance(expected, str) or (expected and expected != cluster):
+            raise Conflict(
+                f"the joining node expects cluster {expected!r} (its raft.cluster_id), and this "
+                f"is cluster {cluster or '(no id recorded yet)'!r}: check raft.join and "
+                "raft.cluster_id on the new node",
+                field="cluster",
+            )
         if body.get("data"):
             raise Conflict(
                 "the joining node holds data (its data directory is from another cluster, or "
@@ -284,9 +298,30 @@ class MembershipService:
         while True:
             await asyncio.sleep(PROMOTE_EVERY_S)
             try:
+                await self._maybe_record()
                 await self._maybe_promote()
             except SchedError as exc:
                 log_event(log, "cluster.promote_retry", logging.WARNING, reason=exc.message)
+
+    async def _maybe_record(self) -> None:
+        """Write down the membership the configuration gives (with the cluster's id) once
+        every voter can take part in membership changes: from then on the log's membership is
+        the one that counts, and the cluster has an id a joining node can be held to."""
+        node = self.node
+        m = node.members
+        if m.index or not node.is_leader:
+            return
+        status = node.raft_status
+        if any(not (p.connected) for p in status.peers):
+            return  # every voter connected, its hello heard
+        try:
+            self._check_upgraded(m)
+        except Conflict:
+            return  # an older node among them: not yet
+        async with self._lock:
+            _, current = self._leading()
+            if current.index == 0:
+                await self._commit("record", node.raft_self, current, current)
 
     async def _maybe_promote(self) -> None:
         node = self.node
@@ -343,6 +378,7 @@ async def join_cluster(
     secret: bytes | None,
     ssl_context: ssl.SSLContext | bool,
     timeout: float = JOIN_TIMEOUT_S,
+    cluster: str = "",
 ) -> Membership:
     """Ask the cluster at ``urls`` (any node's API) to add this node; the membership it
     recorded (this node a learner).  Retries while no node answers or there is no leader;
@@ -358,6 +394,7 @@ async def join_cluster(
                 "http": http,
                 "at": clock.wall_ms(),
                 "data": False,
+                "cluster": cluster,
             }
             body["proof"] = join_proof(secret, body)
             try:

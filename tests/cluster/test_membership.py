@@ -39,10 +39,24 @@ from tests.cluster.members import (
     schedctl,
     wait_voter,
 )
+from tests.conftest import wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
 
 RAFT = {"log_compaction_min_entries": 200, "log_compaction_min_time": "2s"}
+
+
+async def recorded(http: aiohttp.ClientSession, cluster: Cluster, i: int) -> dict[str, Any]:
+    """Node i's membership once the leader has recorded it, with the cluster's id: it does so
+    by itself once every voter is connected and can take part in changes."""
+
+    async def done() -> dict[str, Any] | None:
+        view = await members(http, cluster, i)
+        return view if view and view["source"] == "log" and view["cluster"] else None
+
+    view: dict[str, Any] = await wait_for(done, timeout=30, interval=0.1)
+    assert len(view["cluster"]) == 16
+    return view
 
 
 async def test_three_to_five_to_three_under_load(tmp_path: Path) -> None:
@@ -51,9 +65,9 @@ async def test_three_to_five_to_three_under_load(tmp_path: Path) -> None:
         cluster.start()
         async with aiohttp.ClientSession() as http:
             leader = await cluster.wait_serving(http)
-            before = await members(http, cluster, leader)
-            assert before is not None and before["source"] == "config"
+            before = await recorded(http, cluster, leader)
             assert len(before["nodes"]) == 3 and before["quorum"] == 2
+            assert {n["id"] for n in before["nodes"]} == {"n1", "n2", "n3"}
             load = Load(http, cluster, [0, 1, 2])
             async with load.running():
                 await load.more(100)
@@ -100,6 +114,7 @@ async def test_three_to_five_to_three_under_load(tmp_path: Path) -> None:
                 await load.more(50)
             view = await members(http, cluster, new_leader)
             assert view is not None and view["quorum"] == 2 and len(view["nodes"]) == 3
+            assert view["cluster"] == before["cluster"]  # the same cluster throughout
             await check_members_hold(http, cluster, live, load.acked)
             print(
                 f"n4 promoted after {took4:.1f}s, n5 after {took5:.1f}s; "
@@ -121,7 +136,7 @@ async def test_bad_membership_changes_change_nothing(tmp_path: Path) -> None:
         async with aiohttp.ClientSession() as http:
             await cluster.wait_leader(http)
             me = raft_addr(cluster, 0)
-            before = await members(http, cluster, 0)
+            before = await recorded(http, cluster, 0)
             cases: list[tuple[str, str, Any, int, str]] = [
                 ("POST", NODES, {"raft": me}, 409, "already a member"),
                 ("POST", NODES, {"raft": "nowhere"}, 400, "host:port"),
@@ -148,6 +163,10 @@ async def test_bad_membership_changes_change_nothing(tmp_path: Path) -> None:
             ).hexdigest()
             status, answer = await call(http, cluster, 0, "POST", "/api/v1/cluster/join", join, {})
             assert status == 403 and "Raft secret" in answer["error"]["message"], answer
+            # a join meant for another cluster (no secret here: signed with none)
+            join.update(proof="", cluster="0123456789abcdef")
+            status, answer = await call(http, cluster, 0, "POST", "/api/v1/cluster/join", join, {})
+            assert status == 409 and before["cluster"] in answer["error"]["message"], answer
             assert await members(http, cluster, 0) == before  # nothing changed
             # one learner at a time: a second add while the first is a learner is refused
             status, answer = await call(
