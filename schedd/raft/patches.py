@@ -967,7 +967,8 @@ def compact_log(
                 return
             if obj._isLeader():
                 match, heard = obj._SyncObj__raftMatchIndex, obj._SyncObj__lastResponseTime
-                for node in obj._SyncObj__otherNodes:
+                learning = obj.__dict__.get("_schedd_learners", set())  # (set_members)
+                for node in obj._SyncObj__otherNodes | learning:
                     if now - heard.get(node, float("-inf")) < KEEP_FOR_FOLLOWER_S:
                         point = min(point, match.get(node, 0))
         obj._SyncObj__forceLogCompaction = False
