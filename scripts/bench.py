@@ -3,6 +3,7 @@ peers measured in the same run.
 
     scripts/bench [--runs N] [--quick] [--no-peers] [--json FILE] [--only S5,S3,...]
                   [--s3b-jobs N] [--s4-jobs N] [--s4-wipe-timeout S] [--s4-skip-wipe]
+                  [--s4-add S]
                   [--s5-kills N] [--s5-terms N] [--s5-rate R]
                   [--s6-jobs N] [--s6-seconds S] [--s7-seconds S] [--s7-rate R]
 
@@ -38,7 +39,9 @@ Once per invocation (not per --runs), each on a fresh cluster (scripts/benchlib/
            seconds, bytes, MiB/s, probe p99/max, the node's WAL at its largest;
            follower SIGKILL + restart -> caught up (s); then a follower SIGKILLed, its data
            directory's raft/ emptied and restarted under a probe and a few batches -> caught up
-           (s), probe p99/max meanwhile (not with --s4-skip-wipe).  Targets (a miss is a
+           (s), probe p99/max meanwhile (not with --s4-skip-wipe); with --s4-add, before
+           that, a fourth node added by raft.join: seconds until it is a learner and a voter,
+           probe p50/p99/max meanwhile.  Targets (a miss is a
            failure): 0 elections, at most 100 bytes of leader RSS per pending job, quiet probe
            p99 at most 100 ms, probe p99 at most 100 ms while the leader streams a backup,
            the restarted follower answering within 5 s and caught up
@@ -607,6 +610,14 @@ def _parse_args() -> argparse.Namespace:
         "jobs, at least 120; --quick: 60)",
     )
     ap.add_argument(
+        "--s4-add",
+        type=float,
+        default=None,
+        metavar="S",
+        help="add to S4 a fourth node by raft.join once the state is loaded: seconds until it "
+        "is a learner and a voter, probe p50/p99/max meanwhile (at most S seconds)",
+    )
+    ap.add_argument(
         "--s4-skip-wipe",
         action="store_true",
         help="skip S4's last phase, the follower restarted with its raft/ directory emptied",
@@ -805,6 +816,7 @@ async def main() -> int:
                 s4_catchup,
                 args.json.with_name(args.json.stem + "-s4.json"),
                 None if args.s4_skip_wipe else s4_wipe,
+                args.s4_add,
             ),
             # samples start once the retention has begun forgetting (20 s + a purge period)
             "s6": partial(

@@ -26,6 +26,7 @@ import aiohttp
 import orjson
 
 from tests.cluster.harness import BIN, Cluster
+from tests.cluster.members import new_node, raft_addr
 
 from .clusterops import (
     bucket_diff,
@@ -392,7 +393,7 @@ class _Snapshots:
                 raise RuntimeError(f"S4 aborted: only {avail >> 20} MiB of memory left")
             for k, node in enumerate(self.cluster.nodes):
                 m = self.mtime(k)
-                if m == self.seen[k]:
+                if m == self.seen.setdefault(k, m):  # (a node added since: from now on)
                     continue
                 self.seen[k] = m
                 if not m or not node.alive:  # deleted (a wiped node), or not by a live node
@@ -461,6 +462,7 @@ async def s4(
     catchup_timeout: float,
     detail: Path | None = None,
     wipe_timeout: float | None = None,
+    add_timeout: float | None = None,
 ) -> dict[str, float]:
     """``n`` pending delayed no-op jobs (due in 6 h, payload ``{"n": 1}``) submitted in batches
     of 1,000 by 4 clients to a fresh cluster whose nodes snapshot every ``compaction`` seconds
@@ -483,7 +485,9 @@ async def s4(
         started again, as a supervisor would, each time it exits: its old snapshot writer may
         still hold its port), and the time from the first restart until its applied index
         reaches the leader's commit index;
-    (e) unless ``wipe_timeout`` is None, a wiped follower (:func:`_wiped`), at most
+    (e) unless ``add_timeout`` is None, a fourth node added by ``raft.join`` (:func:`_added`):
+        until it is a learner and a voter, at most ``add_timeout`` s;
+    (f) unless ``wipe_timeout`` is None, a wiped follower (:func:`_wiped`), at most
         ``wipe_timeout`` s.
 
     ``detail``: the probes and snapshot intervals (and each save's probes), as JSON, for a
@@ -651,6 +655,8 @@ async def s4(
                         guard,
                     )
                 )
+                if add_timeout is not None:
+                    out.update(await _guarded(_added(cluster, http, snaps, add_timeout), guard))
                 if wipe_timeout is not None:
                     # the other follower: the one above has just caught up
                     out.update(
@@ -841,6 +847,86 @@ async def _rejoin(
 
 
 WIPE_BATCH_EVERY = 5.0  # s between the batches of 1,000 jobs that go in while a wiped node joins
+
+
+async def _added(
+    cluster: Cluster, http: aiohttp.ClientSession, snaps: _Snapshots, timeout: float
+) -> dict[str, float]:
+    """A fourth node started empty with ``raft.join`` (the leader's API) while a probe job goes
+    to the leader every 50 ms and a batch of 1,000 jobs every ``WIPE_BATCH_EVERY`` s: seconds
+    until the cluster recorded it as a learner (``s4_added_learner``), and until the leader
+    promoted it to a voter (``s4_added_voter``: it has loaded a whole copy and caught up), the
+    probe's p50/p99/max meanwhile, term increments, what the new node wrote.  When it is not a
+    voter within ``timeout``: ``s4_added_timeout``."""
+    headers = cluster.headers()
+    url = await current_leader(http, cluster)
+    term0 = await _term(http, url, headers)
+    j = new_node(cluster, f"n{len(cluster.nodes) + 1}", {"join": [url]})
+    addr = raft_addr(cluster, j)
+    probe = _Probe(url, headers)
+    snaps.probe = probe
+    sent = [0, 0]
+
+    async def trickle() -> None:
+        job = {"task": "bench.noop", "payload": {"n": 1}, "schedule": {"in": "6h"}}
+        body = _batch_body([job] * S4_BATCH)
+        while True:
+            try:
+                await post_batches(http, probe.url, headers, [body], 1)
+                sent[0] += 1
+            except (aiohttp.ClientError, RuntimeError, TimeoutError):
+                sent[1] += 1
+            await asyncio.sleep(WIPE_BATCH_EVERY)
+
+    async def role() -> str | None:
+        try:
+            async with http.get(
+                url + "/api/v1/cluster/nodes",
+                headers=headers,
+                timeout=aiohttp.ClientTimeout(total=5),
+            ) as r:
+                view = await r.json()
+        except (aiohttp.ClientError, TimeoutError):
+            return None
+        return next((n["role"] for n in view.get("nodes", []) if n["raft"] == addr), None)
+
+    tasks = [asyncio.create_task(probe.run(http)), asyncio.create_task(trickle())]
+    t0 = time.monotonic()
+    learner = voter = math.nan
+    print(f"    s4: adding {cluster.nodes[j].node_id} ({addr}) by raft.join...", file=sys.stderr)
+    cluster.start(j)
+    try:
+        while time.monotonic() - t0 < timeout:
+            now_role = await role()
+            if now_role is not None and learner != learner:
+                learner = time.monotonic() - t0
+            if now_role == "voter":
+                voter = time.monotonic() - t0
+                break
+            await asyncio.sleep(0.2)
+    finally:
+        for task in tasks:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+    window = probe.window(t0, time.monotonic())
+    out: dict[str, float] = {
+        "s4_added_learner": learner,
+        "s4_added_probe_p50": _ms(window, 0.5),
+        "s4_added_probe_p99": _ms(window, 0.99),
+        "s4_added_probe_max": _ms(window, 1.0),
+        "s4_added_probe_errors": float(sum(1 for t, _, ok in probe.samples if t >= t0 and not ok)),
+        "s4_added_batches": float(sent[0]),
+        "s4_added_elections": await _term(http, url, headers) - term0,
+    }
+    out["s4_added_voter" if voter == voter else "s4_added_timeout"] = (
+        voter if voter == voter else timeout
+    )
+    proc = cluster.nodes[j].proc
+    if proc is not None and proc.poll() is None:
+        with contextlib.suppress(OSError, RuntimeError):
+            out["s4_added_write_mib"] = write_bytes(proc.pid) / 2**20
+    return out
 
 
 async def _wiped(
