@@ -127,6 +127,10 @@ class Cluster:
     #: started with (tests/cluster/netns.py: ``ip netns exec NS``)
     hosts: list[str] = field(default_factory=list)
     launch: list[list[str]] = field(default_factory=list)
+    #: per node index, the ``bin`` directory of another installation of schedd that the node is
+    #: started from (an earlier release: tests/acceptance/upgrade.py), without this tree on its
+    #: PYTHONPATH; changed between a node's stop and start, it upgrades the node in place
+    bins: dict[int, Path] = field(default_factory=dict)
     net: Any = None
 
     def __post_init__(self) -> None:
@@ -201,7 +205,10 @@ class Cluster:
                 continue
             env = {**_env(), **self.env}
             prefix = self.launch[k] if self.launch else []
-            args = [*prefix, str(BIN / "schedd"), "--config", str(n.config)]
+            bin_dir = self.bins.get(k, BIN)
+            if bin_dir != BIN:
+                env.pop("PYTHONPATH", None)  # this tree's schedd would shadow the release's
+            args = [*prefix, str(bin_dir / "schedd"), "--config", str(n.config)]
             if self.clock_skew:
                 env["SCHEDD_TEST_CLOCK_FILE"] = str(self.clock_file(k))
                 args = [*prefix, sys.executable, "-c", SKEW_LAUNCHER, "--config", str(n.config)]
