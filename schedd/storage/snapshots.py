@@ -355,8 +355,10 @@ def read_snapshot(path: Path) -> SnapshotInfo:
     if data[:8] != MARKER_MAGIC:
         raise SnapshotError(
             f"{path}: not a schedd snapshot of this version (neither a snapshot marker nor an "
-            "SQLite database; an older schedd wrote snapshots in another format): move it away, "
-            "and the state database next to it, to rebuild this node from the cluster"
+            "SQLite database; an older schedd wrote snapshots in another format): to rebuild "
+            "this node from the cluster, move it away with everything else in its directory, "
+            "the Raft journal included (and raft.journal_dir's, if set): a compacted journal "
+            "without its snapshot leaves the node applying nothing"
         )
     marker = _read_marker(path, data)
     return SnapshotInfo(marker.applied_index, marker.raft, marker=marker)
