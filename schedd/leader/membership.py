@@ -109,6 +109,7 @@ class MembershipService:
         self.hand_over = hand_over
         self._lock = asyncio.Lock()  # one change at a time from this node
         self._caught_up = 0  # consecutive looks at which the learner had caught up
+        self._misnamed_said = False  # the misnamed peers were logged (not recorded: once)
 
     # -- reading ------------------------------------------------------------------------------
     def view(self) -> dict[str, Any]:
@@ -177,7 +178,28 @@ class MembershipService:
                 "all voters are up before changing the membership"
             )
 
+    def _misnamed(self, m: Membership) -> list[str]:
+        """The voters this node knows by another address than the one they call themselves
+        (their raft.listen, said in their hello): a membership recorded with this node's names
+        for them would tell each of them that it is not a member, and it would stop.  (Only a
+        proxy or a NAT between the nodes does this; pysyncobj itself refuses such a peer.)"""
+        hellos = self.node.peer_hellos()
+        out = []
+        for v in m.voters:
+            said = hellos.get(v.raft, {}).get("node")
+            if v.raft != self.node.raft_self and said and said != v.raft:
+                out.append(f"{v.raft} (its raft.listen is {said})")
+        return out
+
     async def _commit(self, op: str, target: str, new: Membership, base: Membership) -> Membership:
+        misnamed = self._misnamed(new)
+        if misnamed:
+            raise Conflict(
+                f"this node knows {', '.join(misnamed)} by another address than its "
+                "raft.listen: a membership recorded now would name it by an address it does "
+                "not know as its own, and it would stop; list every node in raft.peers by its "
+                "raft.listen first"
+            )
         if not base.cluster:  # recorded for the first time: the cluster gets its id
             new = replace(new, cluster=secrets.token_hex(8))
         problem = members.check(new, base)
@@ -318,6 +340,20 @@ class MembershipService:
             self._check_upgraded(m)
         except Conflict:
             return  # an older node among them: not yet
+        misnamed = self._misnamed(m)
+        if misnamed:
+            if not self._misnamed_said:
+                self._misnamed_said = True
+                log_event(
+                    log,
+                    "cluster.membership_not_recorded",
+                    logging.WARNING,
+                    misnamed=misnamed,
+                    hint="raft.peers names these nodes by other addresses than their "
+                    "raft.listen (a proxy or NAT between the nodes?): the membership stays "
+                    "the configuration's, and membership changes are refused",
+                )
+            return
         async with self._lock:
             _, current = self._leading()
             if current.index == 0:
@@ -379,6 +415,7 @@ async def join_cluster(
     ssl_context: ssl.SSLContext | bool,
     timeout: float = JOIN_TIMEOUT_S,
     cluster: str = "",
+    data: bool = False,
 ) -> Membership:
     """Ask the cluster at ``urls`` (any node's API) to add this node; the membership it
     recorded (this node a learner).  Retries while no node answers or there is no leader;
@@ -393,7 +430,7 @@ async def join_cluster(
                 "id": node_id,
                 "http": http,
                 "at": clock.wall_ms(),
-                "data": False,
+                "data": data,
                 "cluster": cluster,
             }
             body["proof"] = join_proof(secret, body)
