@@ -12,6 +12,7 @@ from typing import Any
 
 from aiohttp import web
 
+from schedd import clock
 from schedd.api.ports import MEMBERS, PREFIX, PROXY, RAFT, json_response, read_json
 from schedd.config import split_hostport
 from schedd.errors import InvalidArgument, SchedError
@@ -43,6 +44,8 @@ def check_address(raft: object, field: str = "raft") -> str:
 
 #: how long a removed leader waits for the next one to be known before it forwards
 HAND_OVER_WAIT_S = 10.0
+#: how soon a removed leader asks the next one again while that one is starting
+HAND_OVER_RETRY_S = 0.2
 RESOLVE_TIMEOUT_S = 5.0
 
 
@@ -55,6 +58,19 @@ async def _forwarded(
 ) -> web.Response:
     status, answer = await request.app[PROXY].forward(request, method, path, body, wait)
     return _answer(status, answer)
+
+
+async def _to_next_leader(request: web.Request, path: str) -> web.Response:
+    """``DELETE path`` asked of the leader that this node handed over to: until
+    :data:`HAND_OVER_WAIT_S`, again while it answers 503 - elected a moment ago, it changes
+    nothing until its claim is committed ("just elected and is starting")."""
+    deadline = clock.mono() + HAND_OVER_WAIT_S
+    while True:
+        left = max(0.0, deadline - clock.mono())
+        status, answer = await request.app[PROXY].forward(request, "DELETE", path, None, left)
+        if status != 503 or clock.mono() + HAND_OVER_RETRY_S > deadline:
+            return _answer(status, answer)
+        await asyncio.sleep(HAND_OVER_RETRY_S)
 
 
 async def cluster_nodes(request: web.Request) -> web.Response:
@@ -116,7 +132,7 @@ async def remove_node(request: web.Request) -> web.Response:
         return await _forwarded(request, "DELETE", path)
     done = await request.app[MEMBERS].remove(ref)
     if done is None:  # this node: it handed over, and the new leader removes it
-        return await _forwarded(request, "DELETE", path, wait=HAND_OVER_WAIT_S)
+        return await _to_next_leader(request, path)
     return json_response(request.app[MEMBERS].view())
 
 
