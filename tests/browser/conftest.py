@@ -199,3 +199,35 @@ def screenshot(page: Any, name: str, tmp_path: Path) -> Path:
     out = folder / f"dashboard-{name}.png"
     page.screenshot(path=str(out), full_page=True)
     return out
+
+
+#: what reaches past the right (or left) edge of the viewport: the document's own scroll width,
+#: and each visible element that sticks out or scrolls sideways inside (form fields aside)
+_OVERFLOW = """() => {
+  const width = document.documentElement.clientWidth;
+  const name = (el) => el.tagName.toLowerCase() + (el.id ? "#" + el.id : "")
+    + (el.classList.length ? "." + [...el.classList].join(".") : "");
+  const out = [];
+  if (document.documentElement.scrollWidth > width) {
+    out.push(`the document is ${document.documentElement.scrollWidth}px wide in ${width}px`);
+  }
+  for (const el of document.querySelectorAll("body *")) {
+    const r = el.getBoundingClientRect();
+    if (r.width === 0 || r.height === 0) continue;
+    if (r.right > width + 0.5 || r.left < -0.5) {
+      out.push(`${name(el)} spans ${Math.round(r.left)}..${Math.round(r.right)}px`);
+    }
+    if (["INPUT", "SELECT", "TEXTAREA"].includes(el.tagName)) continue;
+    const scrolls = ["auto", "scroll"].includes(getComputedStyle(el).overflowX);
+    if (scrolls && el.scrollWidth > el.clientWidth + 1) {
+      out.push(`${name(el)} scrolls sideways: ${el.scrollWidth}px in ${el.clientWidth}px`);
+    }
+  }
+  return out;
+}"""
+
+
+def horizontal_overflow(page: Any) -> list[str]:
+    """What overflows the page horizontally at its viewport's width (nothing: ``[]``)."""
+    found: list[str] = page.evaluate(_OVERFLOW)
+    return found

@@ -21,6 +21,7 @@ import pytest
 
 from tests.browser.conftest import SECRETS, Daemon, chromium, screenshot
 from tests.cluster.harness import Cluster
+from tests.cluster.members import raft_addr
 
 pytestmark = [pytest.mark.browser, pytest.mark.cluster]
 
@@ -89,6 +90,15 @@ def test_a_follower_serves_the_page_and_a_new_leader_is_told(
     me, lead = three.nodes[follower].node_id, three.nodes[old].node_id
     assert f"served by {me} (follower)" in bar
     page.wait_for_selector(f"#cluster .fact:has-text('leader {lead}')")
+    # the cluster screen, as a follower applied the membership: the lags are the leader's
+    page.click("#nav a[data-screen='cluster']")
+    # (by Raft address: a follower may not know every node's id yet)
+    page.wait_for_selector(f"#members-table tr.leader[data-raft='{raft_addr(three, old)}']")
+    assert page.locator("#members-table tbody tr").count() == 3
+    assert page.inner_text("#members-quorum").startswith("3 voters, a majority is 2")
+    assert set(page.locator("#members-table td.lag").all_inner_texts()) == {"—"}
+    link = page.get_attribute("#leader-link", "href")
+    assert link == f"{three.nodes[old].url}/ui/cluster", link
     three.kill(old)
     daemon.wait(lambda: leader_of(three) not in (None, old), timeout=30)
     new = leader_of(three)
@@ -98,6 +108,11 @@ def test_a_follower_serves_the_page_and_a_new_leader_is_told(
     assert term is not None
     assert notice.inner_text().startswith(f"leader {lead} → {three.nodes[new].node_id} at term")
     page.wait_for_selector("#banner", state="hidden", timeout=10_000)
+    # the new leader is marked on the cluster screen, and the old one is not connected
+    page.wait_for_selector(f"#members-table tr.leader[data-raft='{raft_addr(three, new)}']")
+    page.wait_for_selector(
+        f"#members-table tr[data-raft='{raft_addr(three, old)}'] td.connected .bad"
+    )
     screenshot(page, "leader-change", tmp_path)
 
 

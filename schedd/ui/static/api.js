@@ -22,6 +22,9 @@ export const OPTIONAL = {
   dlqReplay: ["post", `${API}/dlq/replay`],
   dlqDrop: ["post", `${API}/dlq/drop`],
   drain: ["post", `${API}/workers/{worker_id}/drain`],
+  members: ["get", `${API}/cluster/nodes`],
+  addMember: ["post", `${API}/cluster/nodes`],
+  removeMember: ["delete", `${API}/cluster/nodes/{node}`],
 };
 
 export class ApiError extends Error {

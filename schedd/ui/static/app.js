@@ -1,6 +1,6 @@
 // The dashboard's shell: log in, the cluster bar, the viewer's zone, the screens by address
-// (/ui/jobs, /ui/jobs/<id>, /ui/runs/<id>, /ui/dlq, /ui/workers, /ui/lag) and their live
-// refresh.
+// (/ui/jobs, /ui/jobs/<id>, /ui/runs/<id>, /ui/dlq, /ui/workers, /ui/lag, /ui/cluster) and
+// their live refresh.
 
 import { ApiError, exchangeCode, login, on, session } from "./api.js";
 import * as clusterbar from "./clusterbar.js";
@@ -8,6 +8,7 @@ import { fill, h, tickAges } from "./dom.js";
 import { browserZone } from "./fmt.js";
 import * as live from "./live.js";
 import { setToken, setViewerZone, token, viewerZone } from "./settings.js";
+import { clusterScreen } from "./screens/cluster.js";
 import { dlqScreen } from "./screens/dlq.js";
 import { jobScreen } from "./screens/job.js";
 import { jobsScreen } from "./screens/jobs.js";
@@ -24,6 +25,7 @@ const ROUTES = [
   [/^\/ui\/dlq\/?$/, "dlq", dlqScreen],
   [/^\/ui\/workers\/?$/, "workers", workersScreen],
   [/^\/ui\/lag\/?$/, "lag", lagScreen],
+  [/^\/ui\/cluster\/?$/, "cluster", clusterScreen],
 ];
 
 const main = document.getElementById("main");
@@ -147,7 +149,10 @@ function boot() {
   });
   live.subscribe((kind, event) => {
     if (kind === "event" && event.type === "cluster") {
-      clusterbar.refresh(); // a new leader: the bar, not the screen
+      // a new leader or a membership change: the bar, and the screen only if it shows the
+      // cluster (the others do not say so)
+      clusterbar.refresh();
+      if (screen?.relevant?.("cluster", event.data ?? [])) refreshSoon(kind);
       return;
     }
     // an event about what the screen does not show does not refresh it
