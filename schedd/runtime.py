@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import sqlite3
 
 from aiohttp import web
 
@@ -146,7 +147,7 @@ class Runtime:
         )
         self.hooks.on_fatal = on_fatal
         self.hooks.on_apply_time = self.metrics.apply_time.observe
-        if self.config.raft.join and not self._holds_data():
+        if self.config.raft.join and not self._recorded_member():
             # a new node: the cluster records it as a learner, and it starts as one
             joined = await self._join()
             self._settings = dataclasses.replace(self._settings, joined=joined)
@@ -197,13 +198,27 @@ class Runtime:
             peers=list(self.config.raft.peers),
         )
 
-    def _holds_data(self) -> bool:
-        """Whether this node's data directory holds a state or a journal already."""
-        st = self._settings
-        journal = (st.journal_dir or st.data_dir) / "raft.journal"
-        return (st.data_dir / "state.db").exists() or (
-            journal.exists() and journal.stat().st_size > 0
-        )
+    def _recorded_member(self) -> bool:
+        """Whether this node's state records a membership (it joined, or was a member, before):
+        a node with raft.join asks to join until it does, even after a restart that left an
+        empty state behind (it must never start alone, as a one-node cluster)."""
+        return self._state_meta().get("members") is not None
+
+    def _state_meta(self) -> dict[str, str]:
+        """The meta table of this node's state database ({} when there is none yet)."""
+        path = self._settings.data_dir / "state.db"
+        if not path.exists():
+            return {}
+        try:
+            # (read-write: after a kill the database's log may need its shared-memory file,
+            # which a read-only connection cannot make; nothing else has it open yet)
+            db = sqlite3.connect(path)
+            try:
+                return {str(k): str(v) for k, v in db.execute("SELECT key, value FROM meta")}
+            finally:
+                db.close()
+        except sqlite3.Error:
+            return {}  # not readable: the node's own start says what is wrong with it
 
     async def _join(self) -> Membership:
         cfg = self.config
@@ -223,6 +238,7 @@ class Runtime:
                 self._settings.password,
                 peer_ssl_context(cfg) or True,
                 cluster=cfg.raft.cluster_id,
+                data=int(self._state_meta().get("applied_index", 0) or 0) > 0,
             )
         except SchedError as exc:
             raise ConfigError([f"raft.join: {exc.message}"]) from None

@@ -367,6 +367,7 @@ class RaftNode:
         #: the membership this node goes by: the log's once it recorded one, else what this
         #: node was given when it joined, else its raft.peers (published; see _adopt_members)
         self.members = self._starting_members()
+        self._removal_pending = False  # a removal to look at once caught up (_check_removed)
         self._sm.on_members = self._members_applied
         #: what each applied entry changed, for the API's event streams (GET /events)
         # gated: an event is sent once the API's reads see its entry (the lazy commit)
@@ -544,12 +545,11 @@ class RaftNode:
         ).with_known(self._known())
         if recorded is None:
             return st.joined or configured
-        if st.self_addr not in recorded.addresses():
-            removed = st.self_addr in recorded.removed
+        if st.self_addr in recorded.removed and st.self_addr not in recorded.addresses():
+            # (absent but not removed: a node still catching up from before it was added)
             raise ConfigError(
                 [
-                    f"raft.listen: this node ({st.self_addr}) "
-                    + ("was removed from its cluster" if removed else "is not a member")
+                    f"raft.listen: this node ({st.self_addr}) was removed from its cluster"
                     + f" (the membership its data directory {st.data_dir} recorded at log "
                     f"index {recorded.index} names "
                     + ", ".join(m.raft for m in recorded.voters)
@@ -594,13 +594,24 @@ class RaftNode:
                 voters=sorted(voters),
                 learner=members.learner.raft if members.learner else None,
             )
-        me = self.settings.self_addr
-        if members.index and me not in members.addresses():
-            self.hooks.on_fatal(
-                f"this node ({me}) was removed from its cluster at log index {members.index}; "
-                "it stops. To use this machine again, empty its data directory and add it "
-                "anew (schedctl node add, or raft.join; docs/operations.md, Membership)"
-            )
+        self._check_removed()
+
+    def _check_removed(self) -> None:  # tick thread
+        """Stop if the membership this node goes by removed it.  Not while it applies older
+        entries than it knows committed: a node catching up from the log meets the memberships
+        from before it was added (and removed, if it was added back since)."""
+        members, me = self.members, self.settings.self_addr
+        self._removal_pending = False
+        if not members.index or me in members.addresses() or me not in members.removed:
+            return
+        if int(self._obj.raftLastApplied) < int(self._obj.raftCommitIndex):
+            self._removal_pending = True  # looked at again once caught up (_run_on_tick)
+            return
+        self.hooks.on_fatal(
+            f"this node ({me}) was removed from its cluster at log index {members.index}; "
+            "it stops. To use this machine again, empty its data directory and add it "
+            "anew (schedctl node add, or raft.join; docs/operations.md, Membership)"
+        )
 
     @property
     def raft_self(self) -> str:
@@ -959,6 +970,8 @@ class RaftNode:
 
     def _run_on_tick(self) -> None:  # tick thread
         self._hand_over()
+        if self._removal_pending:
+            self._check_removed()
         self._fast_append()
         self.snapshots.running = True  # pysyncobj loaded the snapshot file (if any) before
         self.snapshots.sweep(bool(self._obj._isLeader()))

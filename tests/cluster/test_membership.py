@@ -249,3 +249,27 @@ async def test_a_lost_majority_is_recovered_from_one_survivor(tmp_path: Path) ->
             assert {n["id"] for n in view["nodes"]} == {cluster.nodes[survivor].node_id, "n4", "n5"}
     finally:
         cluster.stop()
+
+
+async def test_a_joining_node_killed_early_joins_again_and_never_leads_alone(
+    tmp_path: Path,
+) -> None:
+    cluster = Cluster(tmp_path / "c", size=1)
+    try:
+        cluster.start()
+        async with aiohttp.ClientSession() as http:
+            await cluster.wait_leader(http)
+            await recorded(http, cluster, 0)
+            new = new_node(cluster, "n2", {"join": [cluster.nodes[0].url]})
+            cluster.start(new)
+            log = cluster.nodes[new].log
+            await wait_for(lambda: "cluster.joined" in log.read_text(), timeout=30)
+            cluster.kill(new)  # before or while it loads the state: a restart must join again
+            cluster.start(new)
+            await wait_voter(http, cluster, 0, new)
+            text = log.read_text()
+            assert "leader.elected" not in text, text  # never a cluster of its own
+            view = await members(http, cluster, new)
+            assert view is not None and view["quorum"] == 2
+    finally:
+        cluster.stop()
