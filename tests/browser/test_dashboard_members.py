@@ -194,12 +194,6 @@ class StoppedAsRemoved(Exception):
     """The new node stopped before it was a voter, saying it was removed."""
 
 
-@pytest.mark.xfail(
-    raises=StoppedAsRemoved,
-    reason="a node added to a young cluster may apply an earlier membership entry (the "
-    "leader's record of it, a prior change) on its own, find itself absent and stop as "
-    "'removed' (schedd/raft/node.py _adopt_members); remove this mark once that is fixed",
-)
 def test_a_node_started_after_it_was_added_becomes_a_voter_and_is_removed(
     page: Any, node: Daemon
 ) -> None:
