@@ -59,7 +59,7 @@ def cluster_view(
             "id": leader_id if is_leader else None,
             "raft": peer.addr,
             "http": url,
-            "role": "leader" if is_leader else "follower",
+            "role": "leader" if is_leader else "learner" if peer.role == "learner" else "follower",
             "self": False,
             "healthy": peer.connected,
             "version": None if url is None else versions.get(url),

@@ -50,6 +50,10 @@ class PeerView(Protocol):
     def match_index(self) -> int | None: ...
 
     @property
+    def role(self) -> str:
+        """``voter`` or ``learner``."""
+
+    @property
     def answered_at(self) -> float | None:
         """When it last answered this node, the leader (``clock.mono``); None: not known."""
 

@@ -55,7 +55,8 @@ __all__ = [
 
 Time = Annotated[str, js(format="date-time")]
 Seconds = Annotated[int | float, js(minimum=0), "a duration in seconds (an integer when whole)"]
-Role = Literal["leader", "follower", "candidate", "unknown"]  # as Raft reports it
+#: as Raft reports it; ``learner``: a node being added (it neither votes nor counts)
+Role = Literal["leader", "follower", "candidate", "unknown", "learner"]
 Cursor = Annotated[str | None, "pass as cursor for the next page; null at the end"]
 
 

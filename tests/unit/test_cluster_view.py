@@ -36,6 +36,7 @@ class Peer:
     connected: bool = True
     match_index: int | None = None
     answered_at: float | None = None
+    role: str = "voter"
 
 
 @dataclass
@@ -104,6 +105,23 @@ def test_the_leader_knows_each_followers_lag_and_when_it_last_answered() -> None
     )
     assert (n3["version"], n3["lag"], n3["last_contact"]) == (None, 60, 12.5)
     assert not n3["healthy"]
+
+
+def test_a_learner_is_shown_as_one() -> None:
+    raft = FakeRaft(
+        Status(
+            "leader",
+            "127.0.0.1:7701",
+            [Peer("127.0.0.1:7711", match_index=97), Peer("127.0.0.1:7731", role="learner")],
+        )
+    )
+    view = cluster.cluster_view(CONFIG, raft, "http://127.0.0.1:7700", {})  # type: ignore[arg-type]
+    roles = {a: n["role"] for a, n in nodes(view).items()}
+    assert roles == {
+        "127.0.0.1:7701": "leader",
+        "127.0.0.1:7711": "follower",
+        "127.0.0.1:7731": "learner",
+    }
 
 
 def test_a_follower_knows_its_own_lag_and_when_it_last_heard_from_its_leader() -> None:
