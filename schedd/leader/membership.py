@@ -26,7 +26,7 @@ import orjson
 
 from schedd import clock, net
 from schedd.core import commands, members
-from schedd.core.members import LEARNER, VOTER, Membership
+from schedd.core.members import LEARNER, VOTER, Member, Membership
 from schedd.core.state import Ok, Rejected, State
 from schedd.errors import (
     Conflict,
@@ -163,12 +163,15 @@ class MembershipService:
             raise Unavailable("this node was just elected and is starting", retry_after=1)
         return fence, node.members
 
-    def _check_upgraded(self, m: Membership) -> None:
+    def _check_upgraded(self, m: Membership, leaving: str = "") -> None:
+        """Every voter but this node (and ``leaving``, the one being removed: it takes no part
+        in what follows, and a dead one may never have said hello to this leader) advertises
+        membership changes."""
         hellos = self.node.peer_hellos()
         old = [
             v.name
             for v in m.voters
-            if v.raft != self.node.raft_self
+            if v.raft not in (self.node.raft_self, leaving)
             and "membership" not in (hellos.get(v.raft, {}).get("features") or ())
         ]
         if old:
@@ -202,6 +205,13 @@ class MembershipService:
             )
         if not base.cluster:  # recorded for the first time: the cluster gets its id
             new = replace(new, cluster=secrets.token_hex(8))
+        # the ids and URLs the members said in their hellos, where the membership has none
+        # (one taken from the configuration before they said it): in the log, so that after
+        # a restart a member is still known by its id, even one that is down for good
+        new = new.with_known(
+            Member(addr, str(hello.get("id") or ""), str(hello.get("http") or ""))
+            for addr, hello in self.node.peer_hellos().items()
+        )
         problem = members.check(new, base)
         if problem is not None:
             raise InvalidArgument(problem)
@@ -262,7 +272,7 @@ class MembershipService:
                 log_event(log, "cluster.remove_leader", node=target.raft)
                 await self.hand_over()
                 return None
-            self._check_upgraded(m)
+            self._check_upgraded(m, leaving=target.raft)
             return await self._commit("remove", target.raft, new, m)
 
     async def join(self, body: dict[str, Any], remote: str | None) -> Membership:
