@@ -7,7 +7,8 @@ Schedule i uses seed S+i (tests/cluster/faults.py: the same seed gives the same 
 one gets a fresh cluster; its directory (node logs, worker logs, execution records, report.json)
 is kept when an invariant is violated (or with --keep) and removed otherwise.  Prints one line per
 schedule and the totals: schedules, jobs, faults by kind, each invariant's count (all must be
-0), failover times p50/max; writes everything as JSON.  Exit status 1 if any invariant is
+0), failover times p50/max, how the wiped followers caught up and how long the new nodes of
+the membership kinds took to be promoted; writes everything as JSON.  Exit status 1 if any invariant is
 violated.
 
 Clock shifts are applied inside the node's Python process (time.time/time_ns; see
@@ -102,6 +103,10 @@ def totals(reports: list[dict[str, Any]]) -> dict[str, Any]:
         runs.update(r["runs"])
     wiped = [f for r in reports for f in r["faults"] if f.get("wiped")]
     rebuilt = [f["rebuilt_s"] for f in wiped if f["rebuilt_s"] is not None]
+    joined = [f for r in reports for f in r["faults"] if f.get("joined")]
+    promoted = [f["promoted_s"] for f in joined if f["promoted_s"] is not None]
+    interrupted = [f for f in joined if f["kind"] == "add_interrupted"]
+    removed = [f for r in reports for f in r["faults"] if f.get("removed")]
     return {
         "schedules": len(reports),
         "schedules_ok": sum(1 for r in reports if r["ok"]),
@@ -147,6 +152,18 @@ def totals(reports: list[dict[str, Any]]) -> dict[str, Any]:
             "p50_s": pct(rebuilt, 0.5),
             "max_s": max(rebuilt) if rebuilt else None,
         },
+        "new_nodes": {
+            "joined": len(joined),
+            "by_kind": dict(Counter(f["kind"] for f in joined)),
+            "promoted": len(promoted),
+            "promoted_s": sorted(promoted),
+            "p50_s": pct(promoted, 0.5),
+            "max_s": max(promoted) if promoted else None,
+            "interrupted": len(interrupted),
+            "learner_at_kill": sum(1 for f in interrupted if f.get("learner_at_kill")),
+            "removed": len(removed),
+            "removed_stopped": sum(1 for f in removed if f.get("refused")),
+        },
     }
 
 
@@ -179,6 +196,18 @@ def print_totals(t: dict[str, Any], elapsed: float) -> None:
             f"wiped followers: {rb['wiped']}, {rb['rebuilt']} caught up with the leader "
             f"({rb['from_snapshot']} from a whole copy of the state, the others from the "
             f"leader's log) p50 {rb['p50_s']}s max {rb['max_s']}s after the restart"
+        )
+    nn = t["new_nodes"]
+    if nn["joined"]:
+        kinds = ", ".join(f"{k} {n}" for k, n in sorted(nn["by_kind"].items()))
+        each = ", ".join(f"{x:.2f}" for x in nn["promoted_s"])
+        print(
+            f"new nodes: {nn['joined']} ({kinds}), {nn['promoted']} promoted to voter p50 "
+            f"{nn['p50_s']}s max {nn['max_s']}s after their start (each: {each} s); "
+            f"add_interrupted: the leader killed while the new node was a learner "
+            f"{nn['learner_at_kill']} of {nn['interrupted']} times; removed nodes that stopped "
+            f"with status 2 (restarted with their data, or removed while running): "
+            f"{nn['removed_stopped']} of {nn['removed']}"
         )
     if t["violated_seeds"]:
         print(f"VIOLATIONS in seeds {t['violated_seeds']}")

@@ -40,6 +40,17 @@ Invariants (``report["invariants"]``):
   (``wipe_follower``) that had not applied the leader's commit index within
   :data:`REBUILD_BOUND_S` of its restart (the other invariants then judge it with the rest:
   it must hold every acknowledged job, and the same state as the leader).
+* ``membership_divergence`` — at the end, the members disagree on the membership
+  (``GET /api/v1/cluster/nodes`` on every live member: the log index it was recorded at, each
+  node's Raft address and role, the removed addresses), or it is not the one the harness made
+  (the nodes it removed gone, the nodes it added there), or a removed node went on running: one
+  restarted with its data, or removed while it ran, that had not stopped with status 2 within
+  a bound (``replace_node``, ``add_interrupted`` in tests/cluster/faults.py).
+* ``stuck_learner`` — a learner still in some member's membership at the end, after a quiet
+  period (:func:`read_members`): a node added that was never promoted (nor removed).
+
+The two membership invariants are counted only when :func:`check` is given the members' views
+(``members=``; the fault schedules give them, the soak does not).
 
 With history retention (``check(retention_s=...)``, the soak), a job or run may be forgotten by
 every node.  An acknowledged job missing on every node counts as forgotten, not lost, only when
@@ -80,6 +91,8 @@ INVARIANTS = (
     "failover_over_bound",
     "unexpected_exits",
     "rebuild_over_bound",
+    "membership_divergence",
+    "stuck_learner",
 )
 #: seconds from a wiped follower's restart until it must have applied the leader's commit index
 REBUILD_BOUND_S = 10.0
@@ -131,6 +144,17 @@ class Fault:
     wiped: str | None = None
     rebuilt_s: float | None = None
     rebuilt_by: str | None = None
+    #: the node started at a new address with raft.join (replace_node, add_interrupted), and
+    #: seconds from its start until the leader listed it as a voter (None: not seen within the
+    #: step's bound); for add_interrupted, whether it was still a learner (in the leader's
+    #: membership) when the leader was killed
+    joined: str | None = None
+    promoted_s: float | None = None
+    learner_at_kill: bool | None = None
+    #: the node removed from the membership, and whether it then stopped by itself with status
+    #: 2 (restarted once with its data: refused; or removed while it ran)
+    removed: str | None = None
+    refused: bool | None = None
 
 
 class History:
@@ -141,6 +165,9 @@ class History:
         self.faults: list[Fault] = []
         self.notes: list[tuple[float, str]] = []
         self.exits: list[str] = []  # processes that exited by themselves, unexpectedly
+        #: what went wrong with a membership change as the harness made it (a removal refused,
+        #: a removed node that kept running): counted as membership_divergence
+        self.membership: list[str] = []
 
     def now(self) -> float:
         return time.monotonic() - self.t0
@@ -273,10 +300,16 @@ async def converged(
 
 
 async def collect(
-    http: aiohttp.ClientSession, urls: list[str], headers: dict[str, str], timeout: float = 60.0
+    http: aiohttp.ClientSession,
+    urls: list[str],
+    headers: dict[str, str],
+    timeout: float = 60.0,
+    nodes: list[int] | None = None,
 ) -> tuple[list[NodeState], dict[str, Any]]:
     """A consistent read of every node: all applied up to the leader's commit index, and that
-    index unchanged from before the reads to after them."""
+    index unchanged from before the reads to after them.  ``nodes``: the index of each url's
+    node in the cluster (the names ``n<i+1>`` the report uses), if not its position."""
+    names = nodes or list(range(len(urls)))
     deadline = time.monotonic() + timeout
     info: dict[str, Any] = {"converged": False, "tries": 0}
     states: list[NodeState] = []
@@ -288,7 +321,9 @@ async def collect(
             break
         read_ms = int(time.time() * 1000)
         states = list(
-            await asyncio.gather(*(read_node(http, u, headers, i) for i, u in enumerate(urls)))
+            await asyncio.gather(
+                *(read_node(http, u, headers, i) for i, u in zip(names, urls, strict=True))
+            )
         )
         after = await indexes(http, urls, headers)
         same = all(
@@ -302,6 +337,103 @@ async def collect(
             info["leader"] = next(i for i, v in enumerate(before) if v and v["role"] == "leader")
             return states, info
     return states, info
+
+
+MEMBERS_PATH = "/api/v1/cluster/nodes"
+#: how long the members' views may take to agree, with no learner left, at the end
+MEMBERS_QUIET_S = 10.0
+
+
+def _membership_key(view: dict[str, Any], alias: dict[str, str]) -> tuple[Any, ...]:
+    """What every member must agree on: the index the membership was recorded at, each node's
+    Raft address (as ``alias`` names it) and role, the removed addresses.  (Ids and URLs are
+    filled in by each node from what its peers told it, and may differ while harmless.)"""
+    return (
+        view.get("index"),
+        tuple(sorted((alias.get(n["raft"], n["raft"]), n["role"]) for n in view["nodes"])),
+        tuple(sorted(alias.get(a, a) for a in view.get("removed", ()))),
+    )
+
+
+def _learners(view: dict[str, Any]) -> list[str]:
+    return [n["raft"] for n in view["nodes"] if n["role"] != "voter"]
+
+
+async def read_members(
+    http: aiohttp.ClientSession,
+    urls: list[str],
+    headers: dict[str, str],
+    alias: dict[str, str] | None = None,
+    quiet_s: float = MEMBERS_QUIET_S,
+) -> list[dict[str, Any] | None]:
+    """Every node's ``GET /api/v1/cluster/nodes``, read again until all answer the same
+    membership with no learner in it, at most ``quiet_s`` (the quiet period): the last
+    answers (None for a node that did not answer)."""
+    alias = alias or {}
+    deadline = time.monotonic() + quiet_s
+
+    async def one(url: str) -> dict[str, Any] | None:
+        try:
+            v: dict[str, Any] = await _get(http, url + MEMBERS_PATH, headers)
+            return v
+        except (aiohttp.ClientError, TimeoutError, RuntimeError):
+            return None
+
+    while True:
+        views = list(await asyncio.gather(*(one(u) for u in urls)))
+        answered = [v for v in views if v is not None]
+        if (
+            len(answered) == len(views)
+            and len({_membership_key(v, alias) for v in answered}) == 1
+            and not any(_learners(v) for v in answered)
+        ) or time.monotonic() > deadline:
+            return views
+        await asyncio.sleep(0.2)
+
+
+def membership_problems(
+    views: list[dict[str, Any] | None],
+    names: list[str],
+    expected: list[str],
+    alias: dict[str, str] | None = None,
+) -> tuple[list[str], list[str]]:
+    """(membership_divergence, stuck_learner) evidence from the members' views (``names``: the
+    node each came from; ``expected``: the members the harness made, as ``alias`` names
+    their Raft addresses)."""
+    alias = alias or {}
+    divergence: list[str] = []
+    learners: dict[str, list[str]] = defaultdict(list)
+
+    def show(view: dict[str, Any]) -> str:
+        nodes = ", ".join(
+            f"{alias.get(n['raft'], n['raft'])} {n['role']}"
+            for n in sorted(view["nodes"], key=lambda n: str(n["raft"]))
+        )
+        return f"index {view.get('index')}: {nodes}; removed {view.get('removed', [])}"
+
+    ref: tuple[str, dict[str, Any]] | None = None
+    for name, view in zip(names, views, strict=True):
+        if view is None:
+            divergence.append(f"{name} did not answer GET {MEMBERS_PATH}")
+            continue
+        for raft in _learners(view):
+            learners[alias.get(raft, raft)].append(name)
+        if ref is None:
+            ref = (name, view)
+        elif _membership_key(view, alias) != _membership_key(ref[1], alias):
+            divergence.append(f"{name} reports {show(view)}; {ref[0]} reports {show(ref[1])}")
+    if ref is not None:
+        have = sorted(alias.get(n["raft"], n["raft"]) for n in ref[1]["nodes"])
+        if have != sorted(expected):
+            divergence.append(
+                f"the members are {have} ({ref[0]}: {show(ref[1])}); the harness made "
+                f"{sorted(expected)}"
+            )
+    stuck = [
+        f"{learner} still a learner after the quiet period (reported by {', '.join(who)})"
+        for learner, who in sorted(learners.items())
+    ]
+    return divergence, stuck
 
 
 # -- worker evidence -------------------------------------------------------------------------------
@@ -424,12 +556,16 @@ def check(
     executed_ms: dict[str, int] | None = None,
     cancelled_ms: dict[str, int] | None = None,
     rebuild_bound_s: float = REBUILD_BOUND_S,
+    members: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Count every invariant's violations (each with its evidence) and build the report.
     ``cron_jobs`` and ``interval_jobs`` are the recurring jobs (a cron's runs must be on its
     whole seconds); ``retention_s`` and ``executed_ms`` (:func:`last_executions`) let a job or
     run that history retention forgot go (see the module's docstring), and ``cancelled_ms``
-    says when the recurring jobs were cancelled (only then may one be forgotten)."""
+    says when the recurring jobs were cancelled (only then may one be forgotten).
+    ``members``: the live members' membership views at the end (``views``, from the nodes
+    ``names``), the members the harness made (``expected``) and what names each Raft address
+    (``alias``); see :func:`membership_problems`."""
     v: dict[str, list[str]] = {k: [] for k in INVARIANTS}
     v["unexpected_exits"] = list(history.exits)
     stats: Counter[str] = Counter()
@@ -454,6 +590,13 @@ def check(
                 f"bound {bound_s}s from its {r['bound_from']}"
             )
     v["rebuild_over_bound"] = slow_rebuilds(history, rebuild_bound_s)
+    v["membership_divergence"] = list(history.membership)
+    if members is not None:
+        diverged, stuck = membership_problems(
+            members["views"], members["names"], members["expected"], members.get("alias")
+        )
+        v["membership_divergence"] += diverged
+        v["stuck_learner"] = stuck
     sums: list[str] = []
     if not states:
         v["replica_divergence"].append(f"no consistent read of the nodes: {collect_info}")

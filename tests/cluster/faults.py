@@ -50,16 +50,38 @@ wipe_follower          SIGKILL a follower, delete everything it wrote in its dat
                        of the state, once the leader's log no longer starts at index 1), and
                        waits until it has applied the leader's commit index (at most
                        checker.REBUILD_BOUND_S from the restart) before the next step
+replace_node           SIGKILL a follower; 1–3 s later remove it (``DELETE
+                       /api/v1/cluster/nodes/{id}``), start a new node at a new address (new
+                       ports, an empty data directory, ``raft.join`` = the live members' API
+                       URLs) and start the removed one once more with its data: it must be
+                       refused and stop with status 2.  The step waits until the new node is
+                       a voter (at most PROMOTE_WAIT_S) and the old one has stopped
+                       (RETIRE_WAIT_S); the new node is a member from then on
+add_interrupted        start a new node with ``raft.join``; as soon as the leader lists it as
+                       a learner (still loading the state), SIGKILL the leader, restart it
+                       after 1–4 s.  The step waits until the new node is a voter (four
+                       voters), then until the killed node has caught up, and removes it
+                       (back to three voters; were it the leader, it hands over first): it
+                       must stop by itself with status 2
 =====================  =====================================================================
 
+The two membership kinds change who the members are: every later step picks its leader,
+follower, link or victims among the live members (:attr:`Run.members`), restarts only them
+(``kill_all``, ``power_loss``, the final heal: a removed node is never started again after
+its one refused restart), and the checker reads the state and the membership from them.
+
 The three disk kinds put every node's data directory on a lossy FUSE mount
-(tests/cluster/lossyfs.py), only in a schedule that has one of them.  The ``net_`` kinds put
-every node and every worker in a network namespace of its own (tests/cluster/netns.py), the
-test process (the client) on the bridge between them, and cut with nftables rules that drop
-packets, so connections hang as they do across a real partition.  In such a schedule there is
-no Raft proxy and the proxy's kinds are nftables rules too: isolate and cut as above (every
-packet between the nodes, not only Raft's), one-way cuts drop one direction on arrival, and
-flaky_link is packet loss (2 % on every link between nodes, 10–30 % on one) instead of delay.
+(tests/cluster/lossyfs.py), only in a schedule that has one of them (and one more mount ready
+for each node a membership step will add).  The ``net_`` kinds put every node and every worker
+in a network namespace of its own (tests/cluster/netns.py), the test process (the client) on
+the bridge between them, and cut with nftables rules that drop packets, so connections hang
+as they do across a real partition.  The membership kinds do too (with one namespace ready for
+each node they will add): behind the Raft proxy each node knows the others by their proxy
+ports but itself by its own, so the leader records no membership there and refuses changes.
+In such a schedule there is no Raft proxy and the proxy's kinds are nftables rules too:
+isolate and cut as above (every packet between the nodes, not only Raft's), one-way cuts drop
+one direction on arrival, and flaky_link is packet loss (2 % on every link between nodes,
+10–30 % on one) instead of delay.
 
 :func:`run_schedule` starts the cluster (Raft links through tests/cluster/proxy.py), two
 workers running ``tests.acceptance.tasks`` (``acc.record`` logs every execution with its
@@ -86,8 +108,10 @@ import orjson
 
 from schedd.aio import wait_event
 from tests.cluster import checker
-from tests.cluster.harness import SNAPSHOT_INSTALL_EVENTS, Cluster
+from tests.cluster.harness import BIN, SNAPSHOT_INSTALL_EVENTS, Cluster
 from tests.cluster.lossyfs import LossyMount
+from tests.cluster.members import NODES, call, new_node, raft_addr
+from tests.cluster.members import members as members_view
 from tests.cluster.netns import CLIENT, NetLab
 
 KINDS = (
@@ -112,11 +136,15 @@ KINDS = (
     "net_cut_worker",
     "net_cut_client",
     "wipe_follower",
+    "replace_node",
+    "add_interrupted",
 )
 # Kinds that need the nodes' data directories on lossy mounts.
 DISK_KINDS = frozenset({"power_loss", "slow_disk", "disk_full"})
 # Kinds that need every node and worker in a network namespace (tests/cluster/netns.py).
 NET_KINDS = frozenset({"net_isolate_leader", "net_cut_worker", "net_cut_client"})
+# Kinds that start a new node (at a new address) and change the membership; in namespaces too.
+MEMBER_KINDS = frozenset({"replace_node", "add_interrupted"})
 WORKERS = ("w1", "w2")
 NETNS_HTTP_PORT = 17700  # every node's, each in its own namespace (Raft: the next port)
 # Faults that leave a connected majority of live nodes (one-way faults too: the two followers
@@ -133,6 +161,19 @@ FAILOVER_BOUND_S = 10.0
 #: it a whole copy and for it to catch up, before the next step (checker.REBUILD_BOUND_S, from
 #: the restart, is the bound it is held to)
 REBUILD_S = 6.0
+#: what a replace_node step lasts beyond the removal (the new node started, loaded and
+#: promoted; the removed one started again and refused), and an add_interrupted step beyond
+#: the new node's start (JOIN_S: until it is a learner) and the leader's restart (ADD_S: the
+#: learner promoted, the killed node removed): room in the schedule, not bounds
+REPLACE_S = 8.0
+JOIN_S = 3.0
+ADD_S = 10.0
+#: the most a membership step waits for a new node to be a learner, then a voter, and for a
+#: removed node to stop (with REMOVED_EXIT) before it goes on
+JOIN_WAIT_S = 20.0
+PROMOTE_WAIT_S = 30.0
+RETIRE_WAIT_S = 15.0
+REMOVED_EXIT = 2  # a node removed from its cluster stops, or is refused, with this status
 
 
 @dataclass
@@ -150,41 +191,55 @@ class Step:
     @property
     def heal_after(self) -> float:
         """Seconds from the fault's start to its heal: the whole step, except for a wiped
-        follower, restarted after ``value`` s and given the rest of the step to be rebuilt."""
-        return self.value if self.kind == "wipe_follower" else self.duration
+        follower, restarted after ``value`` s and given the rest of the step to be rebuilt, a
+        replaced node (removed after ``value`` s) and an interrupted add (the leader restarted
+        after ``value`` s), the rest of whose step is the new node's promotion."""
+        if self.kind in ("wipe_follower", *MEMBER_KINDS):
+            return self.value
+        return self.duration
+
+
+#: the shortest and longest duration of each kind that has no other parameter
+_SPANS = {
+    "kill_leader": (1, 4),
+    "kill_follower": (1, 4),
+    "pause_leader": (2, 5),
+    "pause_follower": (2, 5),
+    "isolate_leader": (3, 6),
+    "isolate_follower": (3, 6),
+    "cut_link": (3, 6),
+    "net_isolate_leader": (3, 6),
+    "net_cut_client": (3, 6),
+    "one_way_leader_out": (3, 5),
+    "one_way_leader_in": (3, 5),
+    "kill_all": (1, 3),
+    "power_loss": (1, 3),
+    "slow_disk": (5, 10),
+    "worker_kill": (1, 3),
+}
 
 
 def _duration(kind: str, rng: random.Random) -> tuple[float, float]:
     """(duration, value) of one step of ``kind``."""
-    if kind in ("kill_leader", "kill_follower"):
-        return rng.uniform(1, 4), 0.0
-    if kind in ("pause_leader", "pause_follower"):
-        return rng.uniform(2, 5), 0.0
-    if kind in ("isolate_leader", "isolate_follower", "cut_link"):
-        return rng.uniform(3, 6), 0.0
-    if kind in ("net_isolate_leader", "net_cut_client"):
-        return rng.uniform(3, 6), 0.0
-    if kind == "net_cut_worker":
-        return HEARTBEAT_TIMEOUT_S + rng.uniform(1, 4), 0.0
-    if kind.startswith("one_way"):
-        return rng.uniform(3, 5), 0.0
+    if kind in _SPANS:
+        return rng.uniform(*_SPANS[kind]), 0.0
+    if kind in ("net_cut_worker", "worker_stall"):
+        return HEARTBEAT_TIMEOUT_S + rng.uniform(1, 4 if kind == "net_cut_worker" else 3), 0.0
     if kind == "flaky_link":
         return rng.uniform(4, 8), rng.uniform(30, 120)
-    if kind in ("kill_all", "power_loss"):
-        return rng.uniform(1, 3), 0.0
-    if kind == "slow_disk":
-        return rng.uniform(5, 10), 0.0
     if kind == "disk_full":
         return rng.uniform(6, 10), rng.uniform(8, 64)
     if kind == "clock_skew":
         return rng.uniform(5, 10), rng.choice((-1, 1)) * rng.uniform(5, 45)
-    if kind == "worker_kill":
-        return rng.uniform(1, 3), 0.0
-    if kind == "worker_stall":
-        return HEARTBEAT_TIMEOUT_S + rng.uniform(1, 3), 0.0
     if kind == "wipe_follower":
         down = rng.uniform(1, 4)
         return down + REBUILD_S, down
+    if kind == "replace_node":
+        down = rng.uniform(1, 3)
+        return down + REPLACE_S, down
+    if kind == "add_interrupted":
+        down = rng.uniform(1, 4)
+        return JOIN_S + down + ADD_S, down
     raise ValueError(f"unknown fault kind {kind!r}")
 
 
@@ -241,20 +296,34 @@ class Run:
     full_stops: int = 0
     #: per recurring job, when the harness cancelled it (wall-clock ms)
     cancelled_ms: dict[str, int] = field(default_factory=dict)
+    #: the nodes (indexes in ``cluster.nodes``) that are members now: the cluster's first
+    #: ones, then as the membership kinds replace and add nodes
+    members: list[int] = field(default_factory=list)
+    #: removed nodes' processes: each must stop by itself with status 2 (REMOVED_EXIT)
+    retiring: list[subprocess.Popen[bytes]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.members = self.members or list(range(len(self.cluster.nodes)))
 
     def record_file(self, worker: str) -> Path:
         return self.root / f"exec-{worker}.txt"
 
+    @property
+    def urls(self) -> list[str]:
+        """The live members' API URLs."""
+        return [self.cluster.nodes[i].url for i in self.members]
+
     def start_worker(self, name: str) -> None:
-        self.workers[name] = self.cluster.start_worker(
-            "--import",
-            "tests.acceptance.tasks",
-            "--concurrency",
-            "8",
-            name=name,
-            env={"SCHEDD_TEST_RECORD": str(self.record_file(name)), "SCHEDD_TEST_RECORD_TIME": "1"},
-            prefix=self.lab.prefix(name) if self.lab else None,
-        )
+        """A worker given the live members' URLs (``Cluster.start_worker`` gives every node's,
+        removed ones too)."""
+        c = self.cluster
+        args = [*(self.lab.prefix(name) if self.lab else []), str(BIN / "schedd-worker")]
+        args += [f"--token={c.token}", "--worker-id", name]
+        for url in self.urls:
+            args += ["--server", url]
+        args += ["--import", "tests.acceptance.tasks", "--concurrency", "8"]
+        record = {"SCHEDD_TEST_RECORD": str(self.record_file(name)), "SCHEDD_TEST_RECORD_TIME": "1"}
+        self.workers[name] = c.spawn(args, c.root / f"{name}.log", record)
 
     # -- client operations ---------------------------------------------------------------------
     async def submit(self, op: checker.Op, deadline_s: float = 30.0) -> None:
@@ -266,16 +335,16 @@ class Run:
             "X-Request-Id": f"torture-{self.seed}-{op.op}",
             "Content-Type": "application/json",
         }
-        urls = self.cluster.urls
         i = op.op
         delay = 0.05
         while h.now() - op.invoked < deadline_s:
-            node = i % len(urls)
+            members = self.members
+            node = members[i % len(members)]
             i += 1
             sent = h.now()
             try:
                 async with self.http.post(
-                    urls[node] + "/api/v1/jobs",
+                    self.cluster.nodes[node].url + "/api/v1/jobs",
                     data=body,
                     headers=headers,
                     timeout=aiohttp.ClientTimeout(total=3),
@@ -340,14 +409,16 @@ class Run:
     async def leader(self, timeout: float = 4.0) -> int | None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
+            nodes = self.cluster.nodes
             views = [
-                await self.cluster.view(self.http, i) if n.alive and i not in self.paused else None
-                for i, n in enumerate(self.cluster.nodes)
+                (i, await self.cluster.view(self.http, i))
+                for i in list(self.members)
+                if nodes[i].alive and i not in self.paused
             ]
             claims = [
                 (v["term"], i)
-                for i, v in enumerate(views)
-                if v and v["role"] == "leader" and v["leader"] == self.cluster.nodes[i].node_id
+                for i, v in views
+                if v and v["role"] == "leader" and v["leader"] == nodes[i].node_id
             ]
             if claims:
                 return max(claims)[1]
@@ -380,6 +451,9 @@ class Run:
                 self.full_stops += 1
                 self.history.note(f"{name} stopped on its full disk (status 70)")
                 continue
+            if p.returncode == REMOVED_EXIT and any(p is q for q in self.retiring):
+                self.history.note(f"{name} stopped: removed from the cluster (status 2)")
+                continue
             self.history.exits.append(
                 f"{name} (pid {p.pid}) exited with status {p.returncode} by itself at "
                 f"t={self.history.now():.1f}s; see its log"
@@ -407,16 +481,19 @@ class Run:
     async def inject(self, n: int, step: Step) -> tuple[checker.Fault, list[Any]]:
         """Start one step; returns its fault record and the actions that heal it."""
         self.observe()
-        size = len(self.cluster.nodes)
+        members = list(self.members)
         lead: int | None = None
         follower: int | None = None
         if step.kind not in ("worker_kill", "worker_stall", "kill_all", "power_loss"):
             lead = await self.leader()
-            if lead is None:
-                lead = int(step.pick * size) % size  # no leader right now: any node
-            others = [i for i in range(size) if i != lead]
+            if lead is None:  # no leader right now: any member
+                lead = members[int(step.pick * len(members)) % len(members)]
+            others = [i for i in members if i != lead]
             follower = others[int(step.pick * len(others)) % len(others)]
-        if step.kind.startswith("worker_"):
+        if step.kind in MEMBER_KINDS:
+            assert lead is not None and follower is not None
+            target, detail, heal = await self._member_fault(step, lead, follower)
+        elif step.kind.startswith("worker_"):
             target, detail, heal = await self._worker_fault(step)
         elif step.kind in NET_KINDS:
             assert lead is not None
@@ -448,14 +525,16 @@ class Run:
         c = self.cluster
         kind = step.kind
         if kind in ("kill_all", "power_loss"):
-            for n in c.nodes:
-                self.kill(n.proc)
+            for i in self.members:
+                self.kill(c.nodes[i].proc)
             restart = f"restart after {step.duration:.1f}s"
             if kind == "power_loss":
                 seed = int(step.pick * 10_000)
-                undone = [d.crash("random", seed + i) for i, d in enumerate(self.disks)]
+                undone = [
+                    self.disks[i].crash("random", seed + k) for k, i in enumerate(self.members)
+                ]
                 restart = f"unsynced writes undone {undone}, {restart}"
-            return "n1,n2,n3", restart, [("start_all",)]
+            return ",".join(self.name(i) for i in self.members), restart, [("start_all",)]
         if kind == "slow_disk":
             victim = lead if step.pick < 0.5 else follower
             assert victim is not None
@@ -503,8 +582,8 @@ class Run:
 
     def _network_fault(self, step: Step, lead: int, follower: int) -> tuple[str, str, list[Any]]:
         net = self.cluster.net
-        size = len(self.cluster.nodes)
-        others = [i for i in range(size) if i != lead]
+        members = self.members
+        others = [i for i in members if i != lead]
         kind = step.kind
         if kind in ("isolate_leader", "isolate_follower"):
             victim = lead if kind == "isolate_leader" else follower
@@ -522,12 +601,12 @@ class Run:
                 net.cut_one_way(o, lead)
             return self.name(lead), "the followers' frames to it dropped", [("heal",)]
         assert kind == "flaky_link", kind
-        for a in range(size):
-            for b in range(size):
+        for a in members:
+            for b in members:
                 if a != b:
                     net.delay(a, b, step.value)
-        a = int(step.pick * size) % size
-        b = (a + 1) % size
+        k = int(step.pick * len(members)) % len(members)
+        a, b = members[k], members[(k + 1) % len(members)]
         net.drop(a, b, 0.02)
         net.drop(b, a, 0.02)
         return (
@@ -559,17 +638,17 @@ class Run:
         """The Raft proxy's kinds, as nftables rules between the nodes' namespaces."""
         lab = self.lab
         assert lab is not None
-        nodes = [n.node_id for n in self.cluster.nodes]
-        others = [n for i, n in enumerate(nodes) if i != lead]
-        leader = nodes[lead]
+        nodes = [self.name(i) for i in self.members]
+        leader = self.name(lead)
+        others = [n for n in nodes if n != leader]
         kind = step.kind
         if kind in ("isolate_leader", "isolate_follower"):
-            victim = leader if kind == "isolate_leader" else nodes[follower]
+            victim = leader if kind == "isolate_leader" else self.name(follower)
             lab.cut(victim, *[n for n in nodes if n != victim])
             return victim, "every packet to and from the other two dropped", [("heal",)]
         if kind == "cut_link":
-            lab.cut(leader, nodes[follower])
-            return f"{leader}<->{nodes[follower]}", "only this pair", [("heal",)]
+            lab.cut(leader, self.name(follower))
+            return f"{leader}<->{self.name(follower)}", "only this pair", [("heal",)]
         if kind == "one_way_leader_out":
             for o in others:
                 lab.cut_one_way(leader, o)
@@ -618,7 +697,7 @@ class Run:
         )
 
     async def leases_of(self, worker: str) -> int | None:
-        for url in self.cluster.urls:
+        for url in self.urls:
             try:
                 async with self.http.get(
                     url + "/api/v1/workers",
@@ -643,7 +722,8 @@ class Run:
             if what == "start":
                 c.start(action[1])
             elif what == "start_all":
-                c.start()
+                for i in self.members:
+                    c.start(i)
             elif what == "cont":
                 c.kill(action[1], signal.SIGCONT)
                 self.paused.discard(action[1])
@@ -674,7 +754,8 @@ class Run:
             if n.alive:
                 n.proc.send_signal(signal.SIGCONT)  # type: ignore[union-attr]
         self.paused.clear()
-        c.start()
+        for i in self.members:  # never a removed node
+            c.start(i)
         for name, proc in list(self.workers.items()):
             if proc.poll() is None:
                 proc.send_signal(signal.SIGCONT)
@@ -693,6 +774,12 @@ class Run:
             for action in heal:
                 if action[0] == "rebuilt":
                     await self.rebuilt(fault, action[1], action[2])
+                elif action[0] == "replace":
+                    await self.replace(fault, action[1])
+                elif action[0] == "promoted":
+                    await self.promoted(fault, *action[1:])
+                elif action[0] == "retire":
+                    await self.retire(fault, action[1])
 
     async def rebuilt(self, fault: checker.Fault, i: int, since: int) -> None:
         """Wait until node i, restarted empty, has applied the leader's commit index (read
@@ -701,15 +788,8 @@ class Run:
         byte ``since``) or was sent the leader's log."""
         h = self.history
         assert fault.healed is not None
-        deadline = fault.healed + checker.REBUILD_BOUND_S
-        while h.now() < deadline:
-            lead = await self.leader(timeout=max(0.1, deadline - h.now()))
-            theirs = None if lead is None else await self.cluster.view(self.http, lead)
-            mine = await self.cluster.view(self.http, i)
-            if theirs and mine and mine["applied_index"] >= theirs["commit_index"]:
-                fault.rebuilt_s = round(h.now() - fault.healed, 3)
-                break
-            await asyncio.sleep(0.1)
+        if await self.caught_up(i, fault.healed + checker.REBUILD_BOUND_S):
+            fault.rebuilt_s = round(h.now() - fault.healed, 3)
         installs = self.cluster.log_events(i, SNAPSHOT_INSTALL_EVENTS, since)
         fault.rebuilt_by = "snapshot" if installs else "log"
         if fault.rebuilt_s is None:
@@ -723,12 +803,187 @@ class Run:
                 + ("from a whole copy of the state" if installs else "from the leader's log")
             )
 
+    # -- membership changes ------------------------------------------------------------------------
+    async def _member_fault(
+        self, step: Step, lead: int, follower: int
+    ) -> tuple[str, str, list[Any]]:
+        c = self.cluster
+        if step.kind == "replace_node":
+            self.kill(c.nodes[follower].proc)
+            return (
+                self.name(follower),
+                f"follower SIGKILLed; removed after {step.value:.1f}s, a new node started at a "
+                "new address with raft.join, the removed one started again with its data",
+                [("replace", follower)],
+            )
+        assert step.kind == "add_interrupted", step.kind
+        h = self.history
+        new = self.add_node()
+        addr = raft_addr(c, new)
+        started = h.now()
+        c.start(new)
+        self.members.append(new)
+        role = None
+        while role is None and h.now() - started < JOIN_WAIT_S:
+            view = await self.nodes_view(lead)
+            role = None if view is None else _role(view, addr)
+            if role is None:
+                await asyncio.sleep(0.05)
+        self.kill(c.nodes[lead].proc)
+        as_seen = f"a {role}" if role else "not yet a member"
+        return (
+            f"{self.name(lead)} (leader), {self.name(new)} joining",
+            f"{self.name(new)} started with raft.join; the leader SIGKILLed "
+            f"{h.now() - started:.2f}s later, {self.name(new)} then {as_seen} in its "
+            f"membership; restart after {step.value:.1f}s",
+            [("start", lead), ("promoted", new, started, role), ("retire", lead)],
+        )
+
+    def add_node(self) -> int:
+        """A new node's config, at a new address (its own namespace and new ports, its own
+        lossy mount in a disk schedule), with raft.join naming the live members' APIs."""
+        c = self.cluster
+        name = f"n{len(c.nodes) + 1}"
+        assert self.lab is not None and name in self.lab.ip, f"no namespace ready for {name}"
+        raft = {**c.raft, "join": self.urls}
+        port = NETNS_HTTP_PORT + 10 * (len(c.nodes) - 2)  # 17700 + 10, + 20, ...
+        i = new_node(
+            c, name, raft, self.lab.ip[name], self.lab.prefix(name), port, c.scheduler
+        )  # fmt: skip
+        if self.disks:
+            assert self.disks[i].mountpoint == c.data_dir(i), f"no lossy mount ready for {name}"
+        if c.clock_skew:
+            c.clock_file(i).write_text("0\n")
+        return i
+
+    async def nodes_view(self, i: int, timeout: float = 1.0) -> dict[str, Any] | None:
+        """Node i's ``GET /api/v1/cluster/nodes``, or None."""
+        try:
+            return await asyncio.wait_for(members_view(self.http, self.cluster, i), timeout)
+        except TimeoutError:
+            return None
+
+    async def remove(self, fault: checker.Fault, i: int) -> bool:
+        """``DELETE /api/v1/cluster/nodes/{id}`` through the live members (a follower forwards
+        it), retried while they answer 503 or not at all, at most JOIN_WAIT_S; whether node i
+        was removed (and is no member from now on).  A removal refused goes into the history
+        (membership_divergence), and node i stays a member."""
+        h = self.history
+        node = self.cluster.nodes[i]
+        fault.removed = node.node_id
+        at = self.members.index(i)
+        self.members.remove(i)
+        if node.proc is not None:
+            self.retiring.append(node.proc)  # it stops by itself (status 2) if it runs
+        began = h.now()
+        got: Any = "no answer"
+        k = 0
+        while h.now() - began < JOIN_WAIT_S:
+            via = self.members[k % len(self.members)]
+            k += 1
+            try:
+                status, got = await call(
+                    self.http, self.cluster, via, "DELETE", f"{NODES}/{node.node_id}"
+                )
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                status, got = None, repr(exc)[:200]
+            if status == 200:
+                h.note(f"{node.node_id} removed ({h.now() - began:.2f}s)")
+                return True
+            if status not in (None, 503):
+                view = await self.nodes_view(via, 5.0)
+                if view is not None and _role(view, raft_addr(self.cluster, i)) is None:
+                    h.note(f"{node.node_id} removed (an earlier try went through)")
+                    return True
+                break
+            await asyncio.sleep(0.2)
+        h.membership.append(f"fault {fault.step} {fault.kind}: removing {node.node_id}: {got}")
+        h.note(f"{node.node_id} not removed: {got}")
+        self.members.insert(at, i)
+        self.retiring = [p for p in self.retiring if p is not node.proc]
+        return False
+
+    async def replace(self, fault: checker.Fault, old: int) -> None:
+        """The dead follower removed, a new node in its place; the removed one started once
+        more with its data: it must be refused (status 2)."""
+        c = self.cluster
+        if not await self.remove(fault, old):
+            c.start(old)  # still a member: back as after a kill_follower
+            return
+        new = self.add_node()
+        started = self.history.now()
+        c.start(new)
+        self.members.append(new)
+        c.start(old)
+        self.retiring.append(c.nodes[old].proc)  # type: ignore[arg-type]
+        await self.promoted(fault, new, started)
+        await self.stopped(fault, old)
+
+    async def promoted(
+        self, fault: checker.Fault, new: int, started: float, role: str | None = ""
+    ) -> None:
+        """Wait until the leader lists node ``new`` as a voter, at most PROMOTE_WAIT_S from its
+        start; write down how long that took (and, for add_interrupted, what it was when the
+        leader was killed: ``role``)."""
+        h = self.history
+        fault.joined = self.name(new)
+        if role != "":
+            fault.learner_at_kill = role == "learner"
+        addr = raft_addr(self.cluster, new)
+        while h.now() - started < PROMOTE_WAIT_S and self.cluster.nodes[new].alive:
+            lead = await self.leader(timeout=max(0.1, started + PROMOTE_WAIT_S - h.now()))
+            view = None if lead is None else await self.nodes_view(lead)
+            if view is not None and _role(view, addr) == "voter":
+                fault.promoted_s = round(h.now() - started, 3)
+                h.note(f"{fault.joined} a voter {fault.promoted_s}s after its start")
+                return
+            await asyncio.sleep(0.1)
+        h.note(f"{fault.joined} not seen a voter (it runs: {self.cluster.nodes[new].alive})")
+
+    async def retire(self, fault: checker.Fault, i: int) -> None:
+        """add_interrupted's end: the node that was killed, once caught up since its restart
+        (at most RETIRE_WAIT_S), removed: back to three voters.  It runs: it must stop by
+        itself (status 2)."""
+        await self.caught_up(i, self.history.now() + RETIRE_WAIT_S)
+        if await self.remove(fault, i):
+            await self.stopped(fault, i)
+
+    async def stopped(self, fault: checker.Fault, i: int) -> None:
+        """Wait until removed node i stops, at most RETIRE_WAIT_S; one still running then is a
+        membership divergence (and is killed)."""
+        h = self.history
+        proc = self.cluster.nodes[i].proc
+        assert proc is not None
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            await asyncio.to_thread(proc.wait, RETIRE_WAIT_S)
+        fault.refused = proc.poll() == REMOVED_EXIT
+        if proc.poll() is None:
+            self.kill(proc)
+            h.membership.append(
+                f"fault {fault.step} {fault.kind}: {self.name(i)} was removed and still ran "
+                f"{RETIRE_WAIT_S:g}s later"
+            )
+        self.observe()  # another status than 2 is an unexpected exit
+
+    async def caught_up(self, i: int, deadline: float) -> bool:
+        """Whether node i applies the leader's commit index (read before its own applied
+        index) before ``deadline`` (the history's time)."""
+        h = self.history
+        while h.now() < deadline:
+            lead = await self.leader(timeout=max(0.1, deadline - h.now()))
+            theirs = None if lead is None else await self.cluster.view(self.http, lead)
+            mine = await self.cluster.view(self.http, i)
+            if theirs and mine and mine["applied_index"] >= theirs["commit_index"]:
+                return True
+            await asyncio.sleep(0.1)
+        return False
+
     # -- after the schedule ------------------------------------------------------------------------
     async def cancel_crons(self) -> None:
         for k, job_id in enumerate(self.cron_ids):
             headers = {**self.cluster.headers(), "X-Request-Id": f"torture-{self.seed}-cancel-{k}"}
             for attempt in range(100):
-                url = self.cluster.urls[attempt % len(self.cluster.urls)]
+                url = self.urls[attempt % len(self.urls)]
                 try:
                     async with self.http.delete(
                         f"{url}/api/v1/jobs/{job_id}",
@@ -744,7 +999,7 @@ class Run:
             self.history.note(f"cron job {job_id} cancelled")
 
     async def active_jobs(self) -> int | None:
-        for url in self.cluster.urls:
+        for url in self.urls:
             try:
                 async with self.http.get(
                     url + "/api/v1/jobs?status=active&limit=1000",
@@ -794,9 +1049,14 @@ async def run_schedule(
         }
         where: dict[str, Any] = {"proxied": True}
         lab: NetLab | None = None
-        if NET_KINDS.intersection(s.kind for s in steps):
-            nodes = ["n1", "n2", "n3"]
-            lab = mounts.enter_context(NetLab([*nodes, *WORKERS]))
+        nodes = ["n1", "n2", "n3"]
+        # the nodes the membership steps will add: a namespace and a lossy mount ready for each
+        spare = [
+            f"n{len(nodes) + 1 + k}"
+            for k, s in enumerate(s for s in steps if s.kind in MEMBER_KINDS)
+        ]
+        if (NET_KINDS | MEMBER_KINDS).intersection(s.kind for s in steps):
+            lab = mounts.enter_context(NetLab([*nodes, *spare, *WORKERS]))
             where = {
                 "hosts": [lab.ip[n] for n in nodes],
                 "launch": [lab.prefix(n) for n in nodes],
@@ -820,14 +1080,15 @@ async def run_schedule(
         history = checker.History()
         states: list[checker.NodeState] = []
         info: dict[str, Any] = {}
+        membership: dict[str, Any] | None = None  # the members' views at the end
         run: Run | None = None
         disks: list[LossyMount] = []
         if DISK_KINDS.intersection(s.kind for s in steps):
             disks = [
                 mounts.enter_context(
-                    LossyMount(root / "disk" / n.node_id, cluster.root / n.node_id, root / f"{n.node_id}.fs.log")
+                    LossyMount(root / "disk" / n, cluster.root / n, root / f"{n}.fs.log")
                 )
-                for n in cluster.nodes
+                for n in [*nodes, *spare]
             ]  # fmt: skip
     except BaseException:
         mounts.close()
@@ -860,7 +1121,20 @@ async def run_schedule(
             await asyncio.gather(*list(run.inflight))
             await run.cancel_crons()
             await run.settle(settle_timeout)
-            states, info = await checker.collect(http, cluster.urls, cluster.headers())
+            names = [run.name(i) for i in run.members]
+            states, info = await checker.collect(
+                http, run.urls, cluster.headers(), nodes=run.members
+            )
+            alias = {raft_addr(cluster, i): run.name(i) for i in range(len(cluster.nodes))}
+            if cluster.net is not None:  # behind the proxy, the others know node i by its port
+                for i, port in enumerate(cluster.net.proxy_ports):
+                    alias[f"{cluster.net.host}:{port}"] = run.name(i)
+            membership = {
+                "names": names,
+                "expected": names,
+                "alias": alias,
+                "views": await checker.read_members(http, run.urls, cluster.headers(), alias),
+            }
             run.observe()
     finally:
         try:
@@ -876,12 +1150,19 @@ async def run_schedule(
         [root / "cluster" / f"{w}.log" for w in workers],
         bound_s=bound_s,
         cron_jobs=run.cron_ids if run else [],
+        members=membership,
     )
     report["seed"] = seed
     report["schedule"] = [asdict(s) | {"text": s.describe()} for s in steps]
     report["elapsed_s"] = round(time.monotonic() - began, 1)
     report["proxy"] = dict(cluster.net.stats) if cluster.net else {}
+    report["members"] = [] if run is None else [run.name(i) for i in run.members]
     return report
+
+
+def _role(view: dict[str, Any], raft: str) -> str | None:
+    """The role of the node at Raft address ``raft`` in a ``/cluster/nodes`` answer."""
+    return next((str(n["role"]) for n in view["nodes"] if n["raft"] == raft), None)
 
 
 def summary_line(report: dict[str, Any]) -> str:

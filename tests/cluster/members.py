@@ -26,22 +26,26 @@ def new_node(
     host: str = "127.0.0.1",
     launch: list[str] | None = None,
     port: int | None = None,
+    scheduler: dict[str, Any] | None = None,
 ) -> int:
     """A node config beside the cluster's (not started); its index in ``cluster.nodes``.
     ``host`` is the address it listens on, ``launch`` the command prefix it starts with (a
     network namespace's, tests/cluster/netns.py) and ``port`` its HTTP port (its Raft port is
-    the next one; a free one below 32768 by default)."""
+    the next one; a free one below 32768 by default); ``scheduler``, its [scheduler] keys (the
+    cluster's, for a node that may lead it)."""
     if port is None:
         port = free_port()
         while port + 1 >= 32768:
             port = free_port()
     cfg = cluster.root / f"{node_id}.toml"
     extra = "".join(f"{k} = {_toml(v)}\n" for k, v in raft.items())
+    sched = "".join(f"{k} = {_toml(v)}\n" for k, v in (scheduler or {}).items())
     cfg.write_text(
         f'[node]\nid = "{node_id}"\ndata_dir = "{cluster.root / node_id}"\n'
         f'[http]\nlisten = "{host}:{port}"\n'
         f'[raft]\nlisten = "{host}:{port + 1}"\n{extra}'
         f'[auth]\ntokens_file = "{cluster.root / "tokens.toml"}"\n'
+        + (f"[scheduler]\n{sched}" if sched else "")
     )
     if cluster.hosts:
         cluster.hosts.append(host)

@@ -1,8 +1,8 @@
-"""The fault-injection suite's CI subset: six fixed seeds, each a ~32 s schedule on a real
+"""The fault-injection suite's CI subset: seven fixed seeds, each a ~32 s schedule on a real
 three-node cluster (Raft links through tests/cluster/proxy.py, or every node and worker in a
-network namespace for the ``net_`` kinds) with two real workers, a few
+network namespace for the ``net_`` and membership kinds) with two real workers, a few
 hundred one-off jobs and three ``* * * * * *`` cron jobs; every invariant of
-tests/cluster/checker.py must be 0.  Between them the five schedules use every fault kind.
+tests/cluster/checker.py must be 0.  Between them the seven schedules use every fault kind.
 
 ``scripts/torture --schedules N --seed S`` runs as many schedules as wanted (RELIABILITY.md).
 A failing seed replays with ``scripts/torture --schedules 1 --seed SEED --kinds ...``.
@@ -23,6 +23,7 @@ from tests.cluster import checker
 from tests.cluster.faults import (
     DISK_KINDS,
     KINDS,
+    MEMBER_KINDS,
     NET_KINDS,
     Run,
     make_schedule,
@@ -46,6 +47,10 @@ CI_SCHEDULES = [
     # a follower wiped early (rebuilt from the leader's log) and late (from a whole copy, the
     # log compacted by then), each followed by the leader's death: the rebuilt node must elect
     (28, ("wipe_follower", "kill_leader")),
+    # in namespaces: a new node joins and the leader is killed while it is a learner (the
+    # killed node removed after), the leader killed among the new members, then a follower
+    # replaced by a new node at a new address
+    (45, ("replace_node", "add_interrupted", "kill_leader")),
 ]
 DURATION_S = 32.0
 
@@ -60,7 +65,7 @@ def test_the_ci_schedules_cover_every_fault_kind() -> None:
 
 def _needs(kinds: tuple[str, ...]) -> list[pytest.MarkDecorator]:
     why = lossy_unavailable() if DISK_KINDS.intersection(kinds) else None
-    why = why or (netns_unavailable() if NET_KINDS.intersection(kinds) else None)
+    why = why or (netns_unavailable() if (NET_KINDS | MEMBER_KINDS).intersection(kinds) else None)
     return [pytest.mark.skip(reason=why)] if why else []
 
 
@@ -87,6 +92,9 @@ async def test_invariants_hold_under_a_fault_schedule(
         f"violations: {json.dumps(report['violations'], indent=1)}\nnotes: {report['notes']}\n"
         f"report: {tmp_path / 'report.json'}"
     )
+    for f in report["faults"]:  # every new node promoted, every removed node stopped (status 2)
+        if f["kind"] in MEMBER_KINDS:
+            assert f["promoted_s"] is not None and f["refused"], f
 
 
 # -- the checker itself: it must see what it is meant to see ------------------------------------
@@ -247,6 +255,46 @@ def test_the_checker_counts_a_wiped_follower_not_rebuilt_within_the_bound() -> N
     slow = report["violations"]["rebuild_over_bound"]
     assert "fault 1 " in slow[0] and "never applied" in slow[0]
     assert "fault 2 " in slow[1] and f"{checker.REBUILD_BOUND_S + 1}s later" in slow[1]
+
+
+def test_the_checker_counts_membership_divergence_and_stuck_learners() -> None:
+    def view(index: int, nodes: dict[str, str], removed: tuple[str, ...] = ()) -> dict[str, Any]:
+        return {
+            "index": index,
+            "nodes": [{"id": None, "raft": a, "role": r} for a, r in nodes.items()],
+            "removed": list(removed),
+        }
+
+    a, b, c, d = "10.0.0.1:7701", "10.0.0.2:7701", "10.0.0.3:7701", "10.0.0.4:7701"
+    alias = {a: "n1", b: "n2", c: "n3", d: "n4", "127.0.0.1:9002": "n2"}
+    same = view(9, {a: "voter", b: "voter", d: "voter"}, (c,))
+
+    def check(views: list[Any], expected: list[str]) -> dict[str, int]:
+        h = checker.History()
+        members = {"views": views, "names": ["n1", "n2", "n4"], "expected": expected}
+        report = checker.check(
+            h, [], {}, [], 0, [], bound_s=10.0, cron_jobs=[], members={**members, "alias": alias}
+        )
+        return dict(report["invariants"])
+
+    ok = check([same, same, same], ["n1", "n2", "n4"])
+    assert ok["membership_divergence"] == 0 and ok["stuck_learner"] == 0
+    # a node known by another address (a proxy's) is the same node
+    proxied = view(9, {a: "voter", "127.0.0.1:9002": "voter", d: "voter"}, (c,))
+    assert check([same, proxied, same], ["n1", "n2", "n4"])["membership_divergence"] == 0
+    # n4 still sees n3 (an older membership), n2 does not answer, and the harness removed n2
+    older = view(7, {a: "voter", b: "voter", c: "voter"})
+    inv = check([same, None, older], ["n1", "n4"])
+    assert inv["membership_divergence"] == 3 and inv["stuck_learner"] == 0
+    # a learner left behind, seen by two members, counts once
+    learning = view(10, {a: "voter", b: "voter", d: "learner"}, (c,))
+    inv = check([learning, learning, same], ["n1", "n2", "n4"])
+    assert inv["stuck_learner"] == 1 and inv["membership_divergence"] == 1
+    # what the harness saw go wrong (a removed node still running) counts too
+    h = checker.History()
+    h.membership.append("fault 1 replace_node: n3 was removed and still ran 15s later")
+    report = checker.check(h, [], {}, [], 0, [], bound_s=10.0, cron_jobs=[])
+    assert report["invariants"]["membership_divergence"] == 1 and not report["ok"]
 
 
 def test_the_checker_forgives_only_what_retention_may_have_forgotten() -> None:
