@@ -166,12 +166,15 @@ class MembershipService:
     def _check_upgraded(self, m: Membership, leaving: str = "") -> None:
         """Every voter but this node (and ``leaving``, the one being removed: it takes no part
         in what follows, and a dead one may never have said hello to this leader) advertises
-        membership changes."""
+        membership changes.  Once the membership is recorded (which took every voter's
+        hello), a voter never heard from since this node started is not asked: another dead
+        node must not keep an operator from removing one."""
         hellos = self.node.peer_hellos()
         old = [
             v.name
             for v in m.voters
             if v.raft not in (self.node.raft_self, leaving)
+            and (v.raft in hellos or not m.index)
             and "membership" not in (hellos.get(v.raft, {}).get("features") or ())
         ]
         if old:

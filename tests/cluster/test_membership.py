@@ -229,6 +229,9 @@ async def test_a_lost_majority_is_recovered_from_one_survivor(tmp_path: Path) ->
             assert code == 0 and "NEW ONE-NODE CLUSTER" in out and str(applied) in out, out
             cluster.start(survivor)
             await leader_of(http, cluster, [survivor])
+            # its raft.peers still name the lost nodes: it says so once, and follows the log
+            said = cluster.log_events(survivor, ("raft.peers_differ",))
+            assert len(said) == 1, said
             await check_members_hold(http, cluster, [survivor], load.acked)
             view = await cluster.view(http, survivor)
             assert view is not None
