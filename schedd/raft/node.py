@@ -183,6 +183,23 @@ def _peer_data(journal: Any, peer: str, data: bool) -> None:
         journal.abstain_as_new(peer)
 
 
+def _snapshot_lost(journal: Any, dump: Path) -> str | None:
+    """Why this node cannot start from its files: a journal compacted past its first entry,
+    without the snapshot (raft.dump) it was compacted into.  Started so, a node applies nothing
+    and stays behind for good, silently (it never asks for a copy: its log looks whole)."""
+    if journal is None or not len(journal) or dump.exists():
+        return None
+    first = int(journal[0][1])
+    if first <= 1:
+        return None
+    return (
+        f"{dump}: missing, and the Raft journal beside it starts at index {first}: the entries "
+        "before it are only in that snapshot. To rebuild this node from the cluster, stop it "
+        "and move everything in its data directory away, the journal included (and "
+        "raft.journal_dir's, if set); it is then sent a whole copy"
+    )
+
+
 def stop_node(message: str, path: str | None = None) -> None:
     """The database failed, or a snapshot cannot be used: log why (with the room left on the
     filesystem of ``path``, the file that failed) and exit with status 70 (EX_SOFTWARE), so
@@ -457,6 +474,10 @@ class RaftNode:
                 transportClass=transport,
             )
         check_node(self._obj)
+        lost = _snapshot_lost(durable.journal, Path(conf.fullDumpFile))
+        if lost is not None:
+            self._obj.destroy()
+            raise ConfigError([lost])
         #: the durable journal (None only for a node without a journal file, in tests)
         self.journal = durable.journal
         if durable.journal is not None:
