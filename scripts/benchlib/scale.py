@@ -849,6 +849,22 @@ async def _rejoin(
 WIPE_BATCH_EVERY = 5.0  # s between the batches of 1,000 jobs that go in while a wiped node joins
 
 
+async def _trickle(
+    http: aiohttp.ClientSession, probe: _Probe, headers: dict[str, str], sent: list[int]
+) -> None:
+    """A batch of 1,000 jobs to the probe's node every ``WIPE_BATCH_EVERY`` s, for ever:
+    ``sent`` counts those committed and those given up on."""
+    job = {"task": "bench.noop", "payload": {"n": 1}, "schedule": {"in": "6h"}}
+    body = _batch_body([job] * S4_BATCH)
+    while True:
+        try:
+            await post_batches(http, probe.url, headers, [body], 1)
+            sent[0] += 1
+        except (aiohttp.ClientError, RuntimeError, TimeoutError):
+            sent[1] += 1
+        await asyncio.sleep(WIPE_BATCH_EVERY)
+
+
 async def _added(
     cluster: Cluster, http: aiohttp.ClientSession, snaps: _Snapshots, timeout: float
 ) -> dict[str, float]:
@@ -865,18 +881,7 @@ async def _added(
     addr = raft_addr(cluster, j)
     probe = _Probe(url, headers)
     snaps.probe = probe
-    sent = [0, 0]
-
-    async def trickle() -> None:
-        job = {"task": "bench.noop", "payload": {"n": 1}, "schedule": {"in": "6h"}}
-        body = _batch_body([job] * S4_BATCH)
-        while True:
-            try:
-                await post_batches(http, probe.url, headers, [body], 1)
-                sent[0] += 1
-            except (aiohttp.ClientError, RuntimeError, TimeoutError):
-                sent[1] += 1
-            await asyncio.sleep(WIPE_BATCH_EVERY)
+    sent = [0, 0]  # batches committed, batches given up on
 
     async def role() -> str | None:
         try:
@@ -890,7 +895,10 @@ async def _added(
             return None
         return next((n["role"] for n in view.get("nodes", []) if n["raft"] == addr), None)
 
-    tasks = [asyncio.create_task(probe.run(http)), asyncio.create_task(trickle())]
+    tasks = [
+        asyncio.create_task(probe.run(http)),
+        asyncio.create_task(_trickle(http, probe, headers, sent)),
+    ]
     t0 = time.monotonic()
     learner = voter = math.nan
     print(f"    s4: adding {cluster.nodes[j].node_id} ({addr}) by raft.join...", file=sys.stderr)
@@ -958,18 +966,10 @@ async def _wiped(
     snaps.probe = probe  # the watcher points it at a new leader
     sent = [0, 0]  # batches committed, batches given up on
 
-    async def trickle() -> None:
-        job = {"task": "bench.noop", "payload": {"n": 1}, "schedule": {"in": "6h"}}
-        body = _batch_body([job] * S4_BATCH)
-        while True:
-            try:
-                await post_batches(http, probe.url, headers, [body], 1)
-                sent[0] += 1
-            except (aiohttp.ClientError, RuntimeError, TimeoutError):
-                sent[1] += 1
-            await asyncio.sleep(WIPE_BATCH_EVERY)
-
-    tasks = [asyncio.create_task(probe.run(http)), asyncio.create_task(trickle())]
+    tasks = [
+        asyncio.create_task(probe.run(http)),
+        asyncio.create_task(_trickle(http, probe, headers, sent)),
+    ]
     t0 = time.monotonic()
     try:
         r = await _rejoin(cluster, http, url, j, timeout)

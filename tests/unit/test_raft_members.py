@@ -3,27 +3,15 @@ replicated to but never counted in a majority; promoted, it is; removed, it is f
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-from pysyncobj import SyncObj, SyncObjConf, replicated
+from pysyncobj import SyncObjConf
 
 from schedd.raft.patches import learners, set_members
 from tests.conftest import free_port
-
-
-class Counter(SyncObj):
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.values: list[int] = []
-
-    @replicated
-    def add(self, n: int) -> int:
-        self.values.append(n)
-        return n
+from tests.unit.test_raft_patches import Counter, tick_until
 
 
 def addr() -> str:
@@ -55,16 +43,6 @@ def leader_and_newcomer(tmp_path: Path) -> Iterator[tuple[Counter, Counter]]:
     finally:
         for n in made:
             n.destroy()
-
-
-def tick_until(nodes: list[Counter], done: Any, seconds: float) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        for n in nodes:
-            n.doTick(0.002)
-        if done():
-            return True
-    return False
 
 
 def test_a_learner_is_replicated_to_a_voter_counts_a_removed_node_is_dropped(
