@@ -12,6 +12,7 @@ Nothing is routed anywhere else, and no rule is ever added to the root namespace
 - ``cut_one_way(src, dst)``: only the packets from src to dst are dropped (on arrival).
 - ``loss(a, b, percent)``: that share of the packets between a and b dropped at random.
 - ``heal()``: every cut and loss removed (``heal(a, b)``: the cut between those two).
+- ``add(host)``: one more host, brought up while the lab runs (a new VM with a new address).
 - ``run(host, args)``: a process in that host's namespace (``ip netns exec`` execs it: the
   returned ``Popen``'s pid is the process), stopped by :meth:`close`.
 
@@ -84,19 +85,33 @@ class NetLab:
         _sh("ip", "addr", "add", f"{self.ip[CLIENT]}/24", "dev", self.bridge)
         _sh("ip", "link", "set", self.bridge, "up")
         for i, host in enumerate(self.hosts):
-            ns, veth = self.ns[host], f"sdv{self.tag}{i}"
-            _sh("ip", "netns", "add", ns)
-            self._made.append(ns)
-            _sh("ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns)
-            _sh("ip", "link", "set", veth, "master", self.bridge, "up")
-            _sh("ip", "-n", ns, "addr", "add", f"{self.ip[host]}/24", "dev", "eth0")
-            _sh("ip", "-n", ns, "link", "set", "eth0", "up")
-            _sh("ip", "-n", ns, "link", "set", "lo", "up")
-            self._nft(host, "add table inet lab")
-            for chain in ("input", "output"):
-                self._nft(
-                    host, f"add chain inet lab {chain} {{ type filter hook {chain} priority 0; }}"
-                )
+            self._host(i, host)
+
+    def _host(self, i: int, host: str) -> None:
+        ns, veth = self.ns[host], f"sdv{self.tag}{i}"
+        _sh("ip", "netns", "add", ns)
+        self._made.append(ns)
+        _sh("ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns)
+        _sh("ip", "link", "set", veth, "master", self.bridge, "up")
+        _sh("ip", "-n", ns, "addr", "add", f"{self.ip[host]}/24", "dev", "eth0")
+        _sh("ip", "-n", ns, "link", "set", "eth0", "up")
+        _sh("ip", "-n", ns, "link", "set", "lo", "up")
+        self._nft(host, "add table inet lab")
+        for chain in ("input", "output"):
+            self._nft(
+                host, f"add chain inet lab {chain} {{ type filter hook {chain} priority 0; }}"
+            )
+
+    def add(self, host: str) -> str:
+        """One more host while the lab runs (a new VM): a namespace of its own on the bridge,
+        with the next address (never one a host had before); returns that address."""
+        assert host not in self.hosts and host != CLIENT and len(self.hosts) < 249
+        i = len(self.hosts)
+        self.hosts.append(host)
+        self.ns[host] = f"sd{self.tag}-{host}"
+        self.ip[host] = f"10.{self.net}.0.{i + 1}"
+        self._host(i, host)
+        return self.ip[host]
 
     def _nft(self, host: str, command: str) -> None:
         _sh("ip", "netns", "exec", self.ns[host], "nft", command)

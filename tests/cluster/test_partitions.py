@@ -44,14 +44,18 @@ HTTP_PORT = 17700  # in each namespace (the Raft port is the next one)
 
 
 @contextlib.contextmanager
-def partitioned(tmp_path: Path, workers: tuple[str, ...] = ()) -> Iterator[tuple[NetLab, Cluster]]:
+def partitioned(
+    tmp_path: Path, workers: tuple[str, ...] = (), raft: dict[str, Any] | None = None
+) -> Iterator[tuple[NetLab, Cluster]]:
+    """Three nodes (and ``workers``' namespaces) in a NetLab, started; ``raft``: more [raft]
+    keys for every node (the Raft secret is always set: the addresses are not loopback)."""
     with NetLab([*NODES, *workers]) as lab:
         cluster = Cluster(
             tmp_path / "c",
             hosts=[lab.ip[n] for n in NODES],
             launch=[lab.prefix(n) for n in NODES],
             http_ports=[HTTP_PORT] * len(NODES),
-            raft={"secret_file": str(new_secret(tmp_path / "raft.key"))},
+            raft={"secret_file": str(new_secret(tmp_path / "raft.key")), **(raft or {})},
             scheduler={"heartbeat_interval": "0.5s", "heartbeat_timeout": "3s"},
         )
         try:
