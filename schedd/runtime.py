@@ -299,6 +299,9 @@ class Runtime:
         while self.node.is_leader and loop.time() < deadline:
             await wait_event(self._role_changed, 0.3)
             self._role_changed.clear()
+        if self.node.is_leader and not self._stopping:
+            self.node.stop_handing_over()  # it goes on: it leads again (_watch_role)
+            self._role_changed.set()
         log_event(
             log,
             "leader.handed_over" if not self.node.is_leader else "leader.handover_failed",
@@ -322,7 +325,12 @@ class Runtime:
                     reelected_in=self.node.term,
                 )
                 await self._stop_leader()
-            if leading and self._leader_task is None and not self._stopping:
+            if (
+                leading
+                and self._leader_task is None
+                and not self._stopping
+                and not self.node.handing_over
+            ):
                 self._start_leader()
             elif not leading and self._leader_task is not None:
                 log_event(log, "leader.lost", node_id=self.config.node.id, term=self.node.term)

@@ -56,6 +56,7 @@ from schedd.raft.patches import (
     keep_next_index,
     last_response_times,
     learners,
+    most_caught_up,
     pre_vote,
     read_before_judging,
     refuse_forwarded,
@@ -398,6 +399,7 @@ class RaftNode:
         #: when this node began handing its leadership over (None: it is not); set once, by
         #: the stopping daemon (transfer_leadership)
         self._handing_over: float | None = None
+        self._handover_target: Any = None  # the follower asked to take over (tick thread)
         self.snapshots = SqlSnapshots(
             self._sm,
             settings.data_dir / "state.db",
@@ -884,9 +886,28 @@ class RaftNode:
             self._handing_over = clock.mono()
         self._wake()
 
+    @property
+    def handing_over(self) -> bool:
+        return self._handing_over is not None
+
+    def stop_handing_over(self) -> None:
+        """The hand-over did not happen in time, and the node goes on (a removal that did not
+        take place): it leads again, taking commands."""
+        self._handing_over = None
+        self._handover_target = None
+
     def _hand_over(self) -> None:  # tick thread
-        if self._handing_over is not None and self._obj._isLeader():
-            self._obj.transferLeadership()
+        """Ask one follower to take over, the same one for the whole hand-over (while it is a
+        connected voter): told one after the other, two followers ran for the same term and
+        split the vote (seen with four voters)."""
+        if self._handing_over is None or not self._obj._isLeader():
+            return
+        target = most_caught_up(self._obj, self._handover_target)
+        if target is not None and target is not self._handover_target:
+            log_event(log, "raft.handover_to", node=self.settings.self_addr, peer=str(target.id))
+        self._handover_target = target
+        if target is not None:
+            self._obj.transferLeadership(target)
 
     def _holding_writes(self) -> bool:
         """While handing over: until this node no longer leads and knows the new leader (at

@@ -48,6 +48,9 @@ set_members              rewrites ``__otherNodes`` (the voters), adds learners  
                          in a majority) and keeps the transport and the
                          leader's per-node indexes in step: the membership
                          the log recorded, applied on every node
+most_caught_up           reads ``__connectedNodes``, ``__otherNodes`` and        tests/unit/test_raft_handover.py
+                         ``__raftMatchIndex``: the one voter a hand-over asks
+                         to take over, kept for the whole hand-over
 swap_create_journal      replaces ``pysyncobj.syncobj.createJournal`` while a   tests/unit/test_journal.py
                          SyncObj is built: the durable journal
 peer_address             reads a connection's ``__socket`` to name a peer it    tests/cluster/test_raft_secret.py
@@ -1146,6 +1149,20 @@ def set_members(
             obj._SyncObj__raftMatchIndex.pop(node, None)
             obj._SyncObj__lastResponseTime.pop(node, None)
     return True
+
+
+def most_caught_up(obj: SyncObj, keep: Any = None) -> Any:
+    """The voter a hand-over goes to: ``keep`` while it is still a connected voter, else the
+    connected voter with the highest match index (pysyncobj's own pick), or None.  Tick
+    thread.  (Picked again on every call, pysyncobj's pick moves between followers as they
+    catch up, and two of them each told to take over split the vote.)"""
+    connected: set[Any] = obj._SyncObj__connectedNodes
+    others: set[Any] = obj._SyncObj__otherNodes
+    if keep is not None and keep in others and keep in connected:
+        return keep
+    match = obj._SyncObj__raftMatchIndex
+    candidates = [(match.get(n, 0), str(n.id), n) for n in others if n in connected]
+    return max(candidates, key=lambda c: (c[0], c[1]))[2] if candidates else None
 
 
 def learners(obj: SyncObj) -> set[str]:

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from pysyncobj import FAIL_REASON, SyncObj, replicated
 
-from schedd.raft.patches import refuse_forwarded
+from schedd.raft.patches import most_caught_up, refuse_forwarded
 from tests.unit.test_raft_pauses import settled, three, tick
 
 
@@ -73,3 +75,29 @@ def test_a_leader_that_appends_nothing_new_hands_over_within_a_few_ticks(
         assert done == [FAIL_REASON.SUCCESS] or follower is new
     else:  # pysyncobj alone: the log keeps growing, no follower ever holds all of it
         assert leader._isLeader(), f"handed over after {ticks} ticks"
+
+
+@dataclass(frozen=True)
+class Peer:
+    id: str
+
+
+def test_one_follower_is_asked_to_take_over_for_the_whole_hand_over() -> None:
+    """With three followers catching up at different paces, pysyncobj's own pick moved from one
+    to the next as they did, and two of them, each told to take over, split the vote."""
+    a, b, c = (Peer(f"10.0.0.{i}:7701") for i in (2, 3, 4))
+    obj = SimpleNamespace(
+        _SyncObj__connectedNodes={a, b, c},
+        _SyncObj__otherNodes={a, b, c},
+        _SyncObj__raftMatchIndex={a: 90, b: 99, c: 95},
+    )
+    first = most_caught_up(obj)  # type: ignore[arg-type]
+    assert first is b
+    obj._SyncObj__raftMatchIndex.update({a: 100, c: 100})  # the others catch up meanwhile
+    assert most_caught_up(obj, first) is b  # type: ignore[arg-type]
+    obj._SyncObj__connectedNodes.discard(b)  # gone: another one, the most caught up
+    assert most_caught_up(obj, first) in (a, c)  # type: ignore[arg-type]
+    obj._SyncObj__otherNodes = {a}  # (c removed meanwhile)
+    assert most_caught_up(obj, c) is a  # type: ignore[arg-type]
+    obj._SyncObj__connectedNodes = set()
+    assert most_caught_up(obj, a) is None  # type: ignore[arg-type]
