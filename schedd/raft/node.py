@@ -26,7 +26,7 @@ import queue
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -581,6 +581,29 @@ class RaftNode:
                     "raft.join; docs/operations.md, Membership)"
                 ]
             )
+        if st.self_addr not in recorded.addresses() and st.node_id:
+            mine = [m for m in recorded.voters if m.id == st.node_id]
+            if mine and len(recorded.voters) == 1 and recorded.learner is None:
+                # A one-node cluster whose node moved (another raft.listen): it is the cluster,
+                # under its new address (recorded so at the next membership change).
+                log_event(
+                    log,
+                    "raft.address_changed",
+                    logging.WARNING,
+                    node=st.node_id,
+                    was=mine[0].raft,
+                    now=st.self_addr,
+                )
+                return replace(recorded, voters=(Member(st.self_addr, st.node_id, st.http_url),))
+            if mine:
+                raise ConfigError(
+                    [
+                        f"raft.listen: this node ({st.node_id}) is a member of its cluster at "
+                        f"{mine[0].raft}, not {st.self_addr}: a member keeps its Raft address; "
+                        "to move it, remove it (schedctl node remove) and add it anew with an "
+                        "empty data directory (docs/operations.md, Membership)"
+                    ]
+                )
         configured_peers = set(st.peers)
         logged_peers = recorded.voter_addresses() - {st.self_addr}
         if st.peers and configured_peers != logged_peers:
@@ -656,9 +679,13 @@ class RaftNode:
     def may_campaign(self) -> bool:  # tick thread
         """Only a voter that applied everything it knows committed runs for leader: the
         membership it counts votes over is then the latest one committed (etcd's rule)."""
+        obj = self._obj
+        # (a commit index beyond the log's end, as a journal may say after a crash, is what the
+        # log holds: nothing beyond it can be applied)
+        known = min(int(obj.raftCommitIndex), int(obj._SyncObj__getCurrentLogIndex()))
         return self.members.role(self.settings.self_addr) == VOTER and int(
-            self._obj.raftLastApplied
-        ) >= int(self._obj.raftCommitIndex)
+            obj.raftLastApplied
+        ) >= known
 
     # -- lifecycle ---------------------------------------------------------------------------
     def attach(self, loop: asyncio.AbstractEventLoop) -> None:
