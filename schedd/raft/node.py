@@ -683,9 +683,10 @@ class RaftNode:
         # (a commit index beyond the log's end, as a journal may say after a crash, is what the
         # log holds: nothing beyond it can be applied)
         known = min(int(obj.raftCommitIndex), int(obj._SyncObj__getCurrentLogIndex()))
-        return self.members.role(self.settings.self_addr) == VOTER and int(
-            obj.raftLastApplied
-        ) >= known
+        return (
+            self.members.role(self.settings.self_addr) == VOTER
+            and int(obj.raftLastApplied) >= known
+        )
 
     # -- lifecycle ---------------------------------------------------------------------------
     def attach(self, loop: asyncio.AbstractEventLoop) -> None:
