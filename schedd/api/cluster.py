@@ -96,6 +96,9 @@ def cluster_view(
 VERSION_TTL_S = 30.0
 VERSION_RETRY_S = 5.0
 VERSION_TIMEOUT_S = 2.0
+ASK_TIMEOUT_S = 3.0  # a follower's read of what only the leader knows
+FORWARD_TIMEOUT_S = 15.0
+LEADER_POLL_S = 0.1  # a change forwarded to the leader (it commits before it answers)
 
 
 class LeaderProxy:
@@ -168,11 +171,35 @@ class LeaderProxy:
         and ``body`` (JSON), whatever the status; waits up to ``wait`` seconds for a leader
         other than this node to be known."""
         deadline = clock.mono() + wait
+        # The leader becomes known to this node through the Raft thread's view and its claim's
+        # apply: nothing here to await, so it is looked at again every LEADER_POLL_S.
+        while clock.mono() < deadline and self._leader() is None:  # noqa: ASYNC110
+            await asyncio.sleep(LEADER_POLL_S)
+        _, status, answer = await self._request(request, method, path, body, FORWARD_TIMEOUT_S)
+        return status, answer
+
+    async def _ask(self, request: web.Request, method: str, path: str) -> Any:
+        url, status, body = await self._request(request, method, path, None, ASK_TIMEOUT_S)
+        if status != 200:
+            error = body.get("error", {}) if isinstance(body, dict) else {}
+            raise from_code(
+                str(error.get("code", "unavailable")),
+                f"the leader at {url} answered: {error.get('message', status)}",
+            )
+        return body
+
+    def _leader(self) -> str | None:
+        """The leader's API URL, unless unknown or this node."""
         url = self.leader_url()
-        while (url is None or url == self.config.advertise_url()) and clock.mono() < deadline:
-            await asyncio.sleep(0.1)
-            url = self.leader_url()
-        if url is None or url == self.config.advertise_url():
+        return None if url is None or url == self.config.advertise_url() else url
+
+    async def _request(
+        self, request: web.Request, method: str, path: str, body: Any, timeout: float
+    ) -> tuple[str, int, Any]:
+        """``method path`` of the leader's API with this request's credentials: the leader's
+        URL, the status and the decoded answer; :class:`Unavailable` when it cannot be asked."""
+        url = self._leader()
+        if url is None:
             raise Unavailable("no leader known yet", retry_after=1)
         headers = {"Authorization": request.headers.get("Authorization", "")}
         data = None if body is None else orjson.dumps(body)
@@ -180,31 +207,10 @@ class LeaderProxy:
             headers["Content-Type"] = "application/json"
         try:
             async with (
-                aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=15)) as s,
+                aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout)) as s,
                 s.request(method, url + path, headers=headers, data=data, ssl=self.ssl) as resp,
             ):
-                return resp.status, orjson.loads(await resp.read())
-        except (aiohttp.ClientError, TimeoutError, orjson.JSONDecodeError) as exc:
-            raise Unavailable(f"cannot reach the leader at {url}: {exc}", retry_after=1) from None
-
-    async def _ask(self, request: web.Request, method: str, path: str) -> Any:
-        url = self.leader_url()
-        if url is None or url == self.config.advertise_url():
-            raise Unavailable("no leader known yet", retry_after=1)
-        headers = {"Authorization": request.headers.get("Authorization", "")}
-        try:
-            async with (
-                aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=3)) as s,
-                s.request(method, url + path, headers=headers, ssl=self.ssl) as resp,
-            ):
-                body = orjson.loads(await resp.read())
-                if resp.status != 200:
-                    error = body.get("error", {}) if isinstance(body, dict) else {}
-                    raise from_code(
-                        str(error.get("code", "unavailable")),
-                        f"the leader at {url} answered: {error.get('message', resp.status)}",
-                    )
-                return body
+                return url, resp.status, orjson.loads(await resp.read())
         except aiohttp.ClientConnectorCertificateError as exc:
             raise Unavailable(
                 f"cannot reach the leader at {url}: its TLS certificate was "

@@ -49,15 +49,11 @@ HAND_OVER_RETRY_S = 0.2
 RESOLVE_TIMEOUT_S = 5.0
 
 
-def _answer(status: int, body: Any) -> web.Response:
-    return json_response(body, status=status)
-
-
 async def _forwarded(
     request: web.Request, method: str, path: str, body: Any = None, wait: float = 0.0
 ) -> web.Response:
     status, answer = await request.app[PROXY].forward(request, method, path, body, wait)
-    return _answer(status, answer)
+    return json_response(answer, status=status)
 
 
 async def _to_next_leader(request: web.Request, path: str) -> web.Response:
@@ -69,7 +65,7 @@ async def _to_next_leader(request: web.Request, path: str) -> web.Response:
         left = max(0.0, deadline - clock.mono())
         status, answer = await request.app[PROXY].forward(request, "DELETE", path, None, left)
         if status != 503 or clock.mono() + HAND_OVER_RETRY_S > deadline:
-            return _answer(status, answer)
+            return json_response(answer, status=status)
         await asyncio.sleep(HAND_OVER_RETRY_S)
 
 
