@@ -67,9 +67,6 @@ class MemberNode(Protocol):
     def term(self) -> int: ...
 
     @property
-    def commit_index(self) -> int: ...
-
-    @property
     def raft_status(self) -> Any: ...
 
     def read(self) -> Any: ...
@@ -237,10 +234,7 @@ class MembershipService:
             voters=[v.raft for v in new.voters],
             learner=new.learner.raft if new.learner else None,
         )
-        for _ in range(200):  # the tick thread adopts it right after the apply
-            if self.node.members.index >= index:
-                break
-            await asyncio.sleep(0.01)
+        # (the node adopted it on the Raft thread as it applied it, before this answer)
         return self.node.members
 
     async def add(self, raft: str, node_id: str = "", http: str = "") -> Membership:
@@ -249,9 +243,8 @@ class MembershipService:
             same = m.learner
             if same is not None and same.raft == raft and node_id in ("", same.id):
                 return m  # asked again (a retry, a joining node restarted): nothing to do
-            new = members.plan_add(m, raft, node_id, http)
-            if m.index == 0 or m.learner is None:
-                self._check_upgraded(m)
+            new = members.plan_add(m, raft, node_id, http)  # (none in flight past this)
+            self._check_upgraded(m)
             if self.secret is None and not is_loopback(raft):
                 raise InvalidArgument(
                     f"raft: {raft} is not a loopback address, and this cluster has no "
@@ -301,7 +294,7 @@ class MembershipService:
                 "node's raft.secret_file must be the cluster's (or, on loopback only, both have "
                 "none)"
             )
-        if self.secret is None and not (remote is not None and is_loopback(f"{remote}:1")):
+        if self.secret is None and not (remote is not None and net.is_loopback(remote)):
             raise PermissionDenied(
                 "this cluster has no raft.secret_file: only a node on this machine may join it"
             )
