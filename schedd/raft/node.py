@@ -48,6 +48,7 @@ from schedd.raft.journal import durable_journal
 from schedd.raft.patches import (
     ApplyBatch,
     append_now,
+    applied_all_committed,
     bound_apply,
     check_installed,
     check_node,
@@ -286,6 +287,13 @@ class _StateMachine(SyncObjConsumer, ApplyBatch):  # type: ignore[misc]
         """Commit what was applied (before a snapshot copy, at shutdown)."""
         self._commit(due_only=False)
 
+    def replaced(self) -> None:
+        """A copy of the leader's state replaced this one: its membership is the one to go by."""
+        recorded = self.state.members
+        if recorded is not None:
+            self._members_seen = recorded
+            self.on_members(recorded)
+
     def _commit(self, *, due_only: bool) -> None:
         # Only the tick thread opens transactions, so whether one is open and due is known
         # without the lock, which a read on the event loop may hold a while: an idle tick must
@@ -386,7 +394,7 @@ class RaftNode:
         #: node was given when it joined, else its raft.peers (published; see _adopt_members)
         self.members = self._starting_members()
         self._removal_pending = False  # a removal to look at once caught up (_check_removed)
-        self._sm.on_members = self._members_applied
+        self._sm.on_members = self._adopt_members
         #: what each applied entry changed, for the API's event streams (GET /events)
         # gated: an event is sent once the API's reads see its entry (the lazy commit)
         state = self._sm.state
@@ -621,9 +629,6 @@ class RaftNode:
             )
         return recorded.with_known(self._known())
 
-    def _members_applied(self, members: Membership) -> None:  # tick thread, after an apply
-        self._adopt_members(members)
-
     def _adopt_members(self, members: Membership) -> None:  # tick thread
         members = members.with_known(self._known())
         voters = members.voter_addresses()
@@ -650,7 +655,7 @@ class RaftNode:
         self._removal_pending = False
         if not members.index or me in members.addresses() or me not in members.removed:
             return
-        if int(self._obj.raftLastApplied) < int(self._obj.raftCommitIndex):
+        if not applied_all_committed(self._obj):
             self._removal_pending = True  # looked at again once caught up (_run_on_tick)
             return
         self.hooks.on_fatal(
@@ -679,14 +684,7 @@ class RaftNode:
     def may_campaign(self) -> bool:  # tick thread
         """Only a voter that applied everything it knows committed runs for leader: the
         membership it counts votes over is then the latest one committed (etcd's rule)."""
-        obj = self._obj
-        # (a commit index beyond the log's end, as a journal may say after a crash, is what the
-        # log holds: nothing beyond it can be applied)
-        known = min(int(obj.raftCommitIndex), int(obj._SyncObj__getCurrentLogIndex()))
-        return (
-            self.members.role(self.settings.self_addr) == VOTER
-            and int(obj.raftLastApplied) >= known
-        )
+        return self.role_in_cluster == VOTER and applied_all_committed(self._obj)
 
     # -- lifecycle ---------------------------------------------------------------------------
     def attach(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -713,10 +711,7 @@ class RaftNode:
 
     def _replaced(self) -> None:
         """A snapshot replaced the state: the changes before it are not known here."""
-        recorded = self._sm.state.members
-        if recorded is not None:
-            self._sm._members_seen = recorded
-            self._adopt_members(recorded)
+        self._sm.replaced()
         self.events.restart(self._sm.state.applied_index)
         self.hooks.on_reset()
 

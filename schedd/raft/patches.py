@@ -51,6 +51,9 @@ set_members              rewrites ``__otherNodes`` (the voters), adds learners  
 most_caught_up           reads ``__connectedNodes``, ``__otherNodes`` and        tests/unit/test_raft_handover.py
                          ``__raftMatchIndex``: the one voter a hand-over asks
                          to take over, kept for the whole hand-over
+applied_all_committed    calls ``__getCurrentLogIndex``: a voter campaigns,   tests/cluster/test_membership.py,
+                         and a removal stops a node, only once it applied     tests/integration/test_journal_compaction.py
+                         what it knows committed
 swap_create_journal      replaces ``pysyncobj.syncobj.createJournal`` while a   tests/unit/test_journal.py
                          SyncObj is built: the durable journal
 peer_address             reads a connection's ``__socket`` to name a peer it    tests/cluster/test_raft_secret.py
@@ -1163,6 +1166,14 @@ def most_caught_up(obj: SyncObj, keep: Any = None) -> Any:
     match = obj._SyncObj__raftMatchIndex
     candidates = [(match.get(n, 0), str(n.id), n) for n in others if n in connected]
     return max(candidates, key=lambda c: (c[0], c[1]))[2] if candidates else None
+
+
+def applied_all_committed(obj: SyncObj) -> bool:
+    """Whether the node applied every entry it knows committed (its commit index, or its log's
+    end where a journal's commit index passed it after a crash: nothing beyond can apply).
+    Any thread (a read of two counters)."""
+    known = min(int(obj.raftCommitIndex), int(obj._SyncObj__getCurrentLogIndex()))
+    return int(obj.raftLastApplied) >= known
 
 
 def learners(obj: SyncObj) -> set[str]:
