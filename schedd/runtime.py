@@ -28,7 +28,7 @@ from schedd.logs import log_event
 from schedd.metrics import Metrics
 from schedd.raft.node import Hooks, RaftNode, RaftSettings
 from schedd.storage.reader import Reader
-from schedd.storage.snapshots import ImageSource
+from schedd.storage.snapshots import ImageSource, read_meta
 
 log = logging.getLogger(__name__)
 
@@ -147,9 +147,12 @@ class Runtime:
         )
         self.hooks.on_fatal = on_fatal
         self.hooks.on_apply_time = self.metrics.apply_time.observe
-        if self.config.raft.join and not self._recorded_member():
-            # a new node: the cluster records it as a learner, and it starts as one
-            joined = await self._join()
+        meta = self._state_meta()
+        if self.config.raft.join and "members" not in meta:
+            # A new node: the cluster records it as a learner, and it starts as one.  Until its
+            # state records a membership it asks again at each start (a restart that left an
+            # empty state behind must never start it alone, as a one-node cluster).
+            joined = await self._join(holds_data=int(meta.get("applied_index", 0) or 0) > 0)
             self._settings = dataclasses.replace(self._settings, joined=joined)
         self.node = RaftNode(self._settings, self.hooks)
         self.members = MembershipService(
@@ -198,29 +201,14 @@ class Runtime:
             peers=list(self.config.raft.peers),
         )
 
-    def _recorded_member(self) -> bool:
-        """Whether this node's state records a membership (it joined, or was a member, before):
-        a node with raft.join asks to join until it does, even after a restart that left an
-        empty state behind (it must never start alone, as a one-node cluster)."""
-        return self._state_meta().get("members") is not None
-
     def _state_meta(self) -> dict[str, str]:
         """The meta table of this node's state database ({} when there is none yet)."""
-        path = self._settings.data_dir / "state.db"
-        if not path.exists():
-            return {}
         try:
-            # (read-write: after a kill the database's log may need its shared-memory file,
-            # which a read-only connection cannot make; nothing else has it open yet)
-            db = sqlite3.connect(path)
-            try:
-                return {str(k): str(v) for k, v in db.execute("SELECT key, value FROM meta")}
-            finally:
-                db.close()
+            return read_meta(self._settings.data_dir / "state.db")
         except sqlite3.Error:
             return {}  # not readable: the node's own start says what is wrong with it
 
-    async def _join(self) -> Membership:
+    async def _join(self, holds_data: bool) -> Membership:
         cfg = self.config
         log_event(
             log,
@@ -238,7 +226,7 @@ class Runtime:
                 self._settings.password,
                 peer_ssl_context(cfg) or True,
                 cluster=cfg.raft.cluster_id,
-                data=int(self._state_meta().get("applied_index", 0) or 0) > 0,
+                data=holds_data,
             )
         except SchedError as exc:
             raise ConfigError([f"raft.join: {exc.message}"]) from None
@@ -268,6 +256,8 @@ class Runtime:
         await self._hand_over(self.config.scheduler.drain_time_ms / 2000)
         if self._promote_task is not None:
             self._promote_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._promote_task
         if self._watch_task is not None:
             self._watch_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):

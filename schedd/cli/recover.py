@@ -34,7 +34,7 @@ from schedd.cli.inspect import lock_holder
 from schedd.config import STATE_FILE, Config
 from schedd.core.apply import MAX_CLAIMS
 from schedd.core.members import Member, Membership
-from schedd.storage.snapshots import SnapshotError, write_meta
+from schedd.storage.snapshots import SnapshotError, read_meta, write_meta
 
 PREFIX = "schedd recover: "
 #: how long another voter has to answer ``GET /healthz`` before it counts as gone
@@ -58,15 +58,9 @@ def _answers(url: str, timeout: float = PROBE_TIMEOUT_S) -> bool:
 def _read(path: Path) -> tuple[int, int, Membership | None, list[list[object]]]:
     """The applied index, the leader term, the recorded membership and the leader claims."""
     try:
-        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-    except sqlite3.Error as exc:
-        raise _Refused(f"{path}: cannot open it: {exc}") from None
-    try:
-        meta = dict(db.execute("SELECT key, value FROM meta").fetchall())
+        meta = read_meta(path)
     except sqlite3.Error as exc:
         raise _Refused(f"{path}: not a schedd state database: {exc}") from None
-    finally:
-        db.close()
     try:
         members = (
             None if "members" not in meta else Membership.from_json(orjson.loads(meta["members"]))

@@ -920,6 +920,19 @@ class CopySink:
         remove_database(self.dest)
 
 
+def read_meta(path: Path) -> dict[str, str]:
+    """The ``meta`` table of a stopped node's state database ({} when there is no database).
+    Opened read-write: after a kill its write-ahead log may need the shared-memory file, which
+    a read-only connection cannot make.  ``sqlite3.Error`` when it is no schedd database."""
+    if not path.exists():
+        return {}
+    db = sqlite3.connect(str(path))
+    try:
+        return {str(k): str(v) for k, v in db.execute("SELECT key, value FROM meta")}
+    finally:
+        db.close()
+
+
 def write_meta(path: Path, values: dict[str, str | None]) -> None:
     """Set (or, None, delete) keys of a stopped node's state database's ``meta`` table, in one
     synced transaction (a restore forgets the backed-up cluster's membership; a forced
