@@ -64,7 +64,7 @@ def apply(
     if isinstance(cmd, commands.Undecodable):
         return Rejected("invalid_argument", f"undecodable command: {cmd.reason}")
     client = isinstance(cmd, CLIENT_COMMANDS)
-    if client or isinstance(cmd, commands.Claim | commands.Barrier | commands.Members):
+    if client or isinstance(cmd, commands.Claim | commands.Barrier):
         state.make_visible()
     seen = state.recall(cmd.rid) if cmd.rid and client else None  # (only theirs are kept)
     if seen is not None:
@@ -132,8 +132,6 @@ def _dispatch(state: State, cmd: commands.Command, index: int, events: list[Lead
             STALE_LEADER,
             f"leader fence {cmd.lf} is not the current leader fence {state.leader_fence}",
         )
-    if isinstance(cmd, commands.Members):
-        return _members(state, cmd, index)
     if isinstance(cmd, commands.Fire):
         return Ok([runs.fire(state, rid, cmd.now, events) for rid in cmd.run_ids])
     if isinstance(cmd, commands.LeaseRuns):
@@ -153,6 +151,8 @@ def _dispatch(state: State, cmd: commands.Command, index: int, events: list[Lead
         return runs.heal(state, cmd.job_id, cmd.now, events)
     if isinstance(cmd, commands.Purge):
         return history.purge(state, cmd.before_ms, cmd.keep, cmd.limit)
+    if isinstance(cmd, commands.Members):  # (rare: after the commands of the hot path)
+        return _members(state, cmd, index)
     return runs.fail(
         state,
         cmd.run_id,
@@ -179,11 +179,12 @@ def _members(state: State, cmd: commands.Members, index: int) -> Result:
         )
     try:
         new = members.Membership.from_json(cmd.members)
-    except (KeyError, TypeError, ValueError) as exc:
+    except (AttributeError, KeyError, TypeError, ValueError) as exc:
         return Rejected("invalid_argument", f"malformed membership: {exc}")
     problem = members.check(new, state.members)
     if problem is not None:
         return Rejected("invalid_argument", problem)
+    state.make_visible()  # read back at once (GET /cluster/nodes) on the leader
     state.members = replace(new, index=index)
     if state.changes is not None:
         state.changes.cluster(state.leader_node, state.leader_term, state.leader_http)

@@ -121,6 +121,8 @@ def test_apply_refuses_a_deposed_leader_and_a_bad_membership() -> None:
     assert isinstance(bad, Rejected) and bad.code == "invalid_argument"
     garbled = h.one(commands.Members(h.rid(), T0, lf, 0, "add", "x", {"nope": 1}))
     assert isinstance(garbled, Rejected) and "malformed" in garbled.message
+    listed = h.one(commands.Members(h.rid(), T0, lf, 0, "add", "x", [1, 2]))  # type: ignore[arg-type]
+    assert isinstance(listed, Rejected) and "malformed" in listed.message
     assert h.state.members is None
 
 
