@@ -198,21 +198,23 @@ async def check_members_hold(
     await wait_for(same, timeout=30, interval=0.2)
 
 
-async def schedctl(cluster: Cluster, i: int, *args: str, json: bool = True) -> tuple[int, str]:
-    """``schedctl`` against node i: its exit status and output."""
+async def run(program: str, *args: str, timeout: float = 60) -> tuple[int, str]:
+    """One of this installation's programs (``schedd``, ``schedctl``): its exit status and its
+    output (stdout and stderr)."""
     proc = await asyncio.create_subprocess_exec(
-        str(BIN / "schedctl"),
-        "--server",
-        cluster.nodes[i].url,
-        "--token",
-        cluster.token,
+        str(BIN / program),
         *args,
-        *(("-o", "json") if json else ()),
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
     )
-    out, _ = await asyncio.wait_for(proc.communicate(), 30)
+    out, _ = await asyncio.wait_for(proc.communicate(), timeout)
     return int(proc.returncode or 0), out.decode()
+
+
+async def schedctl(cluster: Cluster, i: int, *args: str, json: bool = True) -> tuple[int, str]:
+    """``schedctl`` against node i: its exit status and output."""
+    server = ("--server", cluster.nodes[i].url, "--token", cluster.token)
+    return await run("schedctl", *server, *args, *(("-o", "json") if json else ()), timeout=30)
 
 
 def exit_status(cluster: Cluster, i: int, timeout: float = 30) -> int:

@@ -13,7 +13,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import hmac
 import signal
@@ -25,7 +24,7 @@ import aiohttp
 import orjson
 import pytest
 
-from tests.cluster.harness import BIN, Cluster
+from tests.cluster.harness import Cluster
 from tests.cluster.members import (
     NODES,
     Load,
@@ -36,6 +35,7 @@ from tests.cluster.members import (
     members,
     new_node,
     raft_addr,
+    run,
     schedctl,
     wait_voter,
 )
@@ -186,17 +186,6 @@ async def test_bad_membership_changes_change_nothing(tmp_path: Path) -> None:
         cluster.stop()
 
 
-async def run_schedd(*args: str) -> tuple[int, str]:
-    proc = await asyncio.create_subprocess_exec(
-        str(BIN / "schedd"),
-        *args,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
-    )
-    out, _ = await asyncio.wait_for(proc.communicate(), 60)
-    return int(proc.returncode or 0), out.decode()
-
-
 async def test_a_lost_majority_is_recovered_from_one_survivor(tmp_path: Path) -> None:
     cluster = Cluster(tmp_path / "c", raft=dict(RAFT))
     try:
@@ -210,22 +199,22 @@ async def test_a_lost_majority_is_recovered_from_one_survivor(tmp_path: Path) ->
             survivor = (leader + 1) % 3
             config = str(cluster.nodes[survivor].config)
             # refused while it runs, and while the others answer: nothing changes
-            code, out = await run_schedd("recover", "--force-new-cluster", "--config", config)
+            code, out = await run("schedd", "recover", "--force-new-cluster", "--config", config)
             assert code == 1 and "running schedd" in out, out
             cluster.kill(survivor, signal.SIGTERM)
             assert exit_status(cluster, survivor) == 0
-            code, out = await run_schedd("recover", "--force-new-cluster", "--config", config)
+            code, out = await run("schedd", "recover", "--force-new-cluster", "--config", config)
             assert code == 1 and "still answer" in out and "majority" in out, out
             # the majority is lost for good: the two others are gone
             for i in range(3):
                 if i != survivor:
                     cluster.kill(i)
-            code, out = await run_schedd(
-                "inspect", "--data-dir", str(cluster.data_dir(survivor)), "-o", "json"
+            code, out = await run(
+                "schedd", "inspect", "--data-dir", str(cluster.data_dir(survivor)), "-o", "json"
             )
             assert code == 0, out
             applied = orjson.loads(out)["applied"]["index"]
-            code, out = await run_schedd("recover", "--force-new-cluster", "--config", config)
+            code, out = await run("schedd", "recover", "--force-new-cluster", "--config", config)
             assert code == 0 and "NEW ONE-NODE CLUSTER" in out and str(applied) in out, out
             cluster.start(survivor)
             await leader_of(http, cluster, [survivor])
