@@ -716,7 +716,12 @@ class RaftNode:
         self.hooks.on_reset()
 
     def close(self) -> None:
-        self._obj.destroy()
+        # Waits for the tick thread to close the journal (its last sync included): the
+        # process may exit next, and an entry appended meanwhile must be on disk first.
+        if self._obj.tick_thread_alive():
+            self._obj.destroy_synchronous()
+        else:
+            self._obj.destroy()
         self.snapshots.close()
         self._sm.commit_now()
 

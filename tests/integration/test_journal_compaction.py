@@ -65,3 +65,25 @@ async def test_a_restart_after_an_unfinished_compaction_keeps_the_entries_after_
             assert status == 200
     finally:
         await node.rt.stop()
+
+
+async def test_a_clean_stop_leaves_the_journal_closed_with_every_entry_on_disk(
+    tmp_path: Path, http: aiohttp.ClientSession
+) -> None:
+    """The process may exit as soon as the runtime's stop returns: by then the tick thread has
+    closed the journal, and what the node holds in memory is what the file holds."""
+    node = await start_node(tmp_path / "n1")
+    try:
+        for _ in range(10):
+            status, _ = await post(http, node, "/jobs", {"task": "t", "schedule": {"in": "1h"}})
+            assert status == 201
+    finally:
+        await node.rt.stop()
+    assert not node.rt.node._obj.tick_thread_alive()
+    journal = journal_of(node)
+    again = DurableJournal(journal.path)
+    try:
+        assert list(again[:]) == list(journal[:])
+        assert again.getRaftCommitIndex() == journal.getRaftCommitIndex() > 0
+    finally:
+        again._destroy()
