@@ -50,6 +50,7 @@ def cluster_view(
             "version": schedd.__version__,
             "lag": 0 if leading else max(0, raft.commit_index - raft.applied_index),
             "last_contact": 0.0 if leading else heard,
+            "voting": raft.voting(),
         }
     ]
     for peer in status.peers:

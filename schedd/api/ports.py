@@ -116,6 +116,9 @@ class Raft(Protocol):
     def leader_reachable(self) -> bool:
         """Whether the leader it names is this node or a peer it is connected to."""
 
+    def voting(self) -> bool:
+        """False while this node abstains from elections until caught up with a leader."""
+
     async def submit(self, cmd: Command, timeout: float = 5.0) -> Result:
         """Commit ``cmd`` through the leader and return its result as applied."""
 

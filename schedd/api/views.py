@@ -275,6 +275,14 @@ class ClusterNodeView(TypedDict):
         "itself; null when not known",
     ]
     connected: NotRequired[Annotated[bool, "peers only"]]
+    voting: NotRequired[
+        Annotated[
+            bool,
+            "this node only: false while it abstains from elections, having started with an "
+            "empty data directory beside peers that hold data, until it has caught up with a "
+            "leader",
+        ]
+    ]
     match_index: NotRequired[Annotated[int | None, "peers only, when this node leads"]]
 
 

@@ -902,6 +902,11 @@ class RaftNode:
     def is_ready(self) -> bool:
         return bool(self._obj.isReady())
 
+    def voting(self) -> bool:
+        """Whether this node grants votes: False while it abstains, having started empty
+        beside peers that hold data, until it has caught up with a leader."""
+        return self.journal is None or self.journal.may_vote()
+
     def transfer_leadership(self) -> None:
         """Hand the leadership over (the daemon is stopping): ask the most caught-up follower
         to take over (Raft TimeoutNow) on every tick until this node no longer leads.

@@ -1099,7 +1099,7 @@ async def run_schedule(
             run = Run(seed, root, cluster, history, http, random.Random(seed ^ 0x5EED))
             run.disks = disks
             run.lab = lab
-            await cluster.wait_leader(http)
+            await cluster.wait_serving(http)
             for name in WORKERS:
                 run.start_worker(name)
             crons = [run.launch("cron") for _ in range(cron_jobs)]

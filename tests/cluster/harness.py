@@ -360,18 +360,26 @@ class Cluster:
         raise AssertionError(f"no leader within {timeout}s\n{self.logs()}")
 
     async def wait_serving(self, http: aiohttp.ClientSession, timeout: float = 30.0) -> int:
-        """Index of the leader, once every live node serves its API and names that leader. A
-        leader can be elected by two nodes before the third's HTTP site is up: a test that then
-        talks to any node waits for this, not only for a leader."""
+        """Index of the leader, once every live node serves its API, names that leader and
+        votes.  A leader can be elected by two nodes before the third's HTTP site is up, or
+        before the third even heard from it (it then abstains from elections for a moment,
+        seeing a peer with data): a test that then talks to any node, or cuts the leader off,
+        waits for this, not only for a leader."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             leader = await self.wait_leader(http, max(0.1, deadline - time.monotonic()))
             lead_id = self.nodes[leader].node_id
             views = [await self.view(http, i) for i, n in enumerate(self.nodes) if n.alive]
-            if all(v is not None and v["leader"] == lead_id for v in views):
+            if all(v is not None and v["leader"] == lead_id and _votes(v) for v in views):
                 return leader
             await asyncio.sleep(0.1)
         raise AssertionError(f"not every node served within {timeout}s\n{self.logs()}")
+
+
+def _votes(view: dict[str, Any]) -> bool:
+    """The node whose view this is takes part in elections (it abstains, started empty
+    beside peers with data, until it has caught up with a leader)."""
+    return all(n.get("voting", True) for n in view["nodes"] if n["self"])
 
 
 async def cluster_view(

@@ -48,7 +48,7 @@ async def _isolate_and_heal(root: Path) -> str | None:
     try:
         cluster.start()
         async with aiohttp.ClientSession() as http:
-            leader = await cluster.wait_leader(http)
+            leader = await cluster.wait_serving(http)
             view = await cluster.view(http, leader)
             assert view is not None
             term = view["term"]

@@ -91,6 +91,8 @@ async def test_a_node_back_from_a_lost_disk_does_not_elect_a_stale_leader(
                 return
             assert elected == [], f"a leader without A: {elected}\n{cluster.logs()}"
             assert cluster.log_events(c, ("raft.journal_abstains",), since), cluster.logs()
+            view = await cluster.view(http, c)  # the operator sees it abstain
+            assert view is not None and [n["voting"] for n in view["nodes"] if n["self"]] == [False]
             cluster.start(a)  # A returns: A (with B's vote) leads, C is rebuilt
             assert await cluster.wait_leader(http, timeout=60) == a
             await check_every_node(http, cluster, acked, timeout=90)
@@ -99,5 +101,7 @@ async def test_a_node_back_from_a_lost_disk_does_not_elect_a_stale_leader(
             await wait_for(
                 lambda: cluster.log_events(c, ("raft.journal_caught_up",), since), timeout=30
             )
+            view = await cluster.view(http, c)
+            assert view is not None and [n["voting"] for n in view["nodes"] if n["self"]] == [True]
     finally:
         cluster.stop()

@@ -88,7 +88,7 @@ async def test_a_worker_cut_off_from_the_leader_runs_on_and_its_late_result_is_r
 ) -> None:
     with partitioned(tmp_path, workers=("w1", "w2")) as (lab, cluster):
         async with aiohttp.ClientSession() as http:
-            leader = NODES[await cluster.wait_leader(http)]
+            leader = NODES[await cluster.wait_serving(http)]
             w1 = start_worker(cluster, lab, "w1")
             async with AsyncClient(cluster.urls, token=cluster.token) as client:
                 job = await client.submit("acc.record", payload={"sleep": 8})
@@ -135,7 +135,7 @@ async def test_a_client_cut_off_from_the_leader_submits_through_the_other_nodes(
 ) -> None:
     with partitioned(tmp_path) as (lab, cluster):
         async with aiohttp.ClientSession() as http:
-            leader = await cluster.wait_leader(http)
+            leader = await cluster.wait_serving(http)
             lab.cut(CLIENT, NODES[leader])  # the client's requests to the leader hang
             async with AsyncClient(cluster.urls, token=cluster.token, timeout=2) as client:
                 jobs = await asyncio.wait_for(
@@ -154,7 +154,7 @@ async def test_a_leader_cut_off_from_everyone_follows_the_new_leader_once_healed
 ) -> None:
     with partitioned(tmp_path) as (lab, cluster):
         async with aiohttp.ClientSession() as http:
-            old = await cluster.wait_leader(http)
+            old = await cluster.wait_serving(http)
             view = await cluster.view(http, old)
             assert view is not None
             term = view["term"]

@@ -69,6 +69,9 @@ class FakeRaft:
     def is_ready(self) -> bool:
         return True
 
+    def voting(self) -> bool:
+        return True
+
     @contextmanager
     def read(self) -> Iterator[State]:
         yield self.state
