@@ -192,6 +192,15 @@ class MembershipService:
             said = hellos.get(v.raft, {}).get("node")
             if v.raft != self.node.raft_self and said and said != v.raft:
                 out.append(f"{v.raft} (its raft.listen is {said})")
+        # ... and the peers that know a member by another address (it only shows in their
+        # hello's list of peers: an address no member calls itself)
+        members = {self.node.raft_self, *(v.raft for v in m.voters), *m.removed}
+        if m.learner is not None:
+            members.add(m.learner.raft)
+        for addr, hello in sorted(hellos.items()):
+            for named in hello.get("peers") or ():
+                if isinstance(named, str) and named not in members:
+                    out.append(f"{named} (how {addr} names a member)")
         return out
 
     async def _commit(self, op: str, target: str, new: Membership, base: Membership) -> Membership:

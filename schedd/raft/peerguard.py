@@ -297,6 +297,9 @@ class PeerGuard:
             "data": bool(self.holds_data()),
             "id": self.node_id,
             "http": self.http_url,
+            # how this node names its peers: the leader records no membership that names one
+            # of them otherwise (a proxy or NAT on the way: the log's names would bypass it)
+            "peers": sorted(str(n.address) for n in self._nodes),
         }
 
     def retire(self, node: Any) -> None:
