@@ -18,7 +18,7 @@ REPO = Path(__file__).resolve().parents[2]
 # The bench's own scenario timeouts bound it; these only stop a hung run (and every process it
 # started: it runs in its own process group).
 RUN_TIMEOUT = 480
-pytestmark = [pytest.mark.cluster, pytest.mark.timeout(RUN_TIMEOUT + 60)]
+pytestmark = [pytest.mark.cluster, pytest.mark.long, pytest.mark.timeout(RUN_TIMEOUT + 60)]
 
 # One or more figures per scenario (peers are skipped by --no-peers).
 SCENARIO_KEYS = [

@@ -70,6 +70,7 @@ def _needs(kinds: tuple[str, ...]) -> list[pytest.MarkDecorator]:
 
 
 @pytest.mark.timeout(150)
+@pytest.mark.long
 @pytest.mark.parametrize(
     ("seed", "kinds"),
     [

@@ -50,7 +50,11 @@ async def leaders(http: aiohttp.ClientSession, cluster: Cluster, among: list[int
     return out
 
 
-@pytest.mark.parametrize("guard", [True, False], ids=["guarded", "unguarded"])
+@pytest.mark.parametrize(
+    "guard",
+    [True, pytest.param(False, marks=pytest.mark.long)],  # the control: the hazard, unguarded
+    ids=["guarded", "unguarded"],
+)
 async def test_a_node_back_from_a_lost_disk_does_not_elect_a_stale_leader(
     tmp_path: Path, guard: bool
 ) -> None:

@@ -61,6 +61,7 @@ from tests.cluster.test_partitions import HTTP_PORT, partitioned
 from tests.conftest import wait_for
 
 pytestmark = [
+    pytest.mark.long,
     pytest.mark.cluster,
     pytest.mark.timeout(150),
     pytest.mark.skipif(available() is not None, reason=str(available())),

@@ -182,6 +182,7 @@ journal._fdatasync = lambda fd: None  # a deliberately broken build: the journal
 """
 
 
+@pytest.mark.long
 async def test_the_power_loss_test_fails_when_the_journal_does_not_sync(tmp_path: Path) -> None:
     site = tmp_path / "broken"
     site.mkdir()
