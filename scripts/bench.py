@@ -94,7 +94,13 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from scripts.benchlib import cpuhog, failover, peers, retention, scale
-from scripts.benchlib.clusterops import leader_url, start_lag_worker, stop_cluster, wait_worker
+from scripts.benchlib.clusterops import (
+    CpuMeter,
+    leader_url,
+    start_lag_worker,
+    stop_cluster,
+    wait_worker,
+)
 from scripts.benchlib.common import pct, stop_pid, summary
 from scripts.benchlib.syncobj_ceiling import syncobj_ceiling
 from tests.cluster.harness import Cluster
@@ -159,11 +165,13 @@ async def ceiling(n: int) -> float:
         stop_pid(proc)
 
 
-async def s1(cluster: Cluster, n: int) -> float:
-    _, url = await leader_url(cluster)
+async def s1(cluster: Cluster, n: int) -> dict[str, float]:
+    leader, url = await leader_url(cluster)
     body = orjson.dumps({"task": "bench.noop", "schedule": {"in": "1h"}})
-    rate, _ = await load(url + "/api/v1/jobs", cluster.headers(), n, 64, body)
-    return rate
+    cpu = CpuMeter(cluster)
+    cpu.start()
+    rate, latencies = await load(url + "/api/v1/jobs", cluster.headers(), n, 64, body)
+    return {"s1": rate, "s1_p50": pct(latencies, 0.5) * 1000, **cpu.stop("s1", n, leader)}
 
 
 async def s1d(cluster: Cluster, n: int, batching: bool) -> dict[str, float]:
@@ -201,14 +209,16 @@ S2_CONCURRENCY = 512
 MAX_WORKER_CAPACITY = 10_000  # schedd.protocol.messages.MAX_CAPACITY
 
 
-async def s2(cluster: Cluster, n: int, workers: int = 1) -> float:
+async def s2(cluster: Cluster, n: int, workers: int = 1) -> dict[str, float]:
     """``n`` no-op jobs (``demo.echo``) submitted to run now with no worker connected, so they
     wait queued; then ``workers`` schedd-worker processes (``--concurrency`` S2_CONCURRENCY each)
     are started: jobs/s from the first worker's connection (as the leader lists it) until no
     job is active.  A backlog, not jobs due in the future: with ``scheduler.dispatch_ahead`` a
     connected worker would be leased up to its concurrency before the due time, and that work
-    would not be timed."""
-    _, url = await leader_url(cluster)
+    would not be timed.  With the nodes' CPU per run over the same window."""
+    leader, url = await leader_url(cluster)
+    key = "s2" if workers == 1 else f"s2_{workers}w"
+    cpu = CpuMeter(cluster)
     names = [f"bench-{k}-{time.monotonic_ns()}" for k in range(workers)]
     procs: list[subprocess.Popen[bytes]] = []
     try:
@@ -248,9 +258,10 @@ async def s2(cluster: Cluster, n: int, workers: int = 1) -> float:
             while not await connected():
                 await asyncio.sleep(0.01)
             t0 = time.perf_counter()
+            cpu.start()
             while await active():
                 await asyncio.sleep(0.02)
-            return n / (time.perf_counter() - t0)
+            return {key: n / (time.perf_counter() - t0), **cpu.stop(key, n, leader)}
     finally:
         for proc in procs:
             stop_pid(proc, grace=20)
@@ -362,7 +373,12 @@ ROWS: list[tuple[str, str, str]] = [
     ("S1 / pysyncobj entries/s", "ratio", "s1_vs_syncobj"),
     ("S1 / Huey enqueue", "ratio", "s1_vs_huey"),
     ("S1 / Celery enqueue", "ratio", "s1_vs_celery"),
+    ("S1 submit latency p50, 64 clients", "ms", "s1_p50"),
+    ("S1 leader CPU per job", "us", "s1_leader_us"),
+    ("S1 follower CPU per job (median)", "us", "s1_follower_us"),
     ("S1b batch submit, 4 clients x 1,000/batch (main)", "jobs/s", "s1b"),
+    ("S1b x1,000 leader CPU per job", "us", "s1b_leader_us"),
+    ("S1b x1,000 follower CPU per job (median)", "us", "s1b_follower_us"),
     ("S1b batch submit, 4 clients x 5,000/batch", "jobs/s", "s1b_5000"),
     ("S1b x1,000: elections (Raft term increments)", "count", "s1b_elections"),
     ("S1b x5,000: elections (Raft term increments)", "count", "s1b_5000_elections"),
@@ -381,6 +397,8 @@ ROWS: list[tuple[str, str, str]] = [
     ("S1c sequential submit p99", "ms", "s1c_p99"),
     ("S2 dispatch+complete, 1 worker process", "jobs/s", "s2"),
     ("S2 dispatch+complete, 2 worker processes", "jobs/s", "s2_2w"),
+    ("S2 (1 worker) leader CPU per run", "us", "s2_leader_us"),
+    ("S2 (1 worker) follower CPU per run (median)", "us", "s2_follower_us"),
     ("S2 2 workers / 1 worker", "ratio", "s2_2w_vs_s2"),
     ("S2 / Huey drain", "ratio", "s2_vs_huey"),
     ("S2 / Celery drain", "ratio", "s2_vs_celery"),

@@ -287,3 +287,38 @@ def mem_available() -> int:
         if line.startswith("MemAvailable:"):
             return int(line.split()[1]) * 1024
     raise RuntimeError("no MemAvailable in /proc/meminfo")
+
+
+class CpuMeter:
+    """CPU time per operation of each node over a window: ``utime + stime`` of every node
+    process (all threads) from ``/proc/<pid>/stat`` at :meth:`start` and :meth:`stop`, so a
+    figure does not depend on how busy the machine was, only on what the node did."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+        self._pids: list[int] = []
+        self._t0: list[float] = []
+
+    def start(self) -> None:
+        self._pids = [n.proc.pid for n in self.cluster.nodes if n.proc is not None and n.alive]
+        self._t0 = [cpu_seconds(pid) for pid in self._pids]
+
+    def stop(self, key: str, ops: int, leader: int) -> dict[str, float]:
+        """``{key}_leader_us`` and ``{key}_follower_us`` (the followers' median): µs of CPU
+        per operation; ``leader``: the leader's index among the cluster's nodes."""
+        used = [cpu_seconds(pid) - t0 for pid, t0 in zip(self._pids, self._t0, strict=True)]
+        lead_pid = self.cluster.nodes[leader].proc
+        lead = lead_pid.pid if lead_pid is not None else -1
+        per_op = {pid: 1e6 * u / max(1, ops) for pid, u in zip(self._pids, used, strict=True)}
+        followers = sorted(v for pid, v in per_op.items() if pid != lead)
+        out = {f"{key}_leader_us": per_op.get(lead, float("nan"))}
+        if followers:
+            out[f"{key}_follower_us"] = followers[len(followers) // 2]
+        return out
+
+
+def cpu_seconds(pid: int) -> float:
+    """``utime + stime`` of a process (all its threads) from ``/proc/<pid>/stat``, seconds."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    fields = stat[stat.rindex(")") + 2 :].split()  # from field 3 (state) on
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")

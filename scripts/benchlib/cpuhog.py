@@ -37,19 +37,12 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from .clusterops import find_leader
+from .clusterops import cpu_seconds, find_leader
 from .common import pct, stop_pid
 from .failover import Loaded, loaded, node_events, steady, term
 
 HOG = "while True:\n    pass\n"
 BASELINE = 5.0  # s of load before the hog whose submit latency is reported as the baseline
-
-
-def cpu_seconds(pid: int) -> float:
-    """``utime + stime`` of a process (all its threads) from ``/proc/<pid>/stat``, seconds."""
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    fields = stat[stat.rindex(")") + 2 :].split()  # from field 3 (state) on
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def pin(pid: int, cpus: set[int]) -> None:

@@ -29,6 +29,7 @@ from tests.cluster.harness import BIN, Cluster
 from tests.cluster.members import new_node, raft_addr
 
 from .clusterops import (
+    CpuMeter,
     bucket_diff,
     buckets,
     cluster_view,
@@ -70,14 +71,18 @@ async def s1b(
 ) -> dict[str, float]:
     """``clients`` concurrent clients POST batches of ``batch`` one-hour-delayed no-op jobs to
     ``/api/v1/jobs/batch`` (each batch committed on a majority before its reply) until ``total``
-    jobs are in: jobs/s, and how many leader elections happened meanwhile (term changes)."""
-    _, url = await leader_url(cluster)
+    jobs are in: jobs/s, how many leader elections happened meanwhile (term changes), and each
+    node's CPU per job."""
+    leader, url = await leader_url(cluster)
     count = max(clients, total // batch)
     body = _batch_body([NOOP] * batch)
     key = "s1b" if batch == S1B_MAIN_BATCH else f"s1b_{batch}"
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=clients + 1)) as http:
         term0 = await _term(http, url, cluster.headers())
+        cpu = CpuMeter(cluster)
+        cpu.start()
         sent = await post_batches(http, url, cluster.headers(), [body] * count, clients)
+        used = cpu.stop(key, count * batch, leader)
         url = await current_leader(http, cluster)
         term1 = await _term(http, url, cluster.headers())
         gaps = await raft_gaps(http, cluster, key)  # since the cluster started (S1 to S1b)
@@ -85,6 +90,7 @@ async def s1b(
         key: count * batch / sent.elapsed,
         f"{key}_elections": term1 - term0,
         f"{key}_retries": float(sent.retries),
+        **used,
         **gaps,
     }
 

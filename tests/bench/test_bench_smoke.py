@@ -27,15 +27,22 @@ SCENARIO_KEYS = [
     "syncobj_ops",  # ceilings
     "s1",
     "s1_vs_ceiling",
-    "s1_vs_syncobj",  # S1
+    "s1_vs_syncobj",
+    "s1_p50",
+    "s1_leader_us",
+    "s1_follower_us",  # S1
     "s1b",
     "s1b_5000",
-    "s1b_vs_syncobj_ops",  # S1b
+    "s1b_vs_syncobj_ops",
+    "s1b_leader_us",
+    "s1b_follower_us",  # S1b
     "s1c_p50",
     "s1c_p99",  # S1c
     "s2",
     "s2_2w",
-    "s2_2w_vs_s2",  # S2, 1 and 2 workers
+    "s2_2w_vs_s2",
+    "s2_leader_us",
+    "s2_follower_us",  # S2, 1 and 2 workers
     "s3_p50",
     "s3_p99",
     "s3_max",
