@@ -19,6 +19,12 @@ objects per 15 s.  To bound even that, every ``node.gc_thaw_interval`` (jittered
 not the leader unfreezes and collects everything once; a follower's pause is one its peers
 hardly notice (schedd/raft/pauses.py).  Every collection's length goes to
 ``schedd_gc_pause_seconds``, the frozen count to ``schedd_gc_frozen_objects``.
+
+The youngest generation is collected every :data:`YOUNG_THRESHOLD` allocations, not every 700
+(CPython's default): a request in flight allocates a few hundred tracked objects, so at 700 the
+collector ran every ~30 jobs and walked the requests in flight each time.  Young collections
+stay short (they walk at most that many objects, a few milliseconds); BENCHMARKS.md has what it
+was worth per job.
 """
 
 from __future__ import annotations
@@ -35,6 +41,9 @@ from schedd.logs import log_event
 
 log = logging.getLogger(__name__)
 
+#: allocations of tracked objects between two collections of the youngest generation
+YOUNG_THRESHOLD = 100_000
+
 
 class GcPolicy:
     def __init__(
@@ -47,18 +56,25 @@ class GcPolicy:
         self.thaw_interval_s = thaw_interval_s
         self._observe = observe  # (generation, seconds, collected)
         self._t0 = 0.0
+        self._thresholds: tuple[int, int, int] | None = None  # the ones install replaced
         self.thaws = 0
         self.last_thaw_collected = 0
 
     # -- timing ---------------------------------------------------------------------------
     def install(self) -> None:
-        """Time every collection (``observe``)."""
+        """Time every collection (``observe``); young collections every YOUNG_THRESHOLD."""
         if self._callback not in gc.callbacks:
             gc.callbacks.append(self._callback)
+        if self._thresholds is None:
+            self._thresholds = gc.get_threshold()
+            gc.set_threshold(YOUNG_THRESHOLD, *self._thresholds[1:])
 
     def uninstall(self) -> None:
         if self._callback in gc.callbacks:
             gc.callbacks.remove(self._callback)
+        if self._thresholds is not None:
+            gc.set_threshold(*self._thresholds)
+            self._thresholds = None
 
     def _callback(self, phase: str, info: dict[str, Any]) -> None:
         if phase == "start":

@@ -79,3 +79,17 @@ def test_collections_are_timed_with_what_they_found(clean_gc: None) -> None:
     assert gen2 and gen2[-1][2] == found >= 300_000
     assert 0 < gen2[-1][1] <= wall
     assert policy._callback not in gc.callbacks
+
+
+def test_install_collects_the_young_generation_less_often_and_uninstall_restores() -> None:
+    from schedd.gcpolicy import YOUNG_THRESHOLD
+
+    before = gc.get_threshold()
+    policy = GcPolicy(10, 3600)
+    policy.install()
+    try:
+        assert gc.get_threshold() == (YOUNG_THRESHOLD, *before[1:])
+        policy.install()  # twice: still restores the original
+    finally:
+        policy.uninstall()
+    assert gc.get_threshold() == before
