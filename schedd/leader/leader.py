@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import heapq
 import logging
 from collections.abc import Callable, Iterable
 
 from schedd import clock
-from schedd.aio import wait_event, within
+from schedd.aio import wait_event
 from schedd.core import commands
 from schedd.core.fairness import TaskLanes
 from schedd.core.state import LeaderEvent, Ok, Result
@@ -51,6 +52,47 @@ def now() -> Now:
     return Now(clock.wall_ms(), clock.mono())
 
 
+class Deadlines:
+    """Commits that wait a bounded time for their entry (a worker's result, say), failed with
+    ``TimeoutError`` when it passes: one timer for all of them, where a Task and a Timeout each
+    cost more than the result they wait for.  Event loop only."""
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[float, int, asyncio.Future[Result]]] = []
+        self._added = 0  # ties broken by arrival: futures do not compare
+        self._timer: asyncio.TimerHandle | None = None
+
+    def __len__(self) -> int:
+        return len(self._heap)
+
+    def add(self, fut: asyncio.Future[Result], timeout_s: float) -> None:
+        loop = asyncio.get_running_loop()
+        at = loop.time() + timeout_s
+        heapq.heappush(self._heap, (at, self._added, fut))
+        self._added += 1
+        if self._timer is None or at < self._timer.when():
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer = loop.call_at(at, self._expire)
+
+    def _expire(self) -> None:
+        self._timer = None
+        loop = asyncio.get_running_loop()
+        heap, now_s = self._heap, loop.time()
+        while heap and (heap[0][0] <= now_s or heap[0][2].done()):
+            fut = heapq.heappop(heap)[2]
+            if not fut.done():
+                fut.set_exception(TimeoutError())
+        if heap:
+            self._timer = loop.call_at(heap[0][0], self._expire)
+
+    def cancel(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._heap.clear()
+
+
 class Leader:
     def __init__(
         self,
@@ -68,6 +110,7 @@ class Leader:
         self.ready = asyncio.Event()  # set once claimed and rebuilt
         self.core = LeaderCore(node.read, 0, now(), settings, metrics)
         self._wake = asyncio.Event()
+        self._deadlines = Deadlines()
         self._stopped = False
 
     # what the metrics, the worker endpoint and the tests look at
@@ -111,6 +154,7 @@ class Leader:
                 await wait_event(self._wake, self.core.sleep_for(now()))
         finally:
             self._stopped = True
+            self._deadlines.cancel()
             self.ready.clear()
             for conn in list(self.core.workers.values()):
                 conn.send(messages.Redirect(leader=None))  # reconnect: a follower will redirect
@@ -140,7 +184,7 @@ class Leader:
             elif isinstance(act, Commit):
                 fut: asyncio.Future[Result] = self.node.submit_nowait(act.cmd)
                 if act.timeout_s is not None:
-                    fut = asyncio.ensure_future(within(fut, act.timeout_s))
+                    self._deadlines.add(fut, act.timeout_s)
                 fut.add_done_callback(functools.partial(self._committed, act.then))
             elif isinstance(act, Close):
                 act.conn.close(discard=act.discard)
