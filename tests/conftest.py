@@ -131,3 +131,26 @@ async def node(tmp_path: Path) -> AsyncIterator[Node]:
 async def http() -> AsyncIterator[aiohttp.ClientSession]:
     async with aiohttp.ClientSession() as session:
         yield session
+
+
+@pytest.fixture(autouse=True)
+def own_entries_decode_alike(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """A node applies the entries it encoded itself from the commands it held, not decoding
+    them again (``_StateMachine.own``): that is right only while those commands equal what
+    decoding gives (what every other node applies).  Every in-process node checks it for
+    every entry; a test fails on any difference."""
+    from schedd.core import commands
+    from schedd.raft import node as raft_node
+
+    real = raft_node.apply_entry
+    differ: list[str] = []
+
+    def checked(state: Any, blob: object, index: int, **kw: Any) -> Any:
+        held = kw.get("decoded")
+        if held is not None and (decoded := commands.decode_entry(blob)) != held:
+            differ.append(f"entry {index}: held {held!r}, decoded {decoded!r}")
+        return real(state, blob, index, **kw)
+
+    monkeypatch.setattr(raft_node, "apply_entry", checked)
+    yield
+    assert not differ, differ[:3]

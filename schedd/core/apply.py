@@ -45,11 +45,19 @@ ClientCommand = (
 )
 
 
-def apply_entry(state: State, blob: object, index: int) -> tuple[list[Result], list[LeaderEvent]]:
-    """Apply one Raft entry at log ``index``.  Total: never raises."""
+def apply_entry(
+    state: State,
+    blob: object,
+    index: int,
+    decoded: list[commands.Command] | None = None,
+) -> tuple[list[Result], list[LeaderEvent]]:
+    """Apply one Raft entry at log ``index``.  Total: never raises.  ``decoded``: the entry's
+    commands as the node that encoded ``blob`` held them (equal to what decoding it gives),
+    so that node does not decode its own entry again."""
     events: list[LeaderEvent] = []
     state.applied_index = index
-    results = [apply(state, cmd, index, events) for cmd in commands.decode_entry(blob)]
+    cmds = commands.decode_entry(blob) if decoded is None else decoded
+    results = [apply(state, cmd, index, events) for cmd in cmds]
     if state.changes is not None:
         state.changes.end(index)
     return results, events

@@ -74,6 +74,10 @@ log = logging.getLogger(__name__)
 
 MAX_COMMANDS_PER_ENTRY = 2000
 MAX_PENDING = 200_000
+#: entries this node encoded and has not applied yet, kept with their commands (an entry a
+#: leader change discarded is never applied: past this many they are all forgotten, and the
+#: few still to come are decoded as a follower decodes them)
+MAX_OWN_ENTRIES = 4096
 #: the longest the database keeps applied leader commands uncommitted (_StateMachine)
 LAZY_COMMIT_S = 0.1
 FOLLOWER_CHECK_PERIOD = 0.5  # seconds between two looks at the followers' match indexes
@@ -252,6 +256,9 @@ class _StateMachine(SyncObjConsumer, ApplyBatch):  # type: ignore[misc]
         self._awaited = True  # whether a caller here waits for the entry applied next
         self._visible = False  # the open transaction holds such an entry that wants visibility
         self._members_seen = self.state.members
+        #: the commands of the entries this node encoded, by the entry's bytes: applied as they
+        #: are, not decoded again (put on the event loop, taken on the tick thread)
+        self.own: dict[bytes, list[commands.Command]] = {}
         #: called with a membership that an applied entry recorded (tick thread)
         self.on_members: Callable[[Membership], None] = lambda members: None
 
@@ -325,7 +332,13 @@ class _StateMachine(SyncObjConsumer, ApplyBatch):  # type: ignore[misc]
                 if not state.in_transaction:
                     self._began = started
                 try:
-                    applied = apply_entry(state, blob, index, commit=not self._batch)
+                    applied = apply_entry(
+                        state,
+                        blob,
+                        index,
+                        commit=not self._batch,
+                        decoded=self.own.pop(blob, None) if self.own else None,
+                    )
                     if state.visible_now:
                         state.visible_now = False
                         self._visible = self._visible or awaited or self.leading()
@@ -1115,9 +1128,14 @@ class RaftNode:
             return
         self._flush_scheduled = False
         pending, self._pending = self._pending, []
+        own = self._sm.own
         for start in range(0, len(pending), MAX_COMMANDS_PER_ENTRY):
             chunk = pending[start : start + MAX_COMMANDS_PER_ENTRY]
-            blob = commands.encode_entry([cmd for cmd, _ in chunk])
+            cmds = [cmd for cmd, _ in chunk]
+            blob = commands.encode_entry(cmds)
+            if len(own) >= MAX_OWN_ENTRIES:
+                own.clear()
+            own[blob] = cmds
             futures = [fut for _, fut in chunk]
             self._sm.apply_entry(blob, callback=self._make_callback(futures))
         self._wake()

@@ -36,6 +36,7 @@ from typing import Any
 import orjson
 
 from schedd.core import apply as core_apply
+from schedd.core.commands import Command
 from schedd.core.members import Membership
 from schedd.core.model import Job, JobSpec, Run
 from schedd.core.state import (
@@ -798,7 +799,12 @@ def _cache(cache: OrderedDict[str, Any], key: str, value: object, limit: int) ->
 
 
 def apply_entry(
-    state: SqlState, blob: object, index: int, *, commit: bool = True
+    state: SqlState,
+    blob: object,
+    index: int,
+    *,
+    commit: bool = True,
+    decoded: list[Command] | None = None,
 ) -> tuple[list[Result], list[LeaderEvent]] | None:
     """Apply the Raft entry at ``index`` in the open transaction (or a new one), committed
     with the index unless ``commit`` is false (the caller commits a batch of entries with the
@@ -808,7 +814,7 @@ def apply_entry(
         return None
     if not state.in_transaction:
         state.begin()
-    out = core_apply.apply_entry(state, blob, index)
+    out = core_apply.apply_entry(state, blob, index, decoded)
     if commit:
         state.commit()
     return out

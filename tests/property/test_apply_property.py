@@ -135,3 +135,18 @@ def test_arbitrary_json_commands_never_raise(obj: object) -> None:
     state = MemoryState()
     results, _ = apply_entry(state, blob, 1)
     assert len(results) == 1
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(entries)
+def test_a_node_applying_the_commands_it_encoded_ends_where_decoding_ends(
+    batches: list[list[commands.Command]],
+) -> None:
+    """The node that encoded an entry applies the commands it held (it does not decode its
+    own entry again): they equal what every other node decodes, and give the same state."""
+    held, decoded = MemoryState(), MemoryState()
+    for i, batch in enumerate(batches, start=1):
+        blob = commands.encode_entry(batch)
+        assert commands.decode_entry(blob) == batch
+        assert apply_entry(held, blob, i, batch) == apply_entry(decoded, blob, i)
+    assert held.__dict__ == decoded.__dict__
