@@ -315,8 +315,9 @@ def _check_keys(state: State, cmd: commands.Submit) -> Rejected | None:
 def _submit(state: State, cmd: commands.Submit, events: list[LeaderEvent]) -> Result:
     # Validate the whole batch first: all or nothing.
     batch_ids: set[str] = set()
+    taken = state.existing_jobs([job_id for job_id, _ in cmd.jobs])
     for i, (job_id, _) in enumerate(cmd.jobs):
-        if job_id in state.jobs or job_id in batch_ids:
+        if job_id in taken or job_id in batch_ids:
             prefix = f"jobs[{i}]." if len(cmd.jobs) > 1 else ""
             return Rejected("conflict", f"job id {job_id} already exists", f"{prefix}id")
         batch_ids.add(job_id)

@@ -261,6 +261,10 @@ class State(ABC):
     @abstractmethod
     def in_dlq(self, run_id: str) -> bool: ...
 
+    def existing_jobs(self, ids: Sequence[str]) -> set[str]:
+        """Which of ``ids`` are jobs already (one look for a whole batch)."""
+        return {job_id for job_id in ids if job_id in self.jobs}
+
     @abstractmethod
     def dlq_size(self) -> int: ...
 
@@ -274,8 +278,9 @@ class State(ABC):
 
     @abstractmethod
     def remember(self, rid: str, now: int, result: Result) -> None:
-        """Keep ``result`` under ``rid``, and forget every request older than
-        ``now - DEDUP_WINDOW_MS``."""
+        """Keep ``result`` under ``rid``.  A request is remembered while it is at most
+        ``DEDUP_WINDOW_MS`` older than the latest one remembered (the window ends at the
+        latest ``now`` so far, which every node knows alike whenever it forgets)."""
 
     @abstractmethod
     def remembered(self) -> int:
@@ -303,6 +308,7 @@ class MemoryState(State):
         self.dlq: dict[str, None] = {}  # ordered set of dead-lettered run ids
         self.recent: dict[str, tuple[int, Result]] = {}  # request id -> (now, result)
         self.recent_by_time: list[tuple[int, str]] = []  # heap of (now, request id)
+        self.recent_latest = 0  # the latest now remembered: the dedup window's end
         self.seq: dict[str, int] = {}  # run id -> its creation number
         self.created = 0  # runs created so far
         self.leader_fence = 0
@@ -464,7 +470,8 @@ class MemoryState(State):
         recent, heap = self.recent, self.recent_by_time
         recent[rid] = (now, result)
         heapq.heappush(heap, (now, rid))
-        horizon = now - DEDUP_WINDOW_MS
+        self.recent_latest = latest = max(self.recent_latest, now)
+        horizon = latest - DEDUP_WINDOW_MS
         while heap and heap[0][0] < horizon:
             at, old = heapq.heappop(heap)
             seen = recent.get(old)

@@ -74,6 +74,7 @@ from schedd.storage.schema import (
     open_database,
 )
 
+_IN_CHUNK = 500  # ids per "IN (...)" look-up (SQLite allows 32,766 parameters)
 CACHE_MAX = 10_000  # decoded jobs (and as many runs) kept in front of the database (~13 MB)
 HOT_MS = 600_000  # the hot window's default (scheduler.hot_window)
 _META = (
@@ -253,6 +254,10 @@ class SqlState(State):
         self.counts = {key: int(value) for key, value in self._all("SELECT key, value FROM counts")}
         self._counts_written = dict(self.counts)
         self._dlq_size = int(self._one("SELECT count(*) FROM dlq", ())[0])
+        #: request ids remembered in the open transaction (rid -> (now, result body)), and the
+        #: latest now remembered (the dedup window's end)
+        self._recent_new: dict[str, tuple[int, bytes]] = {}
+        self._recent_latest = int(self._one("SELECT max(at_ms) FROM recent", ())[0] or 0)
         # whether the deps table may have a row: most clusters have no dependencies, and every
         # result asks for the job's dependants
         self._any_deps = self._one("SELECT 1 FROM deps LIMIT 1", ()) is not None
@@ -402,6 +407,20 @@ class SqlState(State):
             or self._job_cache.get(job_id)
         )
 
+    def existing_jobs(self, ids: Sequence[str]) -> set[str]:
+        """Which of ``ids`` are jobs already: those in memory, then one query per
+        ``_IN_CHUNK`` of the others (not one per id: a batch's ids are new)."""
+        found = {job_id for job_id in ids if self._job_in_memory(job_id) is not None}
+        rest = [job_id for job_id in ids if job_id not in found]
+        for start in range(0, len(rest), _IN_CHUNK):
+            chunk = rest[start : start + _IN_CHUNK]
+            marks = ",".join("?" * len(chunk))
+            found.update(
+                str(row[0])
+                for row in self._all(f"SELECT id FROM jobs WHERE id IN ({marks})", tuple(chunk))
+            )
+        return found
+
     def _run_in_memory(self, rid: str) -> Run | None:
         return self._run_writes.get(rid) or self._hot_runs.get(rid) or self._run_cache.get(rid)
 
@@ -472,6 +491,7 @@ class SqlState(State):
 
     def commit(self) -> None:
         self._flush()
+        self._write_recent()
         self._on_disk.clear()
         for job_id in self._specs_new:  # the encodings of this transaction's jobs not hot
             if job_id not in self._hot_refs:
@@ -718,24 +738,49 @@ class SqlState(State):
             yield str(run_id)
 
     # -- request ids ---------------------------------------------------------------------
+    # One statement per command (the look-up): what a command remembers is written with the
+    # transaction's other rows at its commit, and what fell out of the window is deleted then,
+    # once.  A commit comes at another entry on each node, so a look-up skips what is out of
+    # the window but not deleted yet: every node answers alike.
     def recall(self, rid: str) -> Result | None:
-        row = self._one("SELECT result FROM recent WHERE rid = ?", (rid,))
-        if row is None:
-            return None
+        pending = self._recent_new.get(rid)
+        if pending is not None:
+            body = pending[1]
+        else:
+            row = self._one(
+                "SELECT result FROM recent WHERE rid = ? AND at_ms >= ?",
+                (rid, self._recent_latest - DEDUP_WINDOW_MS),
+            )
+            if row is None:
+                return None
+            body = row[0]
         try:
-            return result_from_body(rid, row[0])
+            return result_from_body(rid, body)
         except CorruptRow as exc:
             raise StorageFailure(f"{self.path}: {exc}") from exc
 
     def remember(self, rid: str, now: int, result: Result) -> None:
-        self._x(
-            "INSERT OR REPLACE INTO recent (rid, at_ms, result) VALUES (?, ?, ?)",
-            (rid, now, result_body(result, self._spec_of)),
-        )
-        self._x("DELETE FROM recent WHERE at_ms < ?", (now - DEDUP_WINDOW_MS,))
+        self._recent_new[rid] = (now, result_body(result, self._spec_of))
+        if now > self._recent_latest:
+            self._recent_latest = now
+
+    def _write_recent(self) -> None:
+        """Write the request ids this transaction remembered, and forget those out of the window."""
+        if not self._recent_new:
+            return
+        rows = [(rid, at, body) for rid, (at, body) in self._recent_new.items()]
+        self._recent_new.clear()
+        self._many("INSERT OR REPLACE INTO recent (rid, at_ms, result) VALUES (?, ?, ?)", rows)
+        self._x("DELETE FROM recent WHERE at_ms < ?", (self._recent_latest - DEDUP_WINDOW_MS,))
 
     def remembered(self) -> int:
-        return int(self._one("SELECT count(*) FROM recent", ())[0])
+        self._write_recent()
+        return int(
+            self._one(
+                "SELECT count(*) FROM recent WHERE at_ms >= ?",
+                (self._recent_latest - DEDUP_WINDOW_MS,),
+            )[0]
+        )
 
     # A job's and a run's row: the columns beside the body, then the key (then seq, when new)
     def _job_row(self, job: Job) -> tuple[Any, ...]:

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from schedd.core import commands
+from schedd.core.apply import apply as core_apply
 from schedd.core.model import (
     Job,
     JobSpec,
@@ -352,3 +353,79 @@ def test_request_ids_are_remembered_on_disk_not_in_memory(tmp_path: Path) -> Non
         assert st.remembered() == 1 and st.recall("tok:req-7:abc") is None
     finally:
         st.close()
+
+
+def _statements(st: SqlState) -> list[str]:
+    """The SQL statements ``st`` runs from now on (sqlite3's trace callback)."""
+    seen: list[str] = []
+    st.db.set_trace_callback(seen.append)
+    return seen
+
+
+def test_a_batch_of_new_jobs_is_looked_up_once_not_once_a_job(tmp_path: Path) -> None:
+    node = Node(tmp_path / "state.db")
+    try:
+        node.apply([commands.Submit("warm", T0, (("w", at(T0 + 3_600_000)),))])
+        seen = _statements(node.state)
+        jobs = tuple((f"J{i:04}", at(T0 + 3_600_000)) for i in range(1000))
+        [result] = node.apply([commands.Submit("batch", T0 + 1, jobs)])
+        assert len(result.value) == 1000  # type: ignore[union-attr]
+        looks = [s for s in seen if s.startswith("SELECT") and "FROM jobs" in s]
+        assert len(looks) == 2, looks[:5]  # 1,000 ids, 500 to a look-up
+        [dup] = node.apply([commands.Submit("again", T0 + 2, (("J0007", at(T0 + 5)),))])
+        assert dup.code == "conflict" and "J0007" in dup.message  # type: ignore[union-attr]
+    finally:
+        node.state.close()
+
+
+def test_a_client_command_costs_a_look_up_and_a_row_and_the_window_is_purged_per_commit(
+    tmp_path: Path,
+) -> None:
+    node = Node(tmp_path / "state.db")
+    st = node.state
+    try:
+        seen = _statements(st)
+        for i in range(10):
+            node.apply([commands.CancelJob(f"r{i}", T0 + i, "nope")])
+        recent = [s for s in seen if "recent" in s]
+        reads = [s for s in recent if s.startswith("SELECT")]
+        writes = [s for s in recent if not s.startswith("SELECT")]
+        assert len(reads) == 10  # one look-up a command
+        assert len(writes) == 2 * 10  # each entry commits here: its row, then the purge
+        seen.clear()
+        st.begin()  # ten commands in one transaction: one write of them all, one purge
+        for i in range(10, 20):
+            core_apply(st, commands.CancelJob(f"r{i}", T0 + i, "nope"), 100 + i, [])
+        st.commit()
+        writes = [s for s in seen if "recent" in s and not s.startswith("SELECT")]
+        assert [w.split()[0] for w in writes] == ["INSERT"] * 10 + ["DELETE"]  # purged once
+    finally:
+        st.close()
+
+
+def test_nodes_that_commit_at_other_entries_answer_a_repeat_alike(tmp_path: Path) -> None:
+    """A node purges the dedup window at its commits, which fall at other entries on each
+    node: a request out of the window is not answered from a row still there."""
+    window = 15 * 60_000
+    answers = []
+    for name, commit_each in (("a.db", True), ("b.db", False)):
+        node = Node(tmp_path / name)
+        st = node.state
+        try:
+            node.apply([commands.CancelJob("old", T0, "nope")])
+            if not commit_each:
+                st.begin()  # b: one transaction from here on, nothing purged yet
+            out = []
+            for i, now in enumerate((T0 + window - 1, T0 + window + 1)):
+                if commit_each:
+                    st.begin()
+                core_apply(st, commands.CancelJob(f"new{i}", now, "nope"), 10 + i, [])
+                if commit_each:
+                    st.commit()
+                out.append(st.recall("old") is not None)
+            if not commit_each:
+                st.commit()
+            answers.append((out, st.remembered()))
+        finally:
+            st.close()
+    assert answers[0] == answers[1] == ([True, False], 2)
