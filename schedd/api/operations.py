@@ -19,6 +19,7 @@ from schedd.api.ports import PREFIX
 from schedd.api.schema import js, values
 from schedd.core.events import KINDS, MAX_INDEX
 from schedd.core.model import DstGap, DstRepeat, JobStatus, RunState
+from schedd.protocol.timing import CONNECT_PATH
 from schedd.storage.reader import MAX_IDS, SCAN_WINDOW
 from schedd.storage.schema import FIRST
 
@@ -438,7 +439,7 @@ OPERATIONS: tuple[Operation, ...] = (
     Operation(
         "worker_connect",
         "GET",
-        f"{PREFIX}/workers/connect",
+        CONNECT_PATH,
         "worker",
         "The worker protocol (websocket)",
         (

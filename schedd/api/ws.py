@@ -18,18 +18,17 @@ from schedd.leader.workers import WorkerConn
 from schedd.logs import log_event
 from schedd.protocol import messages
 from schedd.protocol.messages import ProtocolError
+from schedd.protocol.timing import HELLO_HOLD_S, HELLO_TIMEOUT_S
 
 log = logging.getLogger(__name__)
 
-HELLO_TIMEOUT_S = 10.0
 MAX_FRAME = 1 << 20
 # A hello that reaches a node which neither leads nor knows a leader it can reach (an election
 # is going on: the leader died, or this node is the new leader still rebuilding) is held up to
-# this long until it does, then answered: welcome, or a redirect to the new leader.  So a fleet
+# HELLO_HOLD_S until it does, then answered: welcome, or a redirect to the new leader.  So a fleet
 # of workers that lost its leader waits on the followers, one connection each, instead of
-# polling them, and reconnects the moment a leader is known.  Well under the SDK's handshake
-# timeout (10 s).
-HOLD_S = 3.0
+# polling them, and reconnects the moment a leader is known.  Under the SDK's handshake
+# timeout (both in schedd/protocol/timing.py).
 LOOK_EVERY_S = 0.02  # one look at "who leads" per period, shared by every hello held
 # Workers held through an election are released at once when a leader is known; each waits a
 # random part of (held x SPREAD_PER_HELD_S, at most SPREAD_MAX_S) first, so hundreds of
@@ -140,7 +139,7 @@ class _Where:
 
 async def _place(where: _Where, ws: web.WebSocketResponse) -> tuple[WorkerHub | None, str | None]:
     """Where a worker's hello goes: (this node's leader once ready, None), or (None, the URL of
-    the leader to redirect to, None when none is known), holding it up to ``HOLD_S`` while
+    the leader to redirect to, None when none is known), holding it up to ``HELLO_HOLD_S`` while
     this node neither leads nor reaches a leader it can name."""
     node = where.node
     leader, url, settled = _look(where)
@@ -150,7 +149,7 @@ async def _place(where: _Where, ws: web.WebSocketResponse) -> tuple[WorkerHub | 
     if looks is None:
         looks = _LOOKS[node] = _Looks(where)
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + HOLD_S
+    deadline = loop.time() + HELLO_HOLD_S
     looks.held += 1
     try:
         while not settled:

@@ -59,6 +59,7 @@ from schedd.protocol.messages import (
     encode,
     traceback_tail,
 )
+from schedd.protocol.timing import CONNECT_PATH, HANDSHAKE_TIMEOUT_S
 from schedd.worker.builtins import SHELL_DISABLED, TaskFailed, builtin_handlers
 from schedd.worker.leases import Acked, Held, LeaseBook, progress_to_send
 from schedd.worker.registry import (
@@ -89,7 +90,6 @@ def _log_to_stderr_unless_configured() -> logging.Handler | None:
     return handler
 
 
-CONNECT_PATH = "/api/v1/workers/connect"
 BACKOFF_MIN = 0.1
 BACKOFF_MAX = 2.0
 # After a "no leader yet" answer (a redirect naming no leader, or naming one that cannot be
@@ -97,8 +97,8 @@ BACKOFF_MAX = 2.0
 # election timeout.  Retry soon, jittered, without growing the backoff, for NO_LEADER_QUICK_FOR
 # seconds of such answers in a row; then the backoff grows as for any failure (a cluster that
 # lost its quorum is not polled this often by every worker of a fleet forever).  A server holds
-# a hello up to HOLD_S (3 s, schedd/api/ws.py) until it knows a leader, so against a
-# current server these retries are rare: one connection per worker per hold, not 5-10 a second.
+# a hello up to HELLO_HOLD_S (3 s, schedd/protocol/timing.py) until it knows a leader, so
+# against a current server these retries are rare: one connection per worker per hold, not 5-10 a second.
 NO_LEADER_RETRY = (0.1, 0.2)  # seconds: uniform
 NO_LEADER_QUICK_FOR = 5.0
 # A server that could not be reached (refused, timed out) is passed over for this long while
@@ -109,7 +109,6 @@ NO_LEADER_QUICK_FOR = 5.0
 DOWN_FOR = 1.0
 NEXT_SERVER_MAX = 0.1  # seconds (uniform from 0) before trying the next server after one is down
 CONNECT_TIMEOUT = 3.0  # the TCP connect: a dead host answers nothing, not even a refusal
-HANDSHAKE_TIMEOUT = 10.0  # from the upgrade to welcome / redirect
 WS_PING = 15.0  # websocket-level ping: notices a dead peer between protocol frames
 MAX_REDIRECTS = 5  # in a row, before backing off
 STABLE_SESSION = 5.0  # seconds welcomed before a drop stops counting as a failure
@@ -341,7 +340,7 @@ class Worker:
             ",".join(sorted({*self.registry.names(), *self._builtins})),
         )
         timeout = aiohttp.ClientTimeout(
-            total=None, connect=HANDSHAKE_TIMEOUT, sock_connect=CONNECT_TIMEOUT
+            total=None, connect=HANDSHAKE_TIMEOUT_S, sock_connect=CONNECT_TIMEOUT
         )
         async with aiohttp.ClientSession(timeout=timeout) as session:
             conn = asyncio.create_task(self._connect_loop(session), name="schedd-worker-conn")
@@ -568,7 +567,7 @@ class Worker:
         try:
             while True:
                 try:
-                    frame = await ws.receive(timeout=None if welcomed else HANDSHAKE_TIMEOUT)
+                    frame = await ws.receive(timeout=None if welcomed else HANDSHAKE_TIMEOUT_S)
                 except TimeoutError:
                     log.warning("worker.handshake_timeout server=%s", target)
                     return _End("failed")

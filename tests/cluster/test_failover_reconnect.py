@@ -164,7 +164,7 @@ async def test_no_leader_yet_is_held_by_the_node_then_retried_soon(tmp_path: Pat
             tries = rec.reconnects(t0)[:3]
             assert not w.connected
         assert [after for _, _, after in tries] == ["no_leader"] * 3, tries
-        # The node held each hello (HOLD_S = 3 s) before it answered "no leader yet"...
+        # The node held each hello (HELLO_HOLD_S = 3 s) before it answered "no leader yet"...
         assert elapsed >= 3 * 2.5, (elapsed, tries)
         # ...and the worker came back 0.1-0.2 s after each answer, without backing off.
         assert all(0.1 <= d <= 0.2 for d, _, _ in tries[:2]), tries
