@@ -17,6 +17,7 @@ from schedd.core.state import (
     Result,
     State,
 )
+from schedd.errors import Code
 
 # Commands a client may repeat after a lost reply: their results are remembered by request id.
 # Leader commands are not (they are fenced, and a repeat is judged on the run's state).
@@ -70,7 +71,7 @@ def apply(
     events: list[LeaderEvent],
 ) -> Result:
     if isinstance(cmd, commands.Undecodable):
-        return Rejected("invalid_argument", f"undecodable command: {cmd.reason}")
+        return Rejected(Code.INVALID_ARGUMENT, f"undecodable command: {cmd.reason}")
     client = isinstance(cmd, CLIENT_COMMANDS)
     if client or isinstance(cmd, commands.Claim | commands.Barrier):
         state.make_visible()
@@ -82,7 +83,9 @@ def apply(
         result = _dispatch(state, cmd, index, events)
     except Exception as exc:  # noqa: BLE001 - apply must be total: an exception would wedge Raft
         del events[mark:]
-        result = Rejected("internal", f"{type(cmd).__name__} failed: {type(exc).__name__}: {exc}")
+        result = Rejected(
+            Code.INTERNAL, f"{type(cmd).__name__} failed: {type(exc).__name__}: {exc}"
+        )
     if cmd.rid and client:
         state.remember(cmd.rid, cmd.now, _to_remember(cmd, result))
     return result
@@ -108,7 +111,7 @@ def _recalled(state: State, seen: Result) -> Result:
         job = ref if isinstance(ref, Job) else state.jobs.get(ref)
         if job is None:
             return Rejected(
-                "not_found",
+                Code.NOT_FOUND,
                 f"this request was applied, but its job {ref} has been "
                 "forgotten since (history.retention)",
                 "id",
@@ -181,17 +184,17 @@ def _members(state: State, cmd: commands.Members, index: int) -> Result:
     base = 0 if state.members is None else state.members.index
     if cmd.base != base:
         return Rejected(
-            "conflict",
+            Code.CONFLICT,
             f"another membership change was applied first (at index {base}, this one was "
             f"made for {cmd.base}); look again (schedctl node list) and retry",
         )
     try:
         new = members.Membership.from_json(cmd.members)
     except (AttributeError, KeyError, TypeError, ValueError) as exc:
-        return Rejected("invalid_argument", f"malformed membership: {exc}")
+        return Rejected(Code.INVALID_ARGUMENT, f"malformed membership: {exc}")
     problem = members.check(new, state.members)
     if problem is not None:
-        return Rejected("invalid_argument", problem)
+        return Rejected(Code.INVALID_ARGUMENT, problem)
     state.make_visible()  # read back at once (GET /cluster/nodes) on the leader
     state.members = replace(new, index=index)
     if state.changes is not None:
@@ -217,7 +220,9 @@ def _client(state: State, cmd: ClientCommand, events: list[LeaderEvent]) -> Resu
     # DropDead, the last of CLIENT_COMMANDS (mypy checks that ClientCommand has no other)
     run = state.runs.get(cmd.run_id)
     if run is None or not state.in_dlq(cmd.run_id):
-        return Rejected("not_found", f"run {cmd.run_id} is not in the dead-letter queue", "run_id")
+        return Rejected(
+            Code.NOT_FOUND, f"run {cmd.run_id} is not in the dead-letter queue", "run_id"
+        )
     state.dlq_remove(run)
     return Ok(cmd.run_id)
 
@@ -228,7 +233,7 @@ def _dead_letters(state: State, cmd: commands.DeadLetters, events: list[LeaderEv
     count], ...]))``, the tasks by name."""
     if cmd.action not in ("replay", "drop"):
         return Rejected(
-            "invalid_argument", f"action: expected replay or drop, got {cmd.action!r}", "action"
+            Code.INVALID_ARGUMENT, f"action: expected replay or drop, got {cmd.action!r}", "action"
         )
     done: list[str] = []
     skipped: list[str] = []
@@ -262,11 +267,11 @@ def _check_dependencies(state: State, cmd: commands.Submit) -> Rejected | None:
             other = batch.get(dep) or (state.jobs[dep].spec if dep in state.jobs else None)
             if other is None:
                 return Rejected(
-                    "not_found", f"depends_on: no job with id {dep}", f"{prefix}depends_on[{k}]"
+                    Code.NOT_FOUND, f"depends_on: no job with id {dep}", f"{prefix}depends_on[{k}]"
                 )
             if other.namespace != spec.namespace:
                 return Rejected(
-                    "invalid_argument",
+                    Code.INVALID_ARGUMENT,
                     f"depends_on: job {dep} is in namespace {other.namespace}, expected jobs of "
                     f"the same namespace ({spec.namespace})",
                     f"{prefix}depends_on[{k}]",
@@ -279,7 +284,7 @@ def _check_dependencies(state: State, cmd: commands.Submit) -> Rejected | None:
         {}, {job_id: spec.depends_on for job_id, spec in cmd.jobs if spec.depends_on}
     )
     if cycle:
-        return Rejected("conflict", f"dependency cycle: {format_cycle(cycle)}", "depends_on")
+        return Rejected(Code.CONFLICT, f"dependency cycle: {format_cycle(cycle)}", "depends_on")
     return None
 
 
@@ -303,7 +308,7 @@ def _check_keys(state: State, cmd: commands.Submit) -> Rejected | None:
         if differs:
             prefix = f"jobs[{i}]." if len(cmd.jobs) > 1 else ""
             return Rejected(
-                "conflict",
+                Code.CONFLICT,
                 f"idempotency_key {key!r} was already used in namespace {spec.namespace!r} for "
                 f"job {existing} with another {' and '.join(differs)}: repeat the same request "
                 "to get that job, or use a new key",
@@ -319,7 +324,7 @@ def _submit(state: State, cmd: commands.Submit, events: list[LeaderEvent]) -> Re
     for i, (job_id, _) in enumerate(cmd.jobs):
         if job_id in taken or job_id in batch_ids:
             prefix = f"jobs[{i}]." if len(cmd.jobs) > 1 else ""
-            return Rejected("conflict", f"job id {job_id} already exists", f"{prefix}id")
+            return Rejected(Code.CONFLICT, f"job id {job_id} already exists", f"{prefix}id")
         batch_ids.add(job_id)
     problem = _check_dependencies(state, cmd) or _check_keys(state, cmd)
     if problem is not None:
@@ -347,7 +352,7 @@ def _create_job(
 def _cancel_job(state: State, cmd: commands.CancelJob, events: list[LeaderEvent]) -> Result:
     job = state.jobs.get(cmd.job_id)
     if job is None:
-        return Rejected("not_found", f"no job with id {cmd.job_id}", "id")
+        return Rejected(Code.NOT_FOUND, f"no job with id {cmd.job_id}", "id")
     if job.status in (JobStatus.CANCELLED, JobStatus.DONE) and not state.has_unfinished(job.id):
         return Ok(job)
     state.put_job(
@@ -367,9 +372,9 @@ def _cancel_job(state: State, cmd: commands.CancelJob, events: list[LeaderEvent]
 def _update_job(state: State, cmd: commands.UpdateJob, events: list[LeaderEvent]) -> Result:
     job = state.jobs.get(cmd.job_id)
     if job is None:
-        return Rejected("not_found", f"no job with id {cmd.job_id}", "id")
+        return Rejected(Code.NOT_FOUND, f"no job with id {cmd.job_id}", "id")
     if job.status in (JobStatus.CANCELLED, JobStatus.DONE):
-        return Rejected("conflict", f"job {job.id} is {job.status}: it can no longer be changed")
+        return Rejected(Code.CONFLICT, f"job {job.id} is {job.status}: it can no longer be changed")
     if cmd.spec is not None and cmd.spec != job.spec:
         problem = runs.change_spec(state, job, cmd.spec, cmd.now, events)
         if problem is not None:

@@ -20,11 +20,12 @@ from __future__ import annotations
 
 from schedd.core.model import Run
 from schedd.core.state import Ok, Rejected, Result, State
+from schedd.errors import Code
 
 
 def purge(state: State, before_ms: int, keep: int, limit: int) -> Result:
     if not all(type(v) is int for v in (before_ms, keep, limit)) or keep < 1 or limit < 1:
-        return Rejected("invalid_argument", "purge: expected integers, keep and limit >= 1")
+        return Rejected(Code.INVALID_ARGUMENT, "purge: expected integers, keep and limit >= 1")
     state.history_keep = keep
     runs = state.finished_runs_before(before_ms, limit)
     for run in runs:

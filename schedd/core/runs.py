@@ -57,6 +57,7 @@ from schedd.core.state import (
     State,
     backoff_ms,
 )
+from schedd.errors import Code
 
 MISFIRE_GRACE_MS = 30_000  # later than this, a recurring fire is a misfire
 CATCHUP_SPACING_MS = 200  # catch-up runs are spread this far apart
@@ -115,7 +116,7 @@ def _move(
 ) -> Run | Rejected:
     target = next_state(run.state, event)
     if isinstance(target, BadTransition):
-        return Rejected("conflict", f"run {run.id}: {target.message}")
+        return Rejected(Code.CONFLICT, f"run {run.id}: {target.message}")
     moved = evolve(run, state=target, updated_ms=now, **changes)
     _store(state, moved, events)
     if target in TERMINAL_RUN_STATES:
@@ -213,7 +214,7 @@ def heal(state: State, job_id: str, now: int, events: list[LeaderEvent]) -> Resu
     """A recurring active job without a pending next occurrence gets one."""
     job = state.jobs.get(job_id)
     if job is None or job.status is not JobStatus.ACTIVE or not is_recurring(job.spec):
-        return Rejected("conflict", f"job {job_id} does not need healing")
+        return Rejected(Code.CONFLICT, f"job {job_id} does not need healing")
     pending = state.runs.get(job.next_run_id) if job.next_run_id else None
     if pending is not None and pending.state not in TERMINAL_RUN_STATES:
         return Ok(None)
@@ -227,19 +228,19 @@ def heal(state: State, job_id: str, now: int, events: list[LeaderEvent]) -> Resu
 def fire(state: State, run_id: str, now: int, events: list[LeaderEvent]) -> Result:
     run = state.runs.get(run_id)
     if run is None:
-        return Rejected("not_found", f"no run {run_id}")
+        return Rejected(Code.NOT_FOUND, f"no run {run_id}")
     if run.due_ms > now and (
         run.due_ms - now > FIRE_AHEAD_MAX_MS or not may_fire_ahead(state.jobs[run.job_id].spec, run)
     ):
-        return Rejected("conflict", f"run {run_id} is not due before {run.due_ms}")
+        return Rejected(Code.CONFLICT, f"run {run_id} is not due before {run.due_ms}")
     if run.state is RunState.RETRYING:
         moved = _move(state, run, Event.FIRE, now, events)
         return moved if isinstance(moved, Rejected) else Ok(run_id)
     if run.state is not RunState.SCHEDULED:
-        return Rejected("conflict", f"run {run_id} is {run.state}, not scheduled")
+        return Rejected(Code.CONFLICT, f"run {run_id} is {run.state}, not scheduled")
     job = state.jobs[run.job_id]
     if job.status is JobStatus.PAUSED:
-        return Rejected("conflict", f"job {job.id} is paused; its runs fire after resume")
+        return Rejected(Code.CONFLICT, f"job {job.id} is paused; its runs fire after resume")
     late = now - run.scheduled_ms > MISFIRE_GRACE_MS
     if is_recurring(job.spec) and run.origin == "schedule" and late:
         return _misfire(state, job, run, now, "misfire", events)
@@ -345,10 +346,10 @@ def lease(
 ) -> Result:
     run = state.runs.get(run_id)
     if run is None:
-        return Rejected("not_found", f"no run {run_id}")
+        return Rejected(Code.NOT_FOUND, f"no run {run_id}")
     target = next_state(run.state, Event.LEASE)
     if isinstance(target, BadTransition):
-        return Rejected("conflict", target.message)
+        return Rejected(Code.CONFLICT, target.message)
     timeout = state.jobs[run.job_id].spec.timeout_ms
     start = max(now, run.due_ms)  # a run leased ahead starts when it is due (lease.not_before)
     attempt = Attempt(
@@ -375,16 +376,16 @@ def _running(state: State, run_id: str, fence: int, outcome: AttemptOutcome | No
     repeated for an attempt that already ended with ``outcome`` is accepted (None: never)."""
     run = state.runs.get(run_id)
     if run is None:
-        return Rejected("not_found", f"no run {run_id}")
+        return Rejected(Code.NOT_FOUND, f"no run {run_id}")
     if run.state is RunState.RUNNING and run.current is not None and run.current.fence == fence:
         return run
     if outcome is not None and _already_ended(run, fence, outcome):
         return Ok(run_id)
     if run.current is None or run.current.fence != fence:
         return Rejected(
-            "stale_fence", f"fence {fence} is not the current lease of {run_id} ({run.fence})"
+            Code.STALE_FENCE, f"fence {fence} is not the current lease of {run_id} ({run.fence})"
         )
-    return Rejected("stale_fence", f"run {run_id} is {run.state}, not running")
+    return Rejected(Code.STALE_FENCE, f"run {run_id} is {run.state}, not running")
 
 
 def _refused(
@@ -501,7 +502,7 @@ def cancel_run(
 ) -> Result:
     run = state.runs.get(run_id)
     if run is None:
-        return Rejected("not_found", f"no run with id {run_id}", "run_id")
+        return Rejected(Code.NOT_FOUND, f"no run with id {run_id}", "run_id")
     if run.state in TERMINAL_RUN_STATES:
         return Ok(run_id)
     attempts = run.attempts
@@ -535,9 +536,9 @@ def trigger(
 ) -> Result:
     job = state.jobs.get(job_id)
     if job is None:
-        return Rejected("not_found", f"no job with id {job_id}", "id")
+        return Rejected(Code.NOT_FOUND, f"no job with id {job_id}", "id")
     if job.status is JobStatus.CANCELLED:
-        return Rejected("conflict", f"job {job_id} is cancelled")
+        return Rejected(Code.CONFLICT, f"job {job_id} is cancelled")
     run = _new_run(state, job, now, now, now, events, origin="trigger")
     _start(state, state.jobs[job_id], run, now, events, respect_overlap=not override)
     return Ok(state.runs[run.id])
@@ -546,7 +547,7 @@ def trigger(
 def replay(state: State, run_id: str, now: int, events: list[LeaderEvent]) -> Result:
     run = state.runs.get(run_id)
     if run is None or not state.in_dlq(run_id):
-        return Rejected("not_found", f"run {run_id} is not in the dead-letter queue", "run_id")
+        return Rejected(Code.NOT_FOUND, f"run {run_id} is not in the dead-letter queue", "run_id")
     state.dlq_remove(run)
     job = state.jobs[run.job_id]
     if job.status is JobStatus.DONE:
@@ -564,7 +565,7 @@ def change_spec(
         first = state.runs.get(job.next_run_id) if job.next_run_id else None
         if first is None or first.state not in (RunState.SCHEDULED, RunState.BLOCKED):
             return Rejected(
-                "conflict",
+                Code.CONFLICT,
                 f"job {job.id}: its run already started; an update "
                 "applies only to runs not yet started",
             )

@@ -17,6 +17,7 @@ import heapq
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 from schedd.core.events import ChangeLog, job_differs, run_differs
@@ -30,13 +31,22 @@ from schedd.core.model import (
     RunState,
     ScheduleKind,
 )
+from schedd.errors import Code
 
 DEDUP_WINDOW_MS = 15 * 60_000
 DEFAULT_HISTORY_KEEP = 1_000  # finished runs kept per job until a leader's purge says otherwise
 RECURRING_KINDS = frozenset({ScheduleKind.EVERY, ScheduleKind.CRON})
 WAITING_STATES = frozenset({RunState.SCHEDULED, RunState.RETRYING})  # for their due time
 LIVE_STATES = frozenset({RunState.QUEUED, RunState.RUNNING})  # with or for a worker
-STALE_LEADER = "stale_leader"  # a leader command from a deposed leader (internal, never on the API)
+
+
+class Internal(StrEnum):
+    """Rejections that stay inside the cluster (never an API error)."""
+
+    STALE_LEADER = "stale_leader"  # a leader command from a deposed leader
+
+
+STALE_LEADER = Internal.STALE_LEADER
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,12 +56,21 @@ class Ok:
 
 @dataclass(frozen=True, slots=True)
 class Rejected:
-    code: str
+    code: Code | Internal
     message: str
     field: str | None = None
 
 
 Result = Ok | Rejected
+
+
+def reject_code(text: str) -> Code | Internal:
+    """A rejection's code from its stored text (ValueError when it is neither kind)."""
+    try:
+        return Code(text)
+    except ValueError:
+        return Internal(text)
+
 
 # Leader events (plain tuples: cheap, and only ever consumed in-process):
 #   ("due", run_id, due_ms, ahead)        the run waits in the timing wheel until due_ms (or up

@@ -39,7 +39,7 @@ from schedd.core import commands
 from schedd.core.events import ChangeLog
 from schedd.core.members import LEARNER, VOTER, Member, Membership
 from schedd.core.state import LeaderEvent, Rejected, Result, State
-from schedd.errors import ConfigError, ResourceExhausted, SchedError, Unavailable
+from schedd.errors import Code, ConfigError, ResourceExhausted, SchedError, Unavailable
 from schedd.logs import log_event
 from schedd.raft.feed import DEFAULT_SIZE as DEFAULT_EVENTS_BUFFER
 from schedd.raft.feed import EventFeed
@@ -361,7 +361,7 @@ class _StateMachine(SyncObjConsumer, ApplyBatch):  # type: ignore[misc]
             return results
         except Exception as exc:  # never let anything escape (docs/pysyncobj.md #1)
             log.exception("apply failed")
-            return [Rejected("internal", f"apply failed: {exc}")]
+            return [Rejected(Code.INTERNAL, f"apply failed: {exc}")]
 
 
 @dataclass(slots=True)

@@ -25,7 +25,7 @@ from schedd.core.model import (
     Run,
     RunState,
 )
-from schedd.core.state import Ok, Rejected, Result
+from schedd.core.state import Ok, Rejected, Result, reject_code
 
 _dumps = orjson.dumps
 _loads = orjson.loads
@@ -255,7 +255,7 @@ def _result_from(d: Any) -> Result:
     if "ok" in d:
         return Ok(_value_from(d["ok"]))
     code, message, field = d["no"]
-    return Rejected(code, message, field)
+    return Rejected(reject_code(code), message, field)
 
 
 def result_body(r: Result, spec_of: SpecOf | None = None) -> bytes:
