@@ -90,7 +90,11 @@ async def start_node(
     token, _ = ensure_admin_token(cfg.tokens_path)
     rt = Runtime(cfg)
     await rt.start()
-    await wait_for(lambda: rt.leader is not None and rt.leader.ready.is_set(), timeout=15)
+    try:
+        await wait_for(lambda: rt.leader is not None and rt.leader.ready.is_set(), timeout=15)
+    except BaseException:  # stopped here: its threads must not outlive the failed test
+        await rt.stop()
+        raise
     return Node(rt, f"http://127.0.0.1:{port}", token, tmp)
 
 

@@ -602,20 +602,11 @@ class RaftNode:
                     "raft.join; docs/operations.md, Membership)"
                 ]
             )
+        moved = self._moved_alone(recorded)
+        if moved is not recorded:
+            return moved
         if st.self_addr not in recorded.addresses() and st.node_id:
             mine = [m for m in recorded.voters if m.id == st.node_id]
-            if mine and len(recorded.voters) == 1 and recorded.learner is None:
-                # A one-node cluster whose node moved (another raft.listen): it is the cluster,
-                # under its new address (recorded so at the next membership change).
-                log_event(
-                    log,
-                    "raft.address_changed",
-                    logging.WARNING,
-                    node=st.node_id,
-                    was=mine[0].raft,
-                    now=st.self_addr,
-                )
-                return replace(recorded, voters=(Member(st.self_addr, st.node_id, st.http_url),))
             if mine:
                 raise ConfigError(
                     [
@@ -642,8 +633,29 @@ class RaftNode:
             )
         return recorded.with_known(self._known())
 
+    def _moved_alone(self, members: Membership) -> Membership:
+        """A one-node cluster whose node moved (another raft.listen) is the cluster under its
+        new address (recorded so at the next membership change): ``members`` with it there,
+        else ``members`` itself.  At start, from the state; and on the tick thread for a
+        membership its log applies after the start (recorded just before it stopped)."""
+        st = self.settings
+        if st.self_addr in members.addresses() or not st.node_id or members.learner is not None:
+            return members
+        mine = [m for m in members.voters if m.id == st.node_id]
+        if not mine or len(members.voters) != 1:
+            return members
+        log_event(
+            log,
+            "raft.address_changed",
+            logging.WARNING,
+            node=st.node_id,
+            was=mine[0].raft,
+            now=st.self_addr,
+        )
+        return replace(members, voters=(Member(st.self_addr, st.node_id, st.http_url),))
+
     def _adopt_members(self, members: Membership) -> None:  # tick thread
-        members = members.with_known(self._known())
+        members = self._moved_alone(members).with_known(self._known())
         voters = members.voter_addresses()
         learner = set() if members.learner is None else {members.learner.raft}
         changed = set_members(self._obj, voters, learner, members.removed)
