@@ -276,7 +276,8 @@ class Runtime:
             await self._runner.cleanup()
         await self.proxy.close()
         await self.reader.close()
-        self.node.close()
+        # closing waits for the Raft thread's last tick and journal sync: not on the loop
+        await asyncio.to_thread(self.node.close)
         log_event(log, "node.stopped", node_id=self.config.node.id)
 
     async def _hand_over(self, timeout: float) -> None:

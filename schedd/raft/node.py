@@ -332,13 +332,11 @@ class _StateMachine(SyncObjConsumer, ApplyBatch):  # type: ignore[misc]
                 if not state.in_transaction:
                     self._began = started
                 try:
-                    applied = apply_entry(
-                        state,
-                        blob,
-                        index,
-                        commit=not self._batch,
-                        decoded=self.own.pop(blob, None) if self.own else None,
-                    )
+                    # (only bytes are looked up: anything else is no entry of ours, and an
+                    # unhashable one must not fail this node's apply alone)
+                    own = self.own
+                    held = own.pop(blob, None) if own and isinstance(blob, bytes) else None
+                    applied = apply_entry(state, blob, index, commit=not self._batch, decoded=held)
                     if state.visible_now:
                         state.visible_now = False
                         self._visible = self._visible or awaited or self.leading()
@@ -743,6 +741,7 @@ class RaftNode:
     def close(self) -> None:
         # Waits for the tick thread to close the journal (its last sync included): the
         # process may exit next, and an entry appended meanwhile must be on disk first.
+        # It blocks for up to a tick and a sync: call it off the event loop.
         if self._obj.tick_thread_alive():
             self._obj.destroy_synchronous()
         else:
