@@ -98,7 +98,8 @@ BACKOFF_MAX = 2.0
 # seconds of such answers in a row; then the backoff grows as for any failure (a cluster that
 # lost its quorum is not polled this often by every worker of a fleet forever).  A server holds
 # a hello up to HELLO_HOLD_S (3 s, schedd/protocol/timing.py) until it knows a leader, so
-# against a current server these retries are rare: one connection per worker per hold, not 5-10 a second.
+# against a current server these retries are rare: one connection per worker per hold, not 5-10
+# a second.
 NO_LEADER_RETRY = (0.1, 0.2)  # seconds: uniform
 NO_LEADER_QUICK_FOR = 5.0
 # A server that could not be reached (refused, timed out) is passed over for this long while

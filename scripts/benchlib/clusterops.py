@@ -307,8 +307,8 @@ class CpuMeter:
         """``{key}_leader_us`` and ``{key}_follower_us`` (the followers' median): µs of CPU
         per operation; ``leader``: the leader's index among the cluster's nodes."""
         used = [cpu_seconds(pid) - t0 for pid, t0 in zip(self._pids, self._t0, strict=True)]
-        lead_pid = self.cluster.nodes[leader].proc
-        lead = lead_pid.pid if lead_pid is not None else -1
+        proc = self.cluster.nodes[leader].proc
+        lead = proc.pid if proc is not None else -1
         per_op = {pid: 1e6 * u / max(1, ops) for pid, u in zip(self._pids, used, strict=True)}
         followers = sorted(v for pid, v in per_op.items() if pid != lead)
         out = {f"{key}_leader_us": per_op.get(lead, float("nan"))}

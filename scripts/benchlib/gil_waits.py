@@ -22,7 +22,7 @@ sys.path.insert(0, tree)
 import orjson
 
 from scripts.bench import load
-from scripts.benchlib.clusterops import leader_url
+from scripts.benchlib.clusterops import leader_url, stop_cluster
 from tests.cluster.harness import Cluster
 
 
@@ -68,7 +68,7 @@ async def main() -> None:
             spy.wait(30)
             print(f"load: {n} jobs in {time.monotonic() - t0:.1f}s")
         finally:
-            cluster.stop()
+            stop_cluster(cluster)
     analyze(out)
 
 
