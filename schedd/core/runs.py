@@ -54,7 +54,12 @@ from schedd.core.state import (
     Ok,
     Rejected,
     Result,
+    RunDue,
+    RunGone,
+    RunLeased,
+    RunReady,
     State,
+    StopRun,
     backoff_ms,
 )
 from schedd.errors import Code
@@ -95,11 +100,11 @@ def may_fire_ahead(spec: JobSpec, run: Run) -> bool:
 
 def _event_for(run: Run, spec: JobSpec) -> LeaderEvent | None:
     if run.state in (RunState.SCHEDULED, RunState.RETRYING):
-        return ("due", run.id, run.due_ms, may_fire_ahead(spec, run))
+        return RunDue(run.id, run.due_ms, may_fire_ahead(spec, run))
     if run.state is RunState.QUEUED:
-        return ("ready", run.id, spec.queue, spec.priority, spec.namespace, spec.task)
+        return RunReady(run.id, spec.queue, spec.priority, spec.namespace, spec.task)
     if run.state in TERMINAL_RUN_STATES or run.state is RunState.BLOCKED:
-        return ("gone", run.id)
+        return RunGone(run.id)
     return None
 
 
@@ -360,7 +365,7 @@ def lease(
         deadline_ms=start + timeout if timeout else None,
     )
     state.put_run(evolve(run, state=target, updated_ms=now, attempts=(*run.attempts, attempt)))
-    events.append(("leased", run_id))
+    events.append(RunLeased(run_id))
     return Ok(attempt)
 
 
@@ -507,7 +512,7 @@ def cancel_run(
         return Ok(run_id)
     attempts = run.attempts
     if run.state is RunState.RUNNING and run.current is not None:
-        events.append(("stop", run.id, run.current.fence))
+        events.append(StopRun(run.id, run.current.fence))
         attempts = _end_attempt(run, now, AttemptOutcome.CANCELLED, reason)
     moved = _move(state, run, Event.CANCEL, now, events, attempts=attempts, reason=reason)
     return moved if isinstance(moved, Rejected) else Ok(run_id)
@@ -598,7 +603,7 @@ def resume(state: State, job: Job, now: int, events: list[LeaderEvent]) -> None:
     if is_recurring(job.spec) and now - pending.scheduled_ms > MISFIRE_GRACE_MS:
         _misfire(state, job, pending, now, "paused", events)
     else:
-        events.append(("due", pending.id, pending.due_ms, may_fire_ahead(job.spec, pending)))
+        events.append(RunDue(pending.id, pending.due_ms, may_fire_ahead(job.spec, pending)))
 
 
 # -- after a run finished -------------------------------------------------------------------------

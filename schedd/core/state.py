@@ -18,7 +18,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import Any, NamedTuple
 
 from schedd.core.events import ChangeLog, job_differs, run_differs
 from schedd.core.members import Membership
@@ -27,6 +27,7 @@ from schedd.core.model import (
     Job,
     JobSpec,
     JobStatus,
+    Priority,
     Run,
     RunState,
     ScheduleKind,
@@ -72,14 +73,47 @@ def reject_code(text: str) -> Code | Internal:
         return Internal(text)
 
 
-# Leader events (plain tuples: cheap, and only ever consumed in-process):
-#   ("due", run_id, due_ms, ahead)        the run waits in the timing wheel until due_ms (or up
-#                                         to dispatch_ahead before it when `ahead`)
-#   ("ready", run_id, queue, priority, namespace, task)   the run is queued for a worker
-#   ("leased", run_id)                    handed to a worker (the leader records the lease)
-#   ("gone", run_id)                      left the wheel/queue (finished, cancelled, blocked)
-#   ("stop", run_id, fence)               tell the worker holding this lease to stop
-LeaderEvent = tuple[Any, ...]
+# -- leader events: what applying an entry changed that the leader keeps in memory ---------------
+# (tuples, cheap to make; only ever consumed in-process, by schedd.leader.core's match)
+class RunDue(NamedTuple):
+    """The run waits in the timing wheel until ``due_ms`` (or up to dispatch-ahead before it
+    when ``ahead``)."""
+
+    run_id: str
+    due_ms: int
+    ahead: bool
+
+
+class RunReady(NamedTuple):
+    """The run is queued for a worker."""
+
+    run_id: str
+    queue: str
+    priority: Priority
+    namespace: str
+    task: str
+
+
+class RunLeased(NamedTuple):
+    """The run was handed to a worker (the leader records the lease)."""
+
+    run_id: str
+
+
+class RunGone(NamedTuple):
+    """The run left the wheel and the queues (finished, cancelled, blocked)."""
+
+    run_id: str
+
+
+class StopRun(NamedTuple):
+    """Tell the worker holding the lease ``fence`` of the run to stop."""
+
+    run_id: str
+    fence: int
+
+
+LeaderEvent = RunDue | RunReady | RunLeased | RunGone | StopRun
 
 
 def backoff_ms(spec: JobSpec, attempt: int, rand: float) -> int:

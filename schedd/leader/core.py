@@ -27,6 +27,7 @@ import random
 from collections.abc import Callable, Iterable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
+from typing import assert_never
 
 from schedd.core import commands
 from schedd.core.durations import format_time
@@ -41,7 +42,19 @@ from schedd.core.model import (
     RunState,
 )
 from schedd.core.runs import FIRE_AHEAD_MAX_MS, may_fire_ahead
-from schedd.core.state import STALE_LEADER, LeaderEvent, Ok, Rejected, Result, State
+from schedd.core.state import (
+    STALE_LEADER,
+    LeaderEvent,
+    Ok,
+    Rejected,
+    Result,
+    RunDue,
+    RunGone,
+    RunLeased,
+    RunReady,
+    State,
+    StopRun,
+)
 from schedd.core.wheel import TimingWheel
 from schedd.leader.progress import ProgressBook, held_progress
 from schedd.leader.workers import LeaseInfo, WorkerConn
@@ -274,21 +287,27 @@ class LeaderCore:
         if index <= self.rebuilt_at:
             return []
         for ev in events:
-            kind, run_id = ev[0], ev[1]
-            if kind == "leased":
-                self.wheel.remove(run_id)
-                self._dequeue(run_id)
-                continue
-            if kind == "stop":
-                info = self.leases.get(run_id)
-                conn = self.workers.get(info.worker_id) if info else None
-                if conn is not None:
-                    self._out.append(Send(conn, messages.Cancel(run_id=run_id, fence=int(ev[2]))))
-            self._forget(run_id)
-            if kind == "due" and int(ev[2]) < self.loaded_until:  # else loaded in its time
-                self.wheel.add(run_id, self._fire_at(int(ev[2]), bool(ev[3])))
-            elif kind == "ready":
-                self._enqueue(run_id, ev[2], Priority(ev[3]), ev[4], ev[5])
+            match ev:
+                case RunLeased(run_id):
+                    self.wheel.remove(run_id)
+                    self._dequeue(run_id)
+                case RunDue(run_id, due_ms, ahead):
+                    self._forget(run_id)
+                    if due_ms < self.loaded_until:  # else loaded in its time
+                        self.wheel.add(run_id, self._fire_at(due_ms, ahead))
+                case RunReady(run_id, queue, priority, namespace, task):
+                    self._forget(run_id)
+                    self._enqueue(run_id, queue, priority, namespace, task)
+                case StopRun(run_id, fence):
+                    info = self.leases.get(run_id)
+                    conn = self.workers.get(info.worker_id) if info else None
+                    if conn is not None:
+                        self._out.append(Send(conn, messages.Cancel(run_id=run_id, fence=fence)))
+                    self._forget(run_id)
+                case RunGone(run_id):
+                    self._forget(run_id)
+                case _:
+                    assert_never(ev)
         self._out.append(WAKE)
         return self._emit()
 

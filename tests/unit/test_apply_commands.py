@@ -19,7 +19,17 @@ from schedd.core.model import (
     Schedule,
     ScheduleKind,
 )
-from schedd.core.state import MemoryState, Ok, Rejected, State
+from schedd.core.state import (
+    MemoryState,
+    Ok,
+    Rejected,
+    RunDue,
+    RunGone,
+    RunLeased,
+    RunReady,
+    State,
+    StopRun,
+)
 from tests.unit.test_state import T0, Harness, lease_one
 
 MIN = 60_000
@@ -113,7 +123,7 @@ def test_a_command_that_fails_unexpectedly_is_an_internal_rejection_and_its_even
     # 500 for that command only; the leader never hears of its half-made events, and the other
     # commands of the same entry keep theirs.
     def broken(state: State, job_id: str, now: int, override: bool, events: list[Any]) -> Any:
-        events.append(("ready", "half-made", "default", "normal", "default", "t"))
+        events.append(RunReady("half-made", "default", Priority.NORMAL, "default", "t"))
         raise RuntimeError("boom")
 
     monkeypatch.setattr(runs, "trigger", broken)
@@ -124,7 +134,7 @@ def test_a_command_that_fails_unexpectedly_is_an_internal_rejection_and_its_even
     )
     assert isinstance(submitted, Ok)
     assert triggered == Rejected("internal", "Trigger failed: RuntimeError: boom")
-    assert h.events == [("due", f"J1@{T0}", T0, True)]
+    assert h.events == [RunDue(f"J1@{T0}", T0, True)]
 
 
 # -- leadership -------------------------------------------------------------------------------
@@ -148,7 +158,7 @@ def test_a_lease_names_the_worker_that_holds_it() -> None:
     fence = lease_one(h, lf, rid, worker="w-7")
     current = h.state.runs[rid].current
     assert current is not None and (current.worker_id, current.fence) == ("w-7", fence)
-    assert ("leased", rid) in h.events
+    assert RunLeased(rid) in h.events
 
 
 def test_a_failed_attempt_keeps_the_workers_error() -> None:
@@ -229,7 +239,7 @@ def test_cancelling_a_running_run_stops_its_worker_and_records_when_and_why() ->
     assert [(a.outcome, a.error, a.ended_ms) for a in run.attempts] == [
         ("cancelled", "cancelled", T0 + 5)
     ]
-    assert h.events == [("stop", rid, fence), ("gone", rid)]
+    assert h.events == [StopRun(rid, fence), RunGone(rid)]
 
 
 def test_cancelling_an_unknown_run_is_not_found() -> None:

@@ -18,8 +18,8 @@ import pytest
 
 from schedd.core import commands
 from schedd.core.apply import apply_entry
-from schedd.core.model import AttemptOutcome, JobSpec, RunState, Schedule, ScheduleKind
-from schedd.core.state import STALE_LEADER, MemoryState, Ok, Rejected, Result
+from schedd.core.model import AttemptOutcome, JobSpec, Priority, RunState, Schedule, ScheduleKind
+from schedd.core.state import STALE_LEADER, MemoryState, Ok, Rejected, Result, RunReady
 from schedd.leader import core as leader_core
 from schedd.leader.core import (
     REBUILD_GRACE_S,
@@ -544,7 +544,7 @@ def test_events_the_rebuild_already_read_are_not_applied_twice() -> None:
     sim.leader.queues["default"].remove(run_id)
     sim.do(
         sim.leader.on_events(
-            sim.leader.rebuilt_at, [("ready", run_id, "default", 1, "default", "t")]
+            sim.leader.rebuilt_at, [RunReady(run_id, "default", Priority.NORMAL, "default", "t")]
         )
     )
     assert run_id not in sim.leader.queues["default"]

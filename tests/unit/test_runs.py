@@ -23,7 +23,14 @@ from schedd.core.model import (
     ScheduleKind,
 )
 from schedd.core.runs import CATCHUP_SPACING_MS, MISFIRE_GRACE_MS, cancel_run
-from schedd.core.state import Ok, Rejected
+from schedd.core.state import (
+    LeaderEvent,
+    Ok,
+    Rejected,
+    RunDue,
+    RunReady,
+    StopRun,
+)
 from tests.unit.test_state import Harness, lease_one
 
 MIN = 60_000
@@ -91,17 +98,15 @@ class Checked(Harness):
         self._follow(events)
         return rid
 
-    def _follow(self, events: list[tuple[Any, ...]]) -> None:
+    def _follow(self, events: list[LeaderEvent]) -> None:
         for ev in events:
-            kind, rid = ev[0], ev[1]
-            self.wheel.pop(rid, None)
-            self.ready.pop(rid, None)
-            if kind == "due":
-                self.wheel[rid] = ev[2]
-            elif kind == "ready":
-                self.ready[rid] = (ev[2], ev[3], ev[4])
-            else:
-                assert kind in ("leased", "gone", "stop"), ev
+            self.wheel.pop(ev.run_id, None)
+            self.ready.pop(ev.run_id, None)
+            match ev:
+                case RunDue(rid, due_ms, _):
+                    self.wheel[rid] = due_ms
+                case RunReady(rid, queue, priority, namespace, _):
+                    self.ready[rid] = (queue, priority, namespace)
 
     def _check_times(self, now: int, runs: dict[str, Run], jobs: dict[str, Any]) -> None:
         for rid, run in self.state.runs.items():
@@ -288,7 +293,7 @@ def test_overlap_is_judged_on_live_runs(policy: Overlap, expected: list[str]) ->
     got = [f"{s}:{r}" if r else s for _, s, r in states(h)][:2]
     assert got == expected
     if policy is Overlap.CANCEL_OTHER:
-        assert ("stop", first, fence) in h.events
+        assert StopRun(first, fence) in h.events
     if policy is Overlap.BUFFER_ONE:
         third = next_id(h)
         fire(h, lf, third, T0 + 3 * MIN)
@@ -348,7 +353,7 @@ def test_one_off_pause_and_resume() -> None:
     assert isinstance(fire(h, lf, run_id, T0 + 20), Rejected)
     h.events.clear()
     h.one(commands.UpdateJob(h.rid(), T0 + 30, "J1", paused=False))
-    assert ("due", run_id, T0 + 10, True) in h.events
+    assert RunDue(run_id, T0 + 10, True) in h.events
     assert isinstance(fire(h, lf, run_id, T0 + 40), Ok)
 
 
@@ -507,7 +512,7 @@ def test_a_one_off_run_may_fire_and_lease_ahead_but_not_more_than_the_limit() ->
         spec=JobSpec(task="t", timeout_ms=5_000, schedule=Schedule(kind=ScheduleKind.AT, at_ms=due))
     )
     rid = f"J1@{due}"
-    assert ("due", rid, due, True) in h.events
+    assert RunDue(rid, due, True) in h.events
     assert isinstance(fire(h, lf, rid, due - FIRE_AHEAD_MAX_MS - 1), Rejected)
     assert h.state.runs[rid].state is RunState.SCHEDULED
     assert fire(h, lf, rid, due - FIRE_AHEAD_MAX_MS) == Ok(rid)
@@ -540,7 +545,7 @@ def test_runs_whose_fire_decides_on_live_state_never_fire_ahead(spec: JobSpec) -
     )
     run = h.state.runs[rid]
     assert run.state is RunState.SCHEDULED
-    assert ("due", rid, run.due_ms, False) in h.events
+    assert RunDue(rid, run.due_ms, False) in h.events
     assert isinstance(fire(h, lf, rid, run.due_ms - 1), Rejected)
     assert h.state.runs[rid].state is RunState.SCHEDULED
     assert fire(h, lf, rid, run.due_ms) == Ok(rid)
@@ -560,4 +565,4 @@ def test_every_allow_fires_ahead_and_a_retry_waits_for_its_backoff_on_the_worker
     )
     retry_due = h.state.runs[rid].due_ms
     assert retry_due > due + 50
-    assert ("due", rid, retry_due, True) in h.events
+    assert RunDue(rid, retry_due, True) in h.events

@@ -28,7 +28,7 @@ from schedd.core.model import (
     ScheduleKind,
 )
 from schedd.core.runs import CATCHUP_SPACING_MS, MISFIRE_GRACE_MS
-from schedd.core.state import Ok, Rejected
+from schedd.core.state import Ok, Rejected, RunDue, RunGone, RunLeased, RunReady
 from tests.unit.test_runs import MIN, T0, Checked, cron, every, fire, lease, next_id, states
 from tests.unit.test_state import Harness
 
@@ -62,16 +62,16 @@ def test_the_leader_is_told_where_each_run_waits_in_every_state() -> None:
     fence = lease(h, lf, rid, T0)
     h.one(commands.CompleteRun(h.rid(), T0 + 5, lf, rid, fence, None))
     assert h.events == [
-        ("due", rid, T0, True),
-        ("ready", rid, "q", "high", "ns", "t"),
-        ("leased", rid),
-        ("gone", rid),
+        RunDue(rid, T0, True),
+        RunReady(rid, "q", Priority.HIGH, "ns", "t"),
+        RunLeased(rid),
+        RunGone(rid),
     ]
     h.submit("A", at(T0 + HOUR), now=T0 + 6)
     h.submit("B", JobSpec(task="t", depends_on=("A",)), now=T0 + 6)
     h.events.clear()
     fire(h, lf, f"B@{T0 + 6}", T0 + 6)  # blocked on A: out of the wheel, not queued
-    assert h.events == [("gone", f"B@{T0 + 6}")]
+    assert h.events == [RunGone(f"B@{T0 + 6}")]
 
 
 def test_a_fire_batch_fires_every_run_it_can_whatever_the_others_are() -> None:
@@ -250,7 +250,7 @@ def test_cancelling_a_run_waiting_for_its_retry_keeps_its_attempts_and_stops_no_
     assert h.one(commands.CancelRun(h.rid(), T0 + 20, rid)) == Ok(rid)
     run = h.state.runs[rid]
     assert (run.state, run.reason, run.attempts) == (RunState.CANCELLED, "cancelled", attempts)
-    assert h.events == [("gone", rid)]
+    assert h.events == [RunGone(rid)]
 
 
 @pytest.mark.parametrize("paused", [False, True])
@@ -333,7 +333,7 @@ def test_a_triggered_run_retries_at_its_due_time_never_ahead_of_it() -> None:
     h.events.clear()
     h.one(commands.FailRun(h.rid(), T0 + 10, lf, rid, fence, "boom", True))
     due = T0 + 10 + 10_000
-    assert h.events == [("due", rid, due, False)]
+    assert h.events == [RunDue(rid, due, False)]
     assert isinstance(fire(h, lf, rid, due - 1), Rejected)
     assert fire(h, lf, rid, due) == Ok(rid)
 
@@ -547,7 +547,7 @@ def test_a_resumed_job_misfires_its_pending_occurrence_only_when_more_than_the_g
         assert got(h) == ["skipped:paused", "scheduled"]
     else:
         assert got(h) == ["scheduled"]
-        assert h.events == [("due", rid, T0 + MIN, False)]
+        assert h.events == [RunDue(rid, T0 + MIN, False)]
 
 
 def test_a_resumed_one_off_job_runs_its_run_however_late() -> None:
@@ -558,7 +558,7 @@ def test_a_resumed_one_off_job_runs_its_run_however_late() -> None:
     h.events.clear()
     h.one(commands.UpdateJob(h.rid(), T0 + HOUR, "J1", paused=False))
     rid = f"J1@{T0 + 10}"
-    assert h.events == [("due", rid, T0 + 10, True)]
+    assert h.events == [RunDue(rid, T0 + 10, True)]
     assert fire(h, lf, rid, T0 + HOUR) == Ok(rid)
 
 

@@ -22,7 +22,17 @@ from schedd.core.model import (
     ScheduleKind,
     evolve,
 )
-from schedd.core.state import DEDUP_WINDOW_MS, MemoryState, Ok, Rejected, State, backoff_ms
+from schedd.core.state import (
+    DEDUP_WINDOW_MS,
+    LeaderEvent,
+    MemoryState,
+    Ok,
+    Rejected,
+    RunDue,
+    State,
+    StopRun,
+    backoff_ms,
+)
 from schedd.storage.sqlstate import SqlState
 from schedd.storage.sqlstate import apply_entry as sql_apply_entry
 
@@ -43,7 +53,7 @@ class Harness:
     def __init__(self) -> None:
         self.state = make_state()
         self.index = 10
-        self.events: list[tuple[Any, ...]] = []
+        self.events: list[LeaderEvent] = []
         self.n = 0
 
     def rid(self) -> str:
@@ -94,7 +104,7 @@ def test_submit_creates_job_and_scheduled_run_with_due_event() -> None:
     assert h.state.jobs["J1"] == job
     run = h.state.latest_run("J1")
     assert run is not None and run.id == f"J1@{T0}" and run.state is RunState.SCHEDULED
-    assert ("due", run.id, T0, True) in h.events
+    assert RunDue(run.id, T0, True) in h.events
 
 
 def test_at_schedule_uses_its_time_for_the_run_id() -> None:
@@ -219,7 +229,7 @@ def test_failure_retries_with_backoff_then_dead_letters() -> None:
     assert h.one(commands.FailRun(h.rid(), T0 + 100, lf, rid, fence, "boom", True)) == Ok(rid)
     run = h.state.runs[rid]
     assert run.state is RunState.RETRYING and run.due_ms == T0 + 100 + 1000
-    assert ("due", rid, T0 + 1100, True) in h.events
+    assert RunDue(rid, T0 + 1100, True) in h.events
     fence2 = lease_one(h, lf, rid, now=T0 + 1100)
     assert fence2 > fence
     h.one(
@@ -358,7 +368,7 @@ def test_cancel_stops_a_running_attempt() -> None:
     fence = lease_one(h, lf, rid)
     assert isinstance(h.one(commands.CancelJob(h.rid(), T0, "J1")), Ok)
     assert h.state.runs[rid].state is RunState.CANCELLED
-    assert ("stop", rid, fence) in h.events
+    assert StopRun(rid, fence) in h.events
     late = h.one(commands.CompleteRun(h.rid(), T0, lf, rid, fence, None))
     assert isinstance(late, Rejected)
 
