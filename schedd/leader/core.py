@@ -21,13 +21,11 @@ reads the clocks, runs the loop, commits through Raft and writes to the sockets.
 
 from __future__ import annotations
 
-import itertools
-import logging
-import random
 from collections.abc import Callable, Iterable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import assert_never
+from enum import IntEnum
+from typing import Literal, assert_never
 
 from schedd.core import commands
 from schedd.core.durations import format_time
@@ -58,11 +56,8 @@ from schedd.core.state import (
 from schedd.core.wheel import TimingWheel
 from schedd.leader.progress import ProgressBook, held_progress
 from schedd.leader.workers import LeaseInfo, WorkerConn
-from schedd.logs import log_event
-from schedd.metrics import Metrics
 from schedd.protocol import messages
-
-log = logging.getLogger(__name__)
+from schedd.protocol.messages import MAX_PROGRESS_BYTES
 
 MAX_FIRE_PER_TICK = 5000
 LOAD_CHUNK = 1000  # runs read into the wheel per tick (a read holds the state's lock: ~30 ms)
@@ -168,17 +163,55 @@ class StepDown:
     reason: str
 
 
-Action = Commit | Send | Close | Wake | StepDown
+class Level(IntEnum):
+    """How much a :class:`Log` matters: the numbers of Python's ``logging`` levels."""
+
+    DEBUG = 10
+    INFO = 20
+    WARNING = 30
+
+
+@dataclass(frozen=True, slots=True)
+class Log:
+    """Log the event ``event`` with ``fields`` (the shell's logger: ``schedd.leader.core``)."""
+
+    event: str
+    level: Level
+    fields: Mapping[str, object]
+
+
+# -- observations: the shell records them as metrics ------------------------------------------
+@dataclass(frozen=True, slots=True)
+class LeaseLost:
+    outcome: str  # an AttemptOutcome's value: a lease the leader ended (lost, timed out)
+
+
+@dataclass(frozen=True, slots=True)
+class Lag:
+    """A run fired (``fire``) or leased (``lease``) ``seconds`` after it was due."""
+
+    stage: Literal["fire", "lease"]
+    seconds: float
+    queue: str
+    priority: str
+    mono: float
+    due_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class PurgeCount:
+    runs: int  # finished runs a purge forgot
+    jobs: int
+
+
+@dataclass(frozen=True, slots=True)
+class ResultCount:
+    accepted: bool  # a worker's result was applied (or refused)
+
+
+Observation = LeaseLost | Lag | PurgeCount | ResultCount
+Action = Commit | Send | Close | Wake | StepDown | Log | Observation
 WAKE = Wake()
-
-_SEQ = itertools.count()
-
-
-def leader_rid() -> str:
-    """A request id for a leader command.  Leader commands are fenced, not deduplicated, so the
-    id only has to differ from the client ids ``apply`` remembers (hex, or ``token:id:digest``);
-    a counter is much cheaper than uuid4 at thousands of commands a second."""
-    return f"L{next(_SEQ)}"
 
 
 def _pending(run: Run | None) -> bool:
@@ -194,14 +227,17 @@ class LeaderCore:
         read: Callable[[], AbstractContextManager[State]],
         fence: int,
         now: Now,
-        settings: Settings | None = None,
-        metrics: Metrics | None = None,
-        rand: Callable[[], float] = random.random,
+        settings: Settings,
+        rand: Callable[[], float],
+        rid: Callable[[], str],
     ) -> None:
-        settings = settings or Settings()
         self.read = read
         self.fence = fence  # the log index of this leader's claim: every command carries it
         self.rand = rand  # the jitter of a retry's backoff (FailRun)
+        # A request id for each command: leader commands are fenced, not deduplicated, so an id
+        # only has to differ from the client ids ``apply`` remembers (hex, or
+        # ``token:id:digest``): the shell counts, much cheaper than uuid4.
+        self.rid = rid
         # The hot window: the wheel holds the runs due before ``loaded_until`` only; the rest
         # wait in the state database's due-time index, and the next stretch is loaded from it
         # when half the window has passed (and at election).  Far-future runs cost no memory.
@@ -221,16 +257,32 @@ class LeaderCore:
         self.ahead_ms = min(FIRE_AHEAD_MAX_MS, max(0, round(settings.ahead_s * 1000)))
         self.wheel = TimingWheel(now.wall_ms, tick_ms=max(1, settings.tick_ms))
         self.queues: dict[str, TaskLanes] = {}  # queue name -> runs ready for a worker
-        self.metrics = metrics or Metrics()
         self.caps = ConcurrencyCaps(settings.caps)  # per-namespace limit on leases at once
         self.namespace_of: dict[str, str] = {}  # run id -> namespace, for queued and leased runs
         self.leases: dict[str, LeaseInfo] = {}
         self.by_worker: dict[str, set[str]] = {}  # worker id -> run ids of its leases (above)
         self.workers: dict[str, WorkerConn] = {}
-        self.progress = ProgressBook()  # workers' progress reports waiting to be committed
+        self.progress = ProgressBook(
+            self._progress_dropped
+        )  # workers' progress reports waiting to be committed
         self.rebuilt_at = -1  # the applied index the rebuild read: older events are in it
         self._rr = 0
         self._out: list[Action] = []
+
+    def _progress_dropped(self, info: LeaseInfo, size: int) -> None:
+        self._log(
+            "run.progress_dropped",
+            Level.WARNING,
+            run_id=info.run_id,
+            fence=info.fence,
+            worker_id=info.worker_id,
+            bytes=size,
+            limit=MAX_PROGRESS_BYTES,
+            hint="a progress larger than the limit (as JSON) is not kept",
+        )
+
+    def _log(self, event: str, level: Level, **fields: object) -> None:
+        self._out.append(Log(event, level, fields))
 
     def _emit(self) -> list[Action]:
         out, self._out = self._out, []
@@ -277,7 +329,7 @@ class LeaderCore:
         for job_id in to_heal:  # a recurring job without its next occurrence
             # retried at the next leadership if lost
             self._out.append(
-                Commit(commands.Heal(leader_rid(), now.wall_ms, self.fence, job_id), Healed())
+                Commit(commands.Heal(self.rid(), now.wall_ms, self.fence, job_id), Healed())
             )
         return self._emit()
 
@@ -378,7 +430,7 @@ class LeaderCore:
             if self._purge_due(before):
                 self._purging = True
                 cmd = commands.Purge(
-                    leader_rid(), now.wall_ms, self.fence, before, self.keep_per_job, PURGE_LIMIT
+                    self.rid(), now.wall_ms, self.fence, before, self.keep_per_job, PURGE_LIMIT
                 )
                 self._out.append(Commit(cmd, Purged()))
             else:  # nothing to forget: no entry (an idle cluster's log stays as it is)
@@ -410,9 +462,7 @@ class LeaderCore:
             for run in runs:
                 ahead = may_fire_ahead(st.jobs[run.job_id].spec, run)
                 self.wheel.add(run.id, self._fire_at(run.due_ms, ahead))
-        log_event(
-            log, "leader.window_loaded", logging.DEBUG, runs=len(runs), start=start, until=reached
-        )
+        self._log("leader.window_loaded", Level.DEBUG, runs=len(runs), start=start, until=reached)
         self.loaded_until = reached
         self.loading = reached < until
 
@@ -421,7 +471,7 @@ class LeaderCore:
         for start in range(0, len(due), MAX_FIRE_PER_TICK):
             chunk = tuple(due[start : start + MAX_FIRE_PER_TICK])
             self._out.append(
-                Commit(commands.Fire(leader_rid(), now, self.fence, chunk), Fired(chunk))
+                Commit(commands.Fire(self.rid(), now, self.fence, chunk), Fired(chunk))
             )
 
     def _dispatch(self, now: int) -> None:
@@ -442,7 +492,7 @@ class LeaderCore:
                 conn.reserved += 1
                 room -= 1
         if grants:
-            cmd = commands.LeaseRuns(leader_rid(), now, self.fence, tuple(grants))
+            cmd = commands.LeaseRuns(self.rid(), now, self.fence, tuple(grants))
             self._out.append(Commit(cmd, Leased(tuple(grants), tuple(reserved))))
 
     def _pop_ready(self, queues: tuple[str, ...], tasks: frozenset[str] | None) -> str | None:
@@ -489,15 +539,15 @@ class LeaderCore:
         if due:
             self.progress.busy = True
             updates = tuple((info.run_id, info.fence, value) for info, value in due)
-            cmd = commands.Progress(leader_rid(), now.wall_ms, self.fence, updates)
+            cmd = commands.Progress(self.rid(), now.wall_ms, self.fence, updates)
             infos = tuple(info for info, _ in due)
             self._out.append(Commit(cmd, Progressed(infos), RESULT_TIMEOUT_S))
 
     def _end_lease(self, info: LeaseInfo, now: int, outcome: AttemptOutcome, error: str) -> None:
         info.ending = True
-        self.metrics.leases_lost.labels(outcome.value).inc()
+        self._out.append(LeaseLost(outcome.value))
         cmd = commands.FailRun(
-            leader_rid(),
+            self.rid(),
             now,
             self.fence,
             info.run_id,
@@ -509,9 +559,9 @@ class LeaderCore:
             progress=self.progress.final(info, None),  # reported, not yet recorded
         )
         self._out.append(Commit(cmd, Ended(info)))
-        log_event(
-            log,
+        self._log(
             "run.lease_" + outcome.value,
+            Level.INFO,
             run_id=info.run_id,
             fence=info.fence,
             worker_id=info.worker_id,
@@ -530,7 +580,7 @@ class LeaderCore:
         deposed = isinstance(result, Rejected) and result.code == STALE_LEADER
         if deposed:
             assert isinstance(result, Rejected)
-            log_event(log, "leader.deposed", level=logging.WARNING, reason=result.message)
+            self._log("leader.deposed", Level.WARNING, reason=result.message)
             self._out.append(StepDown(result.message))
         if isinstance(then, Fired):
             if not deposed:  # a deposed leader puts nothing back: the next one rebuilds
@@ -557,13 +607,15 @@ class LeaderCore:
                     run = st.runs.get(rid) if isinstance(r, Ok) else None
                     job = None if run is None else st.jobs.get(run.job_id)
                     if run is not None and job is not None:
-                        self.metrics.observe_fire_lag(
+                        lag = Lag(
+                            "fire",
                             max(0, now.wall_ms - run.due_ms) / 1000,
                             job.spec.queue,
                             job.spec.priority.value,
                             now.mono,
                             run.due_ms,
                         )
+                        self._out.append(lag)
         # Whatever did not fire (not committed, or refused: e.g. "not due yet" when this node's
         # wall clock stepped back) goes back into the wheel, or it would never fire.  A paused
         # job's runs wait for resume, which schedules them again.
@@ -602,12 +654,15 @@ class LeaderCore:
                 attempt: Attempt = r.value
                 run = st.runs[run_id]
                 spec = st.jobs[run.job_id].spec
-                self.metrics.observe_lease_lag(
-                    max(0.0, (attempt.leased_ms - run.due_ms) / 1000),
-                    spec.queue,
-                    spec.priority.value,
-                    now.mono,
-                    run.due_ms,
+                self._out.append(
+                    Lag(
+                        "lease",
+                        max(0.0, (attempt.leased_ms - run.due_ms) / 1000),
+                        spec.queue,
+                        spec.priority.value,
+                        now.mono,
+                        run.due_ms,
+                    )
                 )
                 hb = spec.heartbeat_timeout_ms / 1000
                 self._track(
@@ -631,13 +686,8 @@ class LeaderCore:
                     heartbeat_interval=hb / 3 if hb / 3 < self.heartbeat_interval_s else None,
                 )
                 self._out.append(Send(conn, lease))
-                log_event(
-                    log,
-                    "run.leased",
-                    logging.DEBUG,
-                    run_id=run_id,
-                    fence=attempt.fence,
-                    worker_id=wid,
+                self._log(
+                    "run.leased", Level.DEBUG, run_id=run_id, fence=attempt.fence, worker_id=wid
                 )
 
     def _requeue(self, run_ids: list[str]) -> None:
@@ -667,8 +717,7 @@ class LeaderCore:
         if not isinstance(res, Ok):  # not committed, or refused (a deposed leader's too)
             return
         runs, jobs = res.value
-        self.metrics.purged.labels("runs").inc(runs)
-        self.metrics.purged.labels("jobs").inc(jobs)
+        self._out.append(PurgeCount(runs, jobs))
         if runs >= PURGE_LIMIT or jobs >= PURGE_LIMIT:  # more to forget: go on at once
             self._next_purge = 0.0
             self._out.append(WAKE)
@@ -677,14 +726,13 @@ class LeaderCore:
         conn, msg = then.conn, then.msg
         if res is None:
             return  # no ack: the worker keeps the result and re-sends it after reconnecting
-        self.metrics.results.labels("true" if isinstance(res, Ok) else "false").inc()
+        self._out.append(ResultCount(isinstance(res, Ok)))
         if isinstance(res, Ok):
             self._out.append(Send(conn, messages.Ack(run_id=msg.run_id, accepted=True)))
             ok = isinstance(msg, messages.Complete)
-            log_event(
-                log,
+            self._log(
                 "run.finished",
-                logging.DEBUG if ok else logging.INFO,
+                Level.DEBUG if ok else Level.INFO,
                 run_id=msg.run_id,
                 fence=msg.fence,
                 outcome="succeeded" if ok else "failed",
@@ -693,10 +741,9 @@ class LeaderCore:
             self._out.append(
                 Send(conn, messages.Ack(run_id=msg.run_id, accepted=False, reason=res.message))
             )
-            log_event(
-                log,
+            self._log(
                 "run.result_refused",
-                level=logging.WARNING,
+                Level.WARNING,
                 run_id=msg.run_id,
                 fence=msg.fence,
                 reason=res.message,
@@ -722,9 +769,9 @@ class LeaderCore:
         old = self.workers.get(wid)
         if old is not None and old is not conn:
             if not old.closed:
-                log_event(
-                    log,
+                self._log(
                     "worker.replaced",
+                    Level.INFO,
                     worker_id=wid,
                     hint="a new connection said hello with the id of a connected worker: "
                     "a reconnect, or two workers with one id (ids must be unique)",
@@ -780,9 +827,9 @@ class LeaderCore:
                     AttemptOutcome.LOST,
                     "lease lost: the worker reconnected without it (never delivered)",
                 )
-        log_event(
-            log,
+        self._log(
             "worker.connected",
+            Level.INFO,
             worker_id=wid,
             queues=list(conn.queues),
             capacity=conn.capacity,
@@ -797,18 +844,26 @@ class LeaderCore:
         if not conn.draining:
             conn.draining = True
             self._out.append(Send(conn, messages.Drain()))
-            log_event(
-                log, "worker.drain_requested", worker_id=conn.worker_id, leases=len(conn.leases)
+            self._log(
+                "worker.drain_requested",
+                Level.INFO,
+                worker_id=conn.worker_id,
+                leases=len(conn.leases),
             )
         return self._emit()
 
-    def disconnect(self, conn: WorkerConn) -> None:
+    def disconnect(self, conn: WorkerConn) -> list[Action]:
         """``conn`` closed (its leases stay: the worker may resume them elsewhere)."""
         if self.workers.get(conn.worker_id) is conn:
             del self.workers[conn.worker_id]
-        log_event(log, "worker.disconnected", worker_id=conn.worker_id, leases=len(conn.leases))
+        self._log(
+            "worker.disconnected", Level.INFO, worker_id=conn.worker_id, leases=len(conn.leases)
+        )
+        return self._emit()
 
-    def heartbeat(self, conn: WorkerConn, refs: tuple[messages.LeaseRef, ...], now: Now) -> None:
+    def heartbeat(
+        self, conn: WorkerConn, refs: tuple[messages.LeaseRef, ...], now: Now
+    ) -> list[Action]:
         """The worker on ``conn`` still runs the leases ``refs`` lists, each with its progress
         (committed by a later tick when it changed: ``schedd.leader.progress``)."""
         for ref in refs:
@@ -816,6 +871,7 @@ class LeaderCore:
             if info is not None:
                 info.expires = now.mono + info.heartbeat_timeout
                 self.progress.reported(info, ref.progress)
+        return self._emit()
 
     def _held_by(self, conn: WorkerConn, run_id: str, fence: int) -> LeaseInfo | None:
         """The lease of ``run_id`` with ``fence``, if the worker on ``conn`` holds it."""
@@ -833,7 +889,7 @@ class LeaderCore:
         cmd: commands.Command
         if isinstance(msg, messages.Complete):
             cmd = commands.CompleteRun(
-                leader_rid(),
+                self.rid(),
                 now.wall_ms,
                 self.fence,
                 msg.run_id,
@@ -843,7 +899,7 @@ class LeaderCore:
             )
         else:
             cmd = commands.FailRun(
-                leader_rid(),
+                self.rid(),
                 now.wall_ms,
                 self.fence,
                 msg.run_id,

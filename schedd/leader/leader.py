@@ -15,8 +15,11 @@ from __future__ import annotations
 import asyncio
 import functools
 import heapq
+import itertools
 import logging
+import random
 from collections.abc import Callable, Iterable
+from typing import assert_never
 
 from schedd import clock
 from schedd.aio import wait_event
@@ -29,13 +32,18 @@ from schedd.leader.core import (
     Action,
     Close,
     Commit,
+    Lag,
     LeaderCore,
+    LeaseLost,
+    Log,
     Now,
+    PurgeCount,
     Purpose,
+    ResultCount,
     Send,
     Settings,
     StepDown,
-    leader_rid,
+    Wake,
 )
 from schedd.leader.workers import LeaseInfo, WorkerConn
 from schedd.logs import log_event
@@ -44,8 +52,16 @@ from schedd.protocol import messages
 from schedd.raft.node import RaftNode
 
 log = logging.getLogger(__name__)
+core_log = logging.getLogger("schedd.leader.core")  # what the core asks to log (Log actions)
 
 CLAIM_RETRY_S = 0.2
+
+_SEQ = itertools.count()
+
+
+def leader_rid() -> str:
+    """A request id for a leader command (unique in this process: the core's ``rid``)."""
+    return f"L{next(_SEQ)}"
 
 
 def now() -> Now:
@@ -108,7 +124,8 @@ class Leader:
         self.http_url = http_url
         self.on_deposed = on_deposed
         self.ready = asyncio.Event()  # set once claimed and rebuilt
-        self.core = LeaderCore(node.read, 0, now(), settings, metrics)
+        self.metrics = metrics or Metrics()
+        self.core = LeaderCore(node.read, 0, now(), settings, random.random, leader_rid)
         self._wake = asyncio.Event()
         self._deadlines = Deadlines()
         self._stopped = False
@@ -179,19 +196,38 @@ class Leader:
     # -- carrying out the core's actions ---------------------------------------------------
     def _do(self, actions: Iterable[Action]) -> None:
         for act in actions:
-            if isinstance(act, Send):
-                act.conn.send(act.msg)
-            elif isinstance(act, Commit):
-                fut: asyncio.Future[Result] = self.node.submit_nowait(act.cmd)
-                if act.timeout_s is not None:
-                    self._deadlines.add(fut, act.timeout_s)
-                fut.add_done_callback(functools.partial(self._committed, act.then))
-            elif isinstance(act, Close):
-                act.conn.close(discard=act.discard)
-            elif isinstance(act, StepDown):
-                self.on_deposed()
-            else:
-                self._wake.set()
+            match act:
+                case Send(conn, msg):
+                    conn.send(msg)
+                case Commit(cmd, then, timeout_s):
+                    fut: asyncio.Future[Result] = self.node.submit_nowait(cmd)
+                    if timeout_s is not None:
+                        self._deadlines.add(fut, timeout_s)
+                    fut.add_done_callback(functools.partial(self._committed, then))
+                case Wake():
+                    self._wake.set()
+                case Log(event, level, fields):
+                    log_event(core_log, event, level, **fields)
+                case Lag(stage, seconds, queue, priority, mono, due_ms):
+                    observe = (
+                        self.metrics.observe_fire_lag
+                        if stage == "fire"
+                        else self.metrics.observe_lease_lag
+                    )
+                    observe(seconds, queue, priority, mono, due_ms)
+                case ResultCount(accepted):
+                    self.metrics.results.labels("true" if accepted else "false").inc()
+                case LeaseLost(outcome):
+                    self.metrics.leases_lost.labels(outcome).inc()
+                case PurgeCount(runs, jobs):
+                    self.metrics.purged.labels("runs").inc(runs)
+                    self.metrics.purged.labels("jobs").inc(jobs)
+                case Close(conn, discard):
+                    conn.close(discard=discard)
+                case StepDown():
+                    self.on_deposed()
+                case _:
+                    assert_never(act)
 
     def _committed(self, then: Purpose, fut: asyncio.Future[Result]) -> None:
         if self._stopped:
@@ -207,7 +243,7 @@ class Leader:
         self._do(self.core.connect(conn, resume, now()))
 
     def disconnect(self, conn: WorkerConn) -> None:
-        self.core.disconnect(conn)
+        self._do(self.core.disconnect(conn))
 
     def heard(self, conn: WorkerConn) -> None:
         self._do(self.core.heard(conn, now()))
@@ -220,7 +256,7 @@ class Leader:
         return conn
 
     def heartbeat(self, conn: WorkerConn, refs: tuple[messages.LeaseRef, ...]) -> None:
-        self.core.heartbeat(conn, refs, now())
+        self._do(self.core.heartbeat(conn, refs, now()))
 
     def finish(self, conn: WorkerConn, msg: messages.Complete | messages.Fail) -> None:
         self._do(self.core.finish(conn, msg, now()))

@@ -21,15 +21,11 @@ from __future__ import annotations
 
 import heapq
 import itertools
-import logging
 from collections.abc import Callable
 from typing import Any
 
 from schedd.leader.workers import LeaseInfo, LeaseProgress
-from schedd.logs import log_event
 from schedd.protocol.messages import MAX_PROGRESS_BYTES, progress_json
-
-log = logging.getLogger(__name__)
 
 #: A lease's progress is committed at most this often.  The welcome's default heartbeat interval
 #: (``scheduler.heartbeat_interval``) is 5 s, so a worker at the defaults has every changed
@@ -51,7 +47,10 @@ def held_progress(value: Any) -> LeaseProgress | None:
 class ProgressBook:
     """The leases whose progress waits to be committed (see the module docstring)."""
 
-    def __init__(self) -> None:
+    def __init__(self, dropped: Callable[[LeaseInfo, int], None] = lambda info, size: None):
+        #: told of a report too large to keep (once per lease): the lease, its size as JSON
+        #: (-1: not JSON at all); the leader logs it
+        self.dropped = dropped
         self._queue: list[tuple[float, int, LeaseInfo]] = []  # (turn, order, lease): a heap
         self._order = itertools.count()
         self.busy = False  # a Progress command is being committed
@@ -75,17 +74,7 @@ class ProgressBook:
         if text is None or len(text) > MAX_PROGRESS_BYTES:
             if not p.warned:
                 p.warned = True
-                log_event(
-                    log,
-                    "run.progress_dropped",
-                    level=logging.WARNING,
-                    run_id=info.run_id,
-                    fence=info.fence,
-                    worker_id=info.worker_id,
-                    bytes=-1 if text is None else len(text),
-                    limit=MAX_PROGRESS_BYTES,
-                    hint="a progress larger than the limit (as JSON) is not kept",
-                )
+                self.dropped(info, -1 if text is None else len(text))
         elif text == p.recorded:
             p.value = p.waiting = None  # back to what the attempt holds: nothing to record
         else:

@@ -12,7 +12,7 @@ import aiohttp
 from schedd import clock
 from schedd.core import commands
 from schedd.core.state import Ok
-from schedd.leader.core import leader_rid
+from schedd.leader.leader import leader_rid
 from tests.conftest import start_node, wait_for
 from tests.integration.test_api import post
 

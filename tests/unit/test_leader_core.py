@@ -9,6 +9,7 @@ correctness arguments the leader relies on, one by one.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable
 from contextlib import nullcontext
 from dataclasses import replace
@@ -26,8 +27,14 @@ from schedd.leader.core import (
     Action,
     Close,
     Commit,
+    Lag,
     LeaderCore,
+    LeaseLost,
+    Level,
+    Log,
     Now,
+    Observation,
+    ResultCount,
     Send,
     Settings,
     StepDown,
@@ -54,6 +61,9 @@ class Sim:
         self.sent: list[tuple[WorkerConn, messages.Message]] = []
         self.stepped_down: list[str] = []
         self.wakes = 0
+        self.logged: list[Log] = []
+        self.observed: list[Observation] = []
+        self.rids = itertools.count()
         self.core: LeaderCore | None = None
         [claim] = self.log(commands.Claim(f"claim{self.index}", self.wall, "n1", 1, "http://n1"))
         assert isinstance(claim, Ok)
@@ -63,6 +73,7 @@ class Sim:
             self.now,
             Settings(**options),
             rand=lambda: 0.5,
+            rid=lambda: f"L{next(self.rids)}",
         )
         self.do(self.core.rebuild(self.now))
 
@@ -99,6 +110,10 @@ class Sim:
                 self.stepped_down.append(act.reason)
             elif isinstance(act, Wake):
                 self.wakes += 1
+            elif isinstance(act, Log):
+                self.logged.append(act)
+            else:
+                self.observed.append(act)
 
     def asked(self, kind: type[Any]) -> list[Any]:
         """The commands of ``kind`` waiting to be committed."""
@@ -184,6 +199,8 @@ def test_a_run_fires_when_it_is_due_and_not_a_tick_before() -> None:
     assert [f.run_ids for f in sim.asked(commands.Fire)] == [(run_id,)]
     sim.commit()
     assert sim.run(run_id).state is RunState.QUEUED
+    # observed, for the shell's metrics: fired on time, in its queue and priority
+    assert sim.observed == [Lag("fire", 0.0, "default", "normal", sim.now.mono, T0 + 2 * S)]
 
 
 def test_the_loop_sleeps_until_the_next_due_run_and_no_longer_than_its_idle_period() -> None:
@@ -287,7 +304,7 @@ def test_a_run_leased_to_a_worker_that_left_meanwhile_is_kept_for_its_return() -
     sim.tick()
     sim.commit()
     sim.tick()  # the lease is being committed ...
-    sim.leader.disconnect(conn)  # ... when the socket closes
+    sim.do(sim.leader.disconnect(conn))  # ... when the socket closes
     sim.commit()
     assert sim.frames(conn, messages.Lease) == []
     assert sim.leader.leases[run_id].worker_id == "w1"  # it may resume it, or it expires
@@ -337,13 +354,16 @@ def test_a_lease_without_heartbeats_ends_as_lost_and_its_worker_is_told_to_stop(
     run_id, lease = leased(sim, conn, heartbeat_timeout_ms=3 * S)
     for _ in range(3):  # heartbeats keep it
         sim.advance(2)
-        sim.leader.heartbeat(conn, (messages.LeaseRef(run_id, lease.fence),), sim.now)
+        sim.do(sim.leader.heartbeat(conn, (messages.LeaseRef(run_id, lease.fence),), sim.now))
         sim.tick()
         assert sim.asked(commands.FailRun) == []
     sim.advance(3.01)
     sim.tick()
     [fail] = sim.asked(commands.FailRun)
     assert (fail.run_id, fail.fence, fail.outcome) == (run_id, lease.fence, "lost")
+    assert LeaseLost("lost") in sim.observed
+    [lost] = [entry for entry in sim.logged if entry.event == "run.lease_lost"]
+    assert lost.level is Level.INFO and lost.fields["run_id"] == run_id
     assert sim.frames(conn, messages.Cancel) == [messages.Cancel(run_id, lease.fence)]
     sim.tick()
     assert len(sim.asked(commands.FailRun)) == 1  # being ended: asked once
@@ -384,8 +404,8 @@ def test_a_heartbeat_with_a_stale_fence_or_from_another_worker_does_not_keep_a_l
     conn, other = sim.connect("w1"), sim.connect("w2")
     run_id, lease = leased(sim, conn, heartbeat_timeout_ms=3 * S)
     sim.advance(2)
-    sim.leader.heartbeat(conn, (messages.LeaseRef(run_id, lease.fence - 1),), sim.now)
-    sim.leader.heartbeat(other, (messages.LeaseRef(run_id, lease.fence),), sim.now)
+    sim.do(sim.leader.heartbeat(conn, (messages.LeaseRef(run_id, lease.fence - 1),), sim.now))
+    sim.do(sim.leader.heartbeat(other, (messages.LeaseRef(run_id, lease.fence),), sim.now))
     sim.advance(1.01)
     sim.tick()
     assert [f.run_id for f in sim.asked(commands.FailRun)] == [run_id]
@@ -438,6 +458,7 @@ def test_a_result_is_acked_once_applied_and_not_at_all_when_it_was_not_committed
     sim.commit()
     assert sim.frames(conn, messages.Ack) == [messages.Ack(run_id, True)]
     assert sim.run(run_id).state is RunState.SUCCEEDED
+    assert [o for o in sim.observed if isinstance(o, ResultCount)] == [ResultCount(True)]
     assert run_id not in sim.leader.leases  # forgotten by the apply, before the ack
 
 
@@ -461,7 +482,7 @@ def test_a_worker_that_reconnects_with_its_lease_keeps_it() -> None:
     sim = Sim()
     conn = sim.connect(capacity=2)
     run_id, lease = leased(sim, conn, heartbeat_timeout_ms=3 * S)
-    sim.leader.disconnect(conn)
+    sim.do(sim.leader.disconnect(conn))
     sim.advance(2.5)
     again = sim.connect(capacity=2, resume=(messages.LeaseRef(run_id, lease.fence),))
     sim.advance(2)  # the hello counts as a heartbeat
@@ -474,7 +495,7 @@ def test_a_lease_the_worker_reconnects_without_was_never_delivered_and_ends_at_o
     sim = Sim()
     conn = sim.connect()
     run_id, lease = leased(sim, conn)
-    sim.leader.disconnect(conn)
+    sim.do(sim.leader.disconnect(conn))
     again = sim.connect()
     [fail] = sim.asked(commands.FailRun)
     assert (fail.run_id, fail.outcome) == (run_id, "lost")
@@ -487,7 +508,7 @@ def test_a_resumed_lease_that_is_no_longer_live_is_cancelled() -> None:
     conn = sim.connect()
     run_id, lease = leased(sim, conn)
     sim.log(commands.CancelJob("cancel", sim.wall, "J1"))
-    sim.leader.disconnect(conn)
+    sim.do(sim.leader.disconnect(conn))
     again = sim.connect(resume=(messages.LeaseRef(run_id, lease.fence),))
     assert sim.frames(again, messages.Cancel) == [messages.Cancel(run_id, lease.fence)]
     assert again.leases == {}
@@ -502,7 +523,7 @@ def test_a_hello_with_the_id_of_a_connected_worker_replaces_its_connection_unsen
     new = sim.connect()
     assert old.closed and old.outbox.get_nowait() is None  # closed, its frame dropped
     assert sim.leader.workers == {"w1": new}
-    sim.leader.disconnect(old)  # the old socket's end does not unregister the new one
+    sim.do(sim.leader.disconnect(old))  # the old socket's end does not unregister the new one
     assert sim.leader.workers == {"w1": new}
 
 
@@ -635,7 +656,7 @@ def test_a_leader_with_another_bound_per_job_purges_once_to_set_it() -> None:
 def beat(sim: Sim, conn: WorkerConn, lease: messages.Lease, progress: Any) -> None:
     """The worker on ``conn`` heartbeats ``lease`` with ``progress``."""
     ref = messages.LeaseRef(lease.run_id, lease.fence, progress)
-    sim.leader.heartbeat(conn, (ref,), sim.now)
+    sim.do(sim.leader.heartbeat(conn, (ref,), sim.now))
 
 
 def progress_asked(sim: Sim) -> list[tuple[tuple[str, int, Any], ...]]:
@@ -708,9 +729,7 @@ def test_the_progress_of_many_leases_goes_in_one_command_one_command_at_a_time()
     assert progress_asked(sim) == [((leases[2].run_id, leases[2].fence, 2),)]
 
 
-def test_a_progress_too_large_is_dropped_with_one_log_line(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
+def test_a_progress_too_large_is_dropped_with_one_log_line() -> None:
     sim, conn, run_id, lease = recorded("small")
     huge = "x" * messages.MAX_PROGRESS_BYTES
     for _ in range(3):
@@ -718,7 +737,8 @@ def test_a_progress_too_large_is_dropped_with_one_log_line(
         beat(sim, conn, lease, huge)
         sim.tick()
         assert progress_asked(sim) == []
-    assert sum("run.progress_dropped" in r.getMessage() for r in caplog.records) == 1
+    [dropped] = [entry for entry in sim.logged if entry.event == "run.progress_dropped"]
+    assert dropped.level is Level.WARNING and dropped.fields["run_id"] == run_id
     assert sim.run(run_id).current.progress == "small"  # kept
     sim.do(sim.leader.finish(conn, messages.Complete(run_id, lease.fence, None, huge), sim.now))
     [done] = sim.asked(commands.CompleteRun)
@@ -803,6 +823,8 @@ def test_progress_from_a_worker_that_does_not_hold_the_lease_is_ignored() -> Non
     conn, other = sim.connect("w1"), sim.connect("w2")
     run_id, lease = leased(sim, conn)
     beat(sim, other, lease, "not yours")
-    sim.leader.heartbeat(conn, (messages.LeaseRef(run_id, lease.fence - 1, "stale"),), sim.now)
+    sim.do(
+        sim.leader.heartbeat(conn, (messages.LeaseRef(run_id, lease.fence - 1, "stale"),), sim.now)
+    )
     sim.tick()
     assert progress_asked(sim) == []
