@@ -25,6 +25,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
+from schedd.core.state import Counted, counts_of
 from schedd.raft.gaps import GAP_BUCKETS, GapView
 from schedd.raft.node import ROLES
 
@@ -524,14 +525,13 @@ class _StateCollector(Collector):
         attempts = CounterMetricFamily(
             "schedd_attempts", "Finished attempts by outcome.", labels=["outcome"]
         )
-        for key, value in sorted(counts.items()):
-            kind, _, label = key.partition(":")
-            if kind == "state":
-                runs.add_metric([label], float(value))
-            elif kind == "skipped":
-                skipped.add_metric([label], float(value))
-            elif kind == "attempt":
-                attempts.add_metric([label], float(value))
+        for family, kind in (
+            (runs, Counted.STATE),
+            (skipped, Counted.SKIPPED),
+            (attempts, Counted.ATTEMPT),
+        ):
+            for label, value in sorted(counts_of(counts, kind).items()):
+                family.add_metric([label], float(value))
         yield runs
         yield skipped
         yield attempts

@@ -85,7 +85,7 @@ from schedd.core.durations import format_time, parse_time
 from schedd.core.model import JobSpec, JobStatus, RunState
 from schedd.core.recurrence import explain, recurrence_from
 from schedd.core.runs import MISFIRE_GRACE_MS, is_recurring, recurrence
-from schedd.core.state import Ok, Rejected, Result
+from schedd.core.state import Counted, Ok, Rejected, Result, counts_of
 from schedd.core.validate import (
     Defaults,
     parse_batch,
@@ -787,7 +787,7 @@ async def scheduling_lag(request: web.Request) -> web.Response:
     window, now, wall = minutes * 60.0, clock.mono(), clock.wall_ms()
     queued, overdue = await app[READER].due_not_leased(wall)
     with app[RAFT].read() as st:
-        skipped = {k.partition(":")[2]: n for k, n in st.counts.items() if k.startswith("skipped:")}
+        skipped = counts_of(st.counts, Counted.SKIPPED)
     metrics = app[METRICS]
     body: SchedulingLagView = {
         "leader": app[CONFIG].node.id,

@@ -73,6 +73,26 @@ def reject_code(text: str) -> Code | Internal:
         return Internal(text)
 
 
+# -- counters: how many runs are in each state, skipped for each reason, attempts by outcome ----
+class Counted(StrEnum):
+    """What a counter of ``State.counts`` counts (its key is ``kind:label``, as stored)."""
+
+    STATE = "state"  # runs in a state (label: the RunState)
+    SKIPPED = "skipped"  # occurrences that did not run (label: the reason)
+    ATTEMPT = "attempt"  # finished attempts (label: the AttemptOutcome)
+
+
+def count_key(kind: Counted, label: str) -> str:
+    """The key of the counter of ``kind`` for ``label`` in ``State.counts``."""
+    return f"{kind.value}:{label}"
+
+
+def counts_of(counts: Mapping[str, int], kind: Counted) -> dict[str, int]:
+    """The counters of ``kind`` in ``counts`` (``State.counts``), by label."""
+    prefix = f"{kind.value}:"
+    return {key[len(prefix) :]: n for key, n in counts.items() if key.startswith(prefix)}
+
+
 # -- leader events: what applying an entry changed that the leader keeps in memory ---------------
 # (tuples, cheap to make; only ever consumed in-process, by schedd.leader.core's match)
 class RunDue(NamedTuple):
@@ -211,12 +231,12 @@ class State(ABC):
         counts = self.counts
         if old is None or old.state is not run.state:
             if old is not None:
-                key = f"state:{old.state.value}"
+                key = count_key(Counted.STATE, old.state.value)
                 counts[key] = counts.get(key, 0) - 1
-            key = f"state:{run.state.value}"
+            key = count_key(Counted.STATE, run.state.value)
             counts[key] = counts.get(key, 0) + 1
             if run.state is RunState.SKIPPED:
-                key = f"skipped:{run.reason}"
+                key = count_key(Counted.SKIPPED, str(run.reason))
                 counts[key] = counts.get(key, 0) + 1
         if (
             old is not None
@@ -225,7 +245,8 @@ class State(ABC):
             and run.attempts
             and run.attempts[len(old.attempts) - 1].outcome is not None
         ):
-            key = f"attempt:{run.attempts[len(old.attempts) - 1].outcome}"
+            outcome = run.attempts[len(old.attempts) - 1].outcome
+            key = count_key(Counted.ATTEMPT, str(outcome))
             counts[key] = counts.get(key, 0) + 1
 
     @abstractmethod
@@ -276,7 +297,7 @@ class State(ABC):
 
     def delete_run(self, run: Run) -> None:
         """Forget a finished run."""
-        self.counts[f"state:{run.state.value}"] -= 1  # counted when it was stored
+        self.counts[count_key(Counted.STATE, run.state.value)] -= 1  # counted when stored
         if self.changes is not None:
             self.changes.run(run, forgotten=True)
         self._delete_run(run)

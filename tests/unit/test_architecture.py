@@ -127,7 +127,7 @@ ALLOWED: dict[str, set[str]] = {
     # where the state is kept, and how it is replicated
     "schedd.storage": {"schedd.core", *FOUNDATION},
     "schedd.raft": {"schedd.core", "schedd.storage", *FOUNDATION},
-    "schedd.metrics": {"schedd.raft"},
+    "schedd.metrics": {"schedd.core", "schedd.raft"},
     "schedd.leader": {
         "schedd.core",
         "schedd.protocol",

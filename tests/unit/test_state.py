@@ -24,6 +24,7 @@ from schedd.core.model import (
 )
 from schedd.core.state import (
     DEDUP_WINDOW_MS,
+    Counted,
     LeaderEvent,
     MemoryState,
     Ok,
@@ -32,6 +33,7 @@ from schedd.core.state import (
     State,
     StopRun,
     backoff_ms,
+    counts_of,
 )
 from schedd.storage.sqlstate import SqlState
 from schedd.storage.sqlstate import apply_entry as sql_apply_entry
@@ -581,6 +583,13 @@ def test_the_metrics_counters_stay_in_step_with_the_runs() -> None:
         "attempt:failed": 2,
         "attempt:succeeded": 2,
         "attempt:cancelled": 1,
+    }
+    # read back by kind, as the metrics and the scheduling-lag view do
+    assert counts_of(h.state.counts, Counted.SKIPPED) == {"misfire": 4}
+    assert counts_of(h.state.counts, Counted.ATTEMPT) == {
+        "failed": 2,
+        "succeeded": 2,
+        "cancelled": 1,
     }
 
 
