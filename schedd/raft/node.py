@@ -58,7 +58,6 @@ from schedd.raft.patches import (
     last_response_times,
     learners,
     most_caught_up,
-    pre_vote,
     read_before_judging,
     refuse_forwarded,
     set_members,
@@ -66,6 +65,7 @@ from schedd.raft.patches import (
     watch_contact,
 )
 from schedd.raft.peerguard import PeerGuard
+from schedd.raft.prevote import pre_vote
 from schedd.raft.snapshots import SqlSnapshots, prepare
 from schedd.storage.space import free_space
 from schedd.storage.sqlstate import SqlState, StorageFailure, apply_entry

@@ -16,8 +16,9 @@ import pytest
 from pysyncobj import SyncObj
 from pysyncobj.transport import TCPTransport
 
-from schedd.raft.patches import pre_vote, read_before_judging
+from schedd.raft.patches import read_before_judging
 from schedd.raft.peerguard import HELLO, PROTOCOL_VERSION, RAFT_PROTOCOL, PeerGuard
+from schedd.raft.prevote import pre_vote
 from tests.conftest import free_port
 from tests.unit.test_raft_pauses import MAX_TIMEOUT, hand_ticked, tick
 

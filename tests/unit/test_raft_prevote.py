@@ -1,4 +1,4 @@
-"""Pre-vote and leader stickiness (``schedd.raft.patches.pre_vote``) on real pysyncobj nodes
+"""Pre-vote and leader stickiness (``schedd.raft.prevote.pre_vote``) on real pysyncobj nodes
 (real sockets), ticked by hand.  Links are cut by dropping messages while the TCP connections
 stay up - the worst case: pysyncobj alone raises its term at every timeout then.  Each test that
 shows a bug of pysyncobj alone runs unpatched too, and asserts the bug."""
@@ -14,7 +14,8 @@ import pytest
 from pysyncobj import SyncObj
 from pysyncobj.monotonic import monotonic as raft_clock
 
-from schedd.raft.patches import ElectionStats, pre_vote, read_before_judging
+from schedd.raft.patches import read_before_judging
+from schedd.raft.prevote import ElectionStats, pre_vote
 from tests.conftest import free_port
 from tests.unit.test_raft_pauses import MAX_TIMEOUT, MIN_TIMEOUT, hand_ticked, settled, tick
 
