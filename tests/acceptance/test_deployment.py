@@ -62,6 +62,7 @@ from typing import Any
 import pytest
 
 from tests.acceptance.netns import ROOT_HOST, Lab
+from tests.cluster.harness import _votes
 
 REPO = Path(__file__).resolve().parents[2]
 #: the tree whose wheel is deployed
@@ -396,6 +397,20 @@ def wait_leader(
     raise AssertionError(f"no leader within {timeout}s")
 
 
+def wait_formed(dep: Deployment, timeout: float) -> tuple[Node, dict[str, Any]]:
+    """:func:`wait_leader`, once every live node names that leader and votes (a node that first
+    heard from a follower abstains until it has caught up with the leader: a leader killed
+    before that leaves no majority to elect another)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        leader, view = wait_leader(dep, max(0.1, deadline - time.monotonic()))
+        views = [api(n.url, "/api/v1/cluster", dep.tokens["submit"]) for n in dep.nodes if n.alive]
+        if all(v and v["leader"] == leader.name and _votes(v) for v in views):
+            return leader, view
+        assert time.monotonic() < deadline, f"not every node votes under {leader.name}: {views}"
+        time.sleep(0.05)
+
+
 def schedctl(dep: Deployment, servers: list[str], *args: str) -> list[str]:
     argv = [str(dep.prefix / "bin" / "schedctl"), "--token", dep.tokens["submit"], "-o", "json"]
     for url in servers:
@@ -701,10 +716,11 @@ def _deploy_and_run(dep: Deployment) -> None:
     start_nodes(dep)
 
     # README step 4: `schedctl --server http://10.0.0.1:7700 --token … cluster` shows the leader
-    # (asked of the leader; asked again if leadership moved in between, as it may on a busy host).
+    # (asked of the leader; asked again if leadership moved in between, as it may on a busy host),
+    # once every node votes: the leader is killed later.
     deadline = time.monotonic() + 60
     while True:
-        leader, _ = wait_leader(dep, timeout=60)
+        leader, _ = wait_formed(dep, timeout=60)
         (view,) = run_all([schedctl(dep, [leader.url], "cluster")])
         if view["role"] == "leader" and view["leader"] == leader.name:
             break

@@ -80,7 +80,7 @@ async def env(
     cluster.start()
     try:
         async with aiohttp.ClientSession() as http:
-            await cluster.wait_leader(http)
+            await cluster.wait_serving(http)  # a test kills the leader: the others must elect
             cluster.start_worker("--import", "tests.acceptance.tasks", "--concurrency", "16")
             yield cluster, Api(http, cluster), record
     finally:

@@ -57,24 +57,13 @@ def leader_of(cluster: Cluster) -> int | None:
     return None
 
 
-def serving(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(f"{url}/healthz", timeout=2):
-            return True
-    except urllib.error.HTTPError:
-        return True  # it answers
-    except OSError:
-        return False
-
-
 def leader_and_follower(three: Cluster) -> tuple[Daemon, int, int]:
-    """Once the cluster has a leader and every node serves its API: a client of it, the
+    """Once every node serves its API, names the leader and votes: a client of it, the
     leader's index and a follower's (a leader can be elected before a follower's HTTP site is
-    up, and the tests then talk to that follower)."""
+    up, and the tests then talk to that follower; and while a node still abstains, killing the
+    leader would leave no majority to elect another)."""
     daemon = Daemon(three, three.urls[0], three.token)
-    daemon.wait(lambda: leader_of(three) is not None and all(map(serving, three.urls)), timeout=30)
-    old = leader_of(three)
-    assert old is not None
+    old = three.wait_formed(timeout=30)
     return daemon, old, next(i for i in range(3) if i != old)
 
 

@@ -7,11 +7,13 @@ SIGKILL) when the test ends, whatever happened.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -373,6 +375,30 @@ class Cluster:
             if all(v is not None and v["leader"] == lead_id and _votes(v) for v in views):
                 return leader
             await asyncio.sleep(0.1)
+        raise AssertionError(f"not every node served within {timeout}s\n{self.logs()}")
+
+    def view_now(self, i: int, timeout: float = 2.0) -> dict[str, Any] | None:
+        """:meth:`view` without an event loop."""
+        req = urllib.request.Request(self.nodes[i].url + "/api/v1/cluster", headers=self.headers())
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as r:
+                data: dict[str, Any] = json.load(r)
+                return data
+        except (OSError, ValueError):
+            return None
+
+    def wait_formed(self, timeout: float = 30.0) -> int:
+        """:meth:`wait_serving` without an event loop: the leader's index, once every live node
+        serves its API, names that leader and votes."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            views = [self.view_now(i) for i, n in enumerate(self.nodes) if n.alive]
+            for v in views:
+                if v is None or v["role"] != "leader" or v["leader"] != v["node_id"]:
+                    continue
+                if all(w is not None and w["leader"] == v["leader"] and _votes(w) for w in views):
+                    return next(i for i, n in enumerate(self.nodes) if n.node_id == v["leader"])
+            time.sleep(0.1)
         raise AssertionError(f"not every node served within {timeout}s\n{self.logs()}")
 
 

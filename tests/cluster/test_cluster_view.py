@@ -47,8 +47,9 @@ async def test_every_nodes_version_lag_and_last_contact(tmp_path: Path) -> None:
 
             async def settled() -> dict[str, Any] | None:
                 """The leader's view once it knows every node (the leader may change while
-                the cluster starts on a busy machine: look again)."""
-                i = await cluster.wait_leader(http)
+                the cluster starts on a busy machine: look again), every node voting (so
+                that the follower killed below leaves a majority)."""
+                i = await cluster.wait_serving(http)
                 view = await cluster.view(http, i)
                 complete = (
                     view is not None
