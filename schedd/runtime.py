@@ -18,7 +18,6 @@ from schedd.api.ports import Ports
 from schedd.config import Config, peer_ssl_context, read_raft_secret, server_ssl_context
 from schedd.core.fairness import TokenBucket
 from schedd.core.members import Membership
-from schedd.core.state import LeaderEvent
 from schedd.errors import ConfigError, SchedError
 from schedd.gcpolicy import GcPolicy
 from schedd.leader.core import Settings as LeaderSettings
@@ -128,9 +127,6 @@ class Runtime:
         loop = asyncio.get_running_loop()
         self._loop = loop
 
-        def on_applied(batch: list[tuple[int, list[LeaderEvent]]]) -> None:
-            loop.call_soon_threadsafe(self._on_applied, batch)
-
         def on_reset() -> None:
             loop.call_soon_threadsafe(self._on_reset)
 
@@ -140,11 +136,7 @@ class Runtime:
         def on_fatal(message: str) -> None:
             loop.call_soon_threadsafe(self._fail, message)
 
-        self.hooks.on_applied, self.hooks.on_reset, self.hooks.on_role = (
-            on_applied,
-            on_reset,
-            on_role,
-        )
+        self.hooks.on_reset, self.hooks.on_role = on_reset, on_role
         self.hooks.on_fatal = on_fatal
         self.hooks.on_apply_time = self.metrics.apply_time.observe
         meta = self._state_meta()
@@ -359,6 +351,8 @@ class Runtime:
         if not task.cancelled() and task.exception() is not None:
             log_event(log, "leader.crashed", level=logging.ERROR, error=repr(task.exception()))
         self._leader_task = None
+        if self.leader is not None:
+            self.leader.stop_following()  # (its run may not have started: cancelled at once)
         self.leader = None
         self._role_changed.set()
 
@@ -370,17 +364,13 @@ class Runtime:
     async def _stop_leader(self) -> None:
         task = self._leader_task
         self._leader_task = None
+        if self.leader is not None:
+            self.leader.stop_following()
         self.leader = None
         if task is not None:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
-
-    def _on_applied(self, batch: list[tuple[int, list[LeaderEvent]]]) -> None:
-        leader = self.leader
-        if leader is not None:
-            for index, events in batch:
-                leader.on_events(index, events)
 
     def _on_reset(self) -> None:
         # A snapshot replaced the state: a leader (if any) must rebuild from scratch, and the

@@ -129,6 +129,8 @@ class Leader:
         self._wake = asyncio.Event()
         self._deadlines = Deadlines()
         self._stopped = False
+        # what the entries applied from now on change (the rebuild skips those it read)
+        node.follow_events(self.on_events)
 
     # what the metrics, the worker endpoint and the tests look at
     @property
@@ -151,6 +153,10 @@ class Leader:
     def wheel(self) -> TimingWheel:
         return self.core.wheel
 
+    def stop_following(self) -> None:
+        """Take no more applied events (this leader's term ended)."""
+        self.node.unfollow_events(self.on_events)
+
     # -- establish leadership, then loop ---------------------------------------------------
     async def run(self) -> None:
         try:
@@ -171,6 +177,7 @@ class Leader:
                 await wait_event(self._wake, self.core.sleep_for(now()))
         finally:
             self._stopped = True
+            self.stop_following()
             self._deadlines.cancel()
             self.ready.clear()
             for conn in list(self.core.workers.values()):

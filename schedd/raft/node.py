@@ -168,7 +168,8 @@ class Hooks:
 
     def __init__(self) -> None:
         #: the leader events of the entries a tick applied while this node leads, as (index,
-        #: events), in log order: one call per tick (each call wakes the event loop)
+        #: events), in log order: one call per tick (each call wakes the event loop).  Set by
+        #: the node itself (RaftNode.attach), which hands them to its leader
         self.on_applied: Callable[[list[tuple[int, list[LeaderEvent]]]], None] = lambda b: None
         self.on_reset: Callable[[], None] = lambda: None
         self.on_role: Callable[[int], None] = lambda r: None
@@ -413,6 +414,7 @@ class RaftNode:
         state.changes = ChangeLog(self.events.append)
         state.on_commit = self.events.visible_upto
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._leader_listener: Callable[[int, list[LeaderEvent]], None] | None = None
         self._pending: list[tuple[commands.Command, asyncio.Future[Result]]] = []
         self._flush_scheduled = False
         #: when this node began handing its leadership over (None: it is not); set once, by
@@ -713,6 +715,28 @@ class RaftNode:
     def attach(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
         self.events.attach(loop)
+
+        def on_applied(batch: list[tuple[int, list[LeaderEvent]]]) -> None:  # tick thread
+            loop.call_soon_threadsafe(self._hand_on, batch)
+
+        self.hooks.on_applied = on_applied
+
+    def follow_events(self, listener: Callable[[int, list[LeaderEvent]], None] | None) -> None:
+        """Hand the leader events of every entry applied from now on to ``listener`` (index,
+        events), on the event loop, in log order; None: to no one.  One listener at a time:
+        the leader of this node's current term (it replaces any other).  Event loop."""
+        self._leader_listener = listener
+
+    def unfollow_events(self, listener: Callable[[int, list[LeaderEvent]], None]) -> None:
+        """Stop handing events to ``listener``, if it is still the one (event loop)."""
+        if self._leader_listener == listener:
+            self._leader_listener = None
+
+    def _hand_on(self, batch: list[tuple[int, list[LeaderEvent]]]) -> None:
+        listener = self._leader_listener
+        if listener is not None:
+            for index, events in batch:
+                listener(index, events)
 
     def _heard_from_leader(self) -> None:  # tick thread
         now = clock.mono()
