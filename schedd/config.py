@@ -30,6 +30,7 @@ from urllib.parse import urlsplit
 
 from schedd.core.durations import parse_duration
 from schedd.core.runs import FIRE_AHEAD_MAX_MS
+from schedd.core.state import HOT_WINDOW_MS
 from schedd.errors import ConfigError, InvalidArgument
 from schedd.net import PEM_CERT, TrustError, ca_context, is_loopback
 
@@ -461,7 +462,7 @@ class SchedulerConfig:
     dispatch_ahead_ms: int = _f(1_000, _duration_or_zero, key="dispatch_ahead")
     #: every node keeps the runs due within this window (and the live ones) decoded in memory;
     #: the leader's wheel holds them; later ones stay on disk
-    hot_window_ms: int = _dur(600_000)
+    hot_window_ms: int = _dur(HOT_WINDOW_MS)
 
 
 @dataclass(frozen=True)

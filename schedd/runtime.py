@@ -32,6 +32,19 @@ from schedd.storage.snapshots import ImageSource, read_meta
 log = logging.getLogger(__name__)
 
 
+def leader_settings(cfg: Config) -> LeaderSettings:
+    """What the leader is configured with, from the node's config (in ms, as it is)."""
+    return LeaderSettings(
+        tick_ms=cfg.scheduler.tick_ms,
+        caps=dict(cfg.limits.concurrency),
+        ahead_ms=cfg.scheduler.dispatch_ahead_ms,
+        heartbeat_interval_ms=cfg.scheduler.heartbeat_interval_ms,
+        hot_window_ms=cfg.scheduler.hot_window_ms,
+        retention_ms=cfg.history.retention_ms,
+        keep_per_job=cfg.history.max_runs_per_job,
+    )
+
+
 class Runtime:
     def __init__(self, config: Config) -> None:
         self.config = config
@@ -66,13 +79,13 @@ class Runtime:
             peers=tuple(r.peers),
             data_dir=config.data_path / "raft",
             password=read_raft_secret(config),
-            append_entries_period=r.append_entries_period_ms / 1000,
-            auto_tick_period=r.auto_tick_period_ms / 1000,
-            raft_min_timeout=r.raft_min_timeout_ms / 1000,
-            raft_max_timeout=r.raft_max_timeout_ms / 1000,
-            leader_fallback_timeout=r.leader_fallback_timeout_ms / 1000,
+            append_entries_period_ms=r.append_entries_period_ms,
+            auto_tick_period_ms=r.auto_tick_period_ms,
+            raft_min_timeout_ms=r.raft_min_timeout_ms,
+            raft_max_timeout_ms=r.raft_max_timeout_ms,
+            leader_fallback_timeout_ms=r.leader_fallback_timeout_ms,
             log_compaction_min_entries=r.log_compaction_min_entries,
-            log_compaction_min_time=r.log_compaction_min_time_ms / 1000,
+            log_compaction_min_time_ms=r.log_compaction_min_time_ms,
             hot_window_ms=config.scheduler.hot_window_ms,
             events_buffer=config.http.events_buffer,
             journal_dir=config.journal_path,
@@ -322,15 +335,7 @@ class Runtime:
 
     def _start_leader(self) -> None:
         cfg = self.config
-        settings = LeaderSettings(
-            tick_ms=cfg.scheduler.tick_ms,
-            caps=dict(cfg.limits.concurrency),
-            ahead_s=cfg.scheduler.dispatch_ahead_ms / 1000,
-            heartbeat_interval_s=cfg.scheduler.heartbeat_interval_ms / 1000,
-            hot_window_s=cfg.scheduler.hot_window_ms / 1000,
-            retention_s=cfg.history.retention_ms / 1000,
-            keep_per_job=cfg.history.max_runs_per_job,
-        )
+        settings = leader_settings(cfg)
         leader = Leader(
             self.node,
             cfg.node.id,

@@ -35,6 +35,9 @@ from schedd.core.model import (
 from schedd.errors import Code
 
 DEDUP_WINDOW_MS = 15 * 60_000
+#: every node keeps the runs due within this much decoded in memory, and the leader's wheel
+#: holds them (``scheduler.hot_window``'s default)
+HOT_WINDOW_MS = 600_000
 DEFAULT_HISTORY_KEEP = 1_000  # finished runs kept per job until a leader's purge says otherwise
 RECURRING_KINDS = frozenset({ScheduleKind.EVERY, ScheduleKind.CRON})
 WAITING_STATES = frozenset({RunState.SCHEDULED, RunState.RETRYING})  # for their due time

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import IntEnum
 from typing import Literal, assert_never
 
@@ -81,15 +81,17 @@ class Now:
 
 @dataclass(frozen=True, slots=True)
 class Settings:
-    """The leader's configuration (``scheduler`` and ``history`` in the node's config)."""
+    """The leader's configuration, in ms as the node's config has it (``scheduler``, ``limits``
+    and ``history``): no defaults here, the config declares them (``leader_settings`` in
+    ``schedd.runtime`` maps one to the other)."""
 
-    tick_ms: int = 10  # the timing wheel's resolution
-    caps: Mapping[str, int] = field(default_factory=dict)  # namespace -> leases at once
-    ahead_s: float = 0.0  # dispatch ahead: fire and lease this long before due (at most)
-    heartbeat_interval_s: float = 5.0  # what workers are told in their welcome
-    hot_window_s: float = 600.0  # the wheel holds the runs due within this much
-    retention_s: float = 7 * 86_400.0  # finished runs older than this are purged
-    keep_per_job: int = 1_000  # finished runs kept per job at most
+    tick_ms: int  # the timing wheel's resolution
+    caps: Mapping[str, int]  # namespace -> leases at once
+    ahead_ms: int  # dispatch ahead: fire and lease this long before due (at most)
+    heartbeat_interval_ms: int  # what workers are told in their welcome
+    hot_window_ms: int  # the wheel holds the runs due within this much
+    retention_ms: int  # finished runs older than this are purged
+    keep_per_job: int  # finished runs kept per job at most
 
 
 # -- what a committed command was for (handed back with its result) ---------------------------
@@ -241,20 +243,20 @@ class LeaderCore:
         # The hot window: the wheel holds the runs due before ``loaded_until`` only; the rest
         # wait in the state database's due-time index, and the next stretch is loaded from it
         # when half the window has passed (and at election).  Far-future runs cost no memory.
-        self.hot_window_ms = max(1, round(settings.hot_window_s * 1000))
+        self.hot_window_ms = max(1, settings.hot_window_ms)
         self.loaded_until = _MIN_MS  # nothing loaded yet
         self.loading = False  # _load_window stopped short of its end: go on at the next tick
         # History retention: a Purge every PURGE_PERIOD_S (at once again while one is full).
-        self.retention_ms = max(1, round(settings.retention_s * 1000))
+        self.retention_ms = max(1, settings.retention_ms)
         self.keep_per_job = settings.keep_per_job
         self._next_purge = 0.0  # monotonic time of the next purge (0: due)
         self._purging = False  # one in flight
-        # Workers heartbeat every heartbeat_interval_s (welcome); a lease whose job allows less
+        # Workers heartbeat every heartbeat_interval_ms (welcome); a lease whose job allows less
         # than three of those between heartbeats asks for a third of its timeout instead.
-        self.heartbeat_interval_s = settings.heartbeat_interval_s
+        self.heartbeat_interval_s = settings.heartbeat_interval_ms / 1000
         # Runs that may fire ahead (core.runs.may_fire_ahead) are fired and leased this long
         # before they are due; the worker starts them on time (lease.not_before).
-        self.ahead_ms = min(FIRE_AHEAD_MAX_MS, max(0, round(settings.ahead_s * 1000)))
+        self.ahead_ms = min(FIRE_AHEAD_MAX_MS, max(0, settings.ahead_ms))
         self.wheel = TimingWheel(now.wall_ms, tick_ms=max(1, settings.tick_ms))
         self.queues: dict[str, TaskLanes] = {}  # queue name -> runs ready for a worker
         self.caps = ConcurrencyCaps(settings.caps)  # per-namespace limit on leases at once

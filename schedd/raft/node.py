@@ -131,19 +131,21 @@ class RaftSettings:
     self_addr: str
     peers: tuple[str, ...]
     data_dir: Path
+    #: pysyncobj's timings and compaction thresholds, in ms as the config (``raft``) declares
+    #: them, with their defaults there: the node converts them for pysyncobj
+    append_entries_period_ms: int
+    auto_tick_period_ms: int
+    raft_min_timeout_ms: int
+    raft_max_timeout_ms: int
+    leader_fallback_timeout_ms: int
+    log_compaction_min_entries: int
+    log_compaction_min_time_ms: int
+    #: waiting runs due within this many ms stay decoded in memory (scheduler.hot_window)
+    hot_window_ms: int
     password: bytes | None = None
-    append_entries_period: float = 0.02
-    auto_tick_period: float = 0.01
-    raft_min_timeout: float = 0.4
-    raft_max_timeout: float = 1.4
-    leader_fallback_timeout: float = 1.5
-    log_compaction_min_entries: int = 5000
-    log_compaction_min_time: float = 60.0
     #: a follower that keeps answering the leader but whose match index has not moved for this
     #: long while it is behind the commit index is stalled (docs/pysyncobj.md #6)
-    follower_stall_timeout: float = 3.0
-    #: waiting runs due within this many ms stay decoded in memory (scheduler.hot_window)
-    hot_window_ms: int = 600_000
+    follower_stall_timeout_ms: int = 3_000
     #: the changes of the latest entries kept for the clients that follow them (GET /events)
     events_buffer: int = DEFAULT_EVENTS_BUFFER
     #: where the Raft journal lives (None: beside the state, in ``data_dir``); another
@@ -436,16 +438,16 @@ class RaftNode:
             password=settings.password,
             bindAddress=settings.self_addr,
             appendEntriesUseBatch=True,
-            appendEntriesPeriod=settings.append_entries_period,
-            autoTickPeriod=settings.auto_tick_period,
-            raftMinTimeout=settings.raft_min_timeout,
-            raftMaxTimeout=settings.raft_max_timeout,
-            leaderFallbackTimeout=settings.leader_fallback_timeout,
+            appendEntriesPeriod=settings.append_entries_period_ms / 1000,
+            autoTickPeriod=settings.auto_tick_period_ms / 1000,
+            raftMinTimeout=settings.raft_min_timeout_ms / 1000,
+            raftMaxTimeout=settings.raft_max_timeout_ms / 1000,
+            leaderFallbackTimeout=settings.leader_fallback_timeout_ms / 1000,
             # A node reconnects to a peer this often (pysyncobj's 5 s default held a restarted
             # node off its cluster for 5 s when the other end was the one to connect).
             connectionRetryTime=CONNECTION_RETRY_S,
             logCompactionMinEntries=settings.log_compaction_min_entries,
-            logCompactionMinTime=settings.log_compaction_min_time,
+            logCompactionMinTime=settings.log_compaction_min_time_ms / 1000,
             # A compaction is a barrier, not a copy: no need to stagger the nodes' (see
             # compact_log, which replaces pysyncobj's and ignores this).
             logCompactionSplit=False,
@@ -1015,7 +1017,7 @@ class RaftNode:
         So: a follower that is connected and keeps answering (pysyncobj's last response time
         from it is recent: a follower that is down or stopped does not answer; one receiving a
         copy does, and is left alone), is behind the commit index, and whose match index has not moved for
-        ``follower_stall_timeout`` seconds of that, is stalled.  It is logged, exposed in
+        ``follower_stall_timeout_ms`` of that, is stalled.  It is logged, exposed in
         :attr:`raft_status`, and the leader compacts its log now (``forceLogCompaction``), which
         sends the follower the snapshot at once instead of at the next scheduled compaction.
         Repeated (with a doubling wait up to a minute) while the stall lasts.  A snapshot only
@@ -1034,7 +1036,7 @@ class RaftNode:
         commit = int(self._obj.raftCommitIndex)
         # Read-only, on the tick thread: when each follower last answered an append_entries.
         answered = last_response_times(self._obj)
-        timeout = self.settings.follower_stall_timeout
+        timeout = self.settings.follower_stall_timeout_ms / 1000
         changed = False
         receiving = self.snapshots.sending()  # a follower being sent a copy is not stalled
         for view in status.peers:

@@ -42,6 +42,7 @@ from schedd.core.model import Job, JobSpec, Run
 from schedd.core.state import (
     DEDUP_WINDOW_MS,
     DEFAULT_HISTORY_KEEP,
+    HOT_WINDOW_MS,
     LIVE_STATES,
     RECURRING_KINDS,
     WAITING_STATES,
@@ -76,7 +77,7 @@ from schedd.storage.schema import (
 
 _IN_CHUNK = 500  # ids per "IN (...)" look-up (SQLite allows 32,766 parameters)
 CACHE_MAX = 10_000  # decoded jobs (and as many runs) kept in front of the database (~13 MB)
-HOT_MS = 600_000  # the hot window's default (scheduler.hot_window)
+HOT_MS = HOT_WINDOW_MS  # the hot window's default (scheduler.hot_window)
 _META = (
     "applied_index",
     "leader_fence",

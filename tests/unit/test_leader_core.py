@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 import pytest
 
+from schedd.config import load_config
 from schedd.core import commands
 from schedd.core.apply import apply_entry
 from schedd.core.model import AttemptOutcome, JobSpec, Priority, RunState, Schedule, ScheduleKind
@@ -36,16 +37,18 @@ from schedd.leader.core import (
     Observation,
     ResultCount,
     Send,
-    Settings,
     StepDown,
     Wake,
 )
 from schedd.leader.progress import PROGRESS_PERIOD_S
 from schedd.leader.workers import WorkerConn
 from schedd.protocol import messages
+from schedd.runtime import leader_settings
 
 T0 = 1_800_000_000_000
 S = 1000  # ms
+#: the leader's settings at the config's defaults, but firing on time (no dispatch ahead)
+DEFAULTS = replace(leader_settings(load_config(None, env={})), ahead_ms=0)
 M = TypeVar("M", bound=messages.Message)
 
 
@@ -71,7 +74,7 @@ class Sim:
             lambda: nullcontext(self.state),
             int(claim.value),
             self.now,
-            Settings(**options),
+            replace(DEFAULTS, **options),
             rand=lambda: 0.5,
             rid=lambda: f"L{next(self.rids)}",
         )
@@ -573,7 +576,7 @@ def test_events_the_rebuild_already_read_are_not_applied_twice() -> None:
 
 # -- the hot window and the history --------------------------------------------------------------
 def test_runs_beyond_the_hot_window_wait_in_the_state_and_are_loaded_in_their_time() -> None:
-    sim = Sim(hot_window_s=60)
+    sim = Sim(hot_window_ms=60 * S)
     far = sim.submit(in_s=600)
     loaded_at = None
     for _ in range(60):
@@ -603,7 +606,7 @@ def test_a_large_window_is_read_a_chunk_per_tick(monkeypatch: pytest.MonkeyPatch
 
 
 def test_history_is_purged_one_command_at_a_time_every_period() -> None:
-    sim = Sim(retention_s=60)
+    sim = Sim(retention_ms=60 * S)
     for job_id in ("J1", "J2"):  # finished 2 s apart: each forgettable 60 s later
         sim.submit(job_id)
         sim.log(commands.CancelJob(f"cancel{job_id}", sim.wall, job_id))
@@ -625,7 +628,7 @@ def test_history_is_purged_one_command_at_a_time_every_period() -> None:
 
 
 def test_no_purge_is_committed_while_there_is_nothing_to_forget() -> None:
-    sim = Sim(retention_s=60)
+    sim = Sim(retention_ms=60 * S)
     sim.submit()  # active: not forgettable
     for _ in range(5):
         sim.tick()
@@ -641,7 +644,7 @@ def test_no_purge_is_committed_while_there_is_nothing_to_forget() -> None:
 
 
 def test_a_leader_with_another_bound_per_job_purges_once_to_set_it() -> None:
-    sim = Sim(retention_s=60, keep_per_job=5)
+    sim = Sim(retention_ms=60 * S, keep_per_job=5)
     sim.tick()
     [purge] = sim.asked(commands.Purge)
     assert purge.keep == 5
