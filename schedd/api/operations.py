@@ -3,7 +3,7 @@ caller's role must be allowed (``schedd.auth.ACTIONS``; None: no token needed), 
 query parameters with their limits, its request body, its replies and the errors it may answer.
 
 The routes and their role checks (``schedd/api/app.py``), the parsing of the integer query
-parameters (``app._int_param`` reads the bounds declared here), the OpenAPI document
+parameters (``common.int_param`` reads the bounds declared here), the OpenAPI document
 (``schedd/api/openapi.py`` renders this table; the bodies' schemas come from
 ``schedd.api.bodies`` and ``schedd.api.views``) and the test of every operation's role matrix
 are all made from this table.

@@ -83,7 +83,7 @@ from .common import pct, stop_pid
 TASK = "bench.failover"
 WORKER_CONCURRENCY = 1000
 MAX_INFLIGHT = 1000
-REQUEST_TIMEOUT = 15.0  # above the server's own 10 s write deadline (schedd.api.app)
+REQUEST_TIMEOUT = 15.0  # above the server's own 10 s write deadline (schedd.api.common)
 HEARTBEAT_TIMEOUT = "10s"  # the jobs' heartbeat timeout: see "Lost" above
 WARMUP = 1.0  # s of steady load before each kill
 # A worker connection that ends (here: its leader is killed) less than STABLE_SESSION seconds

@@ -1,0 +1,374 @@
+"""The jobs: submit (one or a batch), list, read, update, cancel, trigger, explain, and a
+job's runs."""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import replace
+from typing import Any
+
+from aiohttp import web
+
+from schedd import clock
+from schedd.api.common import (
+    choice,
+    commit,
+    defaults,
+    from_param,
+    int_param,
+    next_cursor,
+    page_of,
+    request_id,
+    since_param,
+    unwrap,
+)
+from schedd.api.operations import COUNT
+from schedd.api.ports import CONFIG, RAFT, RATE_LIMITS, READER, json_response, read_json
+from schedd.api.status import _connected_workers
+from schedd.api.views import (
+    BatchResultView,
+    ExplainView,
+    JobListView,
+    RunListView,
+    RunView,
+    job_view,
+    run_view,
+    waiting_reason,
+)
+from schedd.core import commands
+from schedd.core.durations import format_time
+from schedd.core.model import JobSpec, JobStatus, RunState
+from schedd.core.recurrence import explain, recurrence_from
+from schedd.core.runs import MISFIRE_GRACE_MS, is_recurring, recurrence
+from schedd.core.state import Rejected
+from schedd.core.validate import parse_batch, parse_ident, parse_job, parse_patch, parse_schedule
+from schedd.errors import InvalidArgument, NotFound, ResourceExhausted, SchedError
+from schedd.ids import could_be_job_id_prefix, is_job_id, new_job_id
+from schedd.logs import log_event
+from schedd.storage.reader import MAX_IDS
+from schedd.storage.schema import FIRST
+
+log = logging.getLogger(__name__)
+
+
+def check_rate(app: web.Application, specs: list[Any], now: int) -> None:
+    """Per-namespace submission rate limits: 429 with Retry-After when over."""
+    counts: dict[str, int] = {}
+    for spec in specs:
+        counts[spec.namespace] = counts.get(spec.namespace, 0) + 1
+    for ns, n in counts.items():
+        bucket = app[RATE_LIMITS].get(ns)
+        if bucket is None:
+            continue
+        wait = bucket.take(now, n)
+        if wait == float("inf"):
+            raise InvalidArgument(
+                f"namespace {ns}: {n} jobs at once is more than its burst "
+                f"({app[CONFIG].limits.submit_burst}); expected smaller batches",
+                field="jobs",
+            )
+        if wait > 0:
+            raise ResourceExhausted(
+                f"namespace {ns} is over its submission rate; retry in {wait:.1f}s",
+                retry_after=math.ceil(wait),
+            )
+
+
+async def submit_job(request: web.Request) -> web.Response:
+    app = request.app
+    body = await read_json(request)
+    now = clock.wall_ms()
+    spec = parse_job(body, now_ms=now, defaults=defaults(app[CONFIG]))
+    check_rate(app, [spec], now)
+    job_id = new_job_id(now)
+    res = await commit(
+        app[RAFT],
+        lambda rid, t: commands.Submit(rid, t, ((job_id, spec),)),
+        await request_id(request),
+    )
+    [(job, created, latest)] = unwrap(res)  # the job and its latest run, as applied
+    view = job_view(job, latest)
+    if created and (warning := await nobody_serves(request, spec)) is not None:
+        view["warnings"] = [warning]
+    log_event(
+        log, "job.submitted", level=logging.DEBUG, job_id=job.id, task=spec.task, created=created
+    )
+    return json_response(view, 201 if created else 200)
+
+
+async def submit_batch(request: web.Request) -> web.Response:
+    app = request.app
+    body = await read_json(request)
+    now = clock.wall_ms()
+    refs = _take_refs(body)
+    specs = parse_batch(
+        body, now_ms=now, defaults=defaults(app[CONFIG]), max_jobs=app[CONFIG].limits.max_batch
+    )
+    check_rate(app, specs, now)
+    ids = [new_job_id(now) for _ in specs]
+    by_ref = {ref: ids[i] for i, ref in enumerate(refs) if ref is not None}
+    jobs = tuple(
+        (job_id, replace(spec, depends_on=tuple(by_ref.get(d, d) for d in spec.depends_on)))
+        for job_id, spec in zip(ids, specs, strict=True)
+    )
+    res = await commit(
+        app[RAFT], lambda rid, t: commands.Submit(rid, t, jobs), await request_id(request)
+    )
+    if isinstance(res, Rejected) and by_ref:  # name the batch's own jobs by their refs
+        message = res.message
+        for ref, job_id in by_ref.items():
+            message = message.replace(job_id, ref)
+        res = Rejected(res.code, message, res.field)
+    batch: BatchResultView = {"jobs": [job_view(job, latest) for job, _, latest in unwrap(res)]}
+    return json_response(batch, 201)
+
+
+def _take_refs(body: Any) -> list[str | None]:
+    """Pop each batch item's optional ``ref``: a name other items of the same batch can use in
+    ``depends_on`` (the server assigns job ids), so a whole graph goes in one request."""
+    if not isinstance(body, dict) or not isinstance(body.get("jobs"), list):
+        return []
+    refs: list[str | None] = []
+    for i, item in enumerate(body["jobs"]):
+        ref = item.pop("ref", None) if isinstance(item, dict) else None
+        if ref is not None and (not isinstance(ref, str) or not 1 <= len(ref) <= 200):
+            raise InvalidArgument(
+                f"jobs[{i}].ref: expected a name of 1 to 200 characters", field=f"jobs[{i}].ref"
+            )
+        if ref is not None and ref in refs:
+            raise InvalidArgument(
+                f"jobs[{i}].ref: {ref!r} is used twice in this batch", field=f"jobs[{i}].ref"
+            )
+        refs.append(ref)
+    return refs
+
+
+async def list_jobs(request: web.Request) -> web.Response:
+    app = request.app
+    limit, cursor = page_of(request, 0)
+    q = request.query
+    filters = {k: q[k] for k in ("namespace", "queue", "task", "name") if k in q}
+    for key in ("namespace", "queue"):
+        if key in filters:
+            parse_ident(filters[key], key)
+    for key, enum in (("status", JobStatus), ("last_run", RunState)):
+        if (value := choice(request, key, enum)) is not None:
+            filters[key] = value
+    if "id_prefix" in q:
+        prefix = q["id_prefix"].upper()
+        if not could_be_job_id_prefix(prefix):
+            raise InvalidArgument(
+                f"id_prefix: expected the first 1 to 26 characters of a job id (digits and "
+                f"letters but I, L, O, U), got {q['id_prefix']!r}",
+                field="id_prefix",
+            )
+        filters["id_prefix"] = prefix
+    if "ids" in q:
+        ids = q["ids"].upper().split(",")
+        if not 1 <= len(ids) <= MAX_IDS or not all(is_job_id(i) for i in ids):
+            raise InvalidArgument(
+                f"ids: expected 1 to {MAX_IDS} job ids, comma-separated, got {q['ids'][:80]!r}",
+                field="ids",
+            )
+        filters["ids"] = ",".join(ids)
+    jobs, after = await app[READER].jobs_page(cursor, limit, filters)
+    latest = await app[READER].latest_runs([job.id for job in jobs])
+    body: JobListView = {
+        "jobs": [job_view(job, latest.get(job.id)) for job in jobs],
+        "next_cursor": next_cursor(after),
+    }
+    return json_response(body)
+
+
+def job_id_param(request: web.Request) -> str:
+    return request.match_info["job_id"]
+
+
+async def get_job(request: web.Request) -> web.Response:
+    app = request.app
+    job_id = job_id_param(request)
+    job = await app[READER].job(job_id)
+    if job is None:
+        raise NotFound(f"no job with id {job_id}", field="id")
+    view = job_view(job, await app[READER].latest_run(job_id))
+    if view["latest_run"] is not None:
+        await explain_waiting(request, [view["latest_run"]], job.spec)
+    return json_response(view)
+
+
+async def cancel_job(request: web.Request) -> web.Response:
+    app = request.app
+    job_id = job_id_param(request)
+    unwrap(
+        await commit(
+            app[RAFT], lambda rid, t: commands.CancelJob(rid, t, job_id), await request_id(request)
+        )
+    )
+    log_event(log, "job.cancelled", job_id=job_id)
+    return web.Response(status=204)
+
+
+async def update_job(request: web.Request) -> web.Response:
+    app = request.app
+    job_id = job_id_param(request)
+    body = await read_json(request)
+    now = clock.wall_ms()
+    current = await app[READER].job(job_id)
+    if current is None:
+        raise NotFound(f"no job with id {job_id}", field="id")
+    paused, spec = parse_patch(body, current.spec, now_ms=now, defaults=defaults(app[CONFIG]))
+    res = await commit(
+        app[RAFT],
+        lambda rid, t: commands.UpdateJob(rid, t, job_id, paused, spec),
+        await request_id(request),
+    )
+    job = unwrap(res)
+    view = job_view(await app[READER].job(job.id) or job, await app[READER].latest_run(job.id))
+    log_event(log, "job.updated", job_id=job_id, paused=paused, spec_changed=spec is not None)
+    return json_response(view)
+
+
+async def trigger_job(request: web.Request) -> web.Response:
+    app = request.app
+    job_id = job_id_param(request)
+    body = await read_json(request) if request.can_read_body else {}
+    if not isinstance(body, dict) or set(body) - {"overlap"}:
+        raise InvalidArgument('expected {"overlap": "respect"} or {"overlap": "override"}')
+    overlap = body.get("overlap", "respect")
+    if overlap not in ("respect", "override"):
+        raise InvalidArgument(
+            f'overlap: expected "respect" or "override", got {overlap!r}', field="overlap"
+        )
+    res = await commit(
+        app[RAFT],
+        lambda rid, t: commands.Trigger(rid, t, job_id, overlap == "override"),
+        await request_id(request),
+    )
+    run = unwrap(res)
+    view = run_view(await app[READER].run(run.id) or run)
+    log_event(log, "job.triggered", job_id=job_id, run_id=run.id, overlap=overlap)
+    return json_response(view, 201)
+
+
+def _fires_view(fires: list[dict[str, Any]]) -> ExplainView:
+    return {
+        "fires": [
+            {
+                "scheduled_at": format_time(int(f["scheduled_ms"])),
+                "due_at": format_time(int(f["due_ms"])),
+                "local": f["local"],
+                "note": f["note"],
+            }
+            for f in fires
+        ]
+    }
+
+
+async def explain_job(request: web.Request) -> web.Response:
+    app = request.app
+    job_id = job_id_param(request)
+    count = int_param(request, COUNT)
+    start = from_param(request)
+    job = await app[READER].job(job_id)
+    if job is None:
+        raise NotFound(f"no job with id {job_id}", field="id")
+    if not is_recurring(job.spec):
+        at = job.next_run_at_ms
+        one: list[dict[str, Any]] = (
+            []
+            if at is None
+            else [{"scheduled_ms": at, "due_ms": at, "local": format_time(at), "note": "one-off"}]
+        )
+        return json_response(_fires_view(one))
+    now = clock.wall_ms()
+    fires: list[dict[str, Any]] = explain(
+        recurrence(job), now if start is None else start, count, job.id
+    )
+    if start is not None:  # the times after another instant: now's state does not apply
+        return json_response(_fires_view(fires))
+    pending = await app[READER].run(job.next_run_id) if job.next_run_id else None
+    if pending is not None and now - pending.scheduled_ms > MISFIRE_GRACE_MS:
+        opts = job.spec.schedule.options
+        policy = opts.misfire.value if opts else "run_once"
+        fires.insert(
+            0,
+            {
+                "scheduled_ms": pending.scheduled_ms,
+                "due_ms": pending.due_ms,
+                "local": format_time(pending.scheduled_ms),
+                "note": f"missed (more than {MISFIRE_GRACE_MS // 1000}s late): the "
+                f"misfire policy {policy} decides whether it and the "
+                f"occurrences since run when it fires",
+            },
+        )
+    elif job.status is JobStatus.PAUSED:
+        fires = [
+            dict(
+                f,
+                note=(f["note"] + "; " if f["note"] else "") + "job paused: occurrences "
+                "missed while paused are handled by its misfire policy on resume",
+            )
+            for f in fires
+        ]
+    return json_response(_fires_view(fires[:count]))
+
+
+async def explain_expr(request: web.Request) -> web.Response:
+    count = int_param(request, COUNT)
+    q = request.query
+    schedule: dict[str, Any] = {k: q[k] for k in ("cron", "every", "timezone", "jitter") if k in q}
+    dst = {k: q[f"dst_{k}"] for k in ("gap", "repeat") if f"dst_{k}" in q}
+    if dst:
+        schedule["dst"] = dst
+    if "cron" not in schedule and "every" not in schedule:
+        raise InvalidArgument(
+            "expected a cron=EXPR (and optionally timezone=ZONE) or every=DUR query parameter",
+            field="cron",
+        )
+    start = from_param(request)
+    now = clock.wall_ms() if start is None else start
+    parsed, options = parse_schedule(schedule, now, "schedule")
+    assert options is not None
+    fires = explain(recurrence_from(parsed, options, now), now, count, "explain")
+    return json_response(_fires_view(fires))
+
+
+async def job_runs(request: web.Request) -> web.Response:
+    app = request.app
+    job_id = job_id_param(request)
+    job = await app[READER].job(job_id)
+    if job is None:
+        raise NotFound(f"no job with id {job_id}", field="id")
+    limit, before = page_of(request, FIRST)
+    state = choice(request, "state", RunState)
+    runs, after = await app[READER].runs_page(
+        job_id, before, limit, None if state is None else RunState(state), since_param(request)
+    )
+    body: RunListView = {"runs": [run_view(r) for r in runs], "next_cursor": next_cursor(after)}
+    await explain_waiting(request, body["runs"], job.spec)
+    return json_response(body)
+
+
+async def nobody_serves(request: web.Request, spec: JobSpec) -> str | None:
+    """What a submit warns of: no connected worker would take the job's runs (None when one
+    would, or when the leader's workers cannot be asked)."""
+    try:
+        workers = await _connected_workers(request, recent=True)
+    except SchedError:
+        return None
+    return waiting_reason(spec.task, spec.queue, workers)
+
+
+async def explain_waiting(request: web.Request, views: list[RunView], spec: JobSpec) -> None:
+    """Say in each queued run's view why no worker takes it, from the workers connected to the
+    leader (asked of it from a follower; left unsaid when it cannot be asked)."""
+    if not any(v["state"] == RunState.QUEUED.value for v in views):
+        return
+    try:
+        workers = await _connected_workers(request, recent=True)
+    except SchedError:
+        return
+    for view in views:
+        if view["state"] == RunState.QUEUED.value:
+            view["waiting"] = waiting_reason(spec.task, spec.queue, workers)

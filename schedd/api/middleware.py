@@ -1,0 +1,68 @@
+"""The API's middlewares: one error table (a ``SchedError`` becomes its status and JSON
+body), the request metrics, and the bearer token or session of every request."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from aiohttp import web
+
+from schedd.api.common import Handler
+from schedd.api.operations import PUBLIC_PATHS
+from schedd.api.ports import METRICS, TOKEN, TOKENS, error_response, json_response
+from schedd.errors import InvalidArgument, NotFound, PayloadTooLarge, SchedError
+
+log = logging.getLogger(__name__)
+
+
+@web.middleware
+async def errors_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except SchedError as err:
+        return error_response(err)
+    except web.HTTPRequestEntityTooLarge as exc:
+        return error_response(PayloadTooLarge(f"request body over the limit ({exc.text})"))
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        code = {404: NotFound, 405: InvalidArgument}.get(exc.status, InvalidArgument)
+        message = f"{request.method} {request.path}: {exc.reason}"
+        headers = None
+        if exc.status == 404:
+            message = f"no route for {request.method} {request.path}"
+        elif isinstance(exc, web.HTTPMethodNotAllowed):
+            allowed = ", ".join(sorted(exc.allowed_methods))
+            message = (
+                f"{request.method} is not allowed on {request.path}; expected one of {allowed}"
+            )
+            headers = {"Allow": allowed}
+        return json_response(code(message).to_dict(), exc.status, headers)
+    except asyncio.CancelledError:
+        raise
+    except Exception:  # never a stack trace in a response
+        log.exception("unhandled error in %s %s", request.method, request.path)
+        return json_response({"error": {"code": "internal", "message": "internal error"}}, 500)
+
+
+@web.middleware
+async def metrics_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    started = time.perf_counter()
+    response = await handler(request)
+    route = request.match_info.route.resource
+    name = route.canonical if route is not None else "unmatched"
+    request.app[METRICS].api_latency.labels(name, request.method, str(response.status)).observe(
+        time.perf_counter() - started
+    )
+    return response
+
+
+@web.middleware
+async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    if request.path in PUBLIC_PATHS:
+        return await handler(request)
+    token = request.app[TOKENS].authenticate(request.headers.get("Authorization"))
+    request[TOKEN] = token
+    return await handler(request)
