@@ -170,6 +170,7 @@ class Runtime:
         if self.node.journal is not None:  # observed on the Raft tick thread (thread-safe)
             self.node.journal.on_sync = self.metrics.journal_sync.observe
         self.node.attach(loop)
+        self.node.start()  # its tick thread, with every hook above in place
         self.reader = Reader(self._settings.data_dir / "state.db")
         await self.reader.open()
         self.metrics.attach(self.node, lambda: self.leader)

@@ -24,6 +24,7 @@ import logging
 import os
 import queue
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -438,6 +439,8 @@ class RaftNode:
             password=settings.password,
             bindAddress=settings.self_addr,
             appendEntriesUseBatch=True,
+            # the node ticks once start() is called, every patch installed (_tick_loop)
+            autoTick=False,
             appendEntriesPeriod=settings.append_entries_period_ms / 1000,
             autoTickPeriod=settings.auto_tick_period_ms / 1000,
             raftMinTimeout=settings.raft_min_timeout_ms / 1000,
@@ -501,7 +504,7 @@ class RaftNode:
         check_node(self._obj)
         lost = _snapshot_lost(durable.journal, Path(conf.fullDumpFile))
         if lost is not None:
-            self._obj.destroy()
+            self._obj._doDestroy()
             raise ConfigError([lost])
         #: the durable journal (None only for a node without a journal file, in tests)
         self.journal = durable.journal
@@ -570,6 +573,9 @@ class RaftNode:
         self._obj.addOnTickCallback(self._run_on_tick)
         members = self.members
         self._on_tick.put(lambda: self._adopt_members(members))  # the learner, on the tick thread
+        self._ticker: threading.Thread | None = None  # start()
+        self._closing = False
+        self._destroyed = False
 
     # -- membership ----------------------------------------------------------------------------
     def _known(self) -> list[Member]:
@@ -764,14 +770,46 @@ class RaftNode:
         self.events.restart(self._sm.state.applied_index)
         self.hooks.on_reset()
 
+    def start(self) -> None:
+        """Run the node: its tick thread starts now, once construction installed every patch.
+        (pysyncobj's own thread would start inside its constructor and tick 0.1 s later,
+        patched or not: on a loaded machine, a tick without pre-vote or the durable journal's
+        hooks.)  Once."""
+        assert self._ticker is None, "RaftNode.start is called once"
+        self._ticker = threading.Thread(target=self._tick_loop, name="schedd-raft-tick")
+        self._ticker.start()
+
+    def _tick_loop(self) -> None:  # the tick thread
+        """pysyncobj's auto-tick loop: tick until closed (or the main thread is gone), then
+        destroy the node on this thread (the journal's last sync happens here)."""
+        obj, period = self._obj, self.settings.auto_tick_period_ms / 1000
+        main = threading.main_thread()
+        try:
+            while not self._closing and main.is_alive():
+                try:
+                    obj.doTick(period)
+                except Exception:  # as pysyncobj's loop: log, wait a little and go on
+                    log.exception("raft tick failed")
+                    time.sleep(period)
+        finally:
+            self._destroy()
+
+    def _destroy(self) -> None:
+        if not self._destroyed:
+            self._destroyed = True
+            self._obj._doDestroy()
+
     def close(self) -> None:
         # Waits for the tick thread to close the journal (its last sync included): the
         # process may exit next, and an entry appended meanwhile must be on disk first.
         # It blocks for up to a tick and a sync: call it off the event loop.
-        if self._obj.tick_thread_alive():
-            self._obj.destroy_synchronous()
-        else:
-            self._obj.destroy()
+        ticker = self._ticker
+        if ticker is not None and ticker.is_alive():
+            self._closing = True
+            self._wake()
+            ticker.join()
+        else:  # never started, or its thread is gone
+            self._destroy()
         self.snapshots.close()
         self._sm.commit_now()
 

@@ -1,0 +1,64 @@
+"""A Raft node is built, then run: nothing ticks (no election, no thread) until ``start()``,
+so every hook and patch is in place before the first tick; ``close()`` stops the thread it
+started, and a node closed without being started is closed all the same."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from pathlib import Path
+
+from schedd.config import load_config
+from schedd.raft.node import Hooks, RaftNode, RaftSettings
+from tests.conftest import free_port, wait_for
+
+
+def settings(data_dir: Path) -> RaftSettings:
+    raft = load_config(None, env={}).raft  # the config's defaults
+    return RaftSettings(
+        self_addr=f"127.0.0.1:{free_port()}",
+        peers=(),
+        data_dir=data_dir,
+        append_entries_period_ms=raft.append_entries_period_ms,
+        auto_tick_period_ms=raft.auto_tick_period_ms,
+        raft_min_timeout_ms=raft.raft_min_timeout_ms,
+        raft_max_timeout_ms=raft.raft_max_timeout_ms,
+        leader_fallback_timeout_ms=raft.leader_fallback_timeout_ms,
+        log_compaction_min_entries=raft.log_compaction_min_entries,
+        log_compaction_min_time_ms=raft.log_compaction_min_time_ms,
+        hot_window_ms=600_000,
+    )
+
+
+def ticking() -> bool:
+    return any(t.name == "schedd-raft-tick" for t in threading.enumerate())
+
+
+async def test_a_node_ticks_only_once_started(tmp_path: Path) -> None:
+    node = RaftNode(settings(tmp_path / "n1"), Hooks())
+    node.attach(asyncio.get_running_loop())
+    try:
+        # a lone voter elects itself within its election timeout (1-2 s) once it ticks
+        await asyncio.sleep(2.5)
+        assert not node.is_leader and not ticking()
+        node.start()
+        assert ticking()
+        await wait_for(lambda: node.is_leader, timeout=10)
+    finally:
+        await asyncio.to_thread(node.close)
+    assert not ticking()
+
+
+async def test_a_node_never_started_closes(tmp_path: Path) -> None:
+    config = settings(tmp_path / "n1")
+    node = RaftNode(config, Hooks())
+    await asyncio.to_thread(node.close)
+    assert not ticking()
+    # its journal and state were closed: a new node opens them again
+    again = RaftNode(config, Hooks())
+    again.attach(asyncio.get_running_loop())
+    again.start()
+    try:
+        await wait_for(lambda: again.is_leader, timeout=10)
+    finally:
+        await asyncio.to_thread(again.close)
