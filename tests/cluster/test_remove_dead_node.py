@@ -23,11 +23,17 @@ pytestmark = [pytest.mark.cluster, pytest.mark.timeout(180)]
 
 
 async def recorded(http: aiohttp.ClientSession, cluster: Cluster, i: int) -> dict[str, Any]:
+    """Node ``i``'s membership view once it comes from the log."""
+    seen: list[dict[str, Any] | None] = [None]
+
     async def done() -> dict[str, Any] | None:
-        view = await members(http, cluster, i)
+        seen[0] = view = await members(http, cluster, i)
         return view if view and view["source"] == "log" else None
 
-    view: dict[str, Any] = await wait_for(done, timeout=30, interval=0.1)
+    try:
+        view: dict[str, Any] = await wait_for(done, timeout=30, interval=0.1)
+    except AssertionError:
+        raise AssertionError(f"n{i + 1} last said {seen[0]}\n{cluster.logs()}") from None
     return view
 
 
