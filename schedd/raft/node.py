@@ -571,8 +571,11 @@ class RaftNode:
         self._status = RaftStatus("follower", 0, None, 0, 0, False, ())
         self._status_at = 0.0
         self._obj.addOnTickCallback(self._run_on_tick)
-        members = self.members
-        self._on_tick.put(lambda: self._adopt_members(members))  # the learner, on the tick thread
+        # The starting membership (its learner among it), adopted now: nothing ticks before
+        # start().  Queued for the first tick, it ran after that tick's apply, and over a
+        # membership the apply had just adopted from the log (entries the database lost to a
+        # kill, committed in the journal): the node then went by its raft.peers for good.
+        self._adopt_members(self.members)
         self._ticker: threading.Thread | None = None  # start()
         self._closing = False
         self._destroyed = False

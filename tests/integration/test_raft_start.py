@@ -9,15 +9,16 @@ import threading
 from pathlib import Path
 
 from schedd.config import load_config
+from schedd.core.members import Member, Membership
 from schedd.raft.node import Hooks, RaftNode, RaftSettings
 from tests.conftest import free_port, wait_for
 
 
-def settings(data_dir: Path) -> RaftSettings:
+def settings(data_dir: Path, peers: tuple[str, ...] = ()) -> RaftSettings:
     raft = load_config(None, env={}).raft  # the config's defaults
     return RaftSettings(
         self_addr=f"127.0.0.1:{free_port()}",
-        peers=(),
+        peers=peers,
         data_dir=data_dir,
         append_entries_period_ms=raft.append_entries_period_ms,
         auto_tick_period_ms=raft.auto_tick_period_ms,
@@ -62,3 +63,26 @@ async def test_a_node_never_started_closes(tmp_path: Path) -> None:
         await wait_for(lambda: again.is_leader, timeout=10)
     finally:
         await asyncio.to_thread(again.close)
+
+
+async def test_a_membership_the_first_apply_adopts_is_not_undone_by_the_start(
+    tmp_path: Path,
+) -> None:
+    # A node killed before its database committed the membership entry finds it in its
+    # journal, committed, and applies it in its first tick: that must stay the membership it
+    # goes by, not the raft.peers it started with.
+    peers = ("127.0.0.1:9", "127.0.0.1:10")  # never reached: the node is not started
+    config = settings(tmp_path / "n1", peers)
+    node = RaftNode(config, Hooks())
+    try:
+        assert node.members.index == 0  # raft.peers, nothing recorded yet
+        recorded = Membership(
+            voters=(Member(config.self_addr, "n1"), Member(peers[0], "n2"), Member(peers[1], "n3")),
+            index=7,
+            cluster="c1",
+        )
+        node._sm.on_members(recorded)  # as the first tick's apply does
+        node._run_on_tick()  # then the same tick's callbacks
+        assert node.members.index == 7 and node.members.cluster == "c1"
+    finally:
+        await asyncio.to_thread(node.close)
