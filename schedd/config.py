@@ -439,6 +439,9 @@ class RaftConfig:
     #: the most bytes of entries the log keeps for a follower that is behind (or a copy in
     #: flight) before it is compacted anyway
     log_keep_max: int = _f(GIB, _size(MIB, 64 * GIB), "int")
+    #: what runs the Raft ticks: "loop", the event loop (one thread for the node's Python
+    #: work, no hand-over of the GIL on the commit path), or "thread", a thread of their own
+    ticks: str = _f("loop", _choice("loop", "thread"))
 
 
 @dataclass(frozen=True)

@@ -91,6 +91,7 @@ class Runtime:
             journal_dir=config.journal_path,
             snapshot_rate=r.snapshot_rate,
             log_keep_max=r.log_keep_max,
+            loop_ticks=r.ticks == "loop",
             node_id=config.node.id,
             http_url=config.advertise_url(),
             peer_http=tuple(config.peer_http_map().items()),

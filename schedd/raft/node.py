@@ -3,9 +3,12 @@
 * One replicated entry point, ``apply_entry(bytes)``; the command codec inside is ours
   (docs/pysyncobj.md #2).
 * Commands submitted from asyncio are batched into one entry per loop turn and their results
-  bridged back into futures with ``call_soon_threadsafe`` (docs/pysyncobj.md #5, #13).
-* The replicated state is built before the tick thread starts (a ``SyncObjConsumer``), and reads
-  from the event loop take the same lock as apply (docs/pysyncobj.md #9, #13).
+  handed back into futures (docs/pysyncobj.md #5, #13).
+* The ticks run on the event loop (``raft.ticks = "loop"``, schedd/raft/looptick.py) or on a
+  thread of their own (``"thread"``): "the tick thread" below is whichever thread runs them.
+  They start with :meth:`RaftNode.start`, once the node is built with its replicated state
+  (a ``SyncObjConsumer``) and every patch; reads take the same lock as apply
+  (docs/pysyncobj.md #9, #13).
 * The leader watches each follower's match index and recovers a stalled one (docs/pysyncobj.md #6;
   see :meth:`RaftNode._watch_followers`).
 * The replicated state is the node's SQLite database (``<data_dir>/state.db``, see
@@ -26,7 +29,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -46,7 +49,9 @@ from schedd.raft.feed import DEFAULT_SIZE as DEFAULT_EVENTS_BUFFER
 from schedd.raft.feed import EventFeed
 from schedd.raft.gaps import KINDS, Gaps, GapView
 from schedd.raft.journal import durable_journal
+from schedd.raft.looptick import EpollPoller, swap_create_poller
 from schedd.raft.patches import (
+    DEFAULT_APPLY_BUDGET_S,
     ApplyBatch,
     append_now,
     applied_all_committed,
@@ -164,6 +169,9 @@ class RaftSettings:
     peer_http: tuple[tuple[str, str], ...] = ()
     #: the membership a cluster gave this node when it asked to join (raft.join)
     joined: Membership | None = None
+    #: the event loop runs the ticks (schedd/raft/looptick.py; raft.ticks = "loop"), else a
+    #: thread of their own
+    loop_ticks: bool = True
 
 
 class Hooks:
@@ -388,6 +396,8 @@ _FAIL_MESSAGES = {
 
 
 CONNECTION_RETRY_S = 1.0
+#: on the loop, a tick applies at most this long before the loop's other callbacks run
+LOOP_APPLY_BUDGET_S = 0.01
 
 #: how long a leader handing its leadership over holds new commands at most (s), and how
 #: often it looks whether it may send them (to the new leader) meanwhile
@@ -494,13 +504,15 @@ class RaftNode:
                 self._transport = guarded(sync_obj, *args)
                 return self._transport
 
-            self._obj = SyncObj(
-                settings.self_addr,
-                sorted(self.members.voter_addresses() - {settings.self_addr}),
-                conf,
-                consumers=[self._sm],
-                transportClass=transport,
-            )
+            self._poller = EpollPoller() if settings.loop_ticks else None
+            with swap_create_poller(self._poller) if self._poller else nullcontext():
+                self._obj = SyncObj(
+                    settings.self_addr,
+                    sorted(self.members.voter_addresses() - {settings.self_addr}),
+                    conf,
+                    consumers=[self._sm],
+                    transportClass=transport,
+                )
         check_node(self._obj)
         lost = _snapshot_lost(durable.journal, Path(conf.fullDumpFile))
         if lost is not None:
@@ -561,7 +573,11 @@ class RaftNode:
         self._gap_term = -1
         watch_contact(self._obj, self._heard_from_leader, self._answered)
         refuse_forwarded(self._obj, lambda: self._handing_over is not None)
-        bound_apply(self._obj, batch=self._sm)
+        bound_apply(
+            self._obj,
+            budget=LOOP_APPLY_BUDGET_S if settings.loop_ticks else DEFAULT_APPLY_BUDGET_S,
+            batch=self._sm,
+        )
         self._woken = threading.Event()  # set while a wake-up is in the pipe
         self._waker = PipeNotifier(self._obj._poller, callback=self._woken.clear)
         self._followers: dict[str, _FollowerProgress] = {}  # tick thread only
@@ -579,6 +595,10 @@ class RaftNode:
         self._ticker: threading.Thread | None = None  # start()
         self._closing = False
         self._destroyed = False
+        self._started = False
+        self._tick_scheduled = False
+        self._loop_ident = 0
+        self._timer: asyncio.TimerHandle | None = None
 
     # -- membership ----------------------------------------------------------------------------
     def _known(self) -> list[Member]:
@@ -774,13 +794,53 @@ class RaftNode:
         self.hooks.on_reset()
 
     def start(self) -> None:
-        """Run the node: its tick thread starts now, once construction installed every patch.
+        """Run the node: its ticks start now, once construction installed every patch.
         (pysyncobj's own thread would start inside its constructor and tick 0.1 s later,
         patched or not: on a loaded machine, a tick without pre-vote or the durable journal's
         hooks.)  Once."""
-        assert self._ticker is None, "RaftNode.start is called once"
+        assert not self._started, "RaftNode.start is called once"
+        self._started = True
+        if self._poller is not None:  # the event loop drives the ticks (looptick.py)
+            loop = self._loop
+            assert loop is not None, "RaftNode.attach(loop) first"
+            self._loop_ident = threading.get_ident()
+            loop.add_reader(self._poller.fileno(), self._tick_soon)
+            self._timer = loop.call_later(0, self._timer_tick)
+            return
         self._ticker = threading.Thread(target=self._tick_loop, name="schedd-raft-tick")
         self._ticker.start()
+
+    def _tick_soon(self) -> None:  # event loop
+        if not self._tick_scheduled and not self._closing:
+            self._tick_scheduled = True
+            assert self._loop is not None
+            self._loop.call_soon(self._loop_tick)
+
+    def _timer_tick(self) -> None:  # event loop
+        assert self._loop is not None
+        self._tick_soon()
+        self._timer = self._loop.call_later(
+            self.settings.auto_tick_period_ms / 1000, self._timer_tick
+        )
+
+    def _loop_tick(self) -> None:  # event loop
+        self._tick_scheduled = False
+        if self._closing:
+            return
+        try:
+            self._obj.doTick(0)
+        except Exception:  # as pysyncobj's loop: log and go on
+            log.exception("raft tick failed")
+        assert self._poller is not None
+        if self._poller.events:  # messages were handled: act on them at once
+            self._tick_soon()
+
+    def _stop_loop_ticks(self) -> None:  # event loop
+        self._closing = True
+        assert self._loop is not None and self._poller is not None
+        self._loop.remove_reader(self._poller.fileno())
+        if self._timer is not None:
+            self._timer.cancel()
 
     def _tick_loop(self) -> None:  # the tick thread
         """pysyncobj's auto-tick loop: tick until closed (or the main thread is gone), then
@@ -801,13 +861,30 @@ class RaftNode:
         if not self._destroyed:
             self._destroyed = True
             self._obj._doDestroy()
+            if self._poller is not None:
+                self._poller.close()
 
     def close(self) -> None:
         # Waits for the tick thread to close the journal (its last sync included): the
         # process may exit next, and an entry appended meanwhile must be on disk first.
         # It blocks for up to a tick and a sync: call it off the event loop.
         ticker = self._ticker
-        if ticker is not None and ticker.is_alive():
+        if self._poller is not None and self._started and not self._closing:
+            loop = self._loop
+            assert loop is not None
+            if threading.get_ident() == self._loop_ident:
+                self._stop_loop_ticks()
+            else:
+                stopped = threading.Event()
+
+                def stop() -> None:
+                    self._stop_loop_ticks()
+                    stopped.set()
+
+                loop.call_soon_threadsafe(stop)
+                stopped.wait(10)
+            self._destroy()
+        elif ticker is not None and ticker.is_alive():
             self._closing = True
             self._wake()
             ticker.join()
@@ -1165,6 +1242,15 @@ class RaftNode:
 
     def _wake(self) -> None:
         """Make the tick thread's poll return now (any thread)."""
+        if self._poller is not None:
+            loop = self._loop
+            if loop is None or not self._started:
+                return
+            if threading.get_ident() == self._loop_ident:
+                self._tick_soon()
+            else:
+                loop.call_soon_threadsafe(self._tick_soon)
+            return
         if not self._woken.is_set():
             self._woken.set()
             try:
@@ -1221,6 +1307,13 @@ class RaftNode:
     def _make_callback(self, futures: list[asyncio.Future[Result]]) -> Callable[[Any, int], None]:
         loop = self._loop
         assert loop is not None
+
+        if self._poller is not None:  # the ticks run on the loop
+
+            def on_loop(res: Any, err: int) -> None:
+                loop.call_soon(_resolve, futures, res, err)
+
+            return on_loop
 
         def callback(res: Any, err: int) -> None:  # runs on the tick thread
             loop.call_soon_threadsafe(_resolve, futures, res, err)

@@ -56,6 +56,9 @@ applied_all_committed    calls ``__getCurrentLogIndex``: a voter campaigns,   te
                          what it knows committed
 swap_create_journal      replaces ``pysyncobj.syncobj.createJournal`` while a   tests/unit/test_journal.py
                          SyncObj is built: the durable journal
+swap_create_poller       (in :mod:`schedd.raft.looptick`) replaces              tests/integration/test_raft_start.py
+                         ``pysyncobj.syncobj.createPoller`` while a SyncObj is
+                         built: an ``epoll`` poller the event loop can watch
 peer_address             reads a connection's ``__socket`` to name a peer it    tests/cluster/test_raft_secret.py
                          refused
 =======================  ====================================================  ==============================
@@ -210,8 +213,9 @@ def check_installed() -> None:
     if version != PYSYNCOBJ_VERSION:
         raise PysyncobjMismatch(f"pysyncobj {version} is installed; {_HINT}")
     missing = [f"SyncObj.{name}" for name in PRIVATE_METHODS if not hasattr(SyncObj, name)]
-    if not hasattr(_syncobj, "createJournal"):
-        missing.append("pysyncobj.syncobj.createJournal")
+    for name in ("createJournal", "createPoller"):
+        if not hasattr(_syncobj, name):
+            missing.append(f"pysyncobj.syncobj.{name}")
     if missing:
         raise PysyncobjMismatch(f"pysyncobj lacks {', '.join(missing)}; {_HINT}")
     for name, (digest, why) in SOURCES.items():

@@ -79,7 +79,7 @@ def analyze(out):
         frames = stack.split(";")
         kind = (
             "tick"
-            if any("_tick_loop" in f for f in frames)
+            if any("_tick_loop" in f or "_loop_tick" in f for f in frames)
             else "loop"
             if any("uv_run" in f or "Loop__run" in f or "run_until_complete" in f for f in frames)
             else "other"

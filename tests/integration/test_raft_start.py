@@ -1,6 +1,7 @@
-"""A Raft node is built, then run: nothing ticks (no election, no thread) until ``start()``,
-so every hook and patch is in place before the first tick; ``close()`` stops the thread it
-started, and a node closed without being started is closed all the same."""
+"""A Raft node is built, then run: nothing ticks (no election) until ``start()``, so every
+hook and patch is in place before the first tick; the ticks run on the event loop (no thread
+of their own: ``raft.ticks = "loop"``) or on a thread of their own (``"thread"``); ``close()``
+stops them, and a node closed without being started is closed all the same."""
 
 from __future__ import annotations
 
@@ -8,13 +9,15 @@ import asyncio
 import threading
 from pathlib import Path
 
+import pytest
+
 from schedd.config import load_config
 from schedd.core.members import Member, Membership
 from schedd.raft.node import Hooks, RaftNode, RaftSettings
 from tests.conftest import free_port, wait_for
 
 
-def settings(data_dir: Path, peers: tuple[str, ...] = ()) -> RaftSettings:
+def settings(data_dir: Path, peers: tuple[str, ...] = (), loop: bool = True) -> RaftSettings:
     raft = load_config(None, env={}).raft  # the config's defaults
     return RaftSettings(
         self_addr=f"127.0.0.1:{free_port()}",
@@ -28,6 +31,7 @@ def settings(data_dir: Path, peers: tuple[str, ...] = ()) -> RaftSettings:
         log_compaction_min_entries=raft.log_compaction_min_entries,
         log_compaction_min_time_ms=raft.log_compaction_min_time_ms,
         hot_window_ms=600_000,
+        loop_ticks=loop,
     )
 
 
@@ -35,23 +39,27 @@ def ticking() -> bool:
     return any(t.name == "schedd-raft-tick" for t in threading.enumerate())
 
 
-async def test_a_node_ticks_only_once_started(tmp_path: Path) -> None:
-    node = RaftNode(settings(tmp_path / "n1"), Hooks())
+@pytest.mark.parametrize("loop", [True, False], ids=["loop", "thread"])
+async def test_a_node_ticks_only_once_started(tmp_path: Path, loop: bool) -> None:
+    node = RaftNode(settings(tmp_path / "n1", loop=loop), Hooks())
     node.attach(asyncio.get_running_loop())
     try:
         # a lone voter elects itself within its election timeout (1-2 s) once it ticks
         await asyncio.sleep(2.5)
         assert not node.is_leader and not ticking()
+        threads = threading.active_count()
         node.start()
-        assert ticking()
+        # on the loop: no thread; else one, the tick thread
+        assert ticking() is not loop and threading.active_count() == threads + (not loop)
         await wait_for(lambda: node.is_leader, timeout=10)
     finally:
         await asyncio.to_thread(node.close)
     assert not ticking()
 
 
-async def test_a_node_never_started_closes(tmp_path: Path) -> None:
-    config = settings(tmp_path / "n1")
+@pytest.mark.parametrize("loop", [True, False], ids=["loop", "thread"])
+async def test_a_node_never_started_closes(tmp_path: Path, loop: bool) -> None:
+    config = settings(tmp_path / "n1", loop=loop)
     node = RaftNode(config, Hooks())
     await asyncio.to_thread(node.close)
     assert not ticking()
