@@ -29,7 +29,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager, nullcontext, suppress
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -872,8 +872,9 @@ class RaftNode:
         if self._poller is not None and self._started and not self._closing:
             loop = self._loop
             assert loop is not None
-            if threading.get_ident() == self._loop_ident:
-                self._stop_loop_ticks()
+            if threading.get_ident() == self._loop_ident or not loop.is_running():
+                with suppress(RuntimeError):  # (a closed loop has nothing left to remove)
+                    self._stop_loop_ticks()
             else:
                 stopped = threading.Event()
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -94,3 +95,17 @@ async def test_a_membership_the_first_apply_adopts_is_not_undone_by_the_start(
         assert node.members.index == 7 and node.members.cluster == "c1"
     finally:
         await asyncio.to_thread(node.close)
+
+
+def test_a_node_whose_loop_stopped_closes_at_once(tmp_path: Path) -> None:
+    # (a process stopping after its loop ended: nothing is left to run the loop's ticks)
+    loop = asyncio.new_event_loop()
+    try:
+        node = RaftNode(settings(tmp_path / "n1"), Hooks())
+        node.attach(loop)
+        node.start()
+        started = time.monotonic()
+        node.close()
+        assert time.monotonic() - started < 5
+    finally:
+        loop.close()
