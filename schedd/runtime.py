@@ -171,7 +171,7 @@ class Runtime:
         if self.node.journal is not None:  # observed on the Raft tick thread (thread-safe)
             self.node.journal.on_sync = self.metrics.journal_sync.observe
         self.node.attach(loop)
-        self.node.start()  # its tick thread, with every hook above in place
+        self.node.start()  # its ticks (raft.ticks), with every hook above in place
         self.reader = Reader(self._settings.data_dir / "state.db")
         await self.reader.open()
         self.metrics.attach(self.node, lambda: self.leader)
@@ -283,7 +283,7 @@ class Runtime:
             await self._runner.cleanup()
         await self.proxy.close()
         await self.reader.close()
-        # closing waits for the Raft thread's last tick and journal sync: not on the loop
+        # closing waits for the last tick and the journal's final sync: off the loop
         await asyncio.to_thread(self.node.close)
         log_event(log, "node.stopped", node_id=self.config.node.id)
 
@@ -358,8 +358,6 @@ class Runtime:
         if not task.cancelled() and task.exception() is not None:
             log_event(log, "leader.crashed", level=logging.ERROR, error=repr(task.exception()))
         self._leader_task = None
-        if self.leader is not None:
-            self.leader.stop_following()  # (its run may not have started: cancelled at once)
         self.leader = None
         self._role_changed.set()
 
@@ -371,8 +369,6 @@ class Runtime:
     async def _stop_leader(self) -> None:
         task = self._leader_task
         self._leader_task = None
-        if self.leader is not None:
-            self.leader.stop_following()
         self.leader = None
         if task is not None:
             task.cancel()

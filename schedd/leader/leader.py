@@ -129,8 +129,6 @@ class Leader:
         self._wake = asyncio.Event()
         self._deadlines = Deadlines()
         self._stopped = False
-        # what the entries applied from now on change (the rebuild skips those it read)
-        node.follow_events(self.on_events)
 
     # what the metrics, the worker endpoint and the tests look at
     @property
@@ -153,12 +151,11 @@ class Leader:
     def wheel(self) -> TimingWheel:
         return self.core.wheel
 
-    def stop_following(self) -> None:
-        """Take no more applied events (this leader's term ended)."""
-        self.node.unfollow_events(self.on_events)
-
     # -- establish leadership, then loop ---------------------------------------------------
     async def run(self) -> None:
+        # what the entries applied from now on change, for this term (the rebuild skips those
+        # it read); a task cancelled before it ran never follows them
+        self.node.follow_events(self.on_events)
         try:
             self.core.fence = await self._claim()
             self._do(self.core.rebuild(now()))
@@ -177,7 +174,7 @@ class Leader:
                 await wait_event(self._wake, self.core.sleep_for(now()))
         finally:
             self._stopped = True
-            self.stop_following()
+            self.node.unfollow_events(self.on_events)
             self._deadlines.cancel()
             self.ready.clear()
             for conn in list(self.core.workers.values()):
