@@ -516,7 +516,7 @@ class RaftNode:
         check_node(self._obj)
         lost = _snapshot_lost(durable.journal, Path(conf.fullDumpFile))
         if lost is not None:
-            self._obj._doDestroy()
+            self._obj.destroy()  # (autoTick off: at once, on this thread)
             raise ConfigError([lost])
         #: the durable journal (None only for a node without a journal file, in tests)
         self.journal = durable.journal
@@ -578,8 +578,13 @@ class RaftNode:
             budget=LOOP_APPLY_BUDGET_S if settings.loop_ticks else DEFAULT_APPLY_BUDGET_S,
             batch=self._sm,
         )
+        # A tick thread waits in its poll: a pipe wakes it (on the loop, _wake schedules a tick)
         self._woken = threading.Event()  # set while a wake-up is in the pipe
-        self._waker = PipeNotifier(self._obj._poller, callback=self._woken.clear)
+        self._waker = (
+            None
+            if settings.loop_ticks
+            else PipeNotifier(self._obj._poller, callback=self._woken.clear)
+        )
         self._followers: dict[str, _FollowerProgress] = {}  # tick thread only
         self._followers_checked = 0.0
         self._stall_recoveries: dict[str, int] = {}  # per peer, for the life of the process
@@ -747,8 +752,12 @@ class RaftNode:
         self._loop = loop
         self.events.attach(loop)
 
+        #: how the ticks hand work to the loop: as a callback of the loop they run on, or from
+        #: their own thread
+        self._to_loop = loop.call_soon if self._poller is not None else loop.call_soon_threadsafe
+
         def on_applied(batch: list[tuple[int, list[LeaderEvent]]]) -> None:  # tick thread
-            loop.call_soon_threadsafe(self._hand_on, batch)
+            self._to_loop(self._hand_on, batch)
 
         self.hooks.on_applied = on_applied
 
@@ -860,7 +869,7 @@ class RaftNode:
     def _destroy(self) -> None:
         if not self._destroyed:
             self._destroyed = True
-            self._obj._doDestroy()
+            self._obj.destroy()  # (autoTick off: at once, on this thread)
             if self._poller is not None:
                 self._poller.close()
 
@@ -1252,7 +1261,7 @@ class RaftNode:
             else:
                 loop.call_soon_threadsafe(self._tick_soon)
             return
-        if not self._woken.is_set():
+        if self._waker is not None and not self._woken.is_set():
             self._woken.set()
             try:
                 self._waker.notify()
@@ -1306,18 +1315,11 @@ class RaftNode:
         self._wake()
 
     def _make_callback(self, futures: list[asyncio.Future[Result]]) -> Callable[[Any, int], None]:
-        loop = self._loop
-        assert loop is not None
-
-        if self._poller is not None:  # the ticks run on the loop
-
-            def on_loop(res: Any, err: int) -> None:
-                loop.call_soon(_resolve, futures, res, err)
-
-            return on_loop
+        assert self._loop is not None, "RaftNode.attach(loop) first"
+        to_loop = self._to_loop
 
         def callback(res: Any, err: int) -> None:  # runs on the tick thread
-            loop.call_soon_threadsafe(_resolve, futures, res, err)
+            to_loop(_resolve, futures, res, err)
 
         return callback
 
