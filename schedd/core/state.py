@@ -338,10 +338,6 @@ class State(ABC):
     @abstractmethod
     def in_dlq(self, run_id: str) -> bool: ...
 
-    def existing_jobs(self, ids: Sequence[str]) -> set[str]:
-        """Which of ``ids`` are jobs already (one look for a whole batch)."""
-        return {job_id for job_id in ids if job_id in self.jobs}
-
     @abstractmethod
     def dlq_size(self) -> int: ...
 

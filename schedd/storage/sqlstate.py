@@ -75,7 +75,6 @@ from schedd.storage.schema import (
     open_database,
 )
 
-_IN_CHUNK = 500  # ids per "IN (...)" look-up (SQLite allows 32,766 parameters)
 CACHE_MAX = 10_000  # decoded jobs (and as many runs) kept in front of the database (~13 MB)
 HOT_MS = HOT_WINDOW_MS  # the hot window's default (scheduler.hot_window)
 _META = (
@@ -407,20 +406,6 @@ class SqlState(State):
             or self._hot_jobs.get(job_id)
             or self._job_cache.get(job_id)
         )
-
-    def existing_jobs(self, ids: Sequence[str]) -> set[str]:
-        """Which of ``ids`` are jobs already: those in memory, then one query per
-        ``_IN_CHUNK`` of the others (not one per id: a batch's ids are new)."""
-        found = {job_id for job_id in ids if self._job_in_memory(job_id) is not None}
-        rest = [job_id for job_id in ids if job_id not in found]
-        for start in range(0, len(rest), _IN_CHUNK):
-            chunk = rest[start : start + _IN_CHUNK]
-            marks = ",".join("?" * len(chunk))
-            found.update(
-                str(row[0])
-                for row in self._all(f"SELECT id FROM jobs WHERE id IN ({marks})", tuple(chunk))
-            )
-        return found
 
     def _run_in_memory(self, rid: str) -> Run | None:
         return self._run_writes.get(rid) or self._hot_runs.get(rid) or self._run_cache.get(rid)

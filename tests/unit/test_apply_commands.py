@@ -277,12 +277,6 @@ SUBMIT_REFUSALS: list[
     tuple[str, list[tuple[str, JobSpec]], list[tuple[str, JobSpec]], Rejected]
 ] = [
     (
-        "an id that exists",
-        [("J1", spec())],
-        [("J1", spec())],
-        Rejected("conflict", "job id J1 already exists", "id"),
-    ),
-    (
         "an id twice in one batch",
         [],
         [("J1", spec()), ("J1", spec())],

@@ -355,11 +355,10 @@ def test_idempotency_key_returns_the_existing_job() -> None:
 def test_batch_submit_is_all_or_nothing() -> None:
     h = Harness()
     h.submit("J1")
-    res = h.one(
-        commands.Submit(h.rid(), T0, (("J2", JobSpec(task="t")), ("J1", JobSpec(task="t"))))
-    )
-    assert isinstance(res, Rejected) and res.code == "conflict" and res.field == "jobs[1].id"
-    assert "J2" not in h.state.jobs
+    twice = (("J2", JobSpec(task="t")), ("J3", JobSpec(task="t")), ("J2", JobSpec(task="t")))
+    res = h.one(commands.Submit(h.rid(), T0, twice))
+    assert isinstance(res, Rejected) and res.code == "conflict" and res.field == "jobs[2].id"
+    assert "J2" not in h.state.jobs and "J3" not in h.state.jobs
 
 
 def test_cancel_stops_a_running_attempt() -> None:
