@@ -93,8 +93,57 @@ def job_differs(old: Job, new: Job) -> bool:
     )
 
 
-Sink = Callable[[int, list[Change]], None]
 _new = tuple.__new__
+
+
+class Noted:
+    """One entry's changes as :class:`ChangeLog` noted them (the records themselves, frozen),
+    turned into :class:`Change` s the first time a client pulls them: a node that nobody
+    follows pays a dictionary entry per changed record and nothing more."""
+
+    __slots__ = ("_changes", "_noted", "index")
+
+    def __init__(self, index: int, noted: dict[tuple[str, str], tuple[Any, ...]]) -> None:
+        self.index = index
+        self._noted: dict[tuple[str, str], tuple[Any, ...]] | None = noted
+        self._changes: list[Change] = []
+
+    def __len__(self) -> int:
+        return len(self._changes) if self._noted is None else len(self._noted)
+
+    def changes(self) -> list[Change]:
+        """The :class:`Change` s, in the order each record was first changed in the entry."""
+        noted = self._noted
+        if noted is None:
+            return self._changes
+        index = self.index
+        new = _new  # a Change without NamedTuple.__new__'s keyword handling
+        out = self._changes
+        for (kind, key), value in noted.items():
+            if kind == "run":
+                run, forgotten = value
+                fields = _run_fields(run, forgotten)
+                out.append(new(Change, (index, kind, key, run.job_id, run.namespace, fields)))
+            elif kind == "job":
+                job, forgotten = value
+                fields = _job_fields(job, forgotten)
+                out.append(new(Change, (index, kind, key, key, job.spec.namespace, fields)))
+            elif kind == "dlq":
+                job_id, namespace, in_dlq = value
+                out.append(new(Change, (index, kind, key, job_id, namespace, (in_dlq,))))
+            else:
+                out.append(new(Change, (index, kind, key, "", "", value)))
+        self._noted = None
+        return out
+
+
+#: an entry's changes: made by hand (tests), or as noted while it was applied
+EntryChanges = list[Change] | Noted
+Sink = Callable[[int, Noted], None]
+
+
+def changes_of(entry: EntryChanges) -> list[Change]:
+    return entry if isinstance(entry, list) else entry.changes()
 
 
 class ChangeLog:
@@ -123,28 +172,13 @@ class ChangeLog:
         self._pending[("cluster", "")] = (node, term, http)
 
     def end(self, index: int) -> None:
-        """Entry ``index`` is applied: hand its changes on (nothing when it changed nothing)."""
+        """Entry ``index`` is applied: hand its changes on (nothing when it changed nothing),
+        as they were noted: they become :class:`Change` s only when a client pulls them."""
         pending = self._pending
         if not pending:
             return
         self._pending = {}
-        new = _new  # a Change without NamedTuple.__new__'s keyword handling (on every apply)
-        out: list[Change] = []
-        for (kind, key), noted in pending.items():
-            if kind == "run":
-                run, forgotten = noted
-                fields = _run_fields(run, forgotten)
-                out.append(new(Change, (index, kind, key, run.job_id, run.namespace, fields)))
-            elif kind == "job":
-                job, forgotten = noted
-                fields = _job_fields(job, forgotten)
-                out.append(new(Change, (index, kind, key, key, job.spec.namespace, fields)))
-            elif kind == "dlq":
-                job_id, namespace, in_dlq = noted
-                out.append(new(Change, (index, kind, key, job_id, namespace, (in_dlq,))))
-            else:
-                out.append(new(Change, (index, kind, key, "", "", noted)))
-        self.sink(index, out)
+        self.sink(index, Noted(index, pending))
 
     def discard(self) -> None:
         """Forget what was noted (the entry's changes were not kept: a snapshot replaced them)."""
@@ -207,7 +241,7 @@ class EventRing:
             raise ValueError("size: expected at least 1")
         self.size = size
         self.horizon = horizon
-        self._entries: deque[tuple[int, list[Change]]] = deque()
+        self._entries: deque[tuple[int, EntryChanges]] = deque()
         self._count = 0
 
     def __len__(self) -> int:
@@ -218,7 +252,7 @@ class EventRing:
         """The index of the newest entry held (the horizon when none is)."""
         return self._entries[-1][0] if self._entries else self.horizon
 
-    def append(self, index: int, changes: list[Change]) -> None:
+    def append(self, index: int, changes: EntryChanges) -> None:
         if index <= self.head:  # replayed, or older than the ring: never twice
             return
         self._entries.append((index, changes))
@@ -241,7 +275,7 @@ class EventRing:
         the horizon."""
         if after < self.horizon:
             return None
-        newer: list[tuple[int, list[Change]]] = []
+        newer: list[tuple[int, EntryChanges]] = []
         for entry in reversed(self._entries):
             if entry[0] <= after:
                 break
@@ -252,13 +286,13 @@ class EventRing:
         for index, changes in reversed(newer):
             if len(out) >= limit:
                 break
-            out.extend(changes)
+            out.extend(changes_of(changes))
             upto = index
         return Pulled(out, upto)
 
     def __iter__(self) -> Iterator[Change]:
         for _, changes in self._entries:
-            yield from changes
+            yield from changes_of(changes)
 
 
 def parse_kinds(raw: str) -> frozenset[str]:

@@ -3,8 +3,9 @@
 The tick thread appends each entry's changes (``schedd.core.events.ChangeLog``) to a bounded
 ring under a lock of its own (never the state's: a client's read does not hold up apply); the
 API's streams pull from it on the event loop.  The event loop is woken only while some stream
-listens, at most once per turn however many entries were applied: with nobody listening an
-entry costs its changes' tuples and one append.
+listens, at most once per turn however many entries were applied.  With nobody listening an
+entry costs one append of the records it changed, as they were noted: they are turned into
+changes only when a stream first pulls them.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import threading
 
-from schedd.core.events import Change, EventRing, Pulled
+from schedd.core.events import EntryChanges, EventRing, Pulled
 
 DEFAULT_SIZE = 10_000
 
@@ -36,7 +37,7 @@ class EventFeed:
         self._loop = loop
 
     # -- the tick thread -----------------------------------------------------------------------
-    def append(self, index: int, changes: list[Change]) -> None:
+    def append(self, index: int, changes: EntryChanges) -> None:
         with self._lock:
             self._ring.append(index, changes)
         if self._visible is None:

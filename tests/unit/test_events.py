@@ -36,7 +36,9 @@ class Noted(Harness):
         if state is not None:
             self.state = state
         self.entries: list[tuple[int, list[Change]]] = []
-        self.state.changes = ChangeLog(lambda index, changes: self.entries.append((index, changes)))
+        self.state.changes = ChangeLog(
+            lambda index, noted: self.entries.append((index, noted.changes()))
+        )
 
     def last(self) -> list[tuple[str, str, tuple[Any, ...]]]:
         index, changes = self.entries[-1]
@@ -264,3 +266,21 @@ def test_a_gated_feed_hands_out_an_entry_once_the_reads_see_it() -> None:
     ungated = EventFeed(size=100)
     ungated.append(1, [change(1)])
     assert ungated.pull(0, 100) is not None and ungated.pull(0, 100).upto == 1  # type: ignore[union-attr]
+
+
+def test_an_entry_nobody_pulls_is_kept_as_noted_and_made_into_changes_once() -> None:
+    """A node nobody follows keeps each entry's records as noted; the changes are made the first
+    time a stream pulls them, the same for every later stream."""
+    kept: list[Any] = []
+    h = Harness()
+    h.state.changes = ChangeLog(lambda index, noted: kept.append(noted))
+    h.submit("J1")
+    [noted] = kept
+    assert noted._changes == [] and len(noted) == 2  # nothing made yet: a job and its run
+    ring = EventRing(size=100)
+    ring.append(noted.index, noted)
+    first = ring.pull(0, 10)
+    assert first is not None and [c.kind for c in first.changes] == ["job", "run"]
+    again = ring.pull(0, 10)
+    assert again is not None and again.changes == first.changes
+    assert again.changes[0] is first.changes[0] and len(ring) == 2
