@@ -108,6 +108,18 @@ async def running_node(tmp: Path, **settings: Any) -> AsyncIterator[Node]:
         await n.rt.stop()
 
 
+@pytest.fixture
+async def lazy_node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Node]:
+    """A node whose own commands (fires, leases, a worker's result) stay invisible to its API's
+    reads for the whole test: LAZY_COMMIT_S longer than the test, so only a client's command
+    (or a read that asks for an index, or a snapshot, or the end) commits them."""
+    from schedd.raft import node as raft_node
+
+    monkeypatch.setattr(raft_node, "LAZY_COMMIT_S", 3600.0)
+    async with running_node(tmp_path / "n1", dispatch_ahead="0s") as n:
+        yield n
+
+
 async def restart_leader_in_new_term(rt: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
     """Make a single node's role watcher see it still leading but in a later term (what a
     leader -> follower -> leader flap, or a failover, looks like from there) and wait until it

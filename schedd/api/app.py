@@ -9,6 +9,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from schedd.api.common import Handler
+from schedd.api.consistency import fresh, indexed
 from schedd.api.events import events
 from schedd.api.jobs import (
     cancel_job,
@@ -62,7 +63,12 @@ def make_app(ports: Ports) -> web.Application:
     handlers = {h.__name__: h for h in HANDLERS}
     assert handlers.keys() == BY_ID.keys(), sorted(handlers.keys() ^ BY_ID.keys())
     for op in OPERATIONS:
-        app.router.add_route(op.method, op.path, _guarded(handlers[op.op_id], op.action))
+        handler = handlers[op.op_id]
+        if op.fresh:
+            handler = fresh(handler)
+        if op.write:
+            handler = indexed(handler)
+        app.router.add_route(op.method, op.path, _guarded(handler, op.action))
     return app
 
 

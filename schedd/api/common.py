@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
 from enum import StrEnum
 from typing import Any
 
@@ -23,6 +24,10 @@ from schedd.errors import InvalidArgument, Unavailable, from_code
 from schedd.ids import new_request_id
 
 WRITE_DEADLINE_S = 10.0
+
+#: the index of the last entry the request being handled committed (0: none); the answer
+#: carries it (``schedd.api.consistency``)
+WRITTEN: ContextVar[int] = ContextVar("schedd_written", default=0)
 
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -59,7 +64,7 @@ async def commit(
     delay = 0.05
     while True:
         try:
-            return await raft.submit(
+            result, entry = await raft.submit_indexed(
                 make(rid, now), timeout=max(0.1, min(3.0, deadline - loop.time()))
             )
         except Unavailable:
@@ -67,6 +72,9 @@ async def commit(
                 raise
             await asyncio.sleep(delay)
             delay = min(delay * 2, 0.5)
+            continue
+        WRITTEN.set(max(WRITTEN.get(), entry))
+        return result
 
 
 def unwrap(res: Result) -> Any:

@@ -18,12 +18,28 @@ import orjson
 from aiohttp import web
 
 from schedd.api.bodies import REQUESTS, SCALARS
+from schedd.api.consistency import (
+    CONSISTENCY_HEADER,
+    INDEX_HEADER,
+    MIN_INDEX_HEADER,
+    MODES,
+    READ_WAIT_S,
+)
 from schedd.api.operations import OPERATIONS, WRITE_ERRORS, Operation
 from schedd.api.ports import PREFIX
 from schedd.api.schema import Components
 from schedd.api.views import RESPONSES
-from schedd.core.events import KINDS
+from schedd.core.events import KINDS, MAX_INDEX
 from schedd.errors import HTTP_STATUS
+
+_MIN_INDEX = (
+    "answer once this node's reads see at least this Raft index (the highest X-Schedd-Index "
+    f"the client was given), waiting at most {READ_WAIT_S:g} s, else 503 with Retry-After"
+)
+_CONSISTENCY = (
+    "default: this node's state (as fresh as min_index asks); consistent: the latest state "
+    "of the cluster, after a round trip through the leader (costs a write)"
+)
 
 __all__ = ["openapi_json", "spec"]
 
@@ -136,10 +152,12 @@ def _error_response(status: int, description: str) -> Schema:
 # -- paths --------------------------------------------------------------------------------------
 
 
-def _operation(op: Operation) -> Schema:
+def _responses(op: Operation) -> dict[str, Schema]:
     codes = set(op.errors)
     if op.write:
         codes.update(WRITE_ERRORS)
+    if op.fresh:
+        codes.update((400, 503))  # a bad min_index or consistency; min_index not reached
     if op.action is not None:
         codes.add(401)
     if op.action in ("submit", "worker", "admin"):
@@ -147,33 +165,38 @@ def _operation(op: Operation) -> Schema:
     responses: dict[str, Schema] = {}
     for reply in sorted(op.replies, key=lambda r: r.status):
         answer: Schema = {"description": reply.description}
-        if reply.headers:
-            answer["headers"] = {
-                h.name: {
-                    "description": h.description,
-                    "required": True,
-                    "schema": COMPONENTS.schema_of(h.type),
-                }
-                for h in reply.headers
+        headers = {
+            h.name: {
+                "description": h.description,
+                "required": True,
+                "schema": COMPONENTS.schema_of(h.type),
             }
+            for h in reply.headers
+        }
+        if op.fresh or op.write:
+            headers[INDEX_HEADER] = {"$ref": "#/components/headers/Index"}
+        if headers:
+            answer["headers"] = headers
         if reply.body is not None:
             answer["content"] = {reply.media: {"schema": _ref(reply.body)}}
         responses[str(reply.status)] = answer
     for status in sorted(codes):
         responses[str(status)] = {"$ref": f"#/components/responses/{_ERRORS[status][0]}"}
-    out: Schema = {"operationId": op.op_id, "summary": op.summary}
-    if op.description:
-        out["description"] = op.description
-    if op.action is None:
-        out["security"] = []
-    else:
-        out["x-required-role"] = op.action
+    return responses
+
+
+def _parameters(op: Operation) -> list[Schema]:
     params: list[Schema] = [
         {"$ref": f"#/components/parameters/{_PATH_PARAMS[name]}"}
         for name in re.findall(r"{(\w+)}", op.path)
     ]
     if op.write:
         params.append({"$ref": "#/components/parameters/RequestId"})
+    if op.fresh:
+        params += [
+            {"$ref": f"#/components/parameters/{name}"}
+            for name in ("MinIndex", "MinIndexHeader", "Consistency", "ConsistencyHeader")
+        ]
     params += [
         {
             "name": q.name,
@@ -194,6 +217,18 @@ def _operation(op: Operation) -> Schema:
         }
         for h in op.headers
     ]
+    return params
+
+
+def _operation(op: Operation) -> Schema:
+    out: Schema = {"operationId": op.op_id, "summary": op.summary}
+    if op.description:
+        out["description"] = op.description
+    if op.action is None:
+        out["security"] = []
+    else:
+        out["x-required-role"] = op.action
+    params = _parameters(op)
     if params:
         out["parameters"] = params
     if op.body is not None:
@@ -201,7 +236,7 @@ def _operation(op: Operation) -> Schema:
             "required": op.body_required,
             "content": {"application/json": {"schema": _ref(op.body)}},
         }
-    out["responses"] = responses
+    out["responses"] = _responses(op)
     return out
 
 
@@ -276,6 +311,34 @@ def _spec() -> Schema:
                     "schema": {"type": "string"},
                     "description": "a member's node id or Raft address (GET /cluster/nodes)",
                 },
+                "MinIndex": {
+                    "name": "min_index",
+                    "in": "query",
+                    "required": False,
+                    "schema": {"type": "integer", "minimum": 0, "maximum": MAX_INDEX},
+                    "description": _MIN_INDEX,
+                },
+                "MinIndexHeader": {
+                    "name": MIN_INDEX_HEADER,
+                    "in": "header",
+                    "required": False,
+                    "schema": {"type": "integer", "minimum": 0, "maximum": MAX_INDEX},
+                    "description": f"as the query parameter min_index. {_MIN_INDEX}",
+                },
+                "Consistency": {
+                    "name": "consistency",
+                    "in": "query",
+                    "required": False,
+                    "schema": {"enum": list(MODES), "default": "default"},
+                    "description": _CONSISTENCY,
+                },
+                "ConsistencyHeader": {
+                    "name": CONSISTENCY_HEADER,
+                    "in": "header",
+                    "required": False,
+                    "schema": {"enum": list(MODES)},
+                    "description": f"as the query parameter consistency. {_CONSISTENCY}",
+                },
                 "RequestId": {
                     "name": "X-Request-Id",
                     "in": "header",
@@ -288,6 +351,14 @@ def _spec() -> Schema:
                     },
                     "description": "makes a write idempotent: a repeat (with the "
                     "same token) gets the first result",
+                },
+            },
+            "headers": {
+                "Index": {
+                    "description": "the Raft index of the entry a write was applied in, or "
+                    "the one a read's node had reached: pass the highest seen as min_index",
+                    "required": False,
+                    "schema": {"type": "integer", "minimum": 0},
                 },
             },
             "responses": {

@@ -79,6 +79,9 @@ class Operation:
     description: str | None = None
     write: bool = False  # a committed write: takes X-Request-Id, may answer 400/429/503
     headers: tuple[Query, ...] = ()  # request headers it reads (besides X-Request-Id)
+    #: a read of the replicated state: takes min_index and consistency, may answer 400/503
+    #: (schedd.api.consistency)
+    fresh: bool = False
 
 
 LIMIT: Final = IntQuery("limit", 100, 1, 1000, "page size")
@@ -160,6 +163,7 @@ OPERATIONS: tuple[Operation, ...] = (
             ),
             *PAGE,
         ),
+        fresh=True,
     ),
     Operation(
         "submit_batch",
@@ -180,7 +184,16 @@ OPERATIONS: tuple[Operation, ...] = (
         "larger than the namespace's burst is a 429 without Retry-After: split it.",
         write=True,
     ),
-    Operation("get_job", "GET", f"{PREFIX}/jobs/{{job_id}}", "read", "One job", (_JOB,), (404,)),
+    Operation(
+        "get_job",
+        "GET",
+        f"{PREFIX}/jobs/{{job_id}}",
+        "read",
+        "One job",
+        (_JOB,),
+        (404,),
+        fresh=True,
+    ),
     Operation(
         "update_job",
         "PATCH",
@@ -230,6 +243,7 @@ OPERATIONS: tuple[Operation, ...] = (
             Query("since", Time, "only runs scheduled at or after this time"),
             *PAGE,
         ),
+        fresh=True,
     ),
     Operation(
         "explain_job",
@@ -240,6 +254,7 @@ OPERATIONS: tuple[Operation, ...] = (
         (Reply(200, "the next fire times (one or none for a one-off job)", "Explain"),),
         (400, 404),
         query=(FROM, COUNT),
+        fresh=True,
     ),
     Operation(
         "explain_expr",
@@ -260,7 +275,16 @@ OPERATIONS: tuple[Operation, ...] = (
             COUNT,
         ),
     ),
-    Operation("get_run", "GET", f"{PREFIX}/runs/{{run_id}}", "read", "One run", (_RUN,), (404,)),
+    Operation(
+        "get_run",
+        "GET",
+        f"{PREFIX}/runs/{{run_id}}",
+        "read",
+        "One run",
+        (_RUN,),
+        (404,),
+        fresh=True,
+    ),
     Operation(
         "cancel_run",
         "POST",
@@ -290,6 +314,7 @@ OPERATIONS: tuple[Operation, ...] = (
         ),
         description=f"With a filter at most {SCAN_WINDOW:,} positions of the queue are read for "
         "a page: a page may hold fewer runs than asked, or none, and still have a next_cursor.",
+        fresh=True,
     ),
     Operation(
         "replay_dead",
@@ -338,6 +363,7 @@ OPERATIONS: tuple[Operation, ...] = (
         "read",
         "Nodes, roles, leader, term, indexes, health",
         (Reply(200, "this node's view", "Cluster"),),
+        fresh=True,
     ),
     Operation(
         "cluster_nodes",
@@ -349,6 +375,7 @@ OPERATIONS: tuple[Operation, ...] = (
         description="Any node answers from the membership it applied (source log: recorded by "
         "a change; config: no change yet, the nodes' raft.peers). match_index and lag only "
         "when this node leads.",
+        fresh=True,
     ),
     Operation(
         "add_node",
@@ -412,6 +439,7 @@ OPERATIONS: tuple[Operation, ...] = (
         "minutes; quantiles interpolated in the histograms' buckets, as Prometheus does); a new "
         "leader starts without. A follower asks the leader (503 when none is known or "
         "reachable).",
+        fresh=True,
     ),
     Operation(
         "workers",

@@ -28,7 +28,7 @@ from schedd.config import Config
 from schedd.core.commands import Command
 from schedd.core.events import Pulled
 from schedd.core.fairness import TokenBucket
-from schedd.core.state import Result, State
+from schedd.core.state import Committed, State
 from schedd.errors import InvalidArgument, SchedError
 from schedd.leader.workers import WorkerConn
 from schedd.metrics import Metrics
@@ -119,8 +119,12 @@ class Raft(Protocol):
     def voting(self) -> bool:
         """False while this node abstains from elections until caught up with a leader."""
 
-    async def submit(self, cmd: Command, timeout: float = 5.0) -> Result:
-        """Commit ``cmd`` through the leader and return its result as applied."""
+    async def submit_indexed(self, cmd: Command, timeout: float = 5.0) -> Committed:
+        """Commit ``cmd`` through the leader: its result as applied, and the entry's index."""
+
+    async def wait_visible(self, index: int, timeout: float) -> bool:
+        """Wait (at most ``timeout`` seconds) until the API's reads see entry ``index``;
+        whether they do."""
 
 
 class WorkerHub(Protocol):

@@ -68,6 +68,14 @@ class Rejected:
 Result = Ok | Rejected
 
 
+class Committed(NamedTuple):
+    """A command's result, and the index of the entry it was applied in (what a client passes
+    as ``min_index`` to read its own write on any node)."""
+
+    result: Result
+    entry: int
+
+
 def reject_code(text: str) -> Code | Internal:
     """A rejection's code from its stored text (ValueError when it is neither kind)."""
     try:

@@ -25,7 +25,7 @@ from schedd import clock
 from schedd.aio import wait_event
 from schedd.core import commands
 from schedd.core.fairness import TaskLanes
-from schedd.core.state import LeaderEvent, Ok, Result
+from schedd.core.state import Committed, LeaderEvent, Ok
 from schedd.core.wheel import TimingWheel
 from schedd.errors import SchedError
 from schedd.leader.core import (
@@ -74,14 +74,14 @@ class Deadlines:
     cost more than the result they wait for.  Event loop only."""
 
     def __init__(self) -> None:
-        self._heap: list[tuple[float, int, asyncio.Future[Result]]] = []
+        self._heap: list[tuple[float, int, asyncio.Future[Committed]]] = []
         self._added = 0  # ties broken by arrival: futures do not compare
         self._timer: asyncio.TimerHandle | None = None
 
     def __len__(self) -> int:
         return len(self._heap)
 
-    def add(self, fut: asyncio.Future[Result], timeout_s: float) -> None:
+    def add(self, fut: asyncio.Future[Committed], timeout_s: float) -> None:
         loop = asyncio.get_running_loop()
         at = loop.time() + timeout_s
         heapq.heappush(self._heap, (at, self._added, fut))
@@ -204,7 +204,7 @@ class Leader:
                 case Send(conn, msg):
                     conn.send(msg)
                 case Commit(cmd, then, timeout_s):
-                    fut: asyncio.Future[Result] = self.node.submit_nowait(cmd)
+                    fut = self.node.submit_nowait(cmd)
                     if timeout_s is not None:
                         self._deadlines.add(fut, timeout_s)
                     fut.add_done_callback(functools.partial(self._committed, then))
@@ -233,10 +233,10 @@ class Leader:
                 case _:
                     assert_never(act)
 
-    def _committed(self, then: Purpose, fut: asyncio.Future[Result]) -> None:
+    def _committed(self, then: Purpose, fut: asyncio.Future[Committed]) -> None:
         if self._stopped:
             return
-        res = None if fut.cancelled() or fut.exception() is not None else fut.result()
+        res = None if fut.cancelled() or fut.exception() is not None else fut.result().result
         self._do(self.core.committed(then, res, now()))
 
     # -- inputs ------------------------------------------------------------------------------

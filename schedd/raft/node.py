@@ -42,7 +42,7 @@ from schedd.aio import within
 from schedd.core import commands
 from schedd.core.events import ChangeLog
 from schedd.core.members import LEARNER, VOTER, Member, Membership
-from schedd.core.state import LeaderEvent, Rejected, Result, State
+from schedd.core.state import Committed, LeaderEvent, Rejected, Result, State
 from schedd.errors import Code, ConfigError, ResourceExhausted, SchedError, Unavailable
 from schedd.logs import log_event
 from schedd.raft.feed import DEFAULT_SIZE as DEFAULT_EVENTS_BUFFER
@@ -267,6 +267,8 @@ class _StateMachine(SyncObjConsumer, ApplyBatch):  # type: ignore[misc]
         self._events: list[tuple[int, list[LeaderEvent]]] = []  # to hand on (_emit)
         self._awaited = True  # whether a caller here waits for the entry applied next
         self._visible = False  # the open transaction holds such an entry that wants visibility
+        #: a read waits to see what is applied (min_index): commit at the next chance
+        self.want_visible = False
         self._members_seen = self.state.members
         #: the commands of the entries this node encoded, by the entry's bytes: applied as they
         #: are, not decoded again (put on the event loop, taken on the tick thread)
@@ -320,7 +322,10 @@ class _StateMachine(SyncObjConsumer, ApplyBatch):  # type: ignore[misc]
         # lock for close(), which commits from another thread once the ticks have stopped.)
         state = self.state
         if not state.in_transaction or (
-            due_only and not self._visible and clock.mono() - self._began < LAZY_COMMIT_S
+            due_only
+            and not self._visible
+            and not self.want_visible
+            and clock.mono() - self._began < LAZY_COMMIT_S
         ):
             return
         with self.lock:
@@ -328,7 +333,7 @@ class _StateMachine(SyncObjConsumer, ApplyBatch):  # type: ignore[misc]
                 return
             try:
                 state.commit()
-                self._visible = False
+                self._visible = self.want_visible = False
             except StorageFailure as exc:
                 self.on_storage_failure(str(exc), str(self.state.path))
                 raise
@@ -362,6 +367,8 @@ class _StateMachine(SyncObjConsumer, ApplyBatch):  # type: ignore[misc]
                 self.on_members(state.members)
             self.hooks.on_apply_time(clock.mono() - started)
             results, events = applied
+            results = Applied(results)
+            results.entry = index
             # Only a leader acts on them: a follower would wake its event loop for nothing.
             # (A node elected later rebuilds from the state once its claim is applied.)
             if events and self.leading():
@@ -428,7 +435,7 @@ class RaftNode:
         state.on_commit = self.events.visible_upto
         self._loop: asyncio.AbstractEventLoop | None = None
         self._leader_listener: Callable[[int, list[LeaderEvent]], None] | None = None
-        self._pending: list[tuple[commands.Command, asyncio.Future[Result]]] = []
+        self._pending: list[tuple[commands.Command, asyncio.Future[Committed]]] = []
         self._flush_scheduled = False
         #: when this node began handing its leadership over (None: it is not); set once, by
         #: the stopping daemon (transfer_leadership)
@@ -913,6 +920,30 @@ class RaftNode:
         with self._sm.lock:
             yield self._sm.state
 
+    async def wait_visible(self, index: int, timeout: float) -> bool:
+        """Wait until the API's reads see entry ``index`` (``state_index``), at most
+        ``timeout`` seconds; whether they do.  What is applied but not yet committed to the
+        database is committed at the next tick instead of within LAZY_COMMIT_S."""
+        if self.state_index >= index:
+            return True
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        feed = self.events
+        waiter = feed.listen()  # before looking again: a commit in between sets it
+        try:
+            while self.state_index < index and not feed.closed:
+                self._sm.want_visible = True
+                self._wake()
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    break
+                waiter.clear()
+                with suppress(TimeoutError):
+                    await within(waiter.wait(), remaining)
+            return self.state_index >= index
+        finally:
+            feed.unlisten(waiter)
+
     @property
     def state_index(self) -> int:
         """The last applied entry the database is committed up to: what the API's reads see
@@ -1269,11 +1300,12 @@ class RaftNode:
                 pass
 
     # -- writes ------------------------------------------------------------------------------
-    def submit_nowait(self, cmd: commands.Command) -> asyncio.Future[Result]:
-        """Queue ``cmd`` for the next entry; the future resolves with its result once applied."""
+    def submit_nowait(self, cmd: commands.Command) -> asyncio.Future[Committed]:
+        """Queue ``cmd`` for the next entry; the future resolves with its result, and the
+        entry's index, once applied."""
         loop = self._loop
         assert loop is not None, "RaftNode.attach(loop) first"
-        fut: asyncio.Future[Result] = loop.create_future()
+        fut: asyncio.Future[Committed] = loop.create_future()
         if len(self._pending) >= MAX_PENDING:
             fut.set_exception(
                 ResourceExhausted("too many commands waiting for Raft", retry_after=1)
@@ -1286,6 +1318,10 @@ class RaftNode:
         return fut
 
     async def submit(self, cmd: commands.Command, timeout: float = 5.0) -> Result:
+        return (await self.submit_indexed(cmd, timeout)).result
+
+    async def submit_indexed(self, cmd: commands.Command, timeout: float = 5.0) -> Committed:
+        """Commit ``cmd``: its result, and the index of the entry it was applied in."""
         fut = self.submit_nowait(cmd)
         try:
             return await within(fut, timeout)
@@ -1314,7 +1350,9 @@ class RaftNode:
             self._sm.apply_entry(blob, callback=self._make_callback(futures))
         self._wake()
 
-    def _make_callback(self, futures: list[asyncio.Future[Result]]) -> Callable[[Any, int], None]:
+    def _make_callback(
+        self, futures: list[asyncio.Future[Committed]]
+    ) -> Callable[[Any, int], None]:
         assert self._loop is not None, "RaftNode.attach(loop) first"
         to_loop = self._to_loop
 
@@ -1324,11 +1362,19 @@ class RaftNode:
         return callback
 
 
-def _resolve(futures: list[asyncio.Future[Result]], res: Any, err: int) -> None:
-    if err == FAIL_REASON.SUCCESS and isinstance(res, list) and len(res) == len(futures):
+class Applied(list[Result]):
+    """An entry's results, as this node applied them, with the entry's index."""
+
+    __slots__ = ("entry",)
+    entry: int  # its index
+
+
+def _resolve(futures: list[asyncio.Future[Committed]], res: Any, err: int) -> None:
+    if err == FAIL_REASON.SUCCESS and isinstance(res, Applied) and len(res) == len(futures):
+        entry = res.entry
         for fut, r in zip(futures, res, strict=True):
             if not fut.done():
-                fut.set_result(r)
+                fut.set_result(Committed(r, entry))
         return
     if err == FAIL_REASON.SUCCESS:
         error: SchedError = Unavailable(

@@ -6,9 +6,6 @@ run fired, leased and finished meanwhile has its row written once, not three tim
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
-
 import aiohttp
 import pytest
 
@@ -17,19 +14,10 @@ from schedd.core.model import JobSpec
 from schedd.core.state import Ok
 from schedd.protocol import messages
 from schedd.raft import node as raft_node
-from tests.conftest import Node, running_node, wait_for
+from tests.conftest import Node, wait_for
 from tests.integration.test_worker_protocol import connect, runs, submit
 
 T0 = 1_800_000_000_000
-
-
-@pytest.fixture
-async def lazy_node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Node]:
-    # a window longer than the test: only a client's command (or a snapshot, or the end)
-    # commits what the leader and the worker did
-    monkeypatch.setattr(raft_node, "LAZY_COMMIT_S", 3600.0)
-    async with running_node(tmp_path / "n1", dispatch_ahead="0s") as n:
-        yield n
 
 
 async def test_worker_driven_changes_wait_for_the_next_commit_and_are_written_once(

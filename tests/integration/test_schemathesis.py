@@ -33,7 +33,7 @@ import os
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Coroutine, Iterator, MutableMapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -255,6 +255,21 @@ class Live:
         self.call("POST", "/cluster/nodes", {"raft": addr})
         return addr
 
+    def _reachable_min_index(self, case: schemathesis.Case[Any]) -> None:
+        """A valid min_index beyond what the node applied waits READ_WAIT_S and is a 503 by
+        design (tests/integration/test_read_your_writes.py): one it has reached is sent."""
+        assert self.node is not None
+        applied = self.node.rt.node.applied_index
+        for values, name in ((case.query, "min_index"), (case.headers, "X-Schedd-Min-Index")):
+            if not isinstance(values, MutableMapping) or name not in values:
+                continue
+            try:
+                wanted = int(values[name])
+            except (TypeError, ValueError):
+                continue
+            if wanted > applied:
+                values[name] = str(applied) if isinstance(values[name], str) else applied
+
     def prepare(self, case: schemathesis.Case[Any], mode: GenerationMode) -> None:
         """Point the case's path ids at real objects (a fresh one for destructive calls); an
         event stream that would follow forever ends once it has sent what the node holds."""
@@ -262,6 +277,7 @@ class Live:
             # a valid exchange needs a code the node made (a made-up one is a 401)
             if isinstance(case.body.get("code"), str) and mode is GenerationMode.POSITIVE:
                 case.body["code"] = self.call("POST", "/login/codes", {})["code"]
+        self._reachable_min_index(case)
         if case.operation.path == f"{API}/events":
             query = case.query if isinstance(case.query, dict) else {}
             if mode is GenerationMode.POSITIVE or "follow" not in query:
