@@ -23,11 +23,9 @@ from schedd.api.ports import RAFT
 from schedd.core import commands
 from schedd.core.events import MAX_INDEX
 from schedd.errors import InvalidArgument, Unavailable
+from schedd.protocol.headers import CONSISTENCY_HEADER, INDEX_HEADER, MIN_INDEX_HEADER
 
 READ_WAIT_S = 5.0  # the longest a read waits for its min_index
-INDEX_HEADER = "X-Schedd-Index"
-MIN_INDEX_HEADER = "X-Schedd-Min-Index"
-CONSISTENCY_HEADER = "X-Schedd-Consistency"
 MODES = ("default", "consistent")
 
 

@@ -18,19 +18,14 @@ import orjson
 from aiohttp import web
 
 from schedd.api.bodies import REQUESTS, SCALARS
-from schedd.api.consistency import (
-    CONSISTENCY_HEADER,
-    INDEX_HEADER,
-    MIN_INDEX_HEADER,
-    MODES,
-    READ_WAIT_S,
-)
+from schedd.api.consistency import MODES, READ_WAIT_S
 from schedd.api.operations import OPERATIONS, WRITE_ERRORS, Operation
 from schedd.api.ports import PREFIX
 from schedd.api.schema import Components
 from schedd.api.views import RESPONSES
 from schedd.core.events import KINDS, MAX_INDEX
 from schedd.errors import HTTP_STATUS
+from schedd.protocol.headers import CONSISTENCY_HEADER, INDEX_HEADER, MIN_INDEX_HEADER
 
 _MIN_INDEX = (
     "answer once this node's reads see at least this Raft index (the highest X-Schedd-Index "

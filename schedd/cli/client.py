@@ -28,6 +28,7 @@ from schedd.client.servers import parse_server as _parse_server
 from schedd.errors import InvalidArgument
 from schedd.ids import new_request_id
 from schedd.net import TrustError, ca_context
+from schedd.protocol.headers import INDEX_HEADER, MIN_INDEX_HEADER
 
 RETRY_BUDGET = 10.0  # seconds spent waiting on 503s, over all servers
 MAX_RETRIES = 3  # retries of one server after a 503, before moving on
@@ -196,6 +197,9 @@ class Client:
     #: for https servers (see :func:`tls_context`); None: the system's trusted CAs
     ssl_context: ssl.SSLContext | None = None
     _preferred: int = field(default=0, repr=False)
+    #: the highest X-Schedd-Index an answer carried: later reads ask for at least it, so a
+    #: command reads what it wrote (or what an earlier read showed) on whichever server answers
+    index: int = 0
 
     def request(
         self,
@@ -218,6 +222,8 @@ class Client:
         # The server deduplicates writes by request id, so a write repeated on another server
         # after a lost reply is applied once.
         headers["X-Request-Id"] = new_request_id()
+        if method == "GET" and self.index:
+            headers[MIN_INDEX_HEADER] = str(self.index)
         deadline = self.clock() + self.retry_budget
         failures: list[_Failure] = []
         order = list(self.servers[self._preferred :]) + list(self.servers[: self._preferred])
@@ -228,6 +234,9 @@ class Client:
             if resp is not None:
                 # later requests (e.g. the pages of `list --all`) start with the server that answered
                 self._preferred = list(self.servers).index(server)
+                seen = resp.headers.get(INDEX_HEADER.lower(), "")
+                if seen.isdigit():
+                    self.index = max(self.index, int(seen))
                 return resp
         raise Unreachable(_unreachable_message(failures))
 

@@ -43,6 +43,7 @@ from schedd.client.servers import (
 )
 from schedd.errors import InvalidArgument, ResourceExhausted, SchedError
 from schedd.ids import new_request_id
+from schedd.protocol.headers import INDEX_HEADER, MIN_INDEX_HEADER
 
 API = "/api/v1"
 RETRY_BUDGET = 10.0  # seconds a request keeps trying the servers
@@ -119,6 +120,9 @@ class AsyncClient:
         self._session: aiohttp.ClientSession | None = None
         self._preferred = 0
         self._leader_known = False  # writes go first to the leader among the servers
+        #: the highest X-Schedd-Index any answer carried: every read asks for at least it
+        #: (min_index), so this client sees its own writes whichever server answers
+        self.index = 0
 
     async def __aenter__(self) -> Self:
         return self
@@ -161,6 +165,8 @@ class AsyncClient:
         headers = {"X-Request-Id": request_id or new_request_id()}
         if body is not None:
             headers["Content-Type"] = "application/json"
+        if method == "GET" and self.index:
+            headers[MIN_INDEX_HEADER] = str(self.index)
         if method != "GET" and not self._leader_known and len(self.servers) > 1:
             await self._prefer_leader()
         deadline = time.monotonic() + self.retry_budget
@@ -178,6 +184,7 @@ class AsyncClient:
                         data = await resp.read()
                         status = resp.status
                         wait = parse_retry_after(resp.headers.get("Retry-After"))
+                        self._saw(resp.headers.get(INDEX_HEADER))
                 except (aiohttp.ClientError, TimeoutError, OSError) as exc:
                     problems[url] = _describe(exc, self.timeout)
                     self._leader_known = False  # a node is gone: perhaps the leader
@@ -204,6 +211,10 @@ class AsyncClient:
                     )
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 1.0)
+
+    def _saw(self, index: str | None) -> None:
+        if index is not None and index.isdigit():
+            self.index = max(self.index, int(index))
 
     async def _prefer_leader(self) -> None:
         """Ask the cluster which node leads and try it first: a follower would forward each
@@ -343,7 +354,8 @@ class AsyncClient:
 
     async def _visible(self, ref: str) -> Run:
         """The run once a read shows it finished: a node sends an event once its own reads
-        see it, but the read may be answered by another node, which may not have it yet."""
+        see it, and the read asks for the event's entry (min_index) on whichever node answers
+        it; polls while a server does not know min_index."""
         delay = 0.01
         while (run := await self._finished(ref)) is None:
             await asyncio.sleep(delay)
@@ -372,6 +384,7 @@ class AsyncClient:
                     async for event, event_id, data in _events(resp):
                         last_id = event_id or last_id
                         if event == "run" and _ends(data, ref):
+                            self._saw(event_id)  # the read asks for the event's entry
                             return await self._visible(ref)
                         if event == "reset" and (run := await self._finished(ref)) is not None:
                             return run  # changes were missed: read it again

@@ -35,6 +35,15 @@ class Client:
             self._stop()
             raise
 
+    @property
+    def index(self) -> int:
+        """The highest ``X-Schedd-Index`` this client was given (see :class:`AsyncClient`)."""
+        return self._async.index
+
+    @index.setter
+    def index(self, value: int) -> None:
+        self._async.index = value
+
     def __enter__(self) -> Self:
         return self
 

@@ -698,3 +698,33 @@ def test_schedctl_ui_opens_a_session_once_and_the_code_leaves_the_address(
     page.evaluate("sessionStorage.clear()")
     page.goto(schedctl_ui(daemon, "admin", "--read-only"))
     page.wait_for_selector("#role:text-is('read')")
+
+
+def test_reads_after_a_write_ask_for_the_writes_index(page: Any, daemon: Daemon) -> None:
+    """The dashboard passes the highest X-Schedd-Index it was given as X-Schedd-Min-Index on
+    every read, so whichever node answers shows what it wrote."""
+    job = submit(daemon, task="ui.ok", name="ryw", namespace="tryw", schedule={"every": "1h"})
+    written: list[int] = []
+    asked: list[int] = []
+
+    def answered(response: Any) -> None:
+        index = response.headers.get("x-schedd-index")
+        if response.request.method != "GET" and index is not None:
+            written.append(int(index))
+
+    def sent(request: Any) -> None:
+        if request.method == "GET" and "/api/v1/" in request.url and "/events" not in request.url:
+            asked.append(int(request.headers.get("x-schedd-min-index", "0")))
+
+    login(page, daemon, "admin", "/ui/jobs?namespace=tryw")
+    page.on("response", answered)
+    page.on("request", sent)
+    page.wait_for_selector(f"tr[data-job='{job['id']}']")
+    page.click(f"tr[data-job='{job['id']}'] button[data-action='pause']")
+    page.wait_for_selector(f"tr[data-job='{job['id']}'] .badge:text-is('paused')")
+    assert written, "the pause's answer carries X-Schedd-Index"
+    count = len(asked)
+    page.reload()
+    page.wait_for_selector(f"tr[data-job='{job['id']}'] .badge:text-is('paused')")
+    later = asked[count:]
+    assert later and min(later) >= max(written), (later, written)

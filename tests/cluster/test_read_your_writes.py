@@ -1,6 +1,7 @@
 """Read your own writes on any node, on three real nodes: a job submitted through one node and
 read at once through another, with the submit's ``X-Schedd-Index`` as ``min_index``, is always
-found, through a follower or the leader, many times over."""
+found, through a follower or the leader, many times over; and a client library reading through
+another node than the one it wrote through, given the writer's ``index``, finds every job."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import aiohttp
 import orjson
 import pytest
 
+from schedd.client import AsyncClient
 from tests.cluster.harness import Cluster
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(180)]
@@ -46,5 +48,17 @@ async def test_a_job_submitted_on_one_node_is_found_at_once_on_every_other(
                     assert (await r.json())["id"] == job["id"]
                     found += 1
             assert found == ROUNDS
+            leader = await cluster.wait_serving(http)
+            followers = [cluster.nodes[i].url for i in range(3) if i != leader]
+            token = headers["Authorization"].removeprefix("Bearer ")
+            async with (
+                AsyncClient(cluster.nodes[leader].url, token=token, batching=False) as writer,
+                AsyncClient(followers[0], token=token) as reader,
+            ):
+                for k in range(ROUNDS // 3):
+                    job = await writer.submit("t", in_="1h", name=f"client-{k}")
+                    assert writer.index > 0
+                    reader.index = writer.index  # as a session token handed along
+                    assert (await reader.get(job.id)).id == job.id
     finally:
         cluster.stop()

@@ -1377,3 +1377,18 @@ def test_ui_prints_the_address_on_the_node_that_made_the_code_and_opens_it(
     assert code == EXIT_OK and "open the address above" in err
     code, out, _ = run(["--server", server.url, "-o", "json", "ui", "--no-open"], capsysbinary)
     assert orjson.loads(out)["url"] == url and len(opened) == 2  # --no-open: not opened
+
+
+def test_a_read_asks_for_the_highest_index_an_answer_gave(server: FakeServer) -> None:
+    """schedctl reads what it wrote (or what it read before) on whichever server answers: each
+    GET carries the highest X-Schedd-Index seen so far as X-Schedd-Min-Index."""
+    server.routes[("POST", "/api/v1/jobs")] = Canned(201, JOB_BYTES, {"X-Schedd-Index": "42"})
+    server.routes[("GET", "/api/v1/jobs/X")] = Canned(200, JOB_BYTES, {"X-Schedd-Index": "40"})
+    client = Client([parse_server(server.url)])
+    client.request("GET", "/api/v1/jobs/X")
+    assert "X-Schedd-Min-Index" not in server.seen[-1][2]  # nothing seen yet
+    client.request("POST", "/api/v1/jobs", body=b"{}")
+    assert "X-Schedd-Min-Index" not in server.seen[-1][2]  # a write waits for nothing
+    client.request("GET", "/api/v1/jobs/X")
+    assert server.seen[-1][2]["X-Schedd-Min-Index"] == "42"
+    assert client.index == 42  # the read's lower index does not lower it

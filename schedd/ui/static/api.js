@@ -61,9 +61,24 @@ export function query(params) {
   return s ? `?${s}` : "";
 }
 
+// The highest X-Schedd-Index an answer carried (kept for the tab's session): every read asks
+// for at least it (X-Schedd-Min-Index), so the dashboard shows what it wrote, and never goes
+// back in time, whichever node answers.
+let seenIndex = Number(sessionStorage.getItem("schedd.index")) || 0;
+
+/** Note a Raft index this tab has seen (an answer's X-Schedd-Index, an event's id). */
+export function sawIndex(value) {
+  const n = Number(value);
+  if (Number.isSafeInteger(n) && n > seenIndex) {
+    seenIndex = n;
+    sessionStorage.setItem("schedd.index", String(n));
+  }
+}
+
 /** Call the API: the answer's JSON (null for 204); an ApiError for any error answer. */
 export async function call(method, path, { params = null, body = undefined, signal } = {}) {
   const init = { method, headers: headers({ Accept: "application/json" }), signal, cache: "no-store" };
+  if (method === "GET" && seenIndex > 0) init.headers["X-Schedd-Min-Index"] = String(seenIndex);
   if (body !== undefined) {
     init.body = JSON.stringify(body);
     init.headers["Content-Type"] = "application/json";
@@ -79,6 +94,7 @@ export async function call(method, path, { params = null, body = undefined, sign
     emit("unavailable", error);
     throw error;
   }
+  sawIndex(response.headers.get("X-Schedd-Index"));
   if (response.status === 204) return null;
   let doc = null;
   try {

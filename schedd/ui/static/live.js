@@ -2,7 +2,7 @@
 // (EventSource cannot send the Authorization header), resumed from the last event id; a poll
 // every few seconds where the node has no events endpoint. Nothing runs while the page is hidden.
 
-import { ApiError, OPTIONAL, has, headers } from "./api.js";
+import { ApiError, OPTIONAL, has, headers, sawIndex } from "./api.js";
 
 export const POLL_MS = 4000;
 const RECONNECT_MS = [500, 1000, 2000, 5000];
@@ -140,6 +140,7 @@ function dispatch(event) {
   if (event.id !== null) {
     lastEventId = event.id;
     status.lastEventId = event.id;
+    sawIndex(event.id); // an event's id is the entry it covers up to: later reads ask for it
   }
   let data = event.data.join("\n");
   try {
