@@ -10,7 +10,7 @@ cut: it gets lines of its own, wrapped.  When the output is not a terminal nothi
 from __future__ import annotations
 
 import unicodedata
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -31,12 +31,19 @@ ELLIPSIS = "…"
 
 @dataclass(frozen=True, slots=True)
 class Style:
-    """How to lay out: ``width`` columns (:data:`UNLIMITED`: cut nothing), ``now_ms`` to show
-    ages ("5m ago", "in 2h") from (None: none shown), ``wide`` for more columns."""
+    """How to lay out: ``width`` columns (:data:`UNLIMITED`: cut nothing), ``wide`` for more
+    columns, and the instant ages ("5m ago", "in 2h") are counted from: ``clock()`` read as
+    each is printed (a command that waits prints ages as of when it prints them), else a fixed
+    ``now_ms`` (None, and no clock: no ages shown)."""
 
     width: int = WIDTH
     now_ms: int | None = None
     wide: bool = False
+    clock: Callable[[], int] | None = None
+
+    @property
+    def now(self) -> int | None:
+        return self.clock() if self.clock is not None else self.now_ms
 
 
 PLAIN = Style()
@@ -152,7 +159,7 @@ def fmt_when(value: object, style: Style = PLAIN) -> str:
     """:func:`fmt_time` and, when the style has a now, how long ago or ahead:
     ``2026-11-25 02:00:00Z (5m ago)``."""
     text = fmt_time(value)
-    rel = relative(value, style.now_ms)
+    rel = relative(value, style.now)
     return f"{text} ({rel})" if rel and text != "-" else text
 
 
@@ -439,7 +446,7 @@ def _next_run_cell(job: Mapping[str, Any], style: Style) -> str:
     """In a table: how long until the next run ("in 5h"), or its time when there is no now
     to count from; ``wide`` shows both."""
     when = job.get("next_run_at")
-    rel = relative(when, style.now_ms)
+    rel = relative(when, style.now)
     if style.wide or not rel:
         return fmt_when(when, style)
     return rel
@@ -450,7 +457,7 @@ def _last_run_cell(job: Mapping[str, Any], style: Style) -> str:
     if not isinstance(latest, Mapping):
         return "-"
     when = latest.get("updated_at")
-    rel = relative(when, style.now_ms)
+    rel = relative(when, style.now)
     return f"{fmt_value(latest.get('state'))} {rel or fmt_time(when)}"
 
 
@@ -571,7 +578,7 @@ def job_details(job: Mapping[str, Any], style: Style = PLAIN) -> str:
         if last:
             text += f", attempt {fmt_value(last.get('attempt'))}"
             text += f", fence {fmt_value(last.get('fence'))}"
-        rel = relative(latest.get("updated_at"), style.now_ms)
+        rel = relative(latest.get("updated_at"), style.now)
         if rel:
             text += f", {rel}"
         pairs.append(("run state", text))
@@ -655,7 +662,7 @@ def run_details(run: Mapping[str, Any], style: Style = PLAIN) -> str:
             times += f", deadline {fmt_time(a.get('deadline'))}"
         lines += wrap(times, width, _NOTE)
         if a.get("progress") is not None:
-            at = relative(a.get("progress_at"), style.now_ms)
+            at = relative(a.get("progress_at"), style.now)
             lines += wrap(
                 f"progress: {fmt_value(a.get('progress'))}" + (f" ({at})" if at else ""),
                 width,

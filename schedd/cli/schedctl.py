@@ -167,15 +167,20 @@ def terminal_style(
     """Fit the terminal (``COLUMNS`` or its real width) when the output is one; cut nothing
     when it is a pipe or a file (unless ``COLUMNS`` says a width); ``-o wide``: more columns
     and nothing cut."""
-    now = int(time.time() * 1000) if now_ms is None else now_ms
+    clock = _wall_ms if now_ms is None else None  # ages as of when each is printed
     if output == "wide":
-        return render.Style(render.UNLIMITED, now, wide=True)
+        return render.Style(render.UNLIMITED, now_ms, wide=True, clock=clock)
     columns = env.get("COLUMNS", "")
     if columns.isdigit() and int(columns) >= 20:
-        return render.Style(int(columns), now)
+        return render.Style(int(columns), now_ms, clock=clock)
     if out_is_tty:
-        return render.Style(max(shutil.get_terminal_size((render.WIDTH, 24)).columns, 20), now)
-    return render.Style(render.UNLIMITED, now)
+        width = max(shutil.get_terminal_size((render.WIDTH, 24)).columns, 20)
+        return render.Style(width, now_ms, clock=clock)
+    return render.Style(render.UNLIMITED, now_ms, clock=clock)
+
+
+def _wall_ms() -> int:
+    return int(time.time() * 1000)
 
 
 def _call(

@@ -37,6 +37,7 @@ from schedd.cli.schedctl import (
     EXIT_USAGE,
     main,
     terminal_style,
+    wait,
     watch,
 )
 from schedd.cli.settings import Settings, resolve_settings
@@ -1392,3 +1393,37 @@ def test_a_read_asks_for_the_highest_index_an_answer_gave(server: FakeServer) ->
     client.request("GET", "/api/v1/jobs/X")
     assert server.seen[-1][2]["X-Schedd-Min-Index"] == "42"
     assert client.index == 42  # the read's lower index does not lower it
+
+
+def test_wait_prints_ages_as_of_when_it_prints_them(
+    server: FakeServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run that finished while ``wait`` waited is printed as past ("1s ago"), not as the
+    future it was when the wait began ("in 10s")."""
+    began = 1_795_000_000.0
+    clock = [began]
+    monkeypatch.setattr(time, "time", lambda: clock[0])
+    style = terminal_style("table", False, {})  # made when the command starts
+    ended = datetime.fromtimestamp(began + 10, UTC).isoformat().replace("+00:00", "Z")
+    run = {
+        "id": "J1@1",
+        "job_id": "J1",
+        "state": "succeeded",
+        "scheduled_at": ended,
+        "updated_at": ended,
+        "attempts": [{"attempt": 1, "started_at": ended, "ended_at": ended}],
+    }
+    server.routes[("GET", "/api/v1/runs/J1%401")] = Canned(
+        200, orjson.dumps({**run, "state": "running"})
+    )
+
+    def sleep(seconds: float) -> None:  # the run finishes 10 s in; it is printed at 11 s
+        clock[0] = began + 11
+        server.routes[("GET", "/api/v1/runs/J1%401")] = Canned(200, orjson.dumps(run))
+
+    out, err = io.BytesIO(), io.StringIO()
+    client = Client([parse_server(server.url)])
+    code = wait(client, "J1@1", None, _settings("table"), style, out, err, sleep)
+    assert code == EXIT_OK
+    text = out.getvalue().decode()
+    assert "1s ago" in text and "in 10s" not in text, text
