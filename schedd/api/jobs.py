@@ -30,6 +30,7 @@ from schedd.api.views import (
     BatchResultView,
     ExplainView,
     JobListView,
+    JobView,
     RunListView,
     RunView,
     job_view,
@@ -89,8 +90,7 @@ async def submit_job(request: web.Request) -> web.Response:
     )
     [(job, created, latest)] = unwrap(res)  # the job and its latest run, as applied
     view = job_view(job, latest)
-    if created and (warning := await nobody_serves(request, spec)) is not None:
-        view["warnings"] = [warning]
+    await _warn_unserved(request, [(spec, view)] if created else [])
     log_event(
         log, "job.submitted", level=logging.DEBUG, job_id=job.id, task=spec.task, created=created
     )
@@ -120,8 +120,27 @@ async def submit_batch(request: web.Request) -> web.Response:
         for ref, job_id in by_ref.items():
             message = message.replace(job_id, ref)
         res = Rejected(res.code, message, res.field)
-    batch: BatchResultView = {"jobs": [job_view(job, latest) for job, _, latest in unwrap(res)]}
+    made = unwrap(res)
+    views = [job_view(job, latest) for job, _, latest in made]
+    await _warn_unserved(
+        request, [(job.spec, view) for (job, new, _), view in zip(made, views, strict=True) if new]
+    )
+    batch: BatchResultView = {"jobs": views}
     return json_response(batch, 201)
+
+
+async def _warn_unserved(request: web.Request, created: list[tuple[JobSpec, JobView]]) -> None:
+    """Add to each new job's view the warning a single submit gives: no connected worker
+    would take its runs (asked once for the whole batch; nothing when it cannot be asked)."""
+    if not created:
+        return
+    try:
+        workers = await _connected_workers(request, recent=True)
+    except SchedError:
+        return
+    for spec, view in created:
+        if (warning := waiting_reason(spec.task, spec.queue, workers)) is not None:
+            view["warnings"] = [warning]
 
 
 def _take_refs(body: Any) -> list[str | None]:
@@ -348,16 +367,6 @@ async def job_runs(request: web.Request) -> web.Response:
     body: RunListView = {"runs": [run_view(r) for r in runs], "next_cursor": next_cursor(after)}
     await explain_waiting(request, body["runs"], job.spec)
     return json_response(body)
-
-
-async def nobody_serves(request: web.Request, spec: JobSpec) -> str | None:
-    """What a submit warns of: no connected worker would take the job's runs (None when one
-    would, or when the leader's workers cannot be asked)."""
-    try:
-        workers = await _connected_workers(request, recent=True)
-    except SchedError:
-        return None
-    return waiting_reason(spec.task, spec.queue, workers)
 
 
 async def explain_waiting(request: web.Request, views: list[RunView], spec: JobSpec) -> None:

@@ -44,3 +44,42 @@ async def test_a_submit_warns_when_no_connected_worker_serves_the_task(
         assert "warnings" not in served
     finally:
         await ws.close()
+
+
+async def test_a_batch_warns_per_new_job_and_the_batching_client_passes_it_on(
+    node: Node, http: aiohttp.ClientSession
+) -> None:
+    from schedd.client import AsyncClient
+
+    ws = await http.ws_connect(node.url + API + "/workers/connect", headers=node.headers())
+    w = RawWorker(ws)
+    await w.send(
+        messages.Hello(
+            worker_id="w-batch", queues=("default",), capacity=1, tasks=("reports.generate",)
+        )
+    )
+    await w.expect(messages.Welcome)
+    try:
+        body = {
+            "jobs": [
+                {"task": "billing.charge", "schedule": {"in": "1h"}},
+                {"task": "reports.generate", "schedule": {"in": "1h"}},
+            ]
+        }
+        async with http.post(
+            node.url + API + "/jobs/batch", data=orjson.dumps(body), headers=node.headers()
+        ) as r:
+            assert r.status == 201
+            unserved, served = (await r.json())["jobs"]
+        assert unserved["warnings"] == [
+            "no connected worker serves task 'billing.charge' on queue 'default'"
+        ]
+        assert "warnings" not in served
+        token = node.headers()["Authorization"].removeprefix("Bearer ")
+        async with AsyncClient(node.url, token=token) as client:  # batching is the default
+            job = await client.submit("billing.charge", in_="1h")
+        assert job.warnings == (
+            "no connected worker serves task 'billing.charge' on queue 'default'",
+        )
+    finally:
+        await ws.close()
