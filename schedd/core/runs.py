@@ -98,19 +98,26 @@ def may_fire_ahead(spec: JobSpec, run: Run) -> bool:
     return True
 
 
-def _event_for(run: Run, spec: JobSpec) -> LeaderEvent | None:
+def _event_for(run: Run, spec: JobSpec, since_ms: int | None = None) -> LeaderEvent | None:
     if run.state in (RunState.SCHEDULED, RunState.RETRYING):
         return RunDue(run.id, run.due_ms, may_fire_ahead(spec, run))
     if run.state is RunState.QUEUED:
-        return RunReady(run.id, spec.queue, spec.priority, spec.namespace, spec.task)
+        return RunReady(run.id, spec.queue, spec.priority, spec.namespace, spec.task, since_ms)
     if run.state in TERMINAL_RUN_STATES or run.state is RunState.BLOCKED:
         return RunGone(run.id)
     return None
 
 
-def _store(state: State, run: Run, events: list[LeaderEvent], *, new: bool = False) -> Run:
+def _store(
+    state: State,
+    run: Run,
+    events: list[LeaderEvent],
+    *,
+    new: bool = False,
+    since_ms: int | None = None,
+) -> Run:
     (state.add_run if new else state.put_run)(run)
-    ev = _event_for(run, state.jobs[run.job_id].spec)
+    ev = _event_for(run, state.jobs[run.job_id].spec, since_ms)
     if ev is not None:
         events.append(ev)
     return run
@@ -123,7 +130,10 @@ def _move(
     if isinstance(target, BadTransition):
         return Rejected(Code.CONFLICT, f"run {run.id}: {target.message}")
     moved = evolve(run, state=target, updated_ms=now, **changes)
-    _store(state, moved, events)
+    # A replayed or unblocked run could run from now on, not from its old due time: its
+    # lease lag is counted from here (a fired one's from its due time).
+    since = max(run.due_ms, now) if event in (Event.REPLAY, Event.UNBLOCK) else None
+    _store(state, moved, events, since_ms=since)
     if target in TERMINAL_RUN_STATES:
         settle(state, moved, now, events)
     return moved

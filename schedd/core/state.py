@@ -116,13 +116,16 @@ class RunDue(NamedTuple):
 
 
 class RunReady(NamedTuple):
-    """The run is queued for a worker."""
+    """The run is queued for a worker.  ``since_ms``: when it could first run, what its lease
+    lag is counted from: its due time when it fired, the time of the change that queued it
+    when it was replayed or unblocked (None: its due time)."""
 
     run_id: str
     queue: str
     priority: Priority
     namespace: str
     task: str
+    since_ms: int | None = None
 
 
 class RunLeased(NamedTuple):

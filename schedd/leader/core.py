@@ -263,6 +263,9 @@ class LeaderCore:
         self.queues: dict[str, TaskLanes] = {}  # queue name -> runs ready for a worker
         self.caps = ConcurrencyCaps(settings.caps)  # per-namespace limit on leases at once
         self.namespace_of: dict[str, str] = {}  # run id -> namespace, for queued and leased runs
+        #: run id -> when a replayed or unblocked queued run could first run (its lease lag is
+        #: counted from there, not from its old due time)
+        self.ready_since: dict[str, int] = {}
         self.leases: dict[str, LeaseInfo] = {}
         self.by_worker: dict[str, set[str]] = {}  # worker id -> run ids of its leases (above)
         self.workers: dict[str, WorkerConn] = {}
@@ -351,9 +354,11 @@ class LeaderCore:
                     self._forget(run_id)
                     if due_ms < self.loaded_until:  # else loaded in its time
                         self.wheel.add(run_id, self._fire_at(due_ms, ahead))
-                case RunReady(run_id, queue, priority, namespace, task):
+                case RunReady(run_id, queue, priority, namespace, task, since_ms):
                     self._forget(run_id)
                     self._enqueue(run_id, queue, priority, namespace, task)
+                    if since_ms is not None:
+                        self.ready_since[run_id] = since_ms
                 case StopRun(run_id, fence):
                     info = self.leases.get(run_id)
                     conn = self.workers.get(info.worker_id) if info else None
@@ -387,6 +392,7 @@ class LeaderCore:
     def _forget(self, run_id: str) -> None:
         self.wheel.remove(run_id)
         self._dequeue(run_id)
+        self.ready_since.pop(run_id, None)
         info = self.leases.pop(run_id, None)
         ns = self.namespace_of.pop(run_id, None)
         if info is not None:
@@ -659,14 +665,15 @@ class LeaderCore:
                 attempt: Attempt = r.value
                 run = st.runs[run_id]
                 spec = st.jobs[run.job_id].spec
+                since = self.ready_since.pop(run_id, run.due_ms)
                 self._out.append(
                     Lag(
                         "lease",
-                        max(0.0, (attempt.leased_ms - run.due_ms) / 1000),
+                        max(0.0, (attempt.leased_ms - since) / 1000),
                         spec.queue,
                         spec.priority.value,
                         now.mono,
-                        run.due_ms,
+                        since,
                     )
                 )
                 hb = spec.heartbeat_timeout_ms / 1000

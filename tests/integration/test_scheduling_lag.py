@@ -4,10 +4,12 @@ fired and leased, by queue and priority, what is due and not leased now, the ski
 
 from __future__ import annotations
 
-from datetime import datetime
+import time
+from datetime import UTC, datetime
 from typing import Any
 
 import aiohttp
+import orjson
 import pytest
 
 from schedd.api.openapi import spec
@@ -164,3 +166,60 @@ async def test_a_follower_asks_the_leader_with_the_samples_too(
         API + "/scheduling-lag?minutes=5",
         API + "/scheduling-lag?minutes=2",
     ]
+
+
+async def test_a_bulk_replay_is_not_lag_its_runs_count_from_the_replay(
+    node: Node, http: aiohttp.ClientSession
+) -> None:
+    """Dead-lettered runs due 30 s ago and replayed now are leased at once: their lease lag is
+    counted from the replay, so the lease histogram (what the lag alert reads) stays low."""
+    worker = await connect(http, node, "w-replay", capacity=10)
+    past = datetime.fromtimestamp(time.time() - 30, UTC).isoformat()
+    jobs = [
+        await submit(
+            http,
+            node,
+            {
+                "task": "t",
+                "queue": "default",
+                "schedule": {"at": past},
+                "retry": {"max_attempts": 1},
+            },
+        )
+        for _ in range(3)
+    ]
+    # each first attempt: leased 30 s late (a true lag), then fails for good
+    for lease in [await worker.expect(messages.Lease) for _ in jobs]:
+        await worker.send(messages.Fail(run_id=lease.run_id, fence=lease.fence, error="boom"))
+        assert (await worker.expect(messages.Ack)).accepted
+    await committed(node)
+    before = _lease_lag_buckets(await _metrics(http, node))
+    assert before["+Inf"] - before["1.0"] >= 3  # the first attempts' lags: about 30 s
+    body = orjson.dumps({"task": "t", "dry_run": False})
+    async with http.post(node.url + API + "/dlq/replay", data=body, headers=node.headers()) as r:
+        assert r.status == 200, await r.text()
+    for lease in [await worker.expect(messages.Lease) for _ in jobs]:
+        await worker.send(messages.Complete(run_id=lease.run_id, fence=lease.fence))
+        assert (await worker.expect(messages.Ack)).accepted
+    after = _lease_lag_buckets(await _metrics(http, node))
+    assert after["+Inf"] - before["+Inf"] == 3  # the replays were observed...
+    assert after["1.0"] - before["1.0"] == 3  # ...each under a second late
+    _, view = await lag(http, node, "?minutes=1&samples=true")
+    replayed = view["samples"]["lease"][-3:]
+    assert all(lag_s < 1 for _, lag_s, _, _ in replayed), replayed
+    await worker.ws.close()
+
+
+async def _metrics(http: aiohttp.ClientSession, node: Node) -> str:
+    async with http.get(node.url + "/metrics", headers=node.headers()) as r:
+        return await r.text()
+
+
+def _lease_lag_buckets(text: str) -> dict[str, float]:
+    """``le`` -> the cumulative count of schedd_lease_lag_seconds, summed over its labels."""
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith("schedd_lease_lag_seconds_bucket{"):
+            le = line.split('le="', 1)[1].split('"', 1)[0]
+            out[le] = out.get(le, 0.0) + float(line.rsplit(" ", 1)[1])
+    return out
