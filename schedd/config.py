@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Final
 from urllib.parse import urlsplit
 
-from schedd.core.durations import parse_duration
+from schedd.core.durations import format_duration, parse_duration
 from schedd.core.runs import FIRE_AHEAD_MAX_MS
 from schedd.core.state import HOT_WINDOW_MS
 from schedd.errors import ConfigError, InvalidArgument
@@ -729,26 +729,26 @@ def _check_order(cfg: Config, ok: Callable[..., bool], problems: list[str]) -> N
     ):
         problems.append(
             f"raft.raft_max_timeout: expected more than raft.raft_min_timeout "
-            f"({r.raft_min_timeout_ms}ms), got {r.raft_max_timeout_ms}ms"
+            f"({format_duration(r.raft_min_timeout_ms)}), got {format_duration(r.raft_max_timeout_ms)}"
         )
     if ok("raft.append_entries_period", "raft.raft_min_timeout") and not (
         r.append_entries_period_ms < r.raft_min_timeout_ms
     ):
         problems.append(
             f"raft.append_entries_period: expected less than raft.raft_min_timeout "
-            f"({r.raft_min_timeout_ms}ms), got {r.append_entries_period_ms}ms"
+            f"({format_duration(r.raft_min_timeout_ms)}), got {format_duration(r.append_entries_period_ms)}"
         )
     if ok("scheduler.heartbeat_interval", "scheduler.heartbeat_timeout") and not (
         s.heartbeat_interval_ms < s.heartbeat_timeout_ms
     ):
         problems.append(
             f"scheduler.heartbeat_interval: expected less than scheduler.heartbeat_timeout "
-            f"({s.heartbeat_timeout_ms}ms), got {s.heartbeat_interval_ms}ms"
+            f"({format_duration(s.heartbeat_timeout_ms)}), got {format_duration(s.heartbeat_interval_ms)}"
         )
     if ok("scheduler.dispatch_ahead") and s.dispatch_ahead_ms > FIRE_AHEAD_MAX_MS:
         problems.append(
-            f"scheduler.dispatch_ahead: expected at most {FIRE_AHEAD_MAX_MS}ms, "
-            f"got {s.dispatch_ahead_ms}ms"
+            f"scheduler.dispatch_ahead: expected at most {format_duration(FIRE_AHEAD_MAX_MS)}, "
+            f"got {format_duration(s.dispatch_ahead_ms)}"
         )
     if ok("scheduler.max_payload", "http.max_body") and s.max_payload > h.max_body:
         problems.append(
@@ -757,7 +757,7 @@ def _check_order(cfg: Config, ok: Callable[..., bool], problems: list[str]) -> N
         )
     ttl = cfg.auth.ui_session_ttl_ms
     if ok("auth.ui_session_ttl") and not 60_000 <= ttl <= 7 * 86_400_000:
-        problems.append(f"auth.ui_session_ttl: expected 1m to 7d, got {ttl}ms")
+        problems.append(f"auth.ui_session_ttl: expected 1m to 7d, got {format_duration(ttl)}")
     if ok("http.tls_cert", "http.tls_key") and (h.tls_cert is None) != (h.tls_key is None):
         missing = "http.tls_key" if h.tls_key is None else "http.tls_cert"
         problems.append(f"{missing}: required when the other of http.tls_cert/http.tls_key is set")

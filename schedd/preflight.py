@@ -167,3 +167,22 @@ def check(cfg: Config) -> list[str]:
     """Every problem the machine has with this config, in the order they would bite."""
     problems = check_modules(cfg) + check_data_dir(cfg)
     return problems + check_ports(cfg)
+
+
+def size_warnings(cfg: Config) -> list[str]:
+    """What the number of voters the configuration names means for failures (not an error:
+    an operator may be growing a cluster through it)."""
+    if cfg.raft.join:  # it joins a cluster, whose membership the log holds
+        return []
+    voters = 1 + len(cfg.raft.peers)
+    if voters == 2:
+        return [
+            "raft.peers: a cluster of 2 nodes tolerates no failure: with either node down "
+            "there is no majority and no write is accepted; run 3 nodes (or 1)"
+        ]
+    if voters > 2 and voters % 2 == 0:
+        return [
+            f"raft.peers: a cluster of {voters} nodes tolerates {voters // 2 - 1} failures, "
+            f"as one of {voters - 1} does, with one node more to fail; run an odd number"
+        ]
+    return []

@@ -10,7 +10,7 @@ import sqlite3
 
 from aiohttp import web
 
-from schedd import auth
+from schedd import auth, clock, preflight
 from schedd.aio import wait_event, within
 from schedd.api.app import make_app
 from schedd.api.cluster import LeaderProxy
@@ -26,6 +26,7 @@ from schedd.leader.membership import MembershipService, join_cluster
 from schedd.logs import log_event
 from schedd.metrics import Metrics
 from schedd.raft.node import Hooks, RaftNode, RaftSettings
+from schedd.raft.reach import Reachability, tcp_error
 from schedd.storage.reader import Reader
 from schedd.storage.snapshots import ImageSource, read_meta
 
@@ -57,6 +58,7 @@ class Runtime:
         self._leader_task: asyncio.Task[None] | None = None
         self._leader_term = -1  # the Raft term the running leader task was started in
         self._watch_task: asyncio.Task[None] | None = None
+        self._reach_task: asyncio.Task[None] | None = None
         self._promote_task: asyncio.Task[None] | None = None
         self.members: MembershipService  # created in start(), with the node
         self._gc_task: asyncio.Task[None] | None = None
@@ -184,6 +186,9 @@ class Runtime:
         self.gc.install()
         self._gc_task = asyncio.create_task(self.gc.run(lambda: self.node.is_leader))
         self._watch_task = asyncio.create_task(self._watch_role())
+        self._reach_task = asyncio.create_task(self._watch_reach())
+        for warning in preflight.size_warnings(self.config):
+            log_event(log, "cluster.size_warning", level=logging.WARNING, warning=warning)
         app = make_app(self.ports())
         # On stop, handlers get at most half the drain time (open worker sockets are closed
         # first, with a reconnect hint).
@@ -265,6 +270,8 @@ class Runtime:
             self._promote_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._promote_task
+        if self._reach_task is not None:
+            self._reach_task.cancel()
         if self._watch_task is not None:
             self._watch_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -306,6 +313,22 @@ class Runtime:
             node_id=self.config.node.id,
             term=self.node.term,
         )
+
+    async def _watch_reach(self) -> None:
+        """Log, every few seconds while it lasts, a peer this node cannot reach and a cluster
+        without a leader (schedd.raft.reach)."""
+        reach = Reachability()
+        while not self._stopping:
+            await asyncio.sleep(reach.period)  # a period, not a wait for an event
+            for event, fields in reach.look(self.node.raft_status, clock.mono()):
+                if event == "raft.peer_unreachable":
+                    fields["error"] = await tcp_error(fields["peer"])
+                level = (
+                    logging.INFO
+                    if event in ("raft.peer_reachable", "cluster.leader_known")
+                    else logging.WARNING
+                )
+                log_event(log, event, level=level, node_id=self.config.node.id, **fields)
 
     # -- leadership --------------------------------------------------------------------------
     async def _watch_role(self) -> None:

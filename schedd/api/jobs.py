@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Collection
 from dataclasses import replace
 from typing import Any
 
@@ -33,18 +34,19 @@ from schedd.api.views import (
     JobView,
     RunListView,
     RunView,
+    UpstreamView,
     job_view,
     run_view,
     waiting_reason,
 )
 from schedd.core import commands
 from schedd.core.durations import format_time
-from schedd.core.model import JobSpec, JobStatus, RunState
+from schedd.core.model import JobSpec, JobStatus, RunState, ScheduleKind
 from schedd.core.recurrence import explain, recurrence_from
 from schedd.core.runs import MISFIRE_GRACE_MS, is_recurring, recurrence
 from schedd.core.state import Rejected
 from schedd.core.validate import parse_batch, parse_ident, parse_job, parse_patch, parse_schedule
-from schedd.errors import InvalidArgument, NotFound, ResourceExhausted, SchedError
+from schedd.errors import Conflict, InvalidArgument, NotFound, ResourceExhausted, SchedError
 from schedd.ids import could_be_job_id_prefix, is_job_id, new_job_id
 from schedd.logs import log_event
 from schedd.storage.reader import MAX_IDS
@@ -81,6 +83,7 @@ async def submit_job(request: web.Request) -> web.Response:
     body = await read_json(request)
     now = clock.wall_ms()
     spec = parse_job(body, now_ms=now, defaults=defaults(app[CONFIG]))
+    spec = await _upstreams_by_name(request, spec, "depends_on")
     check_rate(app, [spec], now)
     job_id = new_job_id(now)
     res = await commit(
@@ -105,6 +108,11 @@ async def submit_batch(request: web.Request) -> web.Response:
     specs = parse_batch(
         body, now_ms=now, defaults=defaults(app[CONFIG]), max_jobs=app[CONFIG].limits.max_batch
     )
+    refs_given = {ref for ref in refs if ref is not None}
+    specs = [
+        await _upstreams_by_name(request, spec, f"jobs[{i}].depends_on", refs_given)
+        for i, spec in enumerate(specs)
+    ]
     check_rate(app, specs, now)
     ids = [new_job_id(now) for _ in specs]
     by_ref = {ref: ids[i] for i, ref in enumerate(refs) if ref is not None}
@@ -129,18 +137,86 @@ async def submit_batch(request: web.Request) -> web.Response:
     return json_response(batch, 201)
 
 
+#: how far in the past ``schedule.at`` may be without a warning (a clock a little behind)
+PAST_AT_GRACE_MS = 60_000
+
+
 async def _warn_unserved(request: web.Request, created: list[tuple[JobSpec, JobView]]) -> None:
-    """Add to each new job's view the warning a single submit gives: no connected worker
-    would take its runs (asked once for the whole batch; nothing when it cannot be asked)."""
+    """Add to each new job's view what a submit warns of: an ``at`` in the past (the run is
+    due at once), and that no connected worker would take its runs (asked once for the whole
+    batch; left unsaid when it cannot be asked)."""
     if not created:
         return
+    now = clock.wall_ms()
+    for spec, view in created:
+        at = spec.schedule.at_ms
+        if spec.schedule.kind is ScheduleKind.AT and at is not None and at < now - PAST_AT_GRACE_MS:
+            view.setdefault("warnings", []).append(
+                f"schedule.at {format_time(at)} is in the past: the run is due now"
+            )
     try:
         workers = await _connected_workers(request, recent=True)
     except SchedError:
         return
     for spec, view in created:
         if (warning := waiting_reason(spec.task, spec.queue, workers)) is not None:
-            view["warnings"] = [warning]
+            view.setdefault("warnings", []).append(warning)
+
+
+async def _upstreams_by_name(
+    request: web.Request, spec: JobSpec, field: str, refs: Collection[str] = ()
+) -> JobSpec:
+    """``spec`` with each ``depends_on`` that is not a job id (nor a ref of its batch) taken
+    as a job's name in its namespace, as ``schedctl`` names jobs: the one live (active or
+    paused) job of that name, else the one job of that name; 404 for none, 409 naming them
+    for several."""
+    if all(is_job_id(dep) or dep in refs for dep in spec.depends_on):
+        return spec
+    out = []
+    for i, dep in enumerate(spec.depends_on):
+        if is_job_id(dep) or dep in refs:
+            out.append(dep)
+            continue
+        filters = {"namespace": spec.namespace, "name": dep}
+        named, _ = await request.app[READER].jobs_page(0, 50, filters)
+        live = [j for j in named if j.status in (JobStatus.ACTIVE, JobStatus.PAUSED)]
+        chosen = live if live else named
+        if len(chosen) == 1:
+            out.append(chosen[0].id)
+            continue
+        where = f"{field}[{i}]"
+        if not chosen:
+            raise NotFound(
+                f"{where}: no job with id or name {dep!r} in namespace {spec.namespace!r}",
+                field=where,
+            )
+        ids = ", ".join(j.id for j in chosen[:5])
+        raise Conflict(
+            f"{where}: {len(chosen)} {'live ' if live else ''}jobs are named {dep!r} in "
+            f"namespace {spec.namespace!r} ({ids}{', …' if len(chosen) > 5 else ''}): name "
+            "the upstream by its id",
+            field=where,
+        )
+    return replace(spec, depends_on=tuple(out))
+
+
+async def _upstream_views(request: web.Request, job_ids: tuple[str, ...]) -> list[UpstreamView]:
+    reader = request.app[READER]
+    latest = await reader.latest_runs(list(job_ids))
+    out: list[UpstreamView] = []
+    for job_id in job_ids:
+        job = await reader.job(job_id)
+        run = latest.get(job_id)
+        out.append(
+            {
+                "job_id": job_id,
+                "name": None if job is None else job.spec.name,
+                "status": None if job is None else job.status.value,
+                "run_id": None if run is None else run.id,
+                "state": None if run is None else run.state.value,
+            }
+        )
+    return out
 
 
 def _take_refs(body: Any) -> list[str | None]:
@@ -265,7 +341,7 @@ async def trigger_job(request: web.Request) -> web.Response:
         await request_id(request),
     )
     run = unwrap(res)
-    view = run_view(await app[READER].run(run.id) or run)
+    view = run_view(await app[READER].run(run.id) or run, await app[READER].job(job_id))
     log_event(log, "job.triggered", job_id=job_id, run_id=run.id, overlap=overlap)
     return json_response(view, 201)
 
@@ -364,14 +440,27 @@ async def job_runs(request: web.Request) -> web.Response:
     runs, after = await app[READER].runs_page(
         job_id, before, limit, None if state is None else RunState(state), since_param(request)
     )
-    body: RunListView = {"runs": [run_view(r) for r in runs], "next_cursor": next_cursor(after)}
+    body: RunListView = {
+        "runs": [run_view(r, job) for r in runs],
+        "next_cursor": next_cursor(after),
+    }
     await explain_waiting(request, body["runs"], job.spec)
     return json_response(body)
 
 
+#: the reasons of a run that its upstream jobs hold back or made skip
+_UPSTREAM_REASONS = ("dependencies", "upstream_failed")
+
+
 async def explain_waiting(request: web.Request, views: list[RunView], spec: JobSpec) -> None:
     """Say in each queued run's view why no worker takes it, from the workers connected to the
-    leader (asked of it from a follower; left unsaid when it cannot be asked)."""
+    leader (asked of it from a follower; left unsaid when it cannot be asked), and name the
+    upstream jobs of a run they block or made skip, each with its latest run."""
+    if spec.depends_on and any(v.get("reason") in _UPSTREAM_REASONS for v in views):
+        upstream = await _upstream_views(request, spec.depends_on)
+        for view in views:
+            if view.get("reason") in _UPSTREAM_REASONS:
+                view["upstream"] = upstream
     if not any(v["state"] == RunState.QUEUED.value for v in views):
         return
     try:

@@ -11,7 +11,7 @@ from aiohttp import web
 
 from schedd.api.common import Handler
 from schedd.api.operations import PUBLIC_PATHS
-from schedd.api.ports import METRICS, TOKEN, TOKENS, error_response, json_response
+from schedd.api.ports import CONFIG, METRICS, TOKEN, TOKENS, error_response, json_response
 from schedd.errors import InvalidArgument, NotFound, PayloadTooLarge, SchedError
 
 log = logging.getLogger(__name__)
@@ -23,8 +23,15 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
         return await handler(request)
     except SchedError as err:
         return error_response(err)
-    except web.HTTPRequestEntityTooLarge as exc:
-        return error_response(PayloadTooLarge(f"request body over the limit ({exc.text})"))
+    except web.HTTPRequestEntityTooLarge:
+        config = request.app[CONFIG]
+        return error_response(
+            PayloadTooLarge(
+                f"request body over http.max_body ({config.http.max_body:,} bytes); a job's "
+                f"payload may be at most scheduler.max_payload "
+                f"({config.scheduler.max_payload:,} bytes)"
+            )
+        )
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
@@ -62,6 +69,10 @@ async def metrics_middleware(request: web.Request, handler: Handler) -> web.Stre
 @web.middleware
 async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     if request.path in PUBLIC_PATHS:
+        return await handler(request)
+    if isinstance(request.match_info.http_exception, web.HTTPNotFound):
+        # no such route: say so (a 401 would send the caller looking for a token); every path
+        # there is is in the public API document anyway
         return await handler(request)
     token = request.app[TOKENS].authenticate(request.headers.get("Authorization"))
     request[TOKEN] = token

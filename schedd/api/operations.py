@@ -615,8 +615,8 @@ OPERATIONS: tuple[Operation, ...] = (
         "openapi_json",
         "GET",
         f"{PREFIX}/openapi.json",
-        "read",
-        "This document",
+        None,
+        "This document (no token needed: it describes the API, and holds nothing of the cluster's)",
         (Reply(200, "the OpenAPI 3.1 description of the API", "OpenApi"),),
     ),
     Operation(

@@ -38,7 +38,7 @@ async def _run_command(
     run = await app[READER].run(run_id)
     if run is None:  # committed, so it exists: only a snapshot install in between could hide it
         raise NotFound(f"no run with id {run_id}", field="run_id")
-    return json_response(run_view(run))
+    return json_response(run_view(run, await app[READER].job(run.job_id)))
 
 
 async def cancel_run(request: web.Request) -> web.Response:
@@ -59,8 +59,8 @@ async def get_run(request: web.Request) -> web.Response:
     run = await app[READER].run(run_id)
     if run is None:
         raise NotFound(f"no run with id {run_id}", field="run_id")
-    view = run_view(run)
-    job = await app[READER].job(run.job_id) if run.state is RunState.QUEUED else None
+    job = await app[READER].job(run.job_id)
+    view = run_view(run, job)
     if job is not None:
         await explain_waiting(request, [view], job.spec)
     return json_response(view)
@@ -79,8 +79,10 @@ async def list_dlq(request: web.Request) -> web.Response:
     if "error" in q:
         filters["error"] = parse_text(q["error"], "error")
     runs, after = await app[READER].dead_letters_page(before, limit, filters)
+    runs = [r for r in runs if r.state is RunState.FAILED]
+    jobs = await app[READER].jobs_by_id(list(dict.fromkeys(r.job_id for r in runs)))
     body: RunListView = {
-        "runs": [run_view(r) for r in runs if r.state is RunState.FAILED],
+        "runs": [run_view(r, jobs.get(r.job_id)) for r in runs],
         "next_cursor": next_cursor(after),
     }
     return json_response(body)

@@ -10,6 +10,7 @@ declarations (``schedd.api.schema``), and the live-answer tests check real respo
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Mapping, Sequence
 from typing import Annotated, Any, Literal, NotRequired, TypedDict
 
@@ -141,11 +142,23 @@ class RefusalView(TypedDict):
     reason: str
 
 
+class UpstreamView(TypedDict):
+    """An upstream job (``depends_on``) of a run that waits for it or was skipped for it."""
+
+    job_id: str
+    name: str | None
+    status: Annotated[str | None, "the upstream job's status (null: it no longer exists)"]
+    run_id: Annotated[str | None, "its latest run (null: none)"]
+    state: Annotated[str | None, "that run's state"]
+
+
 class RunView(TypedDict):
     """One occurrence of a job."""
 
     id: Annotated[str, "opaque (<job_id>@<unix_ms>)"]
     job_id: str
+    job_name: Annotated[str | None, "its job's name (null: none, or not known here)"]
+    task: Annotated[str | None, "its job's task (null: not known here)"]
     namespace: str
     state: Annotated[str, values(RunState)]
     scheduled_at: Time
@@ -160,6 +173,13 @@ class RunView(TypedDict):
         str | None,
         "for a queued run in a single job's or run's view: why no worker takes it (no connected "
         "worker, none on its queue, none that runs its task); null otherwise or when not known",
+    ]
+    upstream: NotRequired[
+        Annotated[
+            list[UpstreamView],
+            "for a run blocked by its dependencies or skipped because one failed, in a single "
+            "job's or run's view: its upstream jobs, each with its latest run",
+        ]
     ]
     refused: Annotated[
         list[RefusalView],
@@ -673,10 +693,14 @@ def attempt_view(a: Attempt) -> AttemptView:
     }
 
 
-def run_view(run: Run) -> RunView:
+def run_view(run: Run, job: Job | None = None) -> RunView:
+    """``run`` as the API shows it; ``job``, its job, names it (else ``job_name`` and ``task``
+    are null)."""
     return {
         "id": run.id,
         "job_id": run.job_id,
+        "job_name": None if job is None else job.spec.name,
+        "task": None if job is None else job.spec.task,
         "namespace": run.namespace,
         "state": run.state.value,
         "scheduled_at": format_time(run.scheduled_ms),
@@ -721,7 +745,7 @@ def job_view(job: Job, latest: Run | None) -> JobView:
         "created_at": format_time(job.created_ms),
         "updated_at": format_time(job.updated_ms),
         "next_run_at": format_time(job.next_run_at_ms),
-        "latest_run": None if latest is None else run_view(latest),
+        "latest_run": None if latest is None else run_view(latest, job),
     }
 
 
@@ -750,7 +774,10 @@ def waiting_reason(task: str, queue: str, workers: Sequence[WorkerView]) -> str 
         return f"no connected worker takes queue {queue!r} (task {task!r} waits for one)"
     servers = [w for w in takers if w["tasks"] is None or task in w["tasks"]]
     if not servers:
-        return f"no connected worker serves task {task!r} on queue {queue!r}"
+        served = sorted({t for w in takers for t in w["tasks"] or ()})
+        close = difflib.get_close_matches(task, served, n=1, cutoff=0.75)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        return f"no connected worker serves task {task!r} on queue {queue!r}{hint}"
     if all(w["draining"] for w in servers):
         return (
             f"every connected worker that serves task {task!r} on queue {queue!r} is draining "

@@ -202,9 +202,23 @@ def _banner(cfg: Config, created: bool) -> None:
     print(
         f"  try:    SCHEDD_SERVER={url} schedctl submit demo.echo --payload '{{\"hi\": 1}}'\n"
         f"          schedd-worker --server {url} --import schedd.worker.demo_tasks\n"
+        f"  dashboard: {url}/ui/ (SCHEDD_SERVER={url} schedctl ui logs you in)\n"
         f"  ({how})",
         file=sys.stderr,
     )
+
+
+def _check_config(cfg: Config) -> int:
+    """``schedd --check-config``: 2 with the problems, else "config ok" (and what the size of
+    the cluster means for failures, as warnings)."""
+    problems = preflight.check_modules(cfg)
+    if problems:
+        _print_problems(problems, "schedd: config: ")
+        return 2
+    for warning in preflight.size_warnings(cfg):
+        print(f"schedd: config: warning: {warning}", file=sys.stderr)
+    print("config ok")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -240,12 +254,7 @@ def main(argv: list[str] | None = None) -> int:
         _print_problems(exc.problems, "schedd: config: ")
         return 2
     if args.check_config:
-        problems = preflight.check_modules(cfg)
-        if problems:
-            _print_problems(problems, "schedd: config: ")
-            return 2
-        print("config ok")
-        return 0
+        return _check_config(cfg)
     json_logs = isinstance(setup_logging(cfg.log.level, cfg.log.format).formatter, JsonFormatter)
     problems = preflight.check(cfg)
     if problems:

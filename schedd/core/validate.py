@@ -14,6 +14,8 @@ of a :class:`JobSpec` carried inside replicated commands.
 
 from __future__ import annotations
 
+import difflib
+import functools
 import math
 import re
 from collections.abc import Mapping
@@ -21,7 +23,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, Final, TypeVar
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
 import orjson
 from croniter import CroniterBadDateError, croniter
@@ -294,19 +296,52 @@ def _timezone(value: object, field: str) -> str:
     if value is None:
         return "UTC"
     expected = 'an IANA time zone like "Europe/Berlin" or "UTC"'
-    if (
-        not isinstance(value, str)
-        or len(value) > 64
-        or not _ZONE_RE.fullmatch(value)
-        or value in _NOT_IANA_ZONES
-        or value.startswith(("right/", "posix/"))
-    ):
+    if not isinstance(value, str) or len(value) > 64:
         raise _invalid(field, expected, value)
     try:
+        if (
+            not _ZONE_RE.fullmatch(value)
+            or value in _NOT_IANA_ZONES
+            or value.startswith(("right/", "posix/"))
+        ):
+            raise ValueError(value)
         ZoneInfo(value)
     except (ZoneInfoNotFoundError, ValueError, OSError):
-        raise _invalid(field, expected, value) from None
+        close = zone_like(value)
+        hint = f"; did you mean {close!r}?" if close else ""
+        raise InvalidArgument(
+            f"{field}: expected {expected}, got {value!r}{hint}", field=field
+        ) from None
     return value
+
+
+@functools.cache
+def _zones() -> tuple[dict[str, str], dict[str, str]]:
+    """Every IANA zone by its name, and by its last part (a city), in lower case."""
+    full: dict[str, str] = {}
+    city: dict[str, str] = {}
+    for zone in sorted(available_timezones()):
+        if zone.startswith(("right/", "posix/")) or zone in _NOT_IANA_ZONES:
+            continue
+        full[zone.lower()] = zone
+        city.setdefault(zone.rsplit("/", 1)[-1].lower(), zone)
+    return full, city
+
+
+def zone_like(text: str) -> str | None:
+    """The IANA zone ``text`` probably means: the same in another case, a city's name
+    (``berlin`` → ``Europe/Berlin``), or a close spelling of either (``Europe/Berln``)."""
+    full, city = _zones()
+    key = text.strip().lower().replace(" ", "_")
+    last = key.rsplit("/", 1)[-1]
+    for table, wanted in ((full, key), (full, last), (city, last)):
+        if wanted in table:
+            return table[wanted]
+    for table, wanted in ((full, key), (city, last)):
+        close = difflib.get_close_matches(wanted, list(table), n=1, cutoff=0.8)
+        if close:
+            return table[close[0]]
+    return None
 
 
 def _cron(value: object, field: str) -> str:
@@ -333,10 +368,38 @@ def _cron(value: object, field: str) -> str:
         except CroniterBadDateError:
             continue
         except Exception:  # noqa: BLE001 - croniter raises a zoo of types on bad input
+            problem = cron_field_problem(expr)
+            if problem is not None:
+                raise InvalidArgument(f"{field}: {problem}, in {value!r}", field=field) from None
             raise _invalid(field, expected, value) from None
     if not matches:
         raise _invalid(field, "a cron expression that matches at least one date", value)
     return expr
+
+
+#: each field of a cron expression: its name and the numbers it takes
+_CRON_FIELDS = (
+    ("minute", 0, 59),
+    ("hour", 0, 23),
+    ("day-of-month", 1, 31),
+    ("month", 1, 12),
+    ("day-of-week", 0, 7),
+    ("second", 0, 59),
+)
+
+
+def cron_field_problem(expr: str) -> str | None:
+    """Which field of ``expr`` holds a number out of its range (``61`` as a minute), said so
+    that the user can fix it; None when none does (the expression is wrong otherwise)."""
+    for (name, lo, hi), part in zip(_CRON_FIELDS, expr.split(" "), strict=False):
+        for piece in part.split(","):
+            base, _, step = piece.partition("/")
+            if step and (not step.isdigit() or int(step) == 0):
+                return f"the {name} field's step {step!r}: expected a whole number from 1"
+            for number in base.split("-"):
+                if number.isdigit() and not lo <= int(number) <= hi:
+                    return f"the {name} field {part!r} is out of range: expected {lo}-{hi}"
+    return None
 
 
 # --------------------------------------------------------------------------------------------

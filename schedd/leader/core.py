@@ -538,7 +538,12 @@ class LeaderCore:
                     self._out.append(
                         Send(conn, messages.Cancel(run_id=info.run_id, fence=info.fence))
                     )
-                self._end_lease(info, now.wall_ms, AttemptOutcome.TIMED_OUT, "timed out")
+                self._end_lease(
+                    info,
+                    now.wall_ms,
+                    AttemptOutcome.TIMED_OUT,
+                    "timeout: no result by its deadline (the job's timeout)",
+                )
 
     def _record_progress(self, now: Now) -> None:
         """Commit the progress whose lease's turn has come, in one command, one at a time."""

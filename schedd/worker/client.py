@@ -14,6 +14,7 @@ leader ends at once the leases it recorded for this worker id that are not liste
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import inspect
 import logging
@@ -27,12 +28,14 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from traceback import format_exception
+from types import TracebackType
 from typing import Any
 
 import aiohttp
 import orjson
 
 from schedd.aio import wait_event
+from schedd.client import tasks as task_handles
 from schedd.client.tasks import TaskHandle
 from schedd.core.durations import parse_time
 from schedd.errors import InvalidArgument
@@ -93,7 +96,19 @@ def _log_to_stderr_unless_configured() -> logging.Handler | None:
 
 ERROR_LIMIT = 8192  # characters of an error message sent to the server
 MAX_RESULT_BYTES = MAX_FRAME_BYTES - 4096
-TIMEOUT_ERROR = "timeout"
+TIMEOUT_ERROR = "timeout"  # the first word of a timeout's error (what the DLQ filters find)
+
+
+def _timeout_error(seconds: float | None) -> str:
+    """An attempt stopped at its deadline (the job's ``timeout``): how long it had (rounded,
+    so that the runs of one job read alike and the DLQ groups them), or that the deadline had
+    passed before it started."""
+    if seconds is None:
+        return f"{TIMEOUT_ERROR}: its deadline had passed before it started (the job's timeout)"
+    shown = f"{seconds:.1f}".rstrip("0").rstrip(".") if seconds < 10 else f"{round(seconds)}"
+    return f"{TIMEOUT_ERROR}: still running after {shown}s, the job's timeout"
+
+
 SHUTDOWN_ERROR = "worker shut down before the task finished"
 
 
@@ -509,7 +524,7 @@ class Worker:
                 return Fail(run_id, fence, exc.message, retryable=False)
             if remaining <= 0:
                 ctx.cancelled.set()
-                return Fail(run_id, fence, TIMEOUT_ERROR, retryable=True)
+                return Fail(run_id, fence, _timeout_error(None), retryable=True)
         try:
             async with asyncio.timeout(remaining) as window:
                 result = await _call(handler, ctx, lease.payload)
@@ -517,7 +532,7 @@ class Worker:
             if window.expired():
                 ctx.cancelled.set()
                 log.warning("worker.timeout run_id=%s deadline=%s", run_id, lease.deadline)
-                return Fail(run_id, fence, TIMEOUT_ERROR, retryable=True)
+                return Fail(run_id, fence, _timeout_error(remaining), retryable=True)
             return _failure(run_id, fence, exc)
         except asyncio.CancelledError as exc:
             task = asyncio.current_task()
@@ -560,9 +575,32 @@ def _failure(run_id: str, fence: int, exc: BaseException) -> Fail:
         )
     else:
         log.warning("worker.task_raised run_id=%s", run_id, exc_info=exc)
-    # as Python prints it (chained exceptions included), the end kept: the innermost frames
-    tb = None if isinstance(exc, TaskFailed) else traceback_tail("".join(format_exception(exc)))
+    tb = None
+    # a deliberate NonRetryable says it all, unless it is raised from another error (its cause)
+    said = isinstance(exc, TaskFailed) or (isinstance(exc, NonRetryable) and exc.__cause__ is None)
+    if not said:
+        # as Python prints it (chained exceptions included), from the handler's own frame (not
+        # this SDK's, which every run shares), the end kept: the innermost frames
+        frames = exc.__traceback__
+        while frames is not None and frames.tb_next is not None and _in_sdk(frames):
+            frames = frames.tb_next
+        tb = traceback_tail("".join(format_exception(type(exc), exc, frames)))
     return Fail(run_id, fence, describe(exc), retryable=retryable, traceback=tb)
+
+
+#: where the frames between this SDK and a handler come from: the SDK (with the client
+#: library's task handles), and the standard library's asyncio and thread pool (a plain
+#: function runs in a thread)
+_PLUMBING = (
+    os.path.dirname(os.path.abspath(__file__)),
+    os.path.dirname(os.path.abspath(task_handles.__file__)),  # a task handle calls the handler
+    os.path.dirname(os.path.abspath(asyncio.__file__)),
+    os.path.dirname(os.path.abspath(concurrent.futures.__file__)),
+)
+
+
+def _in_sdk(frames: TracebackType) -> bool:
+    return os.path.dirname(os.path.abspath(frames.tb_frame.f_code.co_filename)) in _PLUMBING
 
 
 async def _until(not_before: str | None) -> None:

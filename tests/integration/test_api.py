@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+import io
 
 import aiohttp
+import orjson
 import pytest
 
 from tests.conftest import Node, wait_for
@@ -81,6 +83,15 @@ async def test_not_json_is_a_400(node: Node, http: aiohttp.ClientSession) -> Non
 async def test_payload_over_the_limit_is_413(node: Node, http: aiohttp.ClientSession) -> None:
     status, err = await post(http, node, "/jobs", {"task": "t", "payload": "x" * 70_000})
     assert status == 413 and err["error"]["code"] == "payload_too_large"
+    # a body over http.max_body names both limits, each by its key, in bytes
+    big = io.BytesIO(orjson.dumps({"task": "t", "payload": "x" * 2_000_000}))
+    async with http.post(node.url + API + "/jobs", data=big, headers=node.headers()) as r:
+        status, err = r.status, await r.json()
+    assert status == 413
+    assert err["error"]["message"] == (
+        "request body over http.max_body (1,048,576 bytes); a job's payload may be at most "
+        "scheduler.max_payload (65,536 bytes)"
+    )
 
 
 async def test_auth_is_required_and_roles_apply(node: Node, http: aiohttp.ClientSession) -> None:

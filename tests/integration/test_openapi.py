@@ -206,7 +206,12 @@ async def test_live_answers_match_the_document(
     # the document itself, for any role; the same as spec()
     served = await call("GET", API + "/openapi.json", 200, token=READ_SECRET)
     assert served == doc
-    await call("GET", API + "/openapi.json", 401, token=None)
+    assert await call("GET", API + "/openapi.json", 200, token=None) == doc  # no token needed
+    # a path that is no route is a 404 with or without a token (not a 401 sending the caller
+    # looking for one); a route is still a 401 without
+    async with http.get(node.url + API + "/nope") as r:
+        assert r.status == 404 and (await r.json())["error"]["code"] == "not_found"
+    await call("GET", API + "/jobs", 401, token=None)
 
     # submissions of every kind of schedule
     cron = {

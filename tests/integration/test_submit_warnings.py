@@ -83,3 +83,39 @@ async def test_a_batch_warns_per_new_job_and_the_batching_client_passes_it_on(
         )
     finally:
         await ws.close()
+
+
+async def test_a_task_name_close_to_one_a_worker_serves_gets_a_did_you_mean(
+    node: Node, http: aiohttp.ClientSession
+) -> None:
+    ws = await http.ws_connect(node.url + API + "/workers/connect", headers=node.headers())
+    w = RawWorker(ws)
+    await w.send(
+        messages.Hello(
+            worker_id="w-typo", queues=("default",), capacity=1, tasks=("demo.echo", "demo.sleep")
+        )
+    )
+    await w.expect(messages.Welcome)
+    try:
+        typo = await submit(http, node, {"task": "demo.ecko", "schedule": {"in": "1h"}})
+        assert typo["warnings"] == [
+            "no connected worker serves task 'demo.ecko' on queue 'default'; "
+            "did you mean 'demo.echo'?"
+        ]
+        far = await submit(http, node, {"task": "billing.charge", "schedule": {"in": "1h"}})
+        assert "did you mean" not in far["warnings"][0]
+    finally:
+        await ws.close()
+
+
+async def test_an_at_in_the_past_is_accepted_with_a_warning(
+    node: Node, http: aiohttp.ClientSession
+) -> None:
+    job = await submit(
+        http, node, {"task": "t", "queue": "later", "schedule": {"at": "2020-01-01T00:00:00Z"}}
+    )
+    assert job["warnings"][0] == (
+        "schedule.at 2020-01-01T00:00:00.000Z is in the past: the run is due now"
+    )
+    soon = await submit(http, node, {"task": "t", "queue": "later", "schedule": {"in": "1h"}})
+    assert not any("past" in w for w in soon.get("warnings", []))

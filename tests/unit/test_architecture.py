@@ -150,7 +150,7 @@ ALLOWED: dict[str, set[str]] = {
     "schedd.ui": set(),  # the dashboard's files: served by the API, a client of it
     "schedd.worker": {"schedd.core", "schedd.protocol", "schedd.client", *FOUNDATION},
     # the client library: the public API from Python (and task handles for producers)
-    "schedd.client": {"schedd.core", *FOUNDATION},
+    "schedd.client": {"schedd.core", "schedd.protocol", *FOUNDATION},
     "schedd.preflight": {"schedd.config", "schedd.raft"},
     # the wiring, and the programs
     "schedd.runtime": {
@@ -161,6 +161,7 @@ ALLOWED: dict[str, set[str]] = {
         "schedd.gcpolicy",
         "schedd.leader",
         "schedd.metrics",
+        "schedd.preflight",
         "schedd.raft",
         "schedd.storage",
         *FOUNDATION,
@@ -168,6 +169,7 @@ ALLOWED: dict[str, set[str]] = {
     "schedd.cli": {
         "schedd.auth",
         "schedd.client",
+        "schedd.protocol",
         "schedd.config",
         "schedd.core",
         "schedd.notify",

@@ -223,7 +223,7 @@ max_payload = 4096
     )
     got = problems(p)
     for needle in (
-        "raft.raft_max_timeout: expected more than raft.raft_min_timeout (2000ms), got 1000ms",
+        "raft.raft_max_timeout: expected more than raft.raft_min_timeout (2s), got 1s",
         "raft.append_entries_period: expected less than raft.raft_min_timeout",
         "scheduler.heartbeat_interval: expected less than scheduler.heartbeat_timeout",
         "scheduler.max_payload: expected at most http.max_body (2048 bytes), got 4096",
@@ -562,7 +562,7 @@ def test_dispatch_ahead_is_bounded_and_may_be_zero() -> None:
     zero = load_config(None, env={}, overrides={"scheduler.dispatch_ahead": "0s"})
     assert zero.scheduler.dispatch_ahead_ms == 0
     with pytest.raises(
-        ConfigError, match=r"scheduler\.dispatch_ahead: expected at most 2000ms, got 3000ms"
+        ConfigError, match=r"scheduler\.dispatch_ahead: expected at most 2s, got 3s"
     ):
         load_config(None, env={}, overrides={"scheduler.dispatch_ahead": "3s"})
 

@@ -309,8 +309,8 @@ INVALID: list[tuple[Any, str | None, str]] = [
     # schedule: cron
     (t(schedule={"cron": "* * * *"}), "schedule.cron", "expected a cron expression of 5 fields"),
     (t(schedule={"cron": "* * * * * * 2020"}), "schedule.cron", "5 fields"),
-    (t(schedule={"cron": "60 * * * *"}), "schedule.cron", "5 fields"),
-    (t(schedule={"cron": "*/0 * * * *"}), "schedule.cron", "5 fields"),
+    (t(schedule={"cron": "60 * * * *"}), "schedule.cron", "minute field '60' is out of range"),
+    (t(schedule={"cron": "*/0 * * * *"}), "schedule.cron", "step '0': expected a whole number"),
     (t(schedule={"cron": "bad cron expression x y"}), "schedule.cron", "5 fields"),
     (t(schedule={"cron": "0 0 31 2 *"}), "schedule.cron", "matches at least one date"),
     (t(schedule={"cron": "R * * * *"}), "schedule.cron", "random (R) or hashed (H)"),

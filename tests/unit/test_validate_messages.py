@@ -167,13 +167,13 @@ MESSAGES: list[tuple[str, Any, str | None, str]] = [
         "zone-posix-copy",
         cron(timezone="posix/UTC"),
         "schedule.timezone",
-        f"schedule.timezone: expected {ZONE_EXPECTED}, got 'posix/UTC'",
+        f"schedule.timezone: expected {ZONE_EXPECTED}, got 'posix/UTC'; did you mean 'UTC'?",
     ),
     (
         "zone-right-copy",
         cron(timezone="right/UTC"),
         "schedule.timezone",
-        f"schedule.timezone: expected {ZONE_EXPECTED}, got 'right/UTC'",
+        f"schedule.timezone: expected {ZONE_EXPECTED}, got 'right/UTC'; did you mean 'UTC'?",
     ),
     # cron
     (
@@ -204,7 +204,7 @@ MESSAGES: list[tuple[str, Any, str | None, str]] = [
         "cron-bad-field",
         t(schedule={"cron": "60 * * * *"}),
         "schedule.cron",
-        f"schedule.cron: expected {CRON_EXPECTED}, got '60 * * * *'",
+        "schedule.cron: the minute field '60' is out of range: expected 0-59, in '60 * * * *'",
     ),
     (
         "cron-random",

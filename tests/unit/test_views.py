@@ -168,6 +168,8 @@ def test_run_view() -> None:
     assert view == {
         "id": f"j1@{T0}",
         "job_id": "j1",
+        "job_name": None,  # its job was not given
+        "task": None,
         "namespace": "default",
         "state": "succeeded",
         "scheduled_at": T0_TEXT,
@@ -285,7 +287,8 @@ def test_job_view_full() -> None:
     assert view["depends_on"] == ["a", "b"]
     assert view["status"] == "paused"
     assert view["next_run_at"] == "2026-11-26T02:00:00.000Z"
-    assert view["latest_run"] == run_view(latest)
+    assert view["latest_run"] == run_view(latest, _job(spec))  # named by its job
+    assert view["latest_run"]["task"] == spec.task
     assert type(view["status"]) is str and type(view["priority"]) is str
     orjson.dumps(view)
 

@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -211,6 +212,9 @@ async def test_exceptions_become_fail(exc: Exception, error: str, retryable: boo
     assert isinstance(out, Fail) and replace(out, traceback=None) == Fail(
         "j@1", 5, error, retryable
     )
+    if not retryable:  # a deliberate NonRetryable (not raised from another error) says it all
+        assert out.traceback is None
+        return
     assert out.traceback is not None and "in handler\n    raise exc" in out.traceback
     assert out.traceback.splitlines()[-1].endswith(error)  # the exception, last
 
@@ -218,7 +222,7 @@ async def test_exceptions_become_fail(exc: Exception, error: str, retryable: boo
 def _deep(n: int) -> None:
     if n:
         _deep(n - 1)
-    raise ValueError("x" * 300)
+    raise ValueError("\n".join("x" * 300 for _ in range(30)))  # more lines than are kept
 
 
 async def test_a_fail_carries_the_tail_of_the_traceback_bounded() -> None:
@@ -287,7 +291,12 @@ async def test_deadline_in_the_past_fails_with_timeout_at_once() -> None:
         ran.append(1)
 
     out = await w.execute(lease(deadline="2020-01-01T00:00:00Z"))
-    assert out == Fail("j@1", 5, "timeout", retryable=True)
+    assert out == Fail(
+        "j@1",
+        5,
+        "timeout: its deadline had passed before it started (the job's timeout)",
+        retryable=True,
+    )
     assert ran == []
 
 
@@ -306,7 +315,9 @@ async def test_deadline_cancels_a_running_handler() -> None:
     ls = lease(deadline=in_seconds(0.2))
     ctx = Context(ls.run_id, ls.job_id, ls.attempt, ls.fence, ls.task, ls.scheduled_at, ls.deadline)
     started = time.monotonic()
-    assert await w.execute(ls, ctx) == Fail("j@1", 5, "timeout", retryable=True)
+    out = await w.execute(ls, ctx)
+    assert isinstance(out, Fail) and out.retryable
+    assert re.fullmatch(r"timeout: still running after 0\.[12]s, the job's timeout", out.error)
     assert time.monotonic() - started < 5
     assert cancelled == [True] and ctx.cancelled.is_set()
 
@@ -1155,3 +1166,41 @@ async def test_a_drain_from_the_server_finishes_what_runs_refuses_more_and_is_re
         await fake.send(Ack("a@1", True))
         await until(lambda: w.leases == ())
         assert w.connected  # drained, not stopped
+
+
+async def test_a_traceback_starts_at_the_handler_and_a_plain_non_retryable_has_none() -> None:
+    w = make_worker()
+
+    @w.task("t")
+    async def handler(ctx: Context, payload: Any) -> Any:
+        raise ValueError("bad record")
+
+    out = await w.execute(lease())
+    assert isinstance(out, Fail) and out.traceback is not None
+    assert "schedd/worker" not in out.traceback and "in handler" in out.traceback
+
+    @w.task("sync")
+    def plain(ctx: Context, payload: Any) -> Any:
+        raise ValueError("bad record")
+
+    out = await w.execute(replace(lease(), task="sync"))
+    assert isinstance(out, Fail) and out.traceback is not None
+    assert "asyncio" not in out.traceback and "concurrent" not in out.traceback
+    assert out.traceback.splitlines()[1].strip().endswith("in plain")
+
+    @w.task("no")
+    async def refuse(ctx: Context, payload: Any) -> Any:
+        raise NonRetryable("the account is closed")
+
+    out = await w.execute(replace(lease(), task="no"))
+    assert isinstance(out, Fail) and not out.retryable and out.traceback is None
+
+    @w.task("caused")
+    async def caused(ctx: Context, payload: Any) -> Any:
+        try:
+            {}["x"]
+        except KeyError as err:
+            raise NonRetryable("missing field") from err
+
+    out = await w.execute(replace(lease(), task="caused"))
+    assert isinstance(out, Fail) and out.traceback is not None and "KeyError" in out.traceback
