@@ -4,6 +4,7 @@ which the shell completion is generated too (``schedd.cli.completion``)."""
 from __future__ import annotations
 
 import argparse
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -18,7 +19,13 @@ from schedd.core.model import DstGap, DstRepeat, Misfire, Overlap, RunState
 
 
 class _Parser(argparse.ArgumentParser):
-    """Usage errors as :class:`UsageError`, so :func:`main` returns 2 instead of exiting."""
+    """Usage errors as :class:`UsageError`, so :func:`main` returns 2 instead of exiting.  A
+    value that starts with a minus and a digit (``--in -5m``) is a value, not an option (no
+    option here looks like that), so its own check can say what is wrong with it."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._negative_number_matcher = re.compile(r"^-\d")
 
     def error(self, message: str) -> Any:
         raise UsageError(f"{message}\n{self.format_usage().rstrip()}\ntry '{self.prog} --help'")
@@ -226,18 +233,19 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="schedctl",
         description="Talk to a schedd cluster.",
-        epilog="exit codes: 0 ok, 1 error from the server, 2 usage, 3 not found, "
+        epilog="exit codes: 0 ok, 1 error from the server, 2 usage (found here or by the server), 3 not found, "
         "4 cluster unavailable; wait, watch and submit --wait: 5 the run failed, 6 it was "
         "cancelled or skipped, 7 the wait timed out",
     )
     _connection_options(parser, "")
     parser.add_argument(
-        "--timeout",
+        "--http-timeout",
+        "--timeout",  # its older name, before the command (after it, --timeout is the job's)
         dest="http_timeout",
         type=_seconds,
         default=10.0,
         metavar="SECONDS",
-        help="per-request HTTP timeout (default 10)",
+        help="per-request HTTP timeout (default 10); not a job's timeout (submit --timeout)",
     )
     parser.add_argument(
         "--cacert",
@@ -297,8 +305,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     r.add_argument(
         "run_id",
-        metavar="RUN_ID",
-        help="a run id (JOB@MS; the job part may be a name or an id prefix)",
+        metavar="RUN_ID|JOB",
+        help="a run id (JOB@MS; the job part may be a name or an id prefix), or a job: its "
+        "latest run",
     )
 
     wt = sub.add_parser(
@@ -311,7 +320,12 @@ def build_parser() -> argparse.ArgumentParser:
     _wait_options(wt, flag=False)
 
     ls = sub.add_parser("list", parents=[common], help="list jobs")
-    ls.add_argument("--status", metavar="S", help="active, paused, done or cancelled")
+    ls.add_argument(
+        "--status",
+        metavar="S",
+        help="active, paused, done, cancelled, or failed (done, its latest run failed: as the "
+        "STATUS column shows it)",
+    )
     ls.add_argument(
         "--state",
         choices=tuple(RunState),
@@ -379,13 +393,43 @@ def build_parser() -> argparse.ArgumentParser:
         "--error", metavar="TEXT", help="only runs whose error contains TEXT (either case)"
     )
     for name, text in (
-        ("replay", "run a dead-lettered run again, with fresh attempts"),
-        ("drop", "remove a run from the dead-letter queue"),
+        ("replay", "run dead-lettered runs again, with fresh attempts"),
+        ("drop", "remove runs from the dead-letter queue"),
     ):
-        p = dlq.add_parser(name, parents=[common], help=text)
-        p.add_argument("run_id", metavar="RUN_ID")
+        p = dlq.add_parser(
+            name,
+            parents=[common],
+            help=text,
+            description=f"{text.capitalize()}: the runs named, or those the filters pick, or "
+            "--all. Runs picked by filters or --all are counted first (a dry run): the count "
+            "and their tasks are printed and, on a terminal, confirmed before anything is done; "
+            "--yes does it without asking, --dry-run only prints.",
+        )
+        p.add_argument("run_ids", metavar="RUN_ID", nargs="*", help="the runs to " + name)
+        p.add_argument("--task", metavar="T", help="the runs of this task")
+        p.add_argument("--queue", metavar="Q", help="the runs of this queue")
+        p.add_argument("--namespace", metavar="N", help="the runs of this namespace")
+        p.add_argument("--error", metavar="TEXT", help="the runs whose error contains TEXT")
+        p.add_argument(
+            "--since", metavar="TIME|DUR", help="the runs that failed at or after TIME or DUR ago"
+        )
+        p.add_argument("--all", action="store_true", help="every run of the queue")
+        p.add_argument("--dry-run", action="store_true", help="count them; do nothing")
+        p.add_argument("-y", "--yes", action="store_true", help="do it without asking")
 
     sub.add_parser("cluster", parents=[common], help="show nodes, leader, term and indexes")
+    rd = sub.add_parser(
+        "ready",
+        parents=[common],
+        help="wait until the cluster has a leader and knows the token (e.g. after starting it)",
+    )
+    rd.add_argument(
+        "--timeout",
+        dest="wait_timeout",
+        default="30s",
+        metavar="DUR",
+        help="give up (exit 4, saying why) after DUR (default 30s)",
+    )
     nd = sub.add_parser(
         "node",
         help="the cluster's members: list, add and remove nodes (admin)",

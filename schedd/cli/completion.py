@@ -22,7 +22,7 @@ class _Level:
 
 
 #: positionals that name a job or a run (a job's name or id before its ``@``)
-JOB_ARGUMENTS = ("id", "run_id")
+JOB_ARGUMENTS = ("id", "run_id", "run_ids")
 
 
 def _help(text: str | None) -> str:

@@ -40,6 +40,7 @@ class Style:
     now_ms: int | None = None
     wide: bool = False
     clock: Callable[[], int] | None = None
+    color: bool = False  # colour job statuses and run states (a terminal, NO_COLOR unset)
 
     @property
     def now(self) -> int | None:
@@ -47,6 +48,39 @@ class Style:
 
 
 PLAIN = Style()
+
+#: the colour (an SGR code) of each job status and run state on a terminal: green for what went
+#: well, red for what failed, cyan for what runs or waits for a worker, yellow for what is held
+#: back, grey for what will not run
+COLORS = {
+    "succeeded": "32",
+    "done": "32",
+    "active": "32",
+    "failed": "31",
+    "queued": "36",
+    "running": "36",
+    "retrying": "33",
+    "blocked": "33",
+    "paused": "33",
+    "cancelled": "90",
+    "skipped": "90",
+}
+
+
+def painted(text: str, color: bool) -> str:
+    """``text`` in the colour of its first word (a status or state), when ``color``."""
+    code = COLORS.get(text.split(" ", 1)[0]) if color and text else None
+    return f"\x1b[{code}m{text}\x1b[0m" if code else text
+
+
+def job_status(job: Mapping[str, Any]) -> str:
+    """A job's status as shown: ``failed`` for a done job whose latest run failed for good (the
+    API's ``status`` says only that nothing more will run)."""
+    status = fmt_value(job.get("status"))
+    latest = job.get("latest_run")
+    if status == "done" and isinstance(latest, Mapping) and latest.get("state") == "failed":
+        return "failed"
+    return status
 
 
 # ---- cells -----------------------------------------------------------------------------------
@@ -266,8 +300,12 @@ def table(
     width: int = WIDTH,
     keep: Sequence[int] = (),
     drop: Sequence[int] = (),
+    colored: Sequence[int] = (),
+    color: bool = False,
 ) -> str:
-    """Left-aligned columns separated by two spaces, every line at most ``width`` columns.
+    """Left-aligned columns separated by two spaces, every line at most ``width`` columns;
+    with ``color``, the cells of the ``colored`` columns in their state's colour (laid out as
+    if they had none).
 
     ``keep`` names the columns to cut last.  When the kept columns and the others (at their
     smallest) cannot fit, the columns of ``drop`` are left out, in that order, before a kept
@@ -296,11 +334,15 @@ def table(
     natural = [natural_of[i] for i in shown]
     widths = _fit(natural, width - len(_GAP) * (len(shown) - 1), keep_shown)
     lines = []
-    for row in [head, *body]:
+    for n, row in enumerate([head, *body]):
         cells = [
             truncate(row[i] if i < len(row) else "", w) for i, w in zip(shown, widths, strict=True)
         ]
-        lines.append(_GAP.join(_pad(c, widths[k]) for k, c in enumerate(cells)).rstrip())
+        out = []
+        for k, c in enumerate(cells):
+            pad = _pad(c, widths[k])[len(c) :]
+            out.append(painted(c, color and n > 0 and shown[k] in colored) + pad)
+        lines.append(_GAP.join(out).rstrip())
     return "\n".join(lines)
 
 
@@ -347,9 +389,10 @@ def block(text: str, width: int, indent: str) -> list[str]:
     return out
 
 
-def details(pairs: Sequence[tuple[str, str]], width: int = WIDTH) -> str:
+def details(pairs: Sequence[tuple[str, str]], width: int = WIDTH, color: bool = False) -> str:
     """``key: value`` lines with the values aligned, each line at most ``width`` columns: a
-    value too long for its line goes on, wrapped, on the next ones (nothing is cut)."""
+    value too long for its line goes on, wrapped, on the next ones (nothing is cut); with
+    ``color``, a ``status`` or ``state`` in its colour."""
     if not pairs:
         return ""
     keys = [clean(k) + ":" for k, _ in pairs]
@@ -360,7 +403,8 @@ def details(pairs: Sequence[tuple[str, str]], width: int = WIDTH) -> str:
         head = _pad(key, key_width) + " "
         text = clean(value)
         if display_width(head) + display_width(text) <= width:
-            lines.append((head + text).rstrip())
+            shown = painted(text, color) if key.rstrip(": ") in ("status", "state") else text
+            lines.append((head + shown).rstrip())
         else:
             lines += [line.rstrip() for line in wrap(text, width, " " * len(head), head)]
     return "\n".join(lines)
@@ -444,7 +488,9 @@ def _problem_lines(run: Mapping[str, Any], width: int, indent: str) -> list[str]
 
 def _next_run_cell(job: Mapping[str, Any], style: Style) -> str:
     """In a table: how long until the next run ("in 5h"), or its time when there is no now
-    to count from; ``wide`` shows both."""
+    to count from; ``wide`` shows both; ``paused`` for a paused job (nothing fires)."""
+    if job.get("status") == "paused":
+        return "paused"
     when = job.get("next_run_at")
     rel = relative(when, style.now)
     if style.wide or not rel:
@@ -454,8 +500,10 @@ def _next_run_cell(job: Mapping[str, Any], style: Style) -> str:
 
 def _last_run_cell(job: Mapping[str, Any], style: Style) -> str:
     latest = job.get("latest_run")
-    if not isinstance(latest, Mapping):
-        return "-"
+    if not isinstance(latest, Mapping) or (
+        latest.get("state") == "scheduled" and not latest.get("attempts")
+    ):
+        return "-"  # none yet: the latest is the next one, waiting for its time
     when = latest.get("updated_at")
     rel = relative(when, style.now)
     return f"{fmt_value(latest.get('state'))} {rel or fmt_time(when)}"
@@ -464,6 +512,25 @@ def _last_run_cell(job: Mapping[str, Any], style: Style) -> str:
 def _zone_of(job: Mapping[str, Any]) -> object:
     schedule = job.get("schedule")
     return schedule.get("timezone") if isinstance(schedule, Mapping) else None
+
+
+SHORT_ID = 12  # the fewest characters of a job id a narrow table shows (a prefix: 2 random)
+
+
+def short_ids(ids: Sequence[str]) -> dict[str, str]:
+    """Each id's shortest prefix of at least :data:`SHORT_ID` characters that no other of
+    ``ids`` starts with (every command takes a unique prefix of a job id)."""
+    out = {}
+    ordered = sorted(set(ids))
+    for k, job_id in enumerate(ordered):
+        n = SHORT_ID
+        for other in (ordered[k - 1] if k else "", ordered[k + 1] if k + 1 < len(ordered) else ""):
+            common = 0
+            while common < min(len(job_id), len(other)) and job_id[common] == other[common]:
+                common += 1
+            n = max(n, common + 1)
+        out[job_id] = job_id[:n]
+    return out
 
 
 def jobs_table(jobs: Sequence[Mapping[str, Any]], style: Style = PLAIN) -> str:
@@ -479,7 +546,7 @@ def jobs_table(jobs: Sequence[Mapping[str, Any]], style: Style = PLAIN) -> str:
         row = [
             fmt_value(j.get("id")),
             fmt_value(j.get("name") or j.get("task")),
-            fmt_value(j.get("status")),
+            job_status(j),
             fmt_schedule(j.get("schedule"), short=not style.wide),
             _next_run_cell(j, style),
             _last_run_cell(j, style),
@@ -489,12 +556,34 @@ def jobs_table(jobs: Sequence[Mapping[str, Any]], style: Style = PLAIN) -> str:
                 in_zone(j.get("next_run_at"), _zone_of(j)) or "-"
             ]
         rows.append(row)
-    return table(headers, rows, style.width, keep=(0, 2, 4, 5), drop=(3, 5, 4))
+    if not style.wide and style.width < UNLIMITED:
+        # in a narrow terminal the name matters more than the id's last characters: ids are
+        # shortened to the prefix that tells them apart (-o wide shows them whole)
+        whole = table(headers, rows, UNLIMITED)
+        if any(display_width(line) > style.width for line in whole.split("\n")):
+            short = short_ids([r[0] for r in rows])
+            rows = [[short.get(r[0], r[0]), *r[1:]] for r in rows]
+    return table(
+        headers,
+        rows,
+        style.width,
+        keep=(0, 2, 4, 5),
+        drop=(3, 5, 4),
+        colored=(2, 5),
+        color=style.color,
+    )
 
 
 def submitted_table(job: Mapping[str, Any], style: Style = PLAIN) -> str:
-    row = [fmt_value(job.get("id")), fmt_value(job.get("status")), fmt_time(job.get("next_run_at"))]
-    return table(["ID", "STATUS", "NEXT RUN"], [row], style.width, keep=(0, 2))
+    row = [fmt_value(job.get("id")), job_status(job), fmt_time(job.get("next_run_at"))]
+    return table(
+        ["ID", "STATUS", "NEXT RUN"],
+        [row],
+        style.width,
+        keep=(0, 2),
+        colored=(1,),
+        color=style.color,
+    )
 
 
 _NOTE = "  "  # the indent of the lines under a run's row
@@ -523,14 +612,19 @@ def runs_table(runs: Sequence[Mapping[str, Any]], style: Style = PLAIN) -> str:
         if _run_ended(run) != "-":
             when += f"  ended {_run_ended(run, style)}"
         notes.append([*wrap(when, width, _NOTE), *_problem_lines(run, width, _ERROR)])
-    return _with_notes(["RUN", "STATE", "ATTEMPTS", "FENCE"], rows, notes, width)
+    return _with_notes(["RUN", "STATE", "ATTEMPTS", "FENCE"], rows, notes, width, style.color)
 
 
 def _with_notes(
-    headers: list[str], rows: list[list[str]], notes: list[list[str]], width: int
+    headers: list[str],
+    rows: list[list[str]],
+    notes: list[list[str]],
+    width: int,
+    color: bool = False,
 ) -> str:
-    """A table of runs (the id column kept whole), each row followed by its lines of notes."""
-    lines = table(headers, rows, width, keep=(0,)).split("\n")
+    """A table of runs (the id column kept whole, the state coloured), each row followed by its
+    lines of notes."""
+    lines = table(headers, rows, width, keep=(0,), colored=(1,), color=color).split("\n")
     out = [lines[0]]
     for line, lines_under in zip(lines[1:], notes, strict=True):
         out += [line, *lines_under]
@@ -538,6 +632,8 @@ def _with_notes(
 
 
 def _next_run(job: Mapping[str, Any], style: Style) -> str:
+    if job.get("status") == "paused":
+        return "none while paused (resume to schedule it again)"
     text = fmt_when(job.get("next_run_at"), style)
     local = in_zone(job.get("next_run_at"), _zone_of(job))
     return f"{text}; {local}" if local else text
@@ -555,7 +651,8 @@ def job_details(job: Mapping[str, Any], style: Style = PLAIN) -> str:
     add("name", "name")
     add("namespace", "namespace")
     add("queue", "queue")
-    add("status", "status")
+    if "status" in job:
+        pairs.append(("status", job_status(job)))
     add("schedule", "schedule", fmt_schedule)
     add("policies", "schedule", fmt_policies)
     if "next_run_at" in job:
@@ -583,10 +680,15 @@ def job_details(job: Mapping[str, Any], style: Style = PLAIN) -> str:
             text += f", {rel}"
         pairs.append(("run state", text))
         if _run_problem(latest):
-            pairs.append(("run error", _run_problem(latest)))
+            # a waiting reason (dependencies, no worker) is not an error
+            failed = latest.get("error") or (last and last.get("error"))
+            ended = latest.get("state") in FINISHED_RUN_STATES
+            label = "run error" if failed else "run reason" if ended else "run waits"
+            pairs.append((label, _run_problem(latest)))
+        pairs += [("upstream", text) for text in upstream_lines(latest)]
     elif "latest_run" in job:
         pairs.append(("latest run", "-"))
-    return details(pairs, style.width)
+    return details(pairs, style.width, style.color)
 
 
 _OPTIONS = RecurringOptions()  # the model's defaults, as the API shows them
@@ -635,6 +737,8 @@ def run_details(run: Mapping[str, Any], style: Style = PLAIN) -> str:
     pairs: list[tuple[str, str]] = [
         ("run", fmt_value(run.get("id"))),
         ("job", fmt_value(run.get("job_id"))),
+        *([("name", fmt_value(run["job_name"]))] if run.get("job_name") else []),
+        *([("task", fmt_value(run["task"]))] if run.get("task") else []),
         ("state", fmt_value(run.get("state"))),
         ("scheduled", fmt_when(run.get("scheduled_at"), style)),
         ("due", fmt_when(run.get("due_at"), style)),
@@ -643,9 +747,10 @@ def run_details(run: Mapping[str, Any], style: Style = PLAIN) -> str:
     for label, key in (("reason", "reason"), ("waiting", "waiting"), ("error", "error")):
         if run.get(key):
             pairs.append((label, fmt_error(run[key])))
+    pairs += [("upstream", text) for text in upstream_lines(run)]
     if run.get("result") is not None:
         pairs.append(("result", fmt_value(run.get("result"))))
-    out = [details(pairs, width)]
+    out = [details(pairs, width, style.color)]
     for a in _attempts(run):
         head = (
             f"attempt {fmt_value(a.get('attempt'))}: worker {fmt_value(a.get('worker_id'))}, "
@@ -674,29 +779,79 @@ def run_details(run: Mapping[str, Any], style: Style = PLAIN) -> str:
             lines += [_NOTE + "traceback (last lines):", *block(a["traceback"], width, _ERROR)]
         out.append("\n".join(lines))
     if not _attempts(run):
-        out.append("no attempts yet")
+        finished = run.get("state") in FINISHED_RUN_STATES
+        out.append("no attempt: it never ran" if finished else "no attempts yet")
     return "\n\n".join(out)
+
+
+def upstream_lines(run: Mapping[str, Any]) -> list[str]:
+    """Each upstream job a run waits for or was skipped for: its name and id, and its latest
+    run's id and state (``upstream`` of the API's run view)."""
+    out = []
+    for up in run.get("upstream") or ():
+        if not isinstance(up, Mapping):
+            continue
+        name = up.get("name")
+        who = (
+            f"{fmt_value(name)} ({fmt_value(up.get('job_id'))})"
+            if name
+            else fmt_value(up.get("job_id"))
+        )
+        if up.get("status") is None:
+            out.append(f"{who}: no longer exists")
+        elif up.get("run_id") is None:
+            out.append(f"{who}: {fmt_value(up.get('status'))}, no run yet")
+        else:
+            out.append(
+                f"{who}: latest run {fmt_value(up.get('run_id'))} {fmt_value(up.get('state'))}"
+            )
+    return out
 
 
 _NODE_FIRST = ("id", "role", "healthy", "http", "raft")
 
 
+LEADERS_SHOWN = 5  # the latest leader changes `schedctl cluster` lists
+
+
+def _node_cell(key: str, value: object) -> str:
+    if key == "last_contact" and isinstance(value, int | float):
+        return f"{value:.2f}s"
+    return fmt_value(value)
+
+
 def cluster_view(cluster: Mapping[str, Any], style: Style = PLAIN) -> str:
+    """The cluster as one node sees it: its facts, a table of the nodes, and the latest leader
+    changes, one a line (``-o json`` has them all)."""
     width = style.width
     pairs = [
         (key.replace("_", " "), fmt_value(value))
         for key, value in cluster.items()
-        if key != "nodes"
+        if key not in ("nodes", "leaders")
     ]
-    out = [details(pairs, width)] if pairs else []
+    out = [details(pairs, width, style.color)] if pairs else []
     nodes = [n for n in cluster.get("nodes") or [] if isinstance(n, Mapping)]
     if nodes:
         keys = [k for k in _NODE_FIRST if any(k in n for n in nodes)]
         keys += [k for n in nodes for k in n if k not in keys]
         keys = list(dict.fromkeys(keys))
-        rows = [[fmt_value(n.get(k)) for k in keys] for n in nodes]
+        rows = [[_node_cell(k, n.get(k)) for k in keys] for n in nodes]
         headers = [k.replace("_", " ").upper() for k in keys]
         out.append(table(headers, rows, width, keep=(0,)))
+    leaders = [x for x in cluster.get("leaders") or [] if isinstance(x, Mapping)]
+    if leaders:
+        shown = leaders[-LEADERS_SHOWN:]
+        lines = [
+            f"leaders (the latest {len(shown)} of {len(leaders)}, newest last):"
+            if len(leaders) > len(shown)
+            else "leaders (newest last):"
+        ]
+        for x in shown:
+            lines.append(
+                f"  term {fmt_value(x.get('term'))}: {fmt_value(x.get('node'))} since "
+                f"{fmt_when(x.get('at'), style)} (log index {fmt_value(x.get('index'))})"
+            )
+        out.append("\n".join(lines))
     return "\n\n".join(out)
 
 
@@ -750,19 +905,27 @@ def workers_table(workers: Sequence[Mapping[str, Any]], style: Style = PLAIN) ->
     return table(headers, rows, style.width, keep=(0, 5))
 
 
+def run_job(run: Mapping[str, Any]) -> str:
+    """Who a run belongs to, by name: its job's name and task (``nightly · reports.build``),
+    the task alone, or the job id when the view does not say (an older node)."""
+    name, task = run.get("job_name"), run.get("task")
+    if name and task:
+        return f"{fmt_value(name)} · {fmt_value(task)}"
+    return fmt_value(name or task or run.get("job_id"))
+
+
 def dlq_table(runs: Sequence[Mapping[str, Any]], style: Style = PLAIN) -> str:
-    """Dead-lettered runs: full run id, job, attempts, then an indented line with when the last
-    attempt ended and its error on lines of its own, never cut (as in :func:`runs_table`)."""
+    """Dead-lettered runs: full run id (its job's id is its first part), the job's name and
+    task, attempts, then an indented line with when the last attempt ended and its error on
+    lines of its own, never cut (as in :func:`runs_table`)."""
     width = style.width
     rows = []
     notes = []
     for run in runs:
-        rows.append(
-            [fmt_value(run.get("id")), fmt_value(run.get("job_id")), str(len(_attempts(run)))]
-        )
+        rows.append([fmt_value(run.get("id")), run_job(run), str(len(_attempts(run)))])
         ended = wrap(f"ended {_run_ended(run, style)}", width, _NOTE)
         notes.append([*ended, *_problem_lines(run, width, _ERROR)])
-    return _with_notes(["RUN", "JOB", "ATTEMPTS"], rows, notes, width)
+    return _with_notes(["RUN", "NAME · TASK", "ATTEMPTS"], rows, notes, width)
 
 
 def fmt_local(value: object) -> str:

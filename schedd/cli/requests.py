@@ -291,7 +291,7 @@ def wait_seconds(args: argparse.Namespace) -> float | None:
     value = getattr(args, "wait_timeout", None)
     if value is None:
         return None
-    option = "--timeout" if args.command == "wait" else "--wait-timeout"
+    option = "--timeout" if args.command in ("wait", "ready") else "--wait-timeout"
     return parse_duration(_duration(option, value), option) / 1000
 
 
@@ -311,6 +311,51 @@ def since_time(value: str, now_ms: int) -> str:
             f"(30m, 1h, 7d), got {value!r}"
         ) from None
     return str(format_time(now_ms - ago))
+
+
+def _list_request(args: argparse.Namespace) -> ApiRequest:
+    query = _query(args, "status", "queue", "namespace", "task", "name")
+    state = args.state
+    if args.status == "failed":  # as the STATUS column shows it: done, its latest run failed
+        if state not in (None, "failed"):
+            raise UsageError(f"--status failed means --state failed, not --state {state}")
+        query = (("status", "done"), *(q for q in query if q[0] != "status"))
+        state = "failed"
+    if state is not None:
+        query = (("last_run", state), *query)
+    return ApiRequest("GET", "/api/v1/jobs", query=query)
+
+
+DLQ_FILTERS = ("namespace", "queue", "task", "error")
+
+
+def _dlq_request(args: argparse.Namespace, action: str) -> ApiRequest:
+    """``dlq replay|drop``: one run by its own endpoint; several, or what filters or ``--all``
+    pick, by a dry run of the bulk endpoint (the command confirms, then sends the run ids)."""
+    filters: dict[str, Any] = {
+        name: getattr(args, name) for name in DLQ_FILTERS if getattr(args, name) is not None
+    }
+    if args.since is not None:
+        filters["since"] = since_time(args.since, int(time.time() * 1000))
+    ids = list(args.run_ids)
+    if ids and (filters or args.all):
+        raise UsageError(
+            f"dlq {action}: give run ids, or filters (--task, --queue, --namespace, --error, "
+            "--since) or --all, not both"
+        )
+    if not ids and not filters and not args.all:
+        raise UsageError(
+            f"dlq {action}: name the runs (RUN_ID ...), or pick them with --task, --queue, "
+            "--namespace, --error or --since, or take every one with --all"
+        )
+    if len(ids) == 1 and not args.dry_run:
+        if action == "replay":
+            return ApiRequest("POST", run_path(ids[0], "/replay", under="dlq"))
+        return ApiRequest("DELETE", run_path(ids[0], under="dlq"))
+    body: dict[str, Any] = {"dry_run": True, **filters}
+    if ids:
+        body["run_ids"] = ids
+    return ApiRequest("POST", f"/api/v1/dlq/{action}", body=body)
 
 
 def _explain_request(args: argparse.Namespace) -> ApiRequest:
@@ -386,10 +431,8 @@ def _job_action_request(args: argparse.Namespace, stdin: IO[bytes] | None) -> Ap
     if cmd == "dlq list":
         query = _query(args, "namespace", "queue", "task", "error")
         return ApiRequest("GET", "/api/v1/dlq", query=query)
-    if cmd == "dlq replay":
-        return ApiRequest("POST", run_path(args.run_id, "/replay", under="dlq"))
-    if cmd == "dlq drop":
-        return ApiRequest("DELETE", run_path(args.run_id, under="dlq"))
+    if cmd in ("dlq replay", "dlq drop"):
+        return _dlq_request(args, cmd.split()[1])
     raise UsageError(f"unknown command {cmd!r}")  # pragma: no cover - argparse refuses first
 
 
@@ -414,10 +457,7 @@ def build_request(args: argparse.Namespace, stdin: IO[bytes] | None = None) -> A
     if cmd == "get":
         return ApiRequest("GET", job_path(args.id))
     if cmd == "list":
-        query = _query(args, "status", "queue", "namespace", "task", "name")
-        if args.state is not None:
-            query = (("last_run", args.state), *query)
-        return ApiRequest("GET", "/api/v1/jobs", query=query)
+        return _list_request(args)
     if cmd == "runs":
         return ApiRequest("GET", job_path(args.id, "/runs"), query=_query(args, "state"))
     if cmd == "run":

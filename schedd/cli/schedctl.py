@@ -22,7 +22,7 @@ from typing import IO, Any
 
 import orjson
 
-from schedd.cli import render
+from schedd.cli import dlq, render
 from schedd.cli.args import build_parser, parse_args
 from schedd.cli.client import (
     Client,
@@ -67,14 +67,18 @@ MAX_PAGES = 10_000
 
 
 def _error_exit(status: int) -> int:
-    return EXIT_NOT_FOUND if status == 404 else EXIT_SERVER
+    """404: not found (3); 400 and 413: the input is wrong, as a usage error found here is
+    (2); any other error answer: 1."""
+    if status == 404:
+        return EXIT_NOT_FOUND
+    return EXIT_USAGE if status in (400, 413) else EXIT_SERVER
 
 
 _HINTS = {
     401: "pass --token or --token-file, or set SCHEDD_TOKEN (a local `schedd` keeps its admin "
     "token in ./.schedd/tokens.toml)",
-    403: "this token's role does not allow it; use a token with the submit, read or admin role",
-    413: "the payload is over the server's limit (64 KiB by default); pass a reference instead",
+    403: "use a token with one of the roles allowed",
+    413: "pass a reference to the data (a path, a URL, a key) instead of the data itself",
 }
 
 
@@ -168,15 +172,17 @@ def terminal_style(
     when it is a pipe or a file (unless ``COLUMNS`` says a width); ``-o wide``: more columns
     and nothing cut."""
     clock = _wall_ms if now_ms is None else None  # ages as of when each is printed
+    # colours on a terminal only, unless NO_COLOR is set (no-color.org) or it cannot show them
+    color = out_is_tty and not env.get("NO_COLOR") and env.get("TERM") != "dumb"
     if output == "wide":
-        return render.Style(render.UNLIMITED, now_ms, wide=True, clock=clock)
+        return render.Style(render.UNLIMITED, now_ms, wide=True, clock=clock, color=color)
     columns = env.get("COLUMNS", "")
     if columns.isdigit() and int(columns) >= 20:
-        return render.Style(int(columns), now_ms, clock=clock)
+        return render.Style(int(columns), now_ms, clock=clock, color=color)
     if out_is_tty:
         width = max(shutil.get_terminal_size((render.WIDTH, 24)).columns, 20)
-        return render.Style(width, now_ms, clock=clock)
-    return render.Style(render.UNLIMITED, now_ms, clock=clock)
+        return render.Style(width, now_ms, clock=clock, color=color)
+    return render.Style(render.UNLIMITED, now_ms, clock=clock, color=color)
 
 
 def _wall_ms() -> int:
@@ -401,6 +407,15 @@ def resolve_job(client: Client, ref: str) -> str:
     return ref
 
 
+def _latest_run_of(client: Client, job_id: str) -> str:
+    """``schedctl run JOB``: the id of the job's latest run."""
+    job = _as_mapping(_call(client, ApiRequest("GET", job_path(job_id))).json())
+    latest = job.get("latest_run")
+    if not isinstance(latest, Mapping) or not latest.get("id"):
+        raise CliError(f"job {render.clean(job_id)} has no run yet", EXIT_NOT_FOUND)
+    return str(latest["id"])
+
+
 def resolve_run(client: Client, ref: str) -> str:
     """A run id whose job part may be a name or an id prefix."""
     job, _, ms = ref.rpartition("@")
@@ -410,7 +425,12 @@ def resolve_run(client: Client, ref: str) -> str:
 def _resolve(client: Client, args: argparse.Namespace) -> None:
     """Replace the job or run the command line names by its id."""
     if getattr(args, "run_id", None):
-        args.run_id = resolve_run(client, args.run_id)
+        if args.command == "run" and not is_run_id(args.run_id):  # a job: its latest run
+            args.run_id = _latest_run_of(client, resolve_job(client, args.run_id))
+        else:
+            args.run_id = resolve_run(client, args.run_id)
+    if getattr(args, "run_ids", None):
+        args.run_ids = [resolve_run(client, ref) for ref in args.run_ids]
     if getattr(args, "id", None):
         args.id = (
             resolve_run(client, args.id) if is_run_id(args.id) else resolve_job(client, args.id)
@@ -448,6 +468,15 @@ def run_command(
     client = Client(
         settings.servers, settings.token, settings.timeout, ssl_context=settings.ssl_context
     )
+    if command == "ready":
+        from schedd.cli.ready import wait_ready
+
+        return wait_ready(
+            client,
+            wait_seconds(args) or 30.0,
+            out,
+            token=lambda: resolve_settings(args, os.environ).token,
+        )
     if command == "__jobs":
         return complete_jobs(client, args.prefix, out)
     if command == "apply":
@@ -470,6 +499,20 @@ def run_command(
         req = ApiRequest("PATCH", job_path(args.id), body=build_update_body(args, current=current))
     else:
         req = build_request(args)
+    return _run_request(client, req, command, args, settings, style, out, err)
+
+
+def _run_request(
+    client: Client,
+    req: ApiRequest,
+    command: str,
+    args: argparse.Namespace,
+    settings: Settings,
+    style: render.Style,
+    out: IO[bytes],
+    err: IO[str],
+) -> int:
+    """Send the command's request (or run the commands that make several) and print."""
     if command in _PAGED:
         _run_pages(client, req, command, args, settings, style, out, err)
         return EXIT_OK
@@ -477,6 +520,17 @@ def run_command(
         return watch(client, args.id, args.interval, settings, style, out, err)
     if command == "wait":
         return wait(client, args.id, wait_seconds(args), settings, style, out, err)
+    if command in ("dlq replay", "dlq drop") and req.path.endswith(command.replace(" ", "/")):
+        return dlq.bulk(
+            lambda r: _call(client, r),
+            req,
+            command.split()[1],
+            dry_run=args.dry_run,
+            yes=args.yes,
+            settings=settings,
+            out=out,
+            err=err,
+        )
     hints = _TRIGGER_HINTS if command == "trigger" and not args.override else _HINTS
     resp = _call(client, req, hints=hints)
     if command == "ui":
@@ -549,12 +603,12 @@ def _removed(
         if resp.body:
             out.write(resp.body + b"\n")
     elif settings.quiet:
-        _write(out, render.clean(args.id if command == "cancel" else args.run_id))
+        _write(out, render.clean(args.id if command == "cancel" else args.run_ids[0]))
     else:
         what = (
             f"cancelled job {render.clean(args.id)}"
             if command == "cancel"
-            else f"dropped run {render.clean(args.run_id)} from the dead-letter queue"
+            else f"dropped run {render.clean(args.run_ids[0])} from the dead-letter queue"
         )
         _write(out, what)
 

@@ -137,7 +137,7 @@ def test_cancel_and_exit_codes(single: Cluster) -> None:
     bad = ctl(single, "submit", "t", "--priority", "urgent")
     assert bad.returncode == 2
     server_says_no = ctl(single, "submit", "t", "--cron", "not a cron")
-    assert server_says_no.returncode == 1 and b"schedule.cron" in server_says_no.stderr
+    assert server_says_no.returncode == 2 and b"schedule.cron" in server_says_no.stderr
     unauth = ctl(single, "list", token="not-a-valid-token-at-all")
     assert unauth.returncode == 1 and b"unauthenticated" in unauth.stderr
     assert b"Traceback" not in unauth.stderr + bad.stderr + missing.stderr

@@ -21,6 +21,8 @@ from tests.cluster.harness import BIN
 
 pytestmark = pytest.mark.browser
 
+TOKEN_KEY = "schedd.token"  # where the dashboard keeps its token (settings.js)
+
 
 def reads(instant: str, zone: str) -> str:
     """``instant`` as the dashboard writes it in ``zone``: "2026-07-01 03:30 GMT+2"."""
@@ -681,8 +683,10 @@ def test_schedctl_ui_opens_a_session_once_and_the_code_leaves_the_address(
     page.goto(url)
     page.wait_for_selector("#role:text-is('submit')")  # logged in, no token pasted
     assert "#" not in page.url and "code" not in page.url  # nor kept in the history
-    assert page.evaluate("sessionStorage.length") == 1
-    session = page.evaluate("Object.values(sessionStorage)[0]")
+    # the session token, and (not a secret) the highest Raft index the tab has seen
+    stored = page.evaluate("Object.keys(sessionStorage)")
+    assert set(stored) <= {TOKEN_KEY, "schedd.index"} and TOKEN_KEY in stored
+    session = page.evaluate(f"sessionStorage.getItem('{TOKEN_KEY}')")
     assert session.startswith("ui1.") and daemon.token("submit") not in session
     page.wait_for_selector(".cluster .facts")  # and it reads the API with it
     # the same link again is refused: the code was good once
@@ -728,3 +732,25 @@ def test_reads_after_a_write_ask_for_the_writes_index(page: Any, daemon: Daemon)
     page.wait_for_selector(f"tr[data-job='{job['id']}'] .badge:text-is('paused')")
     later = asked[count:]
     assert later and min(later) >= max(written), (later, written)
+
+
+def test_a_job_whose_run_failed_for_good_reads_failed_in_red(page: Any, daemon: Daemon) -> None:
+    failed = submit(daemon, task="ui.disk", namespace="tfail", retry={"max_attempts": 1})
+    fine = submit(daemon, task="ui.ok", namespace="tfail")
+    for job, state in ((failed, "failed"), (fine, "succeeded")):
+        daemon.wait(
+            lambda j=job, s=state: daemon.api("GET", f"/jobs/{j['id']}")["latest_run"]["state"] == s
+        )
+    login(page, daemon, "read", "/ui/jobs?namespace=tfail")
+    bad = page.wait_for_selector(f"tr[data-job='{failed['id']}'] .badge.st-failed")
+    assert bad.inner_text() == "failed" and "done" in (bad.get_attribute("title") or "")
+    good = page.wait_for_selector(f"tr[data-job='{fine['id']}'] .badge.st-done")
+    assert good.inner_text() == "done"
+    red = page.eval_on_selector(
+        f"tr[data-job='{failed['id']}'] .badge", "e => getComputedStyle(e).backgroundColor"
+    )
+    assert red == "rgb(255, 235, 233)"  # the failed colour, not the done one
+    page.goto(daemon.url + f"/ui/jobs/{failed['id']}")
+    assert (
+        page.wait_for_selector("h1 ~ .badge.st-failed, .badge.st-failed").inner_text() == "failed"
+    )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import re
 import shutil
 import subprocess
 import threading
@@ -151,6 +152,10 @@ REQUESTS: list[tuple[list[str], ApiRequest]] = [
     (["runs", "j1"], ApiRequest("GET", "/api/v1/jobs/j1/runs")),
     (["cancel", "j1"], ApiRequest("DELETE", "/api/v1/jobs/j1")),
     (["list"], ApiRequest("GET", JOBS)),
+    (
+        ["list", "--status", "failed"],
+        ApiRequest("GET", JOBS, query=(("last_run", "failed"), ("status", "done"))),
+    ),
     (
         [
             "list",
@@ -309,6 +314,8 @@ USAGE_ERRORS: list[tuple[list[str], str]] = [
     (["wait", "j1", "--timeout", "-1s"], "--timeout: expected"),
     (["runs", "j1", "--since", "yesterday"], "--since: expected an RFC 3339 time"),
     (["list", "--state", "exploded"], "argument --state: invalid choice"),
+    (["list", "--status", "failed", "--state", "running"], "--status failed means --state"),
+    (["submit", "t", "--in", "-5m"], "--in: expected a positive duration"),
     (["explain", "--every", "5m", "--cron", "* * * * *"], "give one of a job ID, --cron EXPR"),
     (["explain", "--every", "5m", "--from", "noon"], "--from: expected"),
     (["update", "j1", "--every", "5x"], '--every: expected a duration like "90s"'),
@@ -331,7 +338,7 @@ USAGE_ERRORS: list[tuple[list[str], str]] = [
     (["explain", "j1", "--count", "-2"], "--count: expected a number of at least 1"),
     (["explain", "j1", "--count", "many"], "--count: expected a whole number, got 'many'"),
     (["dlq"], "required: DLQ_COMMAND"),
-    (["dlq", "replay"], "required: RUN_ID"),
+    (["dlq", "replay"], "dlq replay: name the runs (RUN_ID ...), or pick them"),
     (["dlq", "purge"], "invalid choice"),
     (["watch", "j1", "--interval", "0"], "expected a positive number of seconds"),
     (["watch"], "required: ID"),
@@ -548,7 +555,14 @@ def test_table_details() -> None:
     jobs = render.jobs_table([{**JOB, "id": ULID, "latest_run": failed}], now)
     header, row = _lines(jobs)
     assert header.startswith("ID  ") and header.endswith("NEXT RUN  LAST RUN")
-    assert row.startswith(ULID) and row.split()[-5:] == ["in", "5h", "failed", "12m", "ago"]
+    # at 80 columns the id is shortened to a unique prefix (every command takes it)
+    assert row.startswith(ULID[:12] + " ") and row.split()[-5:] == [
+        "in",
+        "5h",
+        "failed",
+        "12m",
+        "ago",
+    ]
     assert max(len(line) for line in _lines(jobs)) <= 80
     # wide: every column, nothing cut, the next run in the job's zone too
     wide = render.jobs_table([{**JOB, "id": ULID}], render.Style(render.UNLIMITED, wide=True))
@@ -618,8 +632,8 @@ def test_fires_table_puts_long_notes_under_their_fire_whole() -> None:
 def test_dlq_table_keeps_run_ids_whole_and_errors_on_their_own_line() -> None:
     dead = {**RUN, "id": RUN_ID, "job_id": ULID}
     header, row, note, *error = _lines(render.dlq_table([dead]))
-    assert header.split() == ["RUN", "JOB", "ATTEMPTS"]
-    assert row.split() == [RUN_ID, ULID, "2"]
+    assert header.split() == ["RUN", "NAME", "·", "TASK", "ATTEMPTS"]
+    assert row.split() == [RUN_ID, ULID, "2"]  # a view without names: the job id
     assert note == "  ended 2026-11-25 02:01:05Z"
     assert unwrapped(error).replace(" ", "") == "Traceback-freemessage" + LONG
     wide_cjk = render.dlq_table([{**dead, "error": "日本語" * 60}], render.Style(40))
@@ -762,7 +776,7 @@ def test_watch_line_without_times_or_attempts() -> None:
 
 COMMANDS = [
     "submit", "get", "list", "runs", "run", "wait", "cancel", "pause", "resume", "trigger",
-    "update", "explain", "dlq", "cluster", "node", "workers", "ui", "watch", "apply",
+    "update", "explain", "dlq", "cluster", "ready", "node", "workers", "ui", "watch", "apply",
     "snapshot", "completion",
 ]  # fmt: skip
 
@@ -796,7 +810,7 @@ def test_completion_script_mentions_every_command_and_option(
 
 BASH_CASES = [
     ("", "submit get runs cancel pause resume run wait list trigger update explain dlq cluster "
-     "node workers ui watch apply snapshot completion"),
+     "ready node workers ui watch apply snapshot completion"),
     ("node ", "list add remove"),
     ("dl", "dlq"),
     ("--server http://x:7700 dlq ", "list replay drop"),
@@ -972,7 +986,7 @@ def test_submit_sends_the_body_and_token(
     assert headers["Content-Type"] == "application/json"
 
 
-def test_server_errors_exit_1_with_field_and_hint(
+def test_server_errors_exit_2_for_bad_input_1_otherwise_with_field_and_hint(
     server: FakeServer, capsysbinary: pytest.CaptureFixture[bytes]
 ) -> None:
     bad = b'{"error": {"code": "invalid_argument", "message": "expected 5 fields", "field": "schedule.cron"}}'
@@ -981,7 +995,7 @@ def test_server_errors_exit_1_with_field_and_hint(
         401, b'{"error": {"code": "unauthenticated", "message": "a bearer token is required"}}'
     )
     code, _, err = run(["--server", server.url, "submit", "t", "--cron", "x"], capsysbinary)
-    assert code == EXIT_SERVER
+    assert code == EXIT_USAGE  # the server found the input wrong, as schedctl would have
     assert err == f"schedctl: {server.url}: invalid_argument: schedule.cron: expected 5 fields\n"
     code, _, err = run(["--server", server.url, "workers"], capsysbinary)
     assert code == EXIT_SERVER
@@ -1427,3 +1441,189 @@ def test_wait_prints_ages_as_of_when_it_prints_them(
     assert code == EXIT_OK
     text = out.getvalue().decode()
     assert "1s ago" in text and "in 10s" not in text, text
+
+
+PLAN = {
+    "action": "replay",
+    "dry_run": True,
+    "count": 3,
+    "message": "replay 3 runs of 2 tasks",
+    "tasks": [{"task": "mail.send", "count": 2}, {"task": "bill", "count": 1}],
+    "run_ids": ["A@1", "B@2", "C@3"],
+    "skipped": [],
+}
+
+
+def test_dlq_replay_by_filter_counts_first_then_sends_the_runs_shown(
+    server: FakeServer, capsysbinary: pytest.CaptureFixture[bytes]
+) -> None:
+    server.routes[("POST", "/api/v1/dlq/replay")] = Canned(200, orjson.dumps(PLAN))
+    # without a terminal and without --yes: counted, then refused with what to do
+    code, out, err = run(
+        ["--server", server.url, "dlq", "replay", "--task", "mail.send"], capsysbinary
+    )
+    assert code == EXIT_USAGE and "replay 3 runs of 2 tasks: pass --yes" in err
+    assert [orjson.loads(b) for m, p, _, b in server.seen if m == "POST"] == [
+        {"dry_run": True, "task": "mail.send"}
+    ]
+    server.seen.clear()
+    code, out, _ = run(
+        ["--server", server.url, "dlq", "replay", "--error", "timeout", "--dry-run"],
+        capsysbinary,
+    )
+    assert code == EXIT_OK and out.decode().splitlines()[0] == "replay 3 runs of 2 tasks"
+    assert "mail.send" in out.decode() and len(server.seen) == 1
+    server.seen.clear()
+    server.routes[("POST", "/api/v1/dlq/replay")] = Canned(200, orjson.dumps(PLAN))
+    code, out, err = run(["--server", server.url, "dlq", "replay", "--all", "--yes"], capsysbinary)
+    assert code == EXIT_OK, err
+    bodies = [orjson.loads(b) for m, _, _, b in server.seen if m == "POST"]
+    assert bodies == [{"dry_run": True}, {"dry_run": False, "run_ids": ["A@1", "B@2", "C@3"]}]
+
+
+def test_dlq_replay_of_several_ids_and_its_usage_errors(
+    server: FakeServer, capsysbinary: pytest.CaptureFixture[bytes]
+) -> None:
+    server.routes[("POST", "/api/v1/dlq/drop")] = Canned(200, orjson.dumps(PLAN))
+    other = f"{ULID}@1795645921728"
+    code, _, err = run(["--server", server.url, "dlq", "drop", RUN_ID, other, "-y"], capsysbinary)
+    assert code == EXIT_OK, err
+    bodies = [orjson.loads(b) for m, _, _, b in server.seen if m == "POST"]
+    assert bodies[0] == {"dry_run": True, "run_ids": [RUN_ID, other]}
+    for argv, says in (
+        (["dlq", "replay"], "name the runs"),
+        (["dlq", "replay", RUN_ID, "--task", "t"], "not both"),
+        (["dlq", "drop", "--since", "soon", "-y"], "--since"),
+    ):
+        code, _, err = run(["--server", server.url, *argv], capsysbinary)
+        assert code == EXIT_USAGE and says in err, err
+
+
+def test_a_done_job_whose_run_failed_reads_failed_and_states_have_colours() -> None:
+    failed_run = {**RUN, "state": "failed"}
+    job = {"id": ULID, "task": "t", "status": "done", "latest_run": failed_run}
+    plain = render.jobs_table([job], render.Style(200))
+    assert _lines(plain)[1].split()[2] == "failed" and "\x1b[" not in plain
+    colored = render.jobs_table([job], render.Style(200, color=True))
+    assert "\x1b[31mfailed\x1b[0m" in colored
+    # the layout is the same with colours: only the escapes differ
+    assert re.sub(r"\x1b\[[0-9;]*m", "", colored) == plain
+    ok = {**job, "latest_run": {**RUN, "state": "succeeded"}}
+    assert _lines(render.jobs_table([ok], render.Style(200)))[1].split()[2] == "done"
+    assert "\x1b[32mdone\x1b[0m" in render.jobs_table([ok], render.Style(200, color=True))
+    details = render.job_details(job, render.Style(200, color=True))
+    assert "\x1b[31mfailed\x1b[0m" in details
+    runs = render.runs_table([{**RUN, "state": "retrying"}], render.Style(200, color=True))
+    assert "\x1b[33mretrying\x1b[0m" in runs
+
+
+def test_colours_only_on_a_terminal_and_never_with_no_color() -> None:
+    assert terminal_style("table", True, {"COLUMNS": "90"}).color
+    assert not terminal_style("table", False, {"COLUMNS": "90"}).color
+    assert not terminal_style("table", True, {"COLUMNS": "90", "NO_COLOR": "1"}).color
+    assert not terminal_style("table", True, {"COLUMNS": "90", "TERM": "dumb"}).color
+    assert terminal_style("table", True, {"COLUMNS": "90", "NO_COLOR": ""}).color
+
+
+def test_runs_are_named_by_their_job_and_the_dlq_shows_no_id_twice() -> None:
+    run = {**RUN, "id": RUN_ID, "job_id": ULID, "job_name": "nightly", "task": "reports.build"}
+    line = _lines(render.dlq_table([run], render.Style(120)))[1]
+    assert line.split() == [RUN_ID, "nightly", "·", "reports.build", "2"]
+    assert line.count(ULID) == 1  # only inside the run id
+    unnamed = {**run, "job_name": None}
+    assert _lines(render.dlq_table([unnamed], render.Style(120)))[1].split()[1] == "reports.build"
+    details = render.run_details(run, render.Style(120))
+    assert "name:" in details and "nightly" in details and "reports.build" in details
+
+
+def test_cluster_lists_the_latest_leaders_in_words_and_contact_in_seconds() -> None:
+    leaders = [
+        {"term": t, "node": f"n{t % 3 + 1}", "index": 100 * t, "at": "2026-11-28T11:57:07.000Z"}
+        for t in range(1, 9)
+    ]
+    view = {
+        "node_id": "n1",
+        "nodes": [{"id": "n1", "role": "leader", "last_contact": 0.061}],
+        "leaders": leaders,
+    }
+    text = render.cluster_view(view, render.Style(120))
+    assert "[{" not in text and "0.06s" in text
+    assert "leaders (the latest 5 of 8, newest last):" in text
+    assert "term 8: n3 since 2026-11-28 11:57:07Z (log index 800)" in text
+    assert "term 3:" not in text
+
+
+def test_a_paused_job_shows_no_next_run_and_a_job_never_run_no_last_run() -> None:
+    pending = {**RUN, "state": "scheduled", "attempts": []}
+    job = {
+        "id": ULID,
+        "task": "t",
+        "status": "paused",
+        "next_run_at": "2026-11-25T02:00:00.000Z",
+        "latest_run": pending,
+    }
+    row = _lines(render.jobs_table([job], render.Style(200, now_ms=1_764_000_000_000)))[1]
+    cells = row.split()
+    assert cells[2] == "paused" and cells[-2:] == ["paused", "-"], row
+    assert "none while paused" in render.job_details(job, render.Style(200))
+
+
+def test_run_of_a_job_shows_its_latest_run(
+    server: FakeServer, capsysbinary: pytest.CaptureFixture[bytes]
+) -> None:
+    body = orjson.dumps({**RUN, "id": RUN_ID, "job_id": ULID})
+    server.routes[("GET", f"/api/v1/jobs/{ULID}")] = Canned(
+        200, orjson.dumps({"id": ULID, "status": "active", "latest_run": {"id": RUN_ID}})
+    )
+    server.routes[("GET", run_path(RUN_ID))] = Canned(200, body)
+    code, out, err = run(["--server", server.url, "-o", "json", "run", ULID], capsysbinary)
+    assert (code, out) == (EXIT_OK, body + b"\n"), err
+
+
+def test_a_narrow_job_list_shortens_ids_to_a_unique_prefix_not_the_name() -> None:
+    twins = [
+        "01M8H0HNX3AA37ZSVQ2S3KR13G",
+        "01M8H0HNX3AA37ZTVQ2S3KR13H",
+        "01M9ZZZZZZZZZZZZZZZZZZZZZZ",
+    ]
+    assert render.short_ids(twins) == {
+        twins[0]: "01M8H0HNX3AA37ZS",
+        twins[1]: "01M8H0HNX3AA37ZT",
+        twins[2]: "01M9ZZZZZZZZ",
+    }
+    jobs = [
+        {"id": i, "name": "always-fails-nightly", "status": "active", "schedule": None}
+        for i in twins
+    ]
+    narrow = render.jobs_table(jobs, render.Style(80))
+    assert "always-fails-nightly" in narrow and twins[2] not in narrow
+    assert "01M9ZZZZZZZZ " in narrow
+    wide = render.jobs_table(jobs, render.Style(render.UNLIMITED))
+    assert all(i in wide for i in twins)
+
+
+def test_ready_waits_for_a_leader_and_says_why_not(
+    server: FakeServer, capsysbinary: pytest.CaptureFixture[bytes]
+) -> None:
+    server.routes[("GET", "/api/v1/whoami")] = Canned(200, b'{"name": "admin", "role": "admin"}')
+    server.routes[("GET", "/readyz")] = Canned(
+        503, b'{"error": {"code": "unavailable", "message": "not ready: no known leader yet"}}'
+    )
+    code, _, err = run(["--server", server.url, "ready", "--timeout", "0.6s"], capsysbinary)
+    assert code == 4 and "not ready after 0.6s" in err and "no known leader" in err
+    assert server.hits("GET", "/readyz") >= 2  # asked again until the time was up
+    server.routes[("GET", "/readyz")] = Canned(200, b'{"status": "ready", "leader": "n1"}')
+    code, out, _ = run(["--server", server.url, "ready"], capsysbinary)
+    assert code == EXIT_OK and out.decode() == f"ready: {server.url} (leader n1)\n"
+    server.routes[("GET", "/api/v1/whoami")] = Canned(
+        401, b'{"error": {"code": "unauthenticated", "message": "unknown token"}}'
+    )
+    started = time.monotonic()
+    code, _, err = run(["--server", server.url, "--token", "not-ours-123", "ready"], capsysbinary)
+    assert code == 1 and "does not know the token" in err
+    assert time.monotonic() - started < 5  # at once, not after the 30 s
+    # without a token (a node starting here writes it a moment later): it waits for one
+    code, _, err = run(["--server", server.url, "ready", "--timeout", "0.5s"], capsysbinary)
+    assert code == 4 and "no token yet" in err
+    code, _, err = run(["--server", DEAD, "ready", "--timeout", "0.5s"], capsysbinary)
+    assert code == 4 and "connection refused" in err

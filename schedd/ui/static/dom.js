@@ -57,6 +57,18 @@ export function badge(state, title) {
   return h("span", { class: `badge st-${state ?? "none"}`, title }, state ?? "—");
 }
 
+/** A job's status as shown: "failed" (red) for a done job whose latest run failed for good;
+ * the API's status says only that nothing more will run. */
+export function jobStatus(job) {
+  return job.status === "done" && job.latest_run?.state === "failed" ? "failed" : job.status;
+}
+
+/** A job's status badge (see jobStatus), titled with what the API says. */
+export function jobBadge(job) {
+  const shown = jobStatus(job);
+  return badge(shown, shown === job.status ? undefined : `done: its latest run ${job.latest_run.state}`);
+}
+
 /**
  * An instant as the screens show it: in the job's zone and, when it differs, the viewer's,
  * each with its offset, then how far it is from now. UTC on hover. The age is refreshed by

@@ -184,14 +184,15 @@ function groupedTable(runs, selected, onSelect) {
       body.push(h("tr", { "data-run": run.id },
         h("td", {}, one),
         h("td", {}, link(`/ui/runs/${enc(run.id)}`, shortId(run.id))),
-        h("td", {}, link(`/ui/jobs/${enc(run.job_id)}`, shortId(run.job_id)), job ? h("div", { class: "muted" }, job.task) : null),
+        h("td", {}, link(`/ui/jobs/${enc(run.job_id)}`, run.job_name ?? job?.name ?? run.task ?? job?.task ?? shortId(run.job_id)),
+          h("div", { class: "muted" }, run.task ?? job?.task ?? "")),
         h("td", {}, run.namespace),
         h("td", {}, when(run.updated_at, job?.zone ?? null)),
         h("td", {}, `${run.attempts.length} attempt${run.attempts.length === 1 ? "" : "s"}`, last ? ` · ${last.worker_id}` : ""),
         h("td", {}, badge(run.state))));
     }
   }
-  const heads = ["", "Run", "Job · task", "Namespace", "Failed", "Attempts", "State"];
+  const heads = ["", "Run", "Job (name · task)", "Namespace", "Failed", "Attempts", "State"];
   return h("table", { class: "dlq", id: "dlq-table" },
     h("thead", {}, h("tr", {}, heads.map((t) => h("th", {}, t)))),
     h("tbody", {}, body));

@@ -3,7 +3,7 @@
 // upstream jobs as links.
 
 import { API, enc, get } from "../api.js";
-import { badge, fill, h, link, pre, shortId, when } from "../dom.js";
+import { badge, fill, h, jobBadge, link, pre, shortId, when } from "../dom.js";
 import { describeSchedule, duration, formatIn, jobZone } from "../fmt.js";
 import { viewerZone } from "../settings.js";
 import { errorBox, filterForm, filterOf, pager } from "../widgets.js";
@@ -41,7 +41,7 @@ export function jobScreen(main, { id, params, navigate }) {
     }
     if (!alive || main.querySelector(".armed")) return;
     const title = job.name ? [job.name, " "] : [];
-    fill(head, h("h1", {}, title, shortId(job.id)), badge(job.status),
+    fill(head, h("h1", {}, title, shortId(job.id)), jobBadge(job),
       h("span", { class: "actions" }, jobActions(job, load)));
     fill(spec, specTable(job, names));
     await Promise.all([explain(job), history(job)]);

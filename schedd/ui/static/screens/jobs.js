@@ -3,7 +3,7 @@
 // runs as coloured cells, its policies, and the actions the token's role allows.
 
 import { API, call, can, enc, get } from "../api.js";
-import { badge, confirmButton, fill, h, link, shortId, when } from "../dom.js";
+import { confirmButton, fill, h, jobBadge, link, shortId, when } from "../dom.js";
 import { describeSchedule, jobZone } from "../fmt.js";
 import { act, errorBox, filterForm, filterOf, pager } from "../widgets.js";
 
@@ -94,7 +94,7 @@ function jobRow(job, refresh) {
     h("td", {}, job.task),
     h("td", { class: "schedule" }, scheduleCell(job)),
     h("td", { class: "next" }, when(job.next_run_at, zone)),
-    h("td", {}, badge(job.status)),
+    h("td", {}, jobBadge(job)),
     h("td", { class: "runs", "data-runs": job.id }, runCells(cached(job) ?? (job.latest_run ? [job.latest_run] : []))),
     h("td", { class: "policies" }, policies(job)),
     h("td", { class: "actions" }, jobActions(job, refresh)));

@@ -24,7 +24,8 @@ export function loginScreen(main, { message, onToken }) {
     h("button", { type: "submit" }, "Log in"),
     message ? h("p", { class: "error", role: "alert" }, message) : null,
     h("p", { class: "muted" }, "Or run ", h("code", {}, "schedctl ui"),
-      ": it opens this page logged in with a one-time link. A local node writes its admin token to .schedd/tokens.toml."),
+      ": it opens this page logged in with a one-time link. Each node writes an admin token to the tokens file its banner names (",
+      h("code", {}, "auth.tokens_file"), ")."),
   );
   form.addEventListener("submit", (event) => {
     event.preventDefault();

@@ -39,7 +39,8 @@ export function runScreen(main, { id }) {
     const drawn = JSON.stringify([run, leaders]);
     if (drawn === shown) return;
     shown = drawn;
-    fill(head, h("h1", {}, "Run ", shortId(run.id)), badge(run.state),
+    const name = run.job_name ?? job?.name;
+    fill(head, h("h1", {}, "Run ", shortId(run.id), name ? h("span", { class: "muted" }, ` · ${name}`) : null), badge(run.state),
       h("span", { class: "actions" }, runActions(run, load)));
     fill(body, runFacts(run, zone, job), h("h2", {}, "Attempts"), timeline(run, leaders),
       attemptsTable(run, zone, unfolded), refusedTable(run, zone));
@@ -65,7 +66,8 @@ function runActions(run, refresh) {
 
 function runFacts(run, zone, job) {
   const rows = [
-    ["Job", [link(`/ui/jobs/${enc(run.job_id)}`, run.job_id), job ? ` · ${job.task}` : ""]],
+    ["Job", [link(`/ui/jobs/${enc(run.job_id)}`, run.job_name ?? job?.name ?? run.job_id),
+      ` · ${run.task ?? job?.task ?? ""}`, run.job_name ?? job?.name ? h("div", { class: "muted" }, run.job_id) : null]],
     ["Namespace", run.namespace],
     ["State", badge(run.state)],
     ["Scheduled", when(run.scheduled_at, zone)],
@@ -74,6 +76,12 @@ function runFacts(run, zone, job) {
   ];
   if (run.reason) rows.push(["Reason", run.reason]);
   if (run.waiting) rows.push(["Waiting", run.waiting]);
+  if (run.upstream?.length) {
+    rows.push(["Upstream", h("ul", { class: "upstream" }, run.upstream.map((up) => h("li", {},
+      link(`/ui/jobs/${enc(up.job_id)}`, up.name ?? shortId(up.job_id)), " ",
+      up.run_id ? [link(`/ui/runs/${enc(up.run_id)}`, "latest run"), " ", badge(up.state)]
+        : up.status ? `${up.status}, no run yet` : "no longer exists")))]);
+  }
   if (job) rows.push(["Payload", pre(job.payload)]);
   if (run.error) rows.push(["Error", h("span", { class: "error" }, run.error)]);
   if (run.result !== null && run.result !== undefined) rows.push(["Result", pre(run.result)]);
