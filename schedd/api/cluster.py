@@ -53,17 +53,24 @@ def cluster_view(
             "voting": raft.voting(),
         }
     ]
+    # what each peer said of itself over Raft when it connected (its hello): id, API, version
+    hellos = raft.peer_hellos()
+    if leader_id is None and leader_addr in hellos:
+        leader_id = str(hellos[leader_addr].get("id") or "") or None
     for peer in status.peers:
         is_leader = peer.addr == leader_addr
-        url = http.get(peer.addr)
+        hello = hellos.get(peer.addr, {})
+        url = http.get(peer.addr) or (str(hello["http"]) if hello.get("http") else None)
+        said_id = str(hello.get("id") or "") or None
+        said_version = str(hello.get("version") or "") or None
         entry: ClusterNodeView = {
-            "id": leader_id if is_leader else None,
+            "id": said_id or (leader_id if is_leader else None),
             "raft": peer.addr,
             "http": url,
             "role": "leader" if is_leader else "learner" if peer.role == "learner" else "follower",
             "self": False,
             "healthy": peer.connected,
-            "version": None if url is None else versions.get(url),
+            "version": (None if url is None else versions.get(url)) or said_version,
             "lag": 0 if is_leader else None,
             "last_contact": heard if is_leader else None,
             "connected": peer.connected,

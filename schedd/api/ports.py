@@ -119,6 +119,9 @@ class Raft(Protocol):
     def voting(self) -> bool:
         """False while this node abstains from elections until caught up with a leader."""
 
+    def peer_hellos(self) -> dict[str, dict[str, Any]]:
+        """What each peer said of itself over Raft (its id, API URL and version), by address."""
+
     async def submit_indexed(self, cmd: Command, timeout: float = 5.0) -> Committed:
         """Commit ``cmd`` through the leader: its result as applied, and the entry's index."""
 

@@ -120,13 +120,15 @@ class MembershipService:
         every = [(mm, VOTER) for mm in m.voters]
         if m.learner is not None:
             every.append((m.learner, LEARNER))
+        hellos = node.peer_hellos()  # what each peer said of itself over Raft
         for member, role in every:
             peer = status.peer(member.raft)
             is_self = member.raft == me
+            hello = hellos.get(member.raft, {})
             entry: dict[str, Any] = {
-                "id": member.id or None,
+                "id": member.id or (self.node_id if is_self else hello.get("id")) or None,
                 "raft": member.raft,
-                "http": member.http or None,
+                "http": member.http or hello.get("http") or None,
                 "role": role,
                 "leader": member.raft == status.leader,
                 "self": is_self,

@@ -54,6 +54,10 @@ class FakeRaft:
     raft_status: Status
     applied_index: int = 100
     state: State = field(default_factory=MemoryState)
+    hellos: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def peer_hellos(self) -> dict[str, dict[str, Any]]:
+        return self.hellos
 
     @property
     def commit_index(self) -> int:
@@ -173,3 +177,23 @@ async def test_versions_are_asked_in_the_background_and_never_waited_for(
     proxy.versions([N2, N3])
     await proxy.close()
     assert len(asked) <= 5 and not proxy._asking
+
+
+def test_every_peer_is_named_by_the_id_and_version_it_said_over_raft() -> None:
+    raft = FakeRaft(
+        Status(
+            "follower",
+            "127.0.0.1:7711",
+            [Peer("127.0.0.1:7711"), Peer("127.0.0.1:7721", connected=False)],
+            leader_heard_at=NOW - 0.25,
+        ),
+        hellos={
+            "127.0.0.1:7711": {"id": "n2", "version": "1.2.3", "http": N2},
+            "127.0.0.1:7721": {"id": "n3", "version": "1.2.4", "http": N3},
+        },
+    )
+    view = cluster.cluster_view(CONFIG, raft, N2, {})  # type: ignore[arg-type]
+    n2, n3 = (nodes(view)[a] for a in ("127.0.0.1:7711", "127.0.0.1:7721"))
+    assert (n2["id"], n2["version"]) == ("n2", "1.2.3")
+    assert (n3["id"], n3["version"]) == ("n3", "1.2.4")  # down now: what it said before
+    assert view["leader"] == "n2"  # by its id, not its Raft address
