@@ -59,7 +59,7 @@ def make_app(ports: Ports) -> web.Application:
     )
     install(app, ports)
     app[SAVES] = Saves()
-    mount_ui(app)  # the dashboard at /ui/ (its files need no token)
+    mount_ui(app, lambda: _other_nodes(ports))  # the dashboard at /ui/ (no token for its files)
     handlers = {h.__name__: h for h in HANDLERS}
     assert handlers.keys() == BY_ID.keys(), sorted(handlers.keys() ^ BY_ID.keys())
     for op in OPERATIONS:
@@ -70,6 +70,13 @@ def make_app(ports: Ports) -> web.Application:
             handler = indexed(handler)
         app.router.add_route(op.method, op.path, _guarded(handler, op.action))
     return app
+
+
+def _other_nodes(ports: Ports) -> list[str]:
+    """The other nodes' API URLs: as configured, and as each said over Raft (a node added
+    since)."""
+    said = [str(h.get("http")) for h in ports.raft.peer_hellos().values() if h.get("http")]
+    return [*ports.config.peer_http_urls(), *said]
 
 
 def _guarded(handler: Handler, action: str | None) -> Handler:

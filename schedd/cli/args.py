@@ -376,7 +376,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--from",
         dest="from_",
         metavar="TIME",
-        help="the fire times after TIME (RFC 3339) instead of after now",
+        help="the fire times after TIME (RFC 3339, or a date: its midnight in --tz or UTC) "
+        "instead of after now",
     )
     e.add_argument("--count", type=_positive_int, metavar="N", help="how many fire times")
 

@@ -957,17 +957,23 @@ def fires_table(fires: Sequence[Mapping[str, Any]], style: Style = PLAIN) -> str
     times = [[fmt_time(f.get("scheduled_at")), fmt_local(f.get("local"))] for f in fires]
     notes = [fmt_value(f.get("note")) if f.get("note") else "" for f in fires]
     headers = ["SCHEDULED (UTC)", "LOCAL"]
+    if all(str(f.get("local", "")).endswith(("+00:00", "Z")) for f in fires):
+        # in UTC the local time says nothing more
+        times = [row[:1] for row in times]
+        headers = headers[:1]
+    cols = len(headers)
     natural = [
         max([display_width(headers[i])] + [display_width(row[i]) for row in times])
-        for i in range(2)
+        for i in range(cols)
     ]
+    keep = tuple(range(cols))
     if not any(notes):
-        return table(headers, times, width, keep=(0, 1))
+        return table(headers, times, width, keep=keep)
     note_width = max([display_width("NOTE")] + [display_width(n) for n in notes])
-    if sum(natural) + note_width + 2 * len(_GAP) <= width:
+    if sum(natural) + note_width + cols * len(_GAP) <= width:
         rows = [[*row, note] for row, note in zip(times, notes, strict=True)]
-        return table([*headers, "NOTE"], rows, width, keep=(0, 1))
-    lines = table(headers, times, width, keep=(0, 1)).split("\n")
+        return table([*headers, "NOTE"], rows, width, keep=keep)
+    lines = table(headers, times, width, keep=keep).split("\n")
     out = [lines[0]]
     for line, note in zip(lines[1:], notes, strict=True):
         out.append(line)

@@ -4,13 +4,16 @@ request it means (validated here first, so a typo is a usage error, not a round 
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import IO, Any
 from urllib.parse import quote
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import orjson
 
@@ -85,6 +88,21 @@ def _time(option: str, value: str | None) -> str | None:
     except InvalidArgument as exc:
         raise UsageError(exc.message) from None
     return value
+
+
+def _from_time(value: str, zone: str | None) -> str:
+    """``explain --from``: an RFC 3339 time, or a plain date (``2027-03-26``): its midnight in
+    ``--tz`` (UTC without one)."""
+    if re.fullmatch(r"\d{4}-\d{2}-\d{2}", value.strip()):
+        try:
+            day = date.fromisoformat(value.strip())
+            tz = ZoneInfo(zone) if zone else UTC
+        except (ValueError, ZoneInfoNotFoundError) as exc:
+            raise UsageError(
+                f"--from: expected a date like 2027-03-26, got {value!r} ({exc})"
+            ) from None
+        return datetime(day.year, day.month, day.day, tzinfo=tz).isoformat()
+    return str(_time("--from", value))
 
 
 #: the policy options of a recurring schedule: (option, the schedule's key)
@@ -377,7 +395,7 @@ def _explain_request(args: argparse.Namespace) -> ApiRequest:
         raise UsageError("--tz: only applies to --cron (explain ID uses the job's own time zone)")
     extra = [] if args.count is None else [("count", str(args.count))]
     if args.from_ is not None:
-        extra.insert(0, ("from", str(_time("--from", args.from_))))
+        extra.insert(0, ("from", _from_time(args.from_, args.tz)))
     if args.id is not None:
         return ApiRequest("GET", job_path(args.id, "/explain"), query=tuple(extra))
     if args.every is not None:

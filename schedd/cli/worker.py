@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import logging
 import os
 import ssl
 import sys
@@ -21,6 +20,7 @@ from urllib.parse import urlsplit
 
 from schedd import __version__
 from schedd.cli.settings import DEFAULT_TOKENS_FILE, read_token_file
+from schedd.logs import setup_logging
 from schedd.net import is_loopback
 from schedd.worker import Worker
 from schedd.worker.client import WorkerRefused, normalise_server, tls_context
@@ -187,11 +187,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else 2
 
-    logging.basicConfig(
-        level=args.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    # the nodes' format: UTC with milliseconds and a Z, fields as key=value (JSON lines under
+    # systemd, or with SCHEDD_LOG_FORMAT=json)
+    setup_logging(args.log_level, os.environ.get("SCHEDD_LOG_FORMAT", "auto"))
     try:
         worker = Worker(
             servers,

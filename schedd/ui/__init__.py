@@ -12,7 +12,8 @@ middleware that :func:`mount` puts in front of the application's own:
 - any other method is a 405 naming ``GET, HEAD``.
 
 Every answer carries a strict Content-Security-Policy (only this origin's scripts and styles,
-no inline script or style, no framing, no ``<base>``), ``X-Content-Type-Options: nosniff`` and
+no inline script or style, no framing, no ``<base>``; the page may also connect to the
+cluster's other nodes, to find one that serves it when its own goes away), ``X-Content-Type-Options: nosniff`` and
 ``Referrer-Policy: no-referrer``. The files are read once, when the application is built, and
 answered from memory with an ETag (a browser revalidates them: ``Cache-Control: no-cache``).
 """
@@ -20,11 +21,12 @@ answered from memory with an ETag (a browser revalidates them: ``Cache-Control: 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from importlib import resources
 from importlib.resources.abc import Traversable
 from typing import Final
+from urllib.parse import urlsplit
 
 from aiohttp import web
 
@@ -94,8 +96,26 @@ def _answer(
     return response
 
 
-def _serve(request: web.Request, asset: Asset) -> web.Response:
-    headers = {"ETag": asset.etag, "Cache-Control": "no-cache"}
+def page_csp(origins: Iterable[str]) -> str:
+    """The page's policy: :data:`CSP`, and ``connect-src`` for this cluster's other nodes (a
+    page whose node went away asks them whether they serve the dashboard: clusterbar.js)."""
+    allowed = sorted({o for o in (_origin(u) for u in origins) if o is not None})
+    if not allowed:
+        return CSP
+    return f"{CSP}; connect-src 'self' {' '.join(allowed)}"
+
+
+def _origin(url: str) -> str | None:
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname or ";" in url or " " in url:
+        return None
+    return f"{parts.scheme}://{parts.netloc}"
+
+
+def _serve(
+    request: web.Request, asset: Asset, extra: Mapping[str, str] | None = None
+) -> web.Response:
+    headers = {"ETag": asset.etag, "Cache-Control": "no-cache", **(extra or {})}
     if request.headers.get("If-None-Match") == asset.etag:
         return _answer(304, headers=headers)
     return _answer(200, asset.body, asset.content_type, headers)
@@ -105,8 +125,11 @@ def is_ui_path(path: str) -> bool:
     return path in ("/", "/ui") or path.startswith(PREFIX)
 
 
-def make_middleware(assets: Mapping[str, Asset]) -> Callable[..., Awaitable[web.StreamResponse]]:
-    """The middleware that answers the dashboard's paths and passes every other request on."""
+def make_middleware(
+    assets: Mapping[str, Asset], others: Callable[[], Iterable[str]] = tuple
+) -> Callable[..., Awaitable[web.StreamResponse]]:
+    """The middleware that answers the dashboard's paths and passes every other request on;
+    ``others``: the API URLs of the cluster's other nodes (the page may ask them)."""
     page = assets["index.html"]
 
     @web.middleware
@@ -124,12 +147,12 @@ def make_middleware(assets: Mapping[str, Asset]) -> Callable[..., Awaitable[web.
             if asset is None:
                 return _answer(404, f"no file {path}\n".encode())
             return _serve(request, asset)
-        return _serve(request, page)
+        return _serve(request, page, {"Content-Security-Policy": page_csp(others())})
 
     return ui_middleware
 
 
-def mount(app: web.Application) -> None:
+def mount(app: web.Application, others: Callable[[], Iterable[str]] = tuple) -> None:
     """Serve the dashboard from ``app``: at ``/ui/``, ahead of its middlewares (the page needs
     no token; the API calls it makes do)."""
-    app.middlewares.insert(0, make_middleware(load_assets()))
+    app.middlewares.insert(0, make_middleware(load_assets(), others))

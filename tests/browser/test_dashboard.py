@@ -16,7 +16,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from tests.browser.conftest import Daemon, login, screenshot
+from tests.browser.conftest import Daemon, horizontal_overflow, login, screenshot
 from tests.cluster.harness import BIN
 
 pytestmark = pytest.mark.browser
@@ -25,7 +25,7 @@ TOKEN_KEY = "schedd.token"  # where the dashboard keeps its token (settings.js)
 
 
 def reads(instant: str, zone: str) -> str:
-    """``instant`` as the dashboard writes it in ``zone``: "2026-07-01 03:30 GMT+2"."""
+    """``instant`` as the dashboard writes it in ``zone``: "2026-07-01 03:30:00 GMT+2"."""
     local = datetime.fromisoformat(instant.replace("Z", "+00:00")).astimezone(ZoneInfo(zone))
     offset = local.utcoffset()
     assert offset is not None
@@ -33,7 +33,7 @@ def reads(instant: str, zone: str) -> str:
     sign = "+" if minutes >= 0 else "-"
     hours, rest = divmod(abs(minutes), 60)
     gmt = "GMT" if minutes == 0 else f"GMT{sign}{hours}" + (f":{rest:02d}" if rest else "")
-    return f"{local:%Y-%m-%d %H:%M} {gmt}"
+    return f"{local:%Y-%m-%d %H:%M:%S} {gmt}"
 
 
 def submit(daemon: Daemon, **job: Any) -> dict[str, Any]:
@@ -52,6 +52,8 @@ def test_times_read_in_two_zones_with_offsets_and_cron_in_words(page: Any, daemo
           // the fall-back hour of New York, twice, with its two offsets
           f.formatIn("2026-11-01T05:30:00Z", "America/New_York"),
           f.formatIn("2026-11-01T06:30:00Z", "America/New_York"),
+          f.formatIn("2026-07-01T01:30:15.042Z", "UTC", { ms: true }),
+          f.formatIn(t, "UTC", { seconds: false }),
           f.relative(Date.now() + 5 * 60e3), f.relative(Date.now() - 3 * 3600e3),
           f.describeCron("0 2 * * *"), f.describeCron("*/15 * * * *"),
           f.describeCron("30 2 * * 1-5"), f.describeCron("0 0 * * 0#2"),
@@ -60,10 +62,12 @@ def test_times_read_in_two_zones_with_offsets_and_cron_in_words(page: Any, daemo
       }"""
     )
     assert out == [
-        "2026-07-01 03:30 GMT+2",
-        "2026-06-30 21:30 GMT-4",
-        "2026-11-01 01:30 GMT-4",
-        "2026-11-01 01:30 GMT-5",
+        "2026-07-01 03:30:00 GMT+2",
+        "2026-06-30 21:30:00 GMT-4",
+        "2026-11-01 01:30:00 GMT-4",
+        "2026-11-01 01:30:00 GMT-5",
+        "2026-07-01 01:30:15.042 GMT",  # the run timeline's precision
+        "2026-07-01 01:30 GMT",
         "in 5 m",
         "3 h ago",
         "at 02:00 every day",
@@ -568,9 +572,9 @@ def test_the_fall_back_hour_reads_twice_with_its_two_offsets(
     fires = daemon.api("GET", f"/jobs/{job['id']}/explain?from=2026-10-24T00:00:00Z")["fires"]
     got = page.eval_on_selector_all("#explain .fire-job", "ts => ts.map(t => t.textContent)")
     assert got == [reads(f["scheduled_at"], "Europe/Berlin") for f in fires]
-    assert got[1:3] == ["2026-10-25 02:30 GMT+2", "2026-10-25 02:30 GMT+1"]
+    assert got[1:3] == ["2026-10-25 02:30:00 GMT+2", "2026-10-25 02:30:00 GMT+1"]
     viewer = page.eval_on_selector_all("#explain .fire-viewer", "ts => ts.map(t => t.textContent)")
-    assert viewer[1:3] == ["2026-10-24 20:30 GMT-4", "2026-10-24 21:30 GMT-4"]
+    assert viewer[1:3] == ["2026-10-24 20:30:00 GMT-4", "2026-10-24 21:30:00 GMT-4"]
     notes = page.eval_on_selector_all("#explain td.note", "ts => ts.map(t => t.textContent)")
     assert notes[1:3] == [f["note"] for f in fires[1:3]] and notes[2]
     screenshot(page, "dst", tmp_path)
@@ -754,3 +758,54 @@ def test_a_job_whose_run_failed_for_good_reads_failed_in_red(page: Any, daemon: 
     assert (
         page.wait_for_selector("h1 ~ .badge.st-failed, .badge.st-failed").inner_text() == "failed"
     )
+
+
+def test_an_every_10s_job_lists_fires_to_the_second_with_utc(
+    page: Any, daemon: Daemon, tmp_path: Path
+) -> None:
+    job = submit(
+        daemon, task="ui.ok", name="ten-seconds", namespace="tsec", schedule={"every": "10s"}
+    )
+    login(page, daemon, "read", f"/ui/jobs/{job['id']}")
+    page.wait_for_selector("#explain .fire-job")
+    fires = page.eval_on_selector_all("#explain .fire-job", "ts => ts.map(t => t.textContent)")
+    assert len(fires) >= 6 and len(set(fires)) == len(fires), fires  # none alike
+    assert all(re.search(r" \d\d:\d\d:\d\d GMT", f) for f in fires)
+    utc = page.eval_on_selector_all("#explain .fire-utc", "ts => ts.map(t => t.textContent)")
+    assert len(utc) == len(fires) and all(re.search(r" GMT(\+0)?$", u) for u in utc)
+    title = page.get_attribute("#spec .when, .when", "title") or ""
+    assert title.endswith("Z (UTC)")  # UTC on hover
+    screenshot(page, "job-every-10s", tmp_path)
+
+
+def test_on_a_phone_every_screen_fits_and_tables_become_cards(
+    page: Any, daemon: Daemon, tmp_path: Path
+) -> None:
+    """At 390x844 nothing sticks out sideways on the jobs, job, run, dead-letter, workers and
+    lag screens; the tables collapse into cards whose cells name their column."""
+    ok = submit(daemon, task="ui.ok", name="phone-ok", namespace="tphone", schedule={"every": "1h"})
+    dead = submit(daemon, task="ui.parse", namespace="tphone", retry={"max_attempts": 1})
+    daemon.wait(lambda: daemon.api("GET", f"/jobs/{dead['id']}")["latest_run"]["state"] == "failed")
+    run_id = daemon.api("GET", f"/jobs/{dead['id']}")["latest_run"]["id"]
+    page.set_viewport_size({"width": 390, "height": 844})
+    login(page, daemon, "admin", "/ui/jobs?namespace=tphone")
+    row = page.wait_for_selector(f"tr[data-job='{ok['id']}']")
+    assert horizontal_overflow(page) == []
+    label = row.eval_on_selector("td.next", "td => getComputedStyle(td, '::before').content")
+    assert "Next" in label  # the card's cell says what it is
+    screenshot(page, "phone-jobs", tmp_path)
+    for path, ready, name in (
+        (f"/ui/jobs/{ok['id']}", "#explain .fire-job", "phone-job"),
+        (f"/ui/runs/{run_id}", "svg.timeline", "phone-run"),
+        ("/ui/dlq?namespace=tphone", "#dlq-table", "phone-dlq"),
+        ("/ui/workers", "main h1", "phone-workers"),
+    ):
+        page.goto(daemon.url + path)
+        page.wait_for_selector(ready)
+        assert horizontal_overflow(page) == [], path
+        screenshot(page, name, tmp_path)
+        if name == "phone-run":  # drawn at the screen's width: its text keeps a readable size
+            size = page.eval_on_selector(
+                "svg.timeline text", "t => t.getBoundingClientRect().height"
+            )
+            assert size >= 9, size

@@ -334,3 +334,31 @@ def test_the_event_stream_resumes_across_a_failover_and_loses_no_run(
         assert f"term {term.group(1)} · {three.nodes[new].node_id}" in (mark.text_content() or "")
     finally:
         proxy.close()
+
+
+def test_a_page_whose_node_dies_moves_to_another_logged_in(
+    page: Any, three: Cluster, tmp_path: Path
+) -> None:
+    """The node serving the page is killed: the page keeps what it showed, offers the other
+    nodes, and moves by itself to one that serves the dashboard, still logged in, with its
+    session out of the address."""
+    daemon, _, follower = leader_and_follower(three)
+    job = daemon.api(
+        "POST", "/jobs", {"task": "ui.ok", "name": "survivor", "schedule": {"in": "1h"}}
+    )
+    served = three.nodes[follower]
+    page.goto(served.url + "/ui/jobs")
+    page.fill("#token", SECRETS["read"])
+    page.click("#login button[type=submit]")
+    page.wait_for_selector(f"tr[data-job='{job['id']}']")
+    page.wait_for_selector("#cluster .node >> nth=2")  # it has seen every node
+    three.kill(follower)
+    # it moves to another node by itself, logged in, the session out of the address
+    page.wait_for_url(lambda url: not url.startswith(served.url), timeout=30_000)
+    page.wait_for_selector(f"tr[data-job='{job['id']}']", timeout=15_000)
+    assert page.query_selector("#login") is None or not page.is_visible("#login")
+    assert "#" not in page.url and "schedd-session" not in page.url
+    assert page.url.endswith("/ui/jobs")
+    others = {n.url for i, n in enumerate(three.nodes) if i != follower}
+    assert any(page.url.startswith(u) for u in others)
+    screenshot(page, "moved-to-another-node", tmp_path)

@@ -36,3 +36,12 @@ async def test_a_node_serves_the_dashboard_and_still_guards_the_api(
     async with http.get(node.url + "/nothing-here", headers=node.headers()) as r:
         assert r.status == 404
         assert (await r.json())["error"]["code"] == "not_found"
+
+
+def test_the_page_may_connect_to_the_clusters_other_nodes_only() -> None:
+    from schedd.ui import CSP, page_csp
+
+    assert page_csp([]) == CSP
+    csp = page_csp(["http://10.0.0.2:7700/", "https://n3.example:7700", "javascript:alert(1)", "x"])
+    assert csp.endswith("; connect-src 'self' http://10.0.0.2:7700 https://n3.example:7700")
+    assert "javascript" not in csp and csp.startswith(CSP)

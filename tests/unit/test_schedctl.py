@@ -153,6 +153,18 @@ REQUESTS: list[tuple[list[str], ApiRequest]] = [
     (["cancel", "j1"], ApiRequest("DELETE", "/api/v1/jobs/j1")),
     (["list"], ApiRequest("GET", JOBS)),
     (
+        ["explain", "--cron", "0 2 * * *", "--tz", "Europe/Berlin", "--from", "2027-03-26"],
+        ApiRequest(
+            "GET",
+            "/api/v1/explain",
+            query=(
+                ("cron", "0 2 * * *"),
+                ("timezone", "Europe/Berlin"),
+                ("from", "2027-03-26T00:00:00+01:00"),
+            ),
+        ),
+    ),
+    (
         ["list", "--status", "failed"],
         ApiRequest("GET", JOBS, query=(("last_run", "failed"), ("status", "done"))),
     ),
@@ -1627,3 +1639,13 @@ def test_ready_waits_for_a_leader_and_says_why_not(
     assert code == 4 and "no token yet" in err
     code, _, err = run(["--server", DEAD, "ready", "--timeout", "0.5s"], capsysbinary)
     assert code == 4 and "connection refused" in err
+
+
+def test_explain_in_utc_shows_no_local_column_that_repeats_it() -> None:
+    utc = [{"scheduled_at": "2026-11-25T02:00:00.000Z", "local": "2026-11-25T02:00:00+00:00"}]
+    assert _lines(render.fires_table(utc, render.Style(80))) == [
+        "SCHEDULED (UTC)",
+        "2026-11-25 02:00:00Z",
+    ]
+    berlin = [{"scheduled_at": "2026-11-25T01:00:00.000Z", "local": "2026-11-25T02:00:00+01:00"}]
+    assert "LOCAL" in render.fires_table(berlin, render.Style(80))

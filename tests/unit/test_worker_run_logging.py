@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import re
 import selectors
 import signal
 import subprocess
@@ -13,6 +14,9 @@ import time
 SCRIPT = """
 import logging, sys
 from schedd.worker import Worker
+if sys.argv[1] == "cli":  # the schedd-worker program
+    from schedd.cli.worker import main
+    sys.exit(main(["--server", "http://127.0.0.1:9", "--token", "t", "--worker-id", "w-log"]))
 if sys.argv[1] == "configured":
     logging.basicConfig(level=logging.WARNING, format="CONFIGURED %(message)s")
 Worker(["http://127.0.0.1:9"], token="t", worker_id="w-log").run()
@@ -61,3 +65,13 @@ def test_run_leaves_configured_logging_alone() -> None:
     text = first_lines("configured", "cannot reach", timeout=8)
     assert "worker.start" not in text, text  # INFO is below the program's WARNING
     assert "INFO schedd.worker.client" not in text
+
+
+def test_the_worker_program_logs_as_the_nodes_do() -> None:
+    """schedd-worker's lines read like a node's: UTC with milliseconds and a Z, then the level,
+    the logger and the event with its fields."""
+    text = first_lines("cli", "worker.start")
+    line = next(x for x in text.splitlines() if "worker.start" in x)
+    assert re.match(
+        r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z INFO schedd\.worker\.client worker\.start ", line
+    ), line

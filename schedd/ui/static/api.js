@@ -66,6 +66,11 @@ export function query(params) {
 // back in time, whichever node answers.
 let seenIndex = Number(sessionStorage.getItem("schedd.index")) || 0;
 
+/** The highest Raft index this tab has seen. */
+export function seen() {
+  return seenIndex;
+}
+
 /** Note a Raft index this tab has seen (an answer's X-Schedd-Index, an event's id). */
 export function sawIndex(value) {
   const n = Number(value);

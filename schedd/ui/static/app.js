@@ -2,7 +2,7 @@
 // (/ui/jobs, /ui/jobs/<id>, /ui/runs/<id>, /ui/dlq, /ui/workers, /ui/lag, /ui/cluster) and
 // their live refresh.
 
-import { ApiError, exchangeCode, login, on, session } from "./api.js";
+import { ApiError, exchangeCode, login, on, sawIndex, session } from "./api.js";
 import * as clusterbar from "./clusterbar.js";
 import { fill, h, tickAges } from "./dom.js";
 import { browserZone } from "./fmt.js";
@@ -183,6 +183,7 @@ function boot() {
   // a `schedctl ui` link opened in this tab later changes only the address's fragment
   window.addEventListener("hashchange", takeCode);
   if (takeCode()) return;
+  takeHandover();
   const secret = token();
   if (secret) start(secret);
   else showLogin();
@@ -200,6 +201,18 @@ function takeCode() {
   }
   openSession(code);
   return true;
+}
+
+/** A page handed over by a node that went away (clusterbar.js) brings its session in the
+ * address's fragment, and the highest index it had seen: taken into this tab, and out of the
+ * address (and the history) at once. */
+function takeHandover() {
+  const given = new URLSearchParams(location.hash.slice(1));
+  const secret = given.get("schedd-session");
+  if (!secret) return;
+  history.replaceState(history.state, "", location.pathname + location.search);
+  setToken(secret);
+  sawIndex(given.get("schedd-index"));
 }
 
 async function openSession(code) {

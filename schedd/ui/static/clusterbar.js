@@ -2,9 +2,12 @@
 // each node's role, lag and last contact, and which node serves this page. No leader: a red
 // banner that counts down to the next try. A new leader: a notice "leader n1 → n3 at term 8".
 
-import { API, ApiError, OPTIONAL, get, has } from "./api.js";
+import { API, ApiError, OPTIONAL, get, has, seen } from "./api.js";
 import { fill, h } from "./dom.js";
 import { duration } from "./fmt.js";
+import { token } from "./settings.js";
+
+const PROBE_MS = 2000; // how long another node may take to answer before the next is tried
 
 let bar;
 let banner;
@@ -44,8 +47,10 @@ async function load() {
     view = await get(`${API}/cluster`);
   } catch (err) {
     if (err instanceof ApiError && err.status === 401) return;
-    showBanner(err.status === 0 ? "This node cannot be reached." : err.message, err.retryAfter ?? 3);
+    const gone = err.status === 0;
+    showBanner(gone ? "This node cannot be reached." : err.message, err.retryAfter ?? 3, gone ? others() : []);
     bar.classList.add("stale");
+    if (gone) moveToAnother();
     return;
   }
   bar.classList.remove("stale");
@@ -126,10 +131,53 @@ function nodeChip(n, view) {
   return h("span", { class: `node role-${state}${n.self ? " self" : ""}`, title }, bits);
 }
 
-function showBanner(text, seconds) {
+/** The other nodes this page knows of (from the last cluster view), with their dashboards. */
+function others() {
+  return (last?.nodes ?? []).filter((n) => !n.self && n.http).map((n) => ({
+    name: n.id ?? names.get(n.raft) ?? n.raft,
+    url: `${n.http}${location.pathname}${location.search}`,
+    base: n.http,
+  }));
+}
+
+/** This page on another node: its session and what it has seen go along in the fragment (which
+ * no server sees; the page there takes them out of the address at once). */
+function handoverUrl(node) {
+  const given = new URLSearchParams({ "schedd-session": token() ?? "", "schedd-index": String(seen()) });
+  return `${node.url}#${given}`;
+}
+
+let moving = false;
+
+/** Ask the other nodes, one after the other, whether they serve the dashboard; go to the first
+ * that does (once). A cross-origin request without CORS cannot be read, but it resolves when
+ * the node answered and fails when it is unreachable, which is what is asked. */
+async function moveToAnother() {
+  if (moving) return;
+  moving = true;
+  try {
+    for (const node of others()) {
+      try {
+        await fetch(`${node.base}/ui/`, { mode: "no-cors", cache: "no-store", signal: AbortSignal.timeout(PROBE_MS) });
+      } catch {
+        continue; // that one is gone too
+      }
+      showBanner(`This node cannot be reached. Moving to ${node.name}…`, 1, []);
+      location.assign(handoverUrl(node));
+      return;
+    }
+  } finally {
+    moving = false;
+  }
+}
+
+function showBanner(text, seconds, elsewhere = []) {
   banner.hidden = false;
   let left = Math.max(1, Math.round(seconds));
-  const paint = () => fill(banner, text, " ", h("span", { class: "countdown" }, `Retrying in ${left} s.`));
+  const links = elsewhere.length
+    ? [" Other nodes: ", ...elsewhere.flatMap((n, i) => [i ? ", " : "", h("a", { href: handoverUrl(n), class: "other-node" }, n.name)]), "."]
+    : [];
+  const paint = () => fill(banner, text, ...links, " ", h("span", { class: "countdown" }, `Retrying in ${left} s.`));
   paint();
   clearInterval(countdown);
   countdown = setInterval(() => {

@@ -42,9 +42,28 @@ function append(el, children) {
 
 /** Replace the children of ``el`` with ``children``. */
 export function fill(el, ...children) {
+  el.classList.remove("stale");
   el.replaceChildren();
   append(el, children);
+  labelCells(el);
   return el;
+}
+
+/** Give each cell of the data tables under ``root`` its column's heading (``data-label``): a
+ * narrow screen shows it in front of the cell when the table collapses into cards. */
+export function labelCells(root) {
+  for (const table of root.querySelectorAll("table:not(.kv)")) {
+    const heads = [...table.querySelectorAll("thead th")].map((th) => th.textContent.trim());
+    if (!heads.length) continue;
+    for (const row of table.querySelectorAll("tbody tr")) {
+      let col = 0;
+      for (const cell of row.children) {
+        const span = Number(cell.getAttribute("colspan") ?? 1);
+        if (span === 1 && heads[col] && !cell.dataset.label) cell.dataset.label = heads[col];
+        col += span;
+      }
+    }
+  }
 }
 
 /** A link inside the dashboard: navigates without reloading the page. */
@@ -74,14 +93,14 @@ export function jobBadge(job) {
  * each with its offset, then how far it is from now. UTC on hover. The age is refreshed by
  * ``tickAges`` (``data-at``).
  */
-export function when(instant, zone = null, { seconds = false } = {}) {
+export function when(instant, zone = null, { seconds = true, ms = false } = {}) {
   if (instant === null || instant === undefined) return h("span", { class: "muted" }, "—");
   const viewer = viewerZone();
   const lines = [];
   if (zone && zone !== viewer) {
-    lines.push(h("span", { class: "tz-job" }, formatIn(instant, zone, { seconds })));
+    lines.push(h("span", { class: "tz-job" }, formatIn(instant, zone, { seconds, ms })));
   }
-  lines.push(h("span", { class: "tz-viewer" }, formatIn(instant, viewer, { seconds })));
+  lines.push(h("span", { class: "tz-viewer" }, formatIn(instant, viewer, { seconds, ms })));
   lines.push(h("span", { class: "age", "data-at": utc(instant) }, relative(instant)));
   return h("span", { class: "when", title: `${utc(instant)} (UTC)` }, lines);
 }

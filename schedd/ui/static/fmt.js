@@ -36,15 +36,18 @@ export function partsIn(instant, zone) {
     time: `${parts.hour}:${parts.minute}`,
     seconds: parts.second,
     weekday: parts.weekday,
-    offset: parts.timeZoneName, // "GMT+2", "GMT-4", "GMT"
+    offset: parts.timeZoneName === "GMT+0" ? "GMT" : parts.timeZoneName, // "GMT+2", "GMT-4", "GMT"
   };
 }
 
-/** "2026-07-01 03:30 GMT+2" (with ``seconds``: "03:30:15"). The offset is always shown, so the
- * hour a DST change repeats reads twice with its two offsets ("01:30 GMT-4", "01:30 GMT-5"). */
-export function formatIn(instant, zone, { seconds = false, date = true } = {}) {
+/** "2026-07-01 03:30:15 GMT+2" (``seconds: false``: "03:30"; ``ms``: "03:30:15.042"). The
+ * offset is always shown, so the hour a DST change repeats reads twice with its two offsets
+ * ("01:30:00 GMT-4", "01:30:00 GMT-5"). Seconds are the default: two events of one minute
+ * (an every-10s job's fires) must not read alike. */
+export function formatIn(instant, zone, { seconds = true, date = true, ms = false } = {}) {
   const p = partsIn(instant, zone);
-  const time = seconds ? `${p.time}:${p.seconds}` : p.time;
+  let time = seconds || ms ? `${p.time}:${p.seconds}` : p.time;
+  if (ms) time += `.${String(toDate(instant).getUTCMilliseconds()).padStart(3, "0")}`;
   return `${date ? p.date + " " : ""}${time} ${p.offset}`;
 }
 

@@ -2,7 +2,7 @@
 // API's cursors, and how an action's outcome is told.
 
 import { notice } from "./clusterbar.js";
-import { h } from "./dom.js";
+import { fill, h } from "./dom.js";
 
 /**
  * A filter form: ``fields`` is [[name, label, options?]] (options: a select's values, "" for
@@ -92,4 +92,21 @@ export async function act(label, fn, refresh) {
 /** An error in place of a screen's content. */
 export function errorBox(err) {
   return h("div", { class: "error", role: "alert" }, err.message ?? String(err));
+}
+
+/** Say that ``el``'s data could not be read. When the node cannot be reached or has no leader
+ * (a failover), what it showed stays, greyed, under the error; otherwise the error replaces
+ * it. The next successful ``fill`` of ``el`` clears both. */
+export function failed(el, err) {
+  const passing = err?.status === 0 || err?.status === 503;
+  const shown = [...el.children].some((c) => !c.classList.contains("error"));
+  if (passing && shown) {
+    el.classList.add("stale");
+    const box = errorBox(err);
+    const old = el.querySelector(":scope > .error");
+    if (old) old.replaceWith(box);
+    else el.prepend(box);
+    return;
+  }
+  fill(el, errorBox(err));
 }

@@ -8,7 +8,7 @@
 import { OPTIONAL, call, can, fillPath, get, has } from "../api.js";
 import { notice } from "../clusterbar.js";
 import { fill, h } from "../dom.js";
-import { errorBox } from "../widgets.js";
+import { failed } from "../widgets.js";
 
 export function clusterScreen(main) {
   const about = h("span", { class: "muted", id: "members-about" });
@@ -38,7 +38,7 @@ export function clusterScreen(main) {
     try {
       view = await get(OPTIONAL.members[1]);
     } catch (err) {
-      if (alive) fill(table, errorBox(err));
+      if (alive) failed(table, err);
       return;
     } finally {
       asking = false;

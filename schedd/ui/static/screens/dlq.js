@@ -9,7 +9,7 @@ import { API, OPTIONAL, bodyFields, call, can, enc, get, has, queryParams } from
 import { badge, confirmButton, fill, h, link, shortId, when } from "../dom.js";
 import { jobZone } from "../fmt.js";
 import { notice } from "../clusterbar.js";
-import { errorBox, filterForm, filterOf, pager } from "../widgets.js";
+import { failed, filterForm, filterOf, pager } from "../widgets.js";
 
 const PATH = "/ui/dlq";
 const FILTERS = [
@@ -73,7 +73,7 @@ export function dlqScreen(main, { params, navigate }) {
       page = await get(`${API}/dlq`, { ...filter, limit: params.get("limit"), cursor: params.get("cursor") });
       await learnJobs(page.runs.map((r) => r.job_id)).catch(() => null); // times in UTC then
     } catch (err) {
-      if (alive) fill(table, errorBox(err));
+      if (alive) failed(table, err);
       return;
     }
     if (!alive || main.querySelector(".armed") || main.querySelector(".bulk .pending")) return;

@@ -4,9 +4,9 @@
 
 import { API, enc, get } from "../api.js";
 import { badge, fill, h, jobBadge, link, pre, shortId, when } from "../dom.js";
-import { describeSchedule, duration, formatIn, jobZone } from "../fmt.js";
+import { describeSchedule, duration, formatIn, jobZone, relative } from "../fmt.js";
 import { viewerZone } from "../settings.js";
-import { errorBox, filterForm, filterOf, pager } from "../widgets.js";
+import { failed, filterForm, filterOf, pager } from "../widgets.js";
 import { jobActions, policies, runCells } from "./jobs.js";
 
 const RUN_FILTERS = [
@@ -36,7 +36,7 @@ export function jobScreen(main, { id, params, navigate }) {
     try {
       job = await get(`${API}/jobs/${enc(id)}`);
     } catch (err) {
-      if (alive) fill(spec, errorBox(err));
+      if (alive) failed(spec, err);
       return;
     }
     if (!alive || main.querySelector(".armed")) return;
@@ -53,7 +53,7 @@ export function jobScreen(main, { id, params, navigate }) {
       const answer = await get(`${API}/jobs/${enc(id)}/explain`, { count: 10, from });
       if (alive) fill(firesBody, firesTable(answer.fires, jobZone(job)));
     } catch (err) {
-      if (alive) fill(firesBody, errorBox(err));
+      if (alive) failed(firesBody, err);
     }
   }
 
@@ -65,7 +65,7 @@ export function jobScreen(main, { id, params, navigate }) {
       fill(runsBody, runsTable(page.runs, jobZone(job)),
         pager(page.next_cursor, params, navigate, path, page.runs.length));
     } catch (err) {
-      if (alive) fill(runsBody, errorBox(err));
+      if (alive) failed(runsBody, err);
     }
   }
 
@@ -146,17 +146,20 @@ function firesForm(value, params, navigate, path) {
   return form;
 }
 
-/** The API's fire times, read in the job's zone and the viewer's (each with its offset). */
+/** The API's fire times, read in the job's zone, the viewer's when it is another (each with its
+ * offset, to the second) and in UTC, with how far each is and the API's note. */
 export function firesTable(fires, zone) {
   if (!fires.length) return h("p", { class: "empty" }, "No more fires.");
   const viewer = viewerZone();
-  const heads = [`In ${zone}`, `In ${viewer} (yours)`, "When", "Note"];
+  const mine = viewer !== zone;
+  const heads = [`In ${zone}`, ...(mine ? [`In ${viewer} (yours)`] : []), "UTC", "In", "Note"];
   return h("table", { class: "fires" },
     h("thead", {}, h("tr", {}, heads.map((t) => h("th", {}, t)))),
     h("tbody", {}, fires.map((f) => h("tr", {},
       h("td", { class: "fire-job", title: `${f.scheduled_at} (UTC); the API: ${f.local}` }, formatIn(f.scheduled_at, zone)),
-      h("td", { class: "fire-viewer" }, formatIn(f.scheduled_at, viewer)),
-      h("td", {}, when(f.due_at)),
+      mine ? h("td", { class: "fire-viewer" }, formatIn(f.scheduled_at, viewer)) : null,
+      h("td", { class: "fire-utc" }, formatIn(f.scheduled_at, "UTC")),
+      h("td", {}, h("span", { class: "age", "data-at": f.due_at, title: `due ${f.due_at} (UTC)` }, relative(f.due_at))),
       h("td", { class: "note" }, f.note ?? "")))));
 }
 

@@ -5,7 +5,7 @@
 import { API, call, can, enc, get } from "../api.js";
 import { confirmButton, fill, h, jobBadge, link, shortId, when } from "../dom.js";
 import { describeSchedule, jobZone } from "../fmt.js";
-import { act, errorBox, filterForm, filterOf, pager } from "../widgets.js";
+import { act, failed, filterForm, filterOf, pager } from "../widgets.js";
 
 const PATH = "/ui/jobs";
 const FILTERS = [
@@ -42,7 +42,7 @@ export function jobsScreen(main, { params, navigate }) {
         cursor: params.get("cursor"),
       });
     } catch (err) {
-      if (alive) fill(table, errorBox(err));
+      if (alive) failed(table, err);
       return;
     }
     if (!alive || mine !== generation || main.querySelector(".armed")) return;

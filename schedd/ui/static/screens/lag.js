@@ -6,7 +6,7 @@ import { OPTIONAL, get, has } from "../api.js";
 import { fill, h } from "../dom.js";
 import { duration, formatIn, utc } from "../fmt.js";
 import { viewerZone } from "../settings.js";
-import { errorBox } from "../widgets.js";
+import { failed } from "../widgets.js";
 
 const MINUTES = 15;
 const SERIES = [
@@ -37,7 +37,7 @@ export function lagScreen(main) {
     try {
       lag = await get(OPTIONAL.lag[1], { minutes: MINUTES, samples: true });
     } catch (err) {
-      if (alive) fill(status, errorBox(err));
+      if (alive) failed(status, err);
       return;
     } finally {
       asking = false;
@@ -147,7 +147,7 @@ function scatter(samples, windowMs) {
     const tx = x(t);
     const tick = h("svg:g", { class: "tick" },
       h("svg:line", { class: "grid", x1: tx, x2: tx, y1: TOP, y2: axisY + 4 }),
-      h("svg:text", { x: tx, y: axisY + 18, "text-anchor": "middle" }, formatIn(t, zone, { date: false })),
+      h("svg:text", { x: tx, y: axisY + 18, "text-anchor": "middle" }, formatIn(t, zone, { date: false, seconds: false })),
       h("svg:title", {}, `${utc(t)} (UTC)`));
     svg.appendChild(tick);
   }

@@ -7,7 +7,7 @@ import { API, call, can, enc, get } from "../api.js";
 import { badge, confirmButton, fill, h, link, pre, shortId, when } from "../dom.js";
 import { duration, formatIn, jobZone } from "../fmt.js";
 import { viewerZone } from "../settings.js";
-import { act, errorBox } from "../widgets.js";
+import { act, failed } from "../widgets.js";
 
 export function runScreen(main, { id }) {
   const head = h("div", { class: "screen-head" }, h("h1", {}, "Run ", id));
@@ -32,7 +32,7 @@ export function runScreen(main, { id }) {
         zone = job ? jobZone(job) : "UTC";
       }
     } catch (err) {
-      if (alive) fill(body, errorBox(err));
+      if (alive) failed(body, err);
       return;
     }
     if (!alive || main.querySelector(".armed")) return;
@@ -102,8 +102,8 @@ function attemptsTable(run, zone, unfolded) {
         h("td", {}, String(a.attempt)),
         h("td", {}, a.worker_id),
         h("td", { class: "mono" }, String(a.fence)),
-        h("td", {}, when(a.started_at, zone, { seconds: true })),
-        h("td", {}, a.ended_at ? when(a.ended_at, zone, { seconds: true }) : a.deadline ? ["running, deadline ", when(a.deadline, zone)] : "running"),
+        h("td", {}, when(a.started_at, zone, { ms: true })),
+        h("td", {}, a.ended_at ? when(a.ended_at, zone, { ms: true }) : a.deadline ? ["running, deadline ", when(a.deadline, zone)] : "running"),
         h("td", {}, took === null ? "—" : duration(took)),
         h("td", {}, badge(a.outcome ?? "running")),
         h("td", {}, progress(a)),
@@ -149,7 +149,11 @@ function progress(a) {
   return [pre(p), at];
 }
 
-const SVG_W = 900;
+/** The timeline's width in its own units: the screen's (at most 900), so that its text keeps
+ * its size on a phone instead of shrinking with the picture. */
+function svgWidth() {
+  return Math.round(Math.max(320, Math.min(900, (document.querySelector("main")?.clientWidth ?? 900) - 4)));
+}
 const ROW_H = 22;
 
 /** The attempts on a time axis, one lane each (SVG: attributes only, no inline style): its
@@ -167,7 +171,9 @@ function timeline(run, leaders) {
   const t0 = Math.min(scheduled, ...spans.map((s) => s.start));
   const t1 = Math.max(...spans.map((s) => s.end), ...refused.map((r) => r.t), t0 + 1000);
   const terms = leaders.map((c) => ({ c, t: Date.parse(c.at) })).filter((m) => m.t > t0 && m.t <= t1);
-  const left = 70;
+  const SVG_W = svgWidth();
+  const narrow = SVG_W < 600;
+  const left = narrow ? 40 : 70;
   const width = SVG_W - left - 20;
   const x = (t) => left + ((t - t0) / (t1 - t0)) * width;
   const height = 30 + spans.length * ROW_H + 24;
@@ -176,19 +182,20 @@ function timeline(run, leaders) {
   const axisY = 20 + spans.length * ROW_H + 6;
   svg.appendChild(h("svg:line", { class: "axis", x1: left, x2: left + width, y1: axisY, y2: axisY }));
   // the first tick at its time in the viewer's zone, the others as time since it
-  for (let i = 0; i <= 4; i++) {
-    const t = t0 + ((t1 - t0) * i) / 4;
+  const ticks = narrow ? 2 : 4; // a phone: the start and the end only, the start without its date
+  for (let i = 0; i <= ticks; i++) {
+    const t = t0 + ((t1 - t0) * i) / ticks;
     const tx = x(t);
     svg.appendChild(h("svg:line", { class: "axis", x1: tx, x2: tx, y1: 12, y2: axisY + 4 }));
-    svg.appendChild(h("svg:text", { x: tx, y: axisY + 16, "text-anchor": i === 0 ? "start" : i === 4 ? "end" : "middle" },
-      i === 0 ? formatIn(t, viewer, { seconds: true }) : `+${duration((t - t0) / 1000)}`));
+    svg.appendChild(h("svg:text", { x: tx, y: axisY + 16, "text-anchor": i === 0 ? "start" : i === ticks ? "end" : "middle" },
+      i === 0 ? formatIn(t, viewer, { ms: true, date: !narrow }) : `+${duration((t - t0) / 1000)}`));
   }
   svg.appendChild(h("svg:text", { x: x(scheduled), y: 10 }, "scheduled"));
   for (const { c, t } of terms) {
     const mark = h("svg:g", { class: "term", "data-term": String(c.term) },
       h("svg:line", { x1: x(t), x2: x(t), y1: 12, y2: axisY }),
       h("svg:text", { x: x(t) + 3, y: 10 }, `term ${c.term} · ${c.node}`),
-      h("svg:title", {}, `leader ${c.node} claimed term ${c.term} at ${formatIn(t, viewer, { seconds: true })} (${c.at} UTC), log index ${c.index}`));
+      h("svg:title", {}, `leader ${c.node} claimed term ${c.term} at ${formatIn(t, viewer, { ms: true })} (${c.at} UTC), log index ${c.index}`));
     svg.appendChild(mark);
   }
   spans.forEach((s, i) => {
@@ -216,12 +223,12 @@ function timeline(run, leaders) {
     if (s.a.progress_at) { // the latest progress the worker reported (with a heartbeat)
       const t = Math.min(Date.parse(s.a.progress_at), s.end);
       const tick = h("svg:circle", { class: "progress", cx: x(t), cy: y + (ROW_H - 6) / 2, r: 3 });
-      tick.appendChild(h("svg:title", {}, `progress ${JSON.stringify(s.a.progress)} reported at ${formatIn(t, viewer, { seconds: true })}`));
+      tick.appendChild(h("svg:title", {}, `progress ${JSON.stringify(s.a.progress)} reported at ${formatIn(t, viewer, { ms: true })}`));
       svg.appendChild(tick);
     }
     for (const { f, t } of refused.filter((r) => r.f.fence === s.a.fence)) {
       const cross = h("svg:text", { class: "refused", x: x(t), y: y + 13, "text-anchor": "middle", "data-fence": String(f.fence) }, "×");
-      cross.appendChild(h("svg:title", {}, `result refused (${f.outcome}) at ${formatIn(t, viewer, { seconds: true })}: ${f.reason}`));
+      cross.appendChild(h("svg:title", {}, `result refused (${f.outcome}) at ${formatIn(t, viewer, { ms: true })}: ${f.reason}`));
       svg.appendChild(cross);
     }
   });

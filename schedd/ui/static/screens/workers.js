@@ -5,7 +5,7 @@
 import { API, OPTIONAL, call, can, fillPath, get, has } from "../api.js";
 import { confirmButton, fill, h, when } from "../dom.js";
 import { relative } from "../fmt.js";
-import { act, errorBox } from "../widgets.js";
+import { act, failed } from "../widgets.js";
 
 export function workersScreen(main) {
   const table = h("div", { class: "table-wrap" }, h("p", { class: "muted" }, "Loading…"));
@@ -17,7 +17,7 @@ export function workersScreen(main) {
     try {
       answer = await get(`${API}/workers`);
     } catch (err) {
-      if (alive) fill(table, errorBox(err));
+      if (alive) failed(table, err);
       return;
     }
     if (!alive || main.querySelector(".armed")) return;
