@@ -378,7 +378,9 @@ class _StateMachine(SyncObjConsumer, ApplyBatch):  # type: ignore[misc]
             return results
         except Exception as exc:  # never let anything escape (docs/pysyncobj.md #1)
             log.exception("apply failed")
-            return [Rejected(Code.INTERNAL, f"apply failed: {exc}")]
+            failed = Applied([Rejected(Code.INTERNAL, f"apply failed: {exc}")])
+            failed.entry = int(self._syncObj.raftLastApplied) + 1
+            return failed
 
 
 @dataclass(slots=True)

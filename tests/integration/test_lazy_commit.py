@@ -11,7 +11,8 @@ import pytest
 
 from schedd.core import commands
 from schedd.core.model import JobSpec
-from schedd.core.state import Ok
+from schedd.core.state import Ok, Rejected
+from schedd.errors import Code
 from schedd.protocol import messages
 from schedd.raft import node as raft_node
 from tests.conftest import Node, wait_for
@@ -132,3 +133,24 @@ async def test_a_follower_commits_a_clients_command_at_once_only_if_a_caller_wai
     rt.node._sm.apply_entry(blob)
     await wait_for(lambda: rt.node.state_index > before, timeout=5)
     assert await rt.reader.job("J-led") is not None
+
+
+async def test_an_apply_that_fails_answers_its_caller_with_the_rejection(
+    node: Node, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # An exception inside the apply must not escape into pysyncobj's tick (docs/pysyncobj.md
+    # #1); the command's caller gets an internal rejection, with the entry's index.
+    real = raft_node.apply_entry
+
+    def broken(*args: object, **kwargs: object) -> object:
+        monkeypatch.setattr(raft_node, "apply_entry", real)  # once
+        raise RuntimeError("the disk said no")
+
+    monkeypatch.setattr(raft_node, "apply_entry", broken)
+    job = ("J-apply-fails", JobSpec(task="t"))
+    before = node.rt.node.applied_index
+    result, entry = await node.rt.node.submit_indexed(
+        commands.Submit("r-apply-fails", T0, (job,)), timeout=3.0
+    )
+    assert isinstance(result, Rejected) and result.code is Code.INTERNAL
+    assert "the disk said no" in result.message and entry > before
