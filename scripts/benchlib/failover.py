@@ -203,7 +203,7 @@ class _Starts:
 
 _ISO = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3})Z")
 _FENCE = re.compile(r"\bfence[\"=:\s]+(\d+)")
-_WELCOME = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) .*\bworker\.welcome node=(\S+)")
+_WELCOME = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3})Z .*\bworker\.welcome node=(\S+)")
 
 
 def _lines(path: Path) -> list[str]:
@@ -231,14 +231,14 @@ def node_events(path: Path, event: str, since: float) -> list[tuple[float, str]]
 
 
 def _welcomes(path: Path, since: float) -> list[tuple[float, str]]:
-    """(time, node id) of the worker's ``worker.welcome`` lines at or after ``since`` (its log
-    uses logging's default local-time ``asctime``)."""
+    """(time, node id) of the worker's ``worker.welcome`` lines at or after ``since`` (the
+    worker program logs as the nodes do: UTC, to the millisecond)."""
     out = []
     for line in _lines(path):
         m = _WELCOME.match(line)
         if m is None:
             continue
-        t = datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S,%f").astimezone().timestamp()
+        t = datetime.fromisoformat(m.group(1)).replace(tzinfo=UTC).timestamp()
         if t >= since - 0.001:
             out.append((t, m.group(2)))
     return sorted(out)
