@@ -662,6 +662,6 @@ def settle(state: State, run: Run, now: int, events: list[LeaderEvent]) -> None:
 
 
 def _unblock(state: State, run: Run, now: int, events: list[LeaderEvent]) -> None:
-    target = next_state(run.state, Event.UNBLOCK)
-    if not isinstance(target, BadTransition):
-        _store(state, evolve(run, state=target, updated_ms=now, reason=None), events)
+    """Queue a blocked run (a move that is not allowed from its state does nothing); its lease
+    lag counts from now, the release (``_move``)."""
+    _move(state, run, Event.UNBLOCK, now, events, reason=None)

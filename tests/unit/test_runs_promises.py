@@ -72,6 +72,15 @@ def test_the_leader_is_told_where_each_run_waits_in_every_state() -> None:
     h.events.clear()
     fire(h, lf, f"B@{T0 + 6}", T0 + 6)  # blocked on A: out of the wheel, not queued
     assert h.events == [RunGone(f"B@{T0 + 6}")]
+    # A runs an hour later; B is released then, and its lease lag counts from its release,
+    # not from its due time an hour before
+    a = f"A@{T0 + HOUR}"
+    fire(h, lf, a, T0 + HOUR)
+    fence = lease(h, lf, a, T0 + HOUR)
+    h.events.clear()
+    h.one(commands.CompleteRun(h.rid(), T0 + HOUR + 9, lf, a, fence, None))
+    [ready] = [e for e in h.events if isinstance(e, RunReady)]
+    assert ready.run_id == f"B@{T0 + 6}" and ready.since_ms == T0 + HOUR + 9
 
 
 def test_a_fire_batch_fires_every_run_it_can_whatever_the_others_are() -> None:
