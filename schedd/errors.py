@@ -75,6 +75,15 @@ class InvalidArgument(SchedError):
     code = Code.INVALID_ARGUMENT
 
 
+class UnknownZone(InvalidArgument):
+    """A time zone that is not an IANA zone; ``zone`` is what was given (the API suggests the
+    zone it probably means: schedd.api.zones)."""
+
+    def __init__(self, message: str, *, field: str, zone: str) -> None:
+        super().__init__(message, field=field)
+        self.zone = zone
+
+
 class Unauthenticated(SchedError):
     """A valid bearer token is required: send 'Authorization: Bearer <token>'."""
 

@@ -11,6 +11,7 @@ releases the GIL)."""
 
 from __future__ import annotations
 
+import os
 import secrets
 import threading
 import time
@@ -62,6 +63,16 @@ class Monotonic:
 
 _job_ids = Monotonic(80)
 _request_ids = Monotonic(64)
+
+
+def _forget_in_child() -> None:
+    """A forked child starts its own sequences: it would otherwise count up from its parent's
+    last id, as the parent does, and make the same ones in the same millisecond."""
+    global _job_ids, _request_ids
+    _job_ids, _request_ids = Monotonic(80), Monotonic(64)
+
+
+os.register_at_fork(after_in_child=_forget_in_child)
 
 
 def new_job_id(now_ms: int) -> str:

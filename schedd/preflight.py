@@ -169,20 +169,26 @@ def check(cfg: Config) -> list[str]:
     return problems + check_ports(cfg)
 
 
-def size_warnings(cfg: Config) -> list[str]:
-    """What the number of voters the configuration names means for failures (not an error:
-    an operator may be growing a cluster through it)."""
-    if cfg.raft.join:  # it joins a cluster, whose membership the log holds
-        return []
-    voters = 1 + len(cfg.raft.peers)
+def size_warning(voters: int) -> str | None:
+    """What ``voters`` voting nodes mean for failures, when it needs saying (not an error: an
+    operator may be growing a cluster through it)."""
     if voters == 2:
-        return [
-            "raft.peers: a cluster of 2 nodes tolerates no failure: with either node down "
-            "there is no majority and no write is accepted; run 3 nodes (or 1)"
-        ]
+        return (
+            "a cluster of 2 nodes tolerates no failure: with either node down there is no "
+            "majority and no write is accepted; run 3 nodes (or 1)"
+        )
     if voters > 2 and voters % 2 == 0:
-        return [
-            f"raft.peers: a cluster of {voters} nodes tolerates {voters // 2 - 1} failures, "
-            f"as one of {voters - 1} does, with one node more to fail; run an odd number"
-        ]
-    return []
+        return (
+            f"a cluster of {voters} nodes tolerates {voters // 2 - 1} failures, as one of "
+            f"{voters - 1} does, with one node more to fail; run an odd number"
+        )
+    return None
+
+
+def size_warnings(cfg: Config) -> list[str]:
+    """:func:`size_warning` for the voters ``raft.peers`` names (a node that joins a cluster
+    has its membership from the log)."""
+    if cfg.raft.join:
+        return []
+    warning = size_warning(1 + len(cfg.raft.peers))
+    return [] if warning is None else [f"raft.peers: {warning}"]

@@ -187,7 +187,8 @@ class Runtime:
         self._gc_task = asyncio.create_task(self.gc.run(lambda: self.node.is_leader))
         self._watch_task = asyncio.create_task(self._watch_role())
         self._reach_task = asyncio.create_task(self._watch_reach())
-        for warning in preflight.size_warnings(self.config):
+        # the membership this node goes by (the log's once recorded), not raft.peers
+        if (warning := preflight.size_warning(len(self.node.members.voters))) is not None:
             log_event(log, "cluster.size_warning", level=logging.WARNING, warning=warning)
         app = make_app(self.ports())
         # On stop, handlers get at most half the drain time (open worker sockets are closed
@@ -272,6 +273,8 @@ class Runtime:
                 await self._promote_task
         if self._reach_task is not None:
             self._reach_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reach_task
         if self._watch_task is not None:
             self._watch_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -320,7 +323,12 @@ class Runtime:
         reach = Reachability()
         while not self._stopping:
             await asyncio.sleep(reach.period)  # a period, not a wait for an event
-            for event, fields in reach.look(self.node.raft_status, clock.mono()):
+            try:
+                found = reach.look(self.node.raft_status, clock.mono())
+            except Exception:  # a report must never stop the node's other work
+                log.exception("looking at the peers failed")
+                continue
+            for event, fields in found:
                 if event == "raft.peer_unreachable":
                     fields["error"] = await tcp_error(fields["peer"])
                 level = (

@@ -77,8 +77,8 @@ def fresh(handler: Handler) -> Handler:
         raft = request.app[RAFT]
         wanted = _min_index(request)
         if _mode(request) == "consistent":
-            unwrap(await commit(raft, lambda rid, now: commands.Barrier(rid, now)))
-            wanted = max(wanted, WRITTEN.get())
+            barrier = unwrap(await commit(raft, lambda rid, now: commands.Barrier(rid, now)))
+            wanted = max(wanted, int(barrier))  # a barrier answers the index it was applied at
         if wanted and not await raft.wait_visible(wanted, READ_WAIT_S):
             raise Unavailable(
                 f"this node's reads have reached entry {raft.state_index}, not yet entry "

@@ -41,7 +41,7 @@ from schedd.api.views import (
 )
 from schedd.core import commands
 from schedd.core.durations import format_time
-from schedd.core.model import JobSpec, JobStatus, RunState, ScheduleKind
+from schedd.core.model import Job, JobSpec, JobStatus, RunState, ScheduleKind
 from schedd.core.recurrence import explain, recurrence_from
 from schedd.core.runs import MISFIRE_GRACE_MS, is_recurring, recurrence
 from schedd.core.state import Rejected
@@ -169,44 +169,59 @@ async def _upstreams_by_name(
     """``spec`` with each ``depends_on`` that is not a job id (nor a ref of its batch) taken
     as a job's name in its namespace, as ``schedctl`` names jobs: the one live (active or
     paused) job of that name, else the one job of that name; 404 for none, 409 naming them
-    for several."""
+    for several; 400 when two entries name the same job."""
     if all(is_job_id(dep) or dep in refs for dep in spec.depends_on):
         return spec
-    out = []
+    out: list[str] = []
     for i, dep in enumerate(spec.depends_on):
-        if is_job_id(dep) or dep in refs:
-            out.append(dep)
-            continue
-        filters = {"namespace": spec.namespace, "name": dep}
-        named, _ = await request.app[READER].jobs_page(0, 50, filters)
-        live = [j for j in named if j.status in (JobStatus.ACTIVE, JobStatus.PAUSED)]
-        chosen = live if live else named
-        if len(chosen) == 1:
-            out.append(chosen[0].id)
-            continue
         where = f"{field}[{i}]"
-        if not chosen:
-            raise NotFound(
-                f"{where}: no job with id or name {dep!r} in namespace {spec.namespace!r}",
+        job_id = dep if is_job_id(dep) or dep in refs else await _named(request, spec, dep, where)
+        if job_id in out:
+            raise InvalidArgument(
+                f"{where}: expected each upstream once; {dep!r} is also "
+                f"{field}[{out.index(job_id)}] ({job_id})",
                 field=where,
             )
-        ids = ", ".join(j.id for j in chosen[:5])
-        raise Conflict(
-            f"{where}: {len(chosen)} {'live ' if live else ''}jobs are named {dep!r} in "
-            f"namespace {spec.namespace!r} ({ids}{', …' if len(chosen) > 5 else ''}): name "
-            "the upstream by its id",
+        out.append(job_id)
+    return replace(spec, depends_on=tuple(out))
+
+
+async def _named(request: web.Request, spec: JobSpec, name: str, where: str) -> str:
+    """The id of the job ``name`` means in ``spec``'s namespace (see :func:`_upstreams_by_name`):
+    a few of each status are read, enough to tell one from several."""
+    reader = request.app[READER]
+    found: list[Job] = []
+    for status in (JobStatus.ACTIVE, JobStatus.PAUSED, None):
+        if status is None and found:
+            break  # live ones were found: the finished ones do not count
+        filters = {"namespace": spec.namespace, "name": name}
+        if status is not None:
+            filters["status"] = status.value
+        found += (await reader.jobs_page(0, 6, filters))[0]
+    if len(found) == 1:
+        return found[0].id
+    if not found:
+        raise NotFound(
+            f"{where}: no job with id or name {name!r} in namespace {spec.namespace!r}",
             field=where,
         )
-    return replace(spec, depends_on=tuple(out))
+    live = found[0].status in (JobStatus.ACTIVE, JobStatus.PAUSED)
+    ids = ", ".join(j.id for j in found[:5])
+    raise Conflict(
+        f"{where}: several {'live ' if live else ''}jobs are named {name!r} in namespace "
+        f"{spec.namespace!r} ({ids}{', …' if len(found) > 5 else ''}): name the upstream by "
+        "its id",
+        field=where,
+    )
 
 
 async def _upstream_views(request: web.Request, job_ids: tuple[str, ...]) -> list[UpstreamView]:
     reader = request.app[READER]
+    jobs = await reader.jobs_by_id(list(job_ids))
     latest = await reader.latest_runs(list(job_ids))
     out: list[UpstreamView] = []
     for job_id in job_ids:
-        job = await reader.job(job_id)
-        run = latest.get(job_id)
+        job, run = jobs.get(job_id), latest.get(job_id)
         out.append(
             {
                 "job_id": job_id,

@@ -12,7 +12,8 @@ from aiohttp import web
 from schedd.api.common import Handler
 from schedd.api.operations import PUBLIC_PATHS
 from schedd.api.ports import CONFIG, METRICS, TOKEN, TOKENS, error_response, json_response
-from schedd.errors import InvalidArgument, NotFound, PayloadTooLarge, SchedError
+from schedd.api.zones import zone_like
+from schedd.errors import InvalidArgument, NotFound, PayloadTooLarge, SchedError, UnknownZone
 
 log = logging.getLogger(__name__)
 
@@ -21,6 +22,11 @@ log = logging.getLogger(__name__)
 async def errors_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     try:
         return await handler(request)
+    except UnknownZone as err:  # say which zone was probably meant (read in a worker thread)
+        meant = await asyncio.to_thread(zone_like, err.zone)
+        if meant is not None:
+            err.message += f"; did you mean {meant!r}?"
+        return error_response(err)
     except SchedError as err:
         return error_response(err)
     except web.HTTPRequestEntityTooLarge:

@@ -363,7 +363,6 @@ OPERATIONS: tuple[Operation, ...] = (
         "read",
         "Nodes, roles, leader, term, indexes, health",
         (Reply(200, "this node's view", "Cluster"),),
-        fresh=True,
     ),
     Operation(
         "cluster_nodes",
@@ -439,7 +438,6 @@ OPERATIONS: tuple[Operation, ...] = (
         "minutes; quantiles interpolated in the histograms' buckets, as Prometheus does); a new "
         "leader starts without. A follower asks the leader (503 when none is known or "
         "reachable).",
-        fresh=True,
     ),
     Operation(
         "workers",

@@ -43,11 +43,8 @@ def parse_duration(value: object, field: str, *, allow_zero: bool = False) -> in
         if text and _WHOLE.match(text):
             ms = round(sum(float(n) * _UNIT_MS[u] for n, u in _PART.findall(text)))
         elif text.startswith("-") and _WHOLE.match(text[1:]):
-            hint = ""
-            if field.endswith("in"):  # a delay: the past is another schedule
-                hint = " (for a time in the past give --at TIME; for now, no schedule)"
             raise InvalidArgument(
-                f"{field}: expected a positive duration{hint}, got {value!r}", field=field
+                f"{field}: expected a positive duration, got {value!r}", field=field
             )
         else:
             try:

@@ -97,15 +97,15 @@ _new = tuple.__new__
 
 
 class Noted:
-    """One entry's changes as :class:`ChangeLog` noted them (the records themselves, frozen),
-    turned into :class:`Change` s the first time a client pulls them: a node that nobody
-    follows pays a dictionary entry per changed record and nothing more."""
+    """One entry's changes as :class:`ChangeLog` noted them, each record's fields taken at the
+    end of the entry (so that nothing holds a job's payload or a run's result), made into
+    :class:`Change` s the first time a client pulls them (and kept for the next ones)."""
 
     __slots__ = ("_changes", "_noted", "index")
 
-    def __init__(self, index: int, noted: dict[tuple[str, str], tuple[Any, ...]]) -> None:
+    def __init__(self, index: int, noted: list[tuple[str, str, str, str, tuple[Any, ...]]]) -> None:
         self.index = index
-        self._noted: dict[tuple[str, str], tuple[Any, ...]] | None = noted
+        self._noted: list[tuple[str, str, str, str, tuple[Any, ...]]] | None = noted
         self._changes: list[Change] = []
 
     def __len__(self) -> int:
@@ -113,28 +113,11 @@ class Noted:
 
     def changes(self) -> list[Change]:
         """The :class:`Change` s, in the order each record was first changed in the entry."""
-        noted = self._noted
-        if noted is None:
-            return self._changes
-        index = self.index
-        new = _new  # a Change without NamedTuple.__new__'s keyword handling
-        out = self._changes
-        for (kind, key), value in noted.items():
-            if kind == "run":
-                run, forgotten = value
-                fields = _run_fields(run, forgotten)
-                out.append(new(Change, (index, kind, key, run.job_id, run.namespace, fields)))
-            elif kind == "job":
-                job, forgotten = value
-                fields = _job_fields(job, forgotten)
-                out.append(new(Change, (index, kind, key, key, job.spec.namespace, fields)))
-            elif kind == "dlq":
-                job_id, namespace, in_dlq = value
-                out.append(new(Change, (index, kind, key, job_id, namespace, (in_dlq,))))
-            else:
-                out.append(new(Change, (index, kind, key, "", "", value)))
-        self._noted = None
-        return out
+        if self._noted is not None:
+            index, new = self.index, _new  # (a Change without NamedTuple.__new__'s keywords)
+            self._changes = [new(Change, (index, *noted)) for noted in self._noted]
+            self._noted = None
+        return self._changes
 
 
 #: an entry's changes: made by hand (tests), or as noted while it was applied
@@ -149,9 +132,9 @@ def changes_of(entry: EntryChanges) -> list[Change]:
 class ChangeLog:
     """The changes of the entry being applied, handed to ``sink`` at its end (``end``).
 
-    The state calls ``job``, ``run``, ``dlq`` and ``cluster`` as ``apply`` changes it; the
-    records are kept as they are (frozen) and turned into :class:`Change` s once, at the end of
-    the entry, in the order each was first changed in it."""
+    The state calls ``job``, ``run``, ``dlq`` and ``cluster`` as ``apply`` changes it; each
+    record is kept as it is (frozen) until the end of the entry, when the fields a client is
+    sent are taken from it, in the order each was first changed in it (:class:`Noted`)."""
 
     __slots__ = ("_pending", "sink")
 
@@ -173,12 +156,26 @@ class ChangeLog:
 
     def end(self, index: int) -> None:
         """Entry ``index`` is applied: hand its changes on (nothing when it changed nothing),
-        as they were noted: they become :class:`Change` s only when a client pulls them."""
+        each record's fields taken now; the :class:`Change` s are made when a client pulls."""
         pending = self._pending
         if not pending:
             return
         self._pending = {}
-        self.sink(index, Noted(index, pending))
+        noted: list[tuple[str, str, str, str, tuple[Any, ...]]] = []
+        for (kind, key), value in pending.items():
+            if kind == "run":
+                run, forgotten = value
+                noted.append((kind, key, run.job_id, run.namespace, _run_fields(run, forgotten)))
+            elif kind == "job":
+                job, forgotten = value
+                fields = _job_fields(job, forgotten)
+                noted.append((kind, key, key, job.spec.namespace, fields))
+            elif kind == "dlq":
+                job_id, namespace, in_dlq = value
+                noted.append((kind, key, job_id, namespace, (in_dlq,)))
+            else:
+                noted.append((kind, key, "", "", value))
+        self.sink(index, Noted(index, noted))
 
     def discard(self) -> None:
         """Forget what was noted (the entry's changes were not kept: a snapshot replaced them)."""

@@ -14,8 +14,6 @@ of a :class:`JobSpec` carried inside replicated commands.
 
 from __future__ import annotations
 
-import difflib
-import functools
 import math
 import re
 from collections.abc import Mapping
@@ -23,7 +21,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, Final, TypeVar
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import orjson
 from croniter import CroniterBadDateError, croniter
@@ -43,7 +41,7 @@ from schedd.core.model import (
     ScheduleKind,
 )
 from schedd.core.recurrence import cron_parts
-from schedd.errors import InvalidArgument, PayloadTooLarge
+from schedd.errors import InvalidArgument, PayloadTooLarge, UnknownZone
 
 __all__ = [
     "JOB_FIELDS",
@@ -121,7 +119,7 @@ ZONE_PATTERN: Final = r"[A-Za-z0-9_+-]+(?:/[A-Za-z0-9_+-]+)*"
 _TASK_RE: Final = re.compile(TASK_PATTERN)
 _IDENT_RE: Final = re.compile(IDENT_PATTERN)
 _ZONE_RE: Final = re.compile(ZONE_PATTERN)
-_NOT_IANA_ZONES: Final = frozenset({"localtime", "posixrules", "Factory"})
+NOT_IANA_ZONES: Final = frozenset({"localtime", "posixrules", "Factory"})
 _CRON_ALIASES: Final = (
     "@yearly",
     "@annually",
@@ -298,50 +296,18 @@ def _timezone(value: object, field: str) -> str:
     expected = 'an IANA time zone like "Europe/Berlin" or "UTC"'
     if not isinstance(value, str) or len(value) > 64:
         raise _invalid(field, expected, value)
-    try:
-        if (
-            not _ZONE_RE.fullmatch(value)
-            or value in _NOT_IANA_ZONES
-            or value.startswith(("right/", "posix/"))
-        ):
-            raise ValueError(value)
-        ZoneInfo(value)
-    except (ZoneInfoNotFoundError, ValueError, OSError):
-        close = zone_like(value)
-        hint = f"; did you mean {close!r}?" if close else ""
-        raise InvalidArgument(
-            f"{field}: expected {expected}, got {value!r}{hint}", field=field
-        ) from None
-    return value
-
-
-@functools.cache
-def _zones() -> tuple[dict[str, str], dict[str, str]]:
-    """Every IANA zone by its name, and by its last part (a city), in lower case."""
-    full: dict[str, str] = {}
-    city: dict[str, str] = {}
-    for zone in sorted(available_timezones()):
-        if zone.startswith(("right/", "posix/")) or zone in _NOT_IANA_ZONES:
-            continue
-        full[zone.lower()] = zone
-        city.setdefault(zone.rsplit("/", 1)[-1].lower(), zone)
-    return full, city
-
-
-def zone_like(text: str) -> str | None:
-    """The IANA zone ``text`` probably means: the same in another case, a city's name
-    (``berlin`` → ``Europe/Berlin``), or a close spelling of either (``Europe/Berln``)."""
-    full, city = _zones()
-    key = text.strip().lower().replace(" ", "_")
-    last = key.rsplit("/", 1)[-1]
-    for table, wanted in ((full, key), (full, last), (city, last)):
-        if wanted in table:
-            return table[wanted]
-    for table, wanted in ((full, key), (city, last)):
-        close = difflib.get_close_matches(wanted, list(table), n=1, cutoff=0.8)
-        if close:
-            return table[close[0]]
-    return None
+    if (
+        _ZONE_RE.fullmatch(value)
+        and value not in NOT_IANA_ZONES
+        and not value.startswith(("right/", "posix/"))
+    ):
+        try:
+            ZoneInfo(value)
+            return value
+        except (ZoneInfoNotFoundError, ValueError, OSError):
+            pass
+    # (the zone meant is suggested where the error is answered: schedd.api.zones)
+    raise UnknownZone(_invalid(field, expected, value).message, field=field, zone=value)
 
 
 def _cron(value: object, field: str) -> str:

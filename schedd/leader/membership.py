@@ -112,7 +112,9 @@ class MembershipService:
     def view(self) -> dict[str, Any]:
         """The membership with what this node sees of each member."""
         node = self.node
-        m = node.members
+        # ids and URLs the log does not have yet: this node's own, and what each peer said of
+        # itself over Raft
+        m = node.members.with_known([Member(node.raft_self, self.node_id, ""), *self._said()])
         status = node.raft_status
         leading = status.role == "leader"
         nodes = []
@@ -120,15 +122,13 @@ class MembershipService:
         every = [(mm, VOTER) for mm in m.voters]
         if m.learner is not None:
             every.append((m.learner, LEARNER))
-        hellos = node.peer_hellos()  # what each peer said of itself over Raft
         for member, role in every:
             peer = status.peer(member.raft)
             is_self = member.raft == me
-            hello = hellos.get(member.raft, {})
             entry: dict[str, Any] = {
-                "id": member.id or (self.node_id if is_self else hello.get("id")) or None,
+                "id": member.id or None,
                 "raft": member.raft,
-                "http": member.http or hello.get("http") or None,
+                "http": member.http or None,
                 "role": role,
                 "leader": member.raft == status.leader,
                 "self": is_self,
@@ -147,6 +147,13 @@ class MembershipService:
             "removed": list(m.removed),
             "quorum": len(m.voters) // 2 + 1,
         }
+
+    def _said(self) -> list[Member]:
+        """Each peer as it said itself over Raft (its hello): address, id, API URL."""
+        return [
+            Member(addr, str(hello.get("id") or ""), str(hello.get("http") or ""))
+            for addr, hello in self.node.peer_hellos().items()
+        ]
 
     # -- changing -----------------------------------------------------------------------------
     def _leading(self) -> tuple[int, Membership]:
@@ -219,10 +226,7 @@ class MembershipService:
         # the ids and URLs the members said in their hellos, where the membership has none
         # (one taken from the configuration before they said it): in the log, so that after
         # a restart a member is still known by its id, even one that is down for good
-        new = new.with_known(
-            Member(addr, str(hello.get("id") or ""), str(hello.get("http") or ""))
-            for addr, hello in self.node.peer_hellos().items()
-        )
+        new = new.with_known(self._said())
         problem = members.check(new, base)
         if problem is not None:
             raise InvalidArgument(problem)

@@ -4,8 +4,8 @@ The tick thread appends each entry's changes (``schedd.core.events.ChangeLog``) 
 ring under a lock of its own (never the state's: a client's read does not hold up apply); the
 API's streams pull from it on the event loop.  The event loop is woken only while some stream
 listens, at most once per turn however many entries were applied.  With nobody listening an
-entry costs one append of the records it changed, as they were noted: they are turned into
-changes only when a stream first pulls them.
+entry costs its records' fields and one append: the change tuples are made only when a stream
+first pulls them (briefly, under the ring's lock).
 """
 
 from __future__ import annotations

@@ -267,8 +267,9 @@ class _StateMachine(SyncObjConsumer, ApplyBatch):  # type: ignore[misc]
         self._events: list[tuple[int, list[LeaderEvent]]] = []  # to hand on (_emit)
         self._awaited = True  # whether a caller here waits for the entry applied next
         self._visible = False  # the open transaction holds such an entry that wants visibility
-        #: a read waits to see what is applied (min_index): commit at the next chance
-        self.want_visible = False
+        #: the lowest entry a read waits to see (min_index; 0: none): once it is applied, the
+        #: next tick commits instead of waiting out LAZY_COMMIT_S
+        self.wanted_visible = 0
         self._members_seen = self.state.members
         #: the commands of the entries this node encoded, by the entry's bytes: applied as they
         #: are, not decoded again (put on the event loop, taken on the tick thread)
@@ -321,10 +322,11 @@ class _StateMachine(SyncObjConsumer, ApplyBatch):  # type: ignore[misc]
         # not wait for it to learn that there is nothing to commit.  (Checked again under the
         # lock for close(), which commits from another thread once the ticks have stopped.)
         state = self.state
+        wanted = self.wanted_visible
         if not state.in_transaction or (
             due_only
             and not self._visible
-            and not self.want_visible
+            and not (wanted and state.applied_index >= wanted)
             and clock.mono() - self._began < LAZY_COMMIT_S
         ):
             return
@@ -333,15 +335,17 @@ class _StateMachine(SyncObjConsumer, ApplyBatch):  # type: ignore[misc]
                 return
             try:
                 state.commit()
-                self._visible = self.want_visible = False
+                self._visible = False
+                if self.wanted_visible and state.committed_index >= self.wanted_visible:
+                    self.wanted_visible = 0  # (a read wanting more sets it again)
             except StorageFailure as exc:
                 self.on_storage_failure(str(exc), str(self.state.path))
                 raise
 
     @replicated  # type: ignore[untyped-decorator]
     def apply_entry(self, blob: bytes) -> list[Result]:
+        index = int(self._syncObj.raftLastApplied) + 1
         try:
-            index = self._syncObj.raftLastApplied + 1
             started = clock.mono()
             awaited, self._awaited = self._awaited, True
             state = self.state
@@ -379,7 +383,7 @@ class _StateMachine(SyncObjConsumer, ApplyBatch):  # type: ignore[misc]
         except Exception as exc:  # never let anything escape (docs/pysyncobj.md #1)
             log.exception("apply failed")
             failed = Applied([Rejected(Code.INTERNAL, f"apply failed: {exc}")])
-            failed.entry = int(self._syncObj.raftLastApplied) + 1
+            failed.entry = index
             return failed
 
 
@@ -934,7 +938,9 @@ class RaftNode:
         waiter = feed.listen()  # before looking again: a commit in between sets it
         try:
             while self.state_index < index and not feed.closed:
-                self._sm.want_visible = True
+                sm = self._sm
+                if not sm.wanted_visible or index < sm.wanted_visible:
+                    sm.wanted_visible = index  # the nearest of those waited for
                 self._wake()
                 remaining = deadline - loop.time()
                 if remaining <= 0:

@@ -8,7 +8,8 @@ returns what to log: ``raft.peer_unreachable`` for each peer not connected for a
 ``cluster.no_leader`` while no leader has been known for a whole period, naming the peers it
 does reach.  Both repeat every period for as long as it lasts, as Consul's and Nomad's
 "failed to contact" and "no cluster leader" lines do; ``raft.peer_reachable`` and
-``cluster.leader_known`` say when it ends.  Pure: the status and the clock come in.
+``cluster.leader_known`` say when it ends.  :class:`Reachability` is pure (the status and the
+clock come in); :func:`tcp_error` asks the network.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ class StatusLike(Protocol):
 
 @dataclass
 class Reachability:
-    period: float = field(default_factory=lambda: PERIOD_S)
+    period: float = field(default_factory=lambda: PERIOD_S)  # (read when made: tests set it)
     down_since: dict[str, float] = field(default_factory=dict)
     reported: set[str] = field(default_factory=set)
     no_leader_since: float | None = None
@@ -49,6 +50,10 @@ class Reachability:
     def look(self, status: StatusLike, now: float) -> list[tuple[str, dict[str, Any]]]:
         """What to log now: (event, fields), the problems first."""
         out: list[tuple[str, dict[str, Any]]] = []
+        members = {peer.addr for peer in status.peers}
+        for gone in [a for a in self.down_since if a not in members]:  # removed from the cluster
+            del self.down_since[gone]
+            self.reported.discard(gone)
         for peer in status.peers:
             if peer.connected:
                 self.down_since.pop(peer.addr, None)

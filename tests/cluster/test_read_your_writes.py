@@ -29,7 +29,7 @@ async def test_a_job_submitted_on_one_node_is_found_at_once_on_every_other(
             await cluster.wait_serving(http)
             headers = cluster.headers()
             urls = [n.url + "/api/v1" for n in cluster.nodes]
-            found = 0
+            answered: list[tuple[str, str]] = []  # (the node read, the name it answered)
             for k in range(ROUNDS):
                 on, then = urls[k % 3], urls[(k + 1) % 3]
                 body = orjson.dumps({"task": "t", "schedule": {"in": "1h"}, "name": f"ryw-{k}"})
@@ -45,9 +45,12 @@ async def test_a_job_submitted_on_one_node_is_found_at_once_on_every_other(
                 async with http.get(url, headers={**headers, **extra}) as r:
                     assert r.status == 200, (k, r.status, await r.text())
                     assert int(r.headers["X-Schedd-Index"]) >= int(index)
-                    assert (await r.json())["id"] == job["id"]
-                    found += 1
-            assert found == ROUNDS
+                    read = await r.json()
+                    assert read["id"] == job["id"]
+                    answered.append((then, read["name"]))
+            # every node answered reads, each with the job as it was written
+            assert {node for node, _ in answered} == set(urls)
+            assert [name for _, name in answered] == [f"ryw-{k}" for k in range(ROUNDS)]
             leader = await cluster.wait_serving(http)
             followers = [cluster.nodes[i].url for i in range(3) if i != leader]
             token = headers["Authorization"].removeprefix("Bearer ")

@@ -6,27 +6,25 @@ from __future__ import annotations
 from typing import Any
 
 import aiohttp
-import orjson
 
 from schedd.protocol import messages
 from tests.conftest import Node, wait_for
+from tests.integration.test_api import get, post
 from tests.integration.test_worker_protocol import API, connect, submit
 
 
-async def _post(
-    http: aiohttp.ClientSession, node: Node, path: str, body: Any
-) -> tuple[int, dict[str, Any]]:
-    async with http.post(
-        node.url + API + path, data=orjson.dumps(body), headers=node.headers()
-    ) as r:
-        return r.status, await r.json()
+async def _got(http: aiohttp.ClientSession, node: Node, path: str) -> dict[str, Any]:
+    status, body = await get(http, node, path)
+    assert status == 200, body
+    return body
 
 
-async def _get(http: aiohttp.ClientSession, node: Node, path: str) -> dict[str, Any]:
-    async with http.get(node.url + API + path, headers=node.headers()) as r:
-        assert r.status == 200, await r.text()
-        out: dict[str, Any] = await r.json()
-        return out
+async def _latest_run_if(
+    http: aiohttp.ClientSession, node: Node, job_id: str, state: str
+) -> dict[str, Any] | None:
+    """The job's latest run (as ``GET /runs/{id}`` shows it) once it is in ``state``."""
+    run = (await _got(http, node, f"/jobs/{job_id}"))["latest_run"]
+    return await _got(http, node, f"/runs/{run['id']}") if run["state"] == state else None
 
 
 async def test_depends_on_a_name_and_the_blocked_run_names_its_upstream(
@@ -40,22 +38,17 @@ async def test_depends_on_a_name_and_the_blocked_run_names_its_upstream(
     )
     assert down["depends_on"] == [up["id"]]
     run = await wait_for(
-        lambda: _blocked(http, node, down["id"])  # fired at once, blocked by its upstream
+        lambda: _latest_run_if(
+            http, node, down["id"], "blocked"
+        )  # fired at once, blocked by its upstream
     )
     assert run["reason"] == "dependencies"
     [upstream] = run["upstream"]
     assert upstream["job_id"] == up["id"] and upstream["name"] == "extract"
     assert (upstream["status"], upstream["state"]) == ("active", "scheduled")
     assert upstream["run_id"] == up["latest_run"]["id"]
-    job = await _get(http, node, f"/jobs/{down['id']}")
+    job = await _got(http, node, f"/jobs/{down['id']}")
     assert job["latest_run"]["upstream"] == [upstream]
-
-
-async def _blocked(http: aiohttp.ClientSession, node: Node, job_id: str) -> Any:
-    run = (await _get(http, node, f"/jobs/{job_id}"))["latest_run"]
-    if run["state"] != "blocked":
-        return None
-    return await _get(http, node, f"/runs/{run['id']}")
 
 
 async def test_a_run_skipped_for_its_upstream_names_the_failed_run(
@@ -70,11 +63,11 @@ async def test_a_run_skipped_for_its_upstream_names_the_failed_run(
         messages.Fail(run_id=lease.run_id, fence=lease.fence, error="boom", retryable=False)
     )
     assert (await worker.expect(messages.Ack)).accepted
-    status, down = await _post(
+    status, down = await post(
         http, node, "/jobs", {"task": "t", "namespace": "ds", "depends_on": ["fetch"]}
     )
     assert status == 201
-    run = await wait_for(lambda: _skipped(http, node, down["id"]))
+    run = await wait_for(lambda: _latest_run_if(http, node, down["id"], "skipped"))
     assert run["reason"] == "upstream_failed"
     assert run["upstream"] == [
         {
@@ -88,15 +81,10 @@ async def test_a_run_skipped_for_its_upstream_names_the_failed_run(
     await worker.ws.close()
 
 
-async def _skipped(http: aiohttp.ClientSession, node: Node, job_id: str) -> Any:
-    run = (await _get(http, node, f"/jobs/{job_id}"))["latest_run"]
-    return await _get(http, node, f"/runs/{run['id']}") if run["state"] == "skipped" else None
-
-
 async def test_an_unknown_or_ambiguous_name_is_refused_naming_it(
     node: Node, http: aiohttp.ClientSession
 ) -> None:
-    status, body = await _post(
+    status, body = await post(
         http, node, "/jobs", {"task": "t", "namespace": "dx", "depends_on": ["nope"]}
     )
     assert status == 404 and body["error"]["field"] == "depends_on[0]"
@@ -107,7 +95,7 @@ async def test_an_unknown_or_ambiguous_name_is_refused_naming_it(
         )
         for _ in range(2)
     ]
-    status, body = await _post(
+    status, body = await post(
         http,
         node,
         "/jobs/batch",
@@ -116,7 +104,7 @@ async def test_an_unknown_or_ambiguous_name_is_refused_naming_it(
     assert status == 409 and body["error"]["field"] == "jobs[0].depends_on[0]"
     assert all(t["id"] in body["error"]["message"] for t in twins)
     # in a batch, a ref wins over a name
-    status, body = await _post(
+    status, body = await post(
         http,
         node,
         "/jobs/batch",
@@ -130,3 +118,26 @@ async def test_an_unknown_or_ambiguous_name_is_refused_naming_it(
     assert status == 201
     first, second = body["jobs"]
     assert second["depends_on"] == [first["id"]]
+
+
+async def test_a_name_used_many_times_means_its_one_live_job_and_twice_is_refused(
+    node: Node, http: aiohttp.ClientSession
+) -> None:
+    body = {"task": "t", "name": "nightly", "namespace": "dm", "schedule": {"in": "1h"}}
+    for _ in range(52):  # more than a page of cancelled jobs of that name, oldest first
+        old = await submit(http, node, body)
+        async with http.delete(node.url + API + f"/jobs/{old['id']}", headers=node.headers()) as r:
+            assert r.status == 204
+    live = await submit(http, node, body)
+    status, down = await post(
+        http, node, "/jobs", {"task": "t", "namespace": "dm", "depends_on": ["nightly"]}
+    )
+    assert status == 201 and down["depends_on"] == [live["id"]]
+    status, body2 = await post(
+        http,
+        node,
+        "/jobs",
+        {"task": "t", "namespace": "dm", "depends_on": ["nightly", live["id"]]},
+    )
+    assert status == 400 and body2["error"]["field"] == "depends_on[1]"
+    assert "expected each upstream once" in body2["error"]["message"]

@@ -15,6 +15,7 @@ import pytest
 from schedd.api.openapi import spec
 from schedd.protocol import messages
 from tests.conftest import Node, wait_for
+from tests.integration.test_metrics import scrape
 from tests.integration.test_openapi import _component
 from tests.integration.test_worker_protocol import RawWorker, committed, connect, submit
 
@@ -193,7 +194,7 @@ async def test_a_bulk_replay_is_not_lag_its_runs_count_from_the_replay(
         await worker.send(messages.Fail(run_id=lease.run_id, fence=lease.fence, error="boom"))
         assert (await worker.expect(messages.Ack)).accepted
     await committed(node)
-    before = _lease_lag_buckets(await _metrics(http, node))
+    before = await _lease_lag_buckets(http, node)
     assert before["+Inf"] - before["1.0"] >= 3  # the first attempts' lags: about 30 s
     body = orjson.dumps({"task": "t", "dry_run": False})
     async with http.post(node.url + API + "/dlq/replay", data=body, headers=node.headers()) as r:
@@ -201,7 +202,7 @@ async def test_a_bulk_replay_is_not_lag_its_runs_count_from_the_replay(
     for lease in [await worker.expect(messages.Lease) for _ in jobs]:
         await worker.send(messages.Complete(run_id=lease.run_id, fence=lease.fence))
         assert (await worker.expect(messages.Ack)).accepted
-    after = _lease_lag_buckets(await _metrics(http, node))
+    after = await _lease_lag_buckets(http, node)
     assert after["+Inf"] - before["+Inf"] == 3  # the replays were observed...
     assert after["1.0"] - before["1.0"] == 3  # ...each under a second late
     _, view = await lag(http, node, "?minutes=1&samples=true")
@@ -210,16 +211,11 @@ async def test_a_bulk_replay_is_not_lag_its_runs_count_from_the_replay(
     await worker.ws.close()
 
 
-async def _metrics(http: aiohttp.ClientSession, node: Node) -> str:
-    async with http.get(node.url + "/metrics", headers=node.headers()) as r:
-        return await r.text()
-
-
-def _lease_lag_buckets(text: str) -> dict[str, float]:
+async def _lease_lag_buckets(http: aiohttp.ClientSession, node: Node) -> dict[str, float]:
     """``le`` -> the cumulative count of schedd_lease_lag_seconds, summed over its labels."""
     out: dict[str, float] = {}
-    for line in text.splitlines():
-        if line.startswith("schedd_lease_lag_seconds_bucket{"):
-            le = line.split('le="', 1)[1].split('"', 1)[0]
-            out[le] = out.get(le, 0.0) + float(line.rsplit(" ", 1)[1])
+    for (name, labels), value in (await scrape(http, node)).items():
+        if name == "schedd_lease_lag_seconds_bucket":
+            le = dict(labels)["le"]
+            out[le] = out.get(le, 0.0) + value
     return out

@@ -6,18 +6,8 @@ from __future__ import annotations
 import aiohttp
 import orjson
 
-from schedd.protocol import messages
 from tests.conftest import Node
-from tests.integration.test_worker_protocol import API, RawWorker
-
-
-async def submit(http: aiohttp.ClientSession, node: Node, body: dict[str, object]) -> dict:
-    async with http.post(
-        node.url + API + "/jobs", data=orjson.dumps(body), headers=node.headers()
-    ) as r:
-        assert r.status == 201, await r.text()
-        job: dict = await r.json()
-        return job
+from tests.integration.test_worker_protocol import API, connect, submit
 
 
 async def test_a_submit_warns_when_no_connected_worker_serves_the_task(
@@ -27,14 +17,7 @@ async def test_a_submit_warns_when_no_connected_worker_serves_the_task(
     assert alone["warnings"] == [
         "no worker is connected: task 'mail.send' on queue 'default' waits for one"
     ]
-    ws = await http.ws_connect(node.url + API + "/workers/connect", headers=node.headers())
-    w = RawWorker(ws)
-    await w.send(
-        messages.Hello(
-            worker_id="w-warn", queues=("default",), capacity=1, tasks=("reports.generate",)
-        )
-    )
-    await w.expect(messages.Welcome)
+    w = await connect(http, node, "w-warn", tasks=("reports.generate",))
     try:
         other = await submit(http, node, {"task": "mail.send", "schedule": {"in": "1h"}})
         assert other["warnings"] == [
@@ -43,7 +26,7 @@ async def test_a_submit_warns_when_no_connected_worker_serves_the_task(
         served = await submit(http, node, {"task": "reports.generate", "schedule": {"in": "1h"}})
         assert "warnings" not in served
     finally:
-        await ws.close()
+        await w.ws.close()
 
 
 async def test_a_batch_warns_per_new_job_and_the_batching_client_passes_it_on(
@@ -51,14 +34,7 @@ async def test_a_batch_warns_per_new_job_and_the_batching_client_passes_it_on(
 ) -> None:
     from schedd.client import AsyncClient
 
-    ws = await http.ws_connect(node.url + API + "/workers/connect", headers=node.headers())
-    w = RawWorker(ws)
-    await w.send(
-        messages.Hello(
-            worker_id="w-batch", queues=("default",), capacity=1, tasks=("reports.generate",)
-        )
-    )
-    await w.expect(messages.Welcome)
+    w = await connect(http, node, "w-batch", tasks=("reports.generate",))
     try:
         body = {
             "jobs": [
@@ -82,20 +58,13 @@ async def test_a_batch_warns_per_new_job_and_the_batching_client_passes_it_on(
             "no connected worker serves task 'billing.charge' on queue 'default'",
         )
     finally:
-        await ws.close()
+        await w.ws.close()
 
 
 async def test_a_task_name_close_to_one_a_worker_serves_gets_a_did_you_mean(
     node: Node, http: aiohttp.ClientSession
 ) -> None:
-    ws = await http.ws_connect(node.url + API + "/workers/connect", headers=node.headers())
-    w = RawWorker(ws)
-    await w.send(
-        messages.Hello(
-            worker_id="w-typo", queues=("default",), capacity=1, tasks=("demo.echo", "demo.sleep")
-        )
-    )
-    await w.expect(messages.Welcome)
+    w = await connect(http, node, "w-typo", tasks=("demo.echo", "demo.sleep"))
     try:
         typo = await submit(http, node, {"task": "demo.ecko", "schedule": {"in": "1h"}})
         assert typo["warnings"] == [
@@ -105,7 +74,7 @@ async def test_a_task_name_close_to_one_a_worker_serves_gets_a_did_you_mean(
         far = await submit(http, node, {"task": "billing.charge", "schedule": {"in": "1h"}})
         assert "did you mean" not in far["warnings"][0]
     finally:
-        await ws.close()
+        await w.ws.close()
 
 
 async def test_an_at_in_the_past_is_accepted_with_a_warning(
@@ -119,3 +88,16 @@ async def test_an_at_in_the_past_is_accepted_with_a_warning(
     )
     soon = await submit(http, node, {"task": "t", "queue": "later", "schedule": {"in": "1h"}})
     assert not any("past" in w for w in soon.get("warnings", []))
+
+
+async def test_a_time_zone_not_found_is_answered_with_the_one_meant(
+    node: Node, http: aiohttp.ClientSession
+) -> None:
+    body = {"task": "t", "schedule": {"cron": "0 2 * * *", "timezone": "berlin"}}
+    async with http.post(
+        node.url + API + "/jobs", data=orjson.dumps(body), headers=node.headers()
+    ) as r:
+        assert r.status == 400
+        error = (await r.json())["error"]
+    assert error["field"] == "schedule.timezone"
+    assert error["message"].endswith("got 'berlin'; did you mean 'Europe/Berlin'?")

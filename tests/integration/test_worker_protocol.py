@@ -44,11 +44,14 @@ async def connect(
     worker_id: str,
     capacity: int = 1,
     resume: tuple[messages.LeaseRef, ...] = (),
+    tasks: tuple[str, ...] | None = None,
 ) -> RawWorker:
     ws = await http.ws_connect(node.url + API + "/workers/connect", headers=node.headers())
     w = RawWorker(ws)
     await w.send(
-        messages.Hello(worker_id=worker_id, queues=("default",), capacity=capacity, resume=resume)
+        messages.Hello(
+            worker_id=worker_id, queues=("default",), capacity=capacity, resume=resume, tasks=tasks
+        )
     )
     welcome = await w.expect(messages.Welcome)
     assert welcome.node_id == "n1"

@@ -19,7 +19,7 @@ from schedd.core.events import (
     coalesce,
     parse_kinds,
 )
-from schedd.core.model import JobSpec, RetryPolicy
+from schedd.core.model import Job, JobSpec, RetryPolicy, Run
 from schedd.core.state import MemoryState, State
 from schedd.raft.feed import EventFeed
 from schedd.storage.sqlstate import SqlState
@@ -269,14 +269,17 @@ def test_a_gated_feed_hands_out_an_entry_once_the_reads_see_it() -> None:
 
 
 def test_an_entry_nobody_pulls_is_kept_as_noted_and_made_into_changes_once() -> None:
-    """A node nobody follows keeps each entry's records as noted; the changes are made the first
-    time a stream pulls them, the same for every later stream."""
+    """A node nobody follows keeps each entry's records' fields (not the records: a payload or a
+    result would stay in memory with them); the changes are made the first time a stream pulls
+    them, the same for every later stream."""
     kept: list[Any] = []
     h = Harness()
     h.state.changes = ChangeLog(lambda index, noted: kept.append(noted))
     h.submit("J1")
     [noted] = kept
     assert noted._changes == [] and len(noted) == 2  # nothing made yet: a job and its run
+    held = [v for entry in noted._noted for v in (*entry[:4], *entry[4])]
+    assert not any(isinstance(v, Job | Run | JobSpec) for v in held)
     ring = EventRing(size=100)
     ring.append(noted.index, noted)
     first = ring.pull(0, 10)

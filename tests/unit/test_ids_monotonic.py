@@ -53,3 +53,20 @@ def test_request_ids_sort_by_creation_and_never_repeat() -> None:
     made = [new_request_id() for _ in range(5000)]
     assert len(set(made)) == 5000 and made == sorted(made)
     assert all(len(r) == 28 and int(r, 16) >= 0 for r in made)
+
+
+def test_a_forked_child_does_not_count_on_from_its_parent() -> None:
+    import os
+
+    ids._request_ids.next(5_000)  # the parent's sequence, at a millisecond held still
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its next pair in the same millisecond, then out at once
+        os.write(write, repr(ids._request_ids.next(5_000)).encode())
+        os._exit(0)
+    os.close(write)
+    os.waitpid(pid, 0)
+    child = os.read(read, 128).decode()
+    os.close(read)
+    parent = repr(ids._request_ids.next(5_000))
+    assert child != parent  # the same pair if the child had gone on from the parent's last

@@ -40,3 +40,12 @@ def test_a_peer_down_for_a_period_is_named_each_period_then_once_back() -> None:
 
 def test_a_node_alone_says_nothing() -> None:
     assert Reachability(period=1.0).look(Status(None, ()), 10.0) == []
+
+
+def test_a_peer_removed_from_the_cluster_is_forgotten() -> None:
+    reach = Reachability(period=1.0)
+    down = Status("10.0.0.3:7701", (Peer("10.0.0.2:7701", False), Peer("10.0.0.3:7701", True)))
+    assert dict(reach.look(down, 10.0)) == {}
+    assert "raft.peer_unreachable" in dict(reach.look(down, 11.0))
+    removed = Status("10.0.0.3:7701", (Peer("10.0.0.3:7701", True),))
+    assert reach.look(removed, 12.0) == [] and reach.down_since == {} and not reach.reported

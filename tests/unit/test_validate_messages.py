@@ -167,13 +167,13 @@ MESSAGES: list[tuple[str, Any, str | None, str]] = [
         "zone-posix-copy",
         cron(timezone="posix/UTC"),
         "schedule.timezone",
-        f"schedule.timezone: expected {ZONE_EXPECTED}, got 'posix/UTC'; did you mean 'UTC'?",
+        f"schedule.timezone: expected {ZONE_EXPECTED}, got 'posix/UTC'",
     ),
     (
         "zone-right-copy",
         cron(timezone="right/UTC"),
         "schedule.timezone",
-        f"schedule.timezone: expected {ZONE_EXPECTED}, got 'right/UTC'; did you mean 'UTC'?",
+        f"schedule.timezone: expected {ZONE_EXPECTED}, got 'right/UTC'",
     ),
     # cron
     (
