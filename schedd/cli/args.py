@@ -385,14 +385,19 @@ def build_parser() -> argparse.ArgumentParser:
     dlq = d.add_subparsers(
         dest="dlq_command", metavar="DLQ_COMMAND", required=True, parser_class=_Parser
     )
+
+    def dlq_filters(parser: argparse.ArgumentParser) -> None:
+        """The filters of the dead-letter queue (``GET /dlq``, ``POST /dlq/replay|drop``)."""
+        parser.add_argument("--task", metavar="T", help="the runs of this task")
+        parser.add_argument("--queue", metavar="Q", help="the runs of this queue")
+        parser.add_argument("--namespace", metavar="N", help="the runs of this namespace")
+        parser.add_argument(
+            "--error", metavar="TEXT", help="the runs whose error contains TEXT (either case)"
+        )
+
     dl = dlq.add_parser("list", parents=[common], help="list dead-lettered runs, newest first")
     paging(dl, since="that failed")
-    dl.add_argument("--task", metavar="T")
-    dl.add_argument("--queue", metavar="Q")
-    dl.add_argument("--namespace", metavar="N")
-    dl.add_argument(
-        "--error", metavar="TEXT", help="only runs whose error contains TEXT (either case)"
-    )
+    dlq_filters(dl)
     for name, text in (
         ("replay", "run dead-lettered runs again, with fresh attempts"),
         ("drop", "remove runs from the dead-letter queue"),
@@ -402,15 +407,12 @@ def build_parser() -> argparse.ArgumentParser:
             parents=[common],
             help=text,
             description=f"{text.capitalize()}: the runs named, or those the filters pick, or "
-            "--all. Runs picked by filters or --all are counted first (a dry run): the count "
-            "and their tasks are printed and, on a terminal, confirmed before anything is done; "
+            "--all. Anything but one run named is counted first (a dry run): the count and "
+            "the tasks are printed and, on a terminal, confirmed before anything is done; "
             "--yes does it without asking, --dry-run only prints.",
         )
         p.add_argument("run_ids", metavar="RUN_ID", nargs="*", help="the runs to " + name)
-        p.add_argument("--task", metavar="T", help="the runs of this task")
-        p.add_argument("--queue", metavar="Q", help="the runs of this queue")
-        p.add_argument("--namespace", metavar="N", help="the runs of this namespace")
-        p.add_argument("--error", metavar="TEXT", help="the runs whose error contains TEXT")
+        dlq_filters(p)
         p.add_argument(
             "--since", metavar="TIME|DUR", help="the runs that failed at or after TIME or DUR ago"
         )

@@ -18,7 +18,7 @@ import ssl
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import IO, Any
 from urllib.parse import urlencode
 
 import orjson
@@ -35,6 +35,23 @@ MAX_RETRIES = 3  # retries of one server after a 503, before moving on
 BACKOFF = 0.1  # first wait when Retry-After says 0
 _FAILOVER_STATUS = frozenset({502, 503, 504})
 _USER_AGENT = "schedctl"
+
+
+#: schedctl's exit codes (docs/cli.md)
+EXIT_OK = 0
+EXIT_SERVER = 1
+EXIT_USAGE = 2
+EXIT_NOT_FOUND = 3
+EXIT_UNAVAILABLE = 4
+EXIT_FAILED = 5
+EXIT_CANCELLED = 6
+EXIT_WAIT_TIMEOUT = 7
+
+
+def write_text(out: IO[bytes], text: str) -> None:
+    """``text`` and a newline on ``out``; nothing for no text (``-q`` with nothing to show)."""
+    if text:
+        out.write(text.encode("utf-8", "replace") + b"\n")
 
 
 class CliError(Exception):

@@ -10,15 +10,20 @@ from collections.abc import Callable, Mapping
 from typing import IO, Any
 
 from schedd.cli import render
-from schedd.cli.client import Response, UsageError
+from schedd.cli.client import (
+    EXIT_NOT_FOUND,
+    EXIT_OK,
+    CliError,
+    Response,
+    UsageError,
+    write_text,
+)
 from schedd.cli.requests import ApiRequest
 from schedd.cli.settings import Settings
 
-EXIT_OK = 0
-
 
 def _ask(prompt: str, err: IO[str]) -> bool:
-    """Whether the person at the terminal answers yes; None of it without a terminal."""
+    """Whether the person at the terminal answers yes."""
     err.write(prompt)
     err.flush()
     try:
@@ -37,6 +42,16 @@ def plan_lines(plan: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _show(answer: Response, settings: Settings, out: IO[bytes], text: str) -> None:
+    """An answer as ``-o json`` (its body), ``-q`` (its run ids) or text."""
+    if settings.output == "json":
+        out.write(answer.body + b"\n")
+    elif settings.quiet:
+        write_text(out, "\n".join(str(r) for r in answer.json().get("run_ids") or ()))
+    else:
+        write_text(out, text)
+
+
 def bulk(
     call: Callable[[ApiRequest], Response],
     req: ApiRequest,
@@ -50,24 +65,23 @@ def bulk(
     interactive: bool | None = None,
     ask: Callable[[str, IO[str]], bool] = _ask,
 ) -> int:
-    """Count (``req`` is the dry run), print, confirm, then replay or drop the runs shown."""
+    """Count (``req`` is the dry run), print, confirm (``ask``, on a terminal: ``interactive``,
+    by default whether stdin is one), then replay or drop the runs shown."""
     answer = call(req)
     plan = answer.json()
     count = int(plan.get("count") or 0)
+    named = (req.body or {}).get("run_ids")
+    if count == 0 and named:  # the runs named are not in the queue: as for one run, a 404
+        skipped = ", ".join(render.clean(str(r)) for r in plan.get("skipped") or named)
+        raise CliError(
+            f"not_found: none of these runs is in the dead-letter queue: {skipped}", EXIT_NOT_FOUND
+        )
     if dry_run or count == 0:
-        if settings.output == "json":
-            out.write(answer.body + b"\n")
-        elif settings.quiet:
-            out.write("\n".join(str(r) for r in plan.get("run_ids") or ()).encode() + b"\n")
-        else:
-            shown = (
-                plan_lines(plan) if count else f"no dead-lettered run matches: nothing to {action}"
-            )
-            out.write(shown.encode() + b"\n")
+        shown = plan_lines(plan) if count else f"no dead-lettered run matches: nothing to {action}"
+        _show(answer, settings, out, shown)
         return EXIT_OK
     if not yes:
-        tty = sys.stdin.isatty() if interactive is None else interactive
-        if not tty:
+        if not (sys.stdin.isatty() if interactive is None else interactive):
             raise UsageError(
                 f"{plan.get('message')}: pass --yes to {action} them without asking, or "
                 "--dry-run to only count them"
@@ -78,10 +92,5 @@ def bulk(
             return EXIT_OK
     body = {"dry_run": False, "run_ids": list(plan.get("run_ids") or ())}
     done = call(ApiRequest("POST", req.path, body=body))
-    if settings.output == "json":
-        out.write(done.body + b"\n")
-    elif settings.quiet:
-        out.write("\n".join(str(r) for r in done.json().get("run_ids") or ()).encode() + b"\n")
-    else:
-        out.write(plan_lines(done.json()).encode() + b"\n")
+    _show(done, settings, out, plan_lines(done.json()))
     return EXIT_OK

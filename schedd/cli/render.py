@@ -340,7 +340,7 @@ def table(
         ]
         out = []
         for k, c in enumerate(cells):
-            pad = _pad(c, widths[k])[len(c) :]
+            pad = " " * (widths[k] - display_width(c))
             out.append(painted(c, color and n > 0 and shown[k] in colored) + pad)
         lines.append(_GAP.join(out).rstrip())
     return "\n".join(lines)
@@ -514,25 +514,6 @@ def _zone_of(job: Mapping[str, Any]) -> object:
     return schedule.get("timezone") if isinstance(schedule, Mapping) else None
 
 
-SHORT_ID = 12  # the fewest characters of a job id a narrow table shows (a prefix: 2 random)
-
-
-def short_ids(ids: Sequence[str]) -> dict[str, str]:
-    """Each id's shortest prefix of at least :data:`SHORT_ID` characters that no other of
-    ``ids`` starts with (every command takes a unique prefix of a job id)."""
-    out = {}
-    ordered = sorted(set(ids))
-    for k, job_id in enumerate(ordered):
-        n = SHORT_ID
-        for other in (ordered[k - 1] if k else "", ordered[k + 1] if k + 1 < len(ordered) else ""):
-            common = 0
-            while common < min(len(job_id), len(other)) and job_id[common] == other[common]:
-                common += 1
-            n = max(n, common + 1)
-        out[job_id] = job_id[:n]
-    return out
-
-
 def jobs_table(jobs: Sequence[Mapping[str, Any]], style: Style = PLAIN) -> str:
     """A line per job: id, name (or task), status, schedule, when it next runs, and its latest
     run's state and age (times relative to the style's now, which a terminal shows; absolute
@@ -556,13 +537,6 @@ def jobs_table(jobs: Sequence[Mapping[str, Any]], style: Style = PLAIN) -> str:
                 in_zone(j.get("next_run_at"), _zone_of(j)) or "-"
             ]
         rows.append(row)
-    if not style.wide and style.width < UNLIMITED:
-        # in a narrow terminal the name matters more than the id's last characters: ids are
-        # shortened to the prefix that tells them apart (-o wide shows them whole)
-        whole = table(headers, rows, UNLIMITED)
-        if any(display_width(line) > style.width for line in whole.split("\n")):
-            short = short_ids([r[0] for r in rows])
-            rows = [[short.get(r[0], r[0]), *r[1:]] for r in rows]
     return table(
         headers,
         rows,

@@ -92,17 +92,20 @@ def _time(option: str, value: str | None) -> str | None:
 
 def _from_time(value: str, zone: str | None) -> str:
     """``explain --from``: an RFC 3339 time, or a plain date (``2027-03-26``): its midnight in
-    ``--tz`` (UTC without one)."""
-    if re.fullmatch(r"\d{4}-\d{2}-\d{2}", value.strip()):
-        try:
-            day = date.fromisoformat(value.strip())
-            tz = ZoneInfo(zone) if zone else UTC
-        except (ValueError, ZoneInfoNotFoundError) as exc:
-            raise UsageError(
-                f"--from: expected a date like 2027-03-26, got {value!r} ({exc})"
-            ) from None
-        return datetime(day.year, day.month, day.day, tzinfo=tz).isoformat()
-    return str(_time("--from", value))
+    ``--tz`` (UTC without one, and for a job: give a time with its offset for another zone)."""
+    if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", value.strip()):
+        return str(_time("--from", value))
+    try:
+        day = date.fromisoformat(value.strip())
+    except ValueError as exc:
+        raise UsageError(
+            f"--from: expected a date like 2027-03-26, got {value!r} ({exc})"
+        ) from None
+    try:
+        tz = ZoneInfo(zone) if zone else UTC
+    except (ValueError, ZoneInfoNotFoundError):
+        raise UsageError(f"--tz: expected an IANA time zone, got {zone!r}") from None
+    return datetime(day.year, day.month, day.day, tzinfo=tz).isoformat()
 
 
 #: the policy options of a recurring schedule: (option, the schedule's key)
@@ -347,14 +350,16 @@ def _list_request(args: argparse.Namespace) -> ApiRequest:
 DLQ_FILTERS = ("namespace", "queue", "task", "error")
 
 
+def is_bulk(args: argparse.Namespace) -> bool:
+    """Whether ``dlq replay|drop`` goes through the bulk endpoint: anything but one run by
+    its id without ``--dry-run`` (what filters or ``--all`` pick, several ids)."""
+    return len(args.run_ids) != 1 or bool(args.dry_run)
+
+
 def _dlq_request(args: argparse.Namespace, action: str) -> ApiRequest:
-    """``dlq replay|drop``: one run by its own endpoint; several, or what filters or ``--all``
-    pick, by a dry run of the bulk endpoint (the command confirms, then sends the run ids)."""
-    filters: dict[str, Any] = {
-        name: getattr(args, name) for name in DLQ_FILTERS if getattr(args, name) is not None
-    }
-    if args.since is not None:
-        filters["since"] = since_time(args.since, int(time.time() * 1000))
+    """``dlq replay|drop``: one run by its own endpoint; else a dry run of the bulk endpoint
+    (the command confirms, then sends the run ids it counted: ``schedd.cli.dlq``)."""
+    filters: dict[str, Any] = dict(_query(args, *DLQ_FILTERS))
     ids = list(args.run_ids)
     if ids and (filters or args.all):
         raise UsageError(
@@ -366,7 +371,7 @@ def _dlq_request(args: argparse.Namespace, action: str) -> ApiRequest:
             f"dlq {action}: name the runs (RUN_ID ...), or pick them with --task, --queue, "
             "--namespace, --error or --since, or take every one with --all"
         )
-    if len(ids) == 1 and not args.dry_run:
+    if not is_bulk(args):
         if action == "replay":
             return ApiRequest("POST", run_path(ids[0], "/replay", under="dlq"))
         return ApiRequest("DELETE", run_path(ids[0], under="dlq"))
@@ -447,8 +452,7 @@ def _job_action_request(args: argparse.Namespace, stdin: IO[bytes] | None) -> Ap
     if cmd == "watch":
         return ApiRequest("GET", job_path(args.id, "/runs"))
     if cmd == "dlq list":
-        query = _query(args, "namespace", "queue", "task", "error")
-        return ApiRequest("GET", "/api/v1/dlq", query=query)
+        return ApiRequest("GET", "/api/v1/dlq", query=_query(args, *DLQ_FILTERS))
     if cmd in ("dlq replay", "dlq drop"):
         return _dlq_request(args, cmd.split()[1])
     raise UsageError(f"unknown command {cmd!r}")  # pragma: no cover - argparse refuses first
@@ -461,7 +465,7 @@ def _query(args: argparse.Namespace, *names: str) -> tuple[tuple[str, str], ...]
     since = getattr(args, "since", None)
     if since is not None:
         query.append(("since", since_time(since, int(time.time() * 1000))))
-    if args.limit is not None:
+    if getattr(args, "limit", None) is not None:
         query.append(("limit", str(args.limit)))
     return tuple(query)
 

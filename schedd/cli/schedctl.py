@@ -25,11 +25,22 @@ import orjson
 from schedd.cli import dlq, render
 from schedd.cli.args import build_parser, parse_args
 from schedd.cli.client import (
+    EXIT_CANCELLED,
+    EXIT_FAILED,
+    EXIT_NOT_FOUND,
+    EXIT_OK,
+    EXIT_SERVER,
+    EXIT_USAGE,
+    EXIT_WAIT_TIMEOUT,
     Client,
     CliError,
     Response,
     UsageError,
 )
+from schedd.cli.client import (
+    EXIT_UNAVAILABLE as EXIT_UNAVAILABLE,  # (re-exported: the exit codes are schedctl's)
+)
+from schedd.cli.client import write_text as _write
 from schedd.cli.completion import completion_script
 from schedd.cli.requests import (
     ApiRequest,
@@ -37,6 +48,7 @@ from schedd.cli.requests import (
     build_update_body,
     check_request,
     command_name,
+    is_bulk,
     is_run_id,
     update_needs_job,
     wait_seconds,
@@ -45,14 +57,6 @@ from schedd.cli.settings import Settings, resolve_settings
 from schedd.client.servers import job_path, run_path
 from schedd.ids import JOB_ID_LENGTH, could_be_job_id_prefix
 
-EXIT_OK = 0
-EXIT_SERVER = 1
-EXIT_USAGE = 2
-EXIT_NOT_FOUND = 3
-EXIT_UNAVAILABLE = 4
-EXIT_FAILED = 5
-EXIT_CANCELLED = 6
-EXIT_WAIT_TIMEOUT = 7
 #: a finished run's state -> the exit code of wait, watch and submit --wait
 OUTCOME_EXIT = {
     "succeeded": EXIT_OK,
@@ -107,11 +111,6 @@ def server_error(resp: Response, hints: Mapping[int, str] = _HINTS) -> CliError:
     if hint:
         text += f" ({hint})"
     return CliError(render.clean(text), _error_exit(resp.status))
-
-
-def _write(out: IO[bytes], text: str) -> None:
-    if text:
-        out.write(text.encode("utf-8", "replace") + b"\n")
 
 
 def _as_list(data: Any, key: str) -> list[Mapping[str, Any]]:
@@ -344,7 +343,7 @@ def _run_pages(
     key, table, empty, noun = _PAGED[command]
     follow = bool(args.all)
     want = args.limit or 100
-    windowed = command == "list" and args.state is not None
+    windowed = any(name == "last_run" for name, _ in req.query)  # list --state, --status failed
     items: list[Mapping[str, Any]] = []
     seen: set[str] = set()
     query = req.query
@@ -471,12 +470,9 @@ def run_command(
     if command == "ready":
         from schedd.cli.ready import wait_ready
 
-        return wait_ready(
-            client,
-            wait_seconds(args) or 30.0,
-            out,
-            token=lambda: resolve_settings(args, os.environ).token,
-        )
+        timeout = wait_seconds(args)
+        assert timeout is not None  # (its default is 30s)
+        return wait_ready(client, timeout, out)
     if command == "__jobs":
         return complete_jobs(client, args.prefix, out)
     if command == "apply":
@@ -520,7 +516,7 @@ def _run_request(
         return watch(client, args.id, args.interval, settings, style, out, err)
     if command == "wait":
         return wait(client, args.id, wait_seconds(args), settings, style, out, err)
-    if command in ("dlq replay", "dlq drop") and req.path.endswith(command.replace(" ", "/")):
+    if command in ("dlq replay", "dlq drop") and is_bulk(args):
         return dlq.bulk(
             lambda r: _call(client, r),
             req,

@@ -57,6 +57,18 @@ def read_token_file(path: Path) -> str | None:
     return text.strip() or None
 
 
+def local_token(servers: Sequence[Server], cwd: Path | None = None) -> str | None:
+    """The admin token the embedded default (``schedd`` with no config) keeps in
+    ``./.schedd/tokens.toml``, for servers that are all on this machine (it is never sent
+    elsewhere); None when there is none (yet)."""
+    if not all(s.is_loopback for s in servers):
+        return None
+    try:
+        return read_token_file((cwd or Path.cwd()) / DEFAULT_TOKENS_FILE)
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
 def resolve_settings(
     args: argparse.Namespace, env: Mapping[str, str], cwd: Path | None = None
 ) -> Settings:
@@ -81,14 +93,8 @@ def resolve_settings(
             )
     if token is None:
         token = env.get("SCHEDD_TOKEN") or None
-    if token is None and all(s.is_loopback for s in servers):
-        # the embedded default (`schedd` with no config) keeps its admin token here; only ever
-        # sent to a server on this machine
-        default = (cwd or Path.cwd()) / DEFAULT_TOKENS_FILE
-        try:
-            token = read_token_file(default)
-        except (OSError, UnicodeDecodeError):
-            token = None
+    if token is None:
+        token = local_token(servers, cwd)
     ssl_context = None
     if getattr(args, "cacert", None):
         ssl_context = tls_context(args.cacert, "--cacert")

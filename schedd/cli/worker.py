@@ -189,7 +189,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     # the nodes' format: UTC with milliseconds and a Z, fields as key=value (JSON lines under
     # systemd, or with SCHEDD_LOG_FORMAT=json)
-    setup_logging(args.log_level, os.environ.get("SCHEDD_LOG_FORMAT", "auto"))
+    try:
+        setup_logging(args.log_level, os.environ.get("SCHEDD_LOG_FORMAT", "auto"))
+    except ValueError as exc:  # an unknown SCHEDD_LOG_FORMAT: a usage error, no traceback
+        print(f"schedd-worker: SCHEDD_LOG_FORMAT: {exc}", file=sys.stderr)
+        return 2
     try:
         worker = Worker(
             servers,

@@ -14,7 +14,6 @@ leader ends at once the leases it recorded for this worker id that are not liste
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import inspect
 import logging
@@ -35,7 +34,6 @@ import aiohttp
 import orjson
 
 from schedd.aio import wait_event
-from schedd.client import tasks as task_handles
 from schedd.client.tasks import TaskHandle
 from schedd.core.durations import parse_time
 from schedd.errors import InvalidArgument
@@ -96,17 +94,11 @@ def _log_to_stderr_unless_configured() -> logging.Handler | None:
 
 ERROR_LIMIT = 8192  # characters of an error message sent to the server
 MAX_RESULT_BYTES = MAX_FRAME_BYTES - 4096
-TIMEOUT_ERROR = "timeout"  # the first word of a timeout's error (what the DLQ filters find)
-
-
-def _timeout_error(seconds: float | None) -> str:
-    """An attempt stopped at its deadline (the job's ``timeout``): how long it had (rounded,
-    so that the runs of one job read alike and the DLQ groups them), or that the deadline had
-    passed before it started."""
-    if seconds is None:
-        return f"{TIMEOUT_ERROR}: its deadline had passed before it started (the job's timeout)"
-    shown = f"{seconds:.1f}".rstrip("0").rstrip(".") if seconds < 10 else f"{round(seconds)}"
-    return f"{TIMEOUT_ERROR}: still running after {shown}s, the job's timeout"
+#: an attempt stopped at its deadline (the job's ``timeout``): one wording for every run of every
+#: job, so the dead-letter queue groups them, starting with what a DLQ error filter looks for
+TIMEOUT_ERROR = "timeout: still running at its deadline (the job's timeout)"
+#: a lease whose deadline had passed before the worker could start it
+TIMEOUT_BEFORE_START = "timeout: its deadline had passed before it started (the job's timeout)"
 
 
 SHUTDOWN_ERROR = "worker shut down before the task finished"
@@ -524,7 +516,7 @@ class Worker:
                 return Fail(run_id, fence, exc.message, retryable=False)
             if remaining <= 0:
                 ctx.cancelled.set()
-                return Fail(run_id, fence, _timeout_error(None), retryable=True)
+                return Fail(run_id, fence, TIMEOUT_BEFORE_START, retryable=True)
         try:
             async with asyncio.timeout(remaining) as window:
                 result = await _call(handler, ctx, lease.payload)
@@ -532,15 +524,15 @@ class Worker:
             if window.expired():
                 ctx.cancelled.set()
                 log.warning("worker.timeout run_id=%s deadline=%s", run_id, lease.deadline)
-                return Fail(run_id, fence, _timeout_error(remaining), retryable=True)
-            return _failure(run_id, fence, exc)
+                return Fail(run_id, fence, TIMEOUT_ERROR, retryable=True)
+            return _failure(run_id, fence, exc, handler)
         except asyncio.CancelledError as exc:
             task = asyncio.current_task()
             if task is not None and task.cancelling():
                 raise  # we are being cancelled: no result
-            return _failure(run_id, fence, exc)
+            return _failure(run_id, fence, exc, handler)
         except Exception as exc:  # noqa: BLE001 - the task's failure is the run's result
-            return _failure(run_id, fence, exc)
+            return _failure(run_id, fence, exc, handler)
         try:
             raw = orjson.dumps(result)
         except TypeError as exc:
@@ -565,8 +557,10 @@ async def _call(handler: Handler, ctx: Context, payload: Any) -> Any:
     return result
 
 
-def _failure(run_id: str, fence: int, exc: BaseException) -> Fail:
-    """The ``fail`` of a handler that raised ``exc``: its one-line description and the tail of
+def _failure(
+    run_id: str, fence: int, exc: BaseException, handler: Callable[..., Any] | None = None
+) -> Fail:
+    """The ``fail`` of ``handler`` that raised ``exc``: its one-line description and the tail of
     its traceback (not for a built-in task's own failure, whose message says it all)."""
     retryable = not isinstance(exc, NonRetryable)
     if isinstance(exc, NonRetryable | TaskFailed):
@@ -579,28 +573,21 @@ def _failure(run_id: str, fence: int, exc: BaseException) -> Fail:
     # a deliberate NonRetryable says it all, unless it is raised from another error (its cause)
     said = isinstance(exc, TaskFailed) or (isinstance(exc, NonRetryable) and exc.__cause__ is None)
     if not said:
-        # as Python prints it (chained exceptions included), from the handler's own frame (not
-        # this SDK's, which every run shares), the end kept: the innermost frames
-        frames = exc.__traceback__
-        while frames is not None and frames.tb_next is not None and _in_sdk(frames):
-            frames = frames.tb_next
-        tb = traceback_tail("".join(format_exception(type(exc), exc, frames)))
+        # as Python prints it (chained exceptions included), from the handler's own frame on
+        # (the frames that led to it, this SDK's and the thread pool's, are every run's), the
+        # end kept: the innermost frames
+        tb = traceback_tail("".join(format_exception(type(exc), exc, _from(exc, handler))))
     return Fail(run_id, fence, describe(exc), retryable=retryable, traceback=tb)
 
 
-#: where the frames between this SDK and a handler come from: the SDK (with the client
-#: library's task handles), and the standard library's asyncio and thread pool (a plain
-#: function runs in a thread)
-_PLUMBING = (
-    os.path.dirname(os.path.abspath(__file__)),
-    os.path.dirname(os.path.abspath(task_handles.__file__)),  # a task handle calls the handler
-    os.path.dirname(os.path.abspath(asyncio.__file__)),
-    os.path.dirname(os.path.abspath(concurrent.futures.__file__)),
-)
-
-
-def _in_sdk(frames: TracebackType) -> bool:
-    return os.path.dirname(os.path.abspath(frames.tb_frame.f_code.co_filename)) in _PLUMBING
+def _from(exc: BaseException, handler: Callable[..., Any] | None) -> TracebackType | None:
+    """``exc``'s traceback from the frame of ``handler``'s own code on (all of it when that
+    frame is not in it)."""
+    code = getattr(inspect.unwrap(handler), "__code__", None) if handler is not None else None
+    frames = exc.__traceback__
+    while frames is not None and frames.tb_frame.f_code is not code:
+        frames = frames.tb_next
+    return frames if frames is not None else exc.__traceback__
 
 
 async def _until(not_before: str | None) -> None:

@@ -203,7 +203,7 @@ class _Starts:
 
 _ISO = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3})Z")
 _FENCE = re.compile(r"\bfence[\"=:\s]+(\d+)")
-_WELCOME = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3})Z .*\bworker\.welcome node=(\S+)")
+_WELCOMED = re.compile(r"\bworker\.welcome node=(\S+)")
 
 
 def _lines(path: Path) -> list[str]:
@@ -232,16 +232,13 @@ def node_events(path: Path, event: str, since: float) -> list[tuple[float, str]]
 
 def _welcomes(path: Path, since: float) -> list[tuple[float, str]]:
     """(time, node id) of the worker's ``worker.welcome`` lines at or after ``since`` (the
-    worker program logs as the nodes do: UTC, to the millisecond)."""
+    worker program logs as the nodes do)."""
     out = []
-    for line in _lines(path):
-        m = _WELCOME.match(line)
-        if m is None:
-            continue
-        t = datetime.fromisoformat(m.group(1)).replace(tzinfo=UTC).timestamp()
-        if t >= since - 0.001:
-            out.append((t, m.group(2)))
-    return sorted(out)
+    for t, line in node_events(path, "worker.welcome", since):
+        m = _WELCOMED.search(line)
+        if m is not None:
+            out.append((t, m.group(1)))
+    return out
 
 
 @dataclass

@@ -24,6 +24,7 @@ from schedd.cli.args import build_parser, parse_args
 from schedd.cli.client import (
     MAX_RETRIES,
     Client,
+    CliError,
     Unreachable,
     parse_server,
 )
@@ -567,14 +568,7 @@ def test_table_details() -> None:
     jobs = render.jobs_table([{**JOB, "id": ULID, "latest_run": failed}], now)
     header, row = _lines(jobs)
     assert header.startswith("ID  ") and header.endswith("NEXT RUN  LAST RUN")
-    # at 80 columns the id is shortened to a unique prefix (every command takes it)
-    assert row.startswith(ULID[:12] + " ") and row.split()[-5:] == [
-        "in",
-        "5h",
-        "failed",
-        "12m",
-        "ago",
-    ]
+    assert row.startswith(ULID) and row.split()[-5:] == ["in", "5h", "failed", "12m", "ago"]
     assert max(len(line) for line in _lines(jobs)) <= 80
     # wide: every column, nothing cut, the next run in the job's zone too
     wide = render.jobs_table([{**JOB, "id": ULID}], render.Style(render.UNLIMITED, wide=True))
@@ -1592,31 +1586,12 @@ def test_run_of_a_job_shows_its_latest_run(
     assert (code, out) == (EXIT_OK, body + b"\n"), err
 
 
-def test_a_narrow_job_list_shortens_ids_to_a_unique_prefix_not_the_name() -> None:
-    twins = [
-        "01M8H0HNX3AA37ZSVQ2S3KR13G",
-        "01M8H0HNX3AA37ZTVQ2S3KR13H",
-        "01M9ZZZZZZZZZZZZZZZZZZZZZZ",
-    ]
-    assert render.short_ids(twins) == {
-        twins[0]: "01M8H0HNX3AA37ZS",
-        twins[1]: "01M8H0HNX3AA37ZT",
-        twins[2]: "01M9ZZZZZZZZ",
-    }
-    jobs = [
-        {"id": i, "name": "always-fails-nightly", "status": "active", "schedule": None}
-        for i in twins
-    ]
-    narrow = render.jobs_table(jobs, render.Style(80))
-    assert "always-fails-nightly" in narrow and twins[2] not in narrow
-    assert "01M9ZZZZZZZZ " in narrow
-    wide = render.jobs_table(jobs, render.Style(render.UNLIMITED))
-    assert all(i in wide for i in twins)
-
-
 def test_ready_waits_for_a_leader_and_says_why_not(
-    server: FakeServer, capsysbinary: pytest.CaptureFixture[bytes]
+    server: FakeServer, capsysbinary: pytest.CaptureFixture[bytes], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from schedd.cli import ready
+
+    monkeypatch.setattr(ready, "POLL_S", 0.05)  # several looks within the short timeouts below
     server.routes[("GET", "/api/v1/whoami")] = Canned(200, b'{"name": "admin", "role": "admin"}')
     server.routes[("GET", "/readyz")] = Canned(
         503, b'{"error": {"code": "unavailable", "message": "not ready: no known leader yet"}}'
@@ -1649,3 +1624,66 @@ def test_explain_in_utc_shows_no_local_column_that_repeats_it() -> None:
     ]
     berlin = [{"scheduled_at": "2026-11-25T01:00:00.000Z", "local": "2026-11-25T02:00:00+01:00"}]
     assert "LOCAL" in render.fires_table(berlin, render.Style(80))
+
+
+@pytest.mark.parametrize("flag", [["--state", "failed"], ["--status", "failed"]])
+def test_a_latest_run_filter_follows_the_servers_short_pages(
+    server: FakeServer, capsysbinary: pytest.CaptureFixture[bytes], flag: list[str]
+) -> None:
+    """The server reads a latest-run filter in windows and may answer an empty page with a
+    cursor: both spellings of "the failed ones" go on to the page that has them."""
+    query = "last_run=failed&status=done" if flag[0] == "--status" else "last_run=failed"
+    empty = orjson.dumps({"jobs": [], "next_cursor": "w2"})
+    found = orjson.dumps({"jobs": [{**JOB, "id": "F1"}], "next_cursor": None})
+    server.routes[("GET", f"/api/v1/jobs?{query}")] = Canned(200, empty)
+    server.routes[("GET", f"/api/v1/jobs?{query}&cursor=w2")] = Canned(200, found)
+    code, out, _ = run(["--server", server.url, "-q", "list", *flag], capsysbinary)
+    assert (code, out) == (EXIT_OK, b"F1\n")
+
+
+def _bulk(
+    answers: list[dict[str, Any]], sent: list[ApiRequest], argv_body: dict[str, Any], **kw: Any
+) -> tuple[int, str, str]:
+    """schedctl's bulk DLQ command against canned answers (the dry run's, then the real one's)."""
+    from schedd.cli import dlq
+    from schedd.cli.client import Response as CliResponse
+
+    def call(req: ApiRequest) -> CliResponse:
+        sent.append(req)
+        data = orjson.dumps(answers[len(sent) - 1])
+        return CliResponse(parse_server("http://x:7700"), 200, "OK", {}, data)
+
+    out, err = io.BytesIO(), io.StringIO()
+    req = ApiRequest("POST", "/api/v1/dlq/replay", body=argv_body)
+    code = dlq.bulk(
+        call, req, "replay", dry_run=False, yes=False, settings=_settings("table"), out=out,
+        err=err, **kw,
+    )  # fmt: skip
+    return code, out.getvalue().decode(), err.getvalue()
+
+
+def test_a_bulk_replay_asks_on_a_terminal_and_does_only_what_was_answered() -> None:
+    done = {**PLAN, "dry_run": False, "message": "replayed 3 runs of 2 tasks"}
+    sent: list[ApiRequest] = []
+    code, out, err = _bulk(
+        [PLAN, done], sent, {"dry_run": True, "task": "t"}, interactive=True,
+        ask=lambda prompt, err: "replay these 3 runs?" in prompt,
+    )  # fmt: skip
+    assert code == EXIT_OK and out.startswith("replayed 3 runs of 2 tasks")
+    assert "mail.send" in err  # the plan, shown before the question
+    assert [r.body for r in sent][1] == {"dry_run": False, "run_ids": ["A@1", "B@2", "C@3"]}
+    sent.clear()
+    code, out, err = _bulk(
+        [PLAN], sent, {"dry_run": True, "task": "t"}, interactive=True, ask=lambda p, e: False
+    )
+    assert (code, out, len(sent)) == (EXIT_OK, "", 1) and "nothing was done" in err
+
+
+def test_a_bulk_replay_of_named_runs_none_of_them_in_the_queue_is_not_found() -> None:
+    none = {**PLAN, "count": 0, "tasks": [], "run_ids": [], "skipped": ["A@1", "B@2"]}
+    with pytest.raises(CliError) as caught:
+        _bulk([none], [], {"dry_run": True, "run_ids": ["A@1", "B@2"]}, interactive=False)
+    assert caught.value.exit_code == EXIT_NOT_FOUND and "A@1, B@2" in caught.value.message
+    # by a filter that matches nothing: said, and not an error
+    code, out, _ = _bulk([{**none, "skipped": []}], [], {"dry_run": True, "task": "t"})
+    assert (code, out) == (EXIT_OK, "no dead-lettered run matches: nothing to replay\n")
