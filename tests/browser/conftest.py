@@ -183,7 +183,9 @@ def page(browser: Any) -> Iterator[Any]:
         if not tab.is_closed() and tab.url.startswith("http"):  # (about:blank has none)
             # (a browser error page, the tab having moved to a node the test stopped, has none
             # either)
-            with contextlib.suppress(Exception):
+            from playwright.sync_api import Error as PlaywrightError
+
+            with contextlib.suppress(PlaywrightError):
                 tab.evaluate("localStorage.clear()")
         tab.close()
     assert not problems, "\n".join(problems)

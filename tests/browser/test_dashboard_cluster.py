@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from tests.browser.conftest import SECRETS, Daemon, chromium, screenshot
+from tests.browser.test_dashboard import schedctl_ui
 from tests.cluster.harness import Cluster
 from tests.cluster.members import raft_addr
 
@@ -339,17 +340,17 @@ def test_the_event_stream_resumes_across_a_failover_and_loses_no_run(
 def test_a_page_whose_node_dies_moves_to_another_logged_in(
     page: Any, three: Cluster, tmp_path: Path
 ) -> None:
-    """The node serving the page is killed: the page keeps what it showed, offers the other
-    nodes, and moves by itself to one that serves the dashboard, still logged in, with its
-    session out of the address."""
+    """The node serving the page is killed: the page moves by itself to another node that
+    serves the dashboard, on the same screen, still logged in (its dashboard session goes
+    along), with the session out of the address."""
     daemon, _, follower = leader_and_follower(three)
     job = daemon.api(
         "POST", "/jobs", {"task": "ui.ok", "name": "survivor", "schedule": {"in": "1h"}}
     )
     served = three.nodes[follower]
+    page.goto(schedctl_ui(Daemon(three, served.url, three.token), "read"))  # a session
+    page.wait_for_selector("#role:text-is('read')")
     page.goto(served.url + "/ui/jobs")
-    page.fill("#token", SECRETS["read"])
-    page.click("#login button[type=submit]")
     page.wait_for_selector(f"tr[data-job='{job['id']}']")
     page.wait_for_selector("#cluster .node >> nth=2")  # it has seen every node
     three.kill(follower)

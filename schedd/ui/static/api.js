@@ -2,7 +2,7 @@
 // with the pasted bearer token. What the API offers (and so what the screens show) is read from
 // its own OpenAPI document: an endpoint the node does not have yet is simply not used.
 
-import { token } from "./settings.js";
+import { savedIndex, saveIndex, token } from "./settings.js";
 
 export const API = "/api/v1";
 
@@ -64,26 +64,20 @@ export function query(params) {
 // The highest X-Schedd-Index an answer carried (kept for the tab's session): every read asks
 // for at least it (X-Schedd-Min-Index), so the dashboard shows what it wrote, and never goes
 // back in time, whichever node answers.
-let seenIndex = Number(sessionStorage.getItem("schedd.index")) || 0;
-
 /** The highest Raft index this tab has seen. */
-export function seen() {
-  return seenIndex;
-}
+export const seen = savedIndex;
 
 /** Note a Raft index this tab has seen (an answer's X-Schedd-Index, an event's id). */
 export function sawIndex(value) {
   const n = Number(value);
-  if (Number.isSafeInteger(n) && n > seenIndex) {
-    seenIndex = n;
-    sessionStorage.setItem("schedd.index", String(n));
-  }
+  if (Number.isSafeInteger(n) && n > savedIndex()) saveIndex(n);
 }
 
 /** Call the API: the answer's JSON (null for 204); an ApiError for any error answer. */
 export async function call(method, path, { params = null, body = undefined, signal } = {}) {
   const init = { method, headers: headers({ Accept: "application/json" }), signal, cache: "no-store" };
-  if (method === "GET" && seenIndex > 0) init.headers["X-Schedd-Min-Index"] = String(seenIndex);
+  const index = savedIndex();
+  if (method === "GET" && index > 0) init.headers["X-Schedd-Min-Index"] = String(index);
   if (body !== undefined) {
     init.body = JSON.stringify(body);
     init.headers["Content-Type"] = "application/json";

@@ -110,9 +110,14 @@ function lagFact(lag) {
     `fire p99 ${p99(lag.fire)} · start p99 ${p99(lag.lease)} · ${waiting} due, not started`);
 }
 
+/** A node's name: its id (as learnt: a follower knows only some), else its Raft address. */
+function nodeName(n) {
+  return n.id ?? names.get(n.raft) ?? n.raft;
+}
+
 function nodeChip(n, view) {
   if (n.id) names.set(n.raft, n.id);
-  const name = n.id ?? names.get(n.raft) ?? n.raft;
+  const name = nodeName(n);
   const bits = [h("b", {}, name), ` ${n.role}`];
   if (n.self) bits.push(" · this page");
   if (n.lag !== undefined && n.lag !== null) bits.push(` · lag ${n.lag}`);
@@ -134,41 +139,43 @@ function nodeChip(n, view) {
 /** The other nodes this page knows of (from the last cluster view), with their dashboards. */
 function others() {
   return (last?.nodes ?? []).filter((n) => !n.self && n.http).map((n) => ({
-    name: n.id ?? names.get(n.raft) ?? n.raft,
+    name: nodeName(n),
     url: `${n.http}${location.pathname}${location.search}`,
     base: n.http,
   }));
 }
 
-/** This page on another node: its session and what it has seen go along in the fragment (which
- * no server sees; the page there takes them out of the address at once). */
+/** This page on another node. A dashboard session (a short-lived `ui1.` token) goes along in
+ * the fragment, which no server sees and the page there takes out of the address at once, with
+ * the highest index seen; a token pasted at the login stays in this tab (never in an address):
+ * the other node asks for it again. */
 function handoverUrl(node) {
-  const given = new URLSearchParams({ "schedd-session": token() ?? "", "schedd-index": String(seen()) });
-  return `${node.url}#${given}`;
+  const secret = token() ?? "";
+  if (!secret.startsWith("ui1.")) return node.url;
+  return `${node.url}#${new URLSearchParams({ "schedd-session": secret, "schedd-index": String(seen()) })}`;
 }
 
 let moving = false;
 
 /** Ask the other nodes, one after the other, whether they serve the dashboard; go to the first
- * that does (once). A cross-origin request without CORS cannot be read, but it resolves when
+ * that does, once. A cross-origin request without CORS cannot be read, but it resolves when
  * the node answered and fails when it is unreachable, which is what is asked. */
 async function moveToAnother() {
   if (moving) return;
   moving = true;
-  try {
-    for (const node of others()) {
-      try {
-        await fetch(`${node.base}/ui/`, { mode: "no-cors", cache: "no-store", signal: AbortSignal.timeout(PROBE_MS) });
-      } catch {
-        continue; // that one is gone too
-      }
-      showBanner(`This node cannot be reached. Moving to ${node.name}…`, 1, []);
-      location.assign(handoverUrl(node));
-      return;
+  for (const node of others()) {
+    try {
+      await fetch(`${node.base}/ui/`, { mode: "no-cors", cache: "no-store", signal: AbortSignal.timeout(PROBE_MS) });
+    } catch {
+      continue; // that one is gone too
     }
-  } finally {
-    moving = false;
+    clearInterval(countdown); // no more tries here: the page goes
+    countdown = null;
+    fill(banner, `This node cannot be reached. Moving to ${node.name}…`);
+    location.assign(handoverUrl(node));
+    return; // (moving stays set: the page is leaving)
   }
+  moving = false;
 }
 
 function showBanner(text, seconds, elsewhere = []) {

@@ -51,7 +51,7 @@ export function fill(el, ...children) {
 
 /** Give each cell of the data tables under ``root`` its column's heading (``data-label``): a
  * narrow screen shows it in front of the cell when the table collapses into cards. */
-export function labelCells(root) {
+function labelCells(root) {
   for (const table of root.querySelectorAll("table:not(.kv)")) {
     const heads = [...table.querySelectorAll("thead th")].map((th) => th.textContent.trim());
     if (!heads.length) continue;
@@ -76,9 +76,14 @@ export function badge(state, title) {
   return h("span", { class: `badge st-${state ?? "none"}`, title }, state ?? "—");
 }
 
+/** A run's job's name and task: the run's view says them (a node before names did not: then
+ * its job's view, when the screen has read it). */
+export const jobName = (run, job) => run.job_name ?? job?.name ?? null;
+export const jobTask = (run, job) => run.task ?? job?.task ?? null;
+
 /** A job's status as shown: "failed" (red) for a done job whose latest run failed for good;
  * the API's status says only that nothing more will run. */
-export function jobStatus(job) {
+function jobStatus(job) {
   return job.status === "done" && job.latest_run?.state === "failed" ? "failed" : job.status;
 }
 

@@ -172,17 +172,17 @@ function membersTable(view, leads, onRemove) {
     h("tbody", {}, nodes.map((n) => h("tr", {
       "data-raft": n.raft, "data-node": nameOf(n), "data-role": n.role, class: n.leader ? "leader" : null,
     },
-    h("td", { "data-label": "Node" }, n.id === null
+    h("td", {}, n.id === null
       ? h("span", { class: "muted", title: "a learner added by address says its id when it connects" }, "id not known yet")
       : h("b", {}, n.id)),
-    h("td", { class: "mono", "data-label": "Raft" }, n.raft),
-    h("td", { class: "mono", "data-label": "API" }, n.http ?? h("span", { class: "muted" }, "—")),
-    h("td", { class: "role", "data-label": "Role" },
+    h("td", { class: "mono" }, n.raft),
+    h("td", { class: "mono" }, n.http ?? h("span", { class: "muted" }, "—")),
+    h("td", { class: "role" },
       h("span", { class: `badge member-${n.role}` }, n.role),
       n.leader ? [" ", h("span", { class: "badge member-leader" }, "leader")] : null,
       n.self ? h("span", { class: "muted" }, " · this page") : null),
-    h("td", { class: "connected", "data-label": "Connected" }, connected(n)),
-    h("td", { class: "lag", "data-label": "Lag" }, lagOf(n, leads)),
+    h("td", { class: "connected" }, connected(n)),
+    h("td", { class: "lag" }, lagOf(n, leads)),
     onRemove ? h("td", { class: "actions" },
       h("button", { type: "button", class: "danger", on: { click: () => onRemove(n) } }, "Remove")) : null))));
 }

@@ -6,7 +6,7 @@
 // dry run says how many, then one call does it.
 
 import { API, OPTIONAL, bodyFields, call, can, enc, get, has, queryParams } from "../api.js";
-import { badge, confirmButton, fill, h, link, shortId, when } from "../dom.js";
+import { badge, confirmButton, fill, h, jobName, jobTask, link, shortId, when } from "../dom.js";
 import { jobZone } from "../fmt.js";
 import { notice } from "../clusterbar.js";
 import { failed, filterForm, filterOf, pager } from "../widgets.js";
@@ -184,8 +184,8 @@ function groupedTable(runs, selected, onSelect) {
       body.push(h("tr", { "data-run": run.id },
         h("td", {}, one),
         h("td", {}, link(`/ui/runs/${enc(run.id)}`, shortId(run.id))),
-        h("td", {}, link(`/ui/jobs/${enc(run.job_id)}`, run.job_name ?? job?.name ?? run.task ?? job?.task ?? shortId(run.job_id)),
-          h("div", { class: "muted" }, run.task ?? job?.task ?? "")),
+        h("td", {}, link(`/ui/jobs/${enc(run.job_id)}`, jobName(run, job) ?? jobTask(run, job) ?? shortId(run.job_id)),
+          h("div", { class: "muted" }, jobTask(run, job) ?? "")),
         h("td", {}, run.namespace),
         h("td", {}, when(run.updated_at, job?.zone ?? null)),
         h("td", {}, `${run.attempts.length} attempt${run.attempts.length === 1 ? "" : "s"}`, last ? ` · ${last.worker_id}` : ""),

@@ -4,7 +4,7 @@
 // stale fence.
 
 import { API, call, can, enc, get } from "../api.js";
-import { badge, confirmButton, fill, h, link, pre, shortId, when } from "../dom.js";
+import { badge, confirmButton, fill, h, jobName, jobTask, link, pre, shortId, when } from "../dom.js";
 import { duration, formatIn, jobZone } from "../fmt.js";
 import { viewerZone } from "../settings.js";
 import { act, failed } from "../widgets.js";
@@ -33,13 +33,14 @@ export function runScreen(main, { id }) {
       }
     } catch (err) {
       if (alive) failed(body, err);
+      shown = null; // the next answer is drawn even if it is the same as before
       return;
     }
     if (!alive || main.querySelector(".armed")) return;
     const drawn = JSON.stringify([run, leaders]);
     if (drawn === shown) return;
     shown = drawn;
-    const name = run.job_name ?? job?.name;
+    const name = jobName(run, job);
     fill(head, h("h1", {}, "Run ", shortId(run.id), name ? h("span", { class: "muted" }, ` · ${name}`) : null), badge(run.state),
       h("span", { class: "actions" }, runActions(run, load)));
     fill(body, runFacts(run, zone, job), h("h2", {}, "Attempts"), timeline(run, leaders),
@@ -66,8 +67,9 @@ function runActions(run, refresh) {
 
 function runFacts(run, zone, job) {
   const rows = [
-    ["Job", [link(`/ui/jobs/${enc(run.job_id)}`, run.job_name ?? job?.name ?? run.job_id),
-      ` · ${run.task ?? job?.task ?? ""}`, run.job_name ?? job?.name ? h("div", { class: "muted" }, run.job_id) : null]],
+    ["Job", [link(`/ui/jobs/${enc(run.job_id)}`, jobName(run, job) ?? run.job_id),
+      jobTask(run, job) ? ` · ${jobTask(run, job)}` : "",
+      jobName(run, job) ? h("div", { class: "muted" }, run.job_id) : null]],
     ["Namespace", run.namespace],
     ["State", badge(run.state)],
     ["Scheduled", when(run.scheduled_at, zone)],
