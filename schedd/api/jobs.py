@@ -24,7 +24,7 @@ from schedd.api.common import (
     since_param,
     unwrap,
 )
-from schedd.api.operations import COUNT
+from schedd.api.operations import COUNT, LIMIT
 from schedd.api.ports import CONFIG, RAFT, RATE_LIMITS, READER, json_response, read_json
 from schedd.api.status import _connected_workers
 from schedd.api.views import (
@@ -41,7 +41,7 @@ from schedd.api.views import (
 )
 from schedd.core import commands
 from schedd.core.durations import format_time
-from schedd.core.model import Job, JobSpec, JobStatus, RunState, ScheduleKind
+from schedd.core.model import Direction, Job, JobSort, JobSpec, JobStatus, RunState, ScheduleKind
 from schedd.core.recurrence import explain, recurrence_from
 from schedd.core.runs import MISFIRE_GRACE_MS, is_recurring, recurrence
 from schedd.core.state import Rejected
@@ -49,7 +49,7 @@ from schedd.core.validate import parse_batch, parse_ident, parse_job, parse_patc
 from schedd.errors import Conflict, InvalidArgument, NotFound, ResourceExhausted, SchedError
 from schedd.ids import could_be_job_id_prefix, is_job_id, new_job_id
 from schedd.logs import log_event
-from schedd.storage.reader import MAX_IDS
+from schedd.storage.reader import MAX_IDS, JobKey, JobOrder
 from schedd.storage.schema import FIRST
 
 log = logging.getLogger(__name__)
@@ -197,7 +197,7 @@ async def _named(request: web.Request, spec: JobSpec, name: str, where: str) -> 
         filters = {"namespace": spec.namespace, "name": name}
         if status is not None:
             filters["status"] = status.value
-        found += (await reader.jobs_page(0, 6, filters))[0]
+        found += (await reader.jobs_page(6, filters))[0]
     if len(found) == 1:
         return found[0].id
     if not found:
@@ -254,9 +254,29 @@ def _take_refs(body: Any) -> list[str | None]:
     return refs
 
 
+def job_order(request: web.Request) -> tuple[JobOrder, JobKey | None]:
+    """A job listing's ``sort`` and ``order``, and its ``cursor`` (a previous page's
+    ``next_cursor`` in that order)."""
+    sort = JobSort(choice(request, "sort", JobSort) or JobSort.CREATED)
+    direction = choice(request, "order", Direction)
+    order = JobOrder(sort, None if direction is None else direction == Direction.DESC)
+    raw = request.query.get("cursor")
+    if raw is None:
+        return order, None
+    after = order.parse_cursor(raw)
+    if after is None:
+        raise InvalidArgument(
+            f"cursor: expected the next_cursor of a previous page sorted by {sort.value}, "
+            f"got {raw[:60]!r}",
+            field="cursor",
+        )
+    return order, after
+
+
 async def list_jobs(request: web.Request) -> web.Response:
     app = request.app
-    limit, cursor = page_of(request, 0)
+    limit = int_param(request, LIMIT)
+    order, after = job_order(request)
     q = request.query
     filters = {k: q[k] for k in ("namespace", "queue", "task", "name") if k in q}
     for key in ("namespace", "queue"):
@@ -282,11 +302,11 @@ async def list_jobs(request: web.Request) -> web.Response:
                 field="ids",
             )
         filters["ids"] = ",".join(ids)
-    jobs, after = await app[READER].jobs_page(cursor, limit, filters)
+    jobs, cursor = await app[READER].jobs_page(limit, filters, order, after)
     latest = await app[READER].latest_runs([job.id for job in jobs])
     body: JobListView = {
         "jobs": [job_view(job, latest.get(job.id)) for job in jobs],
-        "next_cursor": next_cursor(after),
+        "next_cursor": cursor,
     }
     return json_response(body)
 

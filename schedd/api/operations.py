@@ -18,7 +18,7 @@ from schedd.api.bodies import DURATION_PATTERN, Ident, Text, Time
 from schedd.api.ports import PREFIX
 from schedd.api.schema import js, values
 from schedd.core.events import KINDS, MAX_INDEX
-from schedd.core.model import DstGap, DstRepeat, JobStatus, RunState
+from schedd.core.model import Direction, DstGap, DstRepeat, JobSort, JobStatus, RunState
 from schedd.protocol.timing import CONNECT_PATH
 from schedd.storage.reader import MAX_IDS, SCAN_WINDOW
 from schedd.storage.schema import FIRST
@@ -161,7 +161,27 @@ OPERATIONS: tuple[Operation, ...] = (
                 "read for a page: a page may hold fewer jobs than asked, or none, and still have "
                 "a next_cursor)",
             ),
-            *PAGE,
+            Query(
+                "sort",
+                Annotated[str, values(JobSort), js(default=JobSort.CREATED.value)],
+                "the order: created (when the job was added; newest first by default), "
+                "next_fire (its next fire time; soonest first, jobs with none last) or "
+                "latest_run (its latest run's scheduled time; newest first, jobs never run "
+                "last). Ties go in the order jobs were added. Sorted by a time, a page with a "
+                f"filter other than name, id_prefix or ids reads at most {SCAN_WINDOW:,} jobs",
+            ),
+            Query(
+                "order",
+                Annotated[str, values(Direction)],
+                "asc or desc (default: the sort's own, desc for created and latest_run, asc for "
+                "next_fire)",
+            ),
+            LIMIT,
+            Query(
+                "cursor",
+                Annotated[str, js(pattern=r"^[0-9]{1,19}(\.[0-9]{1,19})?$")],
+                "next_cursor of the previous page, with the same sort and order",
+            ),
         ),
         fresh=True,
     ),

@@ -13,7 +13,7 @@ from schedd.cli.client import (
     UsageError,
 )
 from schedd.client.servers import DEFAULT_SERVER
-from schedd.core.model import DstGap, DstRepeat, Misfire, Overlap, RunState
+from schedd.core.model import Direction, DstGap, DstRepeat, JobSort, Misfire, Overlap, RunState
 
 # ---- argument parsing ------------------------------------------------------------------------
 
@@ -335,6 +335,15 @@ def build_parser() -> argparse.ArgumentParser:
     ls.add_argument("--namespace", metavar="N")
     ls.add_argument("--task", metavar="T")
     ls.add_argument("--name", metavar="NAME")
+    ls.add_argument(
+        "--sort",
+        choices=tuple(JobSort),
+        help="created (newest first; the default), next_fire (soonest first) or latest_run "
+        "(the latest run newest first)",
+    )
+    ls.add_argument(
+        "--order", choices=tuple(Direction), help="asc or desc: turn the sort the other way"
+    )
     paging(ls)
 
     t = sub.add_parser("trigger", parents=[common], help="run a job now", epilog=JOB_REF)

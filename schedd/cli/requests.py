@@ -335,7 +335,7 @@ def since_time(value: str, now_ms: int) -> str:
 
 
 def _list_request(args: argparse.Namespace) -> ApiRequest:
-    query = _query(args, "status", "queue", "namespace", "task", "name")
+    query = _query(args, "status", "queue", "namespace", "task", "name", "sort", "order")
     state = args.state
     if args.status == "failed":  # as the STATUS column shows it: done, its latest run failed
         if state not in (None, "failed"):

@@ -338,12 +338,12 @@ def _run_pages(
     err: IO[str],
 ) -> None:
     """Print a listing's first page, or every page with ``--all``.  A filter the server reads
-    in windows (``list --state``) can answer short pages: they are followed until a page's worth
-    of items has come."""
+    in windows (``list --state``, a filter with ``--sort next_fire``, ``dlq list --task``) can
+    answer short pages: they are followed until a page's worth of items has come (any other
+    page is full unless it is the last)."""
     key, table, empty, noun = _PAGED[command]
     follow = bool(args.all)
     want = args.limit or 100
-    windowed = any(name == "last_run" for name, _ in req.query)  # list --state, --status failed
     items: list[Mapping[str, Any]] = []
     seen: set[str] = set()
     query = req.query
@@ -361,7 +361,7 @@ def _run_pages(
         more = isinstance(cursor, str) and bool(cursor)
         if not isinstance(cursor, str) or not cursor or cursor in seen:
             break
-        if not follow and not (windowed and len(items) < want):
+        if not follow and len(items) >= want:
             break
         seen.add(cursor)
         query = (*tuple((k, v) for k, v in req.query if k != "cursor"), ("cursor", cursor))
@@ -389,6 +389,9 @@ def resolve_job(client: Client, ref: str) -> str:
         return ref
     named = _list_jobs(client, (("name", ref), ("limit", "20")))
     live = [j for j in named if j.get("status") in ("active", "paused")]
+    if not live and len(named) == 20:  # a full page of finished ones: a live one may be older
+        for status in ("active", "paused"):
+            live += _list_jobs(client, (("name", ref), ("status", status), ("limit", "10")))
     candidates = live or named
     kind = "name"
     if not candidates and could_be_job_id_prefix(ref):

@@ -260,7 +260,8 @@ class AsyncClient:
 
     async def jobs(self, *, page_size: int = 100, **filters: str) -> AsyncIterator[Job]:
         """Every job matching ``filters`` (``namespace``, ``queue``, ``status``, ``task``,
-        ``name``, ``id_prefix``, ``last_run``), in the order they were added, page by page."""
+        ``name``, ``id_prefix``, ``last_run``), page by page: the newest first, or as ``sort``
+        (``created``, ``next_fire``, ``latest_run``) and ``order`` (``asc``, ``desc``) say."""
         async for item in self._pages(f"{API}/jobs", "jobs", page_size, filters):
             yield Job.from_json(item)
 

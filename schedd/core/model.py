@@ -90,6 +90,21 @@ class DstRepeat(StrEnum):
     BOTH = "both"
 
 
+class JobSort(StrEnum):
+    """The orders of a job listing: by when the job was added, by its next fire time (a job
+    with none after every time), or by its latest run's scheduled time (a job not yet run
+    before every time); ties in the order the jobs were added."""
+
+    CREATED = "created"
+    NEXT_FIRE = "next_fire"
+    LATEST_RUN = "latest_run"
+
+
+class Direction(StrEnum):
+    ASC = "asc"
+    DESC = "desc"
+
+
 @dataclass(frozen=True, slots=True)
 class RecurringOptions:
     """The options of an ``every``/``cron`` schedule."""

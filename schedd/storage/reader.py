@@ -18,12 +18,13 @@ import asyncio
 import json
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import aiosqlite
 
-from schedd.core.model import Job, Run, RunState
+from schedd.core.model import Job, JobSort, Run, RunState
 from schedd.storage.codec import job_from_body, run_from_body, split_run_id
 from schedd.storage.schema import (
     DLQ_BEFORE,
@@ -56,30 +57,121 @@ def id_prefix_bounds(prefix: str) -> tuple[str, str]:
     return prefix, prefix[:-1] + chr(ord(prefix[-1]) + 1)
 
 
-def jobs_page_sql(filters: Mapping[str, str]) -> str:
-    """The query of a page of jobs (parameters: :func:`jobs_page_params`).  With a status
-    filter SQLite reads ``jobs_status``: the jobs of that status only; with a name,
-    ``jobs_name``; with an id prefix, the ids of that prefix.  A filter on the latest run's
-    state reads at most :data:`SCAN_WINDOW` positions."""
-    where = "".join(f" AND {key} = ?" for key in JOB_FILTERS if key in filters)
-    if "id_prefix" in filters:
-        where += " AND id >= ? AND id < ?"
-    if "ids" in filters:  # a JSON array of ids: one parameter however many
-        where += " AND id IN (SELECT value FROM json_each(?))"
-    if "last_run" in filters:
-        where += f" AND seq < ? AND {_LAST_RUN_STATE} = ?"
-    return f"SELECT seq, id, body FROM jobs WHERE seq >= ?{where} ORDER BY seq LIMIT ?"
+#: each order's column (besides ``seq``, which breaks ties), its index, and whether it goes
+#: from the largest down by default
+_SORTS: dict[JobSort, tuple[str | None, str, bool]] = {
+    JobSort.CREATED: (None, "jobs_order", True),  # newest first
+    JobSort.NEXT_FIRE: ("next_ms", "jobs_next", False),  # soonest first
+    JobSort.LATEST_RUN: ("last_ms", "jobs_last", True),  # the latest run newest first
+}
+#: filters that name few jobs, through an index of their own: a sorted listing with one of
+#: them sorts what they name instead of reading the order's index
+_NARROW = ("name", "id_prefix", "ids")
 
 
-def jobs_page_params(cursor: int, limit: int, filters: Mapping[str, str]) -> tuple[Any, ...]:
-    params: list[Any] = [cursor, *(filters[key] for key in JOB_FILTERS if key in filters)]
-    if "id_prefix" in filters:
-        params.extend(id_prefix_bounds(filters["id_prefix"]))
-    if "ids" in filters:
-        params.append(json.dumps(filters["ids"].split(",")))
-    if "last_run" in filters:
-        params.extend((cursor + SCAN_WINDOW, STATE_CODES[RunState(filters["last_run"])]))
-    return (*params, limit)
+def default_descending(sort: JobSort) -> bool:
+    return _SORTS[sort][2]
+
+
+JobKey = tuple[int, ...]  # a job's place in a listing's order: (seq,) or (column, seq)
+
+
+@dataclass(frozen=True, slots=True)
+class JobOrder:
+    """A job listing's order and the filters it is read with."""
+
+    sort: JobSort = JobSort.CREATED
+    descending: bool | None = None  # None: the sort's default
+
+    @property
+    def desc(self) -> bool:
+        return default_descending(self.sort) if self.descending is None else self.descending
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        column = _SORTS[self.sort][0]
+        return ("seq",) if column is None else (column, "seq")
+
+    def _key(self) -> str:
+        cols = self.columns
+        return cols[0] if len(cols) == 1 else f"({', '.join(cols)})"
+
+    def _marks(self) -> str:
+        return "?" if len(self.columns) == 1 else "(?, ?)"
+
+    def bounded(self, filters: Mapping[str, str]) -> bool:
+        """Whether a page reads at most :data:`SCAN_WINDOW` jobs in this order: with a filter
+        on the latest run (no index has it), and, sorted by a time, with any filter but a
+        narrow one (the order's index is read, and the filter checked on each job)."""
+        if "last_run" in filters:
+            return True
+        if self.sort is JobSort.CREATED or any(k in filters for k in _NARROW):
+            return False
+        return any(k in filters for k in JOB_FILTERS)
+
+    def page_sql(
+        self, filters: Mapping[str, str], after: JobKey | None, upto: JobKey | None, limit: int
+    ) -> tuple[str, tuple[Any, ...]]:
+        """The query of up to ``limit`` jobs matching ``filters``, in this order, after the
+        place ``after`` (None: from the first) and up to ``upto`` (included; None: no end)."""
+        cols, key, marks = self.columns, self._key(), self._marks()
+        where: list[str] = []
+        params: list[Any] = []
+        if after is not None:
+            where.append(f"{key} {'<' if self.desc else '>'} {marks}")
+            params += after
+        if upto is not None:
+            where.append(f"{key} {'>=' if self.desc else '<='} {marks}")
+            params += upto
+        for name in JOB_FILTERS:
+            if name in filters:
+                where.append(f"{name} = ?")
+                params.append(filters[name])
+        if "id_prefix" in filters:
+            where.append("id >= ? AND id < ?")
+            params += id_prefix_bounds(filters["id_prefix"])
+        if "ids" in filters:  # a JSON array of ids: one parameter however many
+            where.append("id IN (SELECT value FROM json_each(?))")
+            params.append(json.dumps(filters["ids"].split(",")))
+        if "last_run" in filters:
+            where.append(f"{_LAST_RUN_STATE} = ?")
+            params.append(STATE_CODES[RunState(filters["last_run"])])
+        hint = ""
+        if self.sort is not JobSort.CREATED and not any(k in filters for k in _NARROW):
+            hint = f" INDEXED BY {_SORTS[self.sort][1]}"
+        order = ", ".join(f"{c} DESC" if self.desc else c for c in cols)
+        sql = (
+            f"SELECT {', '.join(cols)}, id, body FROM jobs{hint}"
+            f"{' WHERE ' + ' AND '.join(where) if where else ''} ORDER BY {order} LIMIT ?"
+        )
+        return sql, (*params, limit)
+
+    def window_sql(self, after: JobKey | None) -> tuple[str, tuple[Any, ...]]:
+        """The places of the :data:`SCAN_WINDOW`-th job after ``after`` in this order, and of
+        the one after it (whether there is more), whatever the filters."""
+        cols = self.columns
+        where = f" WHERE {self._key()} {'<' if self.desc else '>'} {self._marks()}" if after else ""
+        order = ", ".join(f"{c} DESC" if self.desc else c for c in cols)
+        index = _SORTS[self.sort][1]
+        return (
+            f"SELECT {', '.join(cols)} FROM jobs INDEXED BY {index}{where} ORDER BY {order} "
+            f"LIMIT 2 OFFSET {SCAN_WINDOW - 1}",
+            tuple(after or ()),
+        )
+
+    def parse_cursor(self, raw: str) -> JobKey | None:
+        """A previous page's ``next_cursor`` in this order (None: it is not one)."""
+        parts = raw.split(".")
+        if len(parts) != len(self.columns) or not all(
+            p.isascii() and p.isdigit() and len(p) <= 19 for p in parts
+        ):
+            return None
+        key = tuple(int(p) for p in parts)
+        return key if all(k <= FIRST for k in key) else None
+
+
+def cursor_text(key: JobKey) -> str:
+    return ".".join(str(k) for k in key)
 
 
 class Reader:
@@ -171,21 +263,33 @@ class Reader:
         return {str(job_id): job_from_body(str(job_id), body) for job_id, body in rows}
 
     async def jobs_page(
-        self, cursor: int, limit: int, filters: Mapping[str, str]
-    ) -> tuple[list[Job], int | None]:
+        self,
+        limit: int,
+        filters: Mapping[str, str],
+        order: JobOrder = JobOrder(),
+        after: JobKey | None = None,
+    ) -> tuple[list[Job], str | None]:
         """Up to ``limit`` jobs matching ``filters`` (a ``jobs`` column = value, ``id_prefix``,
-        ``last_run``: the state of the job's latest run) from position ``cursor`` on, in the
-        order they were added; and the cursor of the next page (None: this is the last)."""
-        rows = await self._rows(jobs_page_sql(filters), jobs_page_params(cursor, limit, filters))
-        jobs = [job_from_body(job_id, body) for _, job_id, body in rows]
-        if len(rows) == limit:
-            after = int(rows[-1][0]) + 1
-        elif "last_run" in filters:  # the window was read to its end
-            after = cursor + SCAN_WINDOW
-        else:
-            return jobs, None
-        more = await self._rows("SELECT 1 FROM jobs WHERE seq >= ? LIMIT 1", (after,))
-        return jobs, after if more else None
+        ``ids``, ``last_run``: the state of the job's latest run) in ``order``, after the place
+        ``after`` (a previous page's cursor; None: from the first); and the cursor of the next
+        page (None: this is the last).  A bounded listing (:meth:`JobOrder.bounded`) reads at
+        most :data:`SCAN_WINDOW` jobs: its page may be short, or empty, and still go on."""
+        async with self._conn() as db:
+            upto: JobKey | None = None
+            more = False
+            if order.bounded(filters):
+                edge = await _fetch(db, *order.window_sql(after))
+                if edge:
+                    upto, more = tuple(edge[0]), len(edge) > 1
+            sql, params = order.page_sql(filters, after, upto, limit + 1)
+            rows = await _fetch(db, sql, params)
+        width = len(order.columns)
+        jobs = [job_from_body(row[width], row[width + 1]) for row in rows[:limit]]
+        if len(rows) > limit:
+            return jobs, cursor_text(tuple(rows[limit - 1][:width]))
+        if more and upto is not None:  # the window was read to its end
+            return jobs, cursor_text(upto)
+        return jobs, None
 
     # -- runs ----------------------------------------------------------------------------
     async def run(self, run_id: str) -> Run | None:

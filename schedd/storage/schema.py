@@ -25,7 +25,10 @@ Layout (``WITHOUT ROWID`` tables, keyed for the way they are read):
   leader's look at the recurring jobs name their partial indexes (``INDEXED BY``): with
   ``jobs_status`` there, SQLite would otherwise pick it and read every job of the status.
   ``name`` (version 3) is the job's name, also in its body; ``jobs_name`` lists the named jobs
-  by name, in the order they were added.
+  by name, in the order they were added.  ``next_ms`` and ``last_ms`` (version 4) are the job's
+  next fire time (:data:`NO_NEXT` when it has none) and the scheduled time of its latest run
+  (the run created last; 0 before its first): ``jobs_next`` and ``jobs_last`` list the jobs in
+  those orders, so a listing sorted by either reads one page of its index.
 * ``deps`` (who depends on whom), ``idem`` (idempotency keys), ``dlq`` (the dead-letter queue,
   in order), ``recent`` (results by request id, for the dedup window), ``counts`` (metrics
   counters) and ``meta`` (applied index, leader fence, counters of the sequences).
@@ -39,7 +42,7 @@ from pathlib import Path
 
 from schedd.core.model import RunState
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 #: run state -> the small number stored in ``runs.state`` (unfinished states are < 5)
 STATE_CODES: dict[RunState, int] = {
@@ -75,6 +78,8 @@ RUNS_OF_JOB_BEFORE = (
 DLQ_BEFORE = "SELECT seq, run_id FROM dlq WHERE seq < ? ORDER BY seq DESC LIMIT ?"
 #: a cursor before every time and position: the first page
 FIRST = 1 << 62
+#: ``jobs.next_ms`` of a job with no next fire time: after every time
+NO_NEXT = FIRST
 
 PAGE_CACHE_KIB = 65_536  # SQLite's page cache per connection (``cache_size``), in KiB
 #: the write-ahead log is cut back to this size whenever a checkpoint has emptied it.  It grows
@@ -150,10 +155,28 @@ def _jobs_by_name(db: sqlite3.Connection) -> None:
     )
 
 
+def _jobs_by_time(db: sqlite3.Connection) -> None:
+    """Version 4: a job's next fire time (its body's ``n``) and its latest run's scheduled time
+    in columns of their own, each indexed with the order jobs were added: the listings sorted
+    by next fire or by latest run."""
+    db.executescript(
+        "BEGIN IMMEDIATE; "
+        f"ALTER TABLE jobs ADD COLUMN next_ms INTEGER NOT NULL DEFAULT {NO_NEXT}; "
+        "ALTER TABLE jobs ADD COLUMN last_ms INTEGER NOT NULL DEFAULT 0; "
+        "UPDATE jobs SET "
+        f"next_ms = coalesce(json_extract(CAST(body AS TEXT), '$.n'), {NO_NEXT}), "
+        "last_ms = coalesce((SELECT sched_ms FROM runs WHERE runs.job_id = jobs.id "
+        "ORDER BY runs.seq DESC LIMIT 1), 0); "
+        "CREATE INDEX jobs_next ON jobs (next_ms, seq); "
+        "CREATE INDEX jobs_last ON jobs (last_ms, seq);"
+    )
+
+
 MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
     0: _create,
     1: _jobs_by_status,
     2: _jobs_by_name,
+    3: _jobs_by_time,
 }
 
 

@@ -68,6 +68,7 @@ from schedd.storage.schema import (
     FIRST,
     JOB_BODY,
     LATEST_RUN,
+    NO_NEXT,
     RUN_BODY,
     RUNS_OF_JOB_BEFORE,
     STATE_CODES,
@@ -217,6 +218,9 @@ class SqlState(State):
         # unfinished (seq, sched_ms, body), read once until the pending rows are written
         self._on_disk: dict[str, tuple[int, list[tuple[int, int, bytes]]]] = {}
         self._new_runs_of: dict[str, list[str]] = {}  # job id -> its runs in _run_inserts
+        #: job id -> the scheduled time of its run created last in this entry (``jobs.last_ms``
+        #: to write with the job's row, or alone if that was written before the run was made)
+        self._latest_sched: dict[str, int] = {}
         self._reopened: set[str] = set()  # jobs with a pending run that was finished on disk
         # job id -> (its spec, encoded): kept for the jobs in the hot set, and until the commit
         # for those encoded in this transaction (a job row or a remembered result)
@@ -434,6 +438,9 @@ class SqlState(State):
             self._write(
                 self._job_writes, self._job_inserts, self._job_row, _JOB_INSERT, _JOB_UPDATE
             )
+        if jobs and self._latest_sched:  # a new run of a job whose row was written before it
+            self._many(_JOB_LATEST, [(ms, job_id) for job_id, ms in self._latest_sched.items()])
+            self._latest_sched.clear()
         if runs and self._run_writes:
             self._write(self._run_writes, self._run_inserts, _run_row, _RUN_INSERT, _RUN_UPDATE)
             self._new_runs_of.clear()
@@ -565,6 +572,7 @@ class SqlState(State):
         if old is None:
             self._run_inserts[rid] = self.runs_created
             self._new_runs_of.setdefault(job_id, []).append(rid)
+            self._latest_sched[job_id] = run.scheduled_ms  # the job's latest run is this one
             self.runs_created += 1
             self.runs_kept += 1
         elif STATE_CODES[old.state] >= FINISHED > STATE_CODES[run.state]:
@@ -779,6 +787,8 @@ class SqlState(State):
             job.status.value,
             int(spec.schedule.kind in RECURRING_KINDS),
             job.updated_ms,
+            NO_NEXT if job.next_run_at_ms is None else job.next_run_at_ms,
+            self._latest_sched.pop(job.id, None),  # None: its latest run is as it was
             job_body(job, self._spec_of),
             job.id,
         )
@@ -796,13 +806,14 @@ def _run_row(run: Run) -> tuple[Any, ...]:
 
 
 _JOB_INSERT = (
-    "INSERT INTO jobs (namespace, queue, task, name, status, recurring, updated_ms, body, "
-    "id, seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    "INSERT INTO jobs (namespace, queue, task, name, status, recurring, updated_ms, next_ms, "
+    "last_ms, body, id, seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?, coalesce(?, 0), ?, ?, ?)"
 )
 _JOB_UPDATE = (
     "UPDATE jobs SET namespace = ?, queue = ?, task = ?, name = ?, status = ?, recurring = ?, "
-    "updated_ms = ?, body = ? WHERE id = ?"
+    "updated_ms = ?, next_ms = ?, last_ms = coalesce(?, last_ms), body = ? WHERE id = ?"
 )
+_JOB_LATEST = "UPDATE jobs SET last_ms = ? WHERE id = ?"
 _RUN_INSERT = (
     "INSERT INTO runs (state, due_ms, updated_ms, body, sched_ms, job_id, seq) "
     "VALUES (?, ?, ?, ?, ?, ?, ?)"

@@ -170,7 +170,7 @@ def test_filters_and_pages_are_the_apis_and_live_in_the_address(page: Any, daemo
         page.wait_for_function(f"() => location.href !== {before!r}")
         assert "cursor=" in page.url
         page.wait_for_selector("#jobs-table")
-    assert names == [f"paged-{i}" for i in range(5)]
+    assert names == [f"paged-{i}" for i in range(4, -1, -1)]  # newest first
     page.go_back()
     page.wait_for_function("() => new URLSearchParams(location.search).get('cursor') !== null")
     # a filter of the form goes into the address and back to the first page
@@ -179,6 +179,42 @@ def test_filters_and_pages_are_the_apis_and_live_in_the_address(page: Any, daemo
     page.wait_for_function("() => location.search.includes('name=paged-3')")
     assert "cursor" not in page.url
     page.wait_for_function("() => document.querySelectorAll('#jobs-table tbody tr').length === 1")
+
+
+def test_jobs_sort_newest_first_or_by_a_columns_head_and_back(
+    page: Any, daemon: Daemon, tmp_path: Path
+) -> None:
+    delays = {"s-a": "3h", "s-b": "1h", "s-c": "5h", "s-d": "2h"}
+    for name, delay in delays.items():
+        submit(daemon, task="ui.ok", name=name, namespace="tsort", schedule={"in": delay})
+    login(page, daemon, "read", "/ui/jobs?namespace=tsort")
+    names = "#jobs-table td.job b"
+
+    def shown(expected: list[str]) -> None:
+        page.wait_for_function(
+            "([sel, want]) => [...document.querySelectorAll(sel)].map(b => b.textContent)"
+            ".join() === want.join()",
+            arg=[names, expected],
+        )
+
+    shown(["s-d", "s-c", "s-b", "s-a"])  # newest first
+    head = "#jobs-table th[aria-sort='descending'] a.sort"
+    assert page.wait_for_selector(head).get_attribute("data-sort") == "created"
+    page.click("#jobs-table a.sort[data-sort='next_fire']")
+    page.wait_for_function("() => location.search.includes('sort=next_fire')")
+    shown(["s-b", "s-d", "s-a", "s-c"])  # soonest first
+    assert "▲" in page.inner_text("#jobs-table th[aria-sort='ascending']")
+    screenshot(page, "jobs-sorted", tmp_path)
+    page.click("#jobs-table a.sort[data-sort='next_fire']")  # again: the other way round
+    page.wait_for_function("() => location.search.includes('order=desc')")
+    shown(["s-c", "s-a", "s-d", "s-b"])
+    # the form's own sort, kept with a filter; a page of it is the API's
+    page.select_option("#f-sort", "latest_run")
+    page.select_option("#f-order", "asc")
+    page.click("#filters button[type=submit]")
+    page.wait_for_function("() => location.search.includes('sort=latest_run&order=asc')")
+    shown(["s-b", "s-d", "s-a", "s-c"])  # each one's only run, the earliest first
+    assert "namespace=tsort" in page.url
 
 
 def test_a_berlin_cron_reads_in_berlin_and_in_the_viewers_zone(

@@ -237,13 +237,16 @@ async def read_node(
     view = await _get(http, url + "/api/v1/cluster", headers)
     jobs: dict[str, dict[str, Any]] = {}
     listed: list[str] = []
-    cursor: str | None = "0"
-    while cursor is not None:
-        page = await _get(http, f"{url}/api/v1/jobs?limit=1000&cursor={cursor}", headers)
+    cursor: str | None = None
+    while True:
+        after = f"&cursor={cursor}" if cursor else ""
+        page = await _get(http, f"{url}/api/v1/jobs?limit=1000{after}", headers)
         for j in page["jobs"]:
             listed.append(j["id"])
             jobs[j["id"]] = j
         cursor = page.get("next_cursor")
+        if cursor is None:
+            break
     sem = asyncio.Semaphore(16)
     runs: dict[str, list[dict[str, Any]]] = {}
 

@@ -132,9 +132,9 @@ async def test_list_pages_with_a_cursor_and_filters(
         cursor = page["next_cursor"]
         if cursor is None:
             break
-    assert seen == ids
+    assert seen == ids[::-1]  # newest first
     _, only_a = await get(http, node, "/jobs?task=a")
-    assert [j["id"] for j in only_a["jobs"]] == ids[1::2]
+    assert [j["id"] for j in only_a["jobs"]] == ids[1::2][::-1]
     status, err = await get(http, node, "/jobs?limit=0")
     assert status == 400 and err["error"]["field"] == "limit"
 

@@ -241,8 +241,8 @@ async def test_two_live_jobs_of_one_name_fail_that_item_and_the_others_are_appli
     result = await apply(node, tmp_path, JOBS)
     assert result.code == 1
     assert result.lines[0] == (
-        f"error nightly: 2 live jobs have this name in namespace default ({twins[0]}, "
-        f"{twins[1]}); apply needs one: cancel the others (schedctl cancel ID)"
+        f"error nightly: 2 live jobs have this name in namespace default ({twins[1]}, "
+        f"{twins[0]}); apply needs one: cancel the others (schedctl cancel ID)"  # newest first
     )
     assert result.lines[1].startswith("created hourly ")
     assert result.err == "schedctl: 1 created, 1 failed\n"

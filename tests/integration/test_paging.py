@@ -117,12 +117,12 @@ async def test_listings_filter_by_name_id_prefix_latest_run_state_and_time(
         assert status == 200, body
         return [j["id"] for j in body["jobs"]]
 
-    assert await ids("name=nightly") == [a["id"], b["id"]]
+    assert await ids("name=nightly") == [b["id"], a["id"]]  # newest first
     assert await ids("name=nightly&task=u") == [b["id"]]
     assert await ids(f"id_prefix={c['id'].lower()}") == [c["id"]]
     assert await ids("last_run=failed") == [a["id"]]
-    assert await ids("last_run=scheduled") == [b["id"], c["id"]]
-    assert await ids(f"ids={c['id']},{a['id'].lower()},{'0' * 26}") == [a["id"], c["id"]]
+    assert await ids("last_run=scheduled") == [c["id"], b["id"]]
+    assert await ids(f"ids={c['id']},{a['id'].lower()},{'0' * 26}") == [c["id"], a["id"]]
     assert await ids(f"ids={c['id']}&name=nightly") == []
     status, body = await get(http, node, f"/jobs/{b['id']}/runs?state=scheduled")
     assert status == 200 and len(body["runs"]) == 1
@@ -182,3 +182,62 @@ async def test_the_dead_letter_queue_filters_by_error_text_page_by_page(
     for bad in ("", "x" * 201):
         status, body = await get(http, node, f"/dlq?error={bad}")
         assert status == 400 and body["error"]["field"] == "error", body
+
+
+async def job_pages(http: aiohttp.ClientSession, node: Node, query: str, limit: int) -> list[str]:
+    """The ids of every page of ``GET /jobs?query``, ``limit`` a page, in order."""
+    out: list[str] = []
+    cursor: str | None = None
+    for _ in range(50):
+        page = f"/jobs?{query}&limit={limit}" + (f"&cursor={cursor}" if cursor else "")
+        status, body = await get(http, node, page)
+        assert status == 200, body
+        out += [j["id"] for j in body["jobs"]]
+        cursor = body["next_cursor"]
+        if cursor is None:
+            return out
+    raise AssertionError(f"{query}: no last page after 50")
+
+
+async def test_jobs_list_newest_first_or_by_next_fire_or_latest_run_with_cursors(
+    node: Node, http: aiohttp.ClientSession
+) -> None:
+    # a..e in this order, fire times out of order; b has run, d is cancelled (no next fire)
+    offsets = {"a": "3h", "b": "1h", "c": "5h", "d": "2h", "e": "4h"}
+    ids = {}
+    for key, delay in offsets.items():
+        ids[key] = (await submit(http, node, {"task": f"sort-{key}", "schedule": {"in": delay}}))[
+            "id"
+        ]
+    async with http.post(
+        node.url + API + f"/jobs/{ids['b']}/trigger", data=b"{}", headers=node.headers()
+    ) as r:
+        assert r.status == 201, await r.text()
+    async with http.delete(node.url + API + f"/jobs/{ids['d']}", headers=node.headers()) as r:
+        assert r.status == 204
+    await committed(node)
+    mine = {v: k for k, v in ids.items()}
+
+    async def order(query: str) -> str:
+        got = await job_pages(http, node, query, 2)
+        return "".join(mine[i] for i in got if i in mine)
+
+    assert await order("sort=created") == "edcba"  # the default: newest first
+    assert await order("") == "edcba"
+    assert await order("order=asc") == "abcde"
+    assert await order("sort=next_fire") == "baecd"  # soonest first; no next fire last
+    assert await order("sort=next_fire&order=desc") == "dceab"
+    # the latest run's scheduled time: b's trigger (now) is older than every job's first run
+    # (in 1-5 hours), which is what each job's latest run is
+    assert await order("sort=latest_run") == "ceadb"
+    # a cursor is read in its own sort: one from another is refused, by name
+    status, body = await get(http, node, "/jobs?sort=next_fire&limit=1")
+    cursor = body["next_cursor"]
+    assert status == 200 and cursor is not None and "." in cursor
+    status, err = await get(http, node, f"/jobs?cursor={cursor}")
+    assert status == 400 and err["error"]["field"] == "cursor", err
+    assert "sorted by created" in err["error"]["message"]
+    for bad, field in (("sort=name", "sort"), ("order=up", "order"), ("cursor=1.x", "cursor")):
+        status, err = await get(http, node, f"/jobs?{bad}")
+        assert status == 400 and err["error"]["field"] == field, (bad, err)
+        assert "expected" in err["error"]["message"]

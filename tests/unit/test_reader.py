@@ -13,8 +13,8 @@ import aiosqlite
 import pytest
 
 from schedd.core import commands
-from schedd.core.model import JobSpec, RecurringOptions, RunState, Schedule, ScheduleKind
-from schedd.storage.reader import LATEST_CHUNK, Reader, jobs_page_sql
+from schedd.core.model import JobSort, JobSpec, RecurringOptions, RunState, Schedule, ScheduleKind
+from schedd.storage.reader import LATEST_CHUNK, JobKey, JobOrder, Reader
 from schedd.storage.schema import FIRST
 from schedd.storage.sqlstate import SqlState, apply_entry
 
@@ -115,10 +115,46 @@ def test_a_listing_by_status_reads_the_jobs_of_that_status_only(
 ) -> None:
     st = SqlState(tmp_path / "state.db")
     try:
-        sql = jobs_page_sql(filters)
-        params = (0, *filters.values(), 10)
+        sql, params = JobOrder().page_sql(filters, (5,), None, 10)
         plan = " ".join(row[3] for row in st.db.execute(f"EXPLAIN QUERY PLAN {sql}", params))
-        assert "USING INDEX jobs_status (status=? AND seq>?)" in plan, plan
+        assert "USING INDEX jobs_status (status=? AND seq<?)" in plan, plan
+        assert "TEMP B-TREE" not in plan, plan
+    finally:
+        st.close()
+
+
+@pytest.mark.parametrize("sort", [JobSort.NEXT_FIRE, JobSort.LATEST_RUN])
+@pytest.mark.parametrize("desc", [False, True])
+@pytest.mark.parametrize(
+    ("filters", "index"),
+    [
+        ({}, "jobs_next"),
+        ({"status": "active"}, "jobs_next"),
+        ({"task": "t", "last_run": "failed"}, "jobs_next"),
+        ({"name": "nightly"}, "jobs_name"),
+        ({"name": "nightly", "status": "done"}, "jobs_name"),
+        ({"id_prefix": "01J"}, "PRIMARY KEY"),
+    ],
+)
+def test_a_listing_sorted_by_a_time_reads_its_index_in_order_or_a_narrow_filters(
+    tmp_path: Path, sort: JobSort, desc: bool, filters: dict[str, str], index: str
+) -> None:
+    # the order's own index, read in order from the cursor (no sort of every job), unless a
+    # filter names few jobs: then those are read and sorted
+    st = SqlState(tmp_path / "state.db")
+    index = index.replace("jobs_next", "jobs_next" if sort is JobSort.NEXT_FIRE else "jobs_last")
+    try:
+        order = JobOrder(sort, desc)
+        upto = (T0 + 9, 9) if order.bounded(filters) else None
+        sql, params = order.page_sql(filters, (T0, 5), upto, 10)
+        plan = " ".join(row[3] for row in st.db.execute(f"EXPLAIN QUERY PLAN {sql}", params))
+        assert f"USING {'' if index == 'PRIMARY KEY' else 'INDEX '}{index}" in plan, plan
+        if index.startswith(("jobs_next", "jobs_last")):
+            assert "TEMP B-TREE" not in plan, plan
+            assert f"({order.columns[0]}, seq)" in sql or "<" in plan or ">" in plan, plan
+        window, wparams = order.window_sql((T0, 5))
+        plan = " ".join(row[3] for row in st.db.execute(f"EXPLAIN QUERY PLAN {window}", wparams))
+        assert "COVERING INDEX" in plan and "TEMP B-TREE" not in plan, plan
     finally:
         st.close()
 
@@ -193,32 +229,33 @@ async def test_jobs_are_found_by_name_by_id_prefix_and_by_their_latest_runs_stat
     reader = Reader(tmp_path / "state.db")
     await reader.open()
 
-    async def ids(filters: dict[str, str], limit: int = 10, cursor: int = 0) -> list[str]:
-        jobs, _ = await reader.jobs_page(cursor, limit, filters)
+    async def ids(filters: dict[str, str], limit: int = 10) -> list[str]:
+        jobs, _ = await reader.jobs_page(limit, filters)
         return [j.id for j in jobs]
 
-    try:
-        assert await ids({"name": "nightly"}) == ["n0", "n2", "n4"]
+    try:  # newest first
+        assert await ids({"name": "nightly"}) == ["n4", "n2", "n0"]
         assert await ids({"name": "nightly", "task": "y"}) == ["n4"]
         assert await ids({"name": "weekly"}) == []
-        assert await ids({"id_prefix": "n"}) == [f"n{k}" for k in range(6)]
+        assert await ids({"id_prefix": "n"}) == [f"n{k}" for k in range(5, -1, -1)]
         assert await ids({"id_prefix": "n3"}) == ["n3"]
-        assert await ids({"last_run": "failed"}) == ["n0", "n1", "n2"]
+        assert await ids({"last_run": "failed"}) == ["n2", "n1", "n0"]
         assert await ids({"last_run": "succeeded"}) == ["n3"]
         assert await ids({"last_run": "queued", "name": "nightly"}) == ["n4"]
         # a filter on the latest run reads a window of positions per page: pages can be short
         # (even empty) and still go on, and together they hold every match once
         monkeypatch.setattr("schedd.storage.reader.SCAN_WINDOW", 2)
-        got, cursor, sizes = [], 0, []
+        got, sizes = [], []
+        cursor: JobKey | None = None
         for _ in range(10):
-            jobs, after = await reader.jobs_page(cursor, 10, {"last_run": "failed"})
+            jobs, after = await reader.jobs_page(10, {"last_run": "failed"}, JobOrder(), cursor)
             got += [j.id for j in jobs]
             sizes.append(len(jobs))
             if after is None:
                 break
-            cursor = after
-        assert got == ["n0", "n1", "n2"]
-        assert sizes == [2, 1, 0], sizes  # positions 0-1, 2-3, 4-5 (then nothing after)
+            cursor = JobOrder().parse_cursor(after)
+        assert got == ["n2", "n1", "n0"]
+        assert sizes == [0, 1, 2], sizes  # positions 5-4, 3-2, 1-0 (nothing after)
     finally:
         await reader.close()
         st.close()
@@ -354,3 +391,129 @@ async def test_due_but_not_leased_counts_the_queued_and_the_overdue_of_jobs_not_
         assert await reader.due_not_leased(T0) == (1, 0)  # "now" is queued; the rest are later
         # a minute on, nothing fired them: soon and q are overdue, the paused job's run is not
         assert await reader.due_not_leased(T0 + 60_000) == (1, 2)
+
+
+def sorted_jobs(path: Path) -> SqlState:
+    """Jobs s0..s7: one-off jobs at scattered times (s0..s3; s2 cancelled before it ran), a
+    recurring job that fired twice (s4), one whose schedule is over (s5: never ran), and two
+    whose only runs fired at once (s6, s7: the same times, ties)."""
+    st = SqlState(path)
+
+    def at(ms: int) -> JobSpec:
+        return JobSpec(task="t", schedule=Schedule(kind=ScheduleKind.AT, at_ms=ms))
+
+    over = JobSpec(
+        task="u",
+        schedule=Schedule(
+            kind=ScheduleKind.EVERY, every_ms=1_000, options=RecurringOptions(end_at_ms=T0 - 1)
+        ),
+    )
+    specs = (
+        ("s0", at(T0 + 50_000)),
+        ("s1", at(T0 + 10_000)),
+        ("s2", at(T0 + 30_000)),
+        ("s3", at(T0 + 20_000)),
+        ("s4", EVERY),
+        ("s5", over),
+        ("s6", at(T0 + 5_000)),
+        ("s7", at(T0 + 5_000)),
+    )
+    apply_all(st, [[commands.Claim("claim", T0, "n1", 1)], [commands.Submit("s", T0, specs)]])
+    apply_all(st, [[commands.CancelJob("c", T0 + 1, "s2")]])
+    fires = (f"s4@{T0 + 1_000}", f"s6@{T0 + 5_000}", f"s7@{T0 + 5_000}")
+    apply_all(st, [[commands.Fire("f1", T0 + 5_000, 1, fires)]])
+    apply_all(st, [[commands.Fire("f2", T0 + 6_000, 1, (f"s4@{T0 + 2_000}",))]])
+    return st
+
+
+def expected_order(st: SqlState, sort: JobSort, desc: bool, keep: object = None) -> list[str]:
+    """The ids of ``st``'s jobs in ``sort`` (ties by when added), from the state's own view."""
+    ids = [j for j in st.jobs if keep is None or keep(st.jobs[j])]  # type: ignore[operator]
+    never = 1 << 62
+
+    def key(job_id: str) -> tuple[int, int]:
+        seq = int(job_id[1:])
+        job = st.jobs[job_id]
+        if sort is JobSort.NEXT_FIRE:
+            return (never if job.next_run_at_ms is None else job.next_run_at_ms, seq)
+        if sort is JobSort.LATEST_RUN:
+            run = st.latest_run(job_id)
+            return (0 if run is None else run.scheduled_ms, seq)
+        return (seq, seq)
+
+    return sorted(ids, key=key, reverse=desc)
+
+
+@pytest.mark.parametrize("sort", list(JobSort))
+@pytest.mark.parametrize("desc", [None, False, True])
+async def test_every_sort_pages_through_every_job_once_in_its_order(
+    tmp_path: Path, sort: JobSort, desc: bool | None
+) -> None:
+    st = sorted_jobs(tmp_path / "state.db")
+    order = JobOrder(sort, desc)
+    want = expected_order(st, sort, order.desc)
+    async with reading(st) as reader:
+        whole, end = await reader.jobs_page(100, {}, order)
+        assert [j.id for j in whole] == want and end is None
+        got: list[str] = []
+        cursor: JobKey | None = None
+        for _ in range(10):
+            page, after = await reader.jobs_page(3, {}, order, cursor)
+            got += [j.id for j in page]
+            if after is None:
+                break
+            cursor = order.parse_cursor(after)
+            assert cursor is not None, after
+        assert got == want
+
+
+def test_the_default_orders_are_newest_first_soonest_first_and_latest_run_first(
+    tmp_path: Path,
+) -> None:
+    st = sorted_jobs(tmp_path / "state.db")
+    try:
+        assert expected_order(st, JobSort.CREATED, JobOrder().desc)[0] == "s7"
+        # s4's next fire (T0+3s) is soonest; s6 and s7 (due at T0+5s, not finished) in the
+        # order they were added; jobs without a next fire (cancelled, over) last
+        nexts = expected_order(st, JobSort.NEXT_FIRE, JobOrder(JobSort.NEXT_FIRE).desc)
+        assert nexts == ["s4", "s6", "s7", "s1", "s3", "s0", "s2", "s5"], nexts
+        # the latest run created last: s0's at T0+50s; s5 never ran: last
+        latest = expected_order(st, JobSort.LATEST_RUN, JobOrder(JobSort.LATEST_RUN).desc)
+        assert latest[0] == "s0" and latest[-1] == "s5", latest
+    finally:
+        st.close()
+
+
+@pytest.mark.parametrize("sort", [JobSort.NEXT_FIRE, JobSort.LATEST_RUN])
+async def test_a_sorted_listing_with_a_filter_reads_a_window_and_still_finds_every_match(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sort: JobSort
+) -> None:
+    st = sorted_jobs(tmp_path / "state.db")
+    order = JobOrder(sort)
+    want = expected_order(st, sort, order.desc, lambda j: j.status.value == "active")
+    async with reading(st) as reader:
+        monkeypatch.setattr("schedd.storage.reader.SCAN_WINDOW", 2)
+        got: list[str] = []
+        sizes: list[int] = []
+        cursor: JobKey | None = None
+        for _ in range(20):
+            page, after = await reader.jobs_page(10, {"status": "active"}, order, cursor)
+            got += [j.id for j in page]
+            sizes.append(len(page))
+            if after is None:
+                break
+            cursor = order.parse_cursor(after)
+        assert got == want
+        assert len(sizes) == 4 and max(sizes) <= 2, sizes  # 8 jobs, 2 read per page
+        # a narrow filter is not windowed: one page
+        page, after = await reader.jobs_page(10, {"id_prefix": "s", "status": "active"}, order)
+        assert [j.id for j in page] == want and after is None
+
+
+def test_a_cursor_of_another_sort_is_not_taken() -> None:
+    assert JobOrder().parse_cursor("12") == (12,)
+    assert JobOrder().parse_cursor("12.3") is None
+    assert JobOrder(JobSort.NEXT_FIRE).parse_cursor("12") is None
+    assert JobOrder(JobSort.NEXT_FIRE).parse_cursor("1800000000000.3") == (T0, 3)
+    for bad in ("", "-1", "1.2.3", "x", "1." + "9" * 20, "\uff11.\uff12"):
+        assert JobOrder(JobSort.LATEST_RUN).parse_cursor(bad) is None

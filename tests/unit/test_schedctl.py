@@ -170,6 +170,10 @@ REQUESTS: list[tuple[list[str], ApiRequest]] = [
         ApiRequest("GET", JOBS, query=(("last_run", "failed"), ("status", "done"))),
     ),
     (
+        ["list", "--sort", "next_fire", "--order", "desc", "--task", "t"],
+        ApiRequest("GET", JOBS, query=(("task", "t"), ("sort", "next_fire"), ("order", "desc"))),
+    ),
+    (
         [
             "list",
             "--status",
@@ -1291,6 +1295,15 @@ def test_a_job_is_named_by_a_unique_name_or_id_prefix(
     server.routes[("GET", "/api/v1/jobs?name=twice&limit=20")] = Canned(200, two)
     code, out, err = run(["--server", server.url, "get", "twice"], capsysbinary)
     assert code == EXIT_USAGE and "ambiguous" in err and "A1, B2" in err
+    # a page of 20 finished jobs of the name, the newest: the live one is asked for by status
+    done = [{**JOB, "id": f"D{k}", "status": "done"} for k in range(20)]
+    server.routes[("GET", "/api/v1/jobs?name=busy&limit=20")] = Canned(
+        200, orjson.dumps({"jobs": done})
+    )
+    server.routes[("GET", "/api/v1/jobs?name=busy&status=active&limit=10")] = Canned(200, one)
+    server.routes[("GET", "/api/v1/jobs?name=busy&status=paused&limit=10")] = Canned(200, none)
+    code, out, _ = run(["--server", server.url, "-q", "get", "busy"], capsysbinary)
+    assert (code, out) == (EXIT_OK, ULID.encode() + b"\n")
     # a run id's job part is resolved too, and cancelling a run asks the run's own endpoint
     run_id = f"{ULID}@1795645921727"
     cancelled = orjson.dumps({**RUN, "id": run_id, "state": "cancelled"})
@@ -1626,13 +1639,20 @@ def test_explain_in_utc_shows_no_local_column_that_repeats_it() -> None:
     assert "LOCAL" in render.fires_table(berlin, render.Style(80))
 
 
-@pytest.mark.parametrize("flag", [["--state", "failed"], ["--status", "failed"]])
-def test_a_latest_run_filter_follows_the_servers_short_pages(
+@pytest.mark.parametrize(
+    "flag",
+    [["--state", "failed"], ["--status", "failed"], ["--sort", "latest_run", "--task", "t"]],
+)
+def test_a_windowed_filter_follows_the_servers_short_pages(
     server: FakeServer, capsysbinary: pytest.CaptureFixture[bytes], flag: list[str]
 ) -> None:
-    """The server reads a latest-run filter in windows and may answer an empty page with a
-    cursor: both spellings of "the failed ones" go on to the page that has them."""
-    query = "last_run=failed&status=done" if flag[0] == "--status" else "last_run=failed"
+    """The server reads a latest-run filter (or a filter in a sort by time) in windows and may
+    answer an empty page with a cursor: schedctl goes on to the page that has them."""
+    query = {
+        "--status": "last_run=failed&status=done",
+        "--state": "last_run=failed",
+        "--sort": "task=t&sort=latest_run",
+    }[flag[0]]
     empty = orjson.dumps({"jobs": [], "next_cursor": "w2"})
     found = orjson.dumps({"jobs": [{**JOB, "id": "F1"}], "next_cursor": None})
     server.routes[("GET", f"/api/v1/jobs?{query}")] = Canned(200, empty)

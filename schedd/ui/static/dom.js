@@ -53,7 +53,7 @@ export function fill(el, ...children) {
  * narrow screen shows it in front of the cell when the table collapses into cards. */
 function labelCells(root) {
   for (const table of root.querySelectorAll("table:not(.kv)")) {
-    const heads = [...table.querySelectorAll("thead th")].map((th) => th.textContent.trim());
+    const heads = [...table.querySelectorAll("thead th")].map((th) => th.dataset.label ?? th.textContent.trim());
     if (!heads.length) continue;
     for (const row of table.querySelectorAll("tbody tr")) {
       let col = 0;

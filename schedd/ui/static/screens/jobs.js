@@ -15,8 +15,12 @@ const FILTERS = [
   ["last_run", "Latest run", [["", "any"], ...["failed", "succeeded", "running", "queued", "scheduled", "retrying", "blocked", "skipped", "cancelled"].map((s) => [s, s])]],
   ["task", "Task"],
   ["name", "Name"],
+  ["sort", "Sort", [["", "created"], ["next_fire", "next fire"], ["latest_run", "latest run"]]],
+  ["order", "Order", [["", "default"], ["desc", "descending"], ["asc", "ascending"]]],
   ["limit", "Per page", [["", "100"], ["25", "25"], ["50", "50"], ["200", "200"], ["500", "500"]]],
 ];
+// The API's sorts: each one's default direction (descending: the newest or latest first)
+const DESCENDING = { created: true, next_fire: false, latest_run: true };
 const LAST_RUNS = 8;
 const runsCache = new Map(); // job id → {key, runs}: fetched again only when its latest run changes
 
@@ -47,7 +51,7 @@ export function jobsScreen(main, { params, navigate }) {
     }
     if (!alive || mine !== generation || main.querySelector(".armed")) return;
     shown = new Set(page.jobs.map((job) => job.id));
-    fill(table, jobTable(page.jobs, load));
+    fill(table, jobTable(page.jobs, load, params));
     fill(paging, pager(page.next_cursor, params, navigate, PATH, page.jobs.length));
     if (!main.dataset.firstPageMs) {
       main.dataset.firstPageMs = String(Math.round(performance.now() - started));
@@ -77,12 +81,39 @@ export function jobsScreen(main, { params, navigate }) {
   };
 }
 
-function jobTable(jobs, refresh) {
+function jobTable(jobs, refresh, params) {
   if (jobs.length === 0) return h("p", { class: "empty" }, "No job matches.");
-  const head = ["Job", "Task", "Schedule", "Next fire", "Status", "Last runs", "Policies", ""];
+  const head = [["Job", "created"], "Task", "Schedule", ["Next fire", "next_fire"], "Status",
+    ["Last runs", "latest_run"], "Policies", ""];
   return h("table", { class: "jobs", id: "jobs-table" },
-    h("thead", {}, h("tr", {}, head.map((t) => h("th", {}, t)))),
+    h("thead", {}, h("tr", {}, head.map((t) => Array.isArray(t) ? sortHeader(...t, params) : h("th", {}, t)))),
     h("tbody", {}, jobs.map((job) => jobRow(job, refresh))));
+}
+
+/** The listing's sort and whether it goes from the largest down. */
+function sortOf(params) {
+  const sort = params.get("sort") || "created";
+  const order = params.get("order");
+  return { sort, desc: order ? order === "desc" : DESCENDING[sort] ?? true };
+}
+
+/** A column head that sorts by its column: the first page in that sort's own direction, or
+ * the other way round when the page is already sorted by it (an arrow says which way). */
+function sortHeader(label, sort, params) {
+  const now = sortOf(params);
+  const here = now.sort === sort;
+  const desc = here ? !now.desc : DESCENDING[sort];
+  const next = new URLSearchParams(params);
+  next.delete("cursor");
+  if (sort === "created") next.delete("sort");
+  else next.set("sort", sort);
+  if (desc === DESCENDING[sort]) next.delete("order");
+  else next.set("order", desc ? "desc" : "asc");
+  const q = next.toString();
+  const title = `sort by ${label.toLowerCase()}, ${desc ? "descending" : "ascending"}`;
+  return h("th", { "aria-sort": here ? (now.desc ? "descending" : "ascending") : "none", "data-label": label },
+    h("a", { href: q ? `${PATH}?${q}` : PATH, class: "sort", title, "data-sort": sort },
+      label, here ? (now.desc ? " ▼" : " ▲") : ""));
 }
 
 function jobRow(job, refresh) {
