@@ -774,7 +774,9 @@ def test_reads_after_a_write_ask_for_the_writes_index(page: Any, daemon: Daemon)
     assert later and min(later) >= max(written), (later, written)
 
 
-def test_a_job_whose_run_failed_for_good_reads_failed_in_red(page: Any, daemon: Daemon) -> None:
+def test_a_job_whose_run_failed_for_good_reads_failed_in_red(
+    page: Any, daemon: Daemon, tmp_path: Path
+) -> None:
     failed = submit(daemon, task="ui.disk", namespace="tfail", retry={"max_attempts": 1})
     fine = submit(daemon, task="ui.ok", namespace="tfail")
     for job, state in ((failed, "failed"), (fine, "succeeded")):
@@ -790,6 +792,7 @@ def test_a_job_whose_run_failed_for_good_reads_failed_in_red(page: Any, daemon: 
         f"tr[data-job='{failed['id']}'] .badge", "e => getComputedStyle(e).backgroundColor"
     )
     assert red == "rgb(255, 235, 233)"  # the failed colour, not the done one
+    screenshot(page, "jobs-failed", tmp_path)
     page.goto(daemon.url + f"/ui/jobs/{failed['id']}")
     assert page.wait_for_selector(".screen-head .badge.st-failed").inner_text() == "failed"
 

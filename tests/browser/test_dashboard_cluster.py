@@ -363,3 +363,45 @@ def test_a_page_whose_node_dies_moves_to_another_logged_in(
     others = {n.url for i, n in enumerate(three.nodes) if i != follower}
     assert any(page.url.startswith(u) for u in others)
     screenshot(page, "moved-to-another-node", tmp_path)
+
+
+def test_a_page_whose_node_dies_keeps_its_data_greyed_and_names_the_other_nodes(
+    page: Any, three: Cluster, tmp_path: Path
+) -> None:
+    """The node serving the page dies while the other nodes cannot be reached from the browser
+    either: the jobs stay on screen, greyed, under the error; the banner links the other nodes
+    by name. Once they can be reached, the page moves to one of them by itself."""
+    daemon, _, follower = leader_and_follower(three)
+    job = daemon.api("POST", "/jobs", {"task": "ui.ok", "name": "kept", "schedule": {"in": "1h"}})
+    served = three.nodes[follower]
+    page.goto(schedctl_ui(Daemon(three, served.url, three.token), "read"))
+    page.wait_for_selector("#role:text-is('read')")
+    page.goto(served.url + "/ui/jobs")
+    page.wait_for_selector(f"tr[data-job='{job['id']}']")
+    page.wait_for_selector("#cluster .node >> nth=2")  # it has seen every node
+    others = {n.url: n.node_id for i, n in enumerate(three.nodes) if i != follower}
+
+    def elsewhere(url: str) -> bool:
+        return any(url.startswith(u) for u in others)
+
+    page.route(elsewhere, lambda route: route.abort())
+    three.kill(follower)
+    page.wait_for_selector("#banner a.other-node >> nth=1", timeout=20_000)
+    banner = page.inner_text("#banner")
+    assert "cannot be reached" in banner and "Other nodes:" in banner, banner
+    named = page.eval_on_selector_all("#banner a.other-node", "as => as.map(a => a.textContent)")
+    assert sorted(named) == sorted(others.values()), named
+    # the screen's data stays, greyed, with the error above it
+    page.wait_for_selector(".table-wrap.stale > .error", timeout=20_000)
+    row = page.query_selector(f".table-wrap.stale tr[data-job='{job['id']}']")
+    assert row is not None and "kept" in row.inner_text()
+    faded = page.eval_on_selector(
+        ".table-wrap.stale > table", "t => Number(getComputedStyle(t).opacity)"
+    )
+    assert faded < 1, faded
+    assert page.url.startswith(served.url)
+    screenshot(page, "node-gone", tmp_path)
+    page.unroute(elsewhere)
+    page.wait_for_url(lambda url: elsewhere(url), timeout=30_000)
+    page.wait_for_selector(f"tr[data-job='{job['id']}']", timeout=15_000)
+    assert page.query_selector(".table-wrap.stale") is None
