@@ -153,6 +153,11 @@ def test_the_sync_client_batches_submits_from_many_threads(node_url_token: tuple
         assert sorted(j.payload["k"] for j in out) == list(range(20))
         assert counting.seen[("POST", f"{API}/jobs/batch")] < 20  # coalesced
         assert len(list(client.jobs(page_size=7))) == 20  # pages followed
+        newest = [j.id for j in client.jobs(page_size=7)]
+        oldest = [j.id for j in client.jobs(page_size=7, order="asc")]
+        assert newest == oldest[::-1] and set(newest) == {j.id for j in out}
+        soonest = [j.next_run_at for j in client.jobs(page_size=7, sort="next_fire")]
+        assert len(soonest) == 20 and soonest == sorted(soonest)  # type: ignore[type-var]
         with pytest.raises(NotFound):
             client.get("01J0000000000000000000000X")
 
