@@ -259,7 +259,9 @@ async def test_rolling_upgrade_from_the_previous_release_under_load(
             )
             assert refused and proc.returncode != 0
             said = cluster.nodes[first].log.read_bytes()[log_from:].decode(errors="replace")
-            assert "raft.dump: not a schedd snapshot" in said, said
+            # its state database was migrated to a schema the release does not know (and its
+            # compaction marker is not a whole copy): refused, naming why, changing nothing
+            assert "it was written by a newer schedd" in said, said
             assert dump_kind(cluster, first) == "marker"  # left as it was
             # Emptied, the node is rebuilt by the previous release from the leader.
             cluster.wipe(first)

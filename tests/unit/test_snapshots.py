@@ -28,6 +28,8 @@ from schedd.storage.schema import SCHEMA_VERSION
 from schedd.storage.sqlstate import SqlState, apply_entry
 from tests.property.test_sql_state_property import answers
 
+LAST_WHOLE_COPY_SCHEMA = 3  # whole-copy snapshots (raft-dump-v<N>) were written up to it
+
 T0 = 1_800_000_000_000
 RAFT = ((b"\x01last", 7, 2), (b"\x01prev", 6, 2), ["127.0.0.1:9001", "127.0.0.1:9002"])
 
@@ -387,7 +389,9 @@ def test_at_start_a_database_older_than_its_marker_stops_the_node_saying_what_to
 
 def test_at_start_a_whole_copy_from_an_older_schedd_is_still_used(tmp_path: Path) -> None:
     """raft.dump of format 1 (a whole copy): installed when the live database is older."""
-    sample = Path(__file__).resolve().parents[1] / "data" / f"raft-dump-v{SCHEMA_VERSION}.sqlite"
+    sample = (
+        Path(__file__).resolve().parents[1] / "data" / f"raft-dump-v{LAST_WHOLE_COPY_SCHEMA}.sqlite"
+    )
     snaps, machine, seen = node(tmp_path, "n1", 4)
     dump = tmp_path / "n1" / "raft.dump"
     shutil.copyfile(sample, dump)
@@ -573,7 +577,9 @@ def test_a_marker_keeps_long_commands_as_digests_and_takes_them_back_from_the_jo
 def test_a_whole_copy_from_a_leader_of_an_older_schedd_is_installed(tmp_path: Path) -> None:
     """During a rolling upgrade the leader may still run the older schedd, which sends its
     raft.dump (a whole SQLite copy, format 1) as it is: it is installed as the leader meant."""
-    frozen = Path(__file__).resolve().parents[1] / "data" / f"raft-dump-v{SCHEMA_VERSION}.sqlite"
+    frozen = (
+        Path(__file__).resolve().parents[1] / "data" / f"raft-dump-v{LAST_WHOLE_COPY_SCHEMA}.sqlite"
+    )
     sample = tmp_path / "old-leader.dump"
     shutil.copyfile(frozen, sample)
     db = sqlite3.connect(sample)  # the frozen sample's Raft data names index 31: a real copy
