@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import re
 from collections.abc import Sequence
+from enum import StrEnum
 from typing import Any
 
 from schedd import __version__
@@ -29,6 +30,12 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> Any:
         raise UsageError(f"{message}\n{self.format_usage().rstrip()}\ntry '{self.prog} --help'")
+
+
+def _values(members: type[StrEnum]) -> tuple[str, ...]:
+    """An enum's values as an option's choices (a usage error lists them as written, not as
+    the enum's members)."""
+    return tuple(m.value for m in members)
 
 
 def _positive_int(text: str) -> int:
@@ -134,12 +141,12 @@ def _payload_and_schedule_options(p: argparse.ArgumentParser) -> None:
     )
     policy.add_argument(
         "--overlap",
-        choices=tuple(Overlap),
+        choices=_values(Overlap),
         help="a fire time that comes while the previous run is still going (default skip)",
     )
     policy.add_argument(
         "--misfire",
-        choices=tuple(Misfire),
+        choices=_values(Misfire),
         help="fire times missed while no leader was scheduling (default run_once)",
     )
     policy.add_argument(
@@ -152,12 +159,12 @@ def _payload_and_schedule_options(p: argparse.ArgumentParser) -> None:
     policy.add_argument("--end-at", metavar="TIME", help="no fire after this RFC 3339 time")
     policy.add_argument(
         "--dst-gap",
-        choices=tuple(DstGap),
+        choices=_values(DstGap),
         help="a local time skipped by a DST change: run just after it (shift, default) or skip",
     )
     policy.add_argument(
         "--dst-repeat",
-        choices=tuple(DstRepeat),
+        choices=_values(DstRepeat),
         help="a local time that happens twice: run the first time (default) or both",
     )
 
@@ -296,7 +303,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("id", metavar="RUN_ID|ID" if name == "cancel" else "ID")
         if name == "runs":
             paging(p, since="scheduled")
-            p.add_argument("--state", choices=tuple(RunState), help="only runs in this state")
+            p.add_argument("--state", choices=_values(RunState), help="only runs in this state")
 
     r = sub.add_parser(
         "run",
@@ -328,7 +335,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ls.add_argument(
         "--state",
-        choices=tuple(RunState),
+        choices=_values(RunState),
         help="only jobs whose latest run is in this state (e.g. failed)",
     )
     ls.add_argument("--queue", metavar="Q")
@@ -337,12 +344,12 @@ def build_parser() -> argparse.ArgumentParser:
     ls.add_argument("--name", metavar="NAME")
     ls.add_argument(
         "--sort",
-        choices=tuple(JobSort),
+        choices=_values(JobSort),
         help="created (newest first; the default), next_fire (soonest first) or latest_run "
         "(the latest run newest first)",
     )
     ls.add_argument(
-        "--order", choices=tuple(Direction), help="asc or desc: turn the sort the other way"
+        "--order", choices=_values(Direction), help="asc or desc: turn the sort the other way"
     )
     paging(ls)
 

@@ -1707,3 +1707,13 @@ def test_a_bulk_replay_of_named_runs_none_of_them_in_the_queue_is_not_found() ->
     # by a filter that matches nothing: said, and not an error
     code, out, _ = _bulk([{**none, "skipped": []}], [], {"dry_run": True, "task": "t"})
     assert (code, out) == (EXIT_OK, "no dead-lettered run matches: nothing to replay\n")
+
+
+def test_a_bad_choice_lists_the_choices_as_they_are_written(
+    capsysbinary: pytest.CaptureFixture[bytes],
+) -> None:
+    code, _, err = run(["list", "--sort", "soon"], capsysbinary)
+    assert code == EXIT_USAGE
+    assert "'created', 'next_fire', 'latest_run'" in err and "JobSort" not in err, err
+    code, _, err = run(["submit", "t", "--every", "1m", "--overlap", "never"], capsysbinary)
+    assert code == EXIT_USAGE and "Overlap" not in err and "'skip'" in err, err
