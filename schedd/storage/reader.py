@@ -78,7 +78,7 @@ JobKey = tuple[int, ...]  # a job's place in a listing's order: (seq,) or (colum
 
 @dataclass(frozen=True, slots=True)
 class JobOrder:
-    """A job listing's order and the filters it is read with."""
+    """A job listing's order: a sort, and its direction (None: the sort's own)."""
 
     sort: JobSort = JobSort.CREATED
     descending: bool | None = None  # None: the sort's default
