@@ -379,6 +379,13 @@ def test_a_page_whose_node_dies_keeps_its_data_greyed_and_names_the_other_nodes(
     page.goto(served.url + "/ui/jobs")
     page.wait_for_selector(f"tr[data-job='{job['id']}']")
     page.wait_for_selector("#cluster .node >> nth=2")  # it has seen every node
+    # ... and knows each by its id (a follower learns a peer's id from the peer's Raft hello;
+    # until then the bar can only show its address)
+    page.wait_for_function(
+        "() => [...document.querySelectorAll('#cluster .node b')]"
+        ".every(b => !b.textContent.includes(':'))",
+        timeout=20_000,
+    )
     others = {n.url: n.node_id for i, n in enumerate(three.nodes) if i != follower}
 
     def elsewhere(url: str) -> bool:
