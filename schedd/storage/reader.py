@@ -69,10 +69,6 @@ _SORTS: dict[JobSort, tuple[str | None, str, bool]] = {
 _NARROW = ("name", "id_prefix", "ids")
 
 
-def default_descending(sort: JobSort) -> bool:
-    return _SORTS[sort][2]
-
-
 JobKey = tuple[int, ...]  # a job's place in a listing's order: (seq,) or (column, seq)
 
 
@@ -85,7 +81,7 @@ class JobOrder:
 
     @property
     def desc(self) -> bool:
-        return default_descending(self.sort) if self.descending is None else self.descending
+        return _SORTS[self.sort][2] if self.descending is None else self.descending
 
     @property
     def columns(self) -> tuple[str, ...]:

@@ -111,6 +111,13 @@ def image_sample(version: int = snapshots.IMAGE_VERSION) -> Path:
     return DATA / f"snapshot-image-v{version}.snap"
 
 
+def opened_sample(tmp_path: Path, version: int) -> SqlState:
+    """The state database sample of ``version``, copied and opened (migrated) by this schedd."""
+    db = tmp_path / "state.db"
+    shutil.copyfile(db_sample(version), db)
+    return SqlState(db)
+
+
 def write_samples(db: Path) -> None:
     """A state database of the sample entries (``raft-dump-v<N>.sqlite``, whole copies, are
     no longer written: schedd compacts with a marker since schema version 3)."""
@@ -182,9 +189,7 @@ def test_every_version_has_its_samples_of_the_version_they_are_named_after() -> 
 def test_a_database_of_every_schema_version_opens_and_holds_what_its_entries_give(
     tmp_path: Path, version: int
 ) -> None:
-    db = tmp_path / "state.db"
-    shutil.copyfile(db_sample(version), db)
-    state = SqlState(db)
+    state = opened_sample(tmp_path, version)
     try:
         assert state.applied_index == len(sample_entries())
         assert without_claims(answers(state)) == without_claims(answers(reference()))
@@ -271,9 +276,7 @@ def test_the_sort_columns_of_an_upgraded_database_are_those_a_new_one_writes(
     # next_ms and last_ms (version 4) are computed by the migration from what a database
     # holds, and kept by every entry since: the two must agree, or a listing sorted by them
     # would differ from one node to the next
-    db = tmp_path / "state.db"
-    shutil.copyfile(db_sample(version), db)
-    upgraded, live = SqlState(db), SqlState()
+    upgraded, live = opened_sample(tmp_path, version), SqlState()
     for i, blob in enumerate(sample_entries(), start=1):
         sql_apply_entry(live, blob, i)
     sql = "SELECT id, next_ms, last_ms FROM jobs ORDER BY seq"
