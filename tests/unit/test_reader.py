@@ -4,6 +4,7 @@ for by many requests in the same turn of the event loop, in one query."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import sqlite3
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -517,3 +518,29 @@ def test_a_cursor_of_another_sort_is_not_taken() -> None:
     assert JobOrder(JobSort.NEXT_FIRE).parse_cursor("1800000000000.3") == (T0, 3)
     for bad in ("", "-1", "1.2.3", "x", "1." + "9" * 20, "\uff11.\uff12"):
         assert JobOrder(JobSort.LATEST_RUN).parse_cursor(bad) is None
+
+
+def test_a_new_run_after_its_jobs_row_was_written_still_moves_the_jobs_latest_run(
+    tmp_path: Path,
+) -> None:
+    # within one entry a job's row can be written (a read of the jobs table flushes it) before
+    # its new run is made: the run's time must still reach jobs.last_ms, by a statement of
+    # its own, or the job would sort by a run that is no longer its latest
+    st = sorted_jobs(tmp_path / "state.db")
+    try:
+        job = st.jobs["s1"]
+        before = st.latest_run("s1")
+        assert before is not None
+        later = dataclasses.replace(
+            before, id=f"s1@{T0 + 90_000}", scheduled_ms=T0 + 90_000, due_ms=T0 + 90_000
+        )
+        st.begin()
+        st.put_job(dataclasses.replace(job, updated_ms=T0 + 7))
+        st._flush()  # the row written, as a read of the jobs table would
+        st.add_run(later)
+        st.commit()
+        sql = "SELECT last_ms FROM jobs WHERE id = 's1'"
+        assert st.db.execute(sql).fetchone() == (T0 + 90_000,)
+        assert st._latest_sched == {}
+    finally:
+        st.close()
