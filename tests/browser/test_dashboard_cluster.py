@@ -138,7 +138,7 @@ class CuttableProxy:
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             up_reader, up_writer = await asyncio.open_connection(*self.target)
-        except OSError:
+        except (OSError, asyncio.CancelledError):  # closed meanwhile: no socket left open
             writer.transport.abort()
             return
         pair = {writer, up_writer}
