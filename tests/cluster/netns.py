@@ -1,10 +1,12 @@
 """Real network partitions: every host (a node, a worker) in a network namespace of its own,
 all on one bridge, and nftables rules inside the namespaces to cut pairs of hosts.
 
-``NetLab(["n1", "n2", "n3", "w1"])`` makes namespaces ``sd<tag>-<name>``, each with one veth
-(``eth0``, ``10.<net>.0.<i+1>/24``) on a bridge in the root namespace, which holds
-``10.<net>.0.254``: the address of the test process itself, the *client* (:data:`CLIENT`).
-Nothing is routed anywhere else, and no rule is ever added to the root namespace.
+``NetLab(["n1", "n2", "n3", "w1"])`` makes namespaces ``sdl<tag>-<name>``, each with one veth
+(``eth0``, ``.<i+1>`` of a /24 that nothing on this machine routes or holds) on a bridge in the
+root namespace, which holds ``.254``: the address of the test process itself, the *client*
+(:data:`CLIENT`). Nothing is routed anywhere else, and no rule is ever added to the root
+namespace. The tag carries the test process's PID: a lab whose process died without closing it
+(killed by SIGKILL) is removed by the next lab made, and never shares its addresses.
 
 - ``cut(a, b, ...)``: packets between a and each of the others are dropped - connections hang, as across a real
   partition (TCP retransmits, a connect waits for its timeout); ``cut(a, b, reject=True)``
@@ -25,9 +27,12 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
+
+from tests.acceptance.netns import free_subnet
 
 CLIENT = "client"
 _labs = itertools.count()
@@ -43,6 +48,43 @@ def available() -> str | None:
     return None
 
 
+_NS, _BRIDGE, _VETH = "sdl", "sdlb", "sdlv"
+
+
+def _owner(tag: str) -> int:
+    """The PID of the process that made the lab of ``tag``."""
+    return int(tag[:-2], 16)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True
+
+
+def sweep_dead_labs() -> list[str]:
+    """Remove the namespaces and bridges of labs whose process is gone (one killed before it
+    could close its lab); the names removed."""
+    gone = []
+    namespaces = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    for line in namespaces.splitlines():
+        name = line.split(" ")[0]
+        m = re.fullmatch(rf"{_NS}([0-9a-f]+)-\S+", name)
+        if m and len(m[1]) > 2 and not _alive(_owner(m[1])):
+            subprocess.run(["ip", "netns", "del", name], capture_output=True)
+            gone.append(name)
+    links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
+    for m in re.finditer(rf"^\d+: ({_BRIDGE}([0-9a-f]+))[:@]", links, re.M):
+        if len(m[2]) > 2 and not _alive(_owner(m[2])):
+            subprocess.run(["ip", "link", "del", m[1]], capture_output=True)
+            gone.append(m[1])
+    return gone
+
+
 def _sh(*args: str) -> None:
     out = subprocess.run(args, capture_output=True, text=True)
     if out.returncode != 0:
@@ -52,15 +94,16 @@ def _sh(*args: str) -> None:
 class NetLab:
     def __init__(self, hosts: list[str]) -> None:
         assert CLIENT not in hosts and len(hosts) < 250
-        # Unique per lab: a namespace's veth goes away some time after the namespace does.
-        n = next(_labs)
-        self.tag = f"{os.getpid() % 1000:03d}{n % 100:02d}"
-        self.net = 100 + (os.getpid() + n) % 100
-        self.bridge = f"sdb{self.tag}"
+        # Unique per lab (a namespace's veth goes away some time after the namespace does):
+        # the PID in hex and a count, within an interface name's 15 characters.
+        self.tag = f"{os.getpid():x}{next(_labs) % 100:02d}"
+        self.bridge = f"{_BRIDGE}{self.tag}"
         self.hosts = list(hosts)
-        self.ns = {h: f"sd{self.tag}-{h}" for h in hosts}
-        self.ip = {h: f"10.{self.net}.0.{i + 1}" for i, h in enumerate(hosts)}
-        self.ip[CLIENT] = f"10.{self.net}.0.254"
+        self.ns = {h: f"{_NS}{self.tag}-{h}" for h in hosts}
+        sweep_dead_labs()
+        self.subnet = free_subnet("10.100.0.0/16")
+        self.ip = {h: self._addr(i + 1) for i, h in enumerate(hosts)}
+        self.ip[CLIENT] = self._addr(254)
         self.cuts: dict[frozenset[str], bool] = {}  # pair -> reject (else drop)
         self.one_way: set[tuple[str, str]] = set()  # (src, dst): src's packets to dst dropped
         self.losses: dict[frozenset[str], int] = {}  # pair -> percent of packets dropped
@@ -79,6 +122,9 @@ class NetLab:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def _addr(self, host: int) -> str:
+        return str(self.subnet.network_address + host)
+
     def _setup(self) -> None:
         _sh("ip", "link", "add", self.bridge, "type", "bridge")
         self._made.append("bridge")
@@ -88,7 +134,7 @@ class NetLab:
             self._host(i, host)
 
     def _host(self, i: int, host: str) -> None:
-        ns, veth = self.ns[host], f"sdv{self.tag}{i}"
+        ns, veth = self.ns[host], f"{_VETH}{self.tag}{i}"
         _sh("ip", "netns", "add", ns)
         self._made.append(ns)
         _sh("ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns)
@@ -108,8 +154,8 @@ class NetLab:
         assert host not in self.hosts and host != CLIENT and len(self.hosts) < 249
         i = len(self.hosts)
         self.hosts.append(host)
-        self.ns[host] = f"sd{self.tag}-{host}"
-        self.ip[host] = f"10.{self.net}.0.{i + 1}"
+        self.ns[host] = f"{_NS}{self.tag}-{host}"
+        self.ip[host] = self._addr(i + 1)
         self._host(i, host)
         return self.ip[host]
 

@@ -4,6 +4,7 @@ what they say they cut."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -119,3 +120,39 @@ def test_cuts_one_way_cuts_and_packet_loss_do_what_they_say(tmp_path: Path) -> N
         lab.cut(CLIENT, "b")  # the test process (root namespace) cut from b
         assert connects(lab, CLIENT, "b") == "timeout"
         assert connects(lab, CLIENT, "a") == "refused"
+
+
+# Makes a lab, prints its namespaces, bridge and subnet, and waits to be killed.
+ABANDON = """
+import json, sys, time
+from tests.cluster.netns import NetLab
+lab = NetLab(["a"]).__enter__()
+print(json.dumps([list(lab.ns.values()), lab.bridge, str(lab.subnet)]), flush=True)
+time.sleep(60)
+"""
+
+
+def test_a_lab_left_by_a_killed_process_is_avoided_then_removed() -> None:
+    def names() -> str:
+        return (
+            subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+            + subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
+        )
+
+    with subprocess.Popen(
+        [sys.executable, "-c", ABANDON], stdout=subprocess.PIPE, text=True
+    ) as proc:
+        try:
+            assert proc.stdout is not None
+            namespaces, bridge, subnet = json.loads(proc.stdout.readline())
+            # While its process lives, its lab stays, and a new one takes another subnet.
+            with NetLab(["a"]) as lab:
+                assert str(lab.subnet) != subnet
+                assert bridge in names() and namespaces[0] in names()
+        finally:
+            proc.kill()
+    # Killed, it could not close its lab: the next lab made removes it.
+    assert bridge in names()
+    with NetLab(["a"]) as lab:
+        assert bridge not in names() and namespaces[0] not in names()
+        assert connects(lab, "a", CLIENT) == "refused"  # reached, nothing listens
