@@ -9,6 +9,7 @@ from collections import Counter
 
 import pytest
 
+from schedd import ids
 from schedd.ids import (
     CROCKFORD,
     MAX_SHARDS,
@@ -20,6 +21,14 @@ from schedd.ids import (
 )
 
 T0 = 1_800_000_000_000
+
+
+@pytest.fixture(autouse=True)
+def own_sequences(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fresh id sequences: the ids these tests make at times of their own neither depend on
+    the times other tests made ids at, nor move the process's sequences to those times."""
+    monkeypatch.setattr(ids, "_job_ids", ids.Monotonic(80))
+    monkeypatch.setattr(ids, "_sharded_ids", ids.Monotonic(ids._REST_BITS))
 
 
 @pytest.mark.parametrize("shards", [2, 3, 7, MAX_SHARDS])
