@@ -97,6 +97,7 @@ class Runtime:
             node_id=config.node.id,
             http_url=config.advertise_url(),
             peer_http=tuple(config.peer_http_map().items()),
+            shards=config.cluster.shards,
         )
         self._settings = settings
         # https when http.tls_cert/tls_key are set (a ConfigError naming the key if unusable);

@@ -172,6 +172,10 @@ class RaftSettings:
     #: the event loop runs the ticks (schedd/raft/looptick.py; raft.ticks = "loop"), else a
     #: thread of their own
     loop_ticks: bool = True
+    #: the cluster's shards (cluster.shards) and the one this group is: said in the hello, so
+    #: that a port wired to another shard's group, or a node of another layout, is refused
+    shards: int = 1
+    shard: int = 0
 
 
 class Hooks:
@@ -506,6 +510,8 @@ class RaftNode:
                     ),
                     "node_id": settings.node_id,
                     "http_url": settings.http_url,
+                    "shards": settings.shards,
+                    "shard": settings.shard,
                     "was_removed": staticmethod(lambda addr: addr in self.members.removed),
                     "members_index": staticmethod(lambda: self.members.index),
                     # a node that is not a voter (not yet) waits to be let in

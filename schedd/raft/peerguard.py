@@ -43,6 +43,7 @@ NOT_A_MEMBER = "schedd.not_a_member"
 WRONG_SECRET = "wrong_secret"
 NOT_IN_PEERS = "not_in_peers"
 PROTOCOL_VERSION = "protocol_version"
+SHARD_LAYOUT = "shard_layout"
 
 #: The version of the Raft messages this node speaks, in its hello.  1 was pysyncobj's own (no
 #: hello); 2 adds pre-vote, leader stickiness and the stale-term notice.  Peers must be equal.
@@ -124,7 +125,12 @@ class PeerGuard:
         self._guard_lock = threading.Lock()
         self._reported: dict[tuple[str, str], tuple[float, int]] = {}
         #: refusals since start, by reason (read by /metrics from other threads)
-        self.refusals: dict[str, int] = {WRONG_SECRET: 0, NOT_IN_PEERS: 0, PROTOCOL_VERSION: 0}
+        self.refusals: dict[str, int] = {
+            WRONG_SECRET: 0,
+            NOT_IN_PEERS: 0,
+            PROTOCOL_VERSION: 0,
+            SHARD_LAYOUT: 0,
+        }
         #: connected peers whose hello has not come yet -> until when it may come
         self._awaiting_hello: dict[Any, float] = {}
         self._verified: set[Any] = set()  # connected peers whose hello matched
@@ -279,6 +285,10 @@ class PeerGuard:
     #: this node's id and API URL, said in its hello (set by the node)
     node_id: str = ""
     http_url: str = ""
+    #: the cluster's shards and the one this Raft group is, said in its hello: a peer of
+    #: another layout (or a port wired to another shard's group) is refused
+    shards: int = 1
+    shard: int = 0
     #: whether an address was removed from the cluster (said to it when it is refused)
     was_removed: Callable[[str], bool] = staticmethod(lambda address: False)
     #: the log index of the membership this node goes by (said with a removal, and compared
@@ -297,6 +307,8 @@ class PeerGuard:
             "data": bool(self.holds_data()),
             "id": self.node_id,
             "http": self.http_url,
+            "shards": self.shards,
+            "shard": self.shard,
             # how this node names its peers: the leader records no membership that names one
             # of them otherwise (a proxy or NAT on the way: the log's names would bypass it)
             "peers": sorted(str(n.address) for n in self._nodes),
@@ -336,7 +348,15 @@ class PeerGuard:
             return  # refused, its connection about to close: read and ignored
         address = str(node.address)
         kind = message.get("type") if isinstance(message, dict) else None
-        if kind == HELLO and message.get("raft_protocol") == self.protocol:
+        same = kind == HELLO and message.get("raft_protocol") == self.protocol
+        if same and not self._same_layout(message):
+            del self._awaiting_hello[node]
+            conn = self._connections.get(node)
+            if conn is not None:
+                self._closing.append((clock.mono(), conn))
+            self._refused(SHARD_LAYOUT, address, self._layout_hint(address, message), peer=address)
+            return
+        if same:
             del self._awaiting_hello[node]
             self._verified.add(node)
             self._spoke_ours.add(address)
@@ -375,6 +395,25 @@ class PeerGuard:
             peer=address,
         )
         # Its end logs the refusal too if it has the hello (it refuses this node's).
+
+    def _same_layout(self, hello: dict[str, Any]) -> bool:
+        """Whether a hello comes from the same shard of a cluster of as many shards (one
+        without the fields is from a schedd before shards: one shard, shard 0)."""
+        return bool(hello.get("shards", 1) == self.shards and hello.get("shard", 0) == self.shard)
+
+    def _layout_hint(self, address: str, hello: dict[str, Any]) -> str:
+        theirs = (hello.get("shard", 0), hello.get("shards", 1))
+        if theirs[1] != self.shards:
+            return (
+                f"{address} is a node of a cluster of {theirs[1]} shard(s) and this node of "
+                f"{self.shards}: every node must have the same [cluster] shards (it is fixed "
+                "when the cluster is created)"
+            )
+        return (
+            f"{address} is shard {theirs[0]}'s Raft port and this one shard {self.shard}'s: "
+            "shard k listens on the Raft port + k on every node, so raft.listen and "
+            "raft.peers must name the same port (shard 0's) on every node"
+        )
 
     # -- reporting ------------------------------------------------------------------------------
     def _handshake_timeout(self) -> float:

@@ -17,7 +17,13 @@ from pysyncobj import SyncObj
 from pysyncobj.transport import TCPTransport
 
 from schedd.raft.patches import read_before_judging
-from schedd.raft.peerguard import HELLO, PROTOCOL_VERSION, RAFT_PROTOCOL, PeerGuard
+from schedd.raft.peerguard import (
+    HELLO,
+    PROTOCOL_VERSION,
+    RAFT_PROTOCOL,
+    SHARD_LAYOUT,
+    PeerGuard,
+)
 from schedd.raft.prevote import pre_vote
 from tests.conftest import free_port
 from tests.unit.test_raft_pauses import MAX_TIMEOUT, hand_ticked, tick
@@ -29,6 +35,18 @@ class Guarded(PeerGuard, TCPTransport):  # type: ignore[misc]
 
 class Newer(Guarded):
     protocol = RAFT_PROTOCOL + 1
+
+
+class OtherShard(Guarded):
+    """The Raft group of another shard of the same cluster (a port wired to the wrong one)."""
+
+    shard = 1
+
+
+class MoreShards(Guarded):
+    """A node of a cluster of three shards."""
+
+    shards = 3
 
 
 class Spy:
@@ -255,3 +273,34 @@ def test_a_message_on_a_peers_older_connection_is_dropped_not_refused(
     guard._from(guard._connections[peer], peer, stale)  # on the new one: Raft before a hello
     assert peer not in guard._awaiting_hello  # closed at the next tick, quietly (spoke ours)
     assert guard.refusals[PROTOCOL_VERSION] == 0
+
+
+@pytest.mark.parametrize(
+    ("odd", "says"),
+    [
+        (OtherShard, "is shard 1's Raft port and this one shard 0's"),
+        (MoreShards, "is a node of a cluster of 3 shard(s) and this node of 1"),
+    ],
+)
+def test_a_node_of_another_shard_layout_is_refused_on_both_ends(
+    tmp_path: Path,
+    destroy: list[SyncObj],
+    caplog: pytest.LogCaptureFixture,
+    odd: type,
+    says: str,
+) -> None:
+    nodes, same, other = with_odd_one(tmp_path, destroy, caplog, odd)
+    leader, term = elected(nodes, same)
+    until(nodes, lambda: all(transport(n).refusals[SHARD_LAYOUT] >= 1 for n in nodes))
+    tick(nodes, 3 * MAX_TIMEOUT)
+    # It speaks the same protocol, but it is another group: no vote of it counts, no entry
+    # reaches it, and the cluster keeps its leader and term.
+    assert other._getLeader() is None and other.raftCurrentTerm <= term
+    assert leader._isLeader() and leader.raftCurrentTerm == term
+    for n in same:
+        assert other.selfNode not in transport(n)._verified
+        assert transport(n).refusals[PROTOCOL_VERSION] == 0
+    hints = [line["hint"] for line in refusal_lines(caplog, str(other.selfNode.address))]
+    assert hints and all(says in h for h in hints), hints
+    reasons = {line["reason"] for line in refusal_lines(caplog, str(leader.selfNode.address))}
+    assert reasons == {SHARD_LAYOUT}  # and the odd node refused them
