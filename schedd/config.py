@@ -32,6 +32,7 @@ from schedd.core.durations import format_duration, parse_duration
 from schedd.core.runs import FIRE_AHEAD_MAX_MS
 from schedd.core.state import HOT_WINDOW_MS
 from schedd.errors import ConfigError, InvalidArgument
+from schedd.ids import MAX_SHARDS
 from schedd.net import PEM_CERT, TrustError, ca_context, is_loopback
 
 __all__ = [
@@ -388,6 +389,13 @@ def _duration_or_zero(value: object, path: str) -> int:
 
 
 @dataclass(frozen=True)
+class ClusterConfig:
+    #: how many Raft groups the cluster's jobs are spread over; fixed when the cluster is
+    #: created (recorded in every node's data directory)
+    shards: int = _f(1, _int(1, MAX_SHARDS), "int")
+
+
+@dataclass(frozen=True)
 class NodeConfig:
     id: str = _f("n1", _node_id)
     data_dir: str = _f("./.schedd", _path)
@@ -500,6 +508,7 @@ class LogConfig:
 
 
 _SECTIONS: Final[dict[str, type[Any]]] = {
+    "cluster": ClusterConfig,
     "node": NodeConfig,
     "http": HttpConfig,
     "raft": RaftConfig,
@@ -538,6 +547,7 @@ def config_keys() -> dict[str, dict[str, str]]:
 
 @dataclass(frozen=True)
 class Config:
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
     node: NodeConfig = field(default_factory=NodeConfig)
     http: HttpConfig = field(default_factory=HttpConfig)
     raft: RaftConfig = field(default_factory=RaftConfig)
@@ -801,6 +811,33 @@ def _check_cluster(cfg: Config, ok: Callable[..., bool], problems: list[str]) ->
         problems.append(f"raft.listen: same address as http.listen ({_show(r.listen)})")
 
 
+def _check_shards(cfg: Config, ok: Callable[..., bool], problems: list[str]) -> None:
+    """Shard k of a node listens on the Raft port + k: every such port must exist and miss the
+    node's HTTP port."""
+    n = cfg.cluster.shards
+    if not ok("cluster.shards") or n == 1:
+        return
+    if ok("raft.listen", "raft.peers"):
+        peers = [(f"raft.peers[{i}]", p) for i, p in enumerate(cfg.raft.peers)]
+        for key, address in [("raft.listen", cfg.raft.listen), *peers]:
+            port = split_hostport(address)[1]
+            if port + n - 1 > 65535:
+                problems.append(
+                    f"{key}: shard k listens on the Raft port + k, so with cluster.shards = {n} "
+                    f"the port must be at most {65536 - n}, got {port}"
+                )
+    if ok("raft.listen", "http.listen"):
+        host, port = split_hostport(cfg.raft.listen)
+        http_host, http_port = split_hostport(cfg.http.listen)
+        if port <= http_port < port + n and (
+            host == http_host or is_wildcard_host(host) or is_wildcard_host(http_host)
+        ):
+            problems.append(
+                f"http.listen: port {http_port} is shard {http_port - port}'s Raft port "
+                f"(raft.listen port + shard, cluster.shards = {n}); choose another port"
+            )
+
+
 def _check_secret_rule(cfg: Config, ok: Callable[..., bool], problems: list[str]) -> None:
     if not ok("raft.secret_file") or cfg.raft.secret_file is not None:
         return
@@ -835,6 +872,7 @@ def load_config(
 
     _check_order(cfg, ok, problems)
     _check_cluster(cfg, ok, problems)
+    _check_shards(cfg, ok, problems)
     _check_secret_rule(cfg, ok, problems)
     if problems:
         raise ConfigError(problems)

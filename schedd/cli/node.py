@@ -14,7 +14,7 @@ import logging
 import signal
 import sys
 
-from schedd import __version__, auth, preflight
+from schedd import __version__, auth, datadir, preflight
 from schedd.cli.settings import DEFAULT_TOKENS_FILE
 from schedd.config import Config, check_files, load_config
 from schedd.errors import ConfigError
@@ -211,7 +211,7 @@ def _banner(cfg: Config, created: bool) -> None:
 def _check_config(cfg: Config) -> int:
     """``schedd --check-config``: 2 with the problems, else "config ok" (and what the size of
     the cluster means for failures, as warnings)."""
-    problems = preflight.check_modules(cfg)
+    problems = preflight.check_modules(cfg) + datadir.check_record(cfg)
     if problems:
         _print_problems(problems, "schedd: config: ")
         return 2
@@ -219,6 +219,21 @@ def _check_config(cfg: Config) -> int:
         print(f"schedd: config: warning: {warning}", file=sys.stderr)
     print("config ok")
     return 0
+
+
+def _node_config(args: argparse.Namespace) -> Config | int:
+    """The node's config, or 2 once its problems are printed (those this release cannot run
+    among them)."""
+    try:
+        cfg = build_config(args)
+    except ConfigError as exc:
+        _print_problems(exc.problems, "schedd: config: ")
+        return 2
+    problems = preflight.check_release(cfg)
+    if problems:
+        _print_problems(problems, "schedd: config: ")
+        return 2
+    return cfg
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -248,11 +263,10 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         return recover.recover(cfg)
     args = parse_args(argv)
-    try:
-        cfg = build_config(args)
-    except ConfigError as exc:
-        _print_problems(exc.problems, "schedd: config: ")
-        return 2
+    loaded = _node_config(args)
+    if isinstance(loaded, int):
+        return loaded
+    cfg = loaded
     if args.check_config:
         return _check_config(cfg)
     json_logs = isinstance(setup_logging(cfg.log.level, cfg.log.format).formatter, JsonFormatter)
@@ -260,6 +274,10 @@ def main(argv: list[str] | None = None) -> int:
     if problems:
         _print_problems(problems)
         return 1
+    problems = datadir.ensure_record(cfg)
+    if problems:
+        _print_problems(problems, "schedd: config: ")
+        return 2
     created, problems = _prepare_tokens(cfg)
     if problems:
         _print_problems(problems)

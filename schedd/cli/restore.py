@@ -24,6 +24,7 @@ import sys
 import time
 from pathlib import Path
 
+from schedd import datadir
 from schedd.cli.snapshot import check_magic
 from schedd.config import Config
 from schedd.core.durations import format_time
@@ -66,6 +67,12 @@ def restore(cfg: Config, image: str) -> int:
     if not source.is_file():
         what = "is not a file" if source.exists() else "no such file"
         return _fail(f"--from: {image}: {what}", 2)
+    if cfg.cluster.shards != 1:
+        return _fail(
+            f"cluster.shards: {image} holds a cluster of 1 shard; this config says shards = "
+            f"{cfg.cluster.shards}: restore it with [cluster] shards = 1",
+            2,
+        )
     data = cfg.data_path
     raft_dir = data / "raft"
     journal_dir = cfg.journal_path if cfg.raft.journal_dir is not None else None
@@ -96,8 +103,12 @@ def restore(cfg: Config, image: str) -> int:
         shutil.rmtree(staging, ignore_errors=True)
         return _fail(f"unexpected error: {type(exc).__name__}: {exc}; please report it")
     given = ""
+    try:
+        datadir.write_record(cfg, 1)
+    except OSError as exc:
+        return _fail(f'cannot write "{datadir.record_path(cfg)}": {exc.strerror or exc}')
     if owner is not None:
-        _chown([raft_dir], *owner)
+        _chown([raft_dir, datadir.record_path(cfg)], *owner)
         if journal_dir is not None and journal_existed:  # its owner's, like the directory
             st = journal_dir.stat()
             files = [journal_dir / "raft.journal", journal_dir / "raft.journal.state"]

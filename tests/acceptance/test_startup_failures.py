@@ -274,3 +274,33 @@ def test_a_valid_node_still_starts(world: Path) -> None:
         if proc.stdout is not None:
             proc.stdout.close()
     assert code == 0
+
+
+def test_a_data_dir_of_another_number_of_shards_is_refused_naming_both(world: Path) -> None:
+    cfg, _ = write_config(world)
+    (world / "data").mkdir()
+    (world / "data" / "cluster.json").write_text('{"format": 1, "shards": 3}\n')
+    code, lines = schedd(cfg, world)
+    assert code == 2
+    assert_one_line(
+        lines, "cluster.shards", "created with shards = 3", "this config says shards = 1"
+    )
+    assert not (world / "data" / "raft" / "raft.journal").exists(), "nothing may start"
+    # --check-config reads the record too, and writes nothing
+    proc = subprocess.run(
+        [str(BIN / "schedd"), "--config", str(cfg), "--check-config"],
+        capture_output=True,
+        text=True,
+        env=_env(),
+        timeout=30,
+    )
+    assert proc.returncode == 2 and "created with shards = 3" in proc.stderr, proc.stderr
+
+
+def test_several_shards_are_refused_by_this_release(world: Path) -> None:
+    cfg, _ = write_config(world)
+    cfg.write_text(cfg.read_text() + "[cluster]\nshards = 3\n")
+    code, lines = schedd(cfg, world)
+    assert code == 2
+    assert_one_line(lines, "cluster.shards: expected 1", "got 3")
+    assert not (world / "data" / "cluster.json").exists()

@@ -19,6 +19,7 @@ import pytest
 from schedd.auth import ensure_admin_token
 from schedd.cli.node import main
 from schedd.config import load_config
+from schedd.datadir import read_record
 from schedd.storage.snapshots import verify_image
 from tests.conftest import free_port, wait_for
 
@@ -81,6 +82,7 @@ async def test_a_restored_node_starts_with_the_backups_state(
     where = tmp_path / "journal" if journal_dir else data / "raft"
     assert (where / "raft.journal").is_file() and (where / "raft.journal.state").is_file()
     assert not (data / "raft.restoring").exists()
+    assert read_record(load_config(None, env={}, overrides={"node.data_dir": str(data)})) == 1
 
     overrides: dict[str, object] = {
         "node.data_dir": str(data),
@@ -155,6 +157,16 @@ def test_usage_and_config_errors_exit_2(tmp_path: Path, capsys: pytest.CaptureFi
     assert code == 2 and err == f"schedd restore: --from: {tmp_path / 'nope.snap'}: no such file\n"
     code, _, err = restore(capsys, "--from", str(SAMPLE), "--config", str(tmp_path / "none.toml"))
     assert code == 2 and err.startswith("schedd restore: config: ")
+    sharded = tmp_path / "sharded.toml"
+    sharded.write_text("[cluster]\nshards = 3\n")
+    code, _, err = restore(
+        capsys, "--from", str(SAMPLE), "--config", str(sharded), "--data-dir", str(data)
+    )
+    assert code == 2 and err == (
+        f"schedd restore: cluster.shards: {SAMPLE} holds a cluster of 1 shard; this config "
+        "says shards = 3: restore it with [cluster] shards = 1\n"
+    )
+    assert not data.exists()
     with pytest.raises(SystemExit) as exit_:
         main(["restore", "--data-dir", str(data)])  # no --from
     assert exit_.value.code == 2

@@ -123,7 +123,9 @@ ALLOWED: dict[str, set[str]] = {
     # the pure rules, and what travels between nodes and workers
     "schedd.core": {"schedd.errors"},
     "schedd.protocol": {"schedd.core", "schedd.errors"},
-    "schedd.config": {"schedd.core", "schedd.errors", "schedd.net"},
+    "schedd.config": {"schedd.core", "schedd.errors", "schedd.ids", "schedd.net"},
+    # the record in a node's data directory of the cluster its data belongs to
+    "schedd.datadir": {"schedd.config"},
     # where the state is kept, and how it is replicated
     "schedd.storage": {"schedd.core", *FOUNDATION},
     "schedd.raft": {"schedd.core", "schedd.storage", *FOUNDATION},
@@ -172,6 +174,7 @@ ALLOWED: dict[str, set[str]] = {
         "schedd.protocol",
         "schedd.config",
         "schedd.core",
+        "schedd.datadir",
         "schedd.notify",
         "schedd.preflight",
         "schedd.raft",  # schedd restore: seeds a node's Raft directory from an image

@@ -158,7 +158,7 @@ a = 1
     )
     got = problems(p)
     expect = [
-        r"^colour: unknown section \(expected one of: node, http, raft, auth, scheduler, limits, history, log\)$",
+        r"^colour: unknown section \(expected one of: cluster, node, http, raft, auth, scheduler, limits, history, log\)$",
         r"^extras: unknown section",
         r"^node\.colour: unknown key \(expected one of: id, data_dir, gc_freeze_interval, gc_thaw_interval\)$",
         r'^node\.id: expected 1 to 63 letters.*got ""$',
@@ -696,3 +696,43 @@ def test_preflight_creates_and_checks_the_journal_dir(tmp_path: Path) -> None:
         f'raft.journal_dir: cannot create "{tmp_path / "file" / "journal"}": '
     )
     assert "give raft.journal_dir to that user (chown -R)" in got[0]
+
+
+def test_shards_are_counted_from_one_to_the_ids_limit() -> None:
+    assert load_config(None, env={}).cluster.shards == 1
+    assert load_config(None, env={}, overrides={"cluster.shards": 32}).cluster.shards == 32
+    for bad in (0, 33):
+        (problem,) = problems(overrides={"cluster.shards": bad})
+        assert problem.startswith("cluster.shards: expected an integer from 1 to 32"), problem
+
+
+def test_each_shards_raft_port_must_exist_and_miss_the_http_port() -> None:
+    (problem,) = problems(
+        overrides={
+            "cluster.shards": 4,
+            "raft.listen": "127.0.0.1:65534",
+            "http.listen": "127.0.0.1:7700",
+        }
+    )
+    assert problem == (
+        "raft.listen: shard k listens on the Raft port + k, so with cluster.shards = 4 the "
+        "port must be at most 65532, got 65534"
+    )
+    (problem,) = problems(
+        overrides={
+            "cluster.shards": 3,
+            "raft.listen": "127.0.0.1:7700",
+            "http.listen": "127.0.0.1:7702",
+        }
+    )
+    assert problem.startswith("http.listen: port 7702 is shard 2's Raft port"), problem
+    ok = load_config(
+        None,
+        env={},
+        overrides={
+            "cluster.shards": 3,
+            "raft.listen": "127.0.0.1:7701",
+            "http.listen": "127.0.0.1:7700",
+        },
+    )
+    assert ok.cluster.shards == 3
