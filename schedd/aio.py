@@ -28,3 +28,13 @@ async def within(aw: Awaitable[T], timeout: float) -> T:
     """``await aw`` with a timeout (raises ``TimeoutError``), cancellation-safe."""
     async with asyncio.timeout(timeout):
         return await aw
+
+
+async def first_set(*events: asyncio.Event) -> None:
+    """Wait until one of ``events`` is set (a stop asked for, or a failure)."""
+    waits = {asyncio.ensure_future(e.wait()) for e in events}
+    try:
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in waits:
+            task.cancel()

@@ -20,10 +20,13 @@ import time
 from pathlib import Path
 
 from schedd import __version__
-from schedd.config import Config, split_hostport
+from schedd.config import Config, join_hostport, split_hostport
 
 #: the shards per cluster this release runs
 SUPPORTED_SHARDS = 1
+#: set (to anything), a node runs several shards anyway: for the tests of what is built of
+#: them so far, not for a cluster anyone relies on
+PREVIEW_ENV = "SCHEDD_SHARDS_PREVIEW"
 
 #: how long a port held by another process is retried before it is reported: a node restarted
 #: right after it was killed may find its previous process's sockets closing
@@ -71,7 +74,7 @@ def check_modules(cfg: Config) -> list[str]:
 
 def check_release(cfg: Config) -> list[str]:
     """What this release cannot run of a valid config."""
-    if cfg.cluster.shards > SUPPORTED_SHARDS:
+    if cfg.cluster.shards > SUPPORTED_SHARDS and not os.environ.get(PREVIEW_ENV):
         return [
             f"cluster.shards: expected {SUPPORTED_SHARDS} with schedd {__version__} (a cluster "
             f"of several shards is not available in this release), got {cfg.cluster.shards}"
@@ -164,6 +167,11 @@ def check_ports(cfg: Config, wait: float = PORT_WAIT) -> list[str]:
     """``http.listen`` and ``raft.listen`` can be listened on (a port in use is retried for
     ``wait`` seconds first)."""
     addresses = {"http.listen": cfg.http.listen, "raft.listen": cfg.raft.listen}
+    host, port = split_hostport(cfg.raft.listen)
+    for shard in range(1, cfg.cluster.shards):  # shard k's Raft port: raft.listen's + k
+        addresses[f"raft.listen (shard {shard}: port {port + shard})"] = join_hostport(
+            host, port + shard
+        )
     deadline = time.monotonic() + wait
     while True:
         errors = {

@@ -47,8 +47,14 @@ def leader_settings(cfg: Config) -> LeaderSettings:
 
 
 class Runtime:
-    def __init__(self, config: Config) -> None:
+    """One node of one Raft group: the whole node of a cluster of one shard, or one shard's
+    process of a node (``shard``, its config from ``schedd.shard.layout.shard_config``),
+    whose API then listens on the Unix socket ``api_socket`` for the node's front door."""
+
+    def __init__(self, config: Config, shard: int = 0, api_socket: str | None = None) -> None:
         self.config = config
+        self.shard = shard
+        self._api_socket = api_socket
         self.tokens = auth.load_tokens(config.tokens_path)
         limits = config.limits
         self.rate_limits = {
@@ -98,6 +104,7 @@ class Runtime:
             http_url=config.advertise_url(),
             peer_http=tuple(config.peer_http_map().items()),
             shards=config.cluster.shards,
+            shard=shard,
         )
         self._settings = settings
         # https when http.tls_cert/tls_key are set (a ConfigError naming the key if unusable);
@@ -122,6 +129,7 @@ class Runtime:
             events=self.node.events,
             images=self,  # open_image(): GET /snapshot
             members=self.members,
+            shard=self.shard,
         )
 
     def authenticate(self, header: str | None) -> auth.Token:
@@ -201,11 +209,20 @@ class Runtime:
             shutdown_timeout=self.config.scheduler.drain_time_ms / 2000,
         )
         await self._runner.setup()
-        host, port = self.config.http.listen.rsplit(":", 1)
-        site = web.TCPSite(
-            self._runner, host.strip("[]"), int(port), ssl_context=self._tls, reuse_address=True
-        )
+        site: web.BaseSite
+        if self._api_socket is not None:  # a shard's: the front door holds the TLS
+            site = web.UnixSite(self._runner, self._api_socket)
+        else:
+            host, port = self.config.http.listen.rsplit(":", 1)
+            site = web.TCPSite(
+                self._runner,
+                host.strip("[]"),
+                int(port),
+                ssl_context=self._tls,
+                reuse_address=True,
+            )
         await site.start()
+        shard = {"shard": self.shard} if self.config.cluster.shards > 1 else {}
         log_event(
             log,
             "node.started",
@@ -213,6 +230,7 @@ class Runtime:
             http=self.config.advertise_url(),
             raft=self.config.raft.listen,
             peers=list(self.config.raft.peers),
+            **shard,
         )
 
     def _state_meta(self) -> dict[str, str]:

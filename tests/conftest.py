@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import socket
 from collections.abc import AsyncIterator, Callable
@@ -20,21 +21,23 @@ from schedd.config import load_config
 _used: set[int] = set()
 
 
-def free_port() -> int:
-    """A free TCP port below the ephemeral range (docs/pysyncobj.md #14)."""
+def free_port(count: int = 2) -> int:
+    """A free TCP port below the ephemeral range (docs/pysyncobj.md #14), with the ``count``
+    - 1 ports after it free too (a node's HTTP port, then its Raft port for each shard)."""
     for _ in range(200):
-        port = random.randrange(20000, 32000)
-        if port in _used or port + 1 in _used:
+        port = random.randrange(20000, 32000 - count)
+        block = range(port, port + count)
+        if any(p in _used for p in block):
             continue
         try:
-            with socket.socket() as s1, socket.socket() as s2:
-                s1.bind(("127.0.0.1", port))
-                s2.bind(("127.0.0.1", port + 1))
+            with contextlib.ExitStack() as stack:
+                for p in block:
+                    stack.enter_context(socket.socket()).bind(("127.0.0.1", p))
         except OSError:
             continue
-        _used.update({port, port + 1})
+        _used.update(block)
         return port
-    raise RuntimeError("no free port pair found")
+    raise RuntimeError(f"no {count} free ports in a row found")
 
 
 @dataclass

@@ -25,7 +25,7 @@ from schedd.api.common import (
     unwrap,
 )
 from schedd.api.operations import COUNT, LIMIT
-from schedd.api.ports import CONFIG, RAFT, RATE_LIMITS, READER, json_response, read_json
+from schedd.api.ports import CONFIG, RAFT, RATE_LIMITS, READER, SHARD, json_response, read_json
 from schedd.api.status import _connected_workers
 from schedd.api.views import (
     BatchResultView,
@@ -78,6 +78,11 @@ def check_rate(app: web.Application, specs: list[Any], now: int) -> None:
             )
 
 
+def _id_shard(app: web.Application) -> int | None:
+    """The shard new job ids are made in (None: a cluster of one shard, ids as ever)."""
+    return app[SHARD] if app[CONFIG].cluster.shards > 1 else None
+
+
 async def submit_job(request: web.Request) -> web.Response:
     app = request.app
     body = await read_json(request)
@@ -85,7 +90,7 @@ async def submit_job(request: web.Request) -> web.Response:
     spec = parse_job(body, now_ms=now, defaults=defaults(app[CONFIG]))
     spec = await _upstreams_by_name(request, spec, "depends_on")
     check_rate(app, [spec], now)
-    job_id = new_job_id(now)
+    job_id = new_job_id(now, _id_shard(app))
     res = await commit(
         app[RAFT],
         lambda rid, t: commands.Submit(rid, t, ((job_id, spec),)),
@@ -114,7 +119,7 @@ async def submit_batch(request: web.Request) -> web.Response:
         for i, spec in enumerate(specs)
     ]
     check_rate(app, specs, now)
-    ids = [new_job_id(now) for _ in specs]
+    ids = [new_job_id(now, _id_shard(app)) for _ in specs]
     by_ref = {ref: ids[i] for i, ref in enumerate(refs) if ref is not None}
     jobs = tuple(
         (job_id, replace(spec, depends_on=tuple(by_ref.get(d, d) for d in spec.depends_on)))
@@ -302,12 +307,15 @@ async def list_jobs(request: web.Request) -> web.Response:
                 field="ids",
             )
         filters["ids"] = ",".join(ids)
-    jobs, cursor = await app[READER].jobs_page(limit, filters, order, after)
+    places: list[str] | None = [] if "places" in q else None
+    jobs, cursor = await app[READER].jobs_page(limit, filters, order, after, places)
     latest = await app[READER].latest_runs([job.id for job in jobs])
     body: JobListView = {
         "jobs": [job_view(job, latest.get(job.id)) for job in jobs],
         "next_cursor": cursor,
     }
+    if places is not None:  # a node's front door merges the pages of its shards
+        body["places"] = places
     return json_response(body)
 
 

@@ -263,6 +263,8 @@ class Ports:
     events: EventFeed  # the changes this node applied (GET /events)
     images: StateImages  # images of the state database (GET /snapshot)
     members: Members  # the membership and its changes (/cluster/nodes)
+    #: the shard this node's Raft group is (a cluster of several shards: its job ids say it)
+    shard: int = 0
 
 
 CONFIG: web.AppKey[Config] = web.AppKey("config", Config)
@@ -277,6 +279,7 @@ PROXY: web.AppKey[LeaderApi] = web.AppKey("proxy")
 EVENTS: web.AppKey[EventFeed] = web.AppKey("events")
 IMAGES: web.AppKey[StateImages] = web.AppKey("images")
 MEMBERS: web.AppKey[Members] = web.AppKey("members")
+SHARD: web.AppKey[int] = web.AppKey("shard", int)
 
 
 @dataclass
@@ -308,6 +311,7 @@ def install(app: web.Application, ports: Ports) -> None:
     app[EVENTS] = ports.events
     app[IMAGES] = ports.images
     app[MEMBERS] = ports.members
+    app[SHARD] = ports.shard
     app[LEADER_WORKERS] = Recent()
     app[LOGIN_CODES] = auth.LoginCodes()
 

@@ -78,13 +78,16 @@ async def list_dlq(request: web.Request) -> web.Response:
         filters["since"] = since
     if "error" in q:
         filters["error"] = parse_text(q["error"], "error")
-    runs, after = await app[READER].dead_letters_page(before, limit, filters)
-    runs = [r for r in runs if r.state is RunState.FAILED]
-    jobs = await app[READER].jobs_by_id(list(dict.fromkeys(r.job_id for r in runs)))
+    places: list[int] = []
+    runs, after = await app[READER].dead_letters_page(before, limit, filters, places)
+    kept = [(r, place) for r, place in zip(runs, places, strict=True) if r.state is RunState.FAILED]
+    jobs = await app[READER].jobs_by_id(list(dict.fromkeys(r.job_id for r, _ in kept)))
     body: RunListView = {
-        "runs": [run_view(r, jobs.get(r.job_id)) for r in runs],
+        "runs": [run_view(r, jobs.get(r.job_id)) for r, _ in kept],
         "next_cursor": next_cursor(after),
     }
+    if "places" in q:  # a node's front door merges the pages of its shards
+        body["places"] = [str(place) for _, place in kept]
     return json_response(body)
 
 

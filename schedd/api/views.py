@@ -221,6 +221,9 @@ class JobView(TypedDict):
 class JobListView(TypedDict):
     jobs: list[JobView]
     next_cursor: Cursor
+    places: NotRequired[
+        Annotated[list[str], "with ?places: each job's own cursor (for a node's front door)"]
+    ]
 
 
 class BatchResultView(TypedDict):
@@ -234,6 +237,9 @@ class RunListView(TypedDict):
 
     runs: list[RunView]
     next_cursor: Cursor
+    places: NotRequired[
+        Annotated[list[str], "with ?places: each run's own cursor (for a node's front door)"]
+    ]
 
 
 class TaskCountView(TypedDict):

@@ -15,6 +15,7 @@ import signal
 import sys
 
 from schedd import __version__, auth, datadir, preflight
+from schedd.aio import first_set
 from schedd.cli.settings import DEFAULT_TOKENS_FILE
 from schedd.config import Config, check_files, load_config
 from schedd.errors import ConfigError
@@ -112,10 +113,7 @@ async def serve(cfg: Config, args: argparse.Namespace) -> int:
         loop.add_signal_handler(sig, stop.set)
     loop.add_signal_handler(signal.SIGHUP, lambda: _reload(rt, args))
     loop.add_signal_handler(signal.SIGUSR1, _dump_tasks)
-    waits = {asyncio.create_task(stop.wait()), asyncio.create_task(rt.failed.wait())}
-    _, pending = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-    for task in pending:
-        task.cancel()
+    await first_set(stop, rt.failed)
     log_event(log, "node.stopping", node_id=cfg.node.id)
     notifier.stopping()
     watchdog.cancel()
@@ -124,6 +122,12 @@ async def serve(cfg: Config, args: argparse.Namespace) -> int:
         print(f"schedd: {rt.failure}", file=sys.stderr)
         return 2
     return 0
+
+
+async def _serve_sharded(cfg: Config, args: argparse.Namespace, argv: list[str]) -> int:
+    from schedd.shard.supervisor import serve_sharded
+
+    return await serve_sharded(cfg, argv, lambda: reload_log_level(args))
 
 
 def _dump_tasks() -> None:
@@ -152,6 +156,11 @@ def _reload(rt: object, args: argparse.Namespace) -> None:
         log_event(log, "tokens.reloaded", count=len(rt.tokens))
     except ConfigError as exc:
         log_event(log, "tokens.reload_failed", level=logging.ERROR, problems=exc.problems)
+    reload_log_level(args)
+
+
+def reload_log_level(args: argparse.Namespace) -> None:
+    """Read ``log.level`` again from the config the node was started with."""
     try:
         level = build_config(args).log.level
     except ConfigError as exc:
@@ -286,12 +295,13 @@ def main(argv: list[str] | None = None) -> int:
         log_event(log, "tokens.ready", path=str(cfg.tokens_path), created=created)
     else:
         _banner(cfg, created)
+    main_coro = serve(cfg, args) if cfg.cluster.shards == 1 else _serve_sharded(cfg, args, argv)
     try:
         try:
             import uvloop
         except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
-            return asyncio.run(serve(cfg, args))
-        return uvloop.run(serve(cfg, args))
+            return asyncio.run(main_coro)
+        return uvloop.run(main_coro)
     except ConfigError as exc:
         _print_problems(exc.problems, "schedd: config: ")
         return 2

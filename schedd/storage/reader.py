@@ -264,12 +264,14 @@ class Reader:
         filters: Mapping[str, str],
         order: JobOrder = JobOrder(),
         after: JobKey | None = None,
+        places: list[str] | None = None,
     ) -> tuple[list[Job], str | None]:
         """Up to ``limit`` jobs matching ``filters`` (a ``jobs`` column = value, ``id_prefix``,
         ``ids``, ``last_run``: the state of the job's latest run) in ``order``, after the place
         ``after`` (a previous page's cursor; None: from the first); and the cursor of the next
         page (None: this is the last).  A bounded listing (:meth:`JobOrder.bounded`) reads at
-        most :data:`SCAN_WINDOW` jobs: its page may be short, or empty, and still go on."""
+        most :data:`SCAN_WINDOW` jobs: its page may be short, or empty, and still go on.
+        ``places``: filled with each job's own cursor (a page that goes on after that job)."""
         async with self._conn() as db:
             upto: JobKey | None = None
             more = False
@@ -281,6 +283,8 @@ class Reader:
             rows = await _fetch(db, sql, params)
         width = len(order.columns)
         jobs = [job_from_body(row[width], row[width + 1]) for row in rows[:limit]]
+        if places is not None:
+            places.extend(cursor_text(tuple(row[:width])) for row in rows[:limit])
         if len(rows) > limit:
             return jobs, cursor_text(tuple(rows[limit - 1][:width]))
         if more and upto is not None:  # the window was read to its end
@@ -361,7 +365,11 @@ class Reader:
         return runs, runs[-1].scheduled_ms if len(rows) > limit else None
 
     async def dead_letters_page(
-        self, before: int, limit: int, filters: Mapping[str, str | int] | None = None
+        self,
+        before: int,
+        limit: int,
+        filters: Mapping[str, str | int] | None = None,
+        places: list[int] | None = None,
     ) -> tuple[list[Run], int | None]:
         """Up to ``limit`` runs of the dead-letter queue put there before position ``before``
         (``schema.FIRST`` for the newest), the last dead-lettered first; and the cursor of the next
@@ -407,6 +415,9 @@ class Reader:
             for job_id, ms in keys
             if (job_id, ms) in bodies
         ]
+        if places is not None:  # each run's own cursor: its position in the queue
+            seqs = {run_id: int(seq) for seq, run_id, *_ in rows[:limit]}
+            places.extend(seqs[run.id] for run in runs)
         return runs, cursor
 
     async def due_not_leased(self, now_ms: int) -> tuple[int, int]:

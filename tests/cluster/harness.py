@@ -133,15 +133,21 @@ class Cluster:
     #: started from (an earlier release: tests/acceptance/upgrade.py), without this tree on its
     #: PYTHONPATH; changed between a node's stop and start, it upgrades the node in place
     bins: dict[int, Path] = field(default_factory=dict)
+    #: ``cluster.shards``: each node a supervisor with a process per shard, shard k's Raft port
+    #: the node's Raft port + k (several: a preview, SCHEDD_SHARDS_PREVIEW is set)
+    shards: int = 1
     net: Any = None
 
     def __post_init__(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
         tokens = self.root / "tokens.toml"
         self.token, _ = ensure_admin_token(tokens)
+        assert self.shards == 1 or not self.proxied, "one proxy port per node: one shard"
         ports = list(self.http_ports) or [
-            free_port() for _ in range(self.size * (2 if self.proxied else 1))
+            free_port(1 + self.shards) for _ in range(self.size * (2 if self.proxied else 1))
         ]
+        if self.shards > 1:
+            self.env.setdefault("SCHEDD_SHARDS_PREVIEW", "1")
         if self.proxied:
             # Node i gets (http, raft) from one pair and its proxy port from the next, every
             # port of node i below every port of node j > i (see tests/cluster/proxy.py).
@@ -165,7 +171,8 @@ class Cluster:
             history = f"[history]\n{history}" if history else ""
             cfg = self.root / f"{node_id}.toml"
             cfg.write_text(
-                f'[node]\nid = "{node_id}"\ndata_dir = "{self.root / node_id}"\n'
+                (f"[cluster]\nshards = {self.shards}\n" if self.shards > 1 else "")
+                + f'[node]\nid = "{node_id}"\ndata_dir = "{self.root / node_id}"\n'
                 f'[http]\nlisten = "{hosts[i]}:{port}"\n'
                 f'[raft]\nlisten = "{hosts[i]}:{port + 1}"\npeers = [{", ".join(peers)}]\n{raft}'
                 f'[auth]\ntokens_file = "{tokens}"\n'

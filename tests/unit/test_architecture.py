@@ -168,6 +168,17 @@ ALLOWED: dict[str, set[str]] = {
         "schedd.storage",
         *FOUNDATION,
     },
+    # a node of several shards: the supervisor, its shards' processes and its front door
+    "schedd.shard": {
+        "schedd.aio",
+        "schedd.cli",
+        "schedd.config",
+        "schedd.errors",
+        "schedd.ids",
+        "schedd.logs",
+        "schedd.notify",
+        "schedd.runtime",
+    },
     "schedd.cli": {
         "schedd.auth",
         "schedd.client",
@@ -179,6 +190,7 @@ ALLOWED: dict[str, set[str]] = {
         "schedd.preflight",
         "schedd.raft",  # schedd restore: seeds a node's Raft directory from an image
         "schedd.runtime",
+        "schedd.shard",  # a node of several shards runs their supervisor
         "schedd.storage",  # schedctl snapshot: checks images as they come, and files
         "schedd.worker",
         *FOUNDATION,

@@ -1,0 +1,505 @@
+"""A node's front door, when the cluster has several shards: the API on ``http.listen``, in
+the supervisor's process, that sends each request to the shard it concerns (that shard's
+process on this node, over its socket) and merges the listings of every shard.
+
+Where a request goes:
+
+- ``X-Schedd-Shard: K`` (a node asking another node's shard K, e.g. its leader): shard K;
+- a job or a run named in the path (``/jobs/{id}...``, ``/runs/{id}...``): the shard its id
+  says (``schedd.ids.shard_of_id``);
+- ``POST /jobs``: the shard of its upstream jobs (``depends_on`` by id), else of its
+  ``idempotency_key`` (with its namespace), else of its ``X-Request-Id`` (a retry lands in the
+  same shard and is deduplicated there), else the next shard in turn; ``POST /jobs/batch``:
+  one shard for the whole batch, by the same rules on its first job;
+- ``GET /jobs`` and ``GET /dlq``: every shard, merged (:func:`merge_pages`);
+- anything else: shard 0.
+
+Each shard authenticates the request itself (the front door passes the caller's
+``Authorization`` on and holds no tokens of its own).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import heapq
+import itertools
+import logging
+import re
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+import orjson
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.metrics_core import Metric
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.registry import Collector
+
+from schedd.config import Config
+from schedd.errors import InvalidArgument, SchedError, Unavailable
+from schedd.ids import shard_of_id, shard_of_key
+from schedd.logs import log_event
+
+log = logging.getLogger(__name__)
+
+SHARD_HEADER = "X-Schedd-Shard"
+PREFIX = "/api/v1"
+_BY_ID = re.compile(rf"^{PREFIX}/(?:jobs|runs)/([^/]+)")
+#: headers of one hop, not passed on (RFC 9110 7.6.1), and those aiohttp sets itself
+_HOP = frozenset(
+    h.lower()
+    for h in (
+        "Connection",
+        "Keep-Alive",
+        "Proxy-Authenticate",
+        "Proxy-Authorization",
+        "TE",
+        "Trailer",
+        "Transfer-Encoding",
+        "Upgrade",
+        "Host",
+        "Content-Length",
+    )
+)
+#: a merged listing's cursor: this prefix, then each shard's own cursor (base64 of JSON)
+CURSOR_PREFIX = "s1."
+
+
+class BadCursor(ValueError):
+    pass
+
+
+class BadShard(ValueError):
+    """A request names a shard this cluster does not have."""
+
+
+def encode_cursor(cursors: Sequence[str | None]) -> str:
+    raw = orjson.dumps(list(cursors))
+    return CURSOR_PREFIX + base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_cursor(text: str, shards: int) -> list[str | None]:
+    """Each shard's own cursor (None: that shard is read to its end) from a merged cursor."""
+    if not text.startswith(CURSOR_PREFIX):
+        raise BadCursor(text)
+    body = text[len(CURSOR_PREFIX) :]
+    try:
+        value = orjson.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))
+    except ValueError:
+        raise BadCursor(text) from None
+    if (
+        not isinstance(value, list)
+        or len(value) != shards
+        or not all(c is None or isinstance(c, str) for c in value)
+    ):
+        raise BadCursor(text)
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    """One shard's page: its items in the listing's order with each item's own cursor, and
+    where it goes on (None: nothing more)."""
+
+    items: Sequence[Any]
+    places: Sequence[str]
+    cursor: str | None
+
+
+def merge_pages(
+    pages: Sequence[Page | None],
+    limit: int,
+    key: Callable[[Any], Any],
+    desc: bool,
+    previous: Sequence[str | None],
+) -> tuple[list[Any], list[str | None] | None]:
+    """One page of at most ``limit`` items from the shards' pages (None: a shard read to its
+    end before), taken in the listing's order from the heads of the shards' pages, and each
+    shard's cursor after it (None for all: the listing ends here).
+
+    Every item of every shard comes once, in its shard's order, whatever the keys say; the
+    merged page is in ``key`` order where the shards agree with it.  A shard whose page ran
+    out while it has more stops the merge there (its next items are not known yet); one that
+    read nothing to give and has more makes the page empty, with that shard moved on (a
+    filtered listing read in windows: its pages may be short, or empty, and still go on)."""
+    cursors: list[str | None] = list(previous)
+    heads: list[tuple[Any, int, int]] = []
+    unknown = False  # a shard read nothing it could give yet, and has more
+    for s, page in enumerate(pages):
+        if page is None:
+            continue
+        if page.items:
+            heads.append((_order(key(page.items[0]), desc), s, 0))
+        else:
+            cursors[s] = page.cursor
+            unknown = unknown or page.cursor is not None
+    if unknown:  # its next items may come before any other's: this page ends here, empty
+        return [], cursors
+    heapq.heapify(heads)
+    out: list[Any] = []
+    while heads and len(out) < limit:
+        _, s, i = heapq.heappop(heads)
+        page = pages[s]
+        assert page is not None
+        out.append(page.items[i])
+        cursors[s] = page.places[i]
+        if i + 1 < len(page.items):
+            heapq.heappush(heads, (_order(key(page.items[i + 1]), desc), s, i + 1))
+        else:
+            cursors[s] = page.cursor  # read to its page's end: where the shard goes on
+            if page.cursor is not None:
+                break  # its next items may come before any other head
+    if all(c is None for c in cursors):
+        return out, None
+    return out, cursors
+
+
+class _Rev:
+    """A key in reverse order (for a descending listing)."""
+
+    __slots__ = ("key",)
+
+    def __init__(self, key: Any) -> None:
+        self.key = key
+
+    def __lt__(self, other: _Rev) -> bool:
+        return bool(other.key < self.key)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Rev) and self.key == other.key
+
+
+def _order(key: Any, desc: bool) -> Any:
+    return _Rev(key) if desc else key
+
+
+_LAST = "~"  # sorts after every ISO time: jobs with no next fire (or no run) come last
+
+
+def job_key(sort: str) -> Callable[[Any], Any]:
+    if sort == "next_fire":
+        return lambda j: (j.get("next_run_at") or _LAST, j["id"])
+    if sort == "latest_run":
+        return lambda j: ((j.get("latest_run") or {}).get("scheduled_at") or _LAST, j["id"])
+    return lambda j: (j["created_at"], j["id"])
+
+
+def _dlq_key(run: Any) -> Any:
+    return (run.get("updated_at") or "", run["id"])
+
+
+class FrontDoor:
+    def __init__(self, cfg: Config, sockets: Sequence[str]) -> None:
+        self.cfg = cfg
+        self.shards = len(sockets)
+        self._sockets = list(sockets)
+        self._sessions: list[aiohttp.ClientSession] = []
+        self._turn = itertools.count()
+
+    async def start(self) -> None:
+        self._sessions = [
+            aiohttp.ClientSession(
+                connector=aiohttp.UnixConnector(path=path, limit=0),
+                auto_decompress=False,
+                timeout=aiohttp.ClientTimeout(total=None, sock_connect=5),
+            )
+            for path in self._sockets
+        ]
+
+    def session(self, shard: int) -> aiohttp.ClientSession:
+        """The HTTP session to shard ``shard``'s API on this node."""
+        return self._sessions[shard]
+
+    async def close(self) -> None:
+        for session in self._sessions:
+            await session.close()
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=self.cfg.http.max_body + (64 << 10))
+        app.router.add_get(f"{PREFIX}/jobs", self.list_jobs)
+        app.router.add_get(f"{PREFIX}/dlq", self.list_dlq)
+        app.router.add_get("/metrics", self.metrics)
+        app.router.add_get("/readyz", self.readyz)
+        app.router.add_route("*", "/{tail:.*}", self.handle)
+        return app
+
+    # -- routing ---------------------------------------------------------------------------
+    def _rotate(self) -> int:
+        return next(self._turn) % self.shards
+
+    def route(self, request: web.Request, body: bytes) -> int:
+        named = request.headers.get(SHARD_HEADER)
+        if named is not None:
+            try:
+                shard = int(named)
+            except ValueError:
+                shard = -1
+            if not 0 <= shard < self.shards:
+                raise BadShard(f"{SHARD_HEADER}: expected 0 to {self.shards - 1}, got {named!r}")
+            return shard
+        path = request.path
+        if m := _BY_ID.match(path):
+            if m[1] != "batch":
+                found = shard_of_id(m[1], self.shards)
+                return 0 if found is None else found
+        if request.method == "POST" and path in (f"{PREFIX}/jobs", f"{PREFIX}/jobs/batch"):
+            return self._submit_shard(request, body, batch=path.endswith("/batch"))
+        return 0
+
+    def _submit_shard(self, request: web.Request, body: bytes, batch: bool) -> int:
+        try:
+            doc = orjson.loads(body) if body else None
+        except orjson.JSONDecodeError:
+            doc = None  # the shard answers the 400
+        first = doc
+        if batch:
+            jobs = doc.get("jobs") if isinstance(doc, dict) else None
+            first = jobs[0] if isinstance(jobs, list) and jobs else None
+        if isinstance(first, dict):
+            for upstream in first.get("depends_on") or ():
+                if isinstance(upstream, str):
+                    found = shard_of_id(upstream, self.shards)
+                    if found is not None:
+                        return found
+            key = first.get("idempotency_key")
+            if isinstance(key, str):
+                ns = first.get("namespace") or "default"
+                return shard_of_key(f"{ns}\0{key}", self.shards)
+        rid = request.headers.get("X-Request-Id")
+        if rid:
+            return shard_of_key(rid, self.shards)
+        return self._rotate()
+
+    # -- forwarding ------------------------------------------------------------------------
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        websocket = request.headers.get("Upgrade", "").lower() == "websocket"
+        body = b"" if websocket else await request.read()
+        try:
+            shard = self.route(request, body)
+        except BadShard as exc:
+            return _invalid(str(exc), SHARD_HEADER)
+        if websocket:
+            return await self._websocket(request, shard)
+        return await self.forward(request, shard, body)
+
+    def _headers(self, request: web.Request) -> dict[str, str]:
+        out = {k: v for k, v in request.headers.items() if k.lower() not in _HOP}
+        out.pop(SHARD_HEADER, None)
+        if request.remote:
+            out["X-Forwarded-For"] = request.remote
+        return out
+
+    async def forward(self, request: web.Request, shard: int, body: bytes) -> web.StreamResponse:
+        url = f"http://shard{shard}{request.rel_url}"
+        try:
+            upstream = await self._sessions[shard].request(
+                request.method,
+                url,
+                headers=self._headers(request),
+                data=body or None,
+                allow_redirects=False,
+            )
+        except aiohttp.ClientError as exc:
+            return _unavailable(shard, exc)
+        async with upstream:
+            headers = {k: v for k, v in upstream.headers.items() if k.lower() not in _HOP}
+            if upstream.content_length is not None and "chunked" not in upstream.headers.get(
+                "Transfer-Encoding", ""
+            ):
+                payload = await upstream.read()
+                return web.Response(status=upstream.status, body=payload, headers=headers)
+            response = web.StreamResponse(status=upstream.status, headers=headers)
+            await response.prepare(request)
+            with contextlib.suppress(aiohttp.ClientError, ConnectionError):
+                async for chunk in upstream.content.iter_any():
+                    await response.write(chunk)
+            with contextlib.suppress(ConnectionError):
+                await response.write_eof()
+            return response
+
+    async def _websocket(self, request: web.Request, shard: int) -> web.StreamResponse:
+        url = f"http://shard{shard}{request.rel_url}"
+        try:
+            inner = await self._sessions[shard].ws_connect(
+                url, headers=self._headers(request), autoping=False, max_msg_size=0
+            )
+        except aiohttp.WSServerHandshakeError as exc:
+            return web.json_response({"error": {"message": exc.message}}, status=exc.status)
+        except aiohttp.ClientError as exc:
+            return _unavailable(shard, exc)
+        outer = web.WebSocketResponse(autoping=False, max_msg_size=0)
+        await outer.prepare(request)
+
+        async def pump(src: Any, dst: Any) -> None:
+            async for msg in src:
+                if msg.type == aiohttp.WSMsgType.TEXT:
+                    await dst.send_str(msg.data)
+                elif msg.type == aiohttp.WSMsgType.BINARY:
+                    await dst.send_bytes(msg.data)
+                elif msg.type == aiohttp.WSMsgType.PING:
+                    await dst.ping(msg.data)
+                elif msg.type == aiohttp.WSMsgType.PONG:
+                    await dst.pong(msg.data)
+                else:
+                    break
+
+        tasks = [
+            asyncio.ensure_future(pump(outer, inner)),
+            asyncio.ensure_future(pump(inner, outer)),
+        ]
+        try:
+            await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in tasks:
+                task.cancel()
+            code = inner.close_code or outer.close_code or 1000
+            with contextlib.suppress(Exception):
+                await outer.close(code=code, message=b"")
+            with contextlib.suppress(Exception):
+                await inner.close()
+        return outer
+
+    # -- merged listings -------------------------------------------------------------------
+    async def _page(self, request: web.Request, shard: int, cursor: str | None) -> Any:
+        query = {k: v for k, v in request.query.items() if k != "cursor"}
+        query["places"] = "1"
+        if cursor is not None:
+            query["cursor"] = cursor
+        url = f"http://shard{shard}{request.path}"
+        async with self._sessions[shard].get(
+            url, params=query, headers=self._headers(request)
+        ) as r:
+            return r.status, await r.read()
+
+    async def _merged(
+        self, request: web.Request, field: str, key: Callable[[Any], Any], desc: bool
+    ) -> web.StreamResponse:
+        given = request.query.get("cursor")
+        try:
+            previous: list[str | None] = (
+                decode_cursor(given, self.shards) if given else [""] * self.shards
+            )
+        except BadCursor:
+            shown = given[:40] if given else given
+            return _invalid(
+                f"cursor: expected a next_cursor of this listing, got {shown!r}", "cursor"
+            )
+        wanted = [s for s in range(self.shards) if previous[s] is not None]
+        try:
+            answers = await asyncio.gather(
+                *(self._page(request, s, previous[s] or None) for s in wanted)
+            )
+        except aiohttp.ClientError as exc:
+            return _unavailable(-1, exc)
+        pages: list[Page | None] = [None] * self.shards
+        for s, (status, raw) in zip(wanted, answers, strict=True):
+            if status != 200:  # the shard's refusal (a bad filter, 401, 503) is the answer
+                return web.Response(status=status, body=raw, content_type="application/json")
+            doc = orjson.loads(raw)
+            pages[s] = Page(doc[field], doc.get("places") or [], doc.get("next_cursor"))
+        limit = _limit(request)
+        items, cursors = merge_pages(pages, limit, key, desc, previous)
+        body = {field: items, "next_cursor": None if cursors is None else encode_cursor(cursors)}
+        return web.Response(body=orjson.dumps(body), content_type="application/json")
+
+    async def _each(self, request: web.Request) -> list[tuple[int, bytes]] | None:
+        """Every shard's answer to this request: (status, body); None when one does not
+        answer."""
+
+        async def one(shard: int) -> tuple[int, bytes]:
+            async with self._sessions[shard].get(
+                f"http://shard{request.rel_url}", headers=self._headers(request)
+            ) as r:
+                return r.status, await r.read()
+
+        try:
+            return list(await asyncio.gather(*(one(k) for k in range(self.shards))))
+        except aiohttp.ClientError:
+            return None
+
+    async def metrics(self, request: web.Request) -> web.StreamResponse:
+        """Every shard's metrics, each sample labelled with its ``shard``."""
+        answers = await self._each(request)
+        if answers is None:
+            return _unavailable(-1, ConnectionError("no answer to /metrics"))
+        for status, raw in answers:
+            if status != 200:
+                return web.Response(status=status, body=raw, content_type="application/json")
+        body = merge_metrics([raw.decode() for _, raw in answers])
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def readyz(self, request: web.Request) -> web.StreamResponse:
+        """Ready once every shard is: the first that is not answers."""
+        answers = await self._each(request)
+        if answers is None:
+            return _unavailable(-1, ConnectionError("no answer to /readyz"))
+        leaders = []
+        for shard, (status, raw) in enumerate(answers):
+            if status != 200:
+                return web.Response(status=status, body=raw, content_type="application/json")
+            leaders.append({"shard": shard, "leader": orjson.loads(raw).get("leader")})
+        body = {"status": "ready", "leader": leaders[0]["leader"], "shards": leaders}
+        return web.Response(body=orjson.dumps(body), content_type="application/json")
+
+    async def list_jobs(self, request: web.Request) -> web.StreamResponse:
+        sort = request.query.get("sort", "created")
+        default_desc = sort != "next_fire"
+        order = request.query.get("order")
+        desc = default_desc if order not in ("asc", "desc") else order == "desc"
+        return await self._merged(request, "jobs", job_key(sort), desc)
+
+    async def list_dlq(self, request: web.Request) -> web.StreamResponse:
+        return await self._merged(request, "runs", _dlq_key, True)
+
+
+def _limit(request: web.Request) -> int:
+    try:
+        return max(1, int(request.query.get("limit", "100")))
+    except ValueError:
+        return 100
+
+
+def merge_metrics(texts: Sequence[str]) -> bytes:
+    """One exposition of the shards' (shard k's is ``texts[k]``): each family once, with the
+    samples of every shard labelled ``shard="k"``."""
+    merged: dict[str, Metric] = {}
+    for shard, text in enumerate(texts):
+        for family in text_string_to_metric_families(text):
+            into = merged.get(family.name)
+            if into is None:
+                into = merged[family.name] = Metric(
+                    family.name, family.documentation, family.type, family.unit
+                )
+            for sample in family.samples:
+                labels = {**sample.labels, "shard": str(shard)}
+                into.samples.append(sample._replace(labels=labels))
+
+    class _Merged(Collector):
+        def collect(self) -> Iterator[Metric]:
+            return (family for family in merged.values() if family.samples)
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Merged())
+    return bytes(generate_latest(registry))
+
+
+def _error(err: SchedError) -> web.Response:
+    headers = None if err.retry_after is None else {"Retry-After": str(round(err.retry_after))}
+    return web.json_response(err.to_dict(), status=err.http_status, headers=headers)
+
+
+def _invalid(message: str, field: str) -> web.Response:
+    return _error(InvalidArgument(message, field=field))
+
+
+def _unavailable(shard: int, exc: BaseException) -> web.Response:
+    where = "a shard" if shard < 0 else f"shard {shard}"
+    log_event(
+        log, "frontdoor.shard_unreachable", level=logging.WARNING, shard=shard, error=str(exc)
+    )
+    message = f"{where} of this node does not answer ({exc}); retry, or ask another node"
+    return _error(Unavailable(message, retry_after=1))

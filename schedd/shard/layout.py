@@ -1,0 +1,48 @@
+"""Where each shard of a node lives: its Raft port, its directories, the socket of its API."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from schedd.config import Config, join_hostport, split_hostport
+
+
+def shard_address(address: str, shard: int) -> str:
+    """Shard ``shard``'s Raft address of the node whose (shard 0's) Raft address is
+    ``address``: the same host, the port + shard."""
+    host, port = split_hostport(address)
+    return join_hostport(host, port + shard)
+
+
+def shard_dir(top: Path, shard: int) -> Path:
+    return top / "shards" / str(shard)
+
+
+def shard_config(cfg: Config, shard: int) -> Config:
+    """The config of a node's shard ``shard``, as a node of its own: the Raft addresses of
+    that shard's group, its own data (and journal) directory, and the node's API URL and
+    tokens (the front door's, which every shard shares)."""
+    r = cfg.raft
+    journal = None if r.journal_dir is None else str(shard_dir(Path(r.journal_dir), shard))
+    raft = dataclasses.replace(
+        r,
+        listen=shard_address(r.listen, shard),
+        peers=tuple(shard_address(p, shard) for p in r.peers),
+        # the other nodes' API URLs (their front doors), as shard 0's ports derive them
+        peer_http=cfg.peer_http_urls(),
+        journal_dir=journal,
+    )
+    return dataclasses.replace(
+        cfg,
+        node=dataclasses.replace(cfg.node, data_dir=str(shard_dir(cfg.data_path, shard))),
+        raft=raft,
+        http=dataclasses.replace(cfg.http, advertise=cfg.advertise_url()),
+        auth=dataclasses.replace(cfg.auth, tokens_file=str(cfg.tokens_path)),
+    )
+
+
+def api_socket(socket_dir: Path, shard: int) -> str:
+    """The Unix socket shard ``shard``'s API listens on, in the supervisor's own directory
+    (made for the node's run, readable by its user only; a short path, as sockets need)."""
+    return str(socket_dir / f"shard-{shard}.sock")

@@ -1,0 +1,222 @@
+"""A cluster of three shards over three nodes (a preview: workers are served by shard 0 only so
+far): each node a supervisor with one process per shard and a front door. Jobs are spread
+over the shards, each job is read on every node from its shard, listings merge every shard
+page after page, an idempotency key holds across the shards, a crashed shard process is
+started again, and the node's stop and death take its shards with it."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from schedd.ids import SHARD_CHAR, shard_of_id
+from tests.cluster.harness import Cluster
+
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(240)]
+
+SHARDS = 3
+
+
+def shard_pids(cluster: Cluster, i: int) -> dict[int, int]:
+    """Node i's shard processes: {shard: pid}."""
+    proc = cluster.nodes[i].proc
+    assert proc is not None
+    out: dict[int, int] = {}
+    for child in Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split():
+        try:
+            argv = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")
+        except FileNotFoundError:
+            continue
+        if b"schedd.shard.main" in argv:
+            out[int(argv[argv.index(b"--shard") + 1])] = int(child)
+    return out
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+
+
+async def until(check: Any, timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = await check()
+        if got:
+            return got
+        await asyncio.sleep(0.2)
+    raise AssertionError(f"{what}: not within {timeout}s")
+
+
+async def call(
+    http: aiohttp.ClientSession,
+    cluster: Cluster,
+    method: str,
+    url: str,
+    body: Any = None,
+    headers: dict[str, str] | None = None,
+) -> tuple[int, Any]:
+    try:
+        async with http.request(
+            method,
+            url,
+            json=body,
+            headers={**cluster.headers(), **(headers or {})},
+            timeout=aiohttp.ClientTimeout(total=10),
+        ) as r:
+            return r.status, await r.json(content_type=None)
+    except (aiohttp.ClientError, TimeoutError):
+        return 0, None
+
+
+async def submit(
+    http: aiohttp.ClientSession, cluster: Cluster, i: int, body: dict[str, Any], rid: str
+) -> dict[str, Any]:
+    """Submit through node i, retried (with the same request id) until a shard's leader took
+    it."""
+
+    async def once() -> Any:
+        status, doc = await call(
+            http, cluster, "POST", f"{cluster.urls[i]}/api/v1/jobs", body, {"X-Request-Id": rid}
+        )
+        return doc if status in (200, 201) else None
+
+    job: dict[str, Any] = await until(once, 60, f"a submit through node {i + 1}")
+    return job
+
+
+async def listing(http: aiohttp.ClientSession, cluster: Cluster, url: str, limit: int) -> list[str]:
+    ids: list[str] = []
+    cursor = None
+    for _ in range(100):
+        q = f"{url}/api/v1/jobs?limit={limit}" + (f"&cursor={cursor}" if cursor else "")
+        status, page = await call(http, cluster, "GET", q)
+        assert status == 200, page
+        assert len(page["jobs"]) <= limit
+        ids += [j["id"] for j in page["jobs"]]
+        cursor = page["next_cursor"]
+        if cursor is None:
+            return ids
+    raise AssertionError("the listing did not end")
+
+
+async def test_three_shards_spread_read_list_and_dedupe_across_nodes(tmp_path: Path) -> None:
+    cluster = Cluster(tmp_path / "c", shards=SHARDS)
+    cluster.start()
+    try:
+        async with aiohttp.ClientSession() as http:
+            jobs = [
+                await submit(
+                    http,
+                    cluster,
+                    k % 3,
+                    {"task": "t.x", "payload": {"k": k}, "schedule": {"in": "1h"}},
+                    rid=f"spread-request-{k}",
+                )
+                for k in range(30)
+            ]
+            ids = [j["id"] for j in jobs]
+            shards = {shard_of_id(job_id, SHARDS) for job_id in ids}
+            assert shards == {0, 1, 2}, [i[SHARD_CHAR] for i in ids]
+            # a retry with the same request id, through another node, is the same job
+            again = await submit(
+                http,
+                cluster,
+                2,
+                {"task": "t.x", "payload": {"k": 0}, "schedule": {"in": "1h"}},
+                "spread-request-0",
+            )
+            assert again["id"] == ids[0]
+
+            # every job, on every node, from its own shard there
+            for url in cluster.urls:
+
+                async def all_found(url: str = url) -> bool:
+                    for job_id in ids:
+                        status, _ = await call(http, cluster, "GET", f"{url}/api/v1/jobs/{job_id}")
+                        if status != 200:
+                            return False
+                    return True
+
+                await until(all_found, 30, f"every job read on {url}")
+
+            # the listing of every node merges the shards, page after page: each job once,
+            # newest first
+            for url, limit in zip(cluster.urls, (7, 4, 30), strict=True):
+                listed = await listing(http, cluster, url, limit)
+                assert sorted(listed) == sorted(ids), url
+                assert listed == sorted(ids, reverse=True), url
+
+            # an idempotency key is one job, whichever node each submit goes through
+            keyed = [
+                await submit(
+                    http,
+                    cluster,
+                    i,
+                    {"task": "t.x", "idempotency_key": "invoice-7", "schedule": {"in": "1h"}},
+                    rid=f"keyed-request-{i}",
+                )
+                for i in range(3)
+            ]
+            assert len({j["id"] for j in keyed}) == 1, keyed
+
+            # a cursor from another listing is refused, naming it
+            status, body = await call(
+                http, cluster, "GET", f"{cluster.urls[0]}/api/v1/jobs?cursor=12"
+            )
+            assert status == 400 and body["error"]["field"] == "cursor", body
+
+            # /readyz names each shard's leader; /metrics holds every shard's, labelled
+            status, ready = await call(http, cluster, "GET", f"{cluster.urls[1]}/readyz")
+            assert status == 200 and [s["shard"] for s in ready["shards"]] == [0, 1, 2], ready
+            async with http.get(f"{cluster.urls[1]}/metrics", headers=cluster.headers()) as r:
+                text = await r.text()
+            terms = [ln for ln in text.splitlines() if ln.startswith("schedd_raft_term{")]
+            assert sorted(ln.split('"')[1] for ln in terms) == ["0", "1", "2"], terms
+
+            # a shard process killed is started again, and serves its jobs on that node
+            pids = shard_pids(cluster, 0)
+            assert sorted(pids) == [0, 1, 2]
+            os.kill(pids[1], signal.SIGKILL)
+            in_shard_1 = [j for j in ids if shard_of_id(j, SHARDS) == 1]
+
+            async def restarted() -> bool:
+                now = shard_pids(cluster, 0)
+                if now.get(1) in (None, pids[1]):
+                    return False
+                status, _ = await call(
+                    http, cluster, "GET", f"{cluster.urls[0]}/api/v1/jobs/{in_shard_1[0]}"
+                )
+                return status == 200
+
+            await until(restarted, 60, "shard 1 of node 1 started again")
+            assert shard_pids(cluster, 0)[0] == pids[0]  # the others ran on
+
+            # SIGTERM: the node stops with its shards, and says so with 0
+            pids = shard_pids(cluster, 1)
+            cluster.kill(1, signal.SIGTERM)
+            proc = cluster.nodes[1].proc
+            assert proc is not None
+            assert await asyncio.to_thread(proc.wait, 60) == 0
+            assert not any(alive(pid) for pid in pids.values())
+
+            # SIGKILL of the supervisor: its shards die with it (a crashed node)
+            pids = shard_pids(cluster, 2)
+            cluster.kill(2)
+
+            async def gone() -> bool:
+                return not any(alive(pid) for pid in pids.values())
+
+            await until(gone, 10, "node 3's shards gone with it")
+    finally:
+        cluster.stop()
+        print(cluster.logs())

@@ -1,0 +1,83 @@
+"""Where a node's front door sends each request, among its shards."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+from aiohttp.test_utils import make_mocked_request
+
+from schedd.config import Config
+from schedd.ids import new_job_id, shard_of_key
+from schedd.shard.frontdoor import SHARD_HEADER, BadShard, FrontDoor
+
+SHARDS = 4
+T0 = 1_700_000_000_000
+
+
+def route(method: str, path: str, body: object = None, **headers: str) -> int:
+    door = FrontDoor(Config(), [f"/s{k}" for k in range(SHARDS)])
+    raw = b"" if body is None else orjson.dumps(body)
+    return door.route(make_mocked_request(method, path, headers=headers), raw)
+
+
+def test_a_job_or_run_in_the_path_goes_to_the_shard_its_id_says() -> None:
+    job = new_job_id(T0, 2)
+    assert route("GET", f"/api/v1/jobs/{job}") == 2
+    assert route("POST", f"/api/v1/jobs/{job}/cancel") == 2
+    assert route("GET", f"/api/v1/runs/{job}@{T0}") == 2
+    assert route("GET", "/api/v1/jobs/nonsense") == 0  # shard 0 answers the 404
+
+
+def test_a_submit_goes_with_its_upstreams_then_its_key_then_its_request_id() -> None:
+    upstream = new_job_id(T0, 3)
+    body = {"task": "t", "depends_on": [upstream], "idempotency_key": "k"}
+    assert route("POST", "/api/v1/jobs", body, **{"X-Request-Id": "request-1"}) == 3
+    key = {"task": "t", "namespace": "billing", "idempotency_key": "invoice-7"}
+    assert route("POST", "/api/v1/jobs", key) == shard_of_key("billing\0invoice-7", SHARDS)
+    plain = {"task": "t"}
+    assert route("POST", "/api/v1/jobs", plain, **{"X-Request-Id": "request-1"}) == (
+        shard_of_key("request-1", SHARDS)
+    )
+    batch = {"jobs": [{"task": "t", "idempotency_key": "a"}, {"task": "u"}]}
+    assert route("POST", "/api/v1/jobs/batch", batch) == shard_of_key("default\0a", SHARDS)
+
+
+def test_a_submit_with_nothing_to_go_by_takes_each_shard_in_turn() -> None:
+    door = FrontDoor(Config(), [f"/s{k}" for k in range(SHARDS)])
+    got = [
+        door.route(make_mocked_request("POST", "/api/v1/jobs"), b'{"task": "t"}')
+        for _ in range(2 * SHARDS)
+    ]
+    assert sorted(got) == sorted(list(range(SHARDS)) * 2)
+
+
+def test_a_named_shard_is_taken_and_a_wrong_one_refused() -> None:
+    assert route("GET", "/api/v1/workers", **{SHARD_HEADER: "3"}) == 3
+    for bad in ("4", "-1", "x"):
+        with pytest.raises(BadShard):
+            route("GET", "/api/v1/workers", **{SHARD_HEADER: bad})
+    assert route("GET", "/api/v1/cluster") == 0
+
+
+def test_the_shards_metrics_are_one_exposition_labelled_by_shard() -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from schedd.shard.frontdoor import merge_metrics
+
+    def shard_text(term: int, requests: int) -> str:
+        return (
+            "# HELP schedd_raft_term Current Raft term.\n# TYPE schedd_raft_term gauge\n"
+            f"schedd_raft_term {term}.0\n"
+            "# HELP schedd_requests_total Requests.\n# TYPE schedd_requests_total counter\n"
+            f'schedd_requests_total{{route="/jobs"}} {requests}.0\n'
+        )
+
+    text = merge_metrics([shard_text(3, 10), shard_text(5, 20)]).decode()
+    assert text.count("# TYPE schedd_raft_term gauge") == 1
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    terms = {s.labels["shard"]: s.value for s in families["schedd_raft_term"].samples}
+    assert terms == {"0": 3.0, "1": 5.0}
+    counts = {
+        (s.labels["shard"], s.labels["route"]): s.value for s in families["schedd_requests"].samples
+    }
+    assert counts == {("0", "/jobs"): 10.0, ("1", "/jobs"): 20.0}
