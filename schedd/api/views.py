@@ -321,6 +321,19 @@ class LeaderClaimView(TypedDict):
     at: Annotated[Time, "the new leader's clock when it claimed"]
 
 
+class ShardView(TypedDict):
+    """one shard (Raft group) of a cluster of several, as this node's process of it sees it"""
+
+    shard: Annotated[int, js(minimum=0)]
+    role: Role
+    leader: Annotated[str | None, "node id (or Raft address)"]
+    leader_url: str | None
+    term: Annotated[int, js(minimum=0)]
+    commit_index: Annotated[int, js(minimum=0)]
+    applied_index: Annotated[int, js(minimum=0)]
+    lag: Annotated[int, js(minimum=0), "entries committed and not yet applied on this node"]
+
+
 class ClusterView(TypedDict):
     """this node's view of the cluster"""
 
@@ -339,6 +352,13 @@ class ClusterView(TypedDict):
         list[LeaderClaimView],
         f"the latest leader changes, oldest first (at most {MAX_CLAIMS}), as this node's "
         "reads see them",
+    ]
+    shards: NotRequired[
+        Annotated[
+            list[ShardView],
+            "a cluster of several shards: each shard's leader, term and lag (the rest of this "
+            "view is shard 0's)",
+        ]
     ]
 
 

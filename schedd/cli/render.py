@@ -801,7 +801,7 @@ def cluster_view(cluster: Mapping[str, Any], style: Style = PLAIN) -> str:
     pairs = [
         (key.replace("_", " "), fmt_value(value))
         for key, value in cluster.items()
-        if key not in ("nodes", "leaders")
+        if key not in ("nodes", "leaders", "shards")
     ]
     out = [details(pairs, width, style.color)] if pairs else []
     nodes = [n for n in cluster.get("nodes") or [] if isinstance(n, Mapping)]
@@ -812,6 +812,11 @@ def cluster_view(cluster: Mapping[str, Any], style: Style = PLAIN) -> str:
         rows = [[_node_cell(k, n.get(k)) for k in keys] for n in nodes]
         headers = [k.replace("_", " ").upper() for k in keys]
         out.append(table(headers, rows, width, keep=(0,)))
+    shards = [x for x in cluster.get("shards") or [] if isinstance(x, Mapping)]
+    if shards:
+        keys = ["shard", "leader", "term", "commit_index", "applied_index", "lag"]
+        rows = [[fmt_value(x.get(k)) for k in keys] for x in shards]
+        out.append(table([k.replace("_", " ").upper() for k in keys], rows, width, keep=(0, 1)))
     leaders = [x for x in cluster.get("leaders") or [] if isinstance(x, Mapping)]
     if leaders:
         shown = leaders[-LEADERS_SHOWN:]

@@ -224,6 +224,7 @@ class FrontDoor:
         app.router.add_get(f"{PREFIX}/dlq", self.list_dlq)
         app.router.add_get("/metrics", self.metrics)
         app.router.add_get("/readyz", self.readyz)
+        app.router.add_get(f"{PREFIX}/cluster", self.cluster)
         app.router.add_route("*", "/{tail:.*}", self.handle)
         return app
 
@@ -445,6 +446,20 @@ class FrontDoor:
         body = {"status": "ready", "leader": leaders[0]["leader"], "shards": leaders}
         return web.Response(body=orjson.dumps(body), content_type="application/json")
 
+    async def cluster(self, request: web.Request) -> web.StreamResponse:
+        """Shard 0's view of the cluster, with each shard's leader, term and lag."""
+        answers = await self._each(request)
+        if answers is None:
+            return _unavailable(-1, ConnectionError("no answer to /cluster"))
+        views = []
+        for status, raw in answers:
+            if status != 200:
+                return web.Response(status=status, body=raw, content_type="application/json")
+            views.append(orjson.loads(raw))
+        body = dict(views[0])
+        body["shards"] = [shard_view(k, v) for k, v in enumerate(views)]
+        return web.Response(body=orjson.dumps(body), content_type="application/json")
+
     async def list_jobs(self, request: web.Request) -> web.StreamResponse:
         sort = request.query.get("sort", "created")
         default_desc = sort != "next_fire"
@@ -461,6 +476,20 @@ def _limit(request: web.Request) -> int:
         return max(1, int(request.query.get("limit", "100")))
     except ValueError:
         return 100
+
+
+def shard_view(shard: int, view: dict[str, Any]) -> dict[str, Any]:
+    """One shard's line of the cluster view, from its own view of its group."""
+    return {
+        "shard": shard,
+        "role": view.get("role"),
+        "leader": view.get("leader"),
+        "leader_url": view.get("leader_url"),
+        "term": view.get("term"),
+        "commit_index": view.get("commit_index"),
+        "applied_index": view.get("applied_index"),
+        "lag": max(0, int(view.get("commit_index") or 0) - int(view.get("applied_index") or 0)),
+    }
 
 
 def merge_metrics(texts: Sequence[str]) -> bytes:

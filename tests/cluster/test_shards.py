@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,7 @@ import aiohttp
 import pytest
 
 from schedd.ids import SHARD_CHAR, shard_of_id
-from tests.cluster.harness import Cluster
+from tests.cluster.harness import BIN, Cluster, _env
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(240)]
 
@@ -182,6 +183,36 @@ async def test_three_shards_spread_read_list_and_dedupe_across_nodes(tmp_path: P
                 text = await r.text()
             terms = [ln for ln in text.splitlines() if ln.startswith("schedd_raft_term{")]
             assert sorted(ln.split('"')[1] for ln in terms) == ["0", "1", "2"], terms
+
+            # the cluster view names each shard's leader and term, in the API and schedctl
+            async def led() -> Any:
+                _, view = await call(http, cluster, "GET", f"{cluster.urls[2]}/api/v1/cluster")
+                shards = (view or {}).get("shards") or []
+                return view if len(shards) == SHARDS and all(s["leader"] for s in shards) else None
+
+            view = await until(led, 30, "every shard's leader in the cluster view")
+            assert [s["shard"] for s in view["shards"]] == [0, 1, 2]
+            assert {s["leader"] for s in view["shards"]} <= {"n1", "n2", "n3"}, view["shards"]
+            shown = await asyncio.to_thread(
+                subprocess.run,
+                [str(BIN / "schedctl"), "--server", cluster.urls[0], "cluster"],
+                capture_output=True,
+                text=True,
+                env={**_env(), "SCHEDD_TOKEN": cluster.token},
+                timeout=30,
+            )
+            assert shown.returncode == 0, shown.stderr
+            table = shown.stdout.split("SHARD", 1)[1].splitlines()
+            assert table[0].split() == [
+                "LEADER",
+                "TERM",
+                "COMMIT",
+                "INDEX",
+                "APPLIED",
+                "INDEX",
+                "LAG",
+            ]
+            assert [row.split()[0] for row in table[1:4]] == ["0", "1", "2"], shown.stdout
 
             # a shard process killed is started again, and serves its jobs on that node
             pids = shard_pids(cluster, 0)
