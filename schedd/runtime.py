@@ -16,8 +16,9 @@ from schedd.api.app import make_app
 from schedd.api.cluster import LeaderProxy
 from schedd.api.ports import Ports
 from schedd.config import Config, peer_ssl_context, read_raft_secret, server_ssl_context
+from schedd.core.balance import hand_to
 from schedd.core.fairness import TokenBucket
-from schedd.core.members import Membership
+from schedd.core.members import VOTER, Membership
 from schedd.errors import ConfigError, SchedError
 from schedd.gcpolicy import GcPolicy
 from schedd.leader.core import Settings as LeaderSettings
@@ -31,6 +32,13 @@ from schedd.storage.reader import Reader
 from schedd.storage.snapshots import ImageSource, read_meta
 
 log = logging.getLogger(__name__)
+
+
+#: how often a shard's leader looks whether another node should lead it, how long that node
+#: must have been ready to, and how long a hand-over for balance may take (seconds)
+BALANCE_PERIOD = 1.0
+BALANCE_SETTLE = 5.0
+BALANCE_HAND_OVER = 2.0
 
 
 def leader_settings(cfg: Config) -> LeaderSettings:
@@ -65,6 +73,7 @@ class Runtime:
         self._leader_term = -1  # the Raft term the running leader task was started in
         self._watch_task: asyncio.Task[None] | None = None
         self._reach_task: asyncio.Task[None] | None = None
+        self._balance_task: asyncio.Task[None] | None = None
         self._promote_task: asyncio.Task[None] | None = None
         self.members: MembershipService  # created in start(), with the node
         self._gc_task: asyncio.Task[None] | None = None
@@ -196,6 +205,8 @@ class Runtime:
         self._gc_task = asyncio.create_task(self.gc.run(lambda: self.node.is_leader))
         self._watch_task = asyncio.create_task(self._watch_role())
         self._reach_task = asyncio.create_task(self._watch_reach())
+        if self.config.cluster.shards > 1:
+            self._balance_task = asyncio.create_task(self._balance())
         # the membership this node goes by (the log's once recorded), not raft.peers
         if (warning := preflight.size_warning(len(self.node.members.voters))) is not None:
             log_event(log, "cluster.size_warning", level=logging.WARNING, warning=warning)
@@ -290,10 +301,11 @@ class Runtime:
             self._promote_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._promote_task
-        if self._reach_task is not None:
-            self._reach_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._reach_task
+        for task in (self._reach_task, self._balance_task):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         if self._watch_task is not None:
             self._watch_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -316,18 +328,20 @@ class Runtime:
         await asyncio.to_thread(self.node.close)
         log_event(log, "node.stopped", node_id=self.config.node.id)
 
-    async def _hand_over(self, timeout: float) -> None:
+    async def _hand_over(self, timeout: float, to: str | None = None) -> None:
         if not self.node.is_leader or len(self.node.members.voters) < 2:
             return
         await self._stop_leader()  # workers get a redirect hint and reconnect elsewhere
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
-        self.node.transfer_leadership()  # retried on every Raft tick until it goes
+        self.node.transfer_leadership(to)  # retried on every Raft tick until it goes
         while self.node.is_leader and loop.time() < deadline:
             await wait_event(self._role_changed, 0.3)
             self._role_changed.clear()
-        if self.node.is_leader and not self._stopping:
-            self.node.stop_handing_over()  # it goes on: it leads again (_watch_role)
+        if not self._stopping:
+            # it goes on: as a follower (a hand-over for balance), or it leads again
+            # (_watch_role) - in either case it takes commands as before
+            self.node.stop_handing_over()
             self._role_changed.set()
         log_event(
             log,
@@ -335,6 +349,36 @@ class Runtime:
             node_id=self.config.node.id,
             term=self.node.term,
         )
+
+    async def _balance(self) -> None:
+        """A cluster of several shards: while this node leads its shard and a voter that comes
+        before it in the shard's preference (schedd.core.balance) has been ready to take over
+        for :data:`BALANCE_SETTLE` seconds, hand the shard to it - so that each node leads its
+        share of the shards, and a failover is undone once the node is back."""
+        ready_since: dict[str, float] = {}
+        while not self._stopping:
+            await asyncio.sleep(BALANCE_PERIOD)  # a period, not a wait for an event
+            if not self.node.is_leader or self.leader is None or not self.leader.ready.is_set():
+                ready_since.clear()
+                continue
+            now = clock.mono()
+            st = self.node.raft_status
+            for peer in st.peers:
+                caught_up = peer.match_index is not None and peer.match_index >= st.commit_index
+                if peer.connected and peer.role == VOTER and caught_up:
+                    ready_since.setdefault(peer.addr, now)
+                else:
+                    ready_since.pop(peer.addr, None)
+            settled = {a for a, since in ready_since.items() if now - since >= BALANCE_SETTLE}
+            voters = [m.raft for m in self.node.members.voters]
+            target = hand_to(self.config.raft.listen, voters, self.shard, settled.__contains__)
+            if target is None or self._stopping:
+                continue
+            log_event(
+                log, "leader.balancing", node_id=self.config.node.id, term=self.node.term, to=target
+            )
+            await self._hand_over(BALANCE_HAND_OVER, to=target)
+            ready_since.clear()
 
     async def _watch_reach(self) -> None:
         """Log, every few seconds while it lasts, a peer this node cannot reach and a cluster

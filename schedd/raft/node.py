@@ -1130,14 +1130,19 @@ class RaftNode:
         beside peers that hold data, until it has caught up with a leader."""
         return self.journal is None or self.journal.may_vote()
 
-    def transfer_leadership(self) -> None:
+    def transfer_leadership(self, to: str | None = None) -> None:
         """Hand the leadership over (the daemon is stopping): ask the most caught-up follower
         to take over (Raft TimeoutNow) on every tick until this node no longer leads.
         pysyncobj sends TimeoutNow only to a follower that holds the whole log, which under
         load it never does while commands keep coming: so from now on this node appends no
         new command - its own wait (and are sent to the new leader once it is known) and those
         followers forward are refused (their callers retry) - and a follower catches up
-        within one round trip."""
+        within one round trip.  ``to``: the Raft address of the voter to hand it to (while it
+        is a connected voter), else the most caught-up one."""
+        if to is not None:
+            for node in list(self._obj._SyncObj__otherNodes):
+                if str(node.id) == to:
+                    self._handover_target = node
         if self._handing_over is None:
             self._handing_over = clock.mono()
         self._wake()

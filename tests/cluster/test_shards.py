@@ -251,3 +251,49 @@ async def test_three_shards_spread_read_list_and_dedupe_across_nodes(tmp_path: P
     finally:
         cluster.stop()
         print(cluster.logs())
+
+
+async def shard_leaders(http: aiohttp.ClientSession, cluster: Cluster, i: int) -> list[Any]:
+    """Each shard's leader (a node id, or None) as node i sees them."""
+    _, view = await call(http, cluster, "GET", f"{cluster.urls[i]}/api/v1/cluster")
+    shards = (view or {}).get("shards") or []
+    return [s["leader"] for s in shards] if len(shards) == SHARDS else [None] * SHARDS
+
+
+async def test_the_leaders_spread_over_the_nodes_and_come_back_after_a_failover(
+    tmp_path: Path,
+) -> None:
+    cluster = Cluster(tmp_path / "c", shards=SHARDS)
+    cluster.start()
+    try:
+        async with aiohttp.ClientSession() as http:
+
+            async def one_each(i: int = 0) -> list[Any] | None:
+                leaders = await shard_leaders(http, cluster, i)
+                return leaders if sorted(map(str, leaders)) == ["n1", "n2", "n3"] else None
+
+            spread = await until(one_each, 60, "one shard led by each node")
+            # kill the node leading shard 0: that shard goes to another node at once ...
+            victim = int(spread[0][1:]) - 1
+            witness = (victim + 1) % 3
+            cluster.kill(victim)
+
+            async def moved() -> list[Any] | None:
+                leaders = await shard_leaders(http, cluster, witness)
+                alive_ids = {f"n{k + 1}" for k in range(3) if k != victim}
+                return leaders if all(x in alive_ids for x in leaders) else None
+
+            await until(moved, 30, "every shard led by a live node")
+            # ... and once the node is back and caught up, it leads one shard again
+            since = {k: cluster.log_size(k) for k in range(3)}
+            cluster.start(victim)
+            await until(lambda: one_each(witness), 60, "one shard led by each node again")
+            await asyncio.sleep(8)  # more than the settle time: nothing moves any more
+            assert await one_each(witness)
+            moves = sum(
+                len(cluster.log_events(k, ("leader.balancing",), since[k])) for k in range(3)
+            )
+            assert 1 <= moves <= 2, moves  # the shard handed back, no ping-pong
+    finally:
+        cluster.stop()
+        print(cluster.logs())
