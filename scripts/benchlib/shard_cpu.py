@@ -1,0 +1,163 @@
+"""CPU per submitted job of each process of a three-node cluster, with 1 and with N shards:
+the same load (single-job submits, 64 at a time, spread over the three nodes as a load
+balancer would) against each, and every process's CPU time from /proc/PID/stat.
+
+Reported per run: the CPU per job of each shard's *leader process* (its CPU over the jobs its
+shard took), of the processes that follow, and of the front doors (the supervisors, with
+several shards); medians over RUNS runs, with 1 and N shards alternated.  Each process's idle
+cost (its Raft ticks, measured for 5 s before the load) is taken out of its share; the idle
+cost of all of them together is reported too (``idle_cores``).
+
+    SCHEDD_SHARDS_PREVIEW=1 .venv/bin/python -m scripts.benchlib.shard_cpu [JOBS] [RUNS] [N]
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+
+from schedd.ids import shard_of_id
+from tests.cluster.harness import Cluster
+
+TICK = os.sysconf("SC_CLK_TCK")
+IDLE_S = 5.0
+
+
+def cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK  # utime, stime
+
+
+def children(pid: int) -> dict[int, int]:
+    """{shard: pid} of a supervisor's shard processes."""
+    out = {}
+    for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split():
+        argv = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")
+        if b"--shard" in argv:
+            out[int(argv[argv.index(b"--shard") + 1])] = int(child)
+    return out
+
+
+async def leaders(http: aiohttp.ClientSession, cluster: Cluster, shards: int) -> list[str]:
+    """Each shard's leader (a node id), once every shard has one."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            async with http.get(
+                f"{cluster.urls[0]}/api/v1/cluster", headers=cluster.headers()
+            ) as r:
+                view = await r.json()
+            named = [s["leader"] for s in view["shards"]] if shards > 1 else [view["leader"]]
+            if all(n in ("n1", "n2", "n3") for n in named):
+                return named
+        except (aiohttp.ClientError, KeyError, ValueError):
+            pass
+        await asyncio.sleep(0.5)
+    raise RuntimeError("no leader for every shard")
+
+
+async def submit_all(cluster: Cluster, jobs: int) -> list[str]:
+    body = orjson.dumps({"task": "bench.noop", "schedule": {"in": "1h"}})
+    urls = itertools.cycle(cluster.urls)
+    ids: list[str] = []
+    left = iter(range(jobs))
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=64)) as http:
+
+        async def client() -> None:
+            for k in left:
+                headers = {**cluster.headers(), "X-Request-Id": f"bench-{os.getpid()}-{k:08d}"}
+                for _ in range(20):
+                    async with http.post(
+                        next(urls) + "/api/v1/jobs", data=body, headers=headers
+                    ) as r:
+                        if r.status in (200, 201):
+                            ids.append((await r.json())["id"])
+                            break
+                    await asyncio.sleep(0.2)
+                else:
+                    raise RuntimeError("a submit kept failing")
+
+        await asyncio.gather(*(client() for _ in range(64)))
+    return ids
+
+
+async def one(shards: int, jobs: int) -> dict[str, float]:
+    with tempfile.TemporaryDirectory(prefix="shard-cpu-") as tmp:
+        cluster = Cluster(Path(tmp) / "c", shards=shards)
+        cluster.start()
+        try:
+            async with aiohttp.ClientSession() as http:
+                named = await leaders(http, cluster, shards)
+                await asyncio.sleep(10 if shards > 1 else 2)  # the leaders spread, then settle
+                named = await leaders(http, cluster, shards)
+            top = [n.proc.pid for n in cluster.nodes if n.proc is not None]
+            procs: dict[str, int] = {}
+            for i, pid in enumerate(top):
+                if shards == 1:
+                    procs[f"n{i + 1}/0"] = pid
+                else:
+                    procs[f"n{i + 1}/door"] = pid
+                    for k, child in children(pid).items():
+                        procs[f"n{i + 1}/{k}"] = child
+            # each process's idle cost first (its Raft ticks), taken out of what the load used
+            idle0 = {name: cpu_s(pid) for name, pid in procs.items()}
+            await asyncio.sleep(IDLE_S)
+            idle = {name: (cpu_s(pid) - idle0[name]) / IDLE_S for name, pid in procs.items()}
+            before = {name: cpu_s(pid) for name, pid in procs.items()}
+            t0 = time.perf_counter()
+            ids = await submit_all(cluster, jobs)
+            elapsed = time.perf_counter() - t0
+            raw = {name: cpu_s(pid) - before[name] for name, pid in procs.items()}
+            used = {name: max(0.0, raw[name] - idle[name] * elapsed) for name in procs}
+        finally:
+            cluster.stop()
+    per_shard = [0] * shards
+    for job_id in ids:
+        per_shard[shard_of_id(job_id, shards) or 0] += 1
+    out: dict[str, float] = {"jobs_per_s": len(ids) / elapsed}
+    lead = [used[f"{named[k]}/{k}"] * 1e6 / max(1, per_shard[k]) for k in range(shards)]
+    out["leader_us_per_job"] = statistics.mean(lead)
+    follow = [
+        used[name] * 1e6 / max(1, per_shard[int(name.split("/")[1])])
+        for name in used
+        if not name.endswith("/door") and name.split("/")[0] != named[int(name.split("/")[1])]
+    ]
+    out["follower_us_per_job"] = statistics.mean(follow)
+    doors = [v for name, v in used.items() if name.endswith("/door")]
+    if doors:
+        out["front_door_us_per_job"] = sum(doors) * 1e6 / len(ids)
+    out["all_us_per_job"] = sum(used.values()) * 1e6 / len(ids)
+    out["raw_all_us_per_job"] = sum(raw.values()) * 1e6 / len(ids)
+    out["idle_cores"] = sum(idle.values())
+    out["spread"] = min(per_shard) / max(per_shard)
+    return out
+
+
+async def main() -> None:
+    jobs = int(sys.argv[1]) if len(sys.argv) > 1 else 3000
+    runs = int(sys.argv[2]) if len(sys.argv) > 2 else 3
+    n = int(sys.argv[3]) if len(sys.argv) > 3 else 3
+    results: dict[int, list[dict[str, float]]] = {1: [], n: []}
+    for _ in range(runs):
+        for shards in (1, n):
+            got = await one(shards, jobs)
+            print(shards, orjson.dumps(got).decode(), flush=True)
+            results[shards].append(got)
+    for shards, rows in results.items():
+        keys = rows[0].keys()
+        med: dict[str, Any] = {k: round(statistics.median(r[k] for r in rows), 2) for k in keys}
+        print(f"shards={shards} median of {runs}: {orjson.dumps(med).decode()}")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
