@@ -11,7 +11,16 @@ from aiohttp import web
 
 from schedd.api.common import Handler
 from schedd.api.operations import PUBLIC_PATHS
-from schedd.api.ports import CONFIG, METRICS, TOKEN, TOKENS, error_response, json_response
+from schedd.api.ports import (
+    CONFIG,
+    METRICS,
+    SHARD,
+    TOKEN,
+    TOKENS,
+    error_response,
+    json_response,
+)
+from schedd.api.views import VIEW_SHARD
 from schedd.api.zones import zone_like
 from schedd.errors import InvalidArgument, NotFound, PayloadTooLarge, SchedError, UnknownZone
 
@@ -62,6 +71,8 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
 
 @web.middleware
 async def metrics_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    if request.app[CONFIG].cluster.shards > 1:  # the views say which shard serves them
+        VIEW_SHARD.set(request.app[SHARD])
     started = time.perf_counter()
     response = await handler(request)
     route = request.match_info.route.resource

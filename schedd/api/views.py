@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Mapping, Sequence
+from contextvars import ContextVar
 from typing import Annotated, Any, Literal, NotRequired, TypedDict
 
 from schedd.api.schema import js, values
@@ -186,6 +187,9 @@ class RunView(TypedDict):
         f"results refused for a stale fence (the latest {MAX_REFUSALS}, oldest first): a "
         "worker that lost its lease (a missed heartbeat, a timeout, a cancel) and finished anyway",
     ]
+    shard: NotRequired[
+        Annotated[int, js(minimum=0), "a cluster of several shards: the shard the run lives in"]
+    ]
 
 
 class JobView(TypedDict):
@@ -209,6 +213,9 @@ class JobView(TypedDict):
     updated_at: Time
     next_run_at: Time | None
     latest_run: RunView | None
+    shard: NotRequired[
+        Annotated[int, js(minimum=0), "a cluster of several shards: the shard the job lives in"]
+    ]
     warnings: NotRequired[
         Annotated[
             list[str],
@@ -722,7 +729,7 @@ def attempt_view(a: Attempt) -> AttemptView:
 def run_view(run: Run, job: Job | None = None) -> RunView:
     """``run`` as the API shows it; ``job``, its job, names it (else ``job_name`` and ``task``
     are null)."""
-    return {
+    view: RunView = {
         "id": run.id,
         "job_id": run.job_id,
         "job_name": None if job is None else job.spec.name,
@@ -749,11 +756,19 @@ def run_view(run: Run, job: Job | None = None) -> RunView:
             for f in run.refused
         ],
     }
+    if (shard := VIEW_SHARD.get()) is not None:
+        view["shard"] = shard
+    return view
+
+
+#: the shard this request's node process serves, in a cluster of several (set for each request
+#: by the API's middleware; None with one shard): job and run views then say it
+VIEW_SHARD: ContextVar[int | None] = ContextVar("view_shard", default=None)
 
 
 def job_view(job: Job, latest: Run | None) -> JobView:
     spec = job.spec
-    return {
+    view: JobView = {
         "id": job.id,
         "task": spec.task,
         "name": spec.name,
@@ -773,6 +788,9 @@ def job_view(job: Job, latest: Run | None) -> JobView:
         "next_run_at": format_time(job.next_run_at_ms),
         "latest_run": None if latest is None else run_view(latest, job),
     }
+    if (shard := VIEW_SHARD.get()) is not None:
+        view["shard"] = shard
+    return view
 
 
 def worker_view(w: WorkerConn) -> WorkerView:

@@ -128,6 +128,8 @@ async def test_three_shards_spread_read_list_and_dedupe_across_nodes(tmp_path: P
             ids = [j["id"] for j in jobs]
             shards = {shard_of_id(job_id, SHARDS) for job_id in ids}
             assert shards == {0, 1, 2}, [i[SHARD_CHAR] for i in ids]
+            # each job's view says its shard, as its id does
+            assert all(j["shard"] == shard_of_id(j["id"], SHARDS) for j in jobs), jobs[:2]
             # a retry with the same request id, through another node, is the same job
             again = await submit(
                 http,
