@@ -34,6 +34,7 @@ from typing import Any
 import aiohttp
 import orjson
 from aiohttp import web
+from multidict import CIMultiDict
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
@@ -43,6 +44,7 @@ from schedd.config import Config
 from schedd.errors import InvalidArgument, SchedError, Unavailable
 from schedd.ids import shard_of_id, shard_of_key
 from schedd.logs import log_event
+from schedd.shard.link import LinkError, ShardLink
 
 log = logging.getLogger(__name__)
 
@@ -197,7 +199,8 @@ class FrontDoor:
         self.cfg = cfg
         self.shards = len(sockets)
         self._sockets = list(sockets)
-        self._sessions: list[aiohttp.ClientSession] = []
+        self._sessions: list[aiohttp.ClientSession] = []  # streams and websockets
+        self._links = [ShardLink(path) for path in sockets]  # everything else
         self._turn = itertools.count()
 
     async def start(self) -> None:
@@ -215,6 +218,8 @@ class FrontDoor:
         return self._sessions[shard]
 
     async def close(self) -> None:
+        for link in self._links:
+            await link.close()
         for session in self._sessions:
             await session.close()
 
@@ -294,7 +299,24 @@ class FrontDoor:
             out["X-Forwarded-For"] = request.remote
         return out
 
+    async def _ask(
+        self, request: web.Request, shard: int, target: str, body: bytes = b""
+    ) -> tuple[int, list[tuple[str, str]], bytes]:
+        """Shard ``shard``'s answer to this request's method on ``target`` (path and query),
+        read whole."""
+        headers = self._headers(request).items()
+        return await self._links[shard].request(request.method, target, headers, body)
+
     async def forward(self, request: web.Request, shard: int, body: bytes) -> web.StreamResponse:
+        if not _streams(request):
+            try:
+                status, headers, payload = await self._ask(
+                    request, shard, str(request.rel_url), body
+                )
+            except LinkError as exc:
+                return _unavailable(shard, exc)
+            kept = CIMultiDict((k, v) for k, v in headers if k.lower() not in _HOP)
+            return web.Response(status=status, body=payload, headers=kept)
         url = f"http://shard{shard}{request.rel_url}"
         try:
             upstream = await self._sessions[shard].request(
@@ -307,13 +329,8 @@ class FrontDoor:
         except aiohttp.ClientError as exc:
             return _unavailable(shard, exc)
         async with upstream:
-            headers = {k: v for k, v in upstream.headers.items() if k.lower() not in _HOP}
-            if upstream.content_length is not None and "chunked" not in upstream.headers.get(
-                "Transfer-Encoding", ""
-            ):
-                payload = await upstream.read()
-                return web.Response(status=upstream.status, body=payload, headers=headers)
-            response = web.StreamResponse(status=upstream.status, headers=headers)
+            passed = {k: v for k, v in upstream.headers.items() if k.lower() not in _HOP}
+            response = web.StreamResponse(status=upstream.status, headers=passed)
             await response.prepare(request)
             with contextlib.suppress(aiohttp.ClientError, ConnectionError):
                 async for chunk in upstream.content.iter_any():
@@ -370,11 +387,8 @@ class FrontDoor:
         query["places"] = "1"
         if cursor is not None:
             query["cursor"] = cursor
-        url = f"http://shard{shard}{request.path}"
-        async with self._sessions[shard].get(
-            url, params=query, headers=self._headers(request)
-        ) as r:
-            return r.status, await r.read()
+        status, _, raw = await self._ask(request, shard, str(request.rel_url.with_query(query)))
+        return status, raw
 
     async def _merged(
         self, request: web.Request, field: str, key: Callable[[Any], Any], desc: bool
@@ -394,7 +408,7 @@ class FrontDoor:
             answers = await asyncio.gather(
                 *(self._page(request, s, previous[s] or None) for s in wanted)
             )
-        except aiohttp.ClientError as exc:
+        except LinkError as exc:
             return _unavailable(-1, exc)
         pages: list[Page | None] = [None] * self.shards
         for s, (status, raw) in zip(wanted, answers, strict=True):
@@ -412,14 +426,12 @@ class FrontDoor:
         answer."""
 
         async def one(shard: int) -> tuple[int, bytes]:
-            async with self._sessions[shard].get(
-                f"http://shard{request.rel_url}", headers=self._headers(request)
-            ) as r:
-                return r.status, await r.read()
+            status, _, raw = await self._ask(request, shard, str(request.rel_url))
+            return status, raw
 
         try:
             return list(await asyncio.gather(*(one(k) for k in range(self.shards))))
-        except aiohttp.ClientError:
+        except LinkError:
             return None
 
     async def metrics(self, request: web.Request) -> web.StreamResponse:
@@ -469,6 +481,14 @@ class FrontDoor:
 
     async def list_dlq(self, request: web.Request) -> web.StreamResponse:
         return await self._merged(request, "runs", _dlq_key, True)
+
+
+def _streams(request: web.Request) -> bool:
+    """Whether the answer to this request is a stream (the change feed, a snapshot)."""
+    path = request.path
+    return path.endswith(("/events", "/snapshot")) or "text/event-stream" in request.headers.get(
+        "Accept", ""
+    )
 
 
 def _limit(request: web.Request) -> int:
