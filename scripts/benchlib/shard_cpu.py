@@ -66,6 +66,14 @@ async def leaders(http: aiohttp.ClientSession, cluster: Cluster, shards: int) ->
     raise RuntimeError("no leader for every shard")
 
 
+async def commit_indexes(http: aiohttp.ClientSession, cluster: Cluster, shards: int) -> list[int]:
+    async with http.get(f"{cluster.urls[0]}/api/v1/cluster", headers=cluster.headers()) as r:
+        view = await r.json()
+    if shards == 1:
+        return [int(view["commit_index"])]
+    return [int(s["commit_index"]) for s in view["shards"]]
+
+
 async def submit_all(cluster: Cluster, jobs: int) -> list[str]:
     body = orjson.dumps({"task": "bench.noop", "schedule": {"in": "1h"}})
     urls = itertools.cycle(cluster.urls)
@@ -113,10 +121,14 @@ async def one(shards: int, jobs: int) -> dict[str, float]:
             idle0 = {name: cpu_s(pid) for name, pid in procs.items()}
             await asyncio.sleep(IDLE_S)
             idle = {name: (cpu_s(pid) - idle0[name]) / IDLE_S for name, pid in procs.items()}
+            async with aiohttp.ClientSession() as http:
+                first = await commit_indexes(http, cluster, shards)
             before = {name: cpu_s(pid) for name, pid in procs.items()}
             t0 = time.perf_counter()
             ids = await submit_all(cluster, jobs)
             elapsed = time.perf_counter() - t0
+            async with aiohttp.ClientSession() as http:
+                last = await commit_indexes(http, cluster, shards)
             raw = {name: cpu_s(pid) - before[name] for name, pid in procs.items()}
             used = {name: max(0.0, raw[name] - idle[name] * elapsed) for name in procs}
         finally:
@@ -140,6 +152,7 @@ async def one(shards: int, jobs: int) -> dict[str, float]:
     out["raw_all_us_per_job"] = sum(raw.values()) * 1e6 / len(ids)
     out["idle_cores"] = sum(idle.values())
     out["spread"] = min(per_shard) / max(per_shard)
+    out["jobs_per_entry"] = len(ids) / max(1, sum(b - a for a, b in zip(first, last, strict=True)))
     return out
 
 
