@@ -328,7 +328,11 @@ class Runtime:
         await asyncio.to_thread(self.node.close)
         log_event(log, "node.stopped", node_id=self.config.node.id)
 
-    async def _hand_over(self, timeout: float, to: str | None = None) -> None:
+    async def _hand_over(self, timeout: float, to: str | None = None, stay: bool = False) -> None:
+        """Hand the leadership over (the node stops, or is being removed: it stays "handing
+        over", so that if it is elected again it hands over again at once); ``to``: to that
+        voter; ``stay``: the node goes on as a follower (a hand-over for balance), taking
+        commands again once the leadership moved."""
         if not self.node.is_leader or len(self.node.members.voters) < 2:
             return
         await self._stop_leader()  # workers get a redirect hint and reconnect elsewhere
@@ -338,11 +342,11 @@ class Runtime:
         while self.node.is_leader and loop.time() < deadline:
             await wait_event(self._role_changed, 0.3)
             self._role_changed.clear()
-        if not self._stopping:
-            # it goes on: as a follower (a hand-over for balance), or it leads again
-            # (_watch_role) - in either case it takes commands as before
-            self.node.stop_handing_over()
+        if self.node.is_leader and not self._stopping:
+            self.node.stop_handing_over()  # it goes on: it leads again (_watch_role)
             self._role_changed.set()
+        elif stay and not self._stopping:
+            self.node.stop_handing_over()  # a follower now, as any other
         log_event(
             log,
             "leader.handed_over" if not self.node.is_leader else "leader.handover_failed",
@@ -377,7 +381,7 @@ class Runtime:
             log_event(
                 log, "leader.balancing", node_id=self.config.node.id, term=self.node.term, to=target
             )
-            await self._hand_over(BALANCE_HAND_OVER, to=target)
+            await self._hand_over(BALANCE_HAND_OVER, to=target, stay=True)
             ready_since.clear()
 
     async def _watch_reach(self) -> None:
