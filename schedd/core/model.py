@@ -99,6 +99,12 @@ class JobSort(StrEnum):
     NEXT_FIRE = "next_fire"
     LATEST_RUN = "latest_run"
 
+    @property
+    def descending(self) -> bool:
+        """Whether the order goes from the largest down unless asked otherwise: newest first,
+        next fire soonest first, the latest run newest first."""
+        return self is not JobSort.NEXT_FIRE
+
 
 class Direction(StrEnum):
     ASC = "asc"

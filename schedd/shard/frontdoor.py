@@ -41,6 +41,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
 from schedd.config import Config
+from schedd.core.model import Direction, JobSort
 from schedd.errors import InvalidArgument, SchedError, Unavailable
 from schedd.ids import shard_of_id, shard_of_key
 from schedd.logs import log_event
@@ -179,14 +180,17 @@ def _order(key: Any, desc: bool) -> Any:
     return _Rev(key) if desc else key
 
 
-_LAST = "~"  # sorts after every ISO time: jobs with no next fire (or no run) come last
+_AFTER = "~"  # sorts after every ISO time: a job with no next fire, as the shards order it
+_BEFORE = ""  # sorts before every ISO time: a job not run yet, as the shards order it
 
 
-def job_key(sort: str) -> Callable[[Any], Any]:
-    if sort == "next_fire":
-        return lambda j: (j.get("next_run_at") or _LAST, j["id"])
-    if sort == "latest_run":
-        return lambda j: ((j.get("latest_run") or {}).get("scheduled_at") or _LAST, j["id"])
+def job_key(sort: JobSort) -> Callable[[Any], Any]:
+    """A job view's place in a listing of ``sort``, as its shard orders it (schedd.core.model
+    JobSort), the id breaking ties."""
+    if sort is JobSort.NEXT_FIRE:
+        return lambda j: (j.get("next_run_at") or _AFTER, j["id"])
+    if sort is JobSort.LATEST_RUN:
+        return lambda j: ((j.get("latest_run") or {}).get("scheduled_at") or _BEFORE, j["id"])
     return lambda j: (j["created_at"], j["id"])
 
 
@@ -212,10 +216,6 @@ class FrontDoor:
             )
             for path in self._sockets
         ]
-
-    def session(self, shard: int) -> aiohttp.ClientSession:
-        """The HTTP session to shard ``shard``'s API on this node."""
-        return self._sessions[shard]
 
     async def close(self) -> None:
         for link in self._links:
@@ -382,14 +382,6 @@ class FrontDoor:
         return outer
 
     # -- merged listings -------------------------------------------------------------------
-    async def _page(self, request: web.Request, shard: int, cursor: str | None) -> Any:
-        query = {k: v for k, v in request.query.items() if k != "cursor"}
-        query["places"] = "1"
-        if cursor is not None:
-            query["cursor"] = cursor
-        status, _, raw = await self._ask(request, shard, str(request.rel_url.with_query(query)))
-        return status, raw
-
     async def _merged(
         self, request: web.Request, field: str, key: Callable[[Any], Any], desc: bool
     ) -> web.StreamResponse:
@@ -404,16 +396,13 @@ class FrontDoor:
                 f"cursor: expected a next_cursor of this listing, got {shown!r}", "cursor"
             )
         wanted = [s for s in range(self.shards) if previous[s] is not None]
-        try:
-            answers = await asyncio.gather(
-                *(self._page(request, s, previous[s] or None) for s in wanted)
-            )
-        except LinkError as exc:
-            return _unavailable(-1, exc)
+        answers = await self._gather(
+            request, [(s, _page_target(request, previous[s] or None)) for s in wanted]
+        )
+        if isinstance(answers, web.Response):
+            return answers
         pages: list[Page | None] = [None] * self.shards
-        for s, (status, raw) in zip(wanted, answers, strict=True):
-            if status != 200:  # the shard's refusal (a bad filter, 401, 503) is the answer
-                return web.Response(status=status, body=raw, content_type="application/json")
+        for s, raw in zip(wanted, answers, strict=True):
             doc = orjson.loads(raw)
             pages[s] = Page(doc[field], doc.get("places") or [], doc.get("next_cursor"))
         limit = _limit(request)
@@ -421,66 +410,87 @@ class FrontDoor:
         body = {field: items, "next_cursor": None if cursors is None else encode_cursor(cursors)}
         return web.Response(body=orjson.dumps(body), content_type="application/json")
 
-    async def _each(self, request: web.Request) -> list[tuple[int, bytes]] | None:
-        """Every shard's answer to this request: (status, body); None when one does not
-        answer."""
-
-        async def one(shard: int) -> tuple[int, bytes]:
-            status, _, raw = await self._ask(request, shard, str(request.rel_url))
-            return status, raw
-
+    async def _gather(
+        self, request: web.Request, targets: Sequence[tuple[int, str]]
+    ) -> list[bytes] | web.Response:
+        """The bodies of the shards' answers to this request's method on each ``(shard,
+        target)``; or, when one refused (a bad parameter, 401, 503), its answer, and 503 when
+        one does not answer."""
         try:
-            return list(await asyncio.gather(*(one(k) for k in range(self.shards))))
-        except LinkError:
-            return None
+            answers = await asyncio.gather(*(self._ask(request, k, t) for k, t in targets))
+        except LinkError as exc:
+            return _unavailable(-1, exc)
+        for status, _, raw in answers:
+            if status != 200:
+                return web.Response(status=status, body=raw, content_type="application/json")
+        return [raw for _, _, raw in answers]
+
+    async def _each(self, request: web.Request) -> list[bytes] | web.Response:
+        """:meth:`_gather` of this very request from every shard."""
+        target = str(request.rel_url)
+        return await self._gather(request, [(k, target) for k in range(self.shards)])
+
+    async def healthy(self) -> bool:
+        """Whether every shard of this node answers its ``/healthz`` (within 2 s)."""
+        try:
+            async with asyncio.timeout(2):
+                for link in self._links:
+                    status, _, _ = await link.request("GET", "/healthz", (), b"")
+                    if status != 200:
+                        return False
+        except (LinkError, TimeoutError):
+            return False
+        return True
 
     async def metrics(self, request: web.Request) -> web.StreamResponse:
         """Every shard's metrics, each sample labelled with its ``shard``."""
         answers = await self._each(request)
-        if answers is None:
-            return _unavailable(-1, ConnectionError("no answer to /metrics"))
-        for status, raw in answers:
-            if status != 200:
-                return web.Response(status=status, body=raw, content_type="application/json")
-        body = merge_metrics([raw.decode() for _, raw in answers])
+        if isinstance(answers, web.Response):
+            return answers
+        body = merge_metrics([raw.decode() for raw in answers])
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def readyz(self, request: web.Request) -> web.StreamResponse:
         """Ready once every shard is: the first that is not answers."""
         answers = await self._each(request)
-        if answers is None:
-            return _unavailable(-1, ConnectionError("no answer to /readyz"))
-        leaders = []
-        for shard, (status, raw) in enumerate(answers):
-            if status != 200:
-                return web.Response(status=status, body=raw, content_type="application/json")
-            leaders.append({"shard": shard, "leader": orjson.loads(raw).get("leader")})
+        if isinstance(answers, web.Response):
+            return answers
+        leaders = [
+            {"shard": k, "leader": orjson.loads(raw).get("leader")} for k, raw in enumerate(answers)
+        ]
         body = {"status": "ready", "leader": leaders[0]["leader"], "shards": leaders}
         return web.Response(body=orjson.dumps(body), content_type="application/json")
 
     async def cluster(self, request: web.Request) -> web.StreamResponse:
         """Shard 0's view of the cluster, with each shard's leader, term and lag."""
         answers = await self._each(request)
-        if answers is None:
-            return _unavailable(-1, ConnectionError("no answer to /cluster"))
-        views = []
-        for status, raw in answers:
-            if status != 200:
-                return web.Response(status=status, body=raw, content_type="application/json")
-            views.append(orjson.loads(raw))
+        if isinstance(answers, web.Response):
+            return answers
+        views = [orjson.loads(raw) for raw in answers]
         body = dict(views[0])
         body["shards"] = [shard_view(k, v) for k, v in enumerate(views)]
         return web.Response(body=orjson.dumps(body), content_type="application/json")
 
     async def list_jobs(self, request: web.Request) -> web.StreamResponse:
-        sort = request.query.get("sort", "created")
-        default_desc = sort != "next_fire"
+        try:
+            sort = JobSort(request.query.get("sort", JobSort.CREATED))
+        except ValueError:
+            sort = JobSort.CREATED  # the shards refuse it, naming it
         order = request.query.get("order")
-        desc = default_desc if order not in ("asc", "desc") else order == "desc"
+        desc = order == Direction.DESC if order in set(Direction) else sort.descending
         return await self._merged(request, "jobs", job_key(sort), desc)
 
     async def list_dlq(self, request: web.Request) -> web.StreamResponse:
         return await self._merged(request, "runs", _dlq_key, True)
+
+
+def _page_target(request: web.Request, cursor: str | None) -> str:
+    """This listing's page from one shard: from its own ``cursor``, with each item's place."""
+    query = {k: v for k, v in request.query.items() if k != "cursor"}
+    query["places"] = "1"
+    if cursor is not None:
+        query["cursor"] = cursor
+    return str(request.rel_url.with_query(query))
 
 
 def _streams(request: web.Request) -> bool:

@@ -28,7 +28,6 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import aiohttp
 from aiohttp import web
 
 from schedd.aio import first_set
@@ -129,19 +128,6 @@ class Supervisor:
         )
         await site.start()
 
-    async def healthy(self) -> bool:
-        """Whether every shard's API answers its ``/healthz``."""
-        for shard in range(self.shards):
-            try:
-                async with self.front.session(shard).get(
-                    "http://shard/healthz", timeout=aiohttp.ClientTimeout(total=2)
-                ) as r:
-                    if r.status != 200:
-                        return False
-            except (aiohttp.ClientError, TimeoutError):
-                return False
-        return True
-
     def signal_shards(self, sig: int) -> None:
         for proc in self.procs.values():
             if proc.returncode is None:
@@ -187,7 +173,7 @@ async def serve_sharded(cfg: Config, argv: list[str], reload: Callable[[], None]
 
     async def ready_then_watchdog() -> None:
         # polled: the shards are other processes
-        while not await sup.healthy():  # noqa: ASYNC110
+        while not await sup.front.healthy():  # noqa: ASYNC110
             await asyncio.sleep(0.2)
         notifier.ready(f"node {cfg.node.id} serving {cfg.advertise_url()} ({sup.shards} shards)")
         log_event(
@@ -199,7 +185,7 @@ async def serve_sharded(cfg: Config, argv: list[str], reload: Callable[[], None]
             pids=[p.pid for p in sup.procs.values()],
         )
         while notifier.watchdog_s is not None:
-            if await sup.healthy():
+            if await sup.front.healthy():
                 notifier.send("WATCHDOG=1")
             await asyncio.sleep(notifier.watchdog_s / 2)
 

@@ -57,12 +57,11 @@ def id_prefix_bounds(prefix: str) -> tuple[str, str]:
     return prefix, prefix[:-1] + chr(ord(prefix[-1]) + 1)
 
 
-#: each order's column (besides ``seq``, which breaks ties), its index, and whether it goes
-#: from the largest down by default
-_SORTS: dict[JobSort, tuple[str | None, str, bool]] = {
-    JobSort.CREATED: (None, "jobs_order", True),  # newest first
-    JobSort.NEXT_FIRE: ("next_ms", "jobs_next", False),  # soonest first
-    JobSort.LATEST_RUN: ("last_ms", "jobs_last", True),  # the latest run newest first
+#: each order's column (besides ``seq``, which breaks ties) and its index
+_SORTS: dict[JobSort, tuple[str | None, str]] = {
+    JobSort.CREATED: (None, "jobs_order"),
+    JobSort.NEXT_FIRE: ("next_ms", "jobs_next"),
+    JobSort.LATEST_RUN: ("last_ms", "jobs_last"),
 }
 #: filters that name few jobs, through an index of their own: a sorted listing with one of
 #: them sorts what they name instead of reading the order's index
@@ -81,7 +80,7 @@ class JobOrder:
 
     @property
     def desc(self) -> bool:
-        return _SORTS[self.sort][2] if self.descending is None else self.descending
+        return self.sort.descending if self.descending is None else self.descending
 
     @property
     def columns(self) -> tuple[str, ...]:

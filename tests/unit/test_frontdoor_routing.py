@@ -81,3 +81,20 @@ def test_the_shards_metrics_are_one_exposition_labelled_by_shard() -> None:
         (s.labels["shard"], s.labels["route"]): s.value for s in families["schedd_requests"].samples
     }
     assert counts == {("0", "/jobs"): 10.0, ("1", "/jobs"): 20.0}
+
+
+def test_a_job_views_place_follows_its_shards_order() -> None:
+    """As a shard orders them (schedd.core.model.JobSort): no next fire after every time, not
+    run yet before every time."""
+    from schedd.core.model import JobSort
+    from schedd.shard.frontdoor import job_key
+
+    ran = {
+        "id": "B",
+        "next_run_at": "2026-01-01T00:00:00.000Z",
+        "latest_run": {"scheduled_at": "2026-01-01T00:00:00.000Z"},
+    }
+    idle = {"id": "A", "next_run_at": None, "latest_run": None}
+    by_fire, by_run = job_key(JobSort.NEXT_FIRE), job_key(JobSort.LATEST_RUN)
+    assert sorted([idle, ran], key=by_fire) == [ran, idle]
+    assert sorted([ran, idle], key=by_run) == [idle, ran]
