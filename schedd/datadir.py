@@ -12,11 +12,11 @@ holds one shard's data (the only kind there was) and is given its record then.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Final
 
 from schedd.config import JOURNAL_FILE, STATE_FILE, Config
+from schedd.storage.snapshots import atomic_write
 
 RECORD_FILE: Final = "cluster.json"
 RECORD_FORMAT: Final = 1
@@ -67,20 +67,8 @@ def write_record(cfg: Config, shards: int) -> None:
     """Write the record atomically (a temporary file renamed over it, both synced)."""
     path = record_path(cfg)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{RECORD_FILE}.tmp")
     body = json.dumps({"format": RECORD_FORMAT, "shards": shards}).encode() + b"\n"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        os.write(fd, body)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    atomic_write(path, body)
 
 
 def mismatch(cfg: Config, recorded: int) -> str | None:

@@ -125,7 +125,7 @@ ALLOWED: dict[str, set[str]] = {
     "schedd.protocol": {"schedd.core", "schedd.errors"},
     "schedd.config": {"schedd.core", "schedd.errors", "schedd.ids", "schedd.net"},
     # the record in a node's data directory of the cluster its data belongs to
-    "schedd.datadir": {"schedd.config"},
+    "schedd.datadir": {"schedd.config", "schedd.storage"},
     # where the state is kept, and how it is replicated
     "schedd.storage": {"schedd.core", *FOUNDATION},
     "schedd.raft": {"schedd.core", "schedd.storage", *FOUNDATION},
@@ -173,6 +173,7 @@ ALLOWED: dict[str, set[str]] = {
         "schedd.aio",
         "schedd.cli",
         "schedd.config",
+        "schedd.core",
         "schedd.errors",
         "schedd.ids",
         "schedd.logs",
