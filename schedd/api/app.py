@@ -24,7 +24,12 @@ from schedd.api.jobs import (
     update_job,
 )
 from schedd.api.members import add_node, cluster_nodes, join_cluster, remove_node
-from schedd.api.middleware import auth_middleware, errors_middleware, metrics_middleware
+from schedd.api.middleware import (
+    auth_middleware,
+    errors_middleware,
+    metrics_middleware,
+    shard_middleware,
+)
 from schedd.api.openapi import openapi_json
 from schedd.api.operations import BY_ID, OPERATIONS
 from schedd.api.ports import Ports, install, require
@@ -53,10 +58,10 @@ from schedd.ui import mount as mount_ui
 
 
 def make_app(ports: Ports) -> web.Application:
-    app = web.Application(
-        middlewares=[metrics_middleware, errors_middleware, auth_middleware],
-        client_max_size=ports.config.http.max_body,
-    )
+    middlewares = [metrics_middleware, errors_middleware, auth_middleware]
+    if ports.config.cluster.shards > 1:
+        middlewares.insert(0, shard_middleware)
+    app = web.Application(middlewares=middlewares, client_max_size=ports.config.http.max_body)
     install(app, ports)
     app[SAVES] = Saves()
     mount_ui(app, lambda: _other_nodes(ports))  # the dashboard at /ui/ (no token for its files)

@@ -70,9 +70,14 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
 
 
 @web.middleware
+async def shard_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """A cluster of several shards: the job and run views of the answer say this process's."""
+    VIEW_SHARD.set(request.app[SHARD])
+    return await handler(request)
+
+
+@web.middleware
 async def metrics_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    if request.app[CONFIG].cluster.shards > 1:  # the views say which shard serves them
-        VIEW_SHARD.set(request.app[SHARD])
     started = time.perf_counter()
     response = await handler(request)
     route = request.match_info.route.resource

@@ -111,7 +111,7 @@ async def serve(cfg: Config, args: argparse.Namespace) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    loop.add_signal_handler(signal.SIGHUP, lambda: _reload(rt, args))
+    loop.add_signal_handler(signal.SIGHUP, lambda: reload_node(rt, args))
     loop.add_signal_handler(signal.SIGUSR1, _dump_tasks)
     await first_set(stop, rt.failed)
     log_event(log, "node.stopping", node_id=cfg.node.id)
@@ -146,7 +146,7 @@ def _dump_tasks() -> None:
         )
 
 
-def _reload(rt: object, args: argparse.Namespace) -> None:
+def reload_node(rt: object, args: argparse.Namespace) -> None:
     """SIGHUP: reload the tokens file and the log level; anything else needs a restart."""
     from schedd.runtime import Runtime
 

@@ -62,7 +62,7 @@ async def serve_shard(cfg: Config, shard: int, socket: str, args: argparse.Names
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
-    loop.add_signal_handler(signal.SIGHUP, lambda: node._reload(rt, args))
+    loop.add_signal_handler(signal.SIGHUP, lambda: node.reload_node(rt, args))
     await first_set(stop, rt.failed)
     await rt.stop()
     if rt.failure is not None:

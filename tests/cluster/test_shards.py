@@ -10,7 +10,6 @@ import asyncio
 import os
 import signal
 import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +18,7 @@ import pytest
 
 from schedd.ids import SHARD_CHAR, shard_of_id
 from tests.cluster.harness import BIN, Cluster, _env
+from tests.conftest import wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(240)]
 
@@ -46,16 +46,6 @@ def alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
-
-
-async def until(check: Any, timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = await check()
-        if got:
-            return got
-        await asyncio.sleep(0.2)
-    raise AssertionError(f"{what}: not within {timeout}s")
 
 
 async def call(
@@ -91,7 +81,7 @@ async def submit(
         )
         return doc if status in (200, 201) else None
 
-    job: dict[str, Any] = await until(once, 60, f"a submit through node {i + 1}")
+    job: dict[str, Any] = await wait_for(once, 60, interval=0.2)  # a submit through node i + 1
     return job
 
 
@@ -150,7 +140,7 @@ async def test_three_shards_spread_read_list_and_dedupe_across_nodes(tmp_path: P
                             return False
                     return True
 
-                await until(all_found, 30, f"every job read on {url}")
+                await wait_for(all_found, 30, interval=0.2)  # every job read on url
 
             # the listing of every node merges the shards, page after page: each job once,
             # newest first
@@ -192,7 +182,7 @@ async def test_three_shards_spread_read_list_and_dedupe_across_nodes(tmp_path: P
                 shards = (view or {}).get("shards") or []
                 return view if len(shards) == SHARDS and all(s["leader"] for s in shards) else None
 
-            view = await until(led, 30, "every shard's leader in the cluster view")
+            view = await wait_for(led, 30, interval=0.2)  # every shard's leader in the cluster view
             assert [s["shard"] for s in view["shards"]] == [0, 1, 2]
             assert {s["leader"] for s in view["shards"]} <= {"n1", "n2", "n3"}, view["shards"]
             shown = await asyncio.to_thread(
@@ -231,7 +221,7 @@ async def test_three_shards_spread_read_list_and_dedupe_across_nodes(tmp_path: P
                 )
                 return status == 200
 
-            await until(restarted, 60, "shard 1 of node 1 started again")
+            await wait_for(restarted, 60, interval=0.2)  # shard 1 of node 1 started again
             assert shard_pids(cluster, 0)[0] == pids[0]  # the others ran on
 
             # SIGTERM: the node stops with its shards, and says so with 0
@@ -249,7 +239,7 @@ async def test_three_shards_spread_read_list_and_dedupe_across_nodes(tmp_path: P
             async def gone() -> bool:
                 return not any(alive(pid) for pid in pids.values())
 
-            await until(gone, 10, "node 3's shards gone with it")
+            await wait_for(gone, 10, interval=0.2)  # node 3's shards gone with it
     finally:
         cluster.stop()
         print(cluster.logs())
@@ -274,7 +264,7 @@ async def test_the_leaders_spread_over_the_nodes_and_come_back_after_a_failover(
                 leaders = await shard_leaders(http, cluster, i)
                 return leaders if sorted(map(str, leaders)) == ["n1", "n2", "n3"] else None
 
-            spread = await until(one_each, 60, "one shard led by each node")
+            spread = await wait_for(one_each, 60, interval=0.2)  # one shard led by each node
             # kill the node leading shard 0: that shard goes to another node at once ...
             victim = int(spread[0][1:]) - 1
             witness = (victim + 1) % 3
@@ -285,11 +275,13 @@ async def test_the_leaders_spread_over_the_nodes_and_come_back_after_a_failover(
                 alive_ids = {f"n{k + 1}" for k in range(3) if k != victim}
                 return leaders if all(x in alive_ids for x in leaders) else None
 
-            await until(moved, 30, "every shard led by a live node")
+            await wait_for(moved, 30, interval=0.2)  # every shard led by a live node
             # ... and once the node is back and caught up, it leads one shard again
             since = {k: cluster.log_size(k) for k in range(3)}
             cluster.start(victim)
-            await until(lambda: one_each(witness), 60, "one shard led by each node again")
+            await wait_for(
+                lambda: one_each(witness), 60, interval=0.2
+            )  # one shard led by each node again
             await asyncio.sleep(8)  # more than the settle time: nothing moves any more
             assert await one_each(witness)
             moves = sum(
