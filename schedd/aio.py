@@ -8,8 +8,8 @@ thing completes (the task then never stops: seen here as a node that did not exi
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
-from typing import TypeVar
+from collections.abc import Awaitable, Coroutine
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 
@@ -38,3 +38,12 @@ async def first_set(*events: asyncio.Event) -> None:
     finally:
         for task in waits:
             task.cancel()
+
+
+def run(main: Coroutine[Any, Any, T]) -> T:
+    """Run ``main`` to its end on uvloop (a dependency on Linux), else asyncio's own loop."""
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
+        return asyncio.run(main)
+    return uvloop.run(main)

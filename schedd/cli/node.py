@@ -14,7 +14,7 @@ import logging
 import signal
 import sys
 
-from schedd import __version__, auth, datadir, preflight
+from schedd import __version__, aio, auth, datadir, preflight
 from schedd.aio import first_set
 from schedd.cli.settings import DEFAULT_TOKENS_FILE
 from schedd.config import Config, check_files, load_config
@@ -297,11 +297,7 @@ def main(argv: list[str] | None = None) -> int:
         _banner(cfg, created)
     main_coro = serve(cfg, args) if cfg.cluster.shards == 1 else _serve_sharded(cfg, args, argv)
     try:
-        try:
-            import uvloop
-        except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
-            return asyncio.run(main_coro)
-        return uvloop.run(main_coro)
+        return aio.run(main_coro)
     except ConfigError as exc:
         _print_problems(exc.problems, "schedd: config: ")
         return 2

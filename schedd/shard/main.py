@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from schedd import aio
 from schedd.aio import first_set
 from schedd.cli import node
 from schedd.config import Config
@@ -103,11 +104,7 @@ def main(argv: list[str] | None = None) -> int:
         cfg.journal_path.mkdir(parents=True, exist_ok=True)
     socket = api_socket(mine.sockets, mine.shard)
     log_event(log, "shard.starting", level=logging.DEBUG, pid=os.getpid())
-    try:
-        import uvloop
-    except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
-        return asyncio.run(serve_shard(cfg, mine.shard, socket, args))
-    return uvloop.run(serve_shard(cfg, mine.shard, socket, args))
+    return aio.run(serve_shard(cfg, mine.shard, socket, args))
 
 
 if __name__ == "__main__":
