@@ -119,7 +119,12 @@ class Runtime:
         # https when http.tls_cert/tls_key are set (a ConfigError naming the key if unusable);
         # calls to other nodes' https API trust http.tls_ca, else the system's trusted CAs
         self._tls = server_ssl_context(config)
-        self.proxy = LeaderProxy(config, self.leader_url, peer_ssl_context(config) or True)
+        self.proxy = LeaderProxy(
+            config,
+            self.leader_url,
+            peer_ssl_context(config) or True,
+            shard if config.cluster.shards > 1 else None,
+        )
         self.node: RaftNode  # created in start(), on the loop's (main) thread
         self.reader: Reader  # the API's read connections to the state database (start())
 

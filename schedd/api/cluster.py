@@ -19,6 +19,7 @@ from schedd.api.views import ClusterNodeView, ClusterView
 from schedd.config import Config
 from schedd.core.durations import format_time
 from schedd.errors import Unavailable, from_code
+from schedd.protocol.headers import SHARD_HEADER
 
 
 def _age(since: float | None, now: float) -> float | None:
@@ -114,9 +115,16 @@ class LeaderProxy:
     and the other nodes' ``/healthz`` for their versions."""
 
     def __init__(
-        self, config: Config, leader_url: Callable[[], str | None], ssl: ssl.SSLContext | bool
+        self,
+        config: Config,
+        leader_url: Callable[[], str | None],
+        ssl: ssl.SSLContext | bool,
+        shard: int | None = None,
     ) -> None:
         self.config = config
+        #: the shard this node's process serves, named to the leader node's front door (a
+        #: cluster of several shards), else None
+        self.shard = shard
         self.leader_url = leader_url
         #: the TLS trust for the leader's https API (``http.tls_ca``, else the system's CAs)
         self.ssl = ssl
@@ -210,6 +218,8 @@ class LeaderProxy:
         if url is None:
             raise Unavailable("no leader known yet", retry_after=1)
         headers = {"Authorization": request.headers.get("Authorization", "")}
+        if self.shard is not None:
+            headers[SHARD_HEADER] = str(self.shard)
         data = None if body is None else orjson.dumps(body)
         if data is not None:
             headers["Content-Type"] = "application/json"

@@ -144,6 +144,8 @@ class WorkerHub(Protocol):
 
     def disconnect(self, conn: WorkerConn) -> None: ...
 
+    def set_capacity(self, conn: WorkerConn, capacity: int) -> None: ...
+
     def heard(self, conn: WorkerConn) -> None:
         """A frame came from the worker."""
 

@@ -798,7 +798,7 @@ def worker_view(w: WorkerConn) -> WorkerView:
         "worker_id": w.worker_id,
         "queues": list(w.queues),
         "tasks": None if w.tasks is None else sorted(w.tasks),
-        "capacity": w.capacity,
+        "capacity": w.capacity if w.whole_capacity is None else w.whole_capacity,
         "leases": len(w.leases),
         "connected_at": format_time(w.connected_at_ms),
         "draining": w.draining,

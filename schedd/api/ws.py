@@ -17,6 +17,7 @@ from schedd.api.ports import CONFIG, NODE, RAFT, SOCKETS, Node, Raft, WorkerHub
 from schedd.leader.workers import WorkerConn
 from schedd.logs import log_event
 from schedd.protocol import messages
+from schedd.protocol.headers import RELAY_CAPACITY_HEADER, RELAY_NODE_HEADER
 from schedd.protocol.messages import ProtocolError
 from schedd.protocol.timing import HELLO_HOLD_S, HELLO_TIMEOUT_S
 
@@ -35,6 +36,13 @@ LOOK_EVERY_S = 0.02  # one look at "who leads" per period, shared by every hello
 # reconnections do not reach the new leader in the same millisecond (its listen backlog).
 SPREAD_PER_HELD_S = 0.001
 SPREAD_MAX_S = 0.5
+
+
+def _int_or_none(text: str | None) -> int | None:
+    try:
+        return None if text is None else int(text)
+    except ValueError:
+        return None
 
 
 async def worker_connect(request: web.Request) -> web.StreamResponse:
@@ -73,15 +81,22 @@ async def _serve(request: web.Request, ws: web.WebSocketResponse) -> web.WebSock
         return ws
 
     connected = clock.wall_ms()
+    node, host, whole = app[CONFIG].node.id, request.remote, None
+    if app[CONFIG].cluster.shards > 1 and RELAY_NODE_HEADER in request.headers:
+        # a node's front door serves the worker from every shard, and says for whom
+        node = request.headers[RELAY_NODE_HEADER]
+        host = request.headers.get("X-Forwarded-For", host)
+        whole = _int_or_none(request.headers.get(RELAY_CAPACITY_HEADER))
     conn = WorkerConn(
         hello.worker_id,
         hello.queues,
         hello.capacity,
         connected,
         None if hello.tasks is None else frozenset(hello.tasks),
-        node=app[CONFIG].node.id,
-        host=request.remote,
+        node=node,
+        host=host,
         heard_ms=connected,
+        whole_capacity=whole,
     )
     conn.send(
         messages.Welcome(
@@ -106,6 +121,8 @@ async def _serve(request: web.Request, ws: web.WebSocketResponse) -> web.WebSock
                 leader.heartbeat(conn, msg.leases)
             elif isinstance(msg, messages.Complete | messages.Fail):
                 leader.finish(conn, msg)  # acked on this connection once committed
+            elif isinstance(msg, messages.Capacity):
+                leader.set_capacity(conn, msg.capacity)
             elif isinstance(msg, messages.Drain):
                 conn.draining = True
                 log_event(log, "worker.draining", worker_id=conn.worker_id)

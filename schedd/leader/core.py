@@ -869,6 +869,15 @@ class LeaderCore:
             )
         return self._emit()
 
+    def set_capacity(self, conn: WorkerConn, capacity: int) -> list[Action]:
+        """The worker on ``conn`` holds at most ``capacity`` leases from now on (a ``capacity``
+        frame): raised, it is offered more at once; lowered, it takes none until below it."""
+        raised = capacity > conn.capacity
+        conn.capacity = capacity
+        if raised:
+            self._out.append(WAKE)
+        return self._emit()
+
     def disconnect(self, conn: WorkerConn) -> list[Action]:
         """``conn`` closed (its leases stay: the worker may resume them elsewhere)."""
         if self.workers.get(conn.worker_id) is conn:

@@ -249,6 +249,9 @@ class Leader:
     def disconnect(self, conn: WorkerConn) -> None:
         self._do(self.core.disconnect(conn))
 
+    def set_capacity(self, conn: WorkerConn, capacity: int) -> None:
+        self._do(self.core.set_capacity(conn, capacity))
+
     def heard(self, conn: WorkerConn) -> None:
         self._do(self.core.heard(conn, now()))
 

@@ -28,6 +28,9 @@ class WorkerConn:
     #: partition that leaves the socket hanging): no new lease reaches it until a frame comes
     #: from it again, or every lease dispatched to it would be lost the same way
     silent: bool = False
+    #: the worker's whole capacity when a node's front door serves it from several shards
+    #: (``capacity`` is then this shard's share, which the front door moves)
+    whole_capacity: int | None = None
 
     @property
     def free(self) -> int:

@@ -1,5 +1,6 @@
 """The HTTP headers the API, the client library, ``schedctl`` and the dashboard share for
-reading one's own writes (``docs/api.md``, "Consistency")."""
+reading one's own writes (``docs/api.md``, "Consistency"), and those a node's front door
+adds when it passes a request on to one of its shards."""
 
 from __future__ import annotations
 
@@ -12,3 +13,11 @@ INDEX_HEADER: Final = "X-Schedd-Index"
 MIN_INDEX_HEADER: Final = "X-Schedd-Min-Index"
 #: on a read: ``default`` or ``consistent`` (as ``?consistency=``)
 CONSISTENCY_HEADER: Final = "X-Schedd-Consistency"
+
+#: a request for one shard of a cluster of several (a node's process of that shard asking the
+#: node that leads it): the node's front door passes it to that shard alone
+SHARD_HEADER: Final = "X-Schedd-Shard"
+#: set by a node's front door that serves a worker from every shard, on its connection to
+#: each: the node whose websocket the worker holds, and the worker's whole capacity
+RELAY_NODE_HEADER: Final = "X-Schedd-Relay-Node"
+RELAY_CAPACITY_HEADER: Final = "X-Schedd-Relay-Capacity"

@@ -93,6 +93,17 @@ class Fail:
 
 
 @dataclass(frozen=True, slots=True)
+class Capacity:
+    """The most leases the worker holds from now on (0 to ``MAX_CAPACITY``), replacing its
+    hello's ``capacity``: lowered, no new lease comes until it holds fewer; raised, more come.
+    A node that serves a worker from several shards sends it to each shard's leader, sharing
+    the worker's capacity between them."""
+
+    TYPE: ClassVar[str] = "capacity"
+    capacity: int
+
+
+@dataclass(frozen=True, slots=True)
 class Drain:
     """Both ways: a worker that stops says it (send it no new leases); the leader tells a
     worker an operator drained (finish the leases you hold, take no new ones)."""
@@ -158,7 +169,7 @@ class Error:
     message: str
 
 
-WorkerMessage = Hello | Heartbeat | Complete | Fail | Drain
+WorkerMessage = Hello | Heartbeat | Complete | Fail | Drain | Capacity
 ServerMessage = Welcome | Redirect | Lease | Ack | Cancel | Drain | Error
 Message = WorkerMessage | ServerMessage
 
@@ -216,6 +227,7 @@ def _int_range(low: int, high: int | None, expected: str) -> Check:
 _fence = _int_range(0, None, "a non-negative integer")
 _capacity = _int_range(1, MAX_CAPACITY, f"an integer from 1 to {MAX_CAPACITY}")
 _version = _int_range(1, None, "a positive integer")
+_room = _int_range(0, MAX_CAPACITY, f"an integer from 0 to {MAX_CAPACITY}")
 
 
 def _seconds(value: Any, path: str) -> float:
@@ -321,6 +333,7 @@ _SPECS: dict[type[Any], Spec] = {
         ("progress", _json, None),
     ),
     Drain: (),
+    Capacity: (("capacity", _room, _REQUIRED),),
     Welcome: (
         ("node_id", _id, _REQUIRED),
         ("heartbeat_interval", _seconds, _REQUIRED),

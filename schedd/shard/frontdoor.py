@@ -27,7 +27,7 @@ import heapq
 import itertools
 import logging
 import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,16 +40,18 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
-from schedd.config import Config
+from schedd.config import Config, peer_ssl_context
 from schedd.core.model import Direction, JobSort
 from schedd.errors import InvalidArgument, SchedError, Unavailable
 from schedd.ids import shard_of_id, shard_of_key
 from schedd.logs import log_event
+from schedd.protocol.headers import SHARD_HEADER
+from schedd.protocol.timing import CONNECT_PATH
 from schedd.shard.link import LinkError, ShardLink
+from schedd.shard.mux import WorkerMux
 
 log = logging.getLogger(__name__)
 
-SHARD_HEADER = "X-Schedd-Shard"
 PREFIX = "/api/v1"
 _BY_ID = re.compile(rf"^{PREFIX}/(?:jobs|runs)/([^/]+)")
 #: headers of one hop, not passed on (RFC 9110 7.6.1), and those aiohttp sets itself
@@ -70,6 +72,9 @@ _HOP = frozenset(
 )
 #: a merged listing's cursor: this prefix, then each shard's own cursor (base64 of JSON)
 CURSOR_PREFIX = "s1."
+
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 class BadCursor(ValueError):
@@ -206,6 +211,9 @@ class FrontDoor:
         self._sessions: list[aiohttp.ClientSession] = []  # streams and websockets
         self._links = [ShardLink(path) for path in sockets]  # everything else
         self._turn = itertools.count()
+        self.mux = WorkerMux(
+            cfg, self.shards, lambda k: self._sessions[k], peer_ssl_context(cfg) or True
+        )
 
     async def start(self) -> None:
         self._sessions = [
@@ -218,6 +226,7 @@ class FrontDoor:
         ]
 
     async def close(self) -> None:
+        await self.mux.close()
         for link in self._links:
             await link.close()
         for session in self._sessions:
@@ -225,13 +234,30 @@ class FrontDoor:
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=self.cfg.http.max_body + (64 << 10))
-        app.router.add_get(f"{PREFIX}/jobs", self.list_jobs)
-        app.router.add_get(f"{PREFIX}/dlq", self.list_dlq)
-        app.router.add_get("/metrics", self.metrics)
-        app.router.add_get("/readyz", self.readyz)
-        app.router.add_get(f"{PREFIX}/cluster", self.cluster)
+        merged = {
+            ("GET", f"{PREFIX}/jobs"): self.list_jobs,
+            ("GET", f"{PREFIX}/dlq"): self.list_dlq,
+            ("GET", "/metrics"): self.metrics,
+            ("GET", "/readyz"): self.readyz,
+            ("GET", f"{PREFIX}/cluster"): self.cluster,
+            ("GET", f"{PREFIX}/workers"): self.workers,
+            ("POST", f"{PREFIX}/workers/{{worker_id}}/drain"): self.drain_worker,
+        }
+        for (method, path), handler in merged.items():
+            app.router.add_route(method, path, self._all_or_named(handler))
         app.router.add_route("*", "/{tail:.*}", self.handle)
         return app
+
+    def _all_or_named(self, handler: Handler) -> Handler:
+        """``handler``, which asks every shard, unless the request names one shard (another
+        node's process of that shard asking this node's): then that shard alone answers."""
+
+        async def either(request: web.Request) -> web.StreamResponse:
+            if SHARD_HEADER in request.headers:
+                return await self.handle(request)
+            return await handler(request)
+
+        return either
 
     # -- routing ---------------------------------------------------------------------------
     def _rotate(self) -> int:
@@ -289,6 +315,8 @@ class FrontDoor:
         except BadShard as exc:
             return _invalid(str(exc), SHARD_HEADER)
         if websocket:
+            if request.path == CONNECT_PATH and SHARD_HEADER not in request.headers:
+                return await self.mux.serve(request)  # a worker: served from every shard
             return await self._websocket(request, shard)
         return await self.forward(request, shard, body)
 
@@ -471,6 +499,32 @@ class FrontDoor:
         body["shards"] = [shard_view(k, v) for k, v in enumerate(views)]
         return web.Response(body=orjson.dumps(body), content_type="application/json")
 
+    async def workers(self, request: web.Request) -> web.StreamResponse:
+        """The workers every shard's leader serves, each once: a worker served from several
+        shards (through a front door) counts the leases it holds from each."""
+        answers = await self._each(request)
+        if isinstance(answers, web.Response):
+            return answers
+        body = {"workers": merge_workers([orjson.loads(raw)["workers"] for raw in answers])}
+        return web.Response(body=orjson.dumps(body), content_type="application/json")
+
+    async def drain_worker(self, request: web.Request) -> web.StreamResponse:
+        """Drain a worker on every shard's leader that serves it (404 when none does)."""
+        target = str(request.rel_url)
+        try:
+            answers = await asyncio.gather(
+                *(self._ask(request, k, target) for k in range(self.shards))
+            )
+        except LinkError as exc:
+            return _unavailable(-1, exc)
+        found = [orjson.loads(raw) for status, _, raw in answers if status == 200]
+        if found:
+            return web.Response(
+                body=orjson.dumps(merge_workers([found])[0]), content_type="application/json"
+            )
+        status, _, raw = answers[0]
+        return web.Response(status=status, body=raw, content_type="application/json")
+
     async def list_jobs(self, request: web.Request) -> web.StreamResponse:
         try:
             sort = JobSort(request.query.get("sort", JobSort.CREATED))
@@ -520,6 +574,24 @@ def shard_view(shard: int, view: dict[str, Any]) -> dict[str, Any]:
         "applied_index": view.get("applied_index"),
         "lag": max(0, int(view.get("commit_index") or 0) - int(view.get("applied_index") or 0)),
     }
+
+
+def merge_workers(shards: Sequence[Sequence[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """The workers of every shard's list, each once (by id): its leases summed over shards,
+    draining when any shard drains it, heard last when any shard heard it."""
+    merged: dict[str, dict[str, Any]] = {}
+    for views in shards:
+        for view in views:
+            seen = merged.get(view["worker_id"])
+            if seen is None:
+                merged[view["worker_id"]] = dict(view)
+                continue
+            seen["leases"] = int(seen.get("leases") or 0) + int(view.get("leases") or 0)
+            seen["draining"] = bool(seen.get("draining")) or bool(view.get("draining"))
+            seen["capacity"] = max(int(seen.get("capacity") or 0), int(view.get("capacity") or 0))
+            for field in ("last_heard",):
+                seen[field] = max(seen.get(field) or "", view.get(field) or "") or None
+    return sorted(merged.values(), key=lambda w: str(w["worker_id"]))
 
 
 def merge_metrics(texts: Sequence[str]) -> bytes:

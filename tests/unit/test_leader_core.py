@@ -350,6 +350,25 @@ def test_a_drained_worker_is_told_once_keeps_its_lease_and_is_leased_nothing_mor
     assert sim.only_lease(other).run_id == waiting
 
 
+def test_a_capacity_frame_lowers_and_raises_what_a_worker_is_leased() -> None:
+    sim = Sim()
+    conn = sim.connect("w1", capacity=2)
+    sim.do(sim.leader.set_capacity(conn, 0))  # a front door gave its slots to another shard
+    queued = [sim.submit(f"J{i}") for i in range(3)]
+    sim.settle()
+    assert sim.frames(conn, messages.Lease) == []
+    assert all(sim.run(r).state is RunState.QUEUED for r in queued)
+    sim.do(sim.leader.set_capacity(conn, 2))  # raised: leased at once, up to it
+    sim.settle()
+    assert len(sim.frames(conn, messages.Lease)) == 2
+    sim.do(sim.leader.set_capacity(conn, 1))  # lowered below what it holds: nothing more
+    one = sim.frames(conn, messages.Lease)[0]
+    sim.do(sim.leader.finish(conn, messages.Complete(one.run_id, one.fence), sim.now))
+    sim.settle()
+    assert len(sim.frames(conn, messages.Lease)) == 2  # holds 1 = its capacity
+    assert sum(sim.run(r).state is RunState.QUEUED for r in queued) == 1
+
+
 # -- leases that end ----------------------------------------------------------------------------
 def test_a_lease_without_heartbeats_ends_as_lost_and_its_worker_is_told_to_stop() -> None:
     sim = Sim()

@@ -1,0 +1,488 @@
+"""A node's front door serving a worker from every shard (a cluster of several shards).
+
+The worker holds one websocket to any node's front door and speaks the worker protocol as it
+would to a leader.  For each shard the front door holds an inner worker connection on the
+worker's behalf: to this node's process of that shard, following its redirect to the node
+whose process leads the shard (that node's front door, with ``X-Schedd-Shard``), and again
+after a failover.  What goes where:
+
+- the worker's ``hello``: each shard gets the leases of its own runs (a run's id names its
+  shard), with the worker's id, queues and tasks; one ``welcome`` comes from here;
+- ``heartbeat``: split by shard, each shard getting one (also with none of its leases: a
+  heartbeat is what tells a leader the worker is there);
+- ``complete``/``fail``: to the run's shard, kept until acked and sent again after that
+  shard's connection is made again (the worker's own rule, kept here for it);
+- ``drain`` and the shards' ``lease``, ``ack``, ``cancel``, ``drain``, ``error``: passed on.
+
+The worker's capacity ``C`` is shared with ``capacity`` frames: each shard may lease it what
+it holds from that shard plus the worker's free slots, so a shard with work gets the slots
+the others leave.  Two shards may both fill the same free slot before their lowered capacity
+reaches them; the lease over ``C`` is held here (heartbeated, never shown to the worker) and
+handed over first when a slot frees, so the worker never holds more than ``C`` and no shard's
+run waits behind another shard's queue.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from schedd.config import Config
+from schedd.ids import shard_of_id
+from schedd.logs import log_event
+from schedd.protocol import messages
+from schedd.protocol.headers import RELAY_CAPACITY_HEADER, RELAY_NODE_HEADER, SHARD_HEADER
+from schedd.protocol.messages import MAX_FRAME_BYTES as MAX_FRAME
+from schedd.protocol.messages import LeaseRef, ProtocolError
+from schedd.protocol.timing import CONNECT_PATH, HANDSHAKE_TIMEOUT_S, HELLO_TIMEOUT_S
+
+log = logging.getLogger(__name__)
+
+RETRY_MIN_S = 0.05  # a shard connection lost is made again after this, doubling ...
+RETRY_MAX_S = 1.0  # ... up to this
+MAX_HOPS = 3  # redirects followed for one connection (the leader moved meanwhile)
+#: the worker's request headers passed to each shard (its credentials, who it is)
+_PASSED = ("Authorization", "User-Agent", "X-Request-Id")
+
+
+class WorkerMux:
+    """The worker sessions of one front door."""
+
+    def __init__(
+        self,
+        cfg: Config,
+        shards: int,
+        local: Callable[[int], aiohttp.ClientSession],
+        remote_ssl: Any,
+    ) -> None:
+        self.cfg = cfg
+        self.shards = shards
+        self.local = local  # shard k's session over this node's socket
+        self._ssl = remote_ssl
+        self._remote: aiohttp.ClientSession | None = None
+        self.sessions: set[_Session] = set()
+
+    @property
+    def remote(self) -> aiohttp.ClientSession:
+        """The session to other nodes' front doors (made on first use)."""
+        if self._remote is None:
+            self._remote = aiohttp.ClientSession(
+                timeout=aiohttp.ClientTimeout(total=None, sock_connect=5)
+            )
+        return self._remote
+
+    async def close(self) -> None:
+        for session in list(self.sessions):
+            await session.end(tell=True)
+        if self._remote is not None:
+            await self._remote.close()
+
+    def welcome(self) -> messages.Welcome:
+        sched = self.cfg.scheduler
+        return messages.Welcome(
+            node_id=self.cfg.node.id,
+            heartbeat_interval=sched.heartbeat_interval_ms / 1000,
+            lease_timeout=sched.heartbeat_timeout_ms / 1000,
+        )
+
+    async def serve(self, request: web.Request) -> web.StreamResponse:
+        headers = {k: request.headers[k] for k in _PASSED if k in request.headers}
+        headers[RELAY_NODE_HEADER] = self.cfg.node.id
+        if request.remote:
+            headers["X-Forwarded-For"] = request.remote
+        # shard 0 of this node checks the worker's credentials before its upgrade is answered
+        try:
+            first = await self.local(0).ws_connect(
+                f"http://shard0{CONNECT_PATH}", headers=headers, max_msg_size=MAX_FRAME
+            )
+        except aiohttp.WSServerHandshakeError as exc:
+            return web.json_response(
+                {"error": {"code": "unauthenticated", "message": exc.message}}, status=exc.status
+            )
+        except aiohttp.ClientError as exc:
+            return web.json_response(
+                {"error": {"code": "unavailable", "message": f"shard 0 does not answer ({exc})"}},
+                status=503,
+                headers={"Retry-After": "1"},
+            )
+        outer = web.WebSocketResponse(heartbeat=20.0, max_msg_size=MAX_FRAME)
+        await outer.prepare(request)
+        try:
+            hello = await _hello(outer)
+        except (TimeoutError, ProtocolError) as exc:
+            await first.close()
+            with contextlib.suppress(ConnectionError, RuntimeError):
+                await outer.send_str(
+                    messages.encode(messages.Error(code="invalid_argument", message=str(exc)))
+                )
+            await outer.close()
+            return outer
+        session = _Session(self, outer, hello, headers)
+        self.sessions.add(session)
+        try:
+            await session.run(first)
+        finally:
+            self.sessions.discard(session)
+        return outer
+
+
+async def _hello(outer: web.WebSocketResponse) -> messages.Hello:
+    async with asyncio.timeout(HELLO_TIMEOUT_S):
+        frame = await outer.receive()
+    if frame.type is not aiohttp.WSMsgType.TEXT:
+        raise ProtocolError("expected a hello frame first")
+    hello = messages.decode(frame.data)
+    if not isinstance(hello, messages.Hello):
+        raise ProtocolError(f"expected a hello frame first, got {type(hello).__name__.lower()}")
+    return hello
+
+
+class _Session:
+    """One worker served from every shard: what it holds, what waits for a slot, and the
+    connection to each shard."""
+
+    def __init__(
+        self,
+        mux: WorkerMux,
+        outer: web.WebSocketResponse,
+        hello: messages.Hello,
+        headers: dict[str, str],
+    ) -> None:
+        self.mux = mux
+        self.outer = outer
+        self.hello = hello
+        self.capacity = hello.capacity
+        self.headers = {**headers, RELAY_CAPACITY_HEADER: str(hello.capacity)}
+        n = mux.shards
+        #: the leases the worker holds (delivered, not acked or cancelled): run id -> fence
+        self.holding: list[dict[str, int]] = [{} for _ in range(n)]
+        for ref in hello.resume:
+            self.holding[self.shard_of(ref.run_id)][ref.run_id] = ref.fence
+        self.held: deque[tuple[int, messages.Lease, str]] = deque()  # over C: waits for a slot
+        self.results: list[dict[str, str]] = [{} for _ in range(n)]  # sent, not acked
+        self.draining = False
+        self.closed = False
+        self.inners = [_Inner(self, k) for k in range(n)]
+        self._offer_soon = False
+        self.out = _Outbox(outer)
+
+    def shard_of(self, run_id: str) -> int:
+        found = shard_of_id(run_id, self.mux.shards)
+        return 0 if found is None else found
+
+    @property
+    def used(self) -> int:
+        return sum(len(h) for h in self.holding)
+
+    def offer(self, shard: int) -> int:
+        """What shard ``shard`` may lease the worker: what it holds from it (or waits here),
+        plus the worker's free slots."""
+        free = 0 if self.draining else self.capacity - self.used - len(self.held)
+        mine = len(self.holding[shard]) + sum(1 for k, _, _ in self.held if k == shard)
+        return mine + max(0, free)
+
+    def resume(self, shard: int) -> tuple[LeaseRef, ...]:
+        refs = [LeaseRef(r, f) for r, f in self.holding[shard].items()]
+        refs += [LeaseRef(lease.run_id, lease.fence) for k, lease, _ in self.held if k == shard]
+        return tuple(refs)
+
+    # -- the worker's side ---------------------------------------------------------------
+    async def run(self, first: aiohttp.ClientWebSocketResponse) -> None:
+        self.send_worker(self.mux.welcome())
+        tasks = [
+            asyncio.create_task(inner.run(first if inner.shard == 0 else None))
+            for inner in self.inners
+        ]
+        try:
+            async for frame in self.outer:
+                if frame.type is not aiohttp.WSMsgType.TEXT:
+                    continue
+                self.from_worker(frame.data)
+        finally:
+            self.closed = True
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            for inner in self.inners:
+                await inner.close()
+            await self.out.close()
+            log_event(
+                log,
+                "mux.worker_gone",
+                worker_id=self.hello.worker_id,
+                holding=self.used,
+                held=len(self.held),
+            )
+
+    def from_worker(self, text: str) -> None:
+        try:
+            msg = messages.decode(text)
+        except ProtocolError as exc:
+            self.send_worker(messages.Error(code="invalid_argument", message=str(exc)))
+            return
+        if isinstance(msg, messages.Heartbeat):
+            split: list[list[LeaseRef]] = [[] for _ in self.inners]
+            for ref in msg.leases:
+                split[self.shard_of(ref.run_id)].append(ref)
+            for k, lease, _ in self.held:
+                split[k].append(LeaseRef(lease.run_id, lease.fence))
+            for inner, refs in zip(self.inners, split, strict=True):
+                inner.send(messages.encode(messages.Heartbeat(tuple(refs))))
+        elif isinstance(msg, messages.Complete | messages.Fail):
+            k = self.shard_of(msg.run_id)
+            self.results[k][msg.run_id] = text
+            self.inners[k].send(text)
+        elif isinstance(msg, messages.Drain):
+            self.draining = True
+            for inner in self.inners:
+                inner.send(text)
+            self.offer_soon()
+        elif isinstance(msg, messages.Capacity):
+            self.capacity = msg.capacity
+            self.headers[RELAY_CAPACITY_HEADER] = str(msg.capacity)
+            self.hand_over()
+            self.offer_soon()
+        else:
+            self.send_worker(
+                messages.Error(
+                    code="invalid_argument",
+                    message=f"unexpected {type(msg).__name__.lower()} frame",
+                )
+            )
+
+    def send_worker(self, msg: messages.Message) -> None:
+        self.send_worker_text(messages.encode(msg))
+
+    def send_worker_text(self, text: str) -> None:
+        if not self.closed:
+            self.out.put(text)
+
+    # -- the shards' side ----------------------------------------------------------------
+    def lease(self, shard: int, lease: messages.Lease, text: str) -> None:
+        if self.held or self.used >= self.capacity or self.draining:
+            self.held.append((shard, lease, text))
+        else:
+            self.holding[shard][lease.run_id] = lease.fence
+            self.send_worker_text(text)
+        self.offer_soon()
+
+    def ended(self, shard: int, run_id: str) -> None:
+        """The worker holds ``run_id`` no more (acked, or cancelled)."""
+        if self.holding[shard].pop(run_id, None) is not None:
+            self.hand_over()
+        self.offer_soon()
+
+    def cancelled(self, shard: int, msg: messages.Cancel, text: str) -> None:
+        for i, (k, lease, _) in enumerate(self.held):
+            if k == shard and lease.run_id == msg.run_id and lease.fence <= msg.fence:
+                del self.held[i]  # never shown to the worker: nothing to tell it
+                self.offer_soon()
+                return
+        held = self.holding[shard].get(msg.run_id)
+        if held is not None and held <= msg.fence:
+            self.results[shard].pop(msg.run_id, None)
+            self.ended(shard, msg.run_id)
+        self.send_worker_text(text)
+
+    def hand_over(self) -> None:
+        """Leases waiting here go to the worker while it has free slots."""
+        while self.held and self.used < self.capacity and not self.draining:
+            shard, lease, text = self.held.popleft()
+            self.holding[shard][lease.run_id] = lease.fence
+            self.send_worker_text(text)
+
+    def offer_soon(self) -> None:
+        """Tell each shard its offer once this turn of the loop is done (many changes of one
+        turn send one frame per shard)."""
+        if not self._offer_soon:
+            self._offer_soon = True
+            asyncio.get_running_loop().call_soon(self._offer)
+
+    def _offer(self) -> None:
+        self._offer_soon = False
+        for inner in self.inners:
+            inner.offer(self.offer(inner.shard))
+
+    async def end(self, tell: bool) -> None:
+        """The front door stops: tell the worker to connect again (elsewhere)."""
+        if tell:
+            self.send_worker(messages.Redirect(leader=None))
+        await self.out.close()
+        await self.outer.close()
+
+
+class _Inner:
+    """A session's connection to one shard's leader."""
+
+    def __init__(self, session: _Session, shard: int) -> None:
+        self.session = session
+        self.shard = shard
+        self.ws: aiohttp.ClientWebSocketResponse | None = None
+        self.out: _Outbox | None = None
+        self.offered = -1
+
+    def send(self, text: str) -> None:
+        if self.out is not None:
+            self.out.put(text)
+
+    def offer(self, capacity: int) -> None:
+        if self.ws is not None and capacity != self.offered:
+            self.offered = capacity
+            self.send(messages.encode(messages.Capacity(capacity)))
+
+    async def close(self) -> None:
+        ws, self.ws = self.ws, None
+        if self.out is not None:
+            await self.out.close()
+            self.out = None
+        if ws is not None:
+            await ws.close()
+
+    async def run(self, first: aiohttp.ClientWebSocketResponse | None) -> None:
+        session = self.session
+        failures = 0
+        while not session.closed:
+            try:
+                ws = await self._open(first)
+            except (aiohttp.ClientError, ConnectionError, TimeoutError, ProtocolError) as exc:
+                log_event(
+                    log,
+                    "mux.shard_unreachable",
+                    level=logging.DEBUG,
+                    shard=self.shard,
+                    error=str(exc),
+                )
+                ws = None
+            first = None
+            if ws is None:
+                failures += 1
+                delay = min(RETRY_MAX_S, RETRY_MIN_S * 2 ** min(failures, 8))
+                await asyncio.sleep(random.uniform(delay / 2, delay))
+                continue
+            failures = 0
+            self.ws, self.out = ws, _Outbox(ws)
+            for text in list(session.results[self.shard].values()):
+                self.send(text)  # the results the shard has not acked: again, as the worker would
+            if session.draining:
+                self.send(messages.encode(messages.Drain()))
+            try:
+                async for frame in ws:
+                    if frame.type is not aiohttp.WSMsgType.TEXT:
+                        continue
+                    if self._from_shard(frame.data):
+                        break
+            finally:
+                self.offered = -1
+                await self.close()
+
+    def _from_shard(self, text: str) -> bool:
+        """Pass on one frame of the shard's; True when the connection ends (the shard's
+        leader went away: connect again)."""
+        session = self.session
+        try:
+            msg = messages.decode(text)
+        except ProtocolError:
+            return False
+        if isinstance(msg, messages.Lease):
+            session.lease(self.shard, msg, text)
+        elif isinstance(msg, messages.Ack):
+            session.results[self.shard].pop(msg.run_id, None)
+            session.send_worker_text(text)
+            session.ended(self.shard, msg.run_id)
+        elif isinstance(msg, messages.Cancel):
+            session.cancelled(self.shard, msg, text)
+        elif isinstance(msg, messages.Redirect):
+            return True
+        elif isinstance(msg, messages.Drain | messages.Error):
+            session.send_worker_text(text)
+        return False
+
+    async def _open(
+        self, first: aiohttp.ClientWebSocketResponse | None
+    ) -> aiohttp.ClientWebSocketResponse | None:
+        """A connection to the shard's leader that said welcome; None: no leader is known yet."""
+        session = self.session
+        mux = session.mux
+        url: str | None = None
+        for _ in range(MAX_HOPS):
+            if first is not None:
+                ws, first = first, None
+            elif url is None:
+                ws = await mux.local(self.shard).ws_connect(
+                    f"http://shard{self.shard}{CONNECT_PATH}",
+                    headers=session.headers,
+                    max_msg_size=MAX_FRAME,
+                )
+            else:
+                ws = await mux.remote.ws_connect(
+                    url.rstrip("/") + CONNECT_PATH,
+                    headers={**session.headers, SHARD_HEADER: str(self.shard)},
+                    max_msg_size=MAX_FRAME,
+                    heartbeat=20.0,
+                    ssl=mux._ssl,
+                )
+            answer = await self._handshake(ws)
+            if isinstance(answer, messages.Welcome):
+                return ws
+            await ws.close()
+            if not isinstance(answer, messages.Redirect) or answer.leader is None:
+                return None
+            url = answer.leader
+        return None
+
+    async def _handshake(self, ws: aiohttp.ClientWebSocketResponse) -> messages.Message | None:
+        session = self.session
+        offer = session.offer(self.shard)
+        hello = session.hello
+        await ws.send_str(
+            messages.encode(
+                messages.Hello(
+                    worker_id=hello.worker_id,
+                    queues=hello.queues,
+                    capacity=max(1, offer),
+                    resume=session.resume(self.shard),
+                    version=hello.version,
+                    tasks=hello.tasks,
+                )
+            )
+        )
+        if offer < 1:  # the hello's least is 1: lowered at once
+            await ws.send_str(messages.encode(messages.Capacity(offer)))
+        self.offered = offer
+        async with asyncio.timeout(HANDSHAKE_TIMEOUT_S):
+            frame = await ws.receive()
+        if frame.type is not aiohttp.WSMsgType.TEXT:
+            return None
+        return messages.decode(frame.data)
+
+
+class _Outbox:
+    """The frames for one websocket, sent in order by one task."""
+
+    def __init__(self, ws: web.WebSocketResponse | aiohttp.ClientWebSocketResponse) -> None:
+        self.ws = ws
+        self.queue: asyncio.Queue[str | None] = asyncio.Queue()
+        self.task = asyncio.create_task(self._write())
+
+    def put(self, text: str) -> None:
+        self.queue.put_nowait(text)
+
+    async def close(self) -> None:
+        self.queue.put_nowait(None)
+        with contextlib.suppress(Exception):
+            await self.task
+
+    async def _write(self) -> None:
+        while (text := await self.queue.get()) is not None:
+            try:
+                await self.ws.send_str(text)
+            except (ConnectionError, RuntimeError):
+                return

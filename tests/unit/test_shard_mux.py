@@ -1,0 +1,115 @@
+"""A node's front door sharing a worker's capacity between the shards that lease it runs
+(schedd.shard.mux): whatever order the shards' leases, results and cancels come in, and
+however late each shard learns its share, the worker never holds more than its capacity, a
+lease over it waits in the front door and goes to the worker first when a slot frees, and a
+shard with work gets the slots the others leave."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+
+import pytest
+
+from schedd.config import Config
+from schedd.ids import new_job_id
+from schedd.protocol import messages
+from schedd.shard.mux import WorkerMux, _Session
+
+SHARDS = 3
+T0 = 1_700_000_000_000
+
+
+class Socket:
+    """The worker's end: the frames the front door sent it."""
+
+    def __init__(self) -> None:
+        self.sent: list[messages.Message] = []
+
+    async def send_str(self, text: str) -> None:
+        self.sent.append(messages.decode(text))
+
+
+def session(capacity: int) -> tuple[_Session, Socket]:
+    mux = WorkerMux(Config(), SHARDS, lambda k: None, True)  # type: ignore[arg-type,return-value]
+    sock = Socket()
+    hello = messages.Hello("w1", ("default",), capacity)
+    return _Session(mux, sock, hello, {}), sock  # type: ignore[arg-type]
+
+
+def run_of(shard: int, n: int) -> str:
+    return f"{new_job_id(T0 + n, shard)}@{T0}"
+
+
+def lease(run_id: str, fence: int) -> tuple[messages.Lease, str]:
+    msg = messages.Lease(run_id, run_id.split("@")[0], 1, fence, "t", None, "x")
+    return msg, messages.encode(msg)
+
+
+async def settle() -> None:
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
+@pytest.mark.parametrize("seed", range(20))
+async def test_the_worker_never_holds_more_than_its_capacity_and_no_lease_is_lost(
+    seed: int,
+) -> None:
+    rng = random.Random(seed)
+    capacity = rng.randint(1, 4)
+    s, sock = session(capacity)
+    # what each shard's leader believes it may lease: an offer it learns some steps late
+    offers: list[list[int]] = [[s.offer(k) for k in range(SHARDS)]]
+    sent: list[int] = [0] * SHARDS  # leases each shard sent and still counts
+    n = 0
+    for _ in range(300):
+        seen = offers[max(0, len(offers) - 1 - rng.randint(0, 3))]
+        k = rng.randrange(SHARDS)
+        holding = [r for r, _ in sorted(s.holding[k].items())]
+        if rng.random() < 0.55 and sent[k] < seen[k]:
+            n += 1
+            s.lease(k, *lease(run_of(k, n), n))
+            sent[k] += 1
+        elif holding:
+            done = rng.choice(holding)
+            if rng.random() < 0.8:
+                s.ended(k, done)  # its result acked
+            else:
+                cancel = messages.Cancel(done, s.holding[k][done])
+                s.cancelled(k, cancel, messages.encode(cancel))
+            sent[k] -= 1
+        elif any(h[0] == k for h in s.held) and rng.random() < 0.3:
+            _, gone, _ = next(h for h in s.held if h[0] == k)
+            cancel = messages.Cancel(gone.run_id, gone.fence)
+            s.cancelled(k, cancel, messages.encode(cancel))  # never shown to the worker
+            sent[k] -= 1
+        await settle()
+        assert s.used <= capacity
+        assert not s.held or s.used == capacity  # one waits only while the worker is full
+        for j in range(SHARDS):  # each shard's own count agrees with the front door's
+            assert sent[j] == len(s.holding[j]) + sum(1 for h in s.held if h[0] == j)
+        offers.append([s.offer(j) for j in range(SHARDS)])
+    shown = {m.run_id for m in sock.sent if isinstance(m, messages.Lease)}
+    assert not shown & {h[1].run_id for h in s.held}  # a held lease never reached the worker
+
+
+async def test_a_shard_with_work_gets_the_slots_the_others_leave() -> None:
+    s, _ = session(4)
+    assert [s.offer(k) for k in range(SHARDS)] == [4, 4, 4]  # idle: each may fill it
+    mine = [run_of(2, n) for n in range(3)]
+    for n, run_id in enumerate(mine):
+        s.lease(2, *lease(run_id, n + 1))
+    assert [s.offer(k) for k in range(SHARDS)] == [1, 1, 4]
+    s.lease(0, *lease(run_of(0, 9), 9))
+    s.lease(1, *lease(run_of(1, 10), 10))  # both took the last slot: one waits here
+    assert s.used == 4 and len(s.held) == 1
+    assert [s.offer(k) for k in range(SHARDS)] == [1, 1, 3]  # what each holds: no more
+    s.ended(2, mine[0])  # a slot frees: the waiting lease takes it, not a new one
+    assert s.used == 4 and not s.held
+    assert [s.offer(k) for k in range(SHARDS)] == [1, 1, 2]
+
+
+async def test_a_draining_worker_is_offered_nothing_more() -> None:
+    s, _ = session(4)
+    s.from_worker(messages.encode(messages.Drain()))
+    assert [s.offer(k) for k in range(SHARDS)] == [0, 0, 0]
