@@ -8,7 +8,12 @@ several shards); medians over RUNS runs, with 1 and N shards alternated.  Each p
 cost (its Raft ticks, measured for 5 s before the load) is taken out of its share; the idle
 cost of all of them together is reported too (``idle_cores``).
 
-    SCHEDD_SHARDS_PREVIEW=1 .venv/bin/python -m scripts.benchlib.shard_cpu [JOBS] [RUNS] [N]
+    SCHEDD_SHARDS_PREVIEW=1 .venv/bin/python -m scripts.benchlib.shard_cpu [JOBS] [RUNS] [N,...]
+
+With ``--runs``, the window is not the submits but the jobs' runs: JOBS one-off jobs of
+``demo.echo`` due at one instant, fired, leased to three ``schedd-worker`` processes (one per
+node, 64 slots each; with several shards each node's front door serves its worker from every
+shard) and their results committed; the CPU per job is then per run.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ import aiohttp
 import orjson
 
 from schedd.ids import shard_of_id
-from tests.cluster.harness import Cluster
+from tests.cluster.harness import BIN, Cluster
 
 TICK = os.sysconf("SC_CLK_TCK")
 IDLE_S = 5.0
@@ -74,8 +79,10 @@ async def commit_indexes(http: aiohttp.ClientSession, cluster: Cluster, shards: 
     return [int(s["commit_index"]) for s in view["shards"]]
 
 
-async def submit_all(cluster: Cluster, jobs: int) -> list[str]:
-    body = orjson.dumps({"task": "bench.noop", "schedule": {"in": "1h"}})
+async def submit_all(cluster: Cluster, jobs: int, at: str | None = None) -> list[str]:
+    schedule = {"in": "1h"} if at is None else {"at": at}
+    task = "bench.noop" if at is None else "demo.echo"
+    body = orjson.dumps({"task": task, "schedule": schedule})
     urls = itertools.cycle(cluster.urls)
     ids: list[str] = []
     left = iter(range(jobs))
@@ -99,7 +106,18 @@ async def submit_all(cluster: Cluster, jobs: int) -> list[str]:
     return ids
 
 
-async def one(shards: int, jobs: int) -> dict[str, float]:
+async def active(cluster: Cluster) -> bool:
+    """Whether any job is still active (its run not done)."""
+    async with (
+        aiohttp.ClientSession() as http,
+        http.get(
+            f"{cluster.urls[0]}/api/v1/jobs?status=active&limit=1", headers=cluster.headers()
+        ) as r,
+    ):
+        return bool((await r.json())["jobs"])
+
+
+async def one(shards: int, jobs: int, runs: bool = False) -> dict[str, float]:
     with tempfile.TemporaryDirectory(prefix="shard-cpu-") as tmp:
         cluster = Cluster(Path(tmp) / "c", shards=shards)
         cluster.start()
@@ -121,11 +139,35 @@ async def one(shards: int, jobs: int) -> dict[str, float]:
             idle0 = {name: cpu_s(pid) for name, pid in procs.items()}
             await asyncio.sleep(IDLE_S)
             idle = {name: (cpu_s(pid) - idle0[name]) / IDLE_S for name, pid in procs.items()}
+            if runs:
+                # one worker per node (as many slots as the load's clients), the jobs due at
+                # one instant once all are in: the window is their fire, lease and result
+                for i, url in enumerate(cluster.urls):
+                    cluster.spawn(
+                        [
+                            str(BIN / "schedd-worker"),
+                            f"--token={cluster.token}",
+                            f"--server={url}",
+                            "--concurrency=64",
+                            "--import=schedd.worker.demo_tasks",
+                            "--log-level=warning",
+                            f"--worker-id=bench-{i}",
+                        ],
+                        cluster.root / f"worker{i}.log",
+                    )
+                due = time.time() + jobs / 150 + 10
+                at = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(due)) + "Z"
+                ids = await submit_all(cluster, jobs, at)
+                await asyncio.sleep(max(0.0, due - time.time() - 0.5))
             async with aiohttp.ClientSession() as http:
                 first = await commit_indexes(http, cluster, shards)
             before = {name: cpu_s(pid) for name, pid in procs.items()}
             t0 = time.perf_counter()
-            ids = await submit_all(cluster, jobs)
+            if runs:
+                while await active(cluster):
+                    await asyncio.sleep(1.0)
+            else:
+                ids = await submit_all(cluster, jobs)
             elapsed = time.perf_counter() - t0
             async with aiohttp.ClientSession() as http:
                 last = await commit_indexes(http, cluster, shards)
@@ -157,13 +199,15 @@ async def one(shards: int, jobs: int) -> dict[str, float]:
 
 
 async def main() -> None:
-    jobs = int(sys.argv[1]) if len(sys.argv) > 1 else 3000
-    runs = int(sys.argv[2]) if len(sys.argv) > 2 else 3
-    n = int(sys.argv[3]) if len(sys.argv) > 3 else 3
-    results: dict[int, list[dict[str, float]]] = {1: [], n: []}
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    runs_mode = "--runs" in sys.argv  # fire + lease + result, not submits
+    jobs = int(args[0]) if args else 3000
+    runs = int(args[1]) if len(args) > 1 else 3
+    ns = [int(n) for n in args[2].split(",")] if len(args) > 2 else [3]
+    results: dict[int, list[dict[str, float]]] = {n: [] for n in [1, *ns]}
     for _ in range(runs):
-        for shards in (1, n):
-            got = await one(shards, jobs)
+        for shards in results:
+            got = await one(shards, jobs, runs_mode)
             print(shards, orjson.dumps(got).decode(), flush=True)
             results[shards].append(got)
     for shards, rows in results.items():
