@@ -43,7 +43,7 @@ from prometheus_client.registry import Collector
 from schedd.config import Config, peer_ssl_context
 from schedd.core.model import Direction, JobSort
 from schedd.errors import InvalidArgument, SchedError, Unavailable
-from schedd.ids import shard_of_id, shard_of_key
+from schedd.ids import is_job_id, shard_of_id, shard_of_key
 from schedd.logs import log_event
 from schedd.protocol.headers import SHARD_HEADER
 from schedd.protocol.timing import CONNECT_PATH
@@ -287,16 +287,14 @@ class FrontDoor:
             doc = orjson.loads(body) if body else None
         except orjson.JSONDecodeError:
             doc = None  # the shard answers the 400
+        found = upstream_shard(doc, batch, self.shards)
+        if found is not None:
+            return found
         first = doc
         if batch:
             jobs = doc.get("jobs") if isinstance(doc, dict) else None
             first = jobs[0] if isinstance(jobs, list) and jobs else None
         if isinstance(first, dict):
-            for upstream in first.get("depends_on") or ():
-                if isinstance(upstream, str):
-                    found = shard_of_id(upstream, self.shards)
-                    if found is not None:
-                        return found
             key = first.get("idempotency_key")
             if isinstance(key, str):
                 ns = first.get("namespace") or "default"
@@ -314,6 +312,8 @@ class FrontDoor:
             shard = self.route(request, body)
         except BadShard as exc:
             return _invalid(str(exc), SHARD_HEADER)
+        except InvalidArgument as exc:
+            return _error(exc)
         if websocket:
             if request.path == CONNECT_PATH and SHARD_HEADER not in request.headers:
                 return await self.mux.serve(request)  # a worker: served from every shard
@@ -536,6 +536,47 @@ class FrontDoor:
 
     async def list_dlq(self, request: web.Request) -> web.StreamResponse:
         return await self._merged(request, "runs", _dlq_key, True)
+
+
+def upstream_shard(doc: Any, batch: bool, shards: int) -> int | None:
+    """The shard a submit goes to for its upstream jobs (a job lives in the shard of its
+    upstreams; a batch is one shard), None when it names none.  Raises
+    :class:`~schedd.errors.InvalidArgument` when its upstreams are in several shards, or one is
+    named by its name (which only its own shard knows) rather than its id."""
+    jobs = doc.get("jobs") if batch and isinstance(doc, dict) else [doc]
+    if not isinstance(jobs, list):
+        return None
+    refs = {j["ref"] for j in jobs if isinstance(j, dict) and isinstance(j.get("ref"), str)}
+    found: dict[int, str] = {}
+    for i, job in enumerate(jobs):
+        deps = job.get("depends_on") if isinstance(job, dict) else None
+        if not isinstance(deps, list):
+            continue
+        for j, upstream in enumerate(deps):
+            if not isinstance(upstream, str) or upstream in refs:
+                continue  # the shard answers what is wrong with it; a ref is in this batch
+            field = f"jobs[{i}].depends_on[{j}]" if batch else f"depends_on[{j}]"
+            if not is_job_id(upstream.upper()):
+                raise InvalidArgument(
+                    f"{field}: expected an upstream job's id in a cluster of {shards} shards, "
+                    f"got {upstream!r}: an upstream is named by its id (or by the ref of a job "
+                    "of the same batch); its name is known to its own shard only",
+                    field=field,
+                )
+            shard = shard_of_id(upstream, shards)
+            if shard is not None:
+                found.setdefault(shard, upstream)
+    if len(found) > 1:
+        (a, first), (b, second) = sorted(found.items())[:2]
+        what = "the batch's jobs" if batch else "the job"
+        raise InvalidArgument(
+            f"depends_on: upstream jobs in shards {a} and {b} ({first}, {second}): a job lives "
+            f"in the shard of its upstream jobs, so the upstreams of {what} must share one "
+            "shard; submit the downstream work in a batch with its upstreams (refs), or "
+            "split it",
+            field="depends_on",
+        )
+    return next(iter(found), None)
 
 
 def _page_target(request: web.Request, cursor: str | None) -> str:

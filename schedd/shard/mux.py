@@ -19,7 +19,8 @@ it holds from that shard plus the worker's free slots, so a shard with work gets
 the others leave.  Two shards may both fill the same free slot before their lowered capacity
 reaches them; the lease over ``C`` is held here (heartbeated, never shown to the worker) and
 handed over first when a slot frees, so the worker never holds more than ``C`` and no shard's
-run waits behind another shard's queue.
+run waits behind another shard's queue.  A draining worker is offered nothing more; what
+was leased to it before is handed over as slots free (the worker refuses what it will not run).
 """
 
 from __future__ import annotations
@@ -49,6 +50,8 @@ log = logging.getLogger(__name__)
 RETRY_MIN_S = 0.05  # a shard connection lost is made again after this, doubling ...
 RETRY_MAX_S = 1.0  # ... up to this
 MAX_HOPS = 3  # redirects followed for one connection (the leader moved meanwhile)
+#: a lease waiting here for a slot is heartbeated at least this often (s)
+HELD_BEAT_S = 1.0
 #: the worker's request headers passed to each shard (its credentials, who it is)
 _PASSED = ("Authorization", "User-Agent", "X-Request-Id")
 
@@ -173,6 +176,7 @@ class _Session:
         self.inners = [_Inner(self, k) for k in range(n)]
         self._offer_soon = False
         self.out = _Outbox(outer)
+        self._beats: asyncio.Task[None] | None = None
 
     def shard_of(self, run_id: str) -> int:
         found = shard_of_id(run_id, self.mux.shards)
@@ -208,6 +212,8 @@ class _Session:
                 self.from_worker(frame.data)
         finally:
             self.closed = True
+            if self._beats is not None:
+                tasks.append(self._beats)
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
@@ -267,8 +273,10 @@ class _Session:
 
     # -- the shards' side ----------------------------------------------------------------
     def lease(self, shard: int, lease: messages.Lease, text: str) -> None:
-        if self.held or self.used >= self.capacity or self.draining:
+        if self.held or self.used >= self.capacity:
             self.held.append((shard, lease, text))
+            if self._beats is None or self._beats.done():
+                self._beats = asyncio.create_task(self._beat_held())
         else:
             self.holding[shard][lease.run_id] = lease.fence
             self.send_worker_text(text)
@@ -294,10 +302,25 @@ class _Session:
 
     def hand_over(self) -> None:
         """Leases waiting here go to the worker while it has free slots."""
-        while self.held and self.used < self.capacity and not self.draining:
+        while self.held and self.used < self.capacity:
             shard, lease, text = self.held.popleft()
             self.holding[shard][lease.run_id] = lease.fence
             self.send_worker_text(text)
+
+    async def _beat_held(self) -> None:
+        """While leases wait here, heartbeat them to their shards (the worker does not know
+        them, so its own heartbeats, and the pace a lease asks for, do not count them)."""
+        while self.held and not self.closed:
+            pace = min(
+                HELD_BEAT_S, *(lease.heartbeat_interval or HELD_BEAT_S for _, lease, _ in self.held)
+            )
+            await asyncio.sleep(pace)
+            split: list[list[LeaseRef]] = [[] for _ in self.inners]
+            for k, lease, _ in self.held:
+                split[k].append(LeaseRef(lease.run_id, lease.fence))
+            for inner, refs in zip(self.inners, split, strict=True):
+                if refs:
+                    inner.send(messages.encode(messages.Heartbeat(tuple(refs))))
 
     def offer_soon(self) -> None:
         """Tell each shard its offer once this turn of the loop is done (many changes of one

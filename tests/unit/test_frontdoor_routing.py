@@ -7,6 +7,7 @@ import pytest
 from aiohttp.test_utils import make_mocked_request
 
 from schedd.config import Config
+from schedd.errors import InvalidArgument
 from schedd.ids import new_job_id, shard_of_key
 from schedd.shard.frontdoor import SHARD_HEADER, BadShard, FrontDoor
 
@@ -40,6 +41,33 @@ def test_a_submit_goes_with_its_upstreams_then_its_key_then_its_request_id() -> 
     )
     batch = {"jobs": [{"task": "t", "idempotency_key": "a"}, {"task": "u"}]}
     assert route("POST", "/api/v1/jobs/batch", batch) == shard_of_key("default\0a", SHARDS)
+
+
+def test_a_batch_goes_to_its_upstreams_shard_whichever_job_names_them() -> None:
+    upstream = new_job_id(T0, 1)
+    batch = {
+        "jobs": [
+            {"task": "t", "ref": "a", "idempotency_key": "k"},
+            {"task": "u", "depends_on": ["a", upstream.lower()]},  # a ref, and an id
+        ]
+    }
+    assert route("POST", "/api/v1/jobs/batch", batch) == 1
+
+
+def test_upstreams_in_two_shards_or_named_by_name_are_refused_naming_them() -> None:
+    one, two = new_job_id(T0, 1), new_job_id(T0, 3)
+    with pytest.raises(InvalidArgument) as err:
+        route("POST", "/api/v1/jobs", {"task": "t", "depends_on": [one, two]})
+    assert "shards 1 and 3" in str(err.value) and one in str(err.value)
+    assert err.value.field == "depends_on"
+    batch = {"jobs": [{"task": "t", "depends_on": [one]}, {"task": "u", "depends_on": [two]}]}
+    with pytest.raises(InvalidArgument, match="shards 1 and 3"):
+        route("POST", "/api/v1/jobs/batch", batch)
+    with pytest.raises(InvalidArgument) as err:
+        route("POST", "/api/v1/jobs", {"task": "t", "depends_on": [one, "nightly-report"]})
+    assert err.value.field == "depends_on[1]" and "'nightly-report'" in str(err.value)
+    # what the shard checks itself is left to it
+    assert route("POST", "/api/v1/jobs", {"task": "t", "depends_on": [5]}) in range(SHARDS)
 
 
 def test_a_submit_with_nothing_to_go_by_takes_each_shard_in_turn() -> None:

@@ -14,7 +14,9 @@ import pytest
 from schedd.config import Config
 from schedd.ids import new_job_id
 from schedd.protocol import messages
+from schedd.shard import mux
 from schedd.shard.mux import WorkerMux, _Session
+from tests.conftest import wait_for
 
 SHARDS = 3
 T0 = 1_700_000_000_000
@@ -113,3 +115,40 @@ async def test_a_draining_worker_is_offered_nothing_more() -> None:
     s, _ = session(4)
     s.from_worker(messages.encode(messages.Drain()))
     assert [s.offer(k) for k in range(SHARDS)] == [0, 0, 0]
+
+
+async def test_a_lease_waiting_here_is_heartbeated_to_its_shard(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(mux, "HELD_BEAT_S", 0.01)
+    s, _ = session(1)
+    shard_socks = []
+    for inner in s.inners:
+        sock = Socket()
+        inner.out = mux._Outbox(sock)  # type: ignore[arg-type]
+        shard_socks.append(sock)
+    s.lease(0, *lease(run_of(0, 1), 1))
+    waiting = run_of(2, 2)
+    s.lease(2, *lease(waiting, 2))  # the worker is full: it waits here
+    assert [h[1].run_id for h in s.held] == [waiting]
+
+    async def beaten() -> bool:
+        return any(
+            isinstance(m, messages.Heartbeat) and [r.run_id for r in m.leases] == [waiting]
+            for m in shard_socks[2].sent
+        )
+
+    await wait_for(beaten, 5)  # the waiting lease heartbeated to shard 2
+    assert not any(isinstance(m, messages.Heartbeat) for m in shard_socks[1].sent)
+
+
+async def test_a_draining_worker_still_gets_what_was_leased_to_it_before() -> None:
+    s, sock = session(1)
+    first, second = run_of(0, 1), run_of(1, 2)
+    s.lease(0, *lease(first, 1))
+    s.lease(1, *lease(second, 2))
+    s.from_worker(messages.encode(messages.Drain()))
+    s.ended(0, first)
+    await settle()
+    assert s.holding[1] == {second: 2} and not s.held  # handed over: the worker decides
+    assert [m.run_id for m in sock.sent if isinstance(m, messages.Lease)] == [first, second]
