@@ -227,11 +227,13 @@ class Client:
         body: bytes | None = None,
         idempotent: bool = True,
         stream: bool = False,
+        extra: Mapping[str, str] | None = None,
     ) -> Response:
         """The first real answer from a server, whatever its status (except 502/503/504).
-        ``stream``: a 2xx answer's body is left to read from ``Response.stream``."""
+        ``stream``: a 2xx answer's body is left to read from ``Response.stream``; ``extra``:
+        more request headers."""
         target = path + (("?" + urlencode(list(query))) if query else "")
-        headers = {"Accept": "application/json", "User-Agent": _USER_AGENT}
+        headers = {"Accept": "application/json", "User-Agent": _USER_AGENT, **(extra or {})}
         if body is not None:
             headers["Content-Type"] = "application/json"
         if self.token:

@@ -6,6 +6,10 @@ that starts at the image's applied index and names this node's ``raft.listen`` a
 ``raft.peers`` as the cluster.  Every node of the new cluster is restored from the same file;
 started, they elect a leader and go on from there.
 
+A cluster of several shards is backed up as a bundle of every shard's image
+(:mod:`schedd.storage.bundle`); each shard of the node is restored from its own image into its
+own directories, the same way.  The config's ``cluster.shards`` must be the bundle's.
+
 Run as the user the service runs as.  Run as root, the files it writes are given to the owner
 of ``node.data_dir`` (and of ``raft.journal_dir``), so that a service running as another user
 can open them; a ``node.data_dir`` that does not exist yet is refused then, since its owner is
@@ -21,6 +25,7 @@ import logging
 import os
 import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -29,6 +34,8 @@ from schedd.cli.snapshot import check_magic
 from schedd.config import Config
 from schedd.core.durations import format_time
 from schedd.raft.snapshots import restore_data_dir
+from schedd.shard.layout import shard_config
+from schedd.storage.bundle import bundle_shards, is_bundle, unpack_bundle
 from schedd.storage.snapshots import ImageFile, SnapshotError
 
 PREFIX = "schedd restore: "
@@ -67,12 +74,21 @@ def restore(cfg: Config, image: str) -> int:
     if not source.is_file():
         what = "is not a file" if source.exists() else "no such file"
         return _fail(f"--from: {image}: {what}", 2)
-    if cfg.cluster.shards != 1:
+    try:
+        shards = bundle_shards(source) if is_bundle(source) else 1
+    except SnapshotError as exc:
+        return _fail(str(exc))
+    except OSError as exc:
+        return _fail(f"--from: {image}: cannot read it: {exc.strerror or exc}")
+    if cfg.cluster.shards != shards:
+        held = "1 shard" if shards == 1 else f"{shards} shards"
         return _fail(
-            f"cluster.shards: {image} holds a cluster of 1 shard; this config says shards = "
-            f"{cfg.cluster.shards}: restore it with [cluster] shards = 1",
+            f"cluster.shards: {image} holds a cluster of {held}; this config says shards = "
+            f"{cfg.cluster.shards}: restore it with [cluster] shards = {shards}",
             2,
         )
+    if shards > 1:
+        return _restore_shards(cfg, source)
     data = cfg.data_path
     raft_dir = data / "raft"
     journal_dir = cfg.journal_path if cfg.raft.journal_dir is not None else None
@@ -126,6 +142,72 @@ def restore(cfg: Config, image: str) -> int:
         "once the cluster serves."
     )
     return 0
+
+
+def _restore_shards(cfg: Config, source: Path) -> int:
+    """Restore each shard of this node from a bundle: shard k's image into shard k's own
+    directories, for the shard's Raft addresses (the nodes' Raft ports + k)."""
+    data = cfg.data_path
+    owner: tuple[int, int] | None = None
+    if os.geteuid() == 0 and data.is_dir():
+        st = data.stat()
+        owner = (st.st_uid, st.st_gid)
+    lines = []
+    made: list[Path] = []
+    with tempfile.TemporaryDirectory(prefix="schedd-restore-", dir=_scratch(data)) as tmp:
+        try:
+            images = unpack_bundle(source, Path(tmp))
+            for shard, image in enumerate(images):
+                scfg = shard_config(cfg, shard)
+                raft_dir = scfg.data_path / "raft"
+                journal_dir = scfg.journal_path if scfg.raft.journal_dir is not None else None
+                raft_dir.parent.mkdir(parents=True, exist_ok=True)
+                check_magic(image)
+                checked = restore_data_dir(
+                    image, raft_dir, journal_dir, list(scfg.raft_addresses())
+                )
+                made.append(raft_dir.parent)
+                if journal_dir is not None:
+                    made.append(journal_dir)
+                lines.append(f"  shard {shard}: " + _summary(scfg, source, checked))
+        except SnapshotError as exc:
+            return _fail(str(exc))
+        except OSError as exc:
+            where = f' "{exc.filename}"' if exc.filename else ""
+            return _fail(f"cannot write{where}: {exc.strerror or exc}")
+    try:
+        datadir.write_record(cfg, cfg.cluster.shards)
+    except OSError as exc:
+        return _fail(f'cannot write "{datadir.record_path(cfg)}": {exc.strerror or exc}')
+    if owner is not None:
+        _chown_tree([data / "shards", *made, datadir.record_path(cfg)], *owner)
+    print(f"restored {cfg.cluster.shards} shards of {data} from {source}:")
+    print("\n".join(lines))
+    peers = ", ".join(cfg.raft.peers)
+    print(
+        "next: restore every other node of the new cluster "
+        + (f"(raft.peers: {peers}) " if peers else "")
+        + "from this same file, then start them all (systemctl start schedd); each shard "
+        "elects a leader and goes on from its image. Start workers only once the cluster "
+        "serves."
+    )
+    return 0
+
+
+def _scratch(data: Path) -> Path | None:
+    """Where a bundle's images are unpacked: beside the data directory (the same disk, so
+    the restore needs no room elsewhere), or the system's temporary directory."""
+    return data if data.is_dir() else None
+
+
+def _chown_tree(paths: list[Path], uid: int, gid: int) -> None:
+    for top in paths:
+        if not top.exists():
+            continue
+        _chown([top], uid, gid)
+        if top.is_dir():
+            for path in top.rglob("*"):
+                _chown([path], uid, gid)
 
 
 def _summary(cfg: Config, source: Path, checked: ImageFile) -> str:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -27,6 +28,8 @@ from schedd.cli import render
 from schedd.cli.client import Client, CliError, Response, UsageError, describe
 from schedd.cli.settings import Settings
 from schedd.core.durations import format_time
+from schedd.protocol.headers import SHARD_HEADER, SHARDS_HEADER
+from schedd.storage.bundle import is_bundle, unpack_bundle, write_bundle
 from schedd.storage.snapshots import (
     IMAGE_MAGIC,
     ImageHeader,
@@ -115,44 +118,47 @@ def save_image(
     server_error: Callable[[Response], CliError],
     clock: Callable[[], float] = time.monotonic,
 ) -> int:
-    """``schedctl snapshot save FILE [--force]``."""
+    """``schedctl snapshot save FILE [--force]``: an image of the node's state; of a cluster
+    of several shards, a bundle of every shard's image (``schedd.storage.bundle``)."""
     dest = _target(file, force)
     started = clock()
-    resp = client.request("GET", PATH, stream=True)
-    if resp.status >= 400 or resp.stream is None:
-        raise server_error(resp)
-    where = resp.server.url + PATH
     part = dest.with_name(dest.name + PART)
-    sink = ImageSink(None, where=where)
+    parts = [part]
     try:
-        try:
-            _receive(resp, sink, part, settings.timeout)
-        finally:
-            resp.stream.close()
-        header = sink.header
-        assert header is not None
-        said = resp.headers.get("x-schedd-applied-index")
-        if said is not None and said != str(header.applied_index):
-            raise CliError(
-                f"{where}: the answer says applied index {render.clean(said)}, the image "
-                f"{header.applied_index}; nothing was saved"
-            )
-        os.replace(part, dest)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            part.unlink()
-        raise
+        resp, sink = _fetch(client, part, settings, server_error, None)
+        headers = [sink.header]
+        shards = _shards(resp)
+        for shard in range(1, shards):
+            parts.append(dest.with_name(f"{dest.name}{PART}.{shard}"))
+            _, more = _fetch(client, parts[-1], settings, server_error, shard)
+            headers.append(more.header)
+        if shards > 1:
+            whole = dest.with_name(f"{dest.name}{PART}.bundle")
+            parts.append(whole)
+            write_bundle(whole, parts[:shards])
+            os.replace(whole, dest)
+        else:
+            os.replace(part, dest)
+    finally:
+        for left in parts:
+            with contextlib.suppress(FileNotFoundError):
+                left.unlink()
     with contextlib.suppress(OSError):
         fsync_path(dest.parent, directory=True)
     seconds = clock() - started
-    summary = _summary(dest, sink.received, header, seconds)
+    size = dest.stat().st_size
+    checked = [h for h in headers if h is not None]
+    if shards > 1:
+        return _said_bundle(dest, size, checked, seconds, settings, out)
+    summary = _summary(dest, size, checked[0], seconds)
     if settings.output == "json":
         out.write(orjson.dumps(summary) + b"\n")
     elif settings.quiet:
         out.write(str(dest).encode() + b"\n")
     else:
+        header = checked[0]
         line = (
-            f"saved {dest}: {_bytes(sink.received)}, node {header.node or '?'} at applied "
+            f"saved {dest}: {_bytes(size)}, node {header.node or '?'} at applied "
             f"index {header.applied_index} (term {_term(header)}), {_counts(header)}, in "
             f"{seconds:.1f}s"
         )
@@ -160,11 +166,81 @@ def save_image(
     return 0
 
 
-def _receive(resp: Response, sink: ImageSink, part: Path, timeout: float) -> None:
+def _shards(resp: Response) -> int:
+    """How many shards the answering node's cluster has (its front door says so)."""
+    try:
+        return max(1, int(resp.headers.get(SHARDS_HEADER.lower(), "1")))
+    except ValueError:
+        return 1
+
+
+def _fetch(
+    client: Client,
+    part: Path,
+    settings: Settings,
+    server_error: Callable[[Response], CliError],
+    shard: int | None,
+) -> tuple[Response, ImageSink]:
+    """One image (of ``shard``, or of the node's first) streamed into ``part`` and checked."""
+    extra = None if shard is None else {SHARD_HEADER: str(shard)}
+    resp = client.request("GET", PATH, stream=True, extra=extra)
+    if resp.status >= 400 or resp.stream is None:
+        raise server_error(resp)
+    where = resp.server.url + PATH + ("" if shard is None else f" (shard {shard})")
+    sink = ImageSink(None, where=where)
+    try:
+        _receive(resp, sink, part, settings.timeout, where)
+    finally:
+        resp.stream.close()
+    header = sink.header
+    assert header is not None
+    said = resp.headers.get("x-schedd-applied-index")
+    if said is not None and said != str(header.applied_index):
+        raise CliError(
+            f"{where}: the answer says applied index {render.clean(said)}, the image "
+            f"{header.applied_index}; nothing was saved"
+        )
+    return resp, sink
+
+
+def _said_bundle(
+    dest: Path,
+    size: int,
+    headers: list[ImageHeader],
+    seconds: float | None,
+    settings: Settings,
+    out: IO[bytes],
+    verb: str = "saved",
+) -> int:
+    """What ``save`` and ``inspect`` say about a bundle."""
+    if settings.output == "json":
+        rows = [{"shard": k, **_summary(dest, 0, h, None)} for k, h in enumerate(headers)]
+        for row in rows:
+            del row["file"], row["bytes"]
+        doc: dict[str, Any] = {"file": str(dest), "bytes": size, "checked": True, "shards": rows}
+        if seconds is not None:
+            doc["seconds"] = round(seconds, 3)
+        out.write(orjson.dumps(doc) + b"\n")
+        return 0
+    if settings.quiet:
+        out.write(str(dest).encode() + b"\n")
+        return 0
+    took = "" if seconds is None else f" in {seconds:.1f}s"
+    lines = [f"{verb} {dest}: {_bytes(size)}, a cluster of {len(headers)} shards{took}"]
+    for k, h in enumerate(headers):
+        lines.append(
+            f"  shard {k}: node {h.node or '?'} at applied index {h.applied_index} (term "
+            f"{_term(h)}), {_counts(h)}"
+        )
+    text = "\n".join(render.clean(line) for line in lines)
+    out.write(text.encode("utf-8", "replace") + b"\n")
+    return 0
+
+
+def _receive(resp: Response, sink: ImageSink, part: Path, timeout: float, where: str) -> None:
     """Write the answer's body into ``part`` while ``sink`` checks it, then sync the file;
     :class:`CliError` saying what went wrong (the caller removes ``part``)."""
     assert resp.stream is not None
-    where = resp.server.url + PATH
     fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "wb") as f:
         while True:
@@ -212,6 +288,8 @@ def inspect_image(file: str, settings: Settings, style: render.Style, out: IO[by
         what = "is not a file" if path.exists() else "no such file"
         raise UsageError(f"snapshot inspect: {file}: {what}")
     try:
+        if is_bundle(path):
+            return _inspect_bundle(path, settings, out)
         check_magic(path)
         checked = verify_image(path)
     except OSError as exc:
@@ -242,3 +320,11 @@ def inspect_image(file: str, settings: Settings, style: render.Style, out: IO[by
     ]  # fmt: skip
     out.write(render.details(pairs, style.width).encode("utf-8", "replace") + b"\n")
     return 0
+
+
+def _inspect_bundle(path: Path, settings: Settings, out: IO[bytes]) -> int:
+    """``inspect`` of a bundle: every shard's image checked whole, and what each holds."""
+    with tempfile.TemporaryDirectory(prefix="schedd-inspect-", dir=path.parent) as tmp:
+        images = unpack_bundle(path, Path(tmp))
+        headers = [verify_image(image).header for image in images]
+    return _said_bundle(path, path.stat().st_size, headers, None, settings, out, "checked")

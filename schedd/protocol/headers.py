@@ -17,6 +17,9 @@ CONSISTENCY_HEADER: Final = "X-Schedd-Consistency"
 #: a request for one shard of a cluster of several (a node's process of that shard asking the
 #: node that leads it): the node's front door passes it to that shard alone
 SHARD_HEADER: Final = "X-Schedd-Shard"
+#: on a node's answer to ``GET /api/v1/snapshot`` (a cluster of several shards): how many
+#: shards the cluster has (the answer is shard 0's image; ask each other one by its number)
+SHARDS_HEADER: Final = "X-Schedd-Shards"
 #: set by a node's front door that serves a worker from every shard, on its connection to
 #: each: the node whose websocket the worker holds, and the worker's whole capacity
 RELAY_NODE_HEADER: Final = "X-Schedd-Relay-Node"

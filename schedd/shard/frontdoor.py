@@ -45,7 +45,7 @@ from schedd.core.model import Direction, JobSort
 from schedd.errors import InvalidArgument, SchedError, Unavailable
 from schedd.ids import is_job_id, shard_of_id, shard_of_key
 from schedd.logs import log_event
-from schedd.protocol.headers import SHARD_HEADER
+from schedd.protocol.headers import SHARD_HEADER, SHARDS_HEADER
 from schedd.protocol.timing import CONNECT_PATH
 from schedd.shard.link import LinkError, ShardLink
 from schedd.shard.mux import WorkerMux
@@ -358,6 +358,8 @@ class FrontDoor:
             return _unavailable(shard, exc)
         async with upstream:
             passed = {k: v for k, v in upstream.headers.items() if k.lower() not in _HOP}
+            if request.path == f"{PREFIX}/snapshot" and SHARD_HEADER not in request.headers:
+                passed[SHARDS_HEADER] = str(self.shards)  # shard 0's: ask the others by number
             response = web.StreamResponse(status=upstream.status, headers=passed)
             await response.prepare(request)
             with contextlib.suppress(aiohttp.ClientError, ConnectionError):

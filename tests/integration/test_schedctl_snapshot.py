@@ -283,3 +283,50 @@ async def test_inspect_of_no_file_is_a_usage_error(
     code, _, err = await schedctl(capsysbinary, "snapshot", "inspect", str(tmp_path / "nope"))
     assert code == EXIT_USAGE
     assert err == f"schedctl: snapshot inspect: {tmp_path / 'nope'}: no such file\n"
+
+
+def sharded(second: Serve) -> Serve:
+    """A node of a cluster of two shards: shard 0's image, saying there are two, and shard 1's
+    answered by ``second`` when asked for by number."""
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        if request.headers.get("X-Schedd-Shard") == "1":
+            return await second(request)
+        resp = web.StreamResponse(
+            headers={"X-Schedd-Shards": "2", "X-Schedd-Applied-Index": str(HEADER.applied_index)}
+        )
+        await resp.prepare(request)
+        await resp.write(IMAGE)
+        await resp.write_eof()
+        return resp
+
+    return handler
+
+
+async def test_a_cluster_of_several_shards_is_saved_as_one_bundle_of_every_shard(
+    serve: Callable[[Serve], Awaitable[str]],
+    capsysbinary: pytest.CaptureFixture[bytes],
+    tmp_path: Path,
+) -> None:
+    url = await serve(sharded(whole))
+    dest = tmp_path / "cluster.snap"
+    code, out, err = await schedctl(capsysbinary, *save_argv(url, str(dest)))
+    assert (code, err) == (EXIT_OK, ""), err
+    lines = out.decode().splitlines()
+    assert lines[0].startswith(f"saved {dest}: ") and "a cluster of 2 shards" in lines[0]
+    assert [ln.split(":")[0].strip() for ln in lines[1:]] == ["shard 0", "shard 1"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cluster.snap"]  # no part left
+    code, out, err = await schedctl(capsysbinary, "-o", "json", "snapshot", "inspect", str(dest))
+    assert code == EXIT_OK, err
+    shown = orjson.loads(out)
+    assert [s["shard"] for s in shown["shards"]] == [0, 1]
+    assert all(s["counts"] == COUNTS for s in shown["shards"])
+
+    # one shard's image cut short: nothing is kept, the backup already there stays
+    bad = await serve(sharded(cut_half_way))
+    code, out, err = await schedctl(capsysbinary, *save_argv(bad, str(dest), "--force"))
+    assert (code, out) == (EXIT_SERVER, b"")
+    assert f"{bad}/api/v1/snapshot (shard 1): the connection dropped" in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cluster.snap"]
+    code, _, _ = await schedctl(capsysbinary, "snapshot", "inspect", str(dest))
+    assert code == EXIT_OK
