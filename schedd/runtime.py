@@ -273,8 +273,10 @@ class Runtime:
                 cfg.advertise_url(),
                 self._settings.password,
                 peer_ssl_context(cfg) or True,
-                cluster=cfg.raft.cluster_id,
+                # (each shard's group has an id of its own: the one configured is shard 0's)
+                cluster=cfg.raft.cluster_id if self.shard == 0 else "",
                 data=holds_data,
+                shard=self.shard if cfg.cluster.shards > 1 else None,
             )
         except SchedError as exc:
             raise ConfigError([f"raft.join: {exc.message}"]) from None

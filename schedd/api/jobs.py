@@ -4,7 +4,6 @@ job's runs."""
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Collection
 from dataclasses import replace
 from typing import Any
@@ -41,12 +40,13 @@ from schedd.api.views import (
 )
 from schedd.core import commands
 from schedd.core.durations import format_time
+from schedd.core.fairness import take_submits
 from schedd.core.model import Direction, Job, JobSort, JobSpec, JobStatus, RunState, ScheduleKind
 from schedd.core.recurrence import explain, recurrence_from
 from schedd.core.runs import MISFIRE_GRACE_MS, is_recurring, recurrence
 from schedd.core.state import Rejected
 from schedd.core.validate import parse_batch, parse_ident, parse_job, parse_patch, parse_schedule
-from schedd.errors import Conflict, InvalidArgument, NotFound, ResourceExhausted, SchedError
+from schedd.errors import Conflict, InvalidArgument, NotFound, SchedError
 from schedd.ids import could_be_job_id_prefix, is_job_id, new_job_id
 from schedd.logs import log_event
 from schedd.storage.reader import MAX_IDS, JobKey, JobOrder
@@ -60,22 +60,9 @@ def check_rate(app: web.Application, specs: list[Any], now: int) -> None:
     counts: dict[str, int] = {}
     for spec in specs:
         counts[spec.namespace] = counts.get(spec.namespace, 0) + 1
-    for ns, n in counts.items():
-        bucket = app[RATE_LIMITS].get(ns)
-        if bucket is None:
-            continue
-        wait = bucket.take(now, n)
-        if wait == float("inf"):
-            raise InvalidArgument(
-                f"namespace {ns}: {n} jobs at once is more than its burst "
-                f"({app[CONFIG].limits.submit_burst}); expected smaller batches",
-                field="jobs",
-            )
-        if wait > 0:
-            raise ResourceExhausted(
-                f"namespace {ns} is over its submission rate; retry in {wait:.1f}s",
-                retry_after=math.ceil(wait),
-            )
+    refused = take_submits(app[RATE_LIMITS], counts, now, app[CONFIG].limits.submit_burst)
+    if refused is not None:
+        raise refused
 
 
 def _id_shard(app: web.Application) -> int | None:

@@ -39,6 +39,7 @@ from collections import deque
 from collections.abc import Callable, Collection, Mapping
 
 from schedd.core.model import Priority
+from schedd.errors import InvalidArgument, ResourceExhausted, SchedError
 
 __all__ = ["DEFAULT_WEIGHTS", "ConcurrencyCaps", "ReadyQueues", "TaskLanes", "TokenBucket"]
 
@@ -495,3 +496,28 @@ class TokenBucket:
         """Tokens available at ``now_ms`` (refills, takes nothing)."""
         self._refill(now_ms)
         return self._tokens
+
+
+def take_submits(
+    buckets: Mapping[str, TokenBucket], counts: Mapping[str, int], now_ms: int, burst: int
+) -> SchedError | None:
+    """Take each namespace's submits (``counts``) from its bucket (namespaces without one:
+    no limit); the refusal to answer when one is over its rate (429, with the seconds to wait)
+    or asks more at once than its burst (400), else None."""
+    for ns, n in counts.items():
+        bucket = buckets.get(ns)
+        if bucket is None:
+            continue
+        wait = bucket.take(now_ms, n)
+        if wait == math.inf:
+            return InvalidArgument(
+                f"namespace {ns}: {n} jobs at once is more than its burst ({burst}); "
+                "expected smaller batches",
+                field="jobs",
+            )
+        if wait > 0:
+            return ResourceExhausted(
+                f"namespace {ns} is over its submission rate; retry in {wait:.1f}s",
+                retry_after=math.ceil(wait),
+            )
+    return None

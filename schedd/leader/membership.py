@@ -38,6 +38,7 @@ from schedd.errors import (
 )
 from schedd.ids import new_request_id
 from schedd.logs import log_event
+from schedd.protocol.headers import SHARD_HEADER
 
 log = logging.getLogger(__name__)
 
@@ -437,10 +438,13 @@ async def join_cluster(
     timeout: float = JOIN_TIMEOUT_S,
     cluster: str = "",
     data: bool = False,
+    shard: int | None = None,
 ) -> Membership:
     """Ask the cluster at ``urls`` (any node's API) to add this node; the membership it
     recorded (this node a learner).  Retries while no node answers or there is no leader;
-    a refusal is a :class:`SchedError` naming why."""
+    a refusal is a :class:`SchedError` naming why.  ``shard``: in a cluster of several
+    shards, the shard whose group this process joins (named to the node's front door)."""
+    headers = {} if shard is None else {SHARD_HEADER: str(shard)}
     deadline = clock.mono() + timeout
     last = "no node answered"
     delay = 0.5
@@ -458,7 +462,9 @@ async def join_cluster(
             try:
                 async with (
                     aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=15)) as s,
-                    s.post(url.rstrip("/") + JOIN_PATH, json=body, ssl=ssl_context) as resp,
+                    s.post(
+                        url.rstrip("/") + JOIN_PATH, json=body, ssl=ssl_context, headers=headers
+                    ) as resp,
                 ):
                     answer = orjson.loads(await resp.read())
             except (aiohttp.ClientError, TimeoutError, orjson.JSONDecodeError) as exc:

@@ -436,6 +436,7 @@ class RaftNode:
         #: node was given when it joined, else its raft.peers (published; see _adopt_members)
         self.members = self._starting_members()
         self._removal_pending = False  # a removal to look at once caught up (_check_removed)
+        self._removed = False  # its log's membership removed it (``removed``)
         self._sm.on_members = self._adopt_members
         #: what each applied entry changed, for the API's event streams (GET /events)
         # gated: an event is sent once the API's reads see its entry (the lazy commit)
@@ -738,11 +739,19 @@ class RaftNode:
         if not applied_all_committed(self._obj):
             self._removal_pending = True  # looked at again once caught up (_run_on_tick)
             return
+        self._removed = True
         self.hooks.on_fatal(
             f"this node ({me}) was removed from its cluster at log index {members.index}; "
             "it stops. To use this machine again, empty its data directory and add it "
             "anew (schedctl node add, or raft.join; docs/operations.md, Membership)"
         )
+
+    @property
+    def removed(self) -> bool:
+        """Whether this node was removed from its cluster (it stops: ``hooks.on_fatal``): its
+        log's membership says so, or a member refused it saying so."""
+        transport = getattr(self, "_transport", None)
+        return self._removed or bool(transport is not None and transport.removed)
 
     @property
     def raft_self(self) -> str:

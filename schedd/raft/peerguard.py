@@ -144,6 +144,7 @@ class PeerGuard:
         self._retired: set[Any] = set()  # removed nodes: told so whenever they connect
         #: why this node cannot join any cluster as configured (set once, never cleared)
         self.fatal: str | None = None
+        self.removed = False  # a peer said this node was removed from the cluster
         super().__init__(*args, **kwargs)
 
     # -- pysyncobj hooks ------------------------------------------------------------------------
@@ -455,6 +456,7 @@ class PeerGuard:
         if removed and at <= self.members_index():
             return  # it knows an older membership than this node's (it is catching up)
         if removed:
+            self.removed = True
             if self.fatal is None:
                 self.fatal = (
                     f"raft.listen: this node ({me}) was removed from its cluster ({refuser} "

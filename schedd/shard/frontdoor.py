@@ -27,6 +27,7 @@ import heapq
 import itertools
 import logging
 import re
+import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -41,12 +42,14 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
 from schedd.config import Config, peer_ssl_context
+from schedd.core.fairness import TokenBucket, take_submits
 from schedd.core.model import Direction, JobSort
 from schedd.errors import InvalidArgument, SchedError, Unavailable
 from schedd.ids import is_job_id, shard_of_id, shard_of_key
 from schedd.logs import log_event
 from schedd.protocol.headers import SHARD_HEADER, SHARDS_HEADER
 from schedd.protocol.timing import CONNECT_PATH
+from schedd.shard.layout import shard_address
 from schedd.shard.link import LinkError, ShardLink
 from schedd.shard.mux import WorkerMux
 
@@ -75,6 +78,7 @@ CURSOR_PREFIX = "s1."
 
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+_UNREAD: Any = object()  # a request body not read as JSON
 
 
 class BadCursor(ValueError):
@@ -211,6 +215,12 @@ class FrontDoor:
         self._sessions: list[aiohttp.ClientSession] = []  # streams and websockets
         self._links = [ShardLink(path) for path in sockets]  # everything else
         self._turn = itertools.count()
+        limits = cfg.limits
+        #: the node's per-namespace submission rates (the shards' own are off: one bucket for
+        #: the node, as with one shard)
+        self._buckets = {
+            ns: TokenBucket(rate, limits.submit_burst) for ns, rate in limits.submit_rate
+        }
         self.mux = WorkerMux(
             cfg, self.shards, lambda k: self._sessions[k], peer_ssl_context(cfg) or True
         )
@@ -242,6 +252,8 @@ class FrontDoor:
             ("GET", f"{PREFIX}/cluster"): self.cluster,
             ("GET", f"{PREFIX}/workers"): self.workers,
             ("POST", f"{PREFIX}/workers/{{worker_id}}/drain"): self.drain_worker,
+            ("POST", f"{PREFIX}/cluster/nodes"): self.add_node,
+            ("DELETE", f"{PREFIX}/cluster/nodes/{{node}}"): self.remove_node,
         }
         for (method, path), handler in merged.items():
             app.router.add_route(method, path, self._all_or_named(handler))
@@ -263,7 +275,7 @@ class FrontDoor:
     def _rotate(self) -> int:
         return next(self._turn) % self.shards
 
-    def route(self, request: web.Request, body: bytes) -> int:
+    def route(self, request: web.Request, body: bytes, doc: Any = _UNREAD) -> int:
         named = request.headers.get(SHARD_HEADER)
         if named is not None:
             try:
@@ -278,15 +290,13 @@ class FrontDoor:
             if m[1] != "batch":
                 found = shard_of_id(m[1], self.shards)
                 return 0 if found is None else found
-        if request.method == "POST" and path in (f"{PREFIX}/jobs", f"{PREFIX}/jobs/batch"):
-            return self._submit_shard(request, body, batch=path.endswith("/batch"))
+        if _submits(request):
+            if doc is _UNREAD:
+                doc = _loads(body)
+            return self._submit_shard(request, doc, batch=path.endswith("/batch"))
         return 0
 
-    def _submit_shard(self, request: web.Request, body: bytes, batch: bool) -> int:
-        try:
-            doc = orjson.loads(body) if body else None
-        except orjson.JSONDecodeError:
-            doc = None  # the shard answers the 400
+    def _submit_shard(self, request: web.Request, doc: Any, batch: bool) -> int:
         found = upstream_shard(doc, batch, self.shards)
         if found is not None:
             return found
@@ -308,12 +318,22 @@ class FrontDoor:
     async def handle(self, request: web.Request) -> web.StreamResponse:
         websocket = request.headers.get("Upgrade", "").lower() == "websocket"
         body = b"" if websocket else await request.read()
+        doc = _loads(body) if _submits(request) else _UNREAD
         try:
-            shard = self.route(request, body)
+            shard = self.route(request, body, doc)
         except BadShard as exc:
             return _invalid(str(exc), SHARD_HEADER)
         except InvalidArgument as exc:
             return _error(exc)
+        if doc is not _UNREAD and self._buckets and SHARD_HEADER not in request.headers:
+            refused = take_submits(
+                self._buckets,
+                _namespaces(doc, request.path.endswith("/batch")),
+                int(time.time() * 1000),
+                self.cfg.limits.submit_burst,
+            )
+            if refused is not None:
+                return _error(refused)
         if websocket:
             if request.path == CONNECT_PATH and SHARD_HEADER not in request.headers:
                 return await self.mux.serve(request)  # a worker: served from every shard
@@ -321,10 +341,15 @@ class FrontDoor:
         return await self.forward(request, shard, body)
 
     def _headers(self, request: web.Request) -> dict[str, str]:
-        out = {k: v for k, v in request.headers.items() if k.lower() not in _HOP}
+        out = {
+            k: v
+            for k, v in request.headers.items()
+            if k.lower() not in _HOP and k.lower() != "x-forwarded-for"
+        }
         out.pop(SHARD_HEADER, None)
-        if request.remote:
-            out["X-Forwarded-For"] = request.remote
+        # the peer as this node sees it (never one the caller names: the shard takes it as
+        # the request's peer)
+        out["X-Forwarded-For"] = request.remote or ""
         return out
 
     async def _ask(
@@ -527,6 +552,66 @@ class FrontDoor:
         status, _, raw = answers[0]
         return web.Response(status=status, body=raw, content_type="application/json")
 
+    async def add_node(self, request: web.Request) -> web.StreamResponse:
+        """Add a node to every shard's group: to shard k by its Raft address of shard k (the
+        given port + k), one shard after another."""
+        body = await request.read()
+        try:
+            doc = orjson.loads(body)
+            shard_address(doc["raft"], 0)
+        except (orjson.JSONDecodeError, TypeError, KeyError, ValueError, SchedError):
+            return await self.forward(request, 0, body)  # shard 0 says what is wrong with it
+        raft = doc["raft"]
+        bodies = [orjson.dumps({**doc, "raft": shard_address(raft, k)}) for k in range(self.shards)]
+        return await self._each_shard(request, bodies, _added_before)
+
+    async def remove_node(self, request: web.Request) -> web.StreamResponse:
+        """Remove a node from every shard's group (named by its id, or by its Raft address:
+        in shard k, the given port + k)."""
+        ref = request.match_info["node"]
+        try:
+            refs = [shard_address(ref, k) for k in range(self.shards)] if ":" in ref else None
+        except (ValueError, SchedError):
+            refs = None
+        targets = [
+            str(request.rel_url.with_path(f"{PREFIX}/cluster/nodes/{refs[k] if refs else ref}"))
+            for k in range(self.shards)
+        ]
+        return await self._each_shard(request, [b""] * self.shards, _removed_before, targets)
+
+    async def _each_shard(
+        self,
+        request: web.Request,
+        bodies: Sequence[bytes],
+        done_before: Callable[[int, bytes], bool],
+        targets: Sequence[str] | None = None,
+    ) -> web.StreamResponse:
+        """This membership change asked of each shard in turn (shard k with ``bodies[k]`` at
+        ``targets[k]``): shard 0's answer once every shard made it (or had made it before: a
+        change asked again after one that stopped half-way); else the first refusal, saying
+        which shard refused and which had changed."""
+        made: list[tuple[int, bytes]] = []
+        for k in range(self.shards):
+            target = str(request.rel_url) if targets is None else targets[k]
+            try:
+                status, _, raw = await self._ask(request, k, target, bodies[k])
+            except LinkError as exc:
+                return _unavailable(k, exc)
+            if status >= 400 and not done_before(status, raw):
+                return _refused_at(k, status, raw)
+            if status < 400:
+                made.append((status, raw))
+        if not made:  # every shard had made it before: the membership as it is
+            try:
+                status, _, raw = await self._links[0].request(
+                    "GET", f"{PREFIX}/cluster/nodes", self._headers(request).items(), b""
+                )
+            except LinkError as exc:
+                return _unavailable(0, exc)
+            made.append((status, raw))
+        status, raw = made[0]
+        return web.Response(status=status, body=raw, content_type="application/json")
+
     async def list_jobs(self, request: web.Request) -> web.StreamResponse:
         try:
             sort = JobSort(request.query.get("sort", JobSort.CREATED))
@@ -579,6 +664,32 @@ def upstream_shard(doc: Any, batch: bool, shards: int) -> int | None:
             field="depends_on",
         )
     return next(iter(found), None)
+
+
+def _submits(request: web.Request) -> bool:
+    return request.method == "POST" and request.path in (
+        f"{PREFIX}/jobs",
+        f"{PREFIX}/jobs/batch",
+    )
+
+
+def _loads(body: bytes) -> Any:
+    try:
+        return orjson.loads(body) if body else None
+    except orjson.JSONDecodeError:
+        return None  # the shard answers the 400
+
+
+def _namespaces(doc: Any, batch: bool) -> dict[str, int]:
+    """How many jobs of each namespace a submit's body holds (as the shard will read it)."""
+    jobs = doc.get("jobs") if batch and isinstance(doc, dict) else [doc]
+    counts: dict[str, int] = {}
+    for job in jobs if isinstance(jobs, list) else ():
+        if isinstance(job, dict):
+            ns = job.get("namespace") or "default"
+            if isinstance(ns, str):
+                counts[ns] = counts.get(ns, 0) + 1
+    return counts
 
 
 def _page_target(request: web.Request, cursor: str | None) -> str:
@@ -659,6 +770,32 @@ def merge_metrics(texts: Sequence[str]) -> bytes:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_Merged())
     return bytes(generate_latest(registry))
+
+
+def _added_before(status: int, raw: bytes) -> bool:
+    """Whether a shard refused to add a node because it is a member there already."""
+    return status == 409 and b"is already a member of this cluster" in raw
+
+
+def _removed_before(status: int, raw: bytes) -> bool:
+    """Whether a shard refused to remove a node because it was removed there before."""
+    return status == 404 and b"(it was removed before)" in raw
+
+
+def _refused_at(shard: int, status: int, raw: bytes) -> web.Response:
+    """A shard's refusal of a membership change, saying which shard refused."""
+    try:
+        doc = orjson.loads(raw)
+        error = doc["error"]
+        error["message"] = f"shard {shard}: {error['message']}" + (
+            f" (shards 0 to {shard - 1} made the change: ask again once this is resolved, "
+            "they are left as they are)"
+            if shard
+            else ""
+        )
+    except (orjson.JSONDecodeError, TypeError, KeyError):
+        return web.Response(status=status, body=raw, content_type="application/json")
+    return web.Response(status=status, body=orjson.dumps(doc), content_type="application/json")
 
 
 def _error(err: SchedError) -> web.Response:

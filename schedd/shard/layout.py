@@ -22,7 +22,8 @@ def shard_dir(top: Path, shard: int) -> Path:
 def shard_config(cfg: Config, shard: int) -> Config:
     """The config of a node's shard ``shard``, as a node of its own: the Raft addresses of
     that shard's group, its own data (and journal) directory, and the node's API URL and
-    tokens (the front door's, which every shard shares)."""
+    tokens (the front door's, which every shard shares), and no submission rates (the front
+    door's, which hold for the node as a whole)."""
     r = cfg.raft
     journal = None if r.journal_dir is None else str(shard_dir(Path(r.journal_dir), shard))
     raft = dataclasses.replace(
@@ -35,6 +36,8 @@ def shard_config(cfg: Config, shard: int) -> Config:
     )
     return dataclasses.replace(
         cfg,
+        # the node's front door keeps the submission rates: one bucket per namespace per node
+        limits=dataclasses.replace(cfg.limits, submit_rate=()),
         node=dataclasses.replace(cfg.node, data_dir=str(shard_dir(cfg.data_path, shard))),
         raft=raft,
         http=dataclasses.replace(cfg.http, advertise=cfg.advertise_url()),

@@ -28,6 +28,7 @@ from schedd.config import Config
 from schedd.errors import ConfigError
 from schedd.logs import log_event, setup_logging
 from schedd.shard.layout import api_socket, shard_config
+from schedd.shard.supervisor import REMOVED
 
 log = logging.getLogger("schedd.shard")
 
@@ -68,7 +69,7 @@ async def serve_shard(cfg: Config, shard: int, socket: str, args: argparse.Names
     await rt.stop()
     if rt.failure is not None:
         print(f"schedd: shard {shard}: {rt.failure}", file=sys.stderr)
-        return 2
+        return REMOVED if rt.node.removed else 2
     return 0
 
 

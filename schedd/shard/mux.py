@@ -78,7 +78,9 @@ class WorkerMux:
         """The session to other nodes' front doors (made on first use)."""
         if self._remote is None:
             self._remote = aiohttp.ClientSession(
-                timeout=aiohttp.ClientTimeout(total=None, sock_connect=5)
+                # one websocket per worker and shard: no cap on connections (aiohttp's 100)
+                connector=aiohttp.TCPConnector(limit=0),
+                timeout=aiohttp.ClientTimeout(total=None, sock_connect=5),
             )
         return self._remote
 

@@ -43,6 +43,10 @@ RESTART_FIRST = 0.5
 RESTART_MAX = 10.0
 STABLE_AFTER = 60.0  # a shard up this long starts its restart delays over
 FATAL = 2  # a shard's exit status that stops the node
+#: a shard's exit status once the node was removed from that shard's group: the node stops
+#: (with FATAL, as a node of one shard does) once it is removed from every shard
+REMOVED = 3
+REMOVED_GRACE_S = 1.0  # the answers of the removal that are on their way go out first
 #: what systemd gave the supervisor to speak to it: the shards say nothing to systemd
 _SUPERVISOR_ONLY = frozenset({"NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID"})
 
@@ -59,6 +63,7 @@ class Supervisor:
         self.stopping = False
         self.failure: int | None = None
         self.failed = asyncio.Event()
+        self.removed: set[int] = set()  # the shards that exited REMOVED
         self._watchers: list[asyncio.Task[None]] = []
         self._runner: web.AppRunner | None = None
 
@@ -89,6 +94,14 @@ class Supervisor:
             proc = self.procs[shard]
             code = await proc.wait()
             if self.stopping:
+                return
+            if code == REMOVED:
+                self.removed.add(shard)
+                log_event(log, "shard.removed", level=logging.WARNING, shard=shard)
+                if len(self.removed) == self.shards:
+                    await asyncio.sleep(REMOVED_GRACE_S)
+                    self.failure = FATAL
+                    self.failed.set()
                 return
             if code == FATAL:
                 log_event(log, "shard.failed", level=logging.ERROR, shard=shard, status=code)

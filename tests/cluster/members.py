@@ -27,16 +27,18 @@ def new_node(
     launch: list[str] | None = None,
     port: int | None = None,
     scheduler: dict[str, Any] | None = None,
+    shards: int = 1,
 ) -> int:
     """A node config beside the cluster's (not started); its index in ``cluster.nodes``.
     ``host`` is the address it listens on, ``launch`` the command prefix it starts with (a
     network namespace's, tests/cluster/netns.py) and ``port`` its HTTP port (its Raft port is
     the next one; a free one below 32768 by default); ``scheduler``, its [scheduler] keys (the
-    cluster's, for a node that may lead it)."""
+    cluster's, for a node that may lead it); ``shards``, its ``cluster.shards`` (shard k's
+    Raft port is the Raft port + k)."""
     if port is None:
-        port = free_port()
-        while port + 1 >= 32768:
-            port = free_port()
+        port = free_port(1 + shards)
+        while port + shards >= 32768:
+            port = free_port(1 + shards)
     cfg = cluster.root / f"{node_id}.toml"
     extra = "".join(f"{k} = {_toml(v)}\n" for k, v in raft.items())
     sched = "".join(f"{k} = {_toml(v)}\n" for k, v in (scheduler or {}).items())
@@ -46,6 +48,7 @@ def new_node(
         f'[raft]\nlisten = "{host}:{port + 1}"\n{extra}'
         f'[auth]\ntokens_file = "{cluster.root / "tokens.toml"}"\n'
         + (f"[scheduler]\n{sched}" if sched else "")
+        + (f"[cluster]\nshards = {shards}\n" if shards > 1 else "")
     )
     if cluster.hosts:
         cluster.hosts.append(host)

@@ -126,3 +126,68 @@ def test_a_job_views_place_follows_its_shards_order() -> None:
     by_fire, by_run = job_key(JobSort.NEXT_FIRE), job_key(JobSort.LATEST_RUN)
     assert sorted([idle, ran], key=by_fire) == [ran, idle]
     assert sorted([ran, idle], key=by_run) == [idle, ran]
+
+
+def test_a_membership_change_made_before_in_a_shard_is_told_from_a_refusal() -> None:
+    """The front door asks every shard for a membership change; asked again after one that
+    stopped half-way, a shard that made it already says so in words the front door knows
+    (schedd.core.members' own refusals), and any other refusal stops it."""
+    from schedd.core import members
+    from schedd.errors import SchedError
+    from schedd.shard.frontdoor import _added_before, _removed_before
+
+    def refusal(plan: object, *args: object) -> tuple[int, bytes]:
+        try:
+            plan(*args)  # type: ignore[operator]
+        except SchedError as err:
+            return err.http_status, orjson.dumps(err.to_dict())
+        raise AssertionError("not refused")
+
+    a, b = members.Member("10.0.0.1:7701", "n1"), members.Member("10.0.0.2:7701", "n2")
+    both = members.Membership((a, b), index=5, cluster="c")
+    assert _added_before(*refusal(members.plan_add, both, "10.0.0.2:7701"))
+    gone = members.plan_remove(both, "n2")
+    assert _removed_before(*refusal(members.plan_remove, gone, "10.0.0.2:7701"))
+    # refusals of another kind are not taken for a change made before
+    busy = members.plan_add(both, "10.0.0.3:7701")
+    assert not _added_before(*refusal(members.plan_add, busy, "10.0.0.4:7701"))
+    assert not _removed_before(*refusal(members.plan_remove, both, "10.0.0.9:7701"))
+
+
+async def test_a_namespaces_submission_rate_holds_for_the_node_whatever_the_shard() -> None:
+    """The node's front door keeps each namespace's bucket (its shards keep none): the
+    submits over the rate are refused there, whichever shard each would have gone to."""
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from schedd.config import load_config
+    from schedd.shard.layout import shard_config
+
+    cfg = load_config(
+        None,
+        env={},
+        overrides={"limits.submit_rate": {"billing": 0.001}, "limits.submit_burst": 2},
+    )
+    assert shard_config(cfg, 1).limits.submit_rate == ()  # the shard's own: off
+    door = FrontDoor(cfg, [f"/nonexistent/s{k}" for k in range(SHARDS)])
+    await door.start()
+    try:
+        async with TestClient(TestServer(door.app())) as client:
+            statuses = []
+            for k in range(3):  # three request ids: three shards' worth
+                resp = await client.post(
+                    "/api/v1/jobs",
+                    json={"task": "t", "namespace": "billing"},
+                    headers={"X-Request-Id": f"rate-request-{k}"},
+                )
+                statuses.append(resp.status)
+                body = await resp.json()
+            assert statuses == [503, 503, 429], statuses  # (no shard runs here: 503)
+            assert "billing is over its submission rate" in body["error"]["message"]
+            resp = await client.post(
+                "/api/v1/jobs/batch", json={"jobs": [{"task": "t", "namespace": "billing"}] * 3}
+            )
+            assert resp.status == 400 and "more than its burst (2)" in await resp.text()
+            resp = await client.post("/api/v1/jobs", json={"task": "t"})  # not limited
+            assert resp.status == 503
+    finally:
+        await door.close()
