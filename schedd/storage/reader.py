@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
+import sqlite3
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -25,6 +27,7 @@ from typing import Any
 import aiosqlite
 
 from schedd.core.model import Job, JobSort, Run, RunState
+from schedd.logs import log_event
 from schedd.storage.codec import job_from_body, run_from_body, split_run_id
 from schedd.storage.schema import (
     DLQ_BEFORE,
@@ -50,6 +53,11 @@ SCAN_WINDOW = 10_000
 _LAST_RUN_STATE = (
     "(SELECT state FROM runs WHERE runs.job_id = jobs.id ORDER BY runs.seq DESC LIMIT 1)"
 )
+
+log = logging.getLogger(__name__)
+
+CONNECT_TRIES = 10  # a connection that reads a damaged file is opened again ...
+CONNECT_RETRY_S = 0.2  # ... this long after (a snapshot's install takes well under 2 s)
 
 
 def id_prefix_bounds(prefix: str) -> tuple[str, str]:
@@ -183,6 +191,27 @@ class Reader:
         self._fetching: set[asyncio.Task[dict[str, Run]]] = set()
 
     async def _connect(self) -> list[aiosqlite.Connection]:
+        """The connections, opened; tried again for a while when the file reads as damaged:
+        a snapshot being installed by the Raft thread at that moment (a copy written by an
+        older schedd, through SQLite's backup) can make a connection opened meanwhile read
+        the file mid-copy.  A damaged file is still one after every try."""
+        for attempt in range(CONNECT_TRIES):
+            try:
+                return await self._connect_once()
+            except sqlite3.DatabaseError as exc:
+                if attempt + 1 == CONNECT_TRIES:
+                    raise
+                log_event(
+                    log,
+                    "reader.connect_retry",
+                    logging.WARNING,
+                    path=str(self.path),
+                    error=str(exc),
+                )
+                await asyncio.sleep(CONNECT_RETRY_S)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _connect_once(self) -> list[aiosqlite.Connection]:
         out = []
         try:
             for _ in range(self.size):

@@ -544,3 +544,33 @@ def test_a_new_run_after_its_jobs_row_was_written_still_moves_the_jobs_latest_ru
         assert st._latest_sched == {}
     finally:
         st.close()
+
+
+async def test_a_connection_that_reads_the_file_mid_install_is_opened_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A snapshot installed by the Raft thread (through SQLite's backup) while the API's
+    connections open can make one read the file mid-copy: it is opened again, a while; a file
+    damaged for good still fails the open."""
+    from schedd.storage import reader as reader_mod
+
+    SqlState(tmp_path / "state.db").close()
+    monkeypatch.setattr(reader_mod, "CONNECT_RETRY_S", 0.0)
+    reader = Reader(tmp_path / "state.db")
+    real = reader._connect_once
+    failures = [sqlite3.DatabaseError("database disk image is malformed")] * 2
+
+    async def flaky() -> list[aiosqlite.Connection]:
+        if failures:
+            raise failures.pop()
+        return await real()
+
+    monkeypatch.setattr(reader, "_connect_once", flaky)
+    await reader.open()
+    assert not failures  # opened on the third try
+    await reader.close()
+
+    damaged = tmp_path / "damaged.db"
+    damaged.write_bytes(b"SQLite format 3\0" + b"\xff" * 8192)
+    with pytest.raises(sqlite3.DatabaseError):
+        await Reader(damaged).open()
