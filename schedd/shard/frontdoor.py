@@ -47,8 +47,14 @@ from schedd.core.model import Direction, JobSort
 from schedd.errors import InvalidArgument, SchedError, Unavailable
 from schedd.ids import is_job_id, shard_of_id, shard_of_key
 from schedd.logs import log_event
-from schedd.protocol.headers import SHARD_HEADER, SHARDS_HEADER
+from schedd.protocol.headers import (
+    CONSISTENCY_HEADER,
+    MIN_INDEX_HEADER,
+    SHARD_HEADER,
+    SHARDS_HEADER,
+)
 from schedd.protocol.timing import CONNECT_PATH
+from schedd.shard.feeds import merged_events
 from schedd.shard.layout import shard_address
 from schedd.shard.link import LinkError, ShardLink
 from schedd.shard.mux import WorkerMux
@@ -252,6 +258,7 @@ class FrontDoor:
             ("GET", f"{PREFIX}/cluster"): self.cluster,
             ("GET", f"{PREFIX}/workers"): self.workers,
             ("POST", f"{PREFIX}/workers/{{worker_id}}/drain"): self.drain_worker,
+            ("GET", f"{PREFIX}/events"): self.events,
             ("POST", f"{PREFIX}/cluster/nodes"): self.add_node,
             ("DELETE", f"{PREFIX}/cluster/nodes/{{node}}"): self.remove_node,
         }
@@ -340,6 +347,24 @@ class FrontDoor:
             return await self._websocket(request, shard)
         return await self.forward(request, shard, body)
 
+    def _positioned(self, request: web.Request) -> bool:
+        """Whether a client's read asks for a position (``min_index``): a Raft index of the
+        shard that answered its write, which another shard's index does not compare with."""
+        return (
+            request.method == "GET"
+            and SHARD_HEADER not in request.headers
+            and ("min_index" in request.query or MIN_INDEX_HEADER in request.headers)
+        )
+
+    def _target(self, request: web.Request) -> str:
+        """The request's path and query as its shard is asked them (without ``min_index``,
+        which :meth:`_headers` makes a consistent read)."""
+        if not self._positioned(request) or "min_index" not in request.query:
+            return str(request.rel_url)
+        query = request.rel_url.query.copy()
+        query.popall("min_index", None)
+        return str(request.rel_url.with_query(query))
+
     def _headers(self, request: web.Request) -> dict[str, str]:
         out = {
             k: v
@@ -350,6 +375,13 @@ class FrontDoor:
         # the peer as this node sees it (never one the caller names: the shard takes it as
         # the request's peer)
         out["X-Forwarded-For"] = request.remote or ""
+        if self._positioned(request):
+            # Each shard's positions are its own Raft indexes, so the highest a client saw
+            # may be another shard's: a read that asks for one is made a consistent read of
+            # each shard it reads (it sees every write acknowledged before it began, the
+            # client's own among them), at the cost of a no-op write per shard.
+            out.pop(MIN_INDEX_HEADER, None)
+            out[CONSISTENCY_HEADER] = "consistent"
         return out
 
     async def _ask(
@@ -364,7 +396,7 @@ class FrontDoor:
         if not _streams(request):
             try:
                 status, headers, payload = await self._ask(
-                    request, shard, str(request.rel_url), body
+                    request, shard, self._target(request), body
                 )
             except LinkError as exc:
                 return _unavailable(shard, exc)
@@ -482,7 +514,7 @@ class FrontDoor:
 
     async def _each(self, request: web.Request) -> list[bytes] | web.Response:
         """:meth:`_gather` of this very request from every shard."""
-        target = str(request.rel_url)
+        target = self._target(request)
         return await self._gather(request, [(k, target) for k in range(self.shards)])
 
     async def healthy(self) -> bool:
@@ -551,6 +583,23 @@ class FrontDoor:
             )
         status, _, raw = answers[0]
         return web.Response(status=status, body=raw, content_type="application/json")
+
+    async def events(self, request: web.Request) -> web.StreamResponse:
+        """Every shard's change feed, merged (``schedd.shard.feeds``)."""
+        headers = {k: v for k, v in self._headers(request).items() if k.lower() != "last-event-id"}
+        headers.pop(CONSISTENCY_HEADER, None)
+
+        def open_feed(shard: int, query: dict[str, str]) -> Any:
+            return self._sessions[shard].get(
+                f"http://shard{shard}{PREFIX}/events", params=query, headers=headers
+            )
+
+        try:
+            return await merged_events(request, self.shards, open_feed)
+        except InvalidArgument as exc:
+            return _error(exc)
+        except aiohttp.ClientError as exc:
+            return _unavailable(-1, exc)
 
     async def add_node(self, request: web.Request) -> web.StreamResponse:
         """Add a node to every shard's group: to shard k by its Raft address of shard k (the
@@ -694,7 +743,7 @@ def _namespaces(doc: Any, batch: bool) -> dict[str, int]:
 
 def _page_target(request: web.Request, cursor: str | None) -> str:
     """This listing's page from one shard: from its own ``cursor``, with each item's place."""
-    query = {k: v for k, v in request.query.items() if k != "cursor"}
+    query = {k: v for k, v in request.query.items() if k not in ("cursor", "min_index")}
     query["places"] = "1"
     if cursor is not None:
         query["cursor"] = cursor

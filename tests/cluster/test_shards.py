@@ -10,10 +10,12 @@ import asyncio
 import os
 import signal
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
 import aiohttp
+import orjson
 import pytest
 
 from schedd.ids import SHARD_CHAR, shard_of_id
@@ -83,6 +85,18 @@ async def submit(
 
     job: dict[str, Any] = await wait_for(once, 60, interval=0.2)  # a submit through node i + 1
     return job
+
+
+def feed_events(text: str) -> list[tuple[str, Any, str | None]]:
+    """(kind, data, id) of each event of a ``text/event-stream`` body."""
+    out = []
+    for block in text.split("\n\n"):
+        fields = dict(
+            line.split(": ", 1) for line in block.splitlines() if ": " in line and line[0] != ":"
+        )
+        if "event" in fields:
+            out.append((fields["event"], orjson.loads(fields["data"]), fields.get("id")))
+    return out
 
 
 async def listing(http: aiohttp.ClientSession, cluster: Cluster, url: str, limit: int) -> list[str]:
@@ -161,6 +175,67 @@ async def test_three_shards_spread_read_list_and_dedupe_across_nodes(tmp_path: P
                 for i in range(3)
             ]
             assert len({j["id"] for j in keyed}) == 1, keyed
+
+            # a client that carries the index of its last write (one shard's) into reads of
+            # every shard, on other nodes, reads its own writes and is never kept waiting
+            async with http.post(
+                f"{cluster.urls[0]}/api/v1/jobs",
+                json={"task": "t.x", "schedule": {"in": "1h"}},
+                headers={**cluster.headers(), "X-Request-Id": "positioned-write-1"},
+            ) as r:
+                assert r.status == 201, await r.text()
+                written = (await r.json())["id"]
+                index = r.headers["X-Schedd-Index"]
+            for url in cluster.urls[1:]:
+                for job_id in [written, *ids[:6]]:  # jobs of every shard
+                    started = time.monotonic()
+                    status, _ = await call(
+                        http,
+                        cluster,
+                        "GET",
+                        f"{url}/api/v1/jobs/{job_id}",
+                        headers={"X-Schedd-Min-Index": index},
+                    )
+                    assert status == 200 and time.monotonic() - started < 3, (status, job_id)
+                listed = await call(
+                    http, cluster, "GET", f"{url}/api/v1/jobs?limit=100&min_index={index}"
+                )
+                assert listed[0] == 200 and written in {j["id"] for j in listed[1]["jobs"]}
+
+            # the change feed of every node merges every shard's: from a position taken
+            # before, the jobs submitted since in every shard, once each
+            async with http.get(
+                f"{cluster.urls[1]}/api/v1/events?follow=false", headers=cluster.headers()
+            ) as r:
+                assert r.status == 200
+                start = feed_events(await r.text())
+            assert start[0][0] == "hello" and start[0][2].startswith("s1."), start
+            fresh = [
+                (
+                    await submit(
+                        http,
+                        cluster,
+                        k % 3,
+                        {"task": "t.x", "schedule": {"in": "1h"}},
+                        f"feed-request-{k}",
+                    )
+                )["id"]
+                for k in range(9)
+            ]
+            assert {shard_of_id(j, SHARDS) for j in fresh} == {0, 1, 2}
+
+            async def fed() -> set[str] | None:
+                async with http.get(
+                    f"{cluster.urls[2]}/api/v1/events?follow=false&types=job",
+                    headers={**cluster.headers(), "Last-Event-ID": start[0][2]},
+                ) as r:
+                    assert r.status == 200, await r.text()
+                    events = feed_events(await r.text())
+                seen = [j["id"] for kind, data, _ in events if kind == "job" for j in data]
+                assert len(seen) == len(set(seen)), seen  # each once
+                return set(seen) if set(fresh) <= set(seen) else None
+
+            await wait_for(fed, 30, interval=0.3)  # every new job in the merged feed
 
             # a cursor from another listing is refused, naming it
             status, body = await call(

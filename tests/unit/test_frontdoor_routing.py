@@ -191,3 +191,23 @@ async def test_a_namespaces_submission_rate_holds_for_the_node_whatever_the_shar
             assert resp.status == 503
     finally:
         await door.close()
+
+
+def test_a_read_asking_for_a_position_is_made_a_consistent_read_of_each_shard() -> None:
+    """Each shard's positions are its own Raft indexes: the front door does not pass a
+    client's min_index (maybe another shard's) on, and asks each shard for a consistent read
+    instead, which sees every write acknowledged before it."""
+    door = FrontDoor(Config(), [f"/s{k}" for k in range(SHARDS)])
+    asked = make_mocked_request(
+        "GET", "/api/v1/jobs?limit=5&min_index=912", headers={"X-Schedd-Min-Index": "900"}
+    )
+    assert door._target(asked) == "/api/v1/jobs?limit=5"
+    headers = door._headers(asked)
+    assert "X-Schedd-Min-Index" not in headers
+    assert headers["X-Schedd-Consistency"] == "consistent"
+    plain = make_mocked_request("GET", "/api/v1/jobs?limit=5")
+    assert door._target(plain) == "/api/v1/jobs?limit=5"
+    assert "X-Schedd-Consistency" not in door._headers(plain)
+    # another node's shard process, naming its shard: its own index, passed on as it is
+    named = make_mocked_request("GET", "/api/v1/jobs/x?min_index=3", headers={SHARD_HEADER: "1"})
+    assert door._target(named) == "/api/v1/jobs/x?min_index=3"
