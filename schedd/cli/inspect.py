@@ -9,7 +9,9 @@ is the one to compare between nodes when a majority is lost and a survivor must 
 ``applied index N (term T)``.
 
 ``--data-dir`` is the node's ``node.data_dir`` (the state is in its ``raft`` directory) or that
-``raft`` directory itself; ``--journal-dir`` is ``raft.journal_dir`` when the node has one.
+``raft`` directory itself; ``--journal-dir`` is ``raft.journal_dir`` when the node has one.  A
+node of a cluster of several shards holds one such state per shard (``shards/<k>``): each is
+reported in turn (with ``-o json``, a list of the reports under ``shards``).
 
 How it reads without writing
     ``state.db``: SQLite opened read-only -- with ``immutable=1`` when no write-ahead log holds
@@ -525,10 +527,28 @@ def render_text(r: dict[str, Any], width: int) -> str:
 # ---- the command ---------------------------------------------------------------------------
 
 
+def shard_dirs(data: Path, journal_dir: str | None) -> list[tuple[Path, str | None]]:
+    """The data and journal directories of each shard of a node of several shards (its data
+    directory holds ``shards/<k>`` and no state of its own); [] for a node of one shard."""
+    top = data / "shards"
+    if (data / "raft" / STATE_FILE).exists() or not top.is_dir():
+        return []
+    found = sorted(int(p.name) for p in top.iterdir() if p.name.isdigit() and p.is_dir())
+    return [
+        (top / str(k), None if journal_dir is None else str(Path(journal_dir) / "shards" / str(k)))
+        for k in found
+    ]
+
+
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
+    data = Path(args.data_dir)
     try:
-        report = build_report(Path(args.data_dir), args.journal_dir)
+        shards = shard_dirs(data, args.journal_dir)
+        if shards:
+            reports = [build_report(d, j) for d, j in shards]
+            return _said_shards(data, reports, args.output)
+        report = build_report(data, args.journal_dir)
     except Failure as exc:
         print(f"{PREFIX}{exc}", file=sys.stderr)
         return exc.code
@@ -546,3 +566,19 @@ def main(argv: list[str]) -> int:
     for problem in report["problems"]:
         print(f"{PREFIX}{render.clean(problem)}", file=sys.stderr)
     return 1 if report["problems"] else 0
+
+
+def _said_shards(data: Path, reports: list[dict[str, Any]], output: str) -> int:
+    """A node of several shards: each shard's report, in turn."""
+    if output == "json":
+        sys.stdout.buffer.write(orjson.dumps({"data_dir": str(data), "shards": reports}) + b"\n")
+    else:
+        width = terminal_style("text", sys.stdout.isatty(), os.environ).width
+        parts = [f"shard {k}: " + render_text(r, width) for k, r in enumerate(reports)]
+        text = f"{data}: a node of {len(reports)} shards\n\n" + "\n\n".join(parts) + "\n"
+        sys.stdout.buffer.write(text.encode("utf-8", "replace"))
+    sys.stdout.flush()
+    problems = [(k, p) for k, r in enumerate(reports) for p in r["problems"]]
+    for k, problem in problems:
+        print(f"{PREFIX}shard {k}: {render.clean(problem)}", file=sys.stderr)
+    return 1 if problems else 0

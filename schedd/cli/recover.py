@@ -6,7 +6,8 @@ won.  On one survivor (the one with the highest applied index: ``schedd inspect 
 prints it), stopped, this rewrites the membership its state database records to itself alone,
 with the others listed as removed, and records the recovery in the leaders list.  Started again,
 the node elects itself and goes on from its own state; new nodes are then added as usual
-(``schedctl node add`` or ``raft.join``).
+(``schedctl node add`` or ``raft.join``).  A node of a cluster of several shards recovers every
+shard's group of its own (each checked before any is written).
 
 What may be lost: writes that only the lost nodes had acknowledged (committed on a majority
 that did not include this node), and whatever this node's log held beyond its commit index is
@@ -25,6 +26,7 @@ import sqlite3
 import sys
 import urllib.error
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 
 import orjson
@@ -34,6 +36,7 @@ from schedd.cli.inspect import lock_holder
 from schedd.config import STATE_FILE, Config
 from schedd.core.apply import MAX_CLAIMS
 from schedd.core.members import Member, Membership
+from schedd.shard.layout import shard_config
 from schedd.storage.snapshots import SnapshotError, read_meta, write_meta
 
 PREFIX = "schedd recover: "
@@ -79,7 +82,58 @@ def recover(cfg: Config, probe: bool = True) -> int:
         return exc.code
 
 
+@dataclass(frozen=True)
+class _Plan:
+    """What recovering one Raft group of this node writes, and what it tells."""
+
+    state: Path
+    members: Membership
+    claims: list[list[object]]
+    applied: int
+    term: int
+    lost: str
+
+
 def _recover(cfg: Config, probe: bool) -> int:
+    shards = cfg.cluster.shards
+    if shards == 1:
+        plans = [_plan(cfg, probe)]
+    else:  # every shard's group of this node, each checked before any is written
+        plans = [_plan(shard_config(cfg, k), probe and k == 0) for k in range(shards)]
+    for plan in plans:
+        try:
+            write_meta(
+                plan.state,
+                {
+                    "members": orjson.dumps(plan.members.to_json()).decode(),
+                    "leader_claims": orjson.dumps(plan.claims).decode(),
+                },
+            )
+        except (sqlite3.Error, SnapshotError, OSError) as exc:
+            raise _Refused(f"{plan.state}: cannot write it: {exc}") from None
+    first = plans[0]
+    at = (
+        f"applied index {first.applied}, term {first.term}"
+        if shards == 1
+        else "; ".join(f"shard {k}: applied index {p.applied}" for k, p in enumerate(plans))
+    )
+    print(
+        f"WARNING: {cfg.node.id} ({cfg.raft.listen}) now forms a NEW ONE-NODE CLUSTER from its "
+        f"own state: {at}. Removed: {first.lost}.\n"
+        "WARNING: writes that only the lost nodes had acknowledged are gone (anything committed "
+        "after this node's applied index on a majority without it); anything this node's log "
+        "held beyond that is kept as it stands. Do not start the removed nodes with their old "
+        "data: they are refused.\n"
+        f"next: start this node (systemctl start schedd), check it leads (schedctl cluster), "
+        "then add new nodes one at a time (raft.join on each, or schedctl node add ADDR). "
+        "Update raft.peers in this node's config to match (it logs raft.peers_differ until "
+        "then).",
+        file=sys.stderr,
+    )
+    return 0
+
+
+def _plan(cfg: Config, probe: bool) -> _Plan:
     state = cfg.data_path / "raft" / STATE_FILE
     if not state.is_file():
         raise _Refused(
@@ -126,31 +180,8 @@ def _recover(cfg: Config, probe: bool) -> int:
     )
     claim = [term, f"{cfg.node.id} (recover --force-new-cluster)", applied, clock.wall_ms()]
     claims = [*claims, claim][-MAX_CLAIMS:]
-    try:
-        write_meta(
-            state,
-            {
-                "members": orjson.dumps(new.to_json()).decode(),
-                "leader_claims": orjson.dumps(claims).decode(),
-            },
-        )
-    except (sqlite3.Error, SnapshotError, OSError) as exc:
-        raise _Refused(f"{state}: cannot write it: {exc}") from None
     lost = ", ".join(f"{m.name} ({m.raft})" for m in others) or "none"
-    print(
-        f"WARNING: {cfg.node.id} ({me}) now forms a NEW ONE-NODE CLUSTER from its own state: "
-        f"applied index {applied}, term {term}. Removed: {lost}.\n"
-        "WARNING: writes that only the lost nodes had acknowledged are gone (anything committed "
-        "after this node's applied index on a majority without it); anything this node's log "
-        "held beyond that is kept as it stands. Do not start the removed nodes with their old "
-        "data: they are refused.\n"
-        f"next: start this node (systemctl start schedd), check it leads (schedctl cluster), "
-        "then add new nodes one at a time (raft.join on each, or schedctl node add ADDR). "
-        "Update raft.peers in this node's config to match (it logs raft.peers_differ until "
-        "then).",
-        file=sys.stderr,
-    )
-    return 0
+    return _Plan(state, new, claims, applied, term, lost)
 
 
 def parse_args(argv: list[str], config_options: object) -> argparse.Namespace:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -201,14 +202,17 @@ async def check_members_hold(
     await wait_for(same, timeout=30, interval=0.2)
 
 
-async def run(program: str, *args: str, timeout: float = 60) -> tuple[int, str]:
+async def run(
+    program: str, *args: str, timeout: float = 60, env: dict[str, str] | None = None
+) -> tuple[int, str]:
     """One of this installation's programs (``schedd``, ``schedctl``): its exit status and its
-    output (stdout and stderr)."""
+    output (stdout and stderr); ``env``: more environment variables."""
     proc = await asyncio.create_subprocess_exec(
         str(BIN / program),
         *args,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
+        env={**os.environ, **(env or {})},
     )
     out, _ = await asyncio.wait_for(proc.communicate(), timeout)
     return int(proc.returncode or 0), out.decode()

@@ -17,6 +17,7 @@ import pytest
 
 from schedd.ids import shard_of_id
 from tests.cluster.harness import BIN, Cluster, _env
+from tests.cluster.members import run
 from tests.cluster.test_shards import SHARDS, call, listing, submit
 from tests.conftest import wait_for
 
@@ -114,3 +115,10 @@ async def test_one_command_backs_up_every_shard_and_one_file_restores_them(
     finally:
         new.stop()
         print(new.logs())
+
+    # a stopped node of several shards, inspected: each shard's state, with its jobs
+    code, out = await run("schedd", "inspect", "--data-dir", str(new.data_dir(1)), "-o", "json")
+    assert code == 0, out
+    report = orjson.loads(out)
+    assert [r["state"]["counts"]["jobs"] for r in report["shards"]] == per_shard, report
+    assert all(r["applied"]["index"] > 0 and not r["running"] for r in report["shards"])

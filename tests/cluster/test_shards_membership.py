@@ -6,6 +6,7 @@ shard are on the new node and the cluster serves on."""
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,7 @@ import pytest
 
 from schedd.shard.layout import shard_address
 from tests.cluster.harness import Cluster
-from tests.cluster.members import NODES, exit_status, new_node, raft_addr, schedctl
+from tests.cluster.members import NODES, exit_status, new_node, raft_addr, run, schedctl
 from tests.cluster.test_shards import SHARDS, call, shard_leaders, submit
 from tests.conftest import wait_for
 
@@ -110,6 +111,63 @@ async def test_a_node_joins_every_shard_and_one_command_removes_one_from_all(
                 return status == 200
 
             await wait_for(served, 60, interval=0.3)  # the new job read on n3
+    finally:
+        cluster.stop()
+        print(cluster.logs())
+
+
+async def test_a_lost_majority_is_recovered_in_every_shard_from_one_survivor(
+    tmp_path: Path,
+) -> None:
+    cluster = Cluster(tmp_path / "c", shards=SHARDS)
+    cluster.start()
+    try:
+        async with aiohttp.ClientSession() as http:
+
+            async def recorded() -> bool:  # each group recorded its membership
+                return await shard_voters(http, cluster, 0) == in_every_shard(cluster, [0, 1, 2])
+
+            await wait_for(recorded, 60, interval=0.3)  # the three nodes, in every shard
+            jobs = [
+                await submit(
+                    http,
+                    cluster,
+                    k % 3,
+                    {"task": "t.x", "schedule": {"in": "1h"}},
+                    f"lost-majority-{k}",
+                )
+                for k in range(9)
+            ]
+            survivor = 0
+            config = str(cluster.nodes[survivor].config)
+            env = cluster.env
+            cluster.kill(survivor, signal.SIGTERM)
+            assert exit_status(cluster, survivor) == 0
+            code, out = await run(
+                "schedd", "recover", "--force-new-cluster", "--config", config, env=env
+            )
+            assert code == 1 and "still answer" in out, out  # the others answer: nothing done
+            for i in (1, 2):
+                cluster.kill(i)
+            code, out = await run(
+                "schedd", "recover", "--force-new-cluster", "--config", config, env=env
+            )
+            assert code == 0 and "NEW ONE-NODE CLUSTER" in out, out
+            assert all(f"shard {k}: applied index" in out for k in range(SHARDS)), out
+            cluster.start(survivor)
+
+            async def alone() -> bool:  # it leads every shard by itself
+                leaders = await shard_leaders(http, cluster, survivor)
+                return leaders == ["n1"] * SHARDS
+
+            await wait_for(alone, 60, interval=0.3)  # n1 leads every shard alone
+            for job in jobs:
+                status, _ = await call(
+                    http, cluster, "GET", f"{cluster.urls[survivor]}/api/v1/jobs/{job['id']}"
+                )
+                assert status == 200, job
+            late = await submit(http, cluster, survivor, {"task": "t.x"}, "after-the-recovery-1")
+            assert late["id"]
     finally:
         cluster.stop()
         print(cluster.logs())
