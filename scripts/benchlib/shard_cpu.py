@@ -79,14 +79,16 @@ async def commit_indexes(http: aiohttp.ClientSession, cluster: Cluster, shards: 
     return [int(s["commit_index"]) for s in view["shards"]]
 
 
-async def submit_all(cluster: Cluster, jobs: int, at: str | None = None) -> list[str]:
+async def submit_all(
+    cluster: Cluster, jobs: int, at: str | None = None, clients: int = 64
+) -> list[str]:
     schedule = {"in": "1h"} if at is None else {"at": at}
     task = "bench.noop" if at is None else "demo.echo"
     body = orjson.dumps({"task": task, "schedule": schedule})
     urls = itertools.cycle(cluster.urls)
     ids: list[str] = []
     left = iter(range(jobs))
-    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=64)) as http:
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=clients)) as http:
 
         async def client() -> None:
             for k in left:
@@ -102,7 +104,7 @@ async def submit_all(cluster: Cluster, jobs: int, at: str | None = None) -> list
                 else:
                     raise RuntimeError("a submit kept failing")
 
-        await asyncio.gather(*(client() for _ in range(64)))
+        await asyncio.gather(*(client() for _ in range(clients)))
     return ids
 
 
@@ -117,7 +119,10 @@ async def active(cluster: Cluster) -> bool:
         return bool((await r.json())["jobs"])
 
 
-async def one(shards: int, jobs: int, runs: bool = False) -> dict[str, float]:
+async def one(shards: int, jobs: int, runs: bool = False, scale: bool = False) -> dict[str, float]:
+    # --scale: each shard gets the load one shard got (N times the jobs, clients and slots)
+    factor = shards if scale else 1
+    jobs *= factor
     with tempfile.TemporaryDirectory(prefix="shard-cpu-") as tmp:
         cluster = Cluster(Path(tmp) / "c", shards=shards)
         cluster.start()
@@ -148,7 +153,7 @@ async def one(shards: int, jobs: int, runs: bool = False) -> dict[str, float]:
                             str(BIN / "schedd-worker"),
                             f"--token={cluster.token}",
                             f"--server={url}",
-                            "--concurrency=64",
+                            f"--concurrency={64 * factor}",
                             "--import=schedd.worker.demo_tasks",
                             "--log-level=warning",
                             f"--worker-id=bench-{i}",
@@ -157,7 +162,7 @@ async def one(shards: int, jobs: int, runs: bool = False) -> dict[str, float]:
                     )
                 due = time.time() + jobs / 150 + 10
                 at = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(due)) + "Z"
-                ids = await submit_all(cluster, jobs, at)
+                ids = await submit_all(cluster, jobs, at, 64 * factor)
                 await asyncio.sleep(max(0.0, due - time.time() - 0.5))
             async with aiohttp.ClientSession() as http:
                 first = await commit_indexes(http, cluster, shards)
@@ -167,7 +172,7 @@ async def one(shards: int, jobs: int, runs: bool = False) -> dict[str, float]:
                 while await active(cluster):
                     await asyncio.sleep(1.0)
             else:
-                ids = await submit_all(cluster, jobs)
+                ids = await submit_all(cluster, jobs, None, 64 * factor)
             elapsed = time.perf_counter() - t0
             async with aiohttp.ClientSession() as http:
                 last = await commit_indexes(http, cluster, shards)
@@ -207,7 +212,7 @@ async def main() -> None:
     results: dict[int, list[dict[str, float]]] = {n: [] for n in [1, *ns]}
     for _ in range(runs):
         for shards in results:
-            got = await one(shards, jobs, runs_mode)
+            got = await one(shards, jobs, runs_mode, "--scale" in sys.argv)
             print(shards, orjson.dumps(got).decode(), flush=True)
             results[shards].append(got)
     for shards, rows in results.items():
