@@ -339,6 +339,19 @@ async def test_rolling_upgrade_from_the_previous_release_under_load(
             assert not again, f"a run's fence executed more than once: {again}"
 
             # -- the recurring job: one run per fire, each run's fences executed once --------
+            async def ticked_after() -> bool:  # it went on firing after the last upgrade
+                done = [
+                    r
+                    async for r in client.runs(tick.id, page_size=500)
+                    if r.state == "succeeded"
+                    and r.scheduled_at
+                    and r.scheduled_at.timestamp() * 1000 >= last_ms
+                ]
+                return len(done) >= 3
+
+            await until(
+                "three runs of the recurring job after the upgrades", ticked_after, 30, cluster
+            )
             runs = [run async for run in client.runs(tick.id, page_size=500)]
             scheduled = sorted(r.scheduled_at for r in runs if r.scheduled_at is not None)
             assert len(scheduled) == len(runs) == len(set(scheduled)), "a fire made two runs"
