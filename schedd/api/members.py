@@ -13,7 +13,7 @@ from typing import Any
 from aiohttp import web
 
 from schedd import clock
-from schedd.api.ports import MEMBERS, PREFIX, PROXY, RAFT, json_response, read_json
+from schedd.api.ports import MEMBERS, PREFIX, PROXY, RAFT, json_response, peer, read_json
 from schedd.config import split_hostport
 from schedd.errors import InvalidArgument, SchedError
 
@@ -139,5 +139,5 @@ async def join_cluster(request: web.Request) -> web.Response:
     await _resolvable(check_address(body.get("raft")))
     if not request.app[RAFT].is_leader:
         return await _forwarded(request, "POST", f"{PREFIX}/cluster/join", body)
-    members = await request.app[MEMBERS].join(body, request.remote)
+    members = await request.app[MEMBERS].join(body, peer(request))
     return json_response({"members": members.to_json()})

@@ -72,12 +72,9 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
 @web.middleware
 async def shard_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     """A cluster of several shards: the job and run views of the answer say this process's
-    shard; and the request's peer is the one the node's front door says (its socket, which
-    only the front door can reach, has no peer address of its own)."""
+    shard (the request's peer is ``ports.peer``: a clone of the request here cost 36-43 µs a
+    request)."""
     VIEW_SHARD.set(request.app[SHARD])
-    peer = request.headers.get("X-Forwarded-For")
-    if peer:
-        request = request.clone(remote=peer)
     return await handler(request)
 
 

@@ -351,3 +351,12 @@ async def read_json(request: web.Request) -> Any:
         return orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         raise InvalidArgument(f"the body is not valid JSON: {exc}") from None
+
+
+def peer(request: web.Request) -> str | None:
+    """The address the request comes from: in a cluster of several shards, as the node's
+    front door saw it (it always sets ``X-Forwarded-For``; this process's socket, which only
+    the front door reaches, has no peer address of its own); else the connection's."""
+    if request.app[CONFIG].cluster.shards > 1:
+        return request.headers.get("X-Forwarded-For") or request.remote
+    return request.remote

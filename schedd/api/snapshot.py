@@ -25,7 +25,7 @@ from typing import Any
 
 from aiohttp import web
 
-from schedd.api.ports import CONFIG, IMAGES, RAFT, TOKEN, Raft
+from schedd.api.ports import CONFIG, IMAGES, RAFT, TOKEN, Raft, peer
 from schedd.errors import ResourceExhausted, Unavailable
 from schedd.logs import log_event
 from schedd.storage.snapshots import ImageSource, SnapshotError
@@ -146,7 +146,7 @@ async def _stream(request: web.Request, source: ImageSource, rate: float) -> web
         "node_id": node,
         "applied_index": header.applied_index,
         "by": request[TOKEN].name,
-        "peer": request.remote,
+        "peer": peer(request),
     }
     log_event(
         log,

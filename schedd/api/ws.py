@@ -13,7 +13,7 @@ from aiohttp import WSMsgType, web
 
 from schedd import clock
 from schedd.aio import within
-from schedd.api.ports import CONFIG, NODE, RAFT, SOCKETS, Node, Raft, WorkerHub
+from schedd.api.ports import CONFIG, NODE, RAFT, SOCKETS, Node, Raft, WorkerHub, peer
 from schedd.leader.workers import WorkerConn
 from schedd.logs import log_event
 from schedd.protocol import messages
@@ -81,11 +81,10 @@ async def _serve(request: web.Request, ws: web.WebSocketResponse) -> web.WebSock
         return ws
 
     connected = clock.wall_ms()
-    node, host, whole = app[CONFIG].node.id, request.remote, None
+    node, host, whole = app[CONFIG].node.id, peer(request), None
     if app[CONFIG].cluster.shards > 1 and RELAY_NODE_HEADER in request.headers:
         # a node's front door serves the worker from every shard, and says for whom
         node = request.headers[RELAY_NODE_HEADER]
-        host = request.headers.get("X-Forwarded-For", host)
         whole = _int_or_none(request.headers.get(RELAY_CAPACITY_HEADER))
     conn = WorkerConn(
         hello.worker_id,

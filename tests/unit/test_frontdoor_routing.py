@@ -211,3 +211,26 @@ def test_a_read_asking_for_a_position_is_made_a_consistent_read_of_each_shard() 
     # another node's shard process, naming its shard: its own index, passed on as it is
     named = make_mocked_request("GET", "/api/v1/jobs/x?min_index=3", headers={SHARD_HEADER: "1"})
     assert door._target(named) == "/api/v1/jobs/x?min_index=3"
+
+
+def test_a_shard_takes_the_peer_the_front_door_saw_and_a_lone_node_its_own() -> None:
+    """A shard's process hears every request from its node's front door, which names the
+    caller in X-Forwarded-For; a node of one shard never believes that header (a caller could
+    name any address in it, and the join rule of a cluster without a Raft secret rests on the
+    peer)."""
+    from aiohttp import web
+
+    from schedd.api.ports import CONFIG, peer
+    from schedd.config import load_config
+
+    def asked(shards: int) -> str | None:
+        app = web.Application()
+        overrides = {"cluster.shards": shards} if shards > 1 else {}
+        app[CONFIG] = load_config(None, env={}, overrides=overrides)
+        request = make_mocked_request(
+            "POST", "/api/v1/cluster/join", headers={"X-Forwarded-For": "10.9.9.9"}, app=app
+        )
+        return peer(request)
+
+    assert asked(3) == "10.9.9.9"
+    assert asked(1) != "10.9.9.9"
