@@ -27,7 +27,6 @@ import heapq
 import itertools
 import logging
 import re
-import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -41,6 +40,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
+from schedd import clock
 from schedd.config import Config, peer_ssl_context
 from schedd.core.fairness import TokenBucket, take_submits
 from schedd.core.model import Direction, JobSort
@@ -336,7 +336,7 @@ class FrontDoor:
             refused = take_submits(
                 self._buckets,
                 _namespaces(doc, request.path.endswith("/batch")),
-                int(time.time() * 1000),
+                clock.wall_ms(),
                 self.cfg.limits.submit_burst,
             )
             if refused is not None:

@@ -45,6 +45,15 @@ def in_every_shard(cluster: Cluster, nodes: list[int]) -> list[set[str]]:
     return [{shard_address(raft_addr(cluster, i), k) for i in nodes} for k in range(SHARDS)]
 
 
+async def recorded(http: aiohttp.ClientSession, cluster: Cluster) -> None:
+    """Until each shard's group recorded its membership: the three nodes, in every shard."""
+
+    async def done() -> bool:
+        return await shard_voters(http, cluster, 0) == in_every_shard(cluster, [0, 1, 2])
+
+    await wait_for(done, 60, interval=0.3)  # the three nodes, in every shard
+
+
 async def test_a_node_joins_every_shard_and_one_command_removes_one_from_all(
     tmp_path: Path,
 ) -> None:
@@ -65,11 +74,7 @@ async def test_a_node_joins_every_shard_and_one_command_removes_one_from_all(
                 for k in range(9)
             ]
 
-            async def recorded() -> bool:  # each group recorded its membership
-                voters = await shard_voters(http, cluster, 0)
-                return voters == in_every_shard(cluster, [0, 1, 2])
-
-            await wait_for(recorded, 60, interval=0.3)  # the three nodes, in every shard
+            await recorded(http, cluster)
 
             # n4 joins by itself, through a node's API: it becomes a voter of every shard
             n4 = new_node(cluster, "n4", {"join": [cluster.nodes[1].url]}, shards=SHARDS)
@@ -123,11 +128,7 @@ async def test_a_lost_majority_is_recovered_in_every_shard_from_one_survivor(
     cluster.start()
     try:
         async with aiohttp.ClientSession() as http:
-
-            async def recorded() -> bool:  # each group recorded its membership
-                return await shard_voters(http, cluster, 0) == in_every_shard(cluster, [0, 1, 2])
-
-            await wait_for(recorded, 60, interval=0.3)  # the three nodes, in every shard
+            await recorded(http, cluster)
             jobs = [
                 await submit(
                     http,

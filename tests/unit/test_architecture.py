@@ -171,6 +171,7 @@ ALLOWED: dict[str, set[str]] = {
     # a node of several shards: the supervisor, its shards' processes and its front door
     "schedd.shard": {
         "schedd.aio",
+        "schedd.clock",
         "schedd.protocol",  # the front door serves workers from every shard
         "schedd.cli",
         "schedd.config",
