@@ -153,8 +153,15 @@ class Slow(SyncObj):
 
 @pytest.mark.parametrize("bounded", [False, True])
 def test_one_tick_applies_at_most_its_budget_of_entries(tmp_path: Path, bounded: bool) -> None:
+    # pysyncobj takes queued commands into its log for one appendEntriesPeriod a tick; a long
+    # one makes "all ten in one tick" hold on a loaded machine (four were taken in 100 ms once)
     conf = SyncObjConf(
-        autoTick=False, journalFile=str(tmp_path / "j"), fullDumpFile=str(tmp_path / "d")
+        autoTick=False,
+        journalFile=str(tmp_path / "j"),
+        fullDumpFile=str(tmp_path / "d"),
+        appendEntriesPeriod=0.5,
+        raftMinTimeout=1.6,
+        raftMaxTimeout=1.8,
     )
     obj = Slow(f"127.0.0.1:{free_port()}", [], conf)
     try:
