@@ -35,6 +35,7 @@ pytestmark = [
     pytest.mark.skipif(
         os.geteuid() != 0 or shutil.which("mount") is None, reason="mounting a tmpfs needs root"
     ),
+    pytest.mark.long,  # the fault-injection tier (scripts/test --long)
 ]
 
 FS_MB = 256  # each node's data directory: the two that stay up must not fill as well

@@ -18,7 +18,7 @@ from tests.cluster.harness import Cluster
 from tests.cluster.test_stalled_follower import _metric
 from tests.conftest import wait_for
 
-pytestmark = [pytest.mark.cluster, pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(240), pytest.mark.long]
 
 ISOLATED_S = 30.0
 #: ``raft.raft_min_timeout``'s default: a follower that went this long without its leader's

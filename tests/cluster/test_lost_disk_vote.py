@@ -29,7 +29,7 @@ from tests.cluster.harness import REPO, Cluster
 from tests.cluster.test_power_loss import check_every_node, submitting
 from tests.conftest import wait_for
 
-pytestmark = [pytest.mark.cluster, pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(240), pytest.mark.long]
 
 RAFT = {"log_compaction_min_entries": 50, "log_compaction_min_time": "1s"}
 #: raft_max_timeout is 2 s by default: a candidate would have won within a few of them

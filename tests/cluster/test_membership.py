@@ -59,6 +59,7 @@ async def recorded(http: aiohttp.ClientSession, cluster: Cluster, i: int) -> dic
     return view
 
 
+@pytest.mark.long  # the fault-injection tier (scripts/test --long)
 async def test_three_to_five_to_three_under_load(tmp_path: Path) -> None:
     cluster = Cluster(tmp_path / "c", raft=dict(RAFT))
     try:

@@ -37,6 +37,7 @@ pytestmark = [
     pytest.mark.cluster,
     pytest.mark.timeout(240),
     pytest.mark.skipif(available() is not None, reason=str(available())),
+    pytest.mark.long,  # the fault-injection tier (scripts/test --long)
 ]
 
 NODES = ["n1", "n2", "n3"]

@@ -34,6 +34,7 @@ pytestmark = [
     pytest.mark.cluster,
     pytest.mark.timeout(420),
     pytest.mark.skipif(available() is not None, reason=str(available())),
+    pytest.mark.long,  # the fault-injection tier (scripts/test --long)
 ]
 
 SUBMITTERS = 8

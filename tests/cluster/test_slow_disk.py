@@ -21,6 +21,7 @@ pytestmark = [
     pytest.mark.cluster,
     pytest.mark.timeout(300),
     pytest.mark.skipif(available() is not None, reason=str(available())),
+    pytest.mark.long,  # the fault-injection tier (scripts/test --long)
 ]
 
 LOAD_S = 10.0

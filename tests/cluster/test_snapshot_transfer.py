@@ -32,7 +32,7 @@ from tests.cluster.test_power_loss import check_every_node, submitting
 from tests.cluster.test_stalled_follower import _metric
 from tests.conftest import wait_for
 
-pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300), pytest.mark.long]
 
 RAFT = {
     "log_compaction_min_entries": 50,

@@ -36,7 +36,7 @@ import pytest
 from tests.cluster.harness import Cluster
 from tests.conftest import wait_for
 
-pytestmark = [pytest.mark.cluster, pytest.mark.timeout(150)]
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(150), pytest.mark.long]
 
 PAUSE = 5.0  # > pysyncobj's connectionTimeout (3.5 s): the connections die during the pause
 UNSENT = 0.2  # the leader's frames are dropped this long before the pause (< raft_min_timeout)
