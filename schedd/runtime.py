@@ -41,8 +41,9 @@ BALANCE_SETTLE = 5.0
 BALANCE_HAND_OVER = 2.0
 
 
-def leader_settings(cfg: Config) -> LeaderSettings:
-    """What the leader is configured with, from the node's config (in ms, as it is)."""
+def leader_settings(cfg: Config, shard: int = 0) -> LeaderSettings:
+    """What the leader of ``shard`` is configured with, from the node's config (in ms, as it
+    is)."""
     return LeaderSettings(
         tick_ms=cfg.scheduler.tick_ms,
         caps=dict(cfg.limits.concurrency),
@@ -51,6 +52,8 @@ def leader_settings(cfg: Config) -> LeaderSettings:
         hot_window_ms=cfg.scheduler.hot_window_ms,
         retention_ms=cfg.history.retention_ms,
         keep_per_job=cfg.history.max_runs_per_job,
+        shards=cfg.cluster.shards,
+        shard=shard,
     )
 
 
@@ -442,7 +445,7 @@ class Runtime:
 
     def _start_leader(self) -> None:
         cfg = self.config
-        settings = leader_settings(cfg)
+        settings = leader_settings(cfg, self.shard)
         leader = Leader(
             self.node,
             cfg.node.id,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from schedd.api.caps import shard_caps
 from schedd.api.common import Handler
 from schedd.api.consistency import fresh, indexed
 from schedd.api.events import events
@@ -121,6 +122,7 @@ HANDLERS: tuple[Handler, ...] = (
     add_node,
     remove_node,
     join_cluster,
+    shard_caps,
     scheduling_lag,
     workers,
     drain_worker,

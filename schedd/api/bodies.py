@@ -347,6 +347,21 @@ class JoinBody(TypedDict):
     ]
 
 
+class CapsBody(TypedDict, total=False):
+    """a request between the nodes of a cluster of several shards about concurrency caps"""
+
+    op: Required[Annotated[Literal["view", "limit", "give", "take", "delivered"], "what to do"]]
+    at: Required[Annotated[int, js(minimum=0), "the caller's clock, Unix ms"]]
+    proof: Required[Annotated[str, js(maxLength=128), "HMAC-SHA256 (hex) of the other fields"]]
+    limits: Annotated[dict[str, int], "limit: runs of each namespace leased at once at most"]
+    hold_s: Annotated[float, "limit: for this many seconds"]
+    namespace: Annotated[str, "give, take: the namespace"]
+    amount: Annotated[int, js(minimum=1), "give, take: slots"]
+    dest: Annotated[int, js(minimum=0), "give: to this shard; delivered: credited there"]
+    source: Annotated[int, js(minimum=0), "take: from this shard"]
+    seq: Annotated[int, js(minimum=1), "take, delivered: the transfer (its give's index)"]
+
+
 #: the request bodies, by their name in the OpenAPI document's components
 REQUESTS: Final[dict[str, Any]] = {
     "Dst": DstBody,
@@ -362,4 +377,5 @@ REQUESTS: Final[dict[str, Any]] = {
     "Login": LoginBody,
     "NodeBody": NodeBody,
     "JoinBody": JoinBody,
+    "CapsBody": CapsBody,
 }

@@ -436,6 +436,21 @@ OPERATIONS: tuple[Operation, ...] = (
         "without one, does not come from this machine); 409 when the node holds data.",
     ),
     Operation(
+        "shard_caps",
+        "POST",
+        f"{PREFIX}/internal/caps",
+        None,
+        "Between the nodes of a cluster of several shards: move the slots of the namespaces' "
+        "concurrency caps between the shards' leaders; signed with the cluster's Raft secret",
+        (Reply(200, "the shard leader's answer", "CapsAnswer"),),
+        (400, 403, 503),
+        body="CapsBody",
+        description="No token: the request carries an HMAC-SHA256 of its fields with the "
+        "Raft secret. Ops: view (each capped namespace's allowance, runs in flight and "
+        "waiting), limit, give, take, delivered. A node that does not lead the shard asks "
+        "its leader.",
+    ),
+    Operation(
         "scheduling_lag",
         "GET",
         f"{PREFIX}/scheduling-lag",

@@ -28,7 +28,7 @@ from schedd.config import Config
 from schedd.core.commands import Command
 from schedd.core.events import Pulled
 from schedd.core.fairness import TokenBucket
-from schedd.core.state import Committed, State
+from schedd.core.state import Committed, Result, State
 from schedd.errors import InvalidArgument, SchedError
 from schedd.leader.workers import WorkerConn
 from schedd.metrics import Metrics
@@ -155,6 +155,17 @@ class WorkerHub(Protocol):
     @property
     def workers(self) -> Mapping[str, WorkerConn]:
         """The connected workers, by id."""
+
+    # concurrency caps across shards (schedd.api.caps)
+    def caps_view(self) -> dict[str, Any]: ...
+
+    def limit_caps(self, limits: dict[str, int], hold_s: float) -> None: ...
+
+    async def give_caps(self, namespace: str, amount: int, dest: int) -> Result | None: ...
+
+    async def take_caps(self, source: int, seq: int, namespace: str, amount: int) -> Result: ...
+
+    async def caps_delivered(self, dest: int, seq: int) -> Result: ...
 
 
 class Node(Protocol):

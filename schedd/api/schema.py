@@ -102,6 +102,9 @@ class Components:
         if origin is list:
             (item,) = get_args(tp)
             return {"type": "array", "items": self.schema_of(item)}
+        if origin is dict:
+            _key, value = get_args(tp)
+            return {"type": "object", "additionalProperties": self.schema_of(value)}
         if origin is Literal:
             consts = list(get_args(tp))
             if len(consts) == 1:

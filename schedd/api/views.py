@@ -415,6 +415,16 @@ class JoinAnswerView(TypedDict):
     members: _MembershipRecord
 
 
+class CapsAnswerView(TypedDict, total=False):
+    """a shard leader's answer about concurrency caps (by op)"""
+
+    namespaces: Annotated[dict[str, Any], "view: allowance, in_use, waiting by namespace"]
+    outbox: Annotated[list[Any], "view: transfers given, not known to be credited"]
+    seq: Annotated[int, "give: the transfer"]
+    amount: Annotated[int, "give: slots given (0: none was free)"]
+    credited: Annotated[bool, "take: credited now (false: before)"]
+
+
 class WorkerView(TypedDict):
     worker_id: str
     queues: list[str]
@@ -642,6 +652,7 @@ RESPONSES: dict[str, Any] = {
     "Cluster": ClusterView,
     "Members": MembersView,
     "JoinAnswer": JoinAnswerView,
+    "CapsAnswer": CapsAnswerView,
     "Worker": WorkerView,
     "Workers": WorkersView,
     "Whoami": WhoamiView,

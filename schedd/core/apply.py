@@ -11,6 +11,7 @@ from schedd.core.graph import find_cycle, format_cycle
 from schedd.core.model import Job, JobSpec, JobStatus, Run, evolve
 from schedd.core.state import (
     STALE_LEADER,
+    CapsChanged,
     LeaderEvent,
     Ok,
     Rejected,
@@ -164,6 +165,8 @@ def _dispatch(state: State, cmd: commands.Command, index: int, events: list[Lead
         return history.purge(state, cmd.before_ms, cmd.keep, cmd.limit)
     if isinstance(cmd, commands.Members):  # (rare: after the commands of the hot path)
         return _members(state, cmd, index)
+    if isinstance(cmd, commands.CapsGive | commands.CapsTake | commands.CapsDelivered):
+        return _caps(state, cmd, index, events)
     return runs.fail(
         state,
         cmd.run_id,
@@ -177,6 +180,33 @@ def _dispatch(state: State, cmd: commands.Command, index: int, events: list[Lead
         cmd.traceback,
         cmd.progress,
     )
+
+
+def _caps(
+    state: State,
+    cmd: commands.CapsGive | commands.CapsTake | commands.CapsDelivered,
+    index: int,
+    events: list[LeaderEvent],
+) -> Result:
+    """A move of concurrency slots between shards (schedd.core.allowances)."""
+    ledger = state.caps
+    if isinstance(cmd, commands.CapsDelivered):
+        state.caps = ledger.delivered(cmd.dest, cmd.seq)
+        if state.caps is not ledger:
+            events.append(CapsChanged(state.caps))
+        return Ok(cmd.seq)
+    if not isinstance(cmd.amount, int) or cmd.amount <= 0 or not cmd.namespace:
+        return Rejected(Code.INVALID_ARGUMENT, "a transfer moves a positive number of slots")
+    if isinstance(cmd, commands.CapsGive):
+        state.caps = ledger.give(index, cmd.namespace, cmd.amount, cmd.dest)
+        events.append(CapsChanged(state.caps))
+        return Ok(index)
+    taken = ledger.take(cmd.source, cmd.seq, cmd.namespace, cmd.amount)
+    if taken is None:
+        return Ok(False)  # credited before
+    state.caps = taken
+    events.append(CapsChanged(state.caps))
+    return Ok(True)
 
 
 def _members(state: State, cmd: commands.Members, index: int) -> Result:

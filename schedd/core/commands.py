@@ -234,6 +234,44 @@ class Members:
 
 
 @dataclass(frozen=True, slots=True)
+class CapsGive:
+    """Shard ``dest`` is given ``amount`` of this shard's slots of ``namespace``'s concurrency
+    cap (:mod:`schedd.core.allowances`); the entry's index is the transfer's seq."""
+
+    rid: str
+    now: int
+    lf: int
+    namespace: str
+    amount: int
+    dest: int
+
+
+@dataclass(frozen=True, slots=True)
+class CapsTake:
+    """Credit the transfer ``seq`` of ``amount`` slots of ``namespace`` from shard
+    ``source``, unless it was credited before."""
+
+    rid: str
+    now: int
+    lf: int
+    source: int
+    seq: int
+    namespace: str
+    amount: int
+
+
+@dataclass(frozen=True, slots=True)
+class CapsDelivered:
+    """The transfers to shard ``dest`` up to ``seq`` are credited there: out of the outbox."""
+
+    rid: str
+    now: int
+    lf: int
+    dest: int
+    seq: int
+
+
+@dataclass(frozen=True, slots=True)
 class Undecodable:
     """A command (or a whole entry) that does not decode; ``reason`` says why, for the
     rejection that ``apply`` returns in its place."""
@@ -260,6 +298,9 @@ Command = (
     | Purge
     | Barrier
     | Members
+    | CapsGive
+    | CapsTake
+    | CapsDelivered
 )
 
 _TAGS: dict[type[Any], str] = {
@@ -281,6 +322,9 @@ _TAGS: dict[type[Any], str] = {
     Purge: "purge",
     Barrier: "barrier",
     Members: "members",
+    CapsGive: "caps_give",
+    CapsTake: "caps_take",
+    CapsDelivered: "caps_delivered",
 }
 _BY_TAG = {tag: cls for cls, tag in _TAGS.items()}
 #: fields added after version 1 of the codec: left out of an entry when None (their default),

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, NamedTuple
 
+from schedd.core.allowances import EMPTY as EMPTY_LEDGER
+from schedd.core.allowances import CapsLedger
 from schedd.core.events import ChangeLog, job_differs, run_differs
 from schedd.core.members import Membership
 from schedd.core.model import (
@@ -147,7 +149,13 @@ class StopRun(NamedTuple):
     fence: int
 
 
-LeaderEvent = RunDue | RunReady | RunLeased | RunGone | StopRun
+class CapsChanged(NamedTuple):
+    """Slots of a concurrency cap moved to or from this shard: its ledger is now ``ledger``."""
+
+    ledger: CapsLedger
+
+
+LeaderEvent = RunDue | RunReady | RunLeased | RunGone | StopRun | CapsChanged
 
 
 def backoff_ms(spec: JobSpec, attempt: int, rand: float) -> int:
@@ -180,6 +188,8 @@ class State(ABC):
     leader_claims: tuple[tuple[int, str, int, int], ...]
     #: the membership the log recorded last (None: never changed, the nodes' raft.peers)
     members: Membership | None
+    #: the concurrency slots this shard moved to and from others (schedd.core.allowances)
+    caps: CapsLedger
     applied_index: int
     #: Counters kept in step by :meth:`put_run`, for metrics: "state:<s>" (runs now in that
     #: state), "skipped:<reason>", "attempt:<outcome>" (totals since the beginning).
@@ -401,6 +411,7 @@ class MemoryState(State):
         self.leader_term = 0
         self.leader_claims: tuple[tuple[int, str, int, int], ...] = ()
         self.members: Membership | None = None
+        self.caps = EMPTY_LEDGER
         self.applied_index = 0
         self.counts: dict[str, int] = {}
         self.history_keep = DEFAULT_HISTORY_KEEP

@@ -21,13 +21,14 @@ reads the clocks, runs the loop, commits through Raft and writes to the sockets.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import Literal, assert_never
+from typing import Any, Literal, assert_never
 
-from schedd.core import commands
+from schedd.core import allowances, commands
 from schedd.core.durations import format_time
 from schedd.core.fairness import ConcurrencyCaps, TaskLanes
 from schedd.core.model import (
@@ -42,6 +43,7 @@ from schedd.core.model import (
 from schedd.core.runs import FIRE_AHEAD_MAX_MS, may_fire_ahead
 from schedd.core.state import (
     STALE_LEADER,
+    CapsChanged,
     LeaderEvent,
     Ok,
     Rejected,
@@ -94,6 +96,8 @@ class Settings:
     hot_window_ms: int  # the wheel holds the runs due within this much
     retention_ms: int  # finished runs older than this are purged
     keep_per_job: int  # finished runs kept per job at most
+    shards: int  # the cluster's shards: ``caps`` hold for all of them together
+    shard: int  # the shard this leader leads (its share of the caps: schedd.core.allowances)
 
 
 # -- what a committed command was for (handed back with its result) ---------------------------
@@ -134,7 +138,14 @@ class Healed:
     pass
 
 
-Purpose = Fired | Leased | Ended | Finished | Progressed | Purged | Healed
+@dataclass(frozen=True, slots=True)
+class Gave:
+    namespace: str
+    amount: int  # slots of a concurrency cap given to another shard
+    reply: Callable[[Result | None], None]  # told the outcome (the coordinator waits for it)
+
+
+Purpose = Fired | Leased | Ended | Finished | Progressed | Purged | Healed | Gave
 
 
 # -- actions ------------------------------------------------------------------------------------
@@ -218,6 +229,11 @@ Action = Commit | Send | Close | Wake | StepDown | Log | Observation
 WAKE = Wake()
 
 
+def _gave(reply: Callable[[Result | None], None], amount: int, res: Result | None) -> None:
+    """Tell ``reply`` how a give of ``amount`` slots went: Ok((its seq, amount)) once applied."""
+    reply(Ok((res.value, amount)) if isinstance(res, Ok) else res)
+
+
 def _pending(run: Run | None) -> bool:
     """Whether ``run`` is there and not finished (a job's next occurrence should be)."""
     return run is not None and run.state not in TERMINAL_RUN_STATES
@@ -261,7 +277,18 @@ class LeaderCore:
         self.ahead_ms = min(FIRE_AHEAD_MAX_MS, max(0, settings.ahead_ms))
         self.wheel = TimingWheel(now.wall_ms, tick_ms=max(1, settings.tick_ms))
         self.queues: dict[str, TaskLanes] = {}  # queue name -> runs ready for a worker
-        self.caps = ConcurrencyCaps(settings.caps)  # per-namespace limit on leases at once
+        # Per-namespace limits on leases at once: with several shards, this shard's allowance
+        # of each cap (schedd.core.allowances), less the slots being given away, and lowered
+        # to a coordinator's soft limit while that holds (its slots go to another shard).
+        self.cap_config = dict(settings.caps)
+        self.shards, self.shard = settings.shards, settings.shard
+        self.ledger = allowances.EMPTY  # this shard's moves of slots (from the state)
+        self.giving: dict[str, int] = {}  # namespace -> slots in a give not yet applied
+        self.soft: dict[str, tuple[int, float]] = {}  # namespace -> (limit, until when)
+        self.caps = ConcurrencyCaps(
+            allowances.allowances(settings.caps, self.shards, self.shard, self.ledger)
+        )
+        self._caps_changed = False  # an entry's events moved slots: set the limits again
         self.namespace_of: dict[str, str] = {}  # run id -> namespace, for queued and leased runs
         #: run id -> when a replayed or unblocked queued run could first run (its lease lag is
         #: counted from there, not from its old due time)
@@ -309,6 +336,8 @@ class LeaderCore:
             self.rebuilt_at = st.applied_index
             if st.leader_fence != self.fence:
                 raise RuntimeError("another leader claimed after us")
+            self.ledger = st.caps
+            self._set_caps(now)
             # same read (the lock nests); the rest of the window chunk by chunk (tick)
             self._load_window(now.wall_ms + self.hot_window_ms)
             for run in st.live_runs():
@@ -345,6 +374,7 @@ class LeaderCore:
         """What the entry at ``index`` changed (``schedd.core.state.LeaderEvent``)."""
         if index <= self.rebuilt_at:
             return []
+        self._caps_changed = False
         for ev in events:
             match ev:
                 case RunLeased(run_id):
@@ -367,8 +397,13 @@ class LeaderCore:
                     self._forget(run_id)
                 case RunGone(run_id):
                     self._forget(run_id)
+                case CapsChanged(ledger):
+                    self.ledger = ledger
+                    self._caps_changed = True
                 case _:
                     assert_never(ev)
+        if self._caps_changed:
+            self._set_caps(None)
         self._out.append(WAKE)
         return self._emit()
 
@@ -445,6 +480,8 @@ class LeaderCore:
                 self._out.append(Commit(cmd, Purged()))
             else:  # nothing to forget: no entry (an idle cluster's log stays as it is)
                 self._next_purge = now.mono + PURGE_PERIOD_S
+        if self.soft and min(until for _, until in self.soft.values()) <= now.mono:
+            self._set_caps(now)  # a coordinator's soft limit lapsed
         self._fire_due(now.wall_ms)
         self._dispatch(now.wall_ms)
         self._check_leases(now)
@@ -614,6 +651,85 @@ class LeaderCore:
                 self.progress.not_recorded(then.infos)
         elif isinstance(then, Purged):
             self._purged(result, now)
+        elif isinstance(then, Gave):
+            # applied (the ledger has it now) or not: the slots are no longer being given
+            left = self.giving.get(then.namespace, 0) - then.amount
+            if left > 0:
+                self.giving[then.namespace] = left
+            else:
+                self.giving.pop(then.namespace, None)
+            self._set_caps(now)
+            then.reply(result)
+        return self._emit()
+
+    # -- concurrency caps across shards (schedd.core.allowances) ---------------------------
+    def _set_caps(self, now: Now | None) -> None:
+        """Set each capped namespace's limit: the allowance, less what is being given, and
+        no more than a soft limit that still holds (``now`` None: keep the soft limits)."""
+        if now is not None:
+            self.soft = {ns: v for ns, v in self.soft.items() if v[1] > now.mono}
+        limits = {}
+        for ns, cap in self.cap_config.items():
+            n = allowances.allowance(cap, self.shards, self.shard, self.ledger, ns)
+            n -= self.giving.get(ns, 0)
+            soft = self.soft.get(ns)
+            if soft is not None:
+                n = min(n, soft[0])
+            limits[ns] = max(0, n)
+        self.caps.update(limits)
+        self._out.append(WAKE)
+
+    def caps_report(self) -> dict[str, allowances.ShardCaps]:
+        """Each capped namespace's allowance here, runs in flight and runs waiting."""
+        waiting: dict[str, int] = {}
+        for lanes in self.queues.values():
+            for (ns, _prio), n in lanes.depth().items():
+                waiting[ns] = waiting.get(ns, 0) + n
+        return {
+            ns: allowances.ShardCaps(
+                allowances.allowance(cap, self.shards, self.shard, self.ledger, ns)
+                - self.giving.get(ns, 0),
+                self.caps.in_use(ns),
+                waiting.get(ns, 0),
+            )
+            for ns, cap in self.cap_config.items()
+        }
+
+    def caps_view(self) -> dict[str, Any]:
+        """:meth:`caps_report` and the transfers given not known to be credited yet, as JSON
+        (``POST /internal/caps`` op view)."""
+        return {
+            "namespaces": {ns: c._asdict() for ns, c in self.caps_report().items()},
+            "outbox": [t._asdict() for t in self.ledger.outbox],
+        }
+
+    def limit_caps(self, limits: Mapping[str, int], hold_s: float, now: Now) -> list[Action]:
+        """A coordinator's soft limits: lease no more than ``limits[ns]`` runs of ``ns`` for
+        ``hold_s`` (so that the slots its runs free can be given to another shard)."""
+        self.soft = {ns: (max(0, n), now.mono + hold_s) for ns, n in limits.items()}
+        self._set_caps(now)
+        return self._emit()
+
+    def give(
+        self,
+        namespace: str,
+        amount: int,
+        dest: int,
+        now: Now,
+        reply: Callable[[Result | None], None],
+    ) -> list[Action]:
+        """Give shard ``dest`` up to ``amount`` slots of ``namespace`` that no run here uses:
+        they are taken off this leader's limit at once, and off its allowance once the give
+        is applied; ``reply`` is told the result (Ok(seq) with the amount, or why not)."""
+        free = self.caps_report().get(namespace)
+        n = 0 if free is None else min(amount, free.allowance - free.in_use)
+        if n <= 0 or dest == self.shard or not 0 <= dest < self.shards:
+            reply(Ok((0, 0)))
+            return self._emit()
+        self.giving[namespace] = self.giving.get(namespace, 0) + n
+        self._set_caps(None)
+        cmd = commands.CapsGive(self.rid(), now.wall_ms, self.fence, namespace, n, dest)
+        self._out.append(Commit(cmd, Gave(namespace, n, functools.partial(_gave, reply, n))))
         return self._emit()
 
     def _fired(self, chunk: tuple[str, ...], res: Result | None, now: Now) -> None:

@@ -19,13 +19,13 @@ import itertools
 import logging
 import random
 from collections.abc import Callable, Iterable
-from typing import assert_never
+from typing import Any, assert_never
 
 from schedd import clock
 from schedd.aio import wait_event
 from schedd.core import commands
 from schedd.core.fairness import TaskLanes
-from schedd.core.state import Committed, LeaderEvent, Ok
+from schedd.core.state import Committed, LeaderEvent, Ok, Result
 from schedd.core.wheel import TimingWheel
 from schedd.errors import SchedError
 from schedd.leader.core import (
@@ -55,6 +55,7 @@ log = logging.getLogger(__name__)
 core_log = logging.getLogger("schedd.leader.core")  # what the core asks to log (Log actions)
 
 CLAIM_RETRY_S = 0.2
+CAPS_TIMEOUT_S = 5.0  # a move of concurrency slots not committed by then is answered 503
 
 _SEQ = itertools.count()
 
@@ -267,3 +268,39 @@ class Leader:
 
     def finish(self, conn: WorkerConn, msg: messages.Complete | messages.Fail) -> None:
         self._do(self.core.finish(conn, msg, now()))
+
+    # -- concurrency caps across shards (schedd.core.allowances; the front door coordinates) --
+    def caps_view(self) -> dict[str, Any]:
+        """Each capped namespace's allowance, runs in flight and waiting, and the transfers
+        this shard gave that are not known to be credited yet."""
+        return {"node": self.node_id, **self.core.caps_view()}
+
+    def limit_caps(self, limits: dict[str, int], hold_s: float) -> None:
+        self._do(self.core.limit_caps(limits, hold_s, now()))
+
+    async def give_caps(self, namespace: str, amount: int, dest: int) -> Result | None:
+        """Give shard ``dest`` up to ``amount`` unused slots of ``namespace``: Ok((seq,
+        given)) once applied (given 0: none free), else why not (None: not committed)."""
+        fut: asyncio.Future[Result | None] = asyncio.get_running_loop().create_future()
+
+        def reply(res: Result | None) -> None:
+            if not fut.done():
+                fut.set_result(res)
+
+        self._do(self.core.give(namespace, amount, dest, now(), reply))
+        try:
+            return await asyncio.wait_for(asyncio.shield(fut), CAPS_TIMEOUT_S)
+        except TimeoutError:
+            return None  # (its slots stay off this leader's limit until it is known)
+
+    async def take_caps(self, source: int, seq: int, namespace: str, amount: int) -> Result:
+        """Credit the transfer ``seq`` of shard ``source`` (Ok(False): credited before)."""
+        cmd = commands.CapsTake(
+            leader_rid(), clock.wall_ms(), self.core.fence, source, seq, namespace, amount
+        )
+        return await self.node.submit(cmd, timeout=CAPS_TIMEOUT_S)
+
+    async def caps_delivered(self, dest: int, seq: int) -> Result:
+        """The transfers to ``dest`` up to ``seq`` are credited there."""
+        cmd = commands.CapsDelivered(leader_rid(), clock.wall_ms(), self.core.fence, dest, seq)
+        return await self.node.submit(cmd, timeout=CAPS_TIMEOUT_S)

@@ -551,8 +551,10 @@ def restore_data_dir(
         applied = store.finalize_incoming(incoming)
         if applied < 2:
             raise SnapshotError(f"{image}: an image of an empty state (applied index {applied})")
-        # a new cluster: its members are its nodes' raft.peers, not the backed-up cluster's
-        store.write_meta(incoming, {"members": None})
+        # a new cluster: its members are its nodes' raft.peers, not the backed-up cluster's;
+        # and the shards' images were taken at different moments, so slots of a concurrency
+        # cap moved between two of them could count twice: each starts from its share again
+        store.write_meta(incoming, {"members": None, "caps": None})
         os.replace(incoming, live)
         os.chmod(live, 0o600)  # every payload is in it
         raft = ((NO_OP, applied, 0), (NO_OP, applied - 1, 0), sorted(cluster))

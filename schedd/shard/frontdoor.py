@@ -54,6 +54,7 @@ from schedd.protocol.headers import (
     SHARDS_HEADER,
 )
 from schedd.protocol.timing import CONNECT_PATH
+from schedd.shard.caps import CAPS_PATH, CapsCoordinator, decode
 from schedd.shard.feeds import merged_events
 from schedd.shard.layout import shard_address
 from schedd.shard.link import LinkError, ShardLink
@@ -80,6 +81,7 @@ _HOP = frozenset(
     )
 )
 #: a merged listing's cursor: this prefix, then each shard's own cursor (base64 of JSON)
+CAPS_ASK_TIMEOUT_S = 10.0  # the coordinator's request to a shard (a give waits for its commit)
 CURSOR_PREFIX = "s1."
 
 
@@ -230,6 +232,8 @@ class FrontDoor:
         self.mux = WorkerMux(
             cfg, self.shards, lambda k: self._sessions[k], peer_ssl_context(cfg) or True
         )
+        self.caps = CapsCoordinator(cfg, self.shards, self._ask_caps)
+        self._caps_task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         self._sessions = [
@@ -240,8 +244,13 @@ class FrontDoor:
             )
             for path in self._sockets
         ]
+        self._caps_task = asyncio.create_task(self.caps.run())
 
     async def close(self) -> None:
+        if self._caps_task is not None:
+            self._caps_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._caps_task
         await self.mux.close()
         for link in self._links:
             await link.close()
@@ -277,6 +286,19 @@ class FrontDoor:
             return await handler(request)
 
         return either
+
+    async def _ask_caps(self, shard: int, body: dict[str, Any]) -> tuple[int, Any]:
+        """The coordinator's signed request to shard ``shard``'s leader (through this node's
+        process of the shard, which asks its leader if it does not lead)."""
+        headers = (("Content-Type", "application/json"), ("X-Forwarded-For", "127.0.0.1"))
+        try:
+            status, _, raw = await asyncio.wait_for(
+                self._links[shard].request("POST", CAPS_PATH, headers, orjson.dumps(body)),
+                CAPS_ASK_TIMEOUT_S,
+            )
+        except LinkError as exc:
+            raise OSError(str(exc)) from None
+        return status, decode(raw)
 
     # -- routing ---------------------------------------------------------------------------
     def _rotate(self) -> int:

@@ -36,6 +36,8 @@ from typing import Any
 import orjson
 
 from schedd.core import apply as core_apply
+from schedd.core.allowances import EMPTY as EMPTY_LEDGER
+from schedd.core.allowances import CapsLedger
 from schedd.core.commands import Command
 from schedd.core.members import Membership
 from schedd.core.model import Job, JobSpec, Run
@@ -255,6 +257,9 @@ class SqlState(State):
             None if members is None else Membership.from_json(orjson.loads(members[0]))
         )
         self._members_written = self.members
+        caps = self._one("SELECT value FROM meta WHERE key = 'caps'", ())
+        self.caps = EMPTY_LEDGER if caps is None else CapsLedger.from_json(orjson.loads(caps[0]))
+        self._caps_written = self.caps
         self.counts = {key: int(value) for key, value in self._all("SELECT key, value FROM counts")}
         self._counts_written = dict(self.counts)
         self._dlq_size = int(self._one("SELECT count(*) FROM dlq", ())[0])
@@ -510,6 +515,12 @@ class SqlState(State):
                 (orjson.dumps(self.members.to_json()).decode(),),
             )
             self._members_written = self.members
+        if self.caps is not self._caps_written:
+            self._x(
+                "INSERT OR REPLACE INTO meta (key, value) VALUES ('caps', ?)",
+                (orjson.dumps(self.caps.to_json()).decode(),),
+            )
+            self._caps_written = self.caps
         counts = [(k, v) for k, v in self.counts.items() if self._counts_written.get(k) != v]
         if counts:
             self._many("INSERT OR REPLACE INTO counts (key, value) VALUES (?, ?)", counts)

@@ -33,6 +33,8 @@ BIN = Path(sys.executable).parent
 def _toml(value: Any) -> str:
     if isinstance(value, list | tuple):
         return "[" + ", ".join(_toml(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f'"{k}" = {_toml(v)}' for k, v in value.items()) + "}"
     return (
         f'"{value}"'
         if isinstance(value, str)
@@ -111,6 +113,8 @@ class Cluster:
     raft: dict[str, Any] = field(default_factory=dict)
     #: [history] keys (retention, max_runs_per_job)
     history: dict[str, Any] = field(default_factory=dict)
+    #: [limits] keys (concurrency, submit_rate)
+    limits: dict[str, Any] = field(default_factory=dict)
     #: per node index, [raft] keys that replace the shared ones (``peers`` included)
     node_raft: dict[int, dict[str, Any]] = field(default_factory=dict)
     nodes: list[NodeProc] = field(default_factory=list)
@@ -169,6 +173,8 @@ class Cluster:
             raft = "".join(f"{k} = {_toml(v)}\n" for k, v in raft_extra.items())
             history = "".join(f"{k} = {_toml(v)}\n" for k, v in self.history.items())
             history = f"[history]\n{history}" if history else ""
+            limits = "".join(f"{k} = {_toml(v)}\n" for k, v in self.limits.items())
+            history += f"[limits]\n{limits}" if limits else ""
             cfg = self.root / f"{node_id}.toml"
             cfg.write_text(
                 (f"[cluster]\nshards = {self.shards}\n" if self.shards > 1 else "")

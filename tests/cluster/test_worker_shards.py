@@ -46,10 +46,12 @@ class Gauge:
 
 
 @contextlib.asynccontextmanager
-async def worker(url: str, token: str, gauge: Gauge) -> AsyncIterator[Worker]:
+async def worker(
+    url: str, token: str, gauge: Gauge, capacity: int = CAPACITY
+) -> AsyncIterator[Worker]:
     registry = Registry()
     registry.register("t.hold", gauge.handler)
-    w = Worker([url], token=token, worker_id="w-shards", registry=registry, concurrency=CAPACITY)
+    w = Worker([url], token=token, worker_id="w-shards", registry=registry, concurrency=capacity)
     stop = asyncio.Event()
     task = asyncio.create_task(w.serve(stop))
     try:
