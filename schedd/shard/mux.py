@@ -48,7 +48,11 @@ from schedd.protocol.timing import CONNECT_PATH, HANDSHAKE_TIMEOUT_S, HELLO_TIME
 log = logging.getLogger(__name__)
 
 RETRY_MIN_S = 0.05  # a shard connection lost is made again after this, doubling ...
-RETRY_MAX_S = 1.0  # ... up to this
+RETRY_MAX_S = 1.0  # ... up to this (or as soon as the shard's new leader is known)
+#: after a shard's leader could not be reached, this node's process of the shard is asked who
+#: leads it this often (one question per shard, whatever the number of workers waiting) ...
+PROBE_S = 0.05
+PROBE_FOR_S = 30.0  # ... for at most this long
 MAX_HOPS = 3  # redirects followed for one connection (the leader moved meanwhile)
 #: a lease waiting here for a slot is heartbeated at least this often (s)
 HELD_BEAT_S = 1.0
@@ -72,6 +76,10 @@ class WorkerMux:
         self._ssl = remote_ssl
         self._remote: aiohttp.ClientSession | None = None
         self.sessions: set[_Session] = set()
+        #: per shard, while its last known leader cannot be reached: that leader's URL, and an
+        #: event set once this node's process of the shard names another
+        self._gone: dict[int, tuple[str, asyncio.Event]] = {}
+        self._probes: set[asyncio.Task[None]] = set()
 
     @property
     def remote(self) -> aiohttp.ClientSession:
@@ -84,7 +92,44 @@ class WorkerMux:
             )
         return self._remote
 
+    def unreachable(self, shard: int, url: str, headers: dict[str, str]) -> asyncio.Event:
+        """Shard ``shard``'s leader at ``url`` did not answer: an event set once this node's
+        process of the shard knows another leader (the connections waiting on it try again
+        then, instead of at their next back-off)."""
+        gone = self._gone.get(shard)
+        if gone is None or gone[0] != url:
+            gone = self._gone[shard] = (url, asyncio.Event())
+            task = asyncio.create_task(self._probe(shard, url, headers, gone[1]))
+            self._probes.add(task)
+            task.add_done_callback(self._probes.discard)
+        return gone[1]
+
+    async def _probe(
+        self, shard: int, url: str, headers: dict[str, str], moved: asyncio.Event
+    ) -> None:
+        loop = asyncio.get_running_loop()
+        until = loop.time() + PROBE_FOR_S
+        try:
+            while loop.time() < until:
+                with contextlib.suppress(aiohttp.ClientError, TimeoutError, ValueError):
+                    async with self.local(shard).get(
+                        f"http://shard{shard}/api/v1/cluster",
+                        headers=headers,
+                        timeout=aiohttp.ClientTimeout(total=2),
+                    ) as resp:
+                        view = await resp.json() if resp.status == 200 else {}
+                    leader = view.get("leader_url") if isinstance(view, dict) else None
+                    if leader and leader.rstrip("/") != url.rstrip("/"):
+                        break
+                await asyncio.sleep(PROBE_S)
+        finally:
+            moved.set()
+            if self._gone.get(shard, (None,))[0] == url:
+                del self._gone[shard]
+
     async def close(self) -> None:
+        for task in list(self._probes):
+            task.cancel()
         for session in list(self.sessions):
             await session.end(tell=True)
         if self._remote is not None:
@@ -353,6 +398,7 @@ class _Inner:
         self.ws: aiohttp.ClientWebSocketResponse | None = None
         self.out: _Outbox | None = None
         self.offered = -1
+        self.tried: str | None = None  # the leader's URL the last connection was sent to
 
     def send(self, text: str) -> None:
         if self.out is not None:
@@ -375,6 +421,8 @@ class _Inner:
         session = self.session
         failures = 0
         while not session.closed:
+            self.tried = None
+            moved: asyncio.Event | None = None
             try:
                 ws = await self._open(first)
             except (aiohttp.ClientError, ConnectionError, TimeoutError, ProtocolError) as exc:
@@ -386,11 +434,18 @@ class _Inner:
                     error=str(exc),
                 )
                 ws = None
+                if self.tried is not None:  # the leader it was sent to: wait for another
+                    moved = session.mux.unreachable(self.shard, self.tried, session.headers)
             first = None
             if ws is None:
                 failures += 1
                 delay = min(RETRY_MAX_S, RETRY_MIN_S * 2 ** min(failures, 8))
-                await asyncio.sleep(random.uniform(delay / 2, delay))
+                delay = random.uniform(delay / 2, delay)
+                if moved is None:
+                    await asyncio.sleep(delay)
+                else:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(moved.wait(), delay)
                 continue
             failures = 0
             self.ws, self.out = ws, _Outbox(ws)
@@ -447,6 +502,7 @@ class _Inner:
                     max_msg_size=MAX_FRAME,
                 )
             else:
+                self.tried = url
                 ws = await mux.remote.ws_connect(
                     url.rstrip("/") + CONNECT_PATH,
                     headers={**session.headers, SHARD_HEADER: str(self.shard)},
@@ -454,6 +510,7 @@ class _Inner:
                     heartbeat=20.0,
                     ssl=mux._ssl,
                 )
+                self.tried = None  # it answered
             answer = await self._handshake(ws)
             if isinstance(answer, messages.Welcome):
                 return ws

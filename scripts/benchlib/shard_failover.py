@@ -3,10 +3,10 @@ first dispatch of every affected shard after the kill.  Target: p99 ≤ 1 s per 
 and nothing acknowledged lost.
 
 Load: one ``schedd-worker`` (``bench.failover``, scripts/benchlib/tasks.py: it records each
-handler start with its job id and lease fence) connected to node 1, and an open-loop
-generator of run-now jobs at RATE a second, round robin over the nodes that are up.  Each
-kill picks a node that leads at least one shard and is not the worker's, once the leaders are
-spread (one shard per node), and SIGKILLs it.  For each shard it led, the **first dispatch**
+handler start with its job id and lease fence) given every node's URL, and an open-loop
+generator of run-now jobs at RATE a second, round robin over the nodes that are up.  Kill n
+SIGKILLs the node leading shard n mod N, once the leaders are spread (no node leads two
+shards; with one shard, the worker is on another node than its leader at the start).  For each shard it led, the **first dispatch**
 is the time from the kill to the first handler start of a run of that shard leased by the
 shard's next leader: its lease fence above that leader's claim (``leader.ready ... fence=F``
 logged by the node that leads the shard next).  The node is started again and the leaders
@@ -37,13 +37,15 @@ from schedd.ids import shard_of_id
 from tests.cluster.harness import BIN, Cluster
 
 RATE = 40.0  # jobs a second
-_READY = re.compile(r"^(\S+) INFO \S+ leader\.ready shard=(\d+) fence=(\d+)")
+_READY = re.compile(r"^(\S+) INFO \S+ leader\.ready (?:shard=(\d+) )?fence=(\d+)")
 
 
 async def shard_leaders(http: aiohttp.ClientSession, url: str, headers: dict[str, str]) -> Any:
     try:
         async with http.get(f"{url}/api/v1/cluster", headers=headers) as r:
             view = await r.json()
+        if "shards" not in view:  # one shard
+            return [view["leader"]] if view.get("role") else None
         return [s["leader"] for s in view["shards"]]
     except (aiohttp.ClientError, KeyError, ValueError, TypeError):
         return None
@@ -54,10 +56,7 @@ async def spread(http: aiohttp.ClientSession, cluster: Cluster, up: list[int]) -
     while time.monotonic() < deadline:
         for i in up:
             named = await shard_leaders(http, cluster.urls[i], cluster.headers())
-            if (
-                named
-                and sorted(map(str, named)) == sorted(f"n{j + 1}" for j in range(3))[: len(named)]
-            ):
+            if named and None not in named and len(set(named)) == len(named):
                 return list(named)
         await asyncio.sleep(0.3)
     raise RuntimeError("the leaders did not spread")
@@ -82,7 +81,7 @@ def ready_after(cluster: Cluster, shard: int, since: float) -> int | None:
             continue
         for line in node.log.read_text(errors="replace").splitlines():
             m = _READY.match(line)
-            if m and int(m[2]) == shard:
+            if m and int(m[2] or 0) == shard:
                 stamp = datetime.fromisoformat(m[1]).timestamp()
                 if stamp >= since - 0.001:
                     found.append((stamp, int(m[3])))
@@ -125,7 +124,12 @@ async def load(
 async def main() -> None:
     kills = int(sys.argv[1]) if len(sys.argv) > 1 else 10
     shards = int(sys.argv[2]) if len(sys.argv) > 2 else 3
-    with tempfile.TemporaryDirectory(prefix="shard-failover-") as tmp:
+    keep = os.environ.get("SCHEDD_BENCH_KEEP")  # a directory to keep the cluster's files in
+    with (
+        contextlib.nullcontext(keep)
+        if keep
+        else tempfile.TemporaryDirectory(prefix="shard-failover-") as tmp
+    ):
         cluster = Cluster(Path(tmp) / "c", shards=shards)
         record = Path(tmp) / "starts.txt"
         cluster.start()
@@ -133,12 +137,13 @@ async def main() -> None:
         acked: list[str] = []
         try:
             async with aiohttp.ClientSession() as http:
-                await spread(http, cluster, [0, 1, 2])
+                named = await spread(http, cluster, [0, 1, 2])
+                home = next(i for i in range(3) if f"n{i + 1}" != named[0])
                 cluster.spawn(
                     [
                         str(BIN / "schedd-worker"),
                         f"--token={cluster.token}",
-                        f"--server={cluster.urls[0]}",
+                        *(f"--server={cluster.urls[(home + j) % 3]}" for j in range(3)),
                         "--concurrency=64",
                         "--import=scripts.benchlib.tasks",
                         "--log-level=warning",
@@ -152,10 +157,13 @@ async def main() -> None:
                 gen = asyncio.create_task(load(cluster, up, acked, stop, shards))
                 await asyncio.sleep(5)
                 for n in range(kills):
-                    named = await spread(http, cluster, [0, 1, 2])
-                    victim = 1 + n % 2  # node 2, then node 3 (the worker's is node 1)
+                    while True:  # the leaders spread, and still so 2 s later (balance done)
+                        named = await spread(http, cluster, [0, 1, 2])
+                        await asyncio.sleep(2)
+                        if await spread(http, cluster, [0, 1, 2]) == named:
+                            break
+                    victim = int(str(named[n % shards])[1:]) - 1
                     led = [k for k, who in enumerate(named) if who == f"n{victim + 1}"]
-                    await asyncio.sleep(2)
                     up[:] = [i for i in (0, 1, 2) if i != victim]
                     t_kill = time.time()
                     cluster.kill(victim)

@@ -152,3 +152,44 @@ async def test_a_draining_worker_still_gets_what_was_leased_to_it_before() -> No
     await settle()
     assert s.holding[1] == {second: 2} and not s.held  # handed over: the worker decides
     assert [m.run_id for m in sock.sent if isinstance(m, messages.Lease)] == [first, second]
+
+
+async def test_connections_waiting_for_a_dead_leader_wake_once_the_shard_names_another(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One question per shard to this node's process of it, however many workers wait: the
+    waiters try again as soon as it names another leader, not at their next back-off."""
+    from aiohttp import web
+    from aiohttp.test_utils import TestClient, TestServer
+
+    leader = {"url": "http://dead:1"}
+    asked = []
+
+    async def cluster(request: web.Request) -> web.Response:
+        asked.append(request.headers.get("Authorization"))
+        return web.json_response({"leader_url": leader["url"]})
+
+    app = web.Application()
+    app.router.add_get("/api/v1/cluster", cluster)
+    monkeypatch.setattr(mux, "PROBE_S", 0.01)
+    async with TestClient(TestServer(app)) as client:
+        base = str(client.make_url(""))
+        local = client.session
+
+        class Local:
+            def get(self, url: str, **kw: object) -> object:
+                return local.get(url.replace("http://shard1", base.rstrip("/")), **kw)
+
+        m = WorkerMux(Config(), SHARDS, lambda k: Local(), True)  # type: ignore[arg-type,return-value]
+        headers = {"Authorization": "Bearer w"}
+        moved = m.unreachable(1, "http://dead:1", headers)
+        assert m.unreachable(1, "http://dead:1", headers) is moved  # one probe for all
+        await wait_for(lambda: len(asked) >= 3, 5)
+        assert not moved.is_set()  # the dead leader is still the one it names
+        leader["url"] = "http://alive:2"
+        await asyncio.wait_for(moved.wait(), 5)
+        assert set(asked) == {"Bearer w"}
+        n = len(asked)
+        await asyncio.sleep(0.05)
+        assert len(asked) == n  # the probe stopped
+        await m.close()
