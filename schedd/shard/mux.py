@@ -80,6 +80,7 @@ class WorkerMux:
         #: event set once this node's process of the shard names another
         self._gone: dict[int, tuple[str, asyncio.Event]] = {}
         self._probes: set[asyncio.Task[None]] = set()
+        self._closed = False
 
     @property
     def remote(self) -> aiohttp.ClientSession:
@@ -128,6 +129,10 @@ class WorkerMux:
                 del self._gone[shard]
 
     async def close(self) -> None:
+        """Tell every worker to connect again elsewhere, and stop (once)."""
+        if self._closed:
+            return
+        self._closed = True
         for task in list(self._probes):
             task.cancel()
         for session in list(self.sessions):
@@ -144,6 +149,12 @@ class WorkerMux:
         )
 
     async def serve(self, request: web.Request) -> web.StreamResponse:
+        if self._closed:  # the node stops
+            return web.json_response(
+                {"error": {"code": "unavailable", "message": "this node is stopping"}},
+                status=503,
+                headers={"Retry-After": "1"},
+            )
         headers = {k: request.headers[k] for k in _PASSED if k in request.headers}
         headers[RELAY_NODE_HEADER] = self.cfg.node.id
         if request.remote:
