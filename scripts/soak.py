@@ -2,7 +2,8 @@
 in minutes: is anything growing that should not, and is every invariant still 0 at the end?
 
     scripts/soak [--duration 7200] [--retention 5m] [--rate 8] [--crons 300] [--every-second 5]
-                 [--intervals 20] [--sample 60] [--warmup SECONDS] [--out DIR] [--json FILE]
+                 [--intervals 20] [--sample 60] [--warmup SECONDS] [--shards 1] [--out DIR]
+                 [--json FILE]
 
 The load, all of it through the public API with real ``schedd-worker`` processes running
 ``tests.acceptance.tasks`` (every execution recorded with its fence):
@@ -17,7 +18,8 @@ The load, all of it through the public API with real ``schedd-worker`` processes
   others (runs in the queue are kept until then: retention does not forget them).
 
 Every ``--sample`` seconds: each node's and each worker's resident memory (``VmRSS``), open
-descriptors and data directory size (blocks on disk), and the leader's fire and lease lag over
+descriptors (a node of several shards: its supervisor's and its shard processes' together)
+and data directory size (blocks on disk), and the leader's fire and lease lag over
 the last minute (``GET /api/v1/scheduling-lag``).  At the end every node is read and
 tests/cluster/checker.py counts each invariant, retention-aware (a one-off job may be gone only
 if a worker last ran it more than the retention before the read).  The summary gives the slope of memory and disk (least squares, after the
@@ -76,6 +78,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--warmup", type=float, default=None, help="seconds left out of the slopes (retention+10m)"
     )
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument(
+        "--shards", type=int, default=1, help="[cluster] shards of the cluster (default 1)"
+    )
     p.add_argument("--out", default=None, help="directory for the cluster and the results")
     p.add_argument("--json", default=None, help="write the report here (default OUT/soak.json)")
     args = p.parse_args(argv)
@@ -216,6 +221,20 @@ def tree_bytes(path: Path) -> int:
     return total
 
 
+def tree_status(pid: int) -> dict[str, int]:
+    """:func:`proc_status` of ``pid`` and its children added up (a node of several shards:
+    the supervisor and a process per shard)."""
+    out = proc_status(pid)
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        children = []
+    for child in children:
+        for key, value in proc_status(int(child)).items():
+            out[key] = out.get(key, 0) + value
+    return out
+
+
 def proc_status(pid: int) -> dict[str, int]:
     out: dict[str, int] = {}
     try:
@@ -235,7 +254,7 @@ async def sample(run: SoakRun, t: float) -> dict[str, Any]:
     for n in cluster.nodes:
         pid = n.proc.pid if n.proc else 0
         nodes.append(
-            {"node": n.node_id, **proc_status(pid), "disk": tree_bytes(cluster.root / n.node_id)}
+            {"node": n.node_id, **tree_status(pid), "disk": tree_bytes(cluster.root / n.node_id)}
         )
     workers = {name: proc_status(p.pid) for name, p in run.workers.items()}
     lag = await run.api("GET", "/scheduling-lag?minutes=1")
@@ -324,7 +343,9 @@ def _r(x: float | None) -> float | None:
 
 
 async def soak(args: argparse.Namespace, out: Path) -> dict[str, Any]:
-    cluster = Cluster(out / "cluster", size=3, history={"retention": args.retention})
+    cluster = Cluster(
+        out / "cluster", size=3, history={"retention": args.retention}, shards=args.shards
+    )
     cron_ids: list[str] = []
     interval_ids: list[str] = []
     history = checker.History()

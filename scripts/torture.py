@@ -1,7 +1,7 @@
 """Seeded fault schedules against real three-node clusters, as many as wanted.
 
     scripts/torture --schedules N --seed S [--duration 30] [--kinds k1,k2] [--rate 8]
-                    [--time-budget SECONDS] [--json FILE] [--out DIR] [--keep]
+                    [--shards 1] [--time-budget SECONDS] [--json FILE] [--out DIR] [--keep]
 
 Schedule i uses seed S+i (tests/cluster/faults.py: the same seed gives the same schedule).  Each
 one gets a fresh cluster; its directory (node logs, worker logs, execution records, report.json)
@@ -55,6 +55,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help=f"comma-separated fault kinds (default all: {','.join(KINDS)})",
     )
     p.add_argument("--rate", type=float, default=8.0, help="one-off submissions per second")
+    p.add_argument(
+        "--shards",
+        type=int,
+        default=1,
+        help="[cluster] shards of each cluster (default 1; several: every node fault hits a "
+        "shard's leader, the checker waits for every shard)",
+    )
     p.add_argument(
         "--time-budget",
         type=float,
@@ -236,7 +243,12 @@ async def main_async(args: argparse.Namespace) -> int:
         root = out / f"seed-{seed}"
         try:
             report = await run_schedule(
-                seed, root, duration=args.duration, kinds=args.kinds, rate=args.rate
+                seed,
+                root,
+                duration=args.duration,
+                kinds=args.kinds,
+                rate=args.rate,
+                shards=args.shards,
             )
         except Exception:  # noqa: BLE001 - the harness failed, not an invariant: say so, go on
             errors.append({"seed": seed, "error": traceback.format_exc(), "files": str(root)})

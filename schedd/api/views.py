@@ -338,6 +338,7 @@ class ShardView(TypedDict):
     term: Annotated[int, js(minimum=0)]
     commit_index: Annotated[int, js(minimum=0)]
     applied_index: Annotated[int, js(minimum=0)]
+    state_index: Annotated[int, js(minimum=0), "the last applied entry that reads see"]
     lag: Annotated[int, js(minimum=0), "entries committed and not yet applied on this node"]
 
 

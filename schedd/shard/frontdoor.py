@@ -797,6 +797,7 @@ def shard_view(shard: int, view: dict[str, Any]) -> dict[str, Any]:
         "term": view.get("term"),
         "commit_index": view.get("commit_index"),
         "applied_index": view.get("applied_index"),
+        "state_index": view.get("state_index"),
         "lag": max(0, int(view.get("commit_index") or 0) - int(view.get("applied_index") or 0)),
     }
 

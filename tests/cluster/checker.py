@@ -205,10 +205,11 @@ class History:
 @dataclass
 class NodeState:
     node: int
-    applied_index: int
+    applied_index: int  # (with several shards: shard 0's; ``positions`` has each shard's)
     jobs: dict[str, dict[str, Any]]
     runs: dict[str, list[dict[str, Any]]]
     listed: list[str]  # job ids in listing order, repeats included
+    positions: tuple[int, ...] = ()  # each shard's applied index
 
     def checksum(self) -> str:
         h = hashlib.sha256()
@@ -263,7 +264,18 @@ async def read_node(
             runs[job_id] = got
 
     await asyncio.gather(*(one(j) for j in jobs))
-    return NodeState(node, int(view["applied_index"]), jobs, runs, listed)
+    return NodeState(node, int(view["applied_index"]), jobs, runs, listed, positions(view))
+
+
+def groups(view: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each shard's view of its group as a node sees it (one shard: the view itself)."""
+    shards = view.get("shards")
+    return list(shards) if isinstance(shards, list) and len(shards) > 1 else [view]
+
+
+def positions(view: dict[str, Any] | None) -> tuple[int, ...]:
+    """The applied index of each shard a node's view shows."""
+    return () if view is None else tuple(int(g["applied_index"]) for g in groups(view))
 
 
 async def indexes(
@@ -282,24 +294,33 @@ async def indexes(
 async def converged(
     http: aiohttp.ClientSession, urls: list[str], headers: dict[str, str], timeout: float
 ) -> tuple[bool, list[dict[str, Any] | None]]:
-    """Poll until one leader is known to all and every applied index equals its commit index."""
+    """Poll until, in each shard, one leader is known to all and every applied index equals
+    its commit index."""
     deadline = time.monotonic() + timeout
     views: list[dict[str, Any] | None] = []
     while time.monotonic() < deadline:
         views = await indexes(http, urls, headers)
-        leaders = [v for v in views if v and v["role"] == "leader"]
-        if len(leaders) == 1 and all(v is not None for v in views):
-            commit = leaders[0]["commit_index"]
-            if all(
-                v is not None
-                and v["applied_index"] == commit
-                and v["commit_index"] == commit
-                and v.get("state_index", commit) == commit
-                for v in views
-            ):
-                return True, views
+        if all(v is not None for v in views) and all(
+            _group_converged([groups(v)[k] for v in views if v is not None])
+            for k in range(len(groups(views[0]) if views[0] else []))
+        ):
+            return True, views
         await asyncio.sleep(0.2)
     return False, views
+
+
+def _group_converged(views: list[dict[str, Any]]) -> bool:
+    """One shard's group as each node sees it: one leader, and everything committed applied."""
+    leaders = [v for v in views if v["role"] == "leader"]
+    if len(leaders) != 1:
+        return False
+    commit = leaders[0]["commit_index"]
+    return all(
+        v["applied_index"] == commit
+        and v["commit_index"] == commit
+        and v.get("state_index", commit) == commit
+        for v in views
+    )
 
 
 async def collect(
@@ -330,10 +351,10 @@ async def collect(
         )
         after = await indexes(http, urls, headers)
         same = all(
-            a is not None and b is not None and a["applied_index"] == b["applied_index"]
+            a is not None and b is not None and positions(a) == positions(b)
             for a, b in zip(before, after, strict=True)
         )
-        if same and len({s.applied_index for s in states}) == 1:
+        if same and len({s.positions for s in states}) == 1:
             info["converged"] = True
             info["read_wall_ms"] = read_ms
             info["index"] = states[0].applied_index

@@ -143,6 +143,11 @@ KINDS = (
 DISK_KINDS = frozenset({"power_loss", "slow_disk", "disk_full"})
 # Kinds that need every node and worker in a network namespace (tests/cluster/netns.py).
 NET_KINDS = frozenset({"net_isolate_leader", "net_cut_worker", "net_cut_client"})
+# Kinds the Raft proxy (tests/cluster/proxy.py) plays, or nftables rules in namespaces.
+PROXY_KINDS = frozenset(
+    {"isolate_leader", "isolate_follower", "cut_link", "one_way_leader_out", "one_way_leader_in"}
+    | {"flaky_link"}
+)
 # Kinds that start a new node (at a new address) and change the membership; in namespaces too.
 MEMBER_KINDS = frozenset({"replace_node", "add_interrupted"})
 WORKERS = ("w1", "w2")
@@ -1036,9 +1041,15 @@ async def run_schedule(
     bound_s: float = FAILOVER_BOUND_S,
     settle_timeout: float = 60.0,
     compaction: tuple[int, str] = (1000, "10s"),
+    shards: int = 1,
 ) -> dict[str, Any]:
     """Play ``make_schedule(seed, duration, kinds)`` on a fresh cluster in ``root`` and check
-    the history.  Every process started here is stopped by PID before this returns."""
+    the history.  Every process started here is stopped by PID before this returns.
+
+    ``shards`` > 1: a cluster of that many shards (every node a supervisor with a process per
+    shard).  "The leader" is then shard 0's leader (each node leads a shard, so every node
+    fault hits one), the Raft proxy's kinds are nftables rules in network namespaces (the
+    proxy has one port per node), and the checker waits for every shard's group to converge."""
     steps = make_schedule(seed, duration, kinds)
     began = time.monotonic()
     mounts = contextlib.ExitStack()
@@ -1047,7 +1058,7 @@ async def run_schedule(
             "log_compaction_min_entries": compaction[0],
             "log_compaction_min_time": compaction[1],
         }
-        where: dict[str, Any] = {"proxied": True}
+        where: dict[str, Any] = {"proxied": shards == 1}  # (one proxy port per node)
         lab: NetLab | None = None
         nodes = ["n1", "n2", "n3"]
         # the nodes the membership steps will add: a namespace and a lossy mount ready for each
@@ -1055,7 +1066,8 @@ async def run_schedule(
             f"n{len(nodes) + 1 + k}"
             for k, s in enumerate(s for s in steps if s.kind in MEMBER_KINDS)
         ]
-        if (NET_KINDS | MEMBER_KINDS).intersection(s.kind for s in steps):
+        proxy_kinds = {s.kind for s in steps} & PROXY_KINDS if shards > 1 else set()
+        if proxy_kinds or (NET_KINDS | MEMBER_KINDS).intersection(s.kind for s in steps):
             lab = mounts.enter_context(NetLab([*nodes, *spare, *WORKERS]))
             where = {
                 "hosts": [lab.ip[n] for n in nodes],
@@ -1075,6 +1087,7 @@ async def run_schedule(
                 "heartbeat_timeout": f"{HEARTBEAT_TIMEOUT_S}s",
             },
             raft=raft,
+            shards=shards,
             **where,
         )
         history = checker.History()

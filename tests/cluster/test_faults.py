@@ -98,6 +98,44 @@ async def test_invariants_hold_under_a_fault_schedule(
             assert f["promoted_s"] is not None and f["refused"], f
 
 
+# A cluster of three shards (each node leads one): the node kinds, the workers' and partitions
+# in namespaces; the checker waits for every shard's group and reads every shard's jobs.
+SHARD_SCHEDULES = [
+    (3, ("kill_leader", "kill_follower", "pause_leader", "worker_kill", "kill_all")),
+    (7, ("isolate_leader", "cut_link", "worker_stall", "wipe_follower")),
+]
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.long
+@pytest.mark.parametrize(
+    ("seed", "kinds"),
+    [
+        pytest.param(
+            seed, kinds, id=f"shards3-seed{seed}", marks=_needs((*kinds, "net_cut_client"))
+        )
+        for seed, kinds in SHARD_SCHEDULES
+    ],
+)
+async def test_invariants_hold_under_a_fault_schedule_with_three_shards(
+    tmp_path: Path, seed: int, kinds: tuple[str, ...]
+) -> None:
+    report = await run_schedule(
+        seed, tmp_path, duration=DURATION_S, kinds=kinds, rate=8.0, shards=3
+    )
+    (tmp_path / "report.json").write_text(json.dumps(report, indent=1, default=str))
+    print(summary_line(report))
+    schedule = "\n".join(s["text"] for s in report["schedule"])
+    assert report["faults_by_kind"].keys() == set(kinds), report["notes"]
+    assert report["ops"]["acknowledged"] >= 150, report["ops"]
+    assert report["state"].get("converged"), report["state"]
+    assert report["ok"], (
+        f"seed {seed}: invariants {report['invariants']}\nschedule:\n{schedule}\n"
+        f"violations: {json.dumps(report['violations'], indent=1)}\nnotes: {report['notes']}\n"
+        f"report: {tmp_path / 'report.json'}"
+    )
+
+
 # -- the checker itself: it must see what it is meant to see ------------------------------------
 
 
