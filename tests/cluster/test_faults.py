@@ -120,8 +120,10 @@ SHARD_SCHEDULES = [
 async def test_invariants_hold_under_a_fault_schedule_with_three_shards(
     tmp_path: Path, seed: int, kinds: tuple[str, ...]
 ) -> None:
+    # A kill_all restarts twelve processes (a supervisor and three shards per node) on two
+    # cores: the first submit after it took 9.8 s once, so the bound is 15 s here, not 10.
     report = await run_schedule(
-        seed, tmp_path, duration=DURATION_S, kinds=kinds, rate=8.0, shards=3
+        seed, tmp_path, duration=DURATION_S, kinds=kinds, rate=8.0, shards=3, bound_s=15.0
     )
     (tmp_path / "report.json").write_text(json.dumps(report, indent=1, default=str))
     print(summary_line(report))
