@@ -41,7 +41,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
 from schedd import clock
-from schedd.config import Config, peer_ssl_context
+from schedd.config import Config, join_hostport, peer_ssl_context, split_hostport
 from schedd.core.fairness import TokenBucket, take_submits
 from schedd.core.model import Direction, JobSort
 from schedd.errors import InvalidArgument, SchedError, Unavailable
@@ -640,6 +640,9 @@ class FrontDoor:
         """Remove a node from every shard's group (named by its id, or by its Raft address:
         in shard k, the given port + k)."""
         ref = request.match_info["node"]
+        if ":" not in ref:  # a name: by its address in every shard, which outlives the name
+            # in a shard that removed it already (a removal stopped half-way, asked again)
+            ref = await self._address_of(request, ref) or ref
         try:
             refs = [shard_address(ref, k) for k in range(self.shards)] if ":" in ref else None
         except (ValueError, SchedError):
@@ -649,6 +652,26 @@ class FrontDoor:
             for k in range(self.shards)
         ]
         return await self._each_shard(request, [b""] * self.shards, _removed_before, targets)
+
+    async def _address_of(self, request: web.Request, node_id: str) -> str | None:
+        """The (shard 0) Raft address of the member named ``node_id`` in the first shard that
+        still has it (shard k's address is its port + k), or None."""
+        for k in range(self.shards):
+            try:
+                status, _, raw = await self._links[k].request(
+                    "GET", f"{PREFIX}/cluster/nodes", self._headers(request).items(), b""
+                )
+                nodes = orjson.loads(raw)["nodes"] if status == 200 else []
+            except (LinkError, orjson.JSONDecodeError, KeyError, TypeError):
+                continue
+            for node in nodes:
+                if isinstance(node, dict) and node.get("id") == node_id:
+                    try:
+                        host, port = split_hostport(str(node["raft"]))
+                    except (KeyError, ValueError, SchedError):
+                        continue
+                    return join_hostport(host, port - k)
+        return None
 
     async def _each_shard(
         self,

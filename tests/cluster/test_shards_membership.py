@@ -96,7 +96,18 @@ async def test_a_node_joins_every_shard_and_one_command_removes_one_from_all(
 
                 await wait_for(there, 60, interval=0.3)  # a job read on n4
 
-            # one command removes n1 from every shard; n1 stops once out of all of them
+            # a removal stopped half-way: n1 out of shard 0 alone (where its name is then
+            # forgotten) ...
+            status, body = await call(
+                http,
+                cluster,
+                "DELETE",
+                f"{cluster.urls[2]}/api/v1/cluster/nodes/n1",
+                headers={"X-Schedd-Shard": "0"},
+            )
+            assert status == 200, body
+            # ... and one command by its name removes n1 from every shard (the rest of them);
+            # n1 stops once out of all of them
             code, out = await schedctl(cluster, 2, "node", "remove", "n1")
             assert code == 0, out
             assert exit_status(cluster, 0, timeout=60) == 2
