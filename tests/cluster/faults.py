@@ -853,13 +853,28 @@ class Run:
         raft = {**c.raft, "join": self.urls}
         port = NETNS_HTTP_PORT + 10 * (len(c.nodes) - 2)  # 17700 + 10, + 20, ...
         i = new_node(
-            c, name, raft, self.lab.ip[name], self.lab.prefix(name), port, c.scheduler
+            c, name, raft, self.lab.ip[name], self.lab.prefix(name), port, c.scheduler, c.shards
         )  # fmt: skip
         if self.disks:
             assert self.disks[i].mountpoint == c.data_dir(i), f"no lossy mount ready for {name}"
         if c.clock_skew:
             c.clock_file(i).write_text("0\n")
         return i
+
+    async def gone(self, via: int, i: int) -> bool:
+        """Whether node i is no member of any shard's group, as node ``via`` sees them."""
+        c = self.cluster
+        for k in range(c.shards):
+            try:
+                view = await asyncio.wait_for(
+                    members_view(self.http, c, via, k if c.shards > 1 else None), 5.0
+                )
+            except TimeoutError:
+                view = None
+            host, port = raft_addr(c, i).rsplit(":", 1)
+            if view is None or _role(view, f"{host}:{int(port) + k}") is not None:
+                return False
+        return True
 
     async def nodes_view(self, i: int, timeout: float = 1.0) -> dict[str, Any] | None:
         """Node i's ``GET /api/v1/cluster/nodes``, or None."""
@@ -896,11 +911,11 @@ class Run:
                 h.note(f"{node.node_id} removed ({h.now() - began:.2f}s)")
                 return True
             if status not in (None, 503):
-                view = await self.nodes_view(via, 5.0)
-                if view is not None and _role(view, raft_addr(self.cluster, i)) is None:
+                if await self.gone(via, i):
                     h.note(f"{node.node_id} removed (an earlier try went through)")
                     return True
-                break
+                if status != 409:  # (409: another change in flight in some shard: again)
+                    break
             await asyncio.sleep(0.2)
         h.membership.append(f"fault {fault.step} {fault.kind}: removing {node.node_id}: {got}")
         h.note(f"{node.node_id} not removed: {got}")

@@ -83,9 +83,14 @@ async def call(
         return r.status, await r.json()
 
 
-async def members(http: aiohttp.ClientSession, cluster: Cluster, i: int) -> dict[str, Any] | None:
+async def members(
+    http: aiohttp.ClientSession, cluster: Cluster, i: int, shard: int | None = None
+) -> dict[str, Any] | None:
+    """Node i's ``GET /cluster/nodes`` (of shard ``shard``'s group: its Raft addresses are the
+    nodes' Raft ports + ``shard``; None: the node's first shard)."""
+    headers = None if shard is None else {**cluster.headers(), "X-Schedd-Shard": str(shard)}
     try:
-        status, body = await call(http, cluster, i, "GET", NODES)
+        status, body = await call(http, cluster, i, "GET", NODES, headers=headers)
     except (aiohttp.ClientError, TimeoutError):
         return None
     return body if status == 200 else None

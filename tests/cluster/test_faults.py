@@ -103,6 +103,9 @@ async def test_invariants_hold_under_a_fault_schedule(
 SHARD_SCHEDULES = [
     (3, ("kill_leader", "kill_follower", "pause_leader", "worker_kill", "kill_all")),
     (7, ("isolate_leader", "cut_link", "worker_stall", "wipe_follower")),
+    (2, ("power_loss", "slow_disk", "disk_full")),
+    # a node joins every shard's group while the leader is killed, a follower is replaced
+    (45, ("replace_node", "add_interrupted", "kill_leader")),
 ]
 
 
@@ -136,6 +139,9 @@ async def test_invariants_hold_under_a_fault_schedule_with_three_shards(
         f"violations: {json.dumps(report['violations'], indent=1)}\nnotes: {report['notes']}\n"
         f"report: {tmp_path / 'report.json'}"
     )
+    for f in report["faults"]:  # every new node promoted, every removed node stopped (status 2)
+        if f["kind"] in MEMBER_KINDS:
+            assert f["promoted_s"] is not None and f["refused"], f
 
 
 # -- the checker itself: it must see what it is meant to see ------------------------------------
