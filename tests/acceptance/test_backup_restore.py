@@ -93,6 +93,7 @@ async def runs_of(http: aiohttp.ClientSession, cluster: Cluster, job_id: str) ->
     return runs
 
 
+@pytest.mark.long  # a failure scenario: the fault-injection tier (scripts/test --long)
 async def test_save_lose_every_node_restore_from_the_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -81,6 +81,7 @@ async def job_state(
     return None
 
 
+@pytest.mark.long  # a failure scenario: the fault-injection tier (scripts/test --long)
 async def test_leader_killed_mid_load_loses_nothing_and_completes_nothing_twice(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

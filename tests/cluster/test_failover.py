@@ -104,6 +104,7 @@ async def test_running_leases_are_resumed_after_the_leader_is_killed(
         cluster.stop()
 
 
+@pytest.mark.long  # a failure scenario: the fault-injection tier (scripts/test --long)
 async def test_killed_worker_loses_its_lease_and_the_run_is_retried(
     tmp_path: Path, record: Path
 ) -> None:

@@ -187,6 +187,7 @@ async def test_bad_membership_changes_change_nothing(tmp_path: Path) -> None:
         cluster.stop()
 
 
+@pytest.mark.long  # a failure scenario: the fault-injection tier (scripts/test --long)
 async def test_a_lost_majority_is_recovered_from_one_survivor(tmp_path: Path) -> None:
     cluster = Cluster(tmp_path / "c", raft=dict(RAFT))
     try:

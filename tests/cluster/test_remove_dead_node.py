@@ -37,6 +37,7 @@ async def recorded(http: aiohttp.ClientSession, cluster: Cluster, i: int) -> dic
     return view
 
 
+@pytest.mark.long  # a failure scenario: the fault-injection tier (scripts/test --long)
 async def test_a_dead_node_is_removed_by_its_id_after_the_others_restarted(
     tmp_path: Path,
 ) -> None:

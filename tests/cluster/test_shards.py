@@ -327,6 +327,7 @@ async def shard_leaders(http: aiohttp.ClientSession, cluster: Cluster, i: int) -
     return [s["leader"] for s in shards] if len(shards) == SHARDS else [None] * SHARDS
 
 
+@pytest.mark.long  # a failure scenario: the fault-injection tier (scripts/test --long)
 async def test_the_leaders_spread_over_the_nodes_and_come_back_after_a_failover(
     tmp_path: Path,
 ) -> None:

@@ -132,6 +132,7 @@ async def test_a_node_joins_every_shard_and_one_command_removes_one_from_all(
         print(cluster.logs())
 
 
+@pytest.mark.long  # a failure scenario: the fault-injection tier (scripts/test --long)
 async def test_a_lost_majority_is_recovered_in_every_shard_from_one_survivor(
     tmp_path: Path,
 ) -> None:

@@ -75,6 +75,7 @@ def reference(upto: int) -> MemoryState:
     return mem
 
 
+@pytest.mark.long  # a failure scenario: the fault-injection tier (scripts/test --long)
 @pytest.mark.timeout(180)
 def test_a_node_killed_while_applying_keeps_a_whole_prefix_of_the_entries(tmp_path: Path) -> None:
     rnd = random.Random(7)
