@@ -147,6 +147,7 @@ class Runtime:
             images=self,  # open_image(): GET /snapshot
             members=self.members,
             shard=self.shard,
+            raft_secret=self._settings.password,
         )
 
     def authenticate(self, header: str | None) -> auth.Token:

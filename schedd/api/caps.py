@@ -21,13 +21,11 @@ from typing import Any
 from aiohttp import web
 
 from schedd import clock, net
-from schedd.api.ports import CONFIG, NODE, PREFIX, PROXY, json_response, peer, read_json
-from schedd.config import read_raft_secret
-from schedd.core.allowances import SIGNED_SKEW_MS, caps_proof
+from schedd.api.ports import NODE, PROXY, RAFT_SECRET, json_response, peer, read_json
 from schedd.core.state import Ok
 from schedd.errors import InvalidArgument, PermissionDenied, Unavailable, from_code
+from schedd.protocol.signed import CAPS_PATH, SIGNED_SKEW_MS, caps_proof
 
-CAPS_PATH = f"{PREFIX}/internal/caps"
 HOLD_MAX_S = 30.0  # the longest a soft limit holds without being said again
 OPS = ("view", "limit", "give", "take", "delivered")
 
@@ -53,7 +51,7 @@ def _check_signed(request: web.Request, body: dict[str, Any]) -> None:
             "at: expected the caller's clock (Unix ms) within 5 minutes of this node's",
             field="at",
         )
-    secret = read_raft_secret(request.app[CONFIG])
+    secret = request.app[RAFT_SECRET]
     proof = body.get("proof")
     if not isinstance(proof, str) or not hmac.compare_digest(proof, caps_proof(secret, body)):
         raise PermissionDenied("the request is not signed with this cluster's Raft secret")

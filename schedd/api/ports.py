@@ -278,6 +278,9 @@ class Ports:
     members: Members  # the membership and its changes (/cluster/nodes)
     #: the shard this node's Raft group is (a cluster of several shards: its job ids say it)
     shard: int = 0
+    #: the Raft secret (raft.secret_file, read at start; None: none), which signs the requests
+    #: between nodes that carry no token (schedd.protocol.signed)
+    raft_secret: bytes | None = None
 
 
 CONFIG: web.AppKey[Config] = web.AppKey("config", Config)
@@ -293,6 +296,7 @@ EVENTS: web.AppKey[EventFeed] = web.AppKey("events")
 IMAGES: web.AppKey[StateImages] = web.AppKey("images")
 MEMBERS: web.AppKey[Members] = web.AppKey("members")
 SHARD: web.AppKey[int] = web.AppKey("shard", int)
+RAFT_SECRET: web.AppKey[bytes | None] = web.AppKey("raft_secret")
 
 
 @dataclass
@@ -325,6 +329,7 @@ def install(app: web.Application, ports: Ports) -> None:
     app[IMAGES] = ports.images
     app[MEMBERS] = ports.members
     app[SHARD] = ports.shard
+    app[RAFT_SECRET] = ports.raft_secret
     app[LEADER_WORKERS] = Recent()
     app[LOGIN_CODES] = auth.LoginCodes()
 

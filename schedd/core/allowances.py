@@ -22,12 +22,9 @@ starts from its log, and whoever delivers a transfer, it is credited once.
 
 from __future__ import annotations
 
-import hmac
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
-
-import orjson
 
 
 class Transfer(NamedTuple):
@@ -106,13 +103,6 @@ def allowance(cap: int, shards: int, shard: int, ledger: CapsLedger, namespace: 
     return max(0, static_share(cap, shards, shard) + ledger.moved.get(namespace, 0))
 
 
-def allowances(
-    caps: Mapping[str, int], shards: int, shard: int, ledger: CapsLedger
-) -> dict[str, int]:
-    """Every capped namespace's allowance in shard ``shard``."""
-    return {ns: allowance(cap, shards, shard, ledger, ns) for ns, cap in caps.items()}
-
-
 class ShardCaps(NamedTuple):
     """What a shard's leader reports of one namespace: the coordinator's input."""
 
@@ -168,17 +158,3 @@ def plan(
                 moves.append((source, dest, n))
                 deficit[dest] -= n
     return moves, limits
-
-
-#: how far a coordinator's clock (a request's ``at``) may be from the shard's
-SIGNED_SKEW_MS = 300_000
-
-
-def caps_proof(secret: bytes | None, body: Mapping[str, Any]) -> str:
-    """The HMAC-SHA256 (hex) of a request between nodes about caps, every field but ``proof``
-    signed with the Raft secret ("" without one: such a cluster answers only its own
-    machine)."""
-    if secret is None:
-        return ""
-    signed = {k: v for k, v in body.items() if k != "proof"}
-    return hmac.new(secret, orjson.dumps(signed, option=orjson.OPT_SORT_KEYS), "sha256").hexdigest()

@@ -285,10 +285,7 @@ class LeaderCore:
         self.ledger = allowances.EMPTY  # this shard's moves of slots (from the state)
         self.giving: dict[str, int] = {}  # namespace -> slots in a give not yet applied
         self.soft: dict[str, tuple[int, float]] = {}  # namespace -> (limit, until when)
-        self.caps = ConcurrencyCaps(
-            allowances.allowances(settings.caps, self.shards, self.shard, self.ledger)
-        )
-        self._caps_changed = False  # an entry's events moved slots: set the limits again
+        self.caps = ConcurrencyCaps({})  # set at the end (and again by rebuild)
         self.namespace_of: dict[str, str] = {}  # run id -> namespace, for queued and leased runs
         #: run id -> when a replayed or unblocked queued run could first run (its lease lag is
         #: counted from there, not from its old due time)
@@ -302,6 +299,7 @@ class LeaderCore:
         self.rebuilt_at = -1  # the applied index the rebuild read: older events are in it
         self._rr = 0
         self._out: list[Action] = []
+        self._set_caps(None)
 
     def _progress_dropped(self, info: LeaseInfo, size: int) -> None:
         self._log(
@@ -374,7 +372,7 @@ class LeaderCore:
         """What the entry at ``index`` changed (``schedd.core.state.LeaderEvent``)."""
         if index <= self.rebuilt_at:
             return []
-        self._caps_changed = False
+        moved = False  # slots of a cap moved: the limits are set again
         for ev in events:
             match ev:
                 case RunLeased(run_id):
@@ -398,11 +396,10 @@ class LeaderCore:
                 case RunGone(run_id):
                     self._forget(run_id)
                 case CapsChanged(ledger):
-                    self.ledger = ledger
-                    self._caps_changed = True
+                    self.ledger, moved = ledger, True
                 case _:
                     assert_never(ev)
-        if self._caps_changed:
+        if moved:
             self._set_caps(None)
         self._out.append(WAKE)
         return self._emit()
@@ -670,14 +667,16 @@ class LeaderCore:
             self.soft = {ns: v for ns, v in self.soft.items() if v[1] > now.mono}
         limits = {}
         for ns, cap in self.cap_config.items():
-            n = allowances.allowance(cap, self.shards, self.shard, self.ledger, ns)
-            n -= self.giving.get(ns, 0)
+            n = self._allowance(ns, cap)
             soft = self.soft.get(ns)
-            if soft is not None:
-                n = min(n, soft[0])
-            limits[ns] = max(0, n)
+            limits[ns] = max(0, n if soft is None else min(n, soft[0]))
         self.caps.update(limits)
         self._out.append(WAKE)
+
+    def _allowance(self, ns: str, cap: int) -> int:
+        """This shard's allowance of ``ns``'s cap, less the slots being given away."""
+        allowed = allowances.allowance(cap, self.shards, self.shard, self.ledger, ns)
+        return allowed - self.giving.get(ns, 0)
 
     def caps_report(self) -> dict[str, allowances.ShardCaps]:
         """Each capped namespace's allowance here, runs in flight and runs waiting."""
@@ -687,10 +686,7 @@ class LeaderCore:
                 waiting[ns] = waiting.get(ns, 0) + n
         return {
             ns: allowances.ShardCaps(
-                allowances.allowance(cap, self.shards, self.shard, self.ledger, ns)
-                - self.giving.get(ns, 0),
-                self.caps.in_use(ns),
-                waiting.get(ns, 0),
+                self._allowance(ns, cap), self.caps.in_use(ns), waiting.get(ns, 0)
             )
             for ns, cap in self.cap_config.items()
         }

@@ -38,6 +38,7 @@ from schedd.errors import (
 )
 from schedd.ids import new_request_id
 from schedd.logs import log_event
+from schedd.protocol import signed
 from schedd.protocol.headers import SHARD_HEADER
 
 log = logging.getLogger(__name__)
@@ -47,8 +48,6 @@ PROMOTE_WITHIN = 64
 #: ... and must have stayed so on this many looks in a row (one every PROMOTE_EVERY_S)
 PROMOTE_LOOKS = 2
 PROMOTE_EVERY_S = 0.5
-#: how far a join request's clock may be from the receiving node's (replays are refused)
-JOIN_SKEW_MS = 300_000
 JOIN_PATH = "/api/v1/cluster/join"
 JOIN_TIMEOUT_S = 60.0
 
@@ -85,11 +84,8 @@ def is_loopback(raft: str) -> bool:
 
 
 def join_proof(secret: bytes | None, body: dict[str, Any]) -> str:
-    """The HMAC-SHA256 of a join request's fields with the Raft secret ("" without one)."""
-    if secret is None:
-        return ""
-    signed = {k: body.get(k) for k in ("raft", "id", "http", "at", "cluster")}
-    return hmac.new(secret, orjson.dumps(signed, option=orjson.OPT_SORT_KEYS), "sha256").hexdigest()
+    """The proof of a join request: its raft, id, http, at and cluster, signed."""
+    return signed.proof(secret, {k: body.get(k) for k in ("raft", "id", "http", "at", "cluster")})
 
 
 class MembershipService:
@@ -295,7 +291,7 @@ class MembershipService:
             raise InvalidArgument("id: expected the joining node's node.id", field="id")
         if not isinstance(http, str):
             raise InvalidArgument("http: expected the joining node's API URL", field="http")
-        if not isinstance(at, int) or abs(clock.wall_ms() - at) > JOIN_SKEW_MS:
+        if not isinstance(at, int) or abs(clock.wall_ms() - at) > signed.SIGNED_SKEW_MS:
             raise InvalidArgument(
                 "at: expected the joining node's clock (Unix ms) within 5 minutes of the "
                 "cluster's: check both machines' clocks",

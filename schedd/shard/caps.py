@@ -14,21 +14,18 @@ shard it cannot reach neither gives nor takes.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import orjson
-
 from schedd import clock
 from schedd.config import Config, read_raft_secret
-from schedd.core.allowances import ShardCaps, caps_proof, plan
+from schedd.core.allowances import ShardCaps, plan
 from schedd.logs import log_event
+from schedd.protocol.signed import caps_proof
 
 log = logging.getLogger("schedd.shard.caps")
 
-CAPS_PATH = "/api/v1/internal/caps"
 ROUND_S = 0.5  # between two rounds
 HOLD_S = 3.0  # a soft limit holds this long unless said again (a lost coordinator's lapse)
 
@@ -44,7 +41,6 @@ class CapsCoordinator:
         self._secret = read_raft_secret(cfg)
         self._turn = 0
         self._limited: set[int] = set()  # shards told a soft limit that still holds
-        self.moved = 0  # slots moved so far (for the tests and the log)
 
     def signed(self, body: dict[str, Any]) -> dict[str, Any]:
         body = {**body, "at": clock.wall_ms()}
@@ -108,10 +104,8 @@ class CapsCoordinator:
                 said = await self.ask(
                     k, {"op": "limit", "limits": limits.get(k, {}), "hold_s": HOLD_S}
                 )
-                if said is not None and k not in limits:
-                    self._limited.discard(k)
-                elif said is not None:
-                    self._limited.add(k)
+                if said is not None:  # told: limited, or no longer
+                    (self._limited.add if k in limits else self._limited.discard)(k)
         return True
 
     async def give(self, ns: str, source: int, dest: int, amount: int) -> None:
@@ -121,7 +115,6 @@ class CapsCoordinator:
             log_event(
                 log, "caps.moved", namespace=ns, source=source, dest=dest, amount=given["amount"]
             )
-            self.moved += int(given["amount"])
 
     async def credit(self, source: int, dest: int, seq: int, ns: str, amount: int) -> bool:
         """Credit a transfer in ``dest``, then drop it from ``source``'s outbox; whether it is
@@ -129,8 +122,7 @@ class CapsCoordinator:
         body = {"op": "take", "source": source, "seq": seq, "namespace": ns, "amount": amount}
         if await self.ask(dest, body) is None:
             return False
-        with contextlib.suppress(Exception):
-            await self.ask(source, {"op": "delivered", "dest": dest, "seq": seq})
+        await self.ask(source, {"op": "delivered", "dest": dest, "seq": seq})  # (or next round)
         return True
 
     async def deliver(self, views: dict[int, Any]) -> bool:
@@ -146,10 +138,3 @@ class CapsCoordinator:
                 if not await self.credit(source, t["dest"], t["seq"], t["namespace"], t["amount"]):
                     stuck.add(t["dest"])
         return any_
-
-
-def decode(raw: bytes) -> Any:
-    try:
-        return orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        return None

@@ -53,8 +53,9 @@ from schedd.protocol.headers import (
     SHARD_HEADER,
     SHARDS_HEADER,
 )
+from schedd.protocol.signed import CAPS_PATH
 from schedd.protocol.timing import CONNECT_PATH
-from schedd.shard.caps import CAPS_PATH, CapsCoordinator, decode
+from schedd.shard.caps import CapsCoordinator
 from schedd.shard.feeds import merged_events
 from schedd.shard.layout import shard_address
 from schedd.shard.link import LinkError, ShardLink
@@ -80,8 +81,8 @@ _HOP = frozenset(
         "Content-Length",
     )
 )
-#: a merged listing's cursor: this prefix, then each shard's own cursor (base64 of JSON)
 CAPS_ASK_TIMEOUT_S = 10.0  # the coordinator's request to a shard (a give waits for its commit)
+#: a merged listing's cursor: this prefix, then each shard's own cursor (base64 of JSON)
 CURSOR_PREFIX = "s1."
 
 
@@ -298,7 +299,7 @@ class FrontDoor:
             )
         except LinkError as exc:
             raise OSError(str(exc)) from None
-        return status, decode(raw)
+        return status, _loads(raw)
 
     # -- routing ---------------------------------------------------------------------------
     def _rotate(self) -> int:

@@ -36,6 +36,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from schedd.aio import wait_event
 from schedd.config import Config
 from schedd.ids import shard_of_id
 from schedd.logs import log_event
@@ -129,9 +130,7 @@ class WorkerMux:
                 del self._gone[shard]
 
     async def close(self) -> None:
-        """Tell every worker to connect again elsewhere, and stop (once)."""
-        if self._closed:
-            return
+        """Tell every worker to connect again elsewhere (and refuse new ones), and stop."""
         self._closed = True
         for task in list(self._probes):
             task.cancel()
@@ -451,12 +450,8 @@ class _Inner:
             if ws is None:
                 failures += 1
                 delay = min(RETRY_MAX_S, RETRY_MIN_S * 2 ** min(failures, 8))
-                delay = random.uniform(delay / 2, delay)
-                if moved is None:
-                    await asyncio.sleep(delay)
-                else:
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(moved.wait(), delay)
+                # (woken early once the shard names another leader than the one it tried)
+                await wait_event(moved or asyncio.Event(), random.uniform(delay / 2, delay))
                 continue
             failures = 0
             self.ws, self.out = ws, _Outbox(ws)

@@ -161,12 +161,12 @@ class Supervisor:
                 await asyncio.wait(pending, timeout=5)
         for task in self._watchers:
             task.cancel()
-        # the workers connected here are told to go to another node first: their websockets
-        # would otherwise hold the server's cleanup until its timeout (30 s)
-        await self.front.mux.close()
+        # the front door first (its shards are gone): it tells the workers connected here to
+        # go to another node, whose websockets would otherwise hold the server's cleanup until
+        # its timeout (30 s)
+        await self.front.close()
         if self._runner is not None:
             await self._runner.cleanup()
-        await self.front.close()
         shutil.rmtree(self.socket_dir, ignore_errors=True)
 
 

@@ -66,3 +66,39 @@ async def test_a_namespace_concurrency_cap_holds_back_leases(
     nxt = await w.expect(messages.Lease)
     assert nxt.run_id != capped.run_id
     await w.ws.close()
+
+
+async def test_the_caps_endpoint_between_nodes_takes_only_signed_well_formed_requests(
+    limited: Node, http: aiohttp.ClientSession
+) -> None:
+    """``POST /internal/caps`` carries no token: a request not signed with the Raft secret (none
+    here: the node's own machine only) is 403, a malformed one a 400 naming the field, and a
+    signed one is answered by the leader, changing nothing that was not asked."""
+    from schedd import clock
+    from schedd.protocol.signed import CAPS_PATH, caps_proof
+
+    def signed(body: dict[str, object], secret: bytes | None = None) -> dict[str, object]:
+        body = {**body, "at": clock.wall_ms()}
+        return {**body, "proof": caps_proof(secret, body)}
+
+    async def ask(body: object) -> tuple[int, dict[str, object]]:
+        async with http.post(limited.url + CAPS_PATH, json=body) as r:
+            return r.status, await r.json()
+
+    status, err = await ask({"op": "steal"})
+    assert status == 400 and err["error"]["field"] == "op"
+    status, err = await ask(signed({"op": "view"}, secret=b"k" * 32))
+    assert status == 403, err  # signed with a secret this node does not have
+    status, err = await ask({**signed({"op": "view"}), "at": 1})
+    assert status == 400 and err["error"]["field"] == "at"  # an old request (or a replay)
+    status, err = await ask(signed({"op": "give", "namespace": "capped", "amount": 0, "dest": 1}))
+    assert status == 400 and err["error"]["field"] == "amount"
+    status, err = await ask(signed({"op": "limit", "limits": {"capped": -1}, "hold_s": 1}))
+    assert status == 400 and err["error"]["field"] == "limits"
+    status, view = await ask(signed({"op": "view"}))
+    assert status == 200, view
+    assert view["namespaces"] == {"capped": {"allowance": 1, "in_use": 0, "waiting": 0}}
+    assert view["outbox"] == []
+    # one shard: there is no other to give to, and nothing moves
+    status, given = await ask(signed({"op": "give", "namespace": "capped", "amount": 1, "dest": 1}))
+    assert (status, given) == (200, {"seq": 0, "amount": 0})

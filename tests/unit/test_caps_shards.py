@@ -14,7 +14,6 @@ from schedd.core.allowances import (
     ShardCaps,
     Transfer,
     allowance,
-    caps_proof,
     fair_shares,
     plan,
     static_share,
@@ -23,6 +22,7 @@ from schedd.core.apply import apply_entry
 from schedd.core.state import STALE_LEADER, CapsChanged, MemoryState, Ok, Rejected
 from schedd.leader.core import Commit
 from schedd.protocol import messages
+from schedd.protocol.signed import caps_proof
 from schedd.storage.sqlstate import SqlState
 from tests.unit.test_leader_core import Sim
 
