@@ -189,13 +189,17 @@ def _caps(
     events: list[LeaderEvent],
 ) -> Result:
     """A move of concurrency slots between shards (schedd.core.allowances)."""
+    numbers = [getattr(cmd, f) for f in ("amount", "dest", "source", "seq") if hasattr(cmd, f)]
+    if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in numbers):
+        # (kept in the ledger and read back at every start: never anything but integers)
+        return Rejected(Code.INVALID_ARGUMENT, "a transfer's shards, seq and amount are integers")
     ledger = state.caps
     if isinstance(cmd, commands.CapsDelivered):
         state.caps = ledger.delivered(cmd.dest, cmd.seq)
         if state.caps is not ledger:
             events.append(CapsChanged(state.caps))
         return Ok(cmd.seq)
-    if not isinstance(cmd.amount, int) or cmd.amount <= 0 or not cmd.namespace:
+    if cmd.amount <= 0 or not isinstance(cmd.namespace, str) or not cmd.namespace:
         return Rejected(Code.INVALID_ARGUMENT, "a transfer moves a positive number of slots")
     if isinstance(cmd, commands.CapsGive):
         state.caps = ledger.give(index, cmd.namespace, cmd.amount, cmd.dest)
