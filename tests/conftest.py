@@ -141,6 +141,17 @@ async def restart_leader_in_new_term(rt: Any, monkeypatch: pytest.MonkeyPatch) -
 
 
 @pytest.fixture
+def timed_record(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The file the worker processes a test starts append each execution of ``acc.record``
+    to (tests/acceptance/tasks.py: run id, fence, attempt and the wall-clock ms)."""
+    path = tmp_path / "executions.txt"
+    path.touch()
+    monkeypatch.setenv("SCHEDD_TEST_RECORD", str(path))
+    monkeypatch.setenv("SCHEDD_TEST_RECORD_TIME", "1")
+    return path
+
+
+@pytest.fixture
 async def node(tmp_path: Path) -> AsyncIterator[Node]:
     async with running_node(tmp_path / "n1") as n:
         yield n

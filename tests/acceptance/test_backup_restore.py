@@ -95,12 +95,8 @@ async def runs_of(http: aiohttp.ClientSession, cluster: Cluster, job_id: str) ->
 
 @pytest.mark.long  # a failure scenario: the fault-injection tier (scripts/test --long)
 async def test_save_lose_every_node_restore_from_the_file(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, timed_record: Path
 ) -> None:
-    record = tmp_path / "executions.txt"
-    record.touch()
-    monkeypatch.setenv("SCHEDD_TEST_RECORD", str(record))
-    monkeypatch.setenv("SCHEDD_TEST_RECORD_TIME", "1")
     settings = {"heartbeat_interval": "0.5s", "heartbeat_timeout": "3s"}
     root = tmp_path / "cluster"
     cluster = Cluster(root, scheduler=settings)
@@ -217,7 +213,7 @@ async def test_save_lose_every_node_restore_from_the_file(
 
             # the recurring job fires again, and the worker runs it
             async def ticking() -> bool:
-                return len(executions(record, tick, since_ms=back_ms)) >= 2
+                return len(executions(timed_record, tick, since_ms=back_ms)) >= 2
 
             await until("the recurring job runs after the restore", ticking)
 
@@ -233,7 +229,9 @@ async def test_save_lose_every_node_restore_from_the_file(
             assert attempts[1]["fence"] > in_flight_fence
 
             async def rerun() -> bool:
-                return any(int(f[1]) == attempts[1]["fence"] for f in executions(record, in_flight))
+                return any(
+                    int(f[1]) == attempts[1]["fence"] for f in executions(timed_record, in_flight)
+                )
 
             await until("the worker runs the retried attempt", rerun)
 

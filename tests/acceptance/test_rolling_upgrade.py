@@ -95,6 +95,19 @@ class Load:
         return sorted(s for at, s in self.timings if since <= at <= until)
 
 
+async def start_load(cluster: Cluster, client: AsyncClient) -> tuple[Job, Load, asyncio.Task[None]]:
+    """A worker running ``acc.record`` 16 at once, a job recurring every second (``tick``)
+    and the steady one-off submits of :class:`Load`, started."""
+    cluster.start_worker(
+        "--import", "tests.acceptance.tasks", "--concurrency", "16", "--drain-timeout", "1"
+    )
+    tick = await client.submit(
+        "acc.record", {"sleep": 0}, every="1s", name="tick", heartbeat_timeout="3s"
+    )
+    load = Load(client)
+    return tick, load, asyncio.create_task(load.run())
+
+
 def dump_kind(cluster: Cluster, i: int) -> str:
     """What node i's ``raft/raft.dump`` is: "copy" (format 1, the previous release's), "marker"
     (this tree's), "" when it has none yet."""
@@ -186,16 +199,12 @@ def p99(values: list[float]) -> float:
 
 
 async def test_rolling_upgrade_from_the_previous_release_under_load(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, timed_record: Path
 ) -> None:
     built = time.monotonic()
     previous = release_bin(PREVIOUS_RELEASE)
     build_s = time.monotonic() - built
     began = time.monotonic()
-    record = tmp_path / "executions.txt"
-    record.touch()
-    monkeypatch.setenv("SCHEDD_TEST_RECORD", str(record))
-    monkeypatch.setenv("SCHEDD_TEST_RECORD_TIME", "1")
     cluster = Cluster(tmp_path / "cluster", raft=RAFT, scheduler=SCHEDULER)
     cluster.bins.update({i: previous for i in range(3)})
     load_task: asyncio.Task[None] | None = None
@@ -208,14 +217,7 @@ async def test_rolling_upgrade_from_the_previous_release_under_load(
             ) as client,
         ):
             leader = await cluster.wait_serving(http)
-            cluster.start_worker(
-                "--import", "tests.acceptance.tasks", "--concurrency", "16", "--drain-timeout", "1"
-            )
-            tick = await client.submit(
-                "acc.record", {"sleep": 0}, every="1s", name="tick", heartbeat_timeout="3s"
-            )
-            load = Load(client)
-            load_task = asyncio.create_task(load.run())
+            tick, load, load_task = await start_load(cluster, client)
 
             # The previous release compacts into whole copies (format 1) on every node.
             await until(
@@ -289,7 +291,7 @@ async def test_rolling_upgrade_from_the_previous_release_under_load(
                 lambda: (
                     sum(
                         r.startswith(f"{tick.id}@") and ms >= last_ms
-                        for r, _, ms in executions(record)
+                        for r, _, ms in executions(timed_record)
                     )
                     >= 3
                 ),
@@ -333,7 +335,7 @@ async def test_rolling_upgrade_from_the_previous_release_under_load(
                 return acked_ids <= done
 
             await until("every one-off job succeeds", all_succeeded, 60, cluster)
-            ran = executions(record)
+            ran = executions(timed_record)
             fences = collections.Counter((r, f) for r, f, _ in ran)
             again = {key: n for key, n in fences.items() if n > 1}
             assert not again, f"a run's fence executed more than once: {again}"

@@ -82,7 +82,14 @@ async def test_invariants_hold_under_a_fault_schedule(
     tmp_path: Path, seed: int, kinds: tuple[str, ...]
 ) -> None:
     report = await run_schedule(seed, tmp_path, duration=DURATION_S, kinds=kinds, rate=8.0)
-    (tmp_path / "report.json").write_text(json.dumps(report, indent=1, default=str))
+    check_report(report, tmp_path, seed, kinds)
+
+
+def check_report(report: dict[str, Any], where: Path, seed: int, kinds: tuple[str, ...]) -> None:
+    """A schedule's report, kept in ``where``: every kind played, enough load, a consistent
+    read at the end, every invariant 0, every new node promoted and every removed one
+    stopped."""
+    (where / "report.json").write_text(json.dumps(report, indent=1, default=str))
     print(summary_line(report))
     schedule = "\n".join(s["text"] for s in report["schedule"])
     assert report["faults_by_kind"].keys() == set(kinds), report["notes"]
@@ -91,7 +98,7 @@ async def test_invariants_hold_under_a_fault_schedule(
     assert report["ok"], (
         f"seed {seed}: invariants {report['invariants']}\nschedule:\n{schedule}\n"
         f"violations: {json.dumps(report['violations'], indent=1)}\nnotes: {report['notes']}\n"
-        f"report: {tmp_path / 'report.json'}"
+        f"report: {where / 'report.json'}"
     )
     for f in report["faults"]:  # every new node promoted, every removed node stopped (status 2)
         if f["kind"] in MEMBER_KINDS:
@@ -128,20 +135,7 @@ async def test_invariants_hold_under_a_fault_schedule_with_three_shards(
     report = await run_schedule(
         seed, tmp_path, duration=DURATION_S, kinds=kinds, rate=8.0, shards=3, bound_s=15.0
     )
-    (tmp_path / "report.json").write_text(json.dumps(report, indent=1, default=str))
-    print(summary_line(report))
-    schedule = "\n".join(s["text"] for s in report["schedule"])
-    assert report["faults_by_kind"].keys() == set(kinds), report["notes"]
-    assert report["ops"]["acknowledged"] >= 150, report["ops"]
-    assert report["state"].get("converged"), report["state"]
-    assert report["ok"], (
-        f"seed {seed}: invariants {report['invariants']}\nschedule:\n{schedule}\n"
-        f"violations: {json.dumps(report['violations'], indent=1)}\nnotes: {report['notes']}\n"
-        f"report: {tmp_path / 'report.json'}"
-    )
-    for f in report["faults"]:  # every new node promoted, every removed node stopped (status 2)
-        if f["kind"] in MEMBER_KINDS:
-            assert f["promoted_s"] is not None and f["refused"], f
+    check_report(report, tmp_path, seed, kinds)
 
 
 # -- the checker itself: it must see what it is meant to see ------------------------------------

@@ -327,6 +327,13 @@ async def shard_leaders(http: aiohttp.ClientSession, cluster: Cluster, i: int) -
     return [s["leader"] for s in shards] if len(shards) == SHARDS else [None] * SHARDS
 
 
+async def one_each(http: aiohttp.ClientSession, cluster: Cluster, i: int = 0) -> list[Any] | None:
+    """Each shard's leader as node i sees them, once each of the three nodes leads one (the
+    leaders' balance settled); else None."""
+    leaders = await shard_leaders(http, cluster, i)
+    return leaders if sorted(map(str, leaders)) == ["n1", "n2", "n3"] else None
+
+
 @pytest.mark.long  # a failure scenario: the fault-injection tier (scripts/test --long)
 async def test_the_leaders_spread_over_the_nodes_and_come_back_after_a_failover(
     tmp_path: Path,
@@ -335,12 +342,9 @@ async def test_the_leaders_spread_over_the_nodes_and_come_back_after_a_failover(
     cluster.start()
     try:
         async with aiohttp.ClientSession() as http:
-
-            async def one_each(i: int = 0) -> list[Any] | None:
-                leaders = await shard_leaders(http, cluster, i)
-                return leaders if sorted(map(str, leaders)) == ["n1", "n2", "n3"] else None
-
-            spread = await wait_for(one_each, 60, interval=0.2)  # one shard led by each node
+            spread = await wait_for(
+                lambda: one_each(http, cluster), 60, interval=0.2
+            )  # one shard led by each node
             # kill the node leading shard 0: that shard goes to another node at once ...
             victim = int(spread[0][1:]) - 1
             witness = (victim + 1) % 3
@@ -356,10 +360,10 @@ async def test_the_leaders_spread_over_the_nodes_and_come_back_after_a_failover(
             since = {k: cluster.log_size(k) for k in range(3)}
             cluster.start(victim)
             await wait_for(
-                lambda: one_each(witness), 60, interval=0.2
+                lambda: one_each(http, cluster, witness), 60, interval=0.2
             )  # one shard led by each node again
             await asyncio.sleep(8)  # more than the settle time: nothing moves any more
-            assert await one_each(witness)
+            assert await one_each(http, cluster, witness)
             moves = sum(
                 len(cluster.log_events(k, ("leader.balancing",), since[k])) for k in range(3)
             )

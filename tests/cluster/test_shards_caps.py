@@ -12,7 +12,7 @@ import pytest
 
 from schedd.ids import shard_of_id
 from tests.cluster.harness import Cluster
-from tests.cluster.test_shards import SHARDS, shard_leaders, submit
+from tests.cluster.test_shards import SHARDS, one_each, submit
 from tests.cluster.test_worker_shards import Gauge, succeeded, worker
 from tests.conftest import wait_for
 
@@ -38,12 +38,7 @@ async def test_a_concurrency_cap_holds_across_shards_and_moves_to_where_runs_wai
     gauge = Gauge()
     try:
         async with aiohttp.ClientSession() as http:
-
-            async def one_each() -> list[str] | None:
-                leaders = await shard_leaders(http, cluster, 0)
-                return leaders if sorted(map(str, leaders)) == ["n1", "n2", "n3"] else None
-
-            leaders = await wait_for(one_each, 60, interval=0.2)
+            leaders = await wait_for(lambda: one_each(http, cluster), 60, interval=0.2)
             coordinator = int(leaders[0][1:]) - 1  # the node leading shard 0 moves the slots
             home = (coordinator + 1) % 3  # the worker's node
             async with worker(cluster.urls[home], cluster.token, gauge, capacity=6):

@@ -24,12 +24,13 @@ from schedd.client import AsyncClient
 from tests.acceptance.test_rolling_upgrade import (
     MAX_SUBMIT_S,
     SCHEDULER,
-    Load,
     executions,
     node_jobs,
+    start_load,
     until,
 )
 from tests.cluster.harness import Cluster
+from tests.cluster.test_shards import one_each
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
 
@@ -69,12 +70,8 @@ async def caught_up(http: aiohttp.ClientSession, cluster: Cluster, i: int) -> No
 
 
 async def test_a_rolling_restart_of_three_shards_under_load_loses_nothing(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, timed_record: Path
 ) -> None:
-    record = tmp_path / "executions.txt"
-    record.touch()
-    monkeypatch.setenv("SCHEDD_TEST_RECORD", str(record))
-    monkeypatch.setenv("SCHEDD_TEST_RECORD_TIME", "1")
     cluster = Cluster(tmp_path / "cluster", scheduler=SCHEDULER, shards=SHARDS)
     load_task: asyncio.Task[None] | None = None
     try:
@@ -87,26 +84,15 @@ async def test_a_rolling_restart_of_three_shards_under_load_loses_nothing(
         ):
             for i in range(3):
                 await caught_up(http, cluster, i)
-            cluster.start_worker(
-                "--import", "tests.acceptance.tasks", "--concurrency", "16", "--drain-timeout", "1"
-            )
-            tick = await client.submit(
-                "acc.record", {"sleep": 0}, every="1s", name="tick", heartbeat_timeout="3s"
-            )
-            load = Load(client)
-            load_task = asyncio.create_task(load.run())
+            tick, load, load_task = await start_load(cluster, client)
             await asyncio.sleep(SETTLE_S)
-
-            async def spread() -> list[str] | None:
-                """Each shard's leader, once every node leads one (the balance settled)."""
-                v = await view(http, cluster, 0)
-                leaders = [s["leader"] for s in v["shards"]] if v else []
-                return leaders if sorted(map(str, leaders)) == ["n1", "n2", "n3"] else None
 
             handed: dict[str, list[int]] = {}
             for i in range(3):
                 node_id = cluster.nodes[i].node_id
-                leaders = await until("each node leads a shard", spread, 60, cluster)
+                leaders = await until(
+                    "each node leads a shard", lambda: one_each(http, cluster), 60, cluster
+                )
                 leads = [k for k, who in enumerate(leaders) if who == node_id]
                 since = cluster.log_size(i)
                 proc = cluster.nodes[i].proc
@@ -122,7 +108,7 @@ async def test_a_rolling_restart_of_three_shards_under_load_loses_nothing(
                 cluster.start(i)
                 await caught_up(http, cluster, i)
                 await asyncio.sleep(SETTLE_S)
-            last_restart = len(executions(record))
+            last_restart = len(executions(timed_record))
             await asyncio.sleep(SETTLE_S)
             load.stop.set()
             await load_task
@@ -153,7 +139,7 @@ async def test_a_rolling_restart_of_three_shards_under_load_loses_nothing(
             await until(
                 "every acknowledged job succeeded, on every node, once", all_done, 60, cluster
             )
-            runs = executions(record)
+            runs = executions(timed_record)
             assert len(runs) > last_restart  # the recurring job (and the rest) ran on
             fences = collections.Counter((run_id, fence) for run_id, fence, _ in runs)
             assert all(n == 1 for n in fences.values()), fences.most_common(3)

@@ -18,7 +18,7 @@ from schedd.ids import shard_of_id
 from schedd.worker.client import Worker
 from schedd.worker.registry import Registry
 from tests.cluster.harness import Cluster
-from tests.cluster.test_shards import SHARDS, call, shard_leaders, submit
+from tests.cluster.test_shards import SHARDS, call, one_each, submit
 from tests.conftest import wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
@@ -81,12 +81,9 @@ async def test_a_worker_is_served_from_every_shard_within_its_capacity(tmp_path:
     gauge = Gauge()
     try:
         async with aiohttp.ClientSession() as http:
-
-            async def one_each() -> list[Any] | None:
-                leaders = await shard_leaders(http, cluster, 0)
-                return leaders if sorted(map(str, leaders)) == ["n1", "n2", "n3"] else None
-
-            leaders = await wait_for(one_each, 60, interval=0.2)  # one shard led by each node
+            leaders = await wait_for(
+                lambda: one_each(http, cluster), 60, interval=0.2
+            )  # one shard led by each node
             home = 0  # the worker's node: it leads one shard, the others lead the rest
             async with worker(cluster.urls[home], cluster.token, gauge):
                 jobs = [
