@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import os
+import shutil
+import tempfile
 from pathlib import Path
 
 from schedd.config import Config, join_hostport, split_hostport
@@ -43,6 +46,39 @@ def shard_config(cfg: Config, shard: int) -> Config:
         http=dataclasses.replace(cfg.http, advertise=cfg.advertise_url()),
         auth=dataclasses.replace(cfg.auth, tokens_file=str(cfg.tokens_path)),
     )
+
+
+#: the longest path a Unix socket may have (``sun_path`` holds 108 bytes with its NUL)
+SOCKET_PATH_MAX = 107
+SOCKETS_PREFIX = "sockets-"
+
+
+def make_socket_dir(data: Path, pid: int) -> Path:
+    """A directory of the node's own (mode 0700, named for its ``pid``) for its shards' API
+    sockets: in its data directory, the one place a node may write when systemd makes the
+    rest of the system read-only (``ProtectSystem=strict``), or in the system's temporary
+    directory when the data directory's path is too long for a socket's.  A directory that a
+    node killed before it removed its own left there goes first."""
+    for stale in data.glob(SOCKETS_PREFIX + "*"):
+        owner = stale.name.removeprefix(SOCKETS_PREFIX)
+        if owner.isdigit() and not _alive(int(owner)):
+            shutil.rmtree(stale, ignore_errors=True)
+    mine = data / f"{SOCKETS_PREFIX}{pid}"
+    if len(os.fsencode(api_socket(mine, 99))) > SOCKET_PATH_MAX:
+        return Path(tempfile.mkdtemp(prefix="schedd-"))
+    shutil.rmtree(mine, ignore_errors=True)  # a dead node's of the same pid
+    mine.mkdir(mode=0o700, parents=True)
+    return mine
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's
+        return True
+    return True
 
 
 def api_socket(socket_dir: Path, shard: int) -> str:

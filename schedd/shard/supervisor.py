@@ -23,10 +23,8 @@ import os
 import shutil
 import signal
 import sys
-import tempfile
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 from aiohttp import web
 
@@ -35,7 +33,7 @@ from schedd.config import Config, server_ssl_context
 from schedd.logs import log_event
 from schedd.notify import Notifier
 from schedd.shard.frontdoor import FrontDoor
-from schedd.shard.layout import api_socket
+from schedd.shard.layout import api_socket, make_socket_dir
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +54,7 @@ class Supervisor:
         self.cfg = cfg
         self.argv = argv
         self.shards = cfg.cluster.shards
-        self.socket_dir = Path(tempfile.mkdtemp(prefix="schedd-"))  # mode 0700
+        self.socket_dir = make_socket_dir(cfg.data_path, os.getpid())
         self.sockets = [api_socket(self.socket_dir, k) for k in range(self.shards)]
         self.procs: dict[int, asyncio.subprocess.Process] = {}
         self.front = FrontDoor(cfg, self.sockets)

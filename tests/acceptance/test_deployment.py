@@ -305,6 +305,13 @@ class Deployment:
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
     logs_: dict[str, Path] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    #: ``[cluster] shards`` added to the README's schedd.toml (1: the file as it is)
+    shards: int = 1
+
+    def switches(self) -> dict[str, str]:
+        """The environment a node needs for this deployment: several shards are behind the
+        development switch until they are released."""
+        return {"SCHEDD_SHARDS_PREVIEW": "1"} if self.shards > 1 else {}
 
     def vm(self, name: str, path: str) -> Path:
         """``path`` (e.g. /etc/schedd) on the VM ``name``."""
@@ -547,7 +554,12 @@ def configure_nodes(dep: Deployment) -> None:
             .replace(README_STATE, str(data))
             .replace(README_ETC, str(etc))
         )
+        if dep.shards > 1:  # what docs/operations.md tells an operator to add for shards
+            text = text.replace("[cluster]", f"[cluster]\nshards = {dep.shards}", 1)
+            if "[cluster]" not in text:
+                text += f"\n[cluster]\nshards = {dep.shards}\n"
         cfg = tomllib.loads(text)
+        assert cfg.get("cluster", {}).get("shards", 1) == dep.shards, text
         assert (cfg["node"]["id"], cfg["http"]["listen"]) == (f"n{k}", f"{dep.lab.addr(k)}:7700")
         assert sorted(cfg["raft"]["peers"]) == sorted(f"{dep.lab.addr(j)}:7701" for j in others)
         (etc / "schedd.toml").write_text(text)
@@ -563,7 +575,11 @@ def configure_nodes(dep: Deployment) -> None:
             check.group(1).replace(README_PREFIX, str(dep.prefix)).replace(README_ETC, str(etc))
         )
         out = check_run(
-            as_service_user(argv, ns), "README step 3 --check-config", 60, env=clean_env(), cwd="/"
+            as_service_user(argv, ns),
+            "README step 3 --check-config",
+            60,
+            env=clean_env(**dep.switches()),
+            cwd="/",
         )
         assert "config ok" in out, out
         path = run_dir / f"notify-n{k}.sock"
@@ -596,6 +612,7 @@ def start_nodes(dep: Deployment) -> None:
             INVOCATION_ID=os.urandom(16).hex(),
             STATE_DIRECTORY=str(n.data),
             CONFIGURATION_DIRECTORY=str(n.etc),
+            **dep.switches(),
         )
         n.proc = dep.spawn(
             n.name, ["ip", "netns", "exec", n.ns, *sandboxed(as_service_user(argv), n.data)], env
@@ -694,8 +711,15 @@ def start_worker(dep: Deployment) -> tuple[subprocess.Popen[bytes], str]:
 
 
 # -- the test ------------------------------------------------------------------------------------
-def test_readme_deployment_survives_a_killed_leader(deployment: Deployment) -> None:
+@pytest.mark.parametrize(
+    "shards", [pytest.param(1, id="1"), pytest.param(3, marks=pytest.mark.long, id="shards3")]
+)
+def test_readme_deployment_survives_a_killed_leader(deployment: Deployment, shards: int) -> None:
+    """With three shards (``[cluster] shards = 3`` added to the README's file), each node runs a
+    process per shard under its supervisor: the node killed is the one leading shard 0, which
+    kills the shard processes with it (a leader of one or more shards)."""
     dep = deployment
+    dep.shards = shards
     try:
         _deploy_and_run(dep)
     except BaseException:
@@ -794,6 +818,9 @@ def _deploy_and_run(dep: Deployment) -> None:
             f"{run['id']} started as {executions.get(run['id'])}; history {run['attempts']}"
         )
     assert set(executions) == run_ids, set(executions) ^ run_ids
+    if dep.shards > 1:  # the jobs were spread: a killed node's shards and the others' ran
+        used = {history["runs"][0]["shard"] for history in histories}
+        assert len(used) >= 2 and used <= set(range(dep.shards)), used
     for n in dep.nodes:  # under systemd (JOURNAL_STREAM) a node logs JSON lines only
         text = [ln for ln in n.log.read_text(errors="replace").splitlines() if ln.strip()]
         assert all(ln.startswith("{") for ln in text), [ln for ln in text if ln[:1] != "{"]
