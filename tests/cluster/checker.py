@@ -460,6 +460,17 @@ def membership_problems(
     return divergence, stuck
 
 
+def member_groups(
+    members: dict[str, Any],
+) -> list[tuple[str, list[dict[str, Any] | None], dict[str, str]]]:
+    """Each Raft group's (label for its evidence, views, alias): the first shard's (no label),
+    then every other shard's (``shard k: ``), each of which must hold the same members."""
+    groups = [("", members["views"], members.get("alias") or {})]
+    for k, group in sorted((members.get("shards") or {}).items()):
+        groups.append((f"shard {k}: ", group["views"], group.get("alias") or {}))
+    return groups
+
+
 # -- worker evidence -------------------------------------------------------------------------------
 
 
@@ -589,7 +600,8 @@ def check(
     says when the recurring jobs were cancelled (only then may one be forgotten).
     ``members``: the live members' membership views at the end (``views``, from the nodes
     ``names``), the members the harness made (``expected``) and what names each Raft address
-    (``alias``); see :func:`membership_problems`."""
+    (``alias``), and with several shards each other shard's group the same way (``shards``:
+    ``{shard: {"views", "alias"}}``); see :func:`membership_problems`."""
     v: dict[str, list[str]] = {k: [] for k in INVARIANTS}
     v["unexpected_exits"] = list(history.exits)
     stats: Counter[str] = Counter()
@@ -616,11 +628,12 @@ def check(
     v["rebuild_over_bound"] = slow_rebuilds(history, rebuild_bound_s)
     v["membership_divergence"] = list(history.membership)
     if members is not None:
-        diverged, stuck = membership_problems(
-            members["views"], members["names"], members["expected"], members.get("alias")
-        )
-        v["membership_divergence"] += diverged
-        v["stuck_learner"] = stuck
+        for label, views, alias in member_groups(members):
+            diverged, stuck = membership_problems(
+                views, members["names"], members["expected"], alias
+            )
+            v["membership_divergence"] += [label + d for d in diverged]
+            v["stuck_learner"] += [label + s for s in stuck]
     sums: list[str] = []
     if not states:
         v["replica_divergence"].append(f"no consistent read of the nodes: {collect_info}")

@@ -876,6 +876,17 @@ class Run:
                 return False
         return True
 
+    async def shard_members(self, k: int) -> dict[str, Any]:
+        """Shard k's group as every live member sees it at the end (its Raft addresses are the
+        nodes' Raft ports + k), and what names each address."""
+        alias = {}
+        for i in range(len(self.cluster.nodes)):
+            host, port = raft_addr(self.cluster, i).rsplit(":", 1)
+            alias[f"{host}:{int(port) + k}"] = self.name(i)
+        headers = {**self.cluster.headers(), "X-Schedd-Shard": str(k)}
+        views = await checker.read_members(self.http, self.urls, headers, alias)
+        return {"views": views, "alias": alias}
+
     async def nodes_view(self, i: int, timeout: float = 1.0) -> dict[str, Any] | None:
         """Node i's ``GET /api/v1/cluster/nodes``, or None."""
         try:
@@ -1162,6 +1173,7 @@ async def run_schedule(
                 "expected": names,
                 "alias": alias,
                 "views": await checker.read_members(http, run.urls, cluster.headers(), alias),
+                "shards": {k: await run.shard_members(k) for k in range(1, shards)},
             }
             run.observe()
     finally:

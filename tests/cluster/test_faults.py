@@ -331,6 +331,35 @@ def test_the_checker_counts_membership_divergence_and_stuck_learners() -> None:
     learning = view(10, {a: "voter", b: "voter", d: "learner"}, (c,))
     inv = check([learning, learning, same], ["n1", "n2", "n4"])
     assert inv["stuck_learner"] == 1 and inv["membership_divergence"] == 1
+    # with shards, every shard's group is checked, and its evidence names the shard: shard 0
+    # agrees, shard 2 still holds n3 on one node and a learner on every node
+    a2, b2, c2, d2 = (x[:-1] + "3" for x in (a, b, c, d))  # shard 2: the Raft ports + 2
+    alias2 = {a2: "n1", b2: "n2", c2: "n3", d2: "n4"}
+    same2 = view(12, {a2: "voter", b2: "voter", d2: "voter"}, (c2,))
+    behind = view(8, {a2: "voter", b2: "voter", c2: "voter"})
+    learner2 = view(13, {a2: "voter", b2: "voter", d2: "learner"}, (c2,))
+    members = {"views": [same] * 3, "names": ["n1", "n2", "n4"], "expected": ["n1", "n2", "n4"]}
+    sharded = {
+        **members,
+        "alias": alias,
+        "shards": {
+            1: {"views": [same2] * 3, "alias": alias2},
+            2: {"views": [same2, behind, learner2], "alias": alias2},
+        },
+    }
+    report = checker.check(
+        checker.History(), [], {}, [], 0, [], bound_s=10.0, cron_jobs=[], members=sharded
+    )
+    assert report["invariants"]["membership_divergence"] == 2, report["violations"]
+    assert report["invariants"]["stuck_learner"] == 1
+    evidence = report["violations"]["membership_divergence"] + report["violations"]["stuck_learner"]
+    assert all(e.startswith("shard 2: ") for e in evidence), evidence
+    sharded["shards"][2]["views"] = [same2] * 3
+    report = checker.check(
+        checker.History(), [], {}, [], 0, [], bound_s=10.0, cron_jobs=[], members=sharded
+    )
+    inv = report["invariants"]
+    assert inv["membership_divergence"] == 0 and inv["stuck_learner"] == 0, report["violations"]
     # what the harness saw go wrong (a removed node still running) counts too
     h = checker.History()
     h.membership.append("fault 1 replace_node: n3 was removed and still ran 15s later")
