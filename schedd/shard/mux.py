@@ -29,6 +29,7 @@ import asyncio
 import contextlib
 import logging
 import random
+import time
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -57,6 +58,11 @@ PROBE_FOR_S = 30.0  # ... for at most this long
 MAX_HOPS = 3  # redirects followed for one connection (the leader moved meanwhile)
 #: a lease waiting here for a slot is heartbeated at least this often (s)
 HELD_BEAT_S = 1.0
+#: a worker's heartbeat goes to the shards whose leases it lists; a shard it holds none of
+#: hears an empty one at most this often (s): that it is alive is all it says there, and
+#: thousands of idle workers would otherwise cost every shard's leader a frame per worker
+#: per heartbeat interval
+QUIET_BEAT_S = 30.0
 #: the worker's request headers passed to each shard (its credentials, who it is)
 _PASSED = ("Authorization", "User-Agent", "X-Request-Id")
 
@@ -96,8 +102,9 @@ class WorkerMux:
 
     def unreachable(self, shard: int, url: str, headers: dict[str, str]) -> asyncio.Event:
         """Shard ``shard``'s leader at ``url`` did not answer: an event set once this node's
-        process of the shard knows another leader (the connections waiting on it try again
-        then, instead of at their next back-off)."""
+        process of the shard knows another leader, or once that leader answers a connection
+        after all (the connections waiting on it try again then, instead of at their next
+        back-off)."""
         gone = self._gone.get(shard)
         if gone is None or gone[0] != url:
             gone = self._gone[shard] = (url, asyncio.Event())
@@ -106,13 +113,20 @@ class WorkerMux:
             task.add_done_callback(self._probes.discard)
         return gone[1]
 
+    def reached(self, shard: int, url: str) -> None:
+        """Shard ``shard``'s leader at ``url`` answered: a failure to reach it was passing (a
+        busy node), so the connections waiting on it try again now, and it is asked no more."""
+        gone = self._gone.get(shard)
+        if gone is not None and gone[0] == url:
+            gone[1].set()
+
     async def _probe(
         self, shard: int, url: str, headers: dict[str, str], moved: asyncio.Event
     ) -> None:
         loop = asyncio.get_running_loop()
         until = loop.time() + PROBE_FOR_S
         try:
-            while loop.time() < until:
+            while loop.time() < until and not moved.is_set():
                 with contextlib.suppress(aiohttp.ClientError, TimeoutError, ValueError):
                     async with self.local(shard).get(
                         f"http://shard{shard}/api/v1/cluster",
@@ -297,8 +311,10 @@ class _Session:
                 split[self.shard_of(ref.run_id)].append(ref)
             for k, lease, _ in self.held:
                 split[k].append(LeaseRef(lease.run_id, lease.fence))
+            now = time.monotonic()
             for inner, refs in zip(self.inners, split, strict=True):
-                inner.send(messages.encode(messages.Heartbeat(tuple(refs))))
+                if refs or now - inner.beat_at >= QUIET_BEAT_S:
+                    inner.beat(refs, now)
         elif isinstance(msg, messages.Complete | messages.Fail):
             k = self.shard_of(msg.run_id)
             self.results[k][msg.run_id] = text
@@ -409,10 +425,16 @@ class _Inner:
         self.out: _Outbox | None = None
         self.offered = -1
         self.tried: str | None = None  # the leader's URL the last connection was sent to
+        self.beat_at = -QUIET_BEAT_S  # when a heartbeat last went to this connection (monotonic)
 
     def send(self, text: str) -> None:
         if self.out is not None:
             self.out.put(text)
+
+    def beat(self, refs: list[LeaseRef], now: float) -> None:
+        if self.out is not None:
+            self.beat_at = now
+            self.out.put(messages.encode(messages.Heartbeat(tuple(refs))))
 
     def offer(self, capacity: int) -> None:
         if self.ws is not None and capacity != self.offered:
@@ -455,6 +477,7 @@ class _Inner:
                 continue
             failures = 0
             self.ws, self.out = ws, _Outbox(ws)
+            self.beat_at = -QUIET_BEAT_S  # a new leader hears the worker's next heartbeat
             for text in list(session.results[self.shard].values()):
                 self.send(text)  # the results the shard has not acked: again, as the worker would
             if session.draining:
@@ -517,6 +540,7 @@ class _Inner:
                     ssl=mux._ssl,
                 )
                 self.tried = None  # it answered
+                mux.reached(self.shard, url)
             answer = await self._handshake(ws)
             if isinstance(answer, messages.Welcome):
                 return ws

@@ -142,6 +142,40 @@ async def test_a_lease_waiting_here_is_heartbeated_to_its_shard(
     assert not any(isinstance(m, messages.Heartbeat) for m in shard_socks[1].sent)
 
 
+async def test_a_shard_the_worker_holds_nothing_of_hears_it_only_now_and_then() -> None:
+    s, _ = session(4)
+    shard_socks = []
+    for inner in s.inners:
+        sock = Socket()
+        inner.out = mux._Outbox(sock)  # type: ignore[arg-type]
+        shard_socks.append(sock)
+    mine = run_of(1, 1)
+    s.lease(1, *lease(mine, 7))
+
+    def beat() -> None:
+        s.from_worker(messages.encode(messages.Heartbeat((messages.LeaseRef(mine, 7),))))
+
+    async def beats() -> list[list[list[str]]]:
+        await settle()
+        got = [
+            [[r.run_id for r in m.leases] for m in sock.sent if isinstance(m, messages.Heartbeat)]
+            for sock in shard_socks
+        ]
+        for sock in shard_socks:
+            sock.sent.clear()
+        return got
+
+    beat()  # the first: every shard hears the worker is alive
+    assert await beats() == [[[]], [[mine]], [[]]]
+    for _ in range(3):  # then only the shard whose lease it lists
+        beat()
+    assert await beats() == [[], [[mine]] * 3, []]
+    for inner in (s.inners[0], s.inners[2]):  # QUIET_BEAT_S later, the others hear it again
+        inner.beat_at -= mux.QUIET_BEAT_S
+    beat()
+    assert await beats() == [[[]], [[mine]], [[]]]
+
+
 async def test_a_draining_worker_still_gets_what_was_leased_to_it_before() -> None:
     s, sock = session(1)
     first, second = run_of(0, 1), run_of(1, 2)
@@ -192,4 +226,15 @@ async def test_connections_waiting_for_a_dead_leader_wake_once_the_shard_names_a
         n = len(asked)
         await asyncio.sleep(0.05)
         assert len(asked) == n  # the probe stopped
+        # a leader that failed once but answers the next connection (a busy node, not a dead
+        # one): the waiters go at once, and the shard is asked no more
+        busy = m.unreachable(1, "http://alive:2", headers)
+        await wait_for(lambda: len(asked) >= n + 2, 5)
+        assert not busy.is_set()
+        m.reached(1, "http://alive:2")
+        await asyncio.wait_for(busy.wait(), 5)
+        await wait_for(lambda: 1 not in m._gone, 5)
+        n = len(asked)
+        await asyncio.sleep(0.05)
+        assert len(asked) == n
         await m.close()
