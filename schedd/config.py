@@ -1058,6 +1058,12 @@ def _tls_problems(cfg: Config) -> list[str]:
     return problems
 
 
+#: connections a node's listening sockets hold until it accepts them (aiohttp's default: 128):
+#: thousands of workers connect at once after a node restarts, and with several shards each
+#: opens a connection to every shard's leader through the front doors
+LISTEN_BACKLOG = 1024
+
+
 def server_ssl_context(cfg: Config) -> ssl.SSLContext | None:
     """The TLS context the API serves with (``http.tls_cert`` + ``http.tls_key``), or ``None``
     for plain http.  Raises :class:`ConfigError` naming the key when a file cannot be used."""

@@ -15,7 +15,13 @@ from schedd.aio import wait_event, within
 from schedd.api.app import make_app
 from schedd.api.cluster import LeaderProxy
 from schedd.api.ports import Ports
-from schedd.config import Config, peer_ssl_context, read_raft_secret, server_ssl_context
+from schedd.config import (
+    LISTEN_BACKLOG,
+    Config,
+    peer_ssl_context,
+    read_raft_secret,
+    server_ssl_context,
+)
 from schedd.core.balance import hand_to
 from schedd.core.fairness import TokenBucket
 from schedd.core.members import VOTER, Membership
@@ -231,7 +237,7 @@ class Runtime:
         await self._runner.setup()
         site: web.BaseSite
         if self._api_socket is not None:  # a shard's: the front door holds the TLS
-            site = web.UnixSite(self._runner, self._api_socket)
+            site = web.UnixSite(self._runner, self._api_socket, backlog=LISTEN_BACKLOG)
         else:
             host, port = self.config.http.listen.rsplit(":", 1)
             site = web.TCPSite(
@@ -240,6 +246,7 @@ class Runtime:
                 int(port),
                 ssl_context=self._tls,
                 reuse_address=True,
+                backlog=LISTEN_BACKLOG,
             )
         await site.start()
         shard = {"shard": self.shard} if self.config.cluster.shards > 1 else {}

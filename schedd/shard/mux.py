@@ -63,6 +63,12 @@ HELD_BEAT_S = 1.0
 #: thousands of idle workers would otherwise cost every shard's leader a frame per worker
 #: per heartbeat interval
 QUIET_BEAT_S = 30.0
+#: workers whose connections to the shards are still being made, at most, on one front door:
+#: one more is answered 503 (the worker tries another node, or again soon). Each worker costs
+#: a few websocket handshakes per shard; thousands at once (a node restarted) would otherwise
+#: take the front door's whole core until the workers' own handshake timeouts send them all
+#: round again.
+MAX_SETTING_UP = 64
 #: the worker's request headers passed to each shard (its credentials, who it is)
 _PASSED = ("Authorization", "User-Agent", "X-Request-Id")
 
@@ -87,6 +93,11 @@ class WorkerMux:
         #: event set once this node's process of the shard names another
         self._gone: dict[int, tuple[str, asyncio.Event]] = {}
         self._probes: set[asyncio.Task[None]] = set()
+        #: per shard led by another node, the URL of that node's front door as the last
+        #: connection to it found it: the next connections go there at once, instead of asking
+        #: this node's process of the shard to be redirected (one hop less per worker)
+        self.leaders: dict[int, str] = {}
+        self.setting_up = 0  # sessions not yet connected to every shard
         self._closed = False
 
     @property
@@ -112,6 +123,10 @@ class WorkerMux:
             self._probes.add(task)
             task.add_done_callback(self._probes.discard)
         return gone[1]
+
+    def here(self, url: str) -> bool:
+        """Whether ``url`` is this node's own (a shard led here: its local socket serves)."""
+        return url.rstrip("/") == self.cfg.advertise_url().rstrip("/")
 
     def reached(self, shard: int, url: str) -> None:
         """Shard ``shard``'s leader at ``url`` answered: a failure to reach it was passing (a
@@ -168,6 +183,25 @@ class WorkerMux:
                 status=503,
                 headers={"Retry-After": "1"},
             )
+        if self.setting_up >= MAX_SETTING_UP:
+            return web.json_response(
+                {
+                    "error": {
+                        "code": "unavailable",
+                        "message": f"this node is connecting {self.setting_up} workers to "
+                        "the shards; try another node, or again in a second",
+                    }
+                },
+                status=503,
+                headers={"Retry-After": "1"},
+            )
+        admitted = _Admitted(self)
+        try:
+            return await self._serve(request, admitted)
+        finally:
+            admitted.release()
+
+    async def _serve(self, request: web.Request, admitted: _Admitted) -> web.StreamResponse:
         headers = {k: request.headers[k] for k in _PASSED if k in request.headers}
         headers[RELAY_NODE_HEADER] = self.cfg.node.id
         if request.remote:
@@ -199,7 +233,7 @@ class WorkerMux:
                 )
             await outer.close()
             return outer
-        session = _Session(self, outer, hello, headers)
+        session = _Session(self, outer, hello, headers, admitted)
         self.sessions.add(session)
         try:
             await session.run(first)
@@ -219,6 +253,19 @@ async def _hello(outer: web.WebSocketResponse) -> messages.Hello:
     return hello
 
 
+class _Admitted:
+    """A worker counted among those being connected to the shards, until :meth:`release`."""
+
+    def __init__(self, mux: WorkerMux) -> None:
+        self.mux: WorkerMux | None = mux
+        mux.setting_up += 1
+
+    def release(self) -> None:
+        if self.mux is not None:
+            self.mux.setting_up -= 1
+            self.mux = None
+
+
 class _Session:
     """One worker served from every shard: what it holds, what waits for a slot, and the
     connection to each shard."""
@@ -229,8 +276,10 @@ class _Session:
         outer: web.WebSocketResponse,
         hello: messages.Hello,
         headers: dict[str, str],
+        admitted: _Admitted | None = None,
     ) -> None:
         self.mux = mux
+        self.admitted = admitted
         self.outer = outer
         self.hello = hello
         self.capacity = hello.capacity
@@ -248,6 +297,13 @@ class _Session:
         self._offer_soon = False
         self.out = _Outbox(outer)
         self._beats: asyncio.Task[None] | None = None
+
+    def connected(self) -> None:
+        """One of the shard connections was made: once every shard's was, the worker is no
+        longer counted among those being connected."""
+        if self.admitted is not None and all(inner.ws is not None for inner in self.inners):
+            self.admitted.release()
+            self.admitted = None
 
     def shard_of(self, run_id: str) -> int:
         found = shard_of_id(run_id, self.mux.shards)
@@ -478,6 +534,7 @@ class _Inner:
             failures = 0
             self.ws, self.out = ws, _Outbox(ws)
             self.beat_at = -QUIET_BEAT_S  # a new leader hears the worker's next heartbeat
+            session.connected()
             for text in list(session.results[self.shard].values()):
                 self.send(text)  # the results the shard has not acked: again, as the worker would
             if session.draining:
@@ -520,7 +577,7 @@ class _Inner:
         """A connection to the shard's leader that said welcome; None: no leader is known yet."""
         session = self.session
         mux = session.mux
-        url: str | None = None
+        url = None if first is not None else mux.leaders.get(self.shard)
         for _ in range(MAX_HOPS):
             if first is not None:
                 ws, first = first, None
@@ -532,22 +589,33 @@ class _Inner:
                 )
             else:
                 self.tried = url
-                ws = await mux.remote.ws_connect(
-                    url.rstrip("/") + CONNECT_PATH,
-                    headers={**session.headers, SHARD_HEADER: str(self.shard)},
-                    max_msg_size=MAX_FRAME,
-                    heartbeat=20.0,
-                    ssl=mux._ssl,
-                )
+                try:
+                    ws = await mux.remote.ws_connect(
+                        url.rstrip("/") + CONNECT_PATH,
+                        headers={**session.headers, SHARD_HEADER: str(self.shard)},
+                        max_msg_size=MAX_FRAME,
+                        heartbeat=20.0,
+                        ssl=mux._ssl,
+                    )
+                except BaseException:
+                    if mux.leaders.get(self.shard) == url:
+                        del mux.leaders[self.shard]  # ask this node's process next time
+                    raise
                 self.tried = None  # it answered
                 mux.reached(self.shard, url)
             answer = await self._handshake(ws)
             if isinstance(answer, messages.Welcome):
+                if url is None:
+                    mux.leaders.pop(self.shard, None)  # led here
+                else:
+                    mux.leaders[self.shard] = url
                 return ws
+            if url is not None and mux.leaders.get(self.shard) == url:
+                del mux.leaders[self.shard]  # it leads no more
             await ws.close()
             if not isinstance(answer, messages.Redirect) or answer.leader is None:
                 return None
-            url = answer.leader
+            url = None if mux.here(answer.leader) else answer.leader
         return None
 
     async def _handshake(self, ws: aiohttp.ClientWebSocketResponse) -> messages.Message | None:

@@ -29,7 +29,7 @@ from collections.abc import Callable
 from aiohttp import web
 
 from schedd.aio import first_set
-from schedd.config import Config, server_ssl_context
+from schedd.config import LISTEN_BACKLOG, Config, server_ssl_context
 from schedd.logs import log_event
 from schedd.notify import Notifier
 from schedd.shard.frontdoor import FrontDoor
@@ -136,6 +136,7 @@ class Supervisor:
             int(port),
             ssl_context=server_ssl_context(self.cfg),
             reuse_address=True,
+            backlog=LISTEN_BACKLOG,
         )
         await site.start()
 

@@ -7,8 +7,10 @@ shard with work gets the slots the others leave."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 
+import aiohttp
 import pytest
 
 from schedd.config import Config
@@ -238,3 +240,99 @@ async def test_connections_waiting_for_a_dead_leader_wake_once_the_shard_names_a
         await asyncio.sleep(0.05)
         assert len(asked) == n
         await m.close()
+
+
+async def test_the_next_connection_goes_to_a_shards_leader_at_once() -> None:
+    """The first worker's connection to a shard led by another node asks this node's process
+    of the shard, which redirects it; the next ones go to that leader's node at once. A leader
+    that answers no more is forgotten: the next connection asks this node's process again."""
+    from aiohttp import web
+    from aiohttp.test_utils import TestServer
+
+    asked: list[str] = []
+
+    def serving(name: str, answer: messages.Message) -> web.Application:
+        async def connect(request: web.Request) -> web.WebSocketResponse:
+            asked.append(name)
+            ws = web.WebSocketResponse()
+            await ws.prepare(request)
+            await ws.receive()  # the hello
+            await ws.send_str(messages.encode(answer))
+            await ws.receive()  # until the front door closes it
+            return ws
+
+        app = web.Application()
+        app.router.add_get("/api/v1/workers/connect", connect)
+        return app
+
+    remote = TestServer(serving("leader", messages.Welcome("n2", 5.0, 30.0)))
+    await remote.start_server()
+    leader_url = str(remote.make_url("")).rstrip("/")
+    local = TestServer(serving("local", messages.Redirect(leader=leader_url)))
+    await local.start_server()
+    base = str(local.make_url("")).rstrip("/")
+
+    class Local:
+        def __init__(self) -> None:
+            self.http = aiohttp.ClientSession()
+
+        def ws_connect(self, url: str, **kw: object) -> object:
+            return self.http.ws_connect(url.replace("http://shard1", base), **kw)
+
+    here = Local()
+    m = WorkerMux(Config(), SHARDS, lambda k: here, True)  # type: ignore[arg-type,return-value]
+    try:
+        for n in range(3):
+            s = _Session(m, Socket(), messages.Hello(f"w{n}", ("default",), 2), {})  # type: ignore[arg-type]
+            ws = await s.inners[1]._open(None)
+            assert ws is not None
+            await ws.close()
+        assert asked == ["local", "leader", "leader", "leader"]
+        assert m.leaders == {1: leader_url}
+        await remote.close()  # that leader's node is gone
+        s = _Session(m, Socket(), messages.Hello("w9", ("default",), 2), {})  # type: ignore[arg-type]
+        with pytest.raises(aiohttp.ClientError):
+            await s.inners[1]._open(None)
+        assert m.leaders == {}
+        asked.clear()
+        with contextlib.suppress(aiohttp.ClientError):
+            await s.inners[1]._open(None)
+        assert asked == ["local"]  # asked where the leader is again
+    finally:
+        await m.close()
+        await here.http.close()
+        await local.close()
+        await remote.close()
+
+
+async def test_a_front_door_busy_connecting_workers_answers_the_next_one_503() -> None:
+    from aiohttp import web
+    from aiohttp.test_utils import TestClient, TestServer
+
+    m = WorkerMux(Config(), SHARDS, lambda k: None, True)  # type: ignore[arg-type,return-value]
+    app = web.Application()
+    app.router.add_get("/api/v1/workers/connect", m.serve)
+    # the ones being connected: each counted until its every shard connection is made
+    sessions = [
+        _Session(m, Socket(), messages.Hello(f"w{n}", ("default",), 2), {}, mux._Admitted(m))  # type: ignore[arg-type]
+        for n in range(mux.MAX_SETTING_UP)
+    ]
+    assert m.setting_up == mux.MAX_SETTING_UP
+    async with TestClient(TestServer(app)) as client:
+        resp = await client.get("/api/v1/workers/connect")
+        assert resp.status == 503 and resp.headers["Retry-After"] == "1"
+        assert "connecting 64 workers" in (await resp.json())["error"]["message"]
+    assert m.setting_up == mux.MAX_SETTING_UP  # the refused one was never counted
+    first = sessions[0]
+    for inner in first.inners[:-1]:
+        inner.ws = object()  # type: ignore[assignment]
+        first.connected()
+    assert m.setting_up == mux.MAX_SETTING_UP  # not yet connected to every shard
+    first.inners[-1].ws = object()  # type: ignore[assignment]
+    first.connected()
+    first.connected()
+    assert m.setting_up == mux.MAX_SETTING_UP - 1  # counted off once
+    assert sessions[1].admitted is not None
+    sessions[1].admitted.release()
+    sessions[1].admitted.release()
+    assert m.setting_up == mux.MAX_SETTING_UP - 2
