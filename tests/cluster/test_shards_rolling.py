@@ -32,7 +32,8 @@ from tests.acceptance.test_rolling_upgrade import (
 from tests.cluster.harness import Cluster
 from tests.cluster.test_shards import one_each
 
-pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
+# a restart of every node under load: the fault-injection tier (scripts/test --long)
+pytestmark = [pytest.mark.cluster, pytest.mark.long, pytest.mark.timeout(300)]
 
 SHARDS = 3
 SETTLE_S = 3.0
