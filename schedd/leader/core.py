@@ -520,11 +520,15 @@ class LeaderCore:
             )
 
     def _dispatch(self, now: int) -> None:
+        n = len(self.workers)
+        if n > 1:  # rotate, so the first-connected worker is not always served first
+            self._rr = (self._rr + 1) % n
+        if not any(self.queues.values()):
+            return  # nothing queued: no pass over every connected worker (thousands, idle)
         grants: list[tuple[str, str]] = []
         reserved: list[WorkerConn] = []
         conns = list(self.workers.values())
-        if len(conns) > 1:  # rotate, so the first-connected worker is not always served first
-            self._rr = (self._rr + 1) % len(conns)
+        if n > 1:
             conns = conns[self._rr :] + conns[: self._rr]
         for conn in conns:
             room = conn.free
