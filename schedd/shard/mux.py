@@ -597,7 +597,7 @@ class _Inner:
                         heartbeat=20.0,
                         ssl=mux._ssl,
                     )
-                except BaseException:
+                except Exception:  # (not a cancel: the node it leads from is not in doubt)
                     if mux.leaders.get(self.shard) == url:
                         del mux.leaders[self.shard]  # ask this node's process next time
                     raise
