@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import shutil
+import socket
 import tempfile
 from pathlib import Path
 
@@ -57,18 +59,36 @@ def make_socket_dir(data: Path, pid: int) -> Path:
     """A directory of the node's own (mode 0700, named for its ``pid``) for its shards' API
     sockets: in its data directory, the one place a node may write when systemd makes the
     rest of the system read-only (``ProtectSystem=strict``), or in the system's temporary
-    directory when the data directory's path is too long for a socket's.  A directory that a
+    directory when the data directory's path is too long for a socket's or its file system
+    cannot hold one.  A directory that a
     node killed before it removed its own left there goes first."""
     for stale in data.glob(SOCKETS_PREFIX + "*"):
         owner = stale.name.removeprefix(SOCKETS_PREFIX)
         if owner.isdigit() and not _alive(int(owner)):
             shutil.rmtree(stale, ignore_errors=True)
     mine = data / f"{SOCKETS_PREFIX}{pid}"
-    if len(os.fsencode(api_socket(mine, 99))) > SOCKET_PATH_MAX:
-        return Path(tempfile.mkdtemp(prefix="schedd-"))
-    shutil.rmtree(mine, ignore_errors=True)  # a dead node's of the same pid
-    mine.mkdir(mode=0o700, parents=True)
-    return mine
+    if len(os.fsencode(api_socket(mine, 99))) <= SOCKET_PATH_MAX:
+        shutil.rmtree(mine, ignore_errors=True)  # a dead node's of the same pid
+        mine.mkdir(mode=0o700, parents=True)
+        if _holds_sockets(mine):
+            return mine
+        shutil.rmtree(mine, ignore_errors=True)  # (a file system without sockets: FUSE, NFS)
+    return Path(tempfile.mkdtemp(prefix="schedd-"))
+
+
+def _holds_sockets(directory: Path) -> bool:
+    """Whether a Unix socket can be made in ``directory`` (not on every file system)."""
+    probe = directory / "probe.sock"
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.bind(str(probe))
+    except OSError:
+        return False
+    finally:
+        sock.close()
+        with contextlib.suppress(OSError):
+            probe.unlink()
+    return True
 
 
 def _alive(pid: int) -> bool:
