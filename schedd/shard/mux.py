@@ -298,10 +298,11 @@ class _Session:
         self.out = _Outbox(outer)
         self._beats: asyncio.Task[None] | None = None
 
-    def connected(self) -> None:
-        """One of the shard connections was made: once every shard's was, the worker is no
+    def tried(self) -> None:
+        """A shard connection's first attempt ended (made, or failed: a shard with no leader
+        to reach goes on trying in the background): once every shard's has, the worker is no
         longer counted among those being connected."""
-        if self.admitted is not None and all(inner.ws is not None for inner in self.inners):
+        if self.admitted is not None and all(inner.attempted for inner in self.inners):
             self.admitted.release()
             self.admitted = None
 
@@ -482,6 +483,7 @@ class _Inner:
         self.offered = -1
         self.tried: str | None = None  # the leader's URL the last connection was sent to
         self.beat_at = -QUIET_BEAT_S  # when a heartbeat last went to this connection (monotonic)
+        self.attempted = False  # whether the first connection attempt has ended
 
     def send(self, text: str) -> None:
         if self.out is not None:
@@ -525,6 +527,9 @@ class _Inner:
                 if self.tried is not None:  # the leader it was sent to: wait for another
                     moved = session.mux.unreachable(self.shard, self.tried, session.headers)
             first = None
+            if not self.attempted:
+                self.attempted = True
+                session.tried()
             if ws is None:
                 failures += 1
                 delay = min(RETRY_MAX_S, RETRY_MIN_S * 2 ** min(failures, 8))
@@ -534,7 +539,6 @@ class _Inner:
             failures = 0
             self.ws, self.out = ws, _Outbox(ws)
             self.beat_at = -QUIET_BEAT_S  # a new leader hears the worker's next heartbeat
-            session.connected()
             for text in list(session.results[self.shard].values()):
                 self.send(text)  # the results the shard has not acked: again, as the worker would
             if session.draining:

@@ -309,10 +309,14 @@ async def test_a_front_door_busy_connecting_workers_answers_the_next_one_503() -
     from aiohttp import web
     from aiohttp.test_utils import TestClient, TestServer
 
-    m = WorkerMux(Config(), SHARDS, lambda k: None, True)  # type: ignore[arg-type,return-value]
+    class NoShard:  # this node's shard processes do not answer (a shard without a leader)
+        def ws_connect(self, url: str, **kw: object) -> object:
+            raise aiohttp.ClientConnectionError(f"cannot connect to {url}")
+
+    m = WorkerMux(Config(), SHARDS, lambda k: NoShard(), True)  # type: ignore[arg-type,return-value]
     app = web.Application()
     app.router.add_get("/api/v1/workers/connect", m.serve)
-    # the ones being connected: each counted until its every shard connection is made
+    # the ones being connected: each counted until every shard connection has been tried
     sessions = [
         _Session(m, Socket(), messages.Hello(f"w{n}", ("default",), 2), {}, mux._Admitted(m))  # type: ignore[arg-type]
         for n in range(mux.MAX_SETTING_UP)
@@ -323,16 +327,21 @@ async def test_a_front_door_busy_connecting_workers_answers_the_next_one_503() -
         assert resp.status == 503 and resp.headers["Retry-After"] == "1"
         assert "connecting 64 workers" in (await resp.json())["error"]["message"]
     assert m.setting_up == mux.MAX_SETTING_UP  # the refused one was never counted
+    # the first worker's connections are tried, and fail: it is counted off once all three
+    # were tried (they go on trying), so a shard without a leader does not fill the count
     first = sessions[0]
-    for inner in first.inners[:-1]:
-        inner.ws = object()  # type: ignore[assignment]
-        first.connected()
-    assert m.setting_up == mux.MAX_SETTING_UP  # not yet connected to every shard
-    first.inners[-1].ws = object()  # type: ignore[assignment]
-    first.connected()
-    first.connected()
+    tries = [asyncio.create_task(inner.run(None)) for inner in first.inners]
+    await wait_for(lambda: all(inner.attempted for inner in first.inners), 5)
+    assert m.setting_up == mux.MAX_SETTING_UP - 1
+    assert all(inner.ws is None for inner in first.inners)
+    first.tried()
     assert m.setting_up == mux.MAX_SETTING_UP - 1  # counted off once
+    first.closed = True
+    for task in tries:
+        task.cancel()
+    await asyncio.gather(*tries, return_exceptions=True)
     assert sessions[1].admitted is not None
     sessions[1].admitted.release()
     sessions[1].admitted.release()
     assert m.setting_up == mux.MAX_SETTING_UP - 2
+    await m.close()
