@@ -55,6 +55,7 @@ from schedd.protocol.headers import (
 )
 from schedd.protocol.signed import CAPS_PATH
 from schedd.protocol.timing import CONNECT_PATH
+from schedd.shard.answers import error_answer as _error
 from schedd.shard.caps import CapsCoordinator
 from schedd.shard.feeds import merged_events
 from schedd.shard.layout import shard_address
@@ -892,11 +893,6 @@ def _refused_at(shard: int, status: int, raw: bytes) -> web.Response:
     except (orjson.JSONDecodeError, TypeError, KeyError):
         return web.Response(status=status, body=raw, content_type="application/json")
     return web.Response(status=status, body=orjson.dumps(doc), content_type="application/json")
-
-
-def _error(err: SchedError) -> web.Response:
-    headers = None if err.retry_after is None else {"Retry-After": str(round(err.retry_after))}
-    return web.json_response(err.to_dict(), status=err.http_status, headers=headers)
 
 
 def _invalid(message: str, field: str) -> web.Response:

@@ -39,6 +39,7 @@ from aiohttp import web
 
 from schedd.aio import wait_event
 from schedd.config import Config
+from schedd.errors import Unavailable
 from schedd.ids import shard_of_id
 from schedd.logs import log_event
 from schedd.protocol import messages
@@ -46,6 +47,7 @@ from schedd.protocol.headers import RELAY_CAPACITY_HEADER, RELAY_NODE_HEADER, SH
 from schedd.protocol.messages import MAX_FRAME_BYTES as MAX_FRAME
 from schedd.protocol.messages import LeaseRef, ProtocolError
 from schedd.protocol.timing import CONNECT_PATH, HANDSHAKE_TIMEOUT_S, HELLO_TIMEOUT_S
+from schedd.shard.answers import error_answer
 
 log = logging.getLogger(__name__)
 
@@ -178,22 +180,14 @@ class WorkerMux:
 
     async def serve(self, request: web.Request) -> web.StreamResponse:
         if self._closed:  # the node stops
-            return web.json_response(
-                {"error": {"code": "unavailable", "message": "this node is stopping"}},
-                status=503,
-                headers={"Retry-After": "1"},
-            )
+            return error_answer(Unavailable("this node is stopping", retry_after=1))
         if self.setting_up >= MAX_SETTING_UP:
-            return web.json_response(
-                {
-                    "error": {
-                        "code": "unavailable",
-                        "message": f"this node is connecting {self.setting_up} workers to "
-                        "the shards; try another node, or again in a second",
-                    }
-                },
-                status=503,
-                headers={"Retry-After": "1"},
+            return error_answer(
+                Unavailable(
+                    f"this node is connecting {self.setting_up} workers to the shards; try "
+                    "another node, or again in a second",
+                    retry_after=1,
+                )
             )
         admitted = _Admitted(self)
         try:

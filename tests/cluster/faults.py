@@ -107,6 +107,7 @@ import aiohttp
 import orjson
 
 from schedd.aio import wait_event
+from schedd.shard.layout import shard_address
 from tests.cluster import checker
 from tests.cluster.harness import BIN, SNAPSHOT_INSTALL_EVENTS, Cluster
 from tests.cluster.lossyfs import LossyMount
@@ -879,10 +880,10 @@ class Run:
     async def shard_members(self, k: int) -> dict[str, Any]:
         """Shard k's group as every live member sees it at the end (its Raft addresses are the
         nodes' Raft ports + k), and what names each address."""
-        alias = {}
-        for i in range(len(self.cluster.nodes)):
-            host, port = raft_addr(self.cluster, i).rsplit(":", 1)
-            alias[f"{host}:{int(port) + k}"] = self.name(i)
+        alias = {
+            shard_address(raft_addr(self.cluster, i), k): self.name(i)
+            for i in range(len(self.cluster.nodes))
+        }
         headers = {**self.cluster.headers(), "X-Schedd-Shard": str(k)}
         views = await checker.read_members(self.http, self.urls, headers, alias)
         return {"views": views, "alias": alias}

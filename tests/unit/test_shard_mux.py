@@ -50,6 +50,14 @@ def lease(run_id: str, fence: int) -> tuple[messages.Lease, str]:
     return msg, messages.encode(msg)
 
 
+def wired(s: _Session) -> list[Socket]:
+    """Each shard's end of the session's connections: the frames the front door sent it."""
+    socks = [Socket() for _ in s.inners]
+    for inner, sock in zip(s.inners, socks, strict=True):
+        inner.out = mux._Outbox(sock)  # type: ignore[arg-type]
+    return socks
+
+
 async def settle() -> None:
     for _ in range(5):
         await asyncio.sleep(0)
@@ -124,11 +132,7 @@ async def test_a_lease_waiting_here_is_heartbeated_to_its_shard(
 ) -> None:
     monkeypatch.setattr(mux, "HELD_BEAT_S", 0.01)
     s, _ = session(1)
-    shard_socks = []
-    for inner in s.inners:
-        sock = Socket()
-        inner.out = mux._Outbox(sock)  # type: ignore[arg-type]
-        shard_socks.append(sock)
+    shard_socks = wired(s)
     s.lease(0, *lease(run_of(0, 1), 1))
     waiting = run_of(2, 2)
     s.lease(2, *lease(waiting, 2))  # the worker is full: it waits here
@@ -146,11 +150,7 @@ async def test_a_lease_waiting_here_is_heartbeated_to_its_shard(
 
 async def test_a_shard_the_worker_holds_nothing_of_hears_it_only_now_and_then() -> None:
     s, _ = session(4)
-    shard_socks = []
-    for inner in s.inners:
-        sock = Socket()
-        inner.out = mux._Outbox(sock)  # type: ignore[arg-type]
-        shard_socks.append(sock)
+    shard_socks = wired(s)
     mine = run_of(1, 1)
     s.lease(1, *lease(mine, 7))
 
