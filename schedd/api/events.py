@@ -2,6 +2,9 @@
 
 Each event's ``id`` is the Raft index of the last entry it covers, the same on every node
 (``schedd.core.events``), so a client resumes with ``Last-Event-ID`` here or on any other node.
+In a cluster of several shards it is that entry's stamp (``next_stamp``), and a front door
+merges the shards' streams (``schedd.shard.feeds``): asked with ``?positions``, a stream also
+says where it stands when that moved without an event (``position`` events, with an id only).
 A stream pulls what its client has not seen from the node's ring at most every ``FLUSH_S``: a
 burst of entries is one write per kind, each record once with its latest state.  A client that
 falls behind the ring (it reads too slowly, or comes back from too far) gets ``reset`` and reads
@@ -21,7 +24,14 @@ from aiohttp import web
 from schedd.aio import wait_event, within
 from schedd.api.ports import CONFIG, EVENTS, METRICS, RAFT, EventFeed, Raft
 from schedd.api.views import StreamStartView, change_view
-from schedd.core.events import KINDS, MAX_INDEX, Change, EventFilter, coalesce, parse_kinds
+from schedd.core.events import (
+    KINDS,
+    Change,
+    EventFilter,
+    coalesce,
+    parse_kinds,
+    resume_position,
+)
 from schedd.core.validate import parse_ident
 from schedd.errors import InvalidArgument
 from schedd.logs import log_event
@@ -36,23 +46,7 @@ RETRY_MS: Final = 1000  # the reconnection delay an EventSource client is told
 
 
 def _last_event_id(request: web.Request) -> int | None:
-    """Where the client is: ``Last-Event-ID`` (what EventSource sends when it reconnects), else
-    the ``last_event_id`` query parameter; None for a new client."""
-    for name, raw in (
-        ("Last-Event-ID", request.headers.get("Last-Event-ID")),
-        ("last_event_id", request.query.get("last_event_id")),
-    ):
-        if raw is None or (name == "Last-Event-ID" and not raw.strip()):
-            continue
-        text = raw.strip()
-        if not (text.isascii() and text.isdigit() and len(text) <= 19 and int(text) <= MAX_INDEX):
-            raise InvalidArgument(
-                f"{name}: expected the id of an event of this API (a non-negative integer), "
-                f"got {raw!r}",
-                field=name,
-            )
-        return int(text)
-    return None
+    return resume_position(request.headers.get("Last-Event-ID"), request.query.get("last_event_id"))
 
 
 def _wanted(request: web.Request) -> EventFilter:
@@ -102,6 +96,9 @@ def batch_frames(batch: list[tuple[str, list[Change]]], upto: int) -> bytes:
 class _Stream:
     def __init__(self, request: web.Request, resp: web.StreamResponse, wanted: EventFilter) -> None:
         self.request = request
+        #: say where the stream stands when that moved without an event (for a front door)
+        self.positions = "positions" in request.query
+        self.told = -1  # the latest id written
         self.resp = resp
         self.wanted = wanted
         self.feed: EventFeed = request.app[EVENTS]
@@ -126,11 +123,12 @@ class _Stream:
         if reason is not None:
             body["reason"] = reason
         await self.write(b"retry: %d\n" % RETRY_MS + frame(kind, orjson.dumps(body), after))
+        self.told = after
 
     async def reset(self, after: int) -> int:
         """Tell the client it missed changes: it reads its pages again, and gets the changes
         after what those show (the reads see up to the state index)."""
-        point = max(self.raft.state_index, self.feed.horizon)
+        point = max(self.raft.state_position, self.feed.horizon)
         self.request.app[METRICS].event_resets.inc()
         log_event(log, "events.reset", level=logging.DEBUG, after=after, now_after=point)
         await self.start(
@@ -149,13 +147,24 @@ class _Stream:
                 after = await self.reset(after)
                 continue
             if pulled.upto == after:
-                return after
+                return await self.reached(after, pulled.reached)
             batch = coalesce(pulled.changes, self.wanted)
             if batch:
                 await self.write(batch_frames(batch, pulled.upto))
+                self.told = pulled.upto
             after = pulled.upto
             if len(pulled.changes) < self.limit:
-                return after
+                return await self.reached(after, pulled.reached)
+
+    async def reached(self, after: int, reached: int | None) -> int:
+        """With ``?positions``: every entry up to ``reached`` was pulled; say so when no
+        event said it (a front door's merged id moves on with it)."""
+        if not self.positions or reached is None or reached <= after:
+            return after
+        if reached > self.told:
+            await self.write(frame("position", b"{}", reached))
+            self.told = reached
+        return reached
 
     async def run(self, after: int, follow: bool) -> None:
         waiter = self.feed.listen()
@@ -199,7 +208,7 @@ async def events(request: web.Request) -> web.StreamResponse:
     try:
         feed = stream.feed
         if last is None:
-            after = max(stream.raft.state_index, feed.horizon)
+            after = max(stream.raft.state_position, feed.horizon)
             await stream.start("hello", after)
         elif last < feed.horizon:
             after = await stream.reset(last)

@@ -57,7 +57,8 @@ _OTHER: Final[dict[str, Schema]] = {
     "EventStream": {
         "description": "one event of the text/event-stream (lines 'id: N', 'event: KIND', "
         "'data: JSON' and a blank line; a line starting with ':' is a comment). id: the Raft "
-        "index the event covers up to, on the last event of each write only",
+        "index the event covers up to (with several shards, a stamp that compares across "
+        "them), on the last event of each write only",
         "type": "object",
         "required": ["event", "data"],
         "properties": {

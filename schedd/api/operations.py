@@ -527,8 +527,8 @@ OPERATIONS: tuple[Operation, ...] = (
                 "dlq and cluster whose data is a JSON array of changes (JobChange, RunChange, "
                 "DlqChange, ClusterChange), reset (StreamStart) when the client missed changes "
                 "and must read its pages again, and a comment every 15 s. An event's id is the "
-                "Raft index it covers up to, the same on every node: resume with Last-Event-ID "
-                "on this node or another.",
+                "Raft index it covers up to (with several shards, a stamp that compares across them), the "
+                "same on every node: resume with Last-Event-ID on this node or another.",
                 "EventStream",
                 "text/event-stream",
             ),

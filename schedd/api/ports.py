@@ -98,6 +98,11 @@ class Raft(Protocol):
     def state_index(self) -> int:
         """The last entry the API's reads see."""
 
+    @property
+    def state_position(self) -> int:
+        """Where the API's reads are in the change feed: ``state_index``, or in a cluster of
+        several shards that entry's stamp."""
+
     def has_quorum(self) -> bool: ...
 
     def read(self) -> AbstractContextManager[State]:
@@ -192,7 +197,8 @@ class EventFeed(Protocol):
 
     @property
     def horizon(self) -> int:
-        """Changes of the entries up to this index may be missing here."""
+        """Changes of the entries up to this position may be missing here (a position is an
+        entry's index, or with several shards its stamp)."""
 
     def listen(self) -> asyncio.Event:
         """An event set whenever changes arrive (or the feed closes)."""
@@ -200,7 +206,8 @@ class EventFeed(Protocol):
     def unlisten(self, waiter: asyncio.Event) -> None: ...
 
     def pull(self, after: int, limit: int) -> Pulled | None:
-        """The changes of the entries after index ``after`` (None: older than the horizon)."""
+        """The changes of the entries after position ``after`` (None: older than the
+        horizon)."""
 
 
 class Authenticator(Protocol):

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from schedd.core import commands, history, members, runs
+from schedd.core.events import next_stamp
 from schedd.core.graph import find_cycle, format_cycle
 from schedd.core.model import Job, JobSpec, JobStatus, Run, evolve
 from schedd.core.state import (
@@ -59,9 +60,13 @@ def apply_entry(
     events: list[LeaderEvent] = []
     state.applied_index = index
     cmds = commands.decode_entry(blob) if decoded is None else decoded
+    position = index
+    if state.stamped:
+        now = max((c.now for c in cmds if not isinstance(c, commands.Undecodable)), default=0)
+        state.stamp = position = next_stamp(state.stamp, now)
     results = [apply(state, cmd, index, events) for cmd in cmds]
     if state.changes is not None:
-        state.changes.end(index)
+        state.changes.end(position)
     return results, events
 
 

@@ -24,10 +24,34 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Final, NamedTuple
 
 from schedd.core.model import Job, Run
+from schedd.errors import InvalidArgument
 
 #: the kinds of change, in the order a batch of them is sent
 KINDS: Final = ("cluster", "job", "run", "dlq")
 MAX_INDEX: Final = (1 << 63) - 1  # the largest position a client may give
+#: a stamp's low bits: entries within one millisecond (see :func:`next_stamp`)
+STAMP_SHIFT: Final = 12
+#: stamps count milliseconds from here (2025-01-01T00:00:00Z), so that they stay below 2**53
+#: (exact in JSON for JavaScript) until about 2094
+STAMP_EPOCH_MS: Final = 1_735_689_600_000
+
+
+def stamp_of_ms(ms: int) -> int:
+    """The lowest stamp of an entry made at ``ms`` (Unix time in milliseconds)."""
+    return max(ms - STAMP_EPOCH_MS, 0) << STAMP_SHIFT
+
+
+def next_stamp(previous: int, now_ms: int) -> int:
+    """The stamp of the entry after one stamped ``previous`` whose latest command time is
+    ``now_ms``: the position of a shard's entries in a cluster of several shards.
+
+    Each shard's log counts its own indexes, which do not compare with another's; a stamp
+    does. It is chosen in ``apply`` from the entry alone (so every node gives an entry the
+    same stamp): greater than the previous one, and at least the entry's time
+    (:func:`stamp_of_ms`). So stamps grow with each shard's log and keep up with the clock:
+    a shard idle for a while catches up with the others with one entry (a barrier), and a
+    client's position (the stamps it has seen) holds for every shard."""
+    return min(MAX_INDEX, max(previous + 1, stamp_of_ms(now_ms)))
 
 
 class Change(NamedTuple):
@@ -223,6 +247,9 @@ def coalesce(changes: Iterable[Change], wanted: EventFilter) -> list[tuple[str, 
 class Pulled(NamedTuple):
     changes: list[Change]
     upto: int  # the index of the last entry pulled (the position to go on from)
+    #: every entry up to this position was pulled (a stream that asked for it is there),
+    #: when the pull was whole and bounded by the reads (None: not known)
+    reached: int | None = None
 
 
 class EventRing:
@@ -279,17 +306,37 @@ class EventRing:
             if upto is None or entry[0] <= upto:
                 newer.append(entry)
         out: list[Change] = []
-        upto = after
+        last = after
+        whole = True
         for index, changes in reversed(newer):
             if len(out) >= limit:
+                whole = False
                 break
             out.extend(changes_of(changes))
-            upto = index
-        return Pulled(out, upto)
+            last = index
+        return Pulled(out, last, upto if whole and upto is not None else None)
 
     def __iter__(self) -> Iterator[Change]:
         for _, changes in self._entries:
             yield from changes_of(changes)
+
+
+def resume_position(header: str | None, query: str | None) -> int | None:
+    """Where a client of ``GET /events`` is: its ``Last-Event-ID`` header (what EventSource
+    sends when it reconnects), else its ``last_event_id`` query parameter; None for a new
+    client.  :class:`InvalidArgument` naming the one that is not an event's id."""
+    for name, raw in (("Last-Event-ID", header), ("last_event_id", query)):
+        if raw is None or (name == "Last-Event-ID" and not raw.strip()):
+            continue
+        text = raw.strip()
+        if not (text.isascii() and text.isdigit() and len(text) <= 19 and int(text) <= MAX_INDEX):
+            raise InvalidArgument(
+                f"{name}: expected the id of an event of this API (a non-negative integer), "
+                f"got {raw!r}",
+                field=name,
+            )
+        return int(text)
+    return None
 
 
 def parse_kinds(raw: str) -> frozenset[str]:

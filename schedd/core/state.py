@@ -191,6 +191,11 @@ class State(ABC):
     #: the concurrency slots this shard moved to and from others (schedd.core.allowances)
     caps: CapsLedger
     applied_index: int
+    #: a cluster of several shards: each entry is stamped (schedd.core.events.next_stamp),
+    #: and the stamp of the latest is ``stamp`` (0 before any); the change feed's positions
+    #: are stamps, not indexes. Set by the node from its configuration, the same on every node.
+    stamped: bool = False
+    stamp: int = 0
     #: Counters kept in step by :meth:`put_run`, for metrics: "state:<s>" (runs now in that
     #: state), "skipped:<reason>", "attempt:<outcome>" (totals since the beginning).
     counts: dict[str, int]
@@ -413,6 +418,7 @@ class MemoryState(State):
         self.members: Membership | None = None
         self.caps = EMPTY_LEDGER
         self.applied_index = 0
+        self.stamp = 0
         self.counts: dict[str, int] = {}
         self.history_keep = DEFAULT_HISTORY_KEEP
 

@@ -441,7 +441,9 @@ class RaftNode:
         #: what each applied entry changed, for the API's event streams (GET /events)
         # gated: an event is sent once the API's reads see its entry (the lazy commit)
         state = self._sm.state
-        self.events = EventFeed(settings.events_buffer, state.committed_index, gated=True)
+        # several shards: the feed's positions are stamps, which compare across shards
+        state.stamped = settings.shards > 1
+        self.events = EventFeed(settings.events_buffer, state.committed_position, gated=True)
         state.changes = ChangeLog(self.events.append)
         state.on_commit = self.events.visible_upto
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -827,7 +829,7 @@ class RaftNode:
     def _replaced(self) -> None:
         """A snapshot replaced the state: the changes before it are not known here."""
         self._sm.replaced()
-        self.events.restart(self._sm.state.applied_index)
+        self.events.restart(self._sm.state.committed_position)
         self.hooks.on_reset()
 
     def start(self) -> None:
@@ -972,6 +974,12 @@ class RaftNode:
         """The last applied entry the database is committed up to: what the API's reads see
         (at most LAZY_COMMIT_S behind ``applied_index``)."""
         return int(self._sm.state.committed_index)
+
+    @property
+    def state_position(self) -> int:
+        """Where the API's reads are in the change feed (GET /events): ``state_index``, or
+        in a cluster of several shards the stamp of that entry."""
+        return int(self._sm.state.committed_position)
 
     def hot_set(self) -> int:
         """How many runs the state keeps decoded in memory (SqlState.hot_set)."""

@@ -2,58 +2,42 @@
 by a node's front door into one stream.
 
 Each shard's events come in its own order, interleaved with the other shards' as they arrive.
-A merged event's ``id`` is where every shard's feed stands after it (``s1.`` and base64 JSON
-of one event id per shard, None for a shard whose feed has said nothing yet): an id changes
-only with an event that carried one in its shard's feed (the last of a shard's flush), so a
-client that resumes with it (``Last-Event-ID``, on any node) gets again at worst the events
-of a flush it had not finished, as with one shard, and loses none.  The stream starts with
-one ``hello`` (every shard's feed started) or ``reset`` (a shard no longer holds the changes
-after the client's id: read the pages again), whose ``after`` is that id.
+An event's ``id`` is a stamp (``schedd.core.events.next_stamp``): each shard stamps its
+entries in its own log's order, with numbers that keep up with the clock, so one number says
+where a client is in every shard. A merged event's id is the lowest of the positions the
+shards' feeds have reached (every shard's events up to it were sent), and it is put only on
+an event that carried an id in its shard's feed (the last of a shard's flush). A client that
+resumes with it (``Last-Event-ID``, on any node) asks every shard for what came after it: it
+loses nothing, and gets again the events that one shard had sent beyond the lowest.
+
+So that the lowest does not stay with a shard that has had no entry for a while, the front
+door asks such a shard for a barrier (an empty entry, stamped now) when it is more than
+:data:`LAG_MS` behind the highest, at most once a :data:`LAG_MS` per shard (``nudge``). The
+shards' feeds are asked ``?positions``: a barrier moves a feed without an event, and the feed
+then says so in a ``position`` event, which is not passed on.
+
+The stream starts with one ``hello`` (every shard's feed started) or ``reset`` (a shard no
+longer holds the changes after the client's id: read the pages again), whose ``after`` is the
+lowest of the shards'.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 import aiohttp
 import orjson
 from aiohttp import web
 
-from schedd.errors import InvalidArgument
+from schedd.core.events import STAMP_SHIFT, resume_position
 
-ID_PREFIX = "s1."
-HEARTBEAT_S = 15.0
-
-
-def encode_id(positions: Sequence[int | None]) -> str:
-    raw = orjson.dumps(list(positions))
-    return ID_PREFIX + base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-
-def decode_id(text: str, shards: int, name: str) -> list[int | None]:
-    """Each shard's event id from a merged id (:class:`InvalidArgument` naming ``name``)."""
-    body = text.strip()
-    try:
-        if not body.startswith(ID_PREFIX):
-            raise ValueError(body)
-        value = orjson.loads(base64.urlsafe_b64decode(body[3:] + "=" * (-len(body[3:]) % 4)))
-        if not isinstance(value, list) or len(value) != shards:
-            raise ValueError(body)
-        for v in value:
-            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
-                raise ValueError(body)
-    except ValueError:
-        raise InvalidArgument(
-            f"{name}: expected the id of an event of this API's stream (with several shards, "
-            f"an id like {ID_PREFIX}...), got {text[:60]!r}",
-            field=name,
-        ) from None
-    return value
+HEARTBEAT_S: Final = 15.0
+#: a shard whose feed is this far behind the most advanced one is asked for a barrier
+LAG_MS: Final = 1_000
 
 
 @dataclass
@@ -100,31 +84,43 @@ async def read_events(content: aiohttp.StreamReader) -> AsyncIterator[Event]:
 @dataclass
 class _Merge:
     shards: int
-    positions: list[int | None]
+    positions: list[int]
+    #: ask a shard for a barrier (it limits how often itself)
+    nudge: Callable[[int], None]
     queue: asyncio.Queue[tuple[int, Event | None]] = field(default_factory=asyncio.Queue)
+
+    def moved(self, shard: int, position: int) -> None:
+        """Shard ``shard``'s feed reached ``position``: nudge the shards far behind."""
+        self.positions[shard] = max(self.positions[shard], position)
+        ahead = max(self.positions)
+        for k, at in enumerate(self.positions):
+            if ahead - at > LAG_MS << STAMP_SHIFT:
+                self.nudge(k)
+
+    @property
+    def position(self) -> int:
+        return min(self.positions)
 
 
 async def merged_events(
     request: web.Request,
     shards: int,
     open_feed: Callable[[int, dict[str, str]], Any],
+    nudge: Callable[[int], None],
 ) -> web.StreamResponse:
     """The merged stream: ``open_feed(k, query)`` is shard k's ``GET /events`` answer (an
-    aiohttp response, as a context manager) for the query given."""
-    last = request.headers.get("Last-Event-ID") or request.query.get("last_event_id")
-    name = "Last-Event-ID" if request.headers.get("Last-Event-ID") else "last_event_id"
-    positions: list[int | None] = (
-        decode_id(last, shards, name) if last and last.strip() else [None] * shards
-    )
-    query = {k: v for k, v in request.query.items() if k != "last_event_id"}
-    merge = _Merge(shards, positions)
+    aiohttp response, as a context manager) for the query given; ``nudge(k)`` asks shard k
+    for a barrier."""
+    last = resume_position(request.headers.get("Last-Event-ID"), request.query.get("last_event_id"))
+    query = {k: v for k, v in request.query.items() if k not in ("last_event_id", "positions")}
+    query["positions"] = "true"
+    if last is not None:
+        query["last_event_id"] = str(last)
+    merge = _Merge(shards, [0] * shards, nudge)
     async with contextlib.AsyncExitStack() as stack:
         feeds = []
         for k in range(shards):
-            asked = dict(query)
-            if positions[k] is not None:
-                asked["last_event_id"] = str(positions[k])
-            upstream = await stack.enter_async_context(open_feed(k, asked))
+            upstream = await stack.enter_async_context(open_feed(k, dict(query)))
             if upstream.status != 200:
                 return web.Response(
                     status=upstream.status,
@@ -164,7 +160,8 @@ async def _pump(shard: int, upstream: Any, merge: _Merge) -> None:
 
 async def _relay(resp: web.StreamResponse, merge: _Merge, request: web.Request) -> None:
     """Write the shards' events as they come: first one start event once every shard's feed
-    started, then each event, with the merged id where its shard's event had one."""
+    started, then each event, with the merged id where its shard's event had one (a shard's
+    ``position`` events move the merged id and are not passed on)."""
     started: dict[int, Event] = {}
     early: list[tuple[int, Event]] = []
     ended = 0
@@ -186,9 +183,11 @@ async def _relay(resp: web.StreamResponse, merge: _Merge, request: web.Request) 
                 merge.positions[shard] = event.id
         else:
             early.append((shard, event))
+    for k in range(merge.shards):
+        merge.moved(k, merge.positions[k])
     kind = "reset" if any(e.kind == "reset" for e in started.values()) else "hello"
     first = orjson.loads(started[0].data or "{}")
-    body: dict[str, Any] = {"node_id": first.get("node_id"), "after": encode_id(merge.positions)}
+    body: dict[str, Any] = {"node_id": first.get("node_id"), "after": merge.position}
     reasons = [
         f"shard {k}: {orjson.loads(e.data).get('reason')}"
         for k, e in sorted(started.items())
@@ -219,11 +218,13 @@ async def _relay(resp: web.StreamResponse, merge: _Merge, request: web.Request) 
 
 async def _write(resp: web.StreamResponse, shard: int, event: Event, merge: _Merge) -> None:
     if event.id is not None:
-        merge.positions[shard] = event.id
+        merge.moved(shard, event.id)
+    if event.kind == "position":
+        return  # the shard's feed moved without an event: only the merged id moves
     await resp.write(_frame(event.kind, event.data, merge if event.id is not None else None))
 
 
 def _frame(kind: str, data: str, merge: _Merge | None) -> bytes:
-    head = "" if merge is None else f"id: {encode_id(merge.positions)}\n"
+    head = "" if merge is None else f"id: {merge.position}\n"
     lines = "".join(f"data: {line}\n" for line in data.split("\n"))
     return f"{head}event: {kind}\n{lines}\n".encode()

@@ -26,6 +26,7 @@ import contextlib
 import heapq
 import itertools
 import logging
+import math
 import re
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -57,7 +58,7 @@ from schedd.protocol.signed import CAPS_PATH
 from schedd.protocol.timing import CONNECT_PATH
 from schedd.shard.answers import error_answer as _error
 from schedd.shard.caps import CapsCoordinator
-from schedd.shard.feeds import merged_events
+from schedd.shard.feeds import LAG_MS, merged_events
 from schedd.shard.layout import shard_address
 from schedd.shard.link import LinkError, ShardLink
 from schedd.shard.mux import WorkerMux
@@ -83,6 +84,7 @@ _HOP = frozenset(
     )
 )
 CAPS_ASK_TIMEOUT_S = 10.0  # the coordinator's request to a shard (a give waits for its commit)
+BARRIER_TIMEOUT_S = 5.0  # a barrier asked of a shard whose change feed lags (_nudge)
 #: a merged listing's cursor: this prefix, then each shard's own cursor (base64 of JSON)
 CURSOR_PREFIX = "s1."
 
@@ -236,6 +238,10 @@ class FrontDoor:
         )
         self.caps = CapsCoordinator(cfg, self.shards, self._ask_caps)
         self._caps_task: asyncio.Task[None] | None = None
+        #: barriers asked of shards whose change feed lags (schedd.shard.feeds): when each
+        #: shard was last asked, and the requests under way
+        self._nudged: dict[int, float] = {}
+        self._barriers: set[asyncio.Task[None]] = set()
 
     async def start(self) -> None:
         self._sessions = [
@@ -249,6 +255,9 @@ class FrontDoor:
         self._caps_task = asyncio.create_task(self.caps.run())
 
     async def close(self) -> None:
+        for task in list(self._barriers):
+            task.cancel()
+        await asyncio.gather(*self._barriers, return_exceptions=True)
         if self._caps_task is not None:
             self._caps_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -618,12 +627,34 @@ class FrontDoor:
                 f"http://shard{shard}{PREFIX}/events", params=query, headers=headers
             )
 
+        def nudge(shard: int) -> None:
+            self._nudge(shard, headers)
+
         try:
-            return await merged_events(request, self.shards, open_feed)
+            return await merged_events(request, self.shards, open_feed, nudge)
         except InvalidArgument as exc:
             return _error(exc)
         except aiohttp.ClientError as exc:
             return _unavailable(-1, exc)
+
+    def _nudge(self, shard: int, headers: dict[str, str]) -> None:
+        """Ask shard ``shard`` for a barrier (a consistent read commits one), unless it was
+        asked within the last ``LAG_MS``: its change feed then moves to about now."""
+        now = asyncio.get_running_loop().time()
+        if now - self._nudged.get(shard, -math.inf) < LAG_MS / 1000:
+            return
+        self._nudged[shard] = now
+        target = f"{PREFIX}/cluster/nodes?consistency=consistent"
+        asked = [(k, v) for k, v in headers.items() if k.lower() != CONSISTENCY_HEADER.lower()]
+
+        async def barrier() -> None:
+            with contextlib.suppress(LinkError, TimeoutError):
+                async with asyncio.timeout(BARRIER_TIMEOUT_S):
+                    await self._links[shard].request("GET", target, asked, b"")
+
+        task = asyncio.create_task(barrier())
+        self._barriers.add(task)
+        task.add_done_callback(self._barriers.discard)
 
     async def add_node(self, request: web.Request) -> web.StreamResponse:
         """Add a node to every shard's group: to shard k by its Raft address of shard k (the

@@ -91,6 +91,7 @@ _META = (
     "runs_kept",
     "jobs_kept",
     "history_keep",
+    "stamp",
 )
 
 
@@ -201,6 +202,7 @@ class SqlState(State):
         #: called with the committed index after each commit (the event feed releases what
         #: reads now see)
         self.on_commit: Callable[[int], None] | None = None
+        self.stamped = False  # (the state's docstring)
         self._load()
 
     def _load(self) -> None:
@@ -238,11 +240,13 @@ class SqlState(State):
         self.runs_kept = 0  # runs in the database (created less forgotten)
         self.jobs_kept = 0
         self.history_keep = DEFAULT_HISTORY_KEEP
+        self.stamp = 0
         for key, value in self._all("SELECT key, value FROM meta"):
             if key in _META:
                 setattr(self, key, value)
         #: the applied index other connections (the API's readers, a snapshot copy) see
         self.committed_index = self.applied_index
+        self.committed_stamp = self.stamp
         #: a command whose answer may be read back was applied (see make_visible): the node
         #: commits it before answering the caller that waits for it, if there is one here
         self.visible_now = False
@@ -527,8 +531,15 @@ class SqlState(State):
             self._counts_written.update(counts)
         self._x("COMMIT", ())
         self.committed_index = self.applied_index
+        self.committed_stamp = self.stamp
         if self.on_commit is not None:
-            self.on_commit(self.committed_index)
+            self.on_commit(self.committed_position)
+
+    @property
+    def committed_position(self) -> int:
+        """Where the API's reads are in the change feed: the committed stamp in a cluster of
+        several shards, else the committed index."""
+        return self.committed_stamp if self.stamped else self.committed_index
 
     def make_visible(self) -> None:
         self.visible_now = True

@@ -18,7 +18,8 @@ import aiohttp
 import orjson
 import pytest
 
-from schedd.ids import SHARD_CHAR, shard_of_id
+from schedd.core.events import stamp_of_ms
+from schedd.ids import SHARD_CHAR, shard_of_id, shard_of_key
 from tests.cluster.harness import BIN, Cluster, _env
 from tests.conftest import wait_for
 
@@ -97,6 +98,43 @@ def feed_events(text: str) -> list[tuple[str, Any, str | None]]:
         if "event" in fields:
             out.append((fields["event"], orjson.loads(fields["data"]), fields.get("id")))
     return out
+
+
+async def ids_keep_up(http: aiohttp.ClientSession, cluster: Cluster) -> None:
+    """The merged id keeps up with the clock while one shard alone has entries: the front
+    door asks the idle ones for barriers, so a client that resumes gets again only the last
+    moments' events, not everything since their last entry."""
+    async with http.get(
+        f"{cluster.urls[0]}/api/v1/events?types=job",
+        headers=cluster.headers(),
+        timeout=aiohttp.ClientTimeout(total=60),
+    ) as r:
+        assert r.status == 200
+        began = time.time()
+        one = [f"busy-req-{n}" for n in range(400) if shard_of_key(f"busy-req-{n}", SHARDS) == 0]
+        ids: list[int] = []
+
+        async def read() -> None:
+            async for raw in r.content:
+                line = raw.decode()
+                if line.startswith("id: "):
+                    ids.append(int(line[4:]))
+
+        reader = asyncio.create_task(read())
+        try:
+            for rid in one[:20]:  # about 5 s of submits, into shard 0 only
+                job = await submit(http, cluster, 0, {"task": "t.x", "schedule": {"in": "1h"}}, rid)
+                assert shard_of_id(job["id"], SHARDS) == 0
+                await asyncio.sleep(0.25)  # spread over time: what the test is about
+            ended = time.time()
+
+            def kept_up() -> bool:
+                return bool(ids) and ids[-1] >= stamp_of_ms(int((ended - 3) * 1000))
+
+            await wait_for(kept_up, 10, interval=0.1)
+        finally:
+            reader.cancel()
+        assert ended - began > 4.5, "the submits were not spread over time"
 
 
 async def listing(http: aiohttp.ClientSession, cluster: Cluster, url: str, limit: int) -> list[str]:
@@ -209,7 +247,9 @@ async def test_three_shards_spread_read_list_and_dedupe_across_nodes(tmp_path: P
             ) as r:
                 assert r.status == 200
                 start = feed_events(await r.text())
-            assert start[0][0] == "hello" and start[0][2].startswith("s1."), start
+            # its id is an integer, as with one shard (a stamp, which compares across shards)
+            assert start[0][0] == "hello" and start[0][2].isdigit(), start
+            assert start[0][1]["after"] == int(start[0][2])
             fresh = [
                 (
                     await submit(
@@ -236,6 +276,8 @@ async def test_three_shards_spread_read_list_and_dedupe_across_nodes(tmp_path: P
                 return set(seen) if set(fresh) <= set(seen) else None
 
             await wait_for(fed, 30, interval=0.3)  # every new job in the merged feed
+
+            await ids_keep_up(http, cluster)
 
             # a cursor from another listing is refused, naming it
             status, body = await call(

@@ -155,7 +155,7 @@ def change(entry: int, key: str = "r", kind: str = "run", state: str = "queued")
 def test_the_ring_holds_the_latest_changes_and_says_when_a_position_is_too_old() -> None:
     ring = EventRing(size=4, horizon=10)
     assert ring.pull(9, 100) is None  # before the ring began: unknown
-    assert ring.pull(10, 100) == ([], 10)
+    assert ring.pull(10, 100) == ([], 10, None)
     for entry in (11, 12, 13):
         ring.append(entry, [change(entry, "a"), change(entry, "b")])
     # 6 changes > 4: entry 11 went, so a client at 10 missed it; one at 11 did not
@@ -169,17 +169,20 @@ def test_the_ring_holds_the_latest_changes_and_says_when_a_position_is_too_old()
         (13, "a"),
         (13, "b"),
     ]
-    assert ring.pull(13, 100) == ([], 13)
+    assert ring.pull(13, 100) == ([], 13, None)
+    assert ring.pull(13, 100, upto=20) == ([], 13, 20)  # bounded: every entry to 20 pulled
 
 
 def test_a_pull_stops_after_whole_entries_once_it_has_enough() -> None:
     ring = EventRing(size=100)
     for entry in (1, 2, 3):
         ring.append(entry, [change(entry, "a"), change(entry, "b")])
-    first = ring.pull(0, 3)
+    first = ring.pull(0, 3, upto=9)
     assert first is not None and first.upto == 2 and len(first.changes) == 4
-    rest = ring.pull(first.upto, 3)
+    assert first.reached is None  # entry 3 is left: the pull did not reach 9
+    rest = ring.pull(first.upto, 3, upto=9)
     assert rest is not None and rest.upto == 3 and len(rest.changes) == 2
+    assert rest.reached == 9
 
 
 def test_an_entry_larger_than_the_ring_is_kept_whole_and_replays_are_ignored() -> None:
@@ -197,7 +200,7 @@ def test_a_restart_forgets_everything_up_to_the_new_horizon() -> None:
     ring = EventRing(size=10)
     ring.append(1, [change(1)])
     ring.restart(50)
-    assert len(ring) == 0 and ring.pull(1, 10) is None and ring.pull(50, 10) == ([], 50)
+    assert len(ring) == 0 and ring.pull(1, 10) is None and ring.pull(50, 10) == ([], 50, None)
     with pytest.raises(ValueError):
         EventRing(size=0)
 
@@ -253,7 +256,7 @@ def test_a_gated_feed_hands_out_an_entry_once_the_reads_see_it() -> None:
     feed = EventFeed(size=100, horizon=10, gated=True)
     feed.append(11, [change(11, "a")])
     feed.append(12, [change(12, "b")])
-    assert feed.pull(10, 100) == ([], 10)  # applied, not yet committed: nothing
+    assert feed.pull(10, 100) == ([], 10, 10)  # applied, not yet committed: nothing
     feed.visible_upto(11)
     pulled = feed.pull(10, 100)
     assert pulled is not None and pulled.upto == 11 and [c.key for c in pulled.changes] == ["a"]
@@ -262,7 +265,7 @@ def test_a_gated_feed_hands_out_an_entry_once_the_reads_see_it() -> None:
     assert feed.pull(11, 100) is not None and feed.pull(11, 100).upto == 12  # type: ignore[union-attr]
     feed.restart(50)  # a snapshot: what the reads see starts there
     feed.append(51, [change(51)])
-    assert feed.pull(50, 100) == ([], 50)
+    assert feed.pull(50, 100) == ([], 50, 50)
     ungated = EventFeed(size=100)
     ungated.append(1, [change(1)])
     assert ungated.pull(0, 100) is not None and ungated.pull(0, 100).upto == 1  # type: ignore[union-attr]
