@@ -25,8 +25,8 @@ from schedd.ids import new_request_id
 
 WRITE_DEADLINE_S = 10.0
 
-#: the index of the last entry the request being handled committed (0: none); the answer
-#: carries it (``schedd.api.consistency``)
+#: the position (the index, or with several shards the stamp) of the last entry the request
+#: being handled committed (0: none); the answer carries it (``schedd.api.consistency``)
 WRITTEN: ContextVar[int] = ContextVar("schedd_written", default=0)
 
 
@@ -64,7 +64,7 @@ async def commit(
     delay = 0.05
     while True:
         try:
-            result, entry = await raft.submit_indexed(
+            committed = await raft.submit_indexed(
                 make(rid, now), timeout=max(0.1, min(3.0, deadline - loop.time()))
             )
         except Unavailable:
@@ -73,8 +73,8 @@ async def commit(
             await asyncio.sleep(delay)
             delay = min(delay * 2, 0.5)
             continue
-        WRITTEN.set(max(WRITTEN.get(), entry))
-        return result
+        WRITTEN.set(max(WRITTEN.get(), committed.position))
+        return committed.result
 
 
 def unwrap(res: Result) -> Any:

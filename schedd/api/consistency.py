@@ -18,14 +18,17 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from schedd import clock
 from schedd.api.common import WRITTEN, Handler, commit, unwrap
-from schedd.api.ports import RAFT
+from schedd.api.ports import CONFIG, RAFT, Raft
 from schedd.core import commands
-from schedd.core.events import MAX_INDEX
+from schedd.core.events import MAX_INDEX, ms_after, stamp_of_ms
 from schedd.errors import InvalidArgument, Unavailable
 from schedd.protocol.headers import CONSISTENCY_HEADER, INDEX_HEADER, MIN_INDEX_HEADER
 
 READ_WAIT_S = 5.0  # the longest a read waits for its min_index
+#: with several shards: a min_index stamp further ahead of this node's clock is no client's
+AHEAD_MS = 60_000
 MODES = ("default", "consistent")
 
 
@@ -76,7 +79,9 @@ def fresh(handler: Handler) -> Handler:
     async def read(request: web.Request) -> web.StreamResponse:
         raft = request.app[RAFT]
         wanted = _min_index(request)
-        if _mode(request) == "consistent":
+        if request.app[CONFIG].cluster.shards > 1:
+            wanted = await _stamped(raft, wanted, _mode(request))
+        elif _mode(request) == "consistent":
             barrier = unwrap(await commit(raft, lambda rid, now: commands.Barrier(rid, now)))
             wanted = max(wanted, int(barrier))  # a barrier answers the index it was applied at
         if wanted and not await raft.wait_visible(wanted, READ_WAIT_S):
@@ -86,13 +91,40 @@ def fresh(handler: Handler) -> Handler:
                 field="min_index",
                 retry_after=1,
             )
-        seen = raft.state_index
+        seen = raft.state_position
         response = await handler(request)
         response.headers[INDEX_HEADER] = str(seen)
         return response
 
     read.__name__ = handler.__name__
     return read
+
+
+async def _stamped(raft: Raft, wanted: int, mode: str) -> int:
+    """A shard of several: the index to wait for, so that the reads see every entry up to
+    stamp ``wanted`` (``min_index``; 0 when none), or every write acknowledged before now
+    (``consistent``).  A stamp compares across shards, so the highest a client saw may be
+    another shard's, which this one's log never reaches by itself: when the reads are not
+    there yet, a barrier is committed, stamped at least ``wanted``; the reads that see it
+    see every entry stamped up to ``wanted`` (stamps grow with the log).  A stamp more than
+    :data:`AHEAD_MS` ahead of this node's clock is no client's: it is waited for (and 503)
+    as an index of one shard is, never forced into the log."""
+    behind = wanted > raft.state_position
+    if mode != "consistent" and not behind:
+        return 0
+    floor = 0
+    if behind:
+        if wanted > stamp_of_ms(clock.wall_ms() + AHEAD_MS):
+            raise Unavailable(
+                f"this node's reads have reached stamp {raft.state_position}, not yet "
+                f"{wanted} (min_index), which is ahead of the cluster's clock: pass an "
+                "X-Schedd-Index this cluster gave",
+                field="min_index",
+                retry_after=1,
+            )
+        floor = ms_after(wanted)
+    barrier = unwrap(await commit(raft, lambda rid, now: commands.Barrier(rid, max(now, floor))))
+    return int(barrier)  # a barrier answers the index it was applied at
 
 
 def indexed(handler: Handler) -> Handler:

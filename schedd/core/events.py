@@ -41,6 +41,12 @@ def stamp_of_ms(ms: int) -> int:
     return max(ms - STAMP_EPOCH_MS, 0) << STAMP_SHIFT
 
 
+def ms_after(stamp: int) -> int:
+    """The first millisecond whose entries are stamped after ``stamp`` (a barrier made then
+    is stamped above it)."""
+    return STAMP_EPOCH_MS + (stamp >> STAMP_SHIFT) + 1
+
+
 def next_stamp(previous: int, now_ms: int) -> int:
     """The stamp of the entry after one stamped ``previous`` whose latest command time is
     ``now_ms``: the position of a shard's entries in a cluster of several shards.

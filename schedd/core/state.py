@@ -71,11 +71,13 @@ Result = Ok | Rejected
 
 
 class Committed(NamedTuple):
-    """A command's result, and the index of the entry it was applied in (what a client passes
-    as ``min_index`` to read its own write on any node)."""
+    """A command's result, the index of the entry it was applied in, and that entry's
+    position (what a client passes as ``min_index`` to read its own write on any node): the
+    index, or in a cluster of several shards the entry's stamp."""
 
     result: Result
     entry: int
+    position: int = 0
 
 
 def reject_code(text: str) -> Code | Internal:

@@ -377,6 +377,7 @@ class _StateMachine(SyncObjConsumer, ApplyBatch):  # type: ignore[misc]
             results, events = applied
             results = Applied(results)
             results.entry = index
+            results.position = state.stamp if state.stamped else index
             # Only a leader acts on them: a follower would wake its event loop for nothing.
             # (A node elected later rebuilds from the state once its claim is applied.)
             if events and self.leading():
@@ -387,7 +388,7 @@ class _StateMachine(SyncObjConsumer, ApplyBatch):  # type: ignore[misc]
         except Exception as exc:  # never let anything escape (docs/pysyncobj.md #1)
             log.exception("apply failed")
             failed = Applied([Rejected(Code.INTERNAL, f"apply failed: {exc}")])
-            failed.entry = index
+            failed.entry = failed.position = index
             return failed
 
 
@@ -1357,7 +1358,8 @@ class RaftNode:
         return (await self.submit_indexed(cmd, timeout)).result
 
     async def submit_indexed(self, cmd: commands.Command, timeout: float = 5.0) -> Committed:
-        """Commit ``cmd``: its result, and the index of the entry it was applied in."""
+        """Commit ``cmd``: its result, and the index and position of the entry it was applied
+        in."""
         fut = self.submit_nowait(cmd)
         try:
             return await within(fut, timeout)
@@ -1399,18 +1401,19 @@ class RaftNode:
 
 
 class Applied(list[Result]):
-    """An entry's results, as this node applied them, with the entry's index."""
+    """An entry's results, as this node applied them, with the entry's index and position."""
 
-    __slots__ = ("entry",)
+    __slots__ = ("entry", "position")
     entry: int  # its index
+    position: int  # its index, or its stamp in a cluster of several shards
 
 
 def _resolve(futures: list[asyncio.Future[Committed]], res: Any, err: int) -> None:
     if err == FAIL_REASON.SUCCESS and isinstance(res, Applied) and len(res) == len(futures):
-        entry = res.entry
+        entry, position = res.entry, res.position
         for fut, r in zip(futures, res, strict=True):
             if not fut.done():
-                fut.set_result(Committed(r, entry))
+                fut.set_result(Committed(r, entry, position))
         return
     if err == FAIL_REASON.SUCCESS:
         error: SchedError = Unavailable(

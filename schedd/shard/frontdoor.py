@@ -50,6 +50,7 @@ from schedd.ids import is_job_id, shard_of_id, shard_of_key
 from schedd.logs import log_event
 from schedd.protocol.headers import (
     CONSISTENCY_HEADER,
+    INDEX_HEADER,
     MIN_INDEX_HEADER,
     SHARD_HEADER,
     SHARDS_HEADER,
@@ -219,6 +220,13 @@ def _dlq_key(run: Any) -> Any:
     return (run.get("updated_at") or "", run["id"])
 
 
+class Bodies(list[bytes]):
+    """The shards' answers to one request, with the highest position (``X-Schedd-Index``,
+    a stamp) they carried: the one a merged answer carries."""
+
+    position: int = 0
+
+
 class FrontDoor:
     def __init__(self, cfg: Config, sockets: Sequence[str]) -> None:
         self.cfg = cfg
@@ -380,24 +388,6 @@ class FrontDoor:
             return await self._websocket(request, shard)
         return await self.forward(request, shard, body)
 
-    def _positioned(self, request: web.Request) -> bool:
-        """Whether a client's read asks for a position (``min_index``): a Raft index of the
-        shard that answered its write, which another shard's index does not compare with."""
-        return (
-            request.method == "GET"
-            and SHARD_HEADER not in request.headers
-            and ("min_index" in request.query or MIN_INDEX_HEADER in request.headers)
-        )
-
-    def _target(self, request: web.Request) -> str:
-        """The request's path and query as its shard is asked them (without ``min_index``,
-        which :meth:`_headers` makes a consistent read)."""
-        if not self._positioned(request) or "min_index" not in request.query:
-            return str(request.rel_url)
-        query = request.rel_url.query.copy()
-        query.popall("min_index", None)
-        return str(request.rel_url.with_query(query))
-
     def _headers(self, request: web.Request) -> dict[str, str]:
         out = {
             k: v
@@ -408,13 +398,6 @@ class FrontDoor:
         # the peer as this node sees it (never one the caller names: the shard takes it as
         # the request's peer)
         out["X-Forwarded-For"] = request.remote or ""
-        if self._positioned(request):
-            # Each shard's positions are its own Raft indexes, so the highest a client saw
-            # may be another shard's: a read that asks for one is made a consistent read of
-            # each shard it reads (it sees every write acknowledged before it began, the
-            # client's own among them), at the cost of a no-op write per shard.
-            out.pop(MIN_INDEX_HEADER, None)
-            out[CONSISTENCY_HEADER] = "consistent"
         return out
 
     async def _ask(
@@ -429,7 +412,7 @@ class FrontDoor:
         if not _streams(request):
             try:
                 status, headers, payload = await self._ask(
-                    request, shard, self._target(request), body
+                    request, shard, str(request.rel_url), body
                 )
             except LinkError as exc:
                 return _unavailable(shard, exc)
@@ -528,11 +511,14 @@ class FrontDoor:
         limit = _limit(request)
         items, cursors = merge_pages(pages, limit, key, desc, previous)
         body = {field: items, "next_cursor": None if cursors is None else encode_cursor(cursors)}
-        return web.Response(body=orjson.dumps(body), content_type="application/json")
+        headers = {INDEX_HEADER: str(answers.position)} if answers.position else None
+        return web.Response(
+            body=orjson.dumps(body), content_type="application/json", headers=headers
+        )
 
     async def _gather(
         self, request: web.Request, targets: Sequence[tuple[int, str]]
-    ) -> list[bytes] | web.Response:
+    ) -> Bodies | web.Response:
         """The bodies of the shards' answers to this request's method on each ``(shard,
         target)``; or, when one refused (a bad parameter, 401, 503), its answer, and 503 when
         one does not answer."""
@@ -540,14 +526,19 @@ class FrontDoor:
             answers = await asyncio.gather(*(self._ask(request, k, t) for k, t in targets))
         except LinkError as exc:
             return _unavailable(-1, exc)
-        for status, _, raw in answers:
+        bodies = Bodies()
+        for status, headers, raw in answers:
             if status != 200:
                 return web.Response(status=status, body=raw, content_type="application/json")
-        return [raw for _, _, raw in answers]
+            bodies.append(raw)
+            for name, value in headers:
+                if name.lower() == INDEX_HEADER.lower() and value.isdigit():
+                    bodies.position = max(bodies.position, int(value))
+        return bodies
 
     async def _each(self, request: web.Request) -> list[bytes] | web.Response:
         """:meth:`_gather` of this very request from every shard."""
-        target = self._target(request)
+        target = str(request.rel_url)
         return await self._gather(request, [(k, target) for k in range(self.shards)])
 
     async def healthy(self) -> bool:
@@ -645,7 +636,8 @@ class FrontDoor:
             return
         self._nudged[shard] = now
         target = f"{PREFIX}/cluster/nodes?consistency=consistent"
-        asked = [(k, v) for k, v in headers.items() if k.lower() != CONSISTENCY_HEADER.lower()]
+        drop = (CONSISTENCY_HEADER.lower(), MIN_INDEX_HEADER.lower())
+        asked = [(k, v) for k, v in headers.items() if k.lower() not in drop]
 
         async def barrier() -> None:
             with contextlib.suppress(LinkError, TimeoutError):

@@ -20,6 +20,7 @@ import pytest
 
 from schedd.core.events import stamp_of_ms
 from schedd.ids import SHARD_CHAR, shard_of_id, shard_of_key
+from schedd.protocol.headers import SHARD_HEADER
 from tests.cluster.harness import BIN, Cluster, _env
 from tests.conftest import wait_for
 
@@ -137,6 +138,52 @@ async def ids_keep_up(http: aiohttp.ClientSession, cluster: Cluster) -> None:
         assert ended - began > 4.5, "the submits were not spread over time"
 
 
+async def commit_index(http: aiohttp.ClientSession, cluster: Cluster, shard: int) -> int:
+    """Shard ``shard``'s commit index as node 0 sees it."""
+    status, view = await call(
+        http,
+        cluster,
+        "GET",
+        f"{cluster.urls[0]}/api/v1/cluster",
+        headers={SHARD_HEADER: str(shard)},
+    )
+    assert status == 200, view
+    return int(view["commit_index"])
+
+
+async def positions_are_stamps(
+    http: aiohttp.ClientSession, cluster: Cluster, written: str, index: str
+) -> None:
+    """A write's X-Schedd-Index is a stamp, near the clock; a read of its own shard on the
+    node that took it is answered with no entry written (no barrier: the reads are there);
+    a stamp far ahead of the clock is refused at once; a merged listing carries a position."""
+    now_ms = int(time.time() * 1000)
+    assert stamp_of_ms(now_ms - 60_000) < int(index) <= stamp_of_ms(now_ms + 1_000), index
+    shard = shard_of_id(written, SHARDS)
+    before = await commit_index(http, cluster, shard)
+    for _ in range(5):
+        status, _ = await call(
+            http,
+            cluster,
+            "GET",
+            f"{cluster.urls[0]}/api/v1/jobs/{written}",
+            headers={"X-Schedd-Min-Index": index},
+        )
+        assert status == 200
+    assert await commit_index(http, cluster, shard) == before  # nothing written for them
+    started = time.monotonic()
+    ahead = stamp_of_ms(now_ms + 3_600_000)
+    status, body = await call(
+        http, cluster, "GET", f"{cluster.urls[1]}/api/v1/jobs/{written}?min_index={ahead}"
+    )
+    assert status == 503 and body["error"]["field"] == "min_index", body
+    assert time.monotonic() - started < 3  # at once, not after the 5 s wait
+    async with http.get(
+        f"{cluster.urls[2]}/api/v1/jobs?limit=5&min_index={index}", headers=cluster.headers()
+    ) as r:
+        assert r.status == 200 and int(r.headers["X-Schedd-Index"]) >= int(index)
+
+
 async def listing(http: aiohttp.ClientSession, cluster: Cluster, url: str, limit: int) -> list[str]:
     ids: list[str] = []
     cursor = None
@@ -239,6 +286,7 @@ async def test_three_shards_spread_read_list_and_dedupe_across_nodes(tmp_path: P
                     http, cluster, "GET", f"{url}/api/v1/jobs?limit=100&min_index={index}"
                 )
                 assert listed[0] == 200 and written in {j["id"] for j in listed[1]["jobs"]}
+            await positions_are_stamps(http, cluster, written, index)
 
             # the change feed of every node merges every shard's: from a position taken
             # before, the jobs submitted since in every shard, once each

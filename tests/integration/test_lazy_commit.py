@@ -149,7 +149,7 @@ async def test_an_apply_that_fails_answers_its_caller_with_the_rejection(
     monkeypatch.setattr(raft_node, "apply_entry", broken)
     job = ("J-apply-fails", JobSpec(task="t"))
     before = node.rt.node.applied_index
-    result, entry = await node.rt.node.submit_indexed(
+    result, entry, _ = await node.rt.node.submit_indexed(
         commands.Submit("r-apply-fails", T0, (job,)), timeout=3.0
     )
     assert isinstance(result, Rejected) and result.code is Code.INTERNAL
