@@ -22,10 +22,15 @@ N = 10_000
 CLIENTS = 64
 
 
+@pytest.mark.parametrize(
+    "shards",
+    [1, pytest.param(3, marks=pytest.mark.long)],  # three shards: the fault-injection tier
+    ids=["one-shard", "shards3"],
+)
 async def test_a_leader_killed_during_10000_client_submits_loses_and_duplicates_nothing(
-    tmp_path: Path,
+    tmp_path: Path, shards: int
 ) -> None:
-    cluster = Cluster(tmp_path, size=3)
+    cluster = Cluster(tmp_path, size=3, shards=shards)
     cluster.start()
     try:
         async with aiohttp.ClientSession() as http:

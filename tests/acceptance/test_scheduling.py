@@ -67,15 +67,20 @@ def ts(text: str) -> float:
     return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
 
 
-@pytest.fixture
+@pytest.fixture(
+    params=[1, pytest.param(3, marks=pytest.mark.long)],  # three shards: the fault tier
+    ids=["one-shard", "shards3"],
+)
 async def env(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
 ) -> AsyncIterator[tuple[Cluster, Api, Path]]:
     record = tmp_path / "executions.txt"
     record.touch()
     monkeypatch.setenv("SCHEDD_TEST_RECORD", str(record))
     cluster = Cluster(
-        tmp_path / "c", scheduler={"heartbeat_interval": "0.5s", "heartbeat_timeout": "3s"}
+        tmp_path / "c",
+        scheduler={"heartbeat_interval": "0.5s", "heartbeat_timeout": "3s"},
+        shards=request.param,
     )
     cluster.start()
     try:
@@ -102,9 +107,10 @@ async def test_per_second_cron_keeps_its_cadence_across_a_leader_kill(
         },
     )
     await api.wait(job["id"], lambda runs: sum(r["state"] == "succeeded" for r in runs) >= 4)
-    leader = await cluster.wait_leader(api.http)
+    shard = int(job.get("shard", 0))  # the leader killed is the one of the job's shard
+    leader = await cluster.wait_leader(api.http, shard=shard)
     cluster.kill(leader)
-    await cluster.wait_leader(api.http, exclude=leader)
+    await cluster.wait_leader(api.http, exclude=leader, shard=shard)
     runs = await api.wait(
         job["id"], lambda runs: sum(r["state"] == "succeeded" for r in runs) >= 12, timeout=90
     )

@@ -82,14 +82,19 @@ async def job_state(
 
 
 @pytest.mark.long  # a failure scenario: the fault-injection tier (scripts/test --long)
+@pytest.mark.parametrize("shards", [1, 3], ids=["one-shard", "shards3"])
 async def test_leader_killed_mid_load_loses_nothing_and_completes_nothing_twice(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, shards: int
 ) -> None:
+    """With three shards, the node killed leads shard 0 (and maybe more): jobs of every shard
+    are in flight, and the worker is served from all of them through one node."""
     record = tmp_path / "executions.txt"
     record.touch()
     monkeypatch.setenv("SCHEDD_TEST_RECORD", str(record))
     cluster = Cluster(
-        tmp_path / "cluster", scheduler={"heartbeat_interval": "1s", "heartbeat_timeout": "3s"}
+        tmp_path / "cluster",
+        scheduler={"heartbeat_interval": "1s", "heartbeat_timeout": "3s"},
+        shards=shards,
     )
     try:
         cluster.start()

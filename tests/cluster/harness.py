@@ -360,15 +360,22 @@ class Cluster:
                 return ids
 
     async def wait_leader(
-        self, http: aiohttp.ClientSession, timeout: float = 30.0, exclude: int | None = None
+        self,
+        http: aiohttp.ClientSession,
+        timeout: float = 30.0,
+        exclude: int | None = None,
+        shard: int = 0,
     ) -> int:
-        """Index of the node that reports itself leader with a committed claim."""
+        """Index of the node that reports itself leader (of ``shard``) with a committed
+        claim."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             for i, n in enumerate(self.nodes):
                 if i == exclude or not n.alive:
                     continue
                 v = await self.view(http, i)
+                if v and shard:
+                    v = next((s for s in v.get("shards", ()) if s["shard"] == shard), None)
                 if v and v["role"] == "leader" and v["leader"] == n.node_id:
                     return i
             await asyncio.sleep(0.1)
