@@ -96,15 +96,17 @@ def batch_frames(batch: list[tuple[str, list[Change]]], upto: int) -> bytes:
 class _Stream:
     def __init__(self, request: web.Request, resp: web.StreamResponse, wanted: EventFilter) -> None:
         self.request = request
-        #: say where the stream stands when that moved without an event (for a front door)
-        self.positions = "positions" in request.query
+        #: say where the stream stands when that moved without an event (for the front door
+        #: of a cluster of several shards)
+        cfg = request.app[CONFIG]
+        self.positions = cfg.cluster.shards > 1 and "positions" in request.query
         self.told = -1  # the latest id written
         self.resp = resp
         self.wanted = wanted
         self.feed: EventFeed = request.app[EVENTS]
         self.raft: Raft = request.app[RAFT]
-        self.node_id = request.app[CONFIG].node.id
-        self.limit = request.app[CONFIG].http.events_buffer
+        self.node_id = cfg.node.id
+        self.limit = cfg.http.events_buffer
         loop = asyncio.get_running_loop()
         self.loop = loop
         self.last_write = loop.time()
