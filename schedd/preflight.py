@@ -19,14 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from schedd import __version__
 from schedd.config import Config, join_hostport, split_hostport
-
-#: the shards per cluster this release runs
-SUPPORTED_SHARDS = 1
-#: set (to anything), a node runs several shards anyway: for the tests of what is built of
-#: them so far, not for a cluster anyone relies on
-PREVIEW_ENV = "SCHEDD_SHARDS_PREVIEW"
 
 #: how long a port held by another process is retried before it is reported: a node restarted
 #: right after it was killed may find its previous process's sockets closing
@@ -68,16 +61,6 @@ def check_modules(cfg: Config) -> list[str]:
             f"raft.secret_file: set, but the Python package 'cryptography' that encrypts Raft "
             f"traffic cannot be imported ({exc}); install schedd with its dependencies "
             "(pip install schedd)"
-        ]
-    return []
-
-
-def check_release(cfg: Config) -> list[str]:
-    """What this release cannot run of a valid config."""
-    if cfg.cluster.shards > SUPPORTED_SHARDS and not os.environ.get(PREVIEW_ENV):
-        return [
-            f"cluster.shards: expected {SUPPORTED_SHARDS} with schedd {__version__} (a cluster "
-            f"of several shards is not available in this release), got {cfg.cluster.shards}"
         ]
     return []
 

@@ -231,16 +231,11 @@ def _check_config(cfg: Config) -> int:
 
 
 def _node_config(args: argparse.Namespace) -> Config | int:
-    """The node's config, or 2 once its problems are printed (those this release cannot run
-    among them)."""
+    """The node's config, or 2 once its problems are printed."""
     try:
         cfg = build_config(args)
     except ConfigError as exc:
         _print_problems(exc.problems, "schedd: config: ")
-        return 2
-    problems = preflight.check_release(cfg)
-    if problems:
-        _print_problems(problems, "schedd: config: ")
         return 2
     return cfg
 

@@ -8,7 +8,7 @@ several shards); medians over RUNS runs, with 1 and N shards alternated.  Each p
 cost (its Raft ticks, measured for 5 s before the load) is taken out of its share; the idle
 cost of all of them together is reported too (``idle_cores``).
 
-    SCHEDD_SHARDS_PREVIEW=1 .venv/bin/python -m scripts.benchlib.shard_cpu [JOBS] [RUNS] [N,...]
+    .venv/bin/python -m scripts.benchlib.shard_cpu [JOBS] [RUNS] [N,...]
 
 With ``--runs``, the window is not the submits but the jobs' runs: JOBS one-off jobs of
 ``demo.echo`` due at one instant, fired, leased to three ``schedd-worker`` processes (one per

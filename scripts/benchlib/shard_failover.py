@@ -12,7 +12,7 @@ shard's next leader: its lease fence above that leader's claim (``leader.ready .
 logged by the node that leads the shard next).  The node is started again and the leaders
 spread again before the next kill.  At the end every acknowledged job must have started.
 
-    SCHEDD_SHARDS_PREVIEW=1 .venv/bin/python -m scripts.benchlib.shard_failover [KILLS] [N]
+    .venv/bin/python -m scripts.benchlib.shard_failover [KILLS] [N]
 """
 
 from __future__ import annotations

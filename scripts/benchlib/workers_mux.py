@@ -11,7 +11,7 @@ Over a window of WINDOW seconds: each process's CPU (``/proc/PID/stat``) per wor
 its idle cost (measured before the workers connect) taken out, and its resident memory per
 worker (``VmRSS`` with the workers connected, less before).
 
-    SCHEDD_SHARDS_PREVIEW=1 .venv/bin/python -m scripts.benchlib.workers_mux [W] [N] [RUNS]
+    .venv/bin/python -m scripts.benchlib.workers_mux [W] [N] [RUNS]
 """
 
 from __future__ import annotations

@@ -308,11 +308,6 @@ class Deployment:
     #: ``[cluster] shards`` added to the README's schedd.toml (1: the file as it is)
     shards: int = 1
 
-    def switches(self) -> dict[str, str]:
-        """The environment a node needs for this deployment: several shards are behind the
-        development switch until they are released."""
-        return {"SCHEDD_SHARDS_PREVIEW": "1"} if self.shards > 1 else {}
-
     def vm(self, name: str, path: str) -> Path:
         """``path`` (e.g. /etc/schedd) on the VM ``name``."""
         return self.root / "vm" / name / path.lstrip("/")
@@ -578,7 +573,7 @@ def configure_nodes(dep: Deployment) -> None:
             as_service_user(argv, ns),
             "README step 3 --check-config",
             60,
-            env=clean_env(**dep.switches()),
+            env=clean_env(),
             cwd="/",
         )
         assert "config ok" in out, out
@@ -612,7 +607,6 @@ def start_nodes(dep: Deployment) -> None:
             INVOCATION_ID=os.urandom(16).hex(),
             STATE_DIRECTORY=str(n.data),
             CONFIGURATION_DIRECTORY=str(n.etc),
-            **dep.switches(),
         )
         n.proc = dep.spawn(
             n.name, ["ip", "netns", "exec", n.ns, *sandboxed(as_service_user(argv), n.data)], env

@@ -138,7 +138,7 @@ class Cluster:
     #: PYTHONPATH; changed between a node's stop and start, it upgrades the node in place
     bins: dict[int, Path] = field(default_factory=dict)
     #: ``cluster.shards``: each node a supervisor with a process per shard, shard k's Raft port
-    #: the node's Raft port + k (several: a preview, SCHEDD_SHARDS_PREVIEW is set)
+    #: the node's Raft port + k
     shards: int = 1
     net: Any = None
 
@@ -150,8 +150,6 @@ class Cluster:
         ports = list(self.http_ports) or [
             free_port(1 + self.shards) for _ in range(self.size * (2 if self.proxied else 1))
         ]
-        if self.shards > 1:
-            self.env.setdefault("SCHEDD_SHARDS_PREVIEW", "1")
         if self.proxied:
             # Node i gets (http, raft) from one pair and its proxy port from the next, every
             # port of node i below every port of node j > i (see tests/cluster/proxy.py).

@@ -1,8 +1,9 @@
-"""A cluster of three shards over three nodes (a preview: workers are served by shard 0 only so
-far): each node a supervisor with one process per shard and a front door. Jobs are spread
-over the shards, each job is read on every node from its shard, listings merge every shard
-page after page, an idempotency key holds across the shards, a crashed shard process is
-started again, and the node's stop and death take its shards with it."""
+"""A cluster of three shards over three nodes: each node a supervisor with one process per
+shard and a front door. Jobs are spread over the shards, each job is read on every node from
+its shard, listings merge every shard page after page, an idempotency key holds across the
+shards, positions (X-Schedd-Index, event ids) are stamps that compare across shards, a
+crashed shard process is started again, and the node's stop and death take its shards with
+it."""
 
 from __future__ import annotations
 
