@@ -40,6 +40,7 @@ from tests.conftest import wait_for
 
 pytestmark = [
     pytest.mark.acceptance,
+    pytest.mark.long,  # an upgrade under load, a minute: the fault-injection tier
     pytest.mark.timeout(480),  # the previous release's virtualenv is built on the first run
     pytest.mark.skipif(not (REPO / ".git").exists(), reason="needs the repository's history"),
 ]

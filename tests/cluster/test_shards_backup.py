@@ -36,6 +36,7 @@ def restore(config: Path, backup: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(argv, capture_output=True, text=True, timeout=120, env=_env())
 
 
+@pytest.mark.long  # every node lost and restored: the fault-injection tier
 async def test_one_command_backs_up_every_shard_and_one_file_restores_them(
     tmp_path: Path,
 ) -> None:

@@ -54,6 +54,7 @@ async def recorded(http: aiohttp.ClientSession, cluster: Cluster) -> None:
     await wait_for(done, 60, interval=0.3)  # the three nodes, in every shard
 
 
+@pytest.mark.long  # membership changes of every group: the fault-injection tier
 async def test_a_node_joins_every_shard_and_one_command_removes_one_from_all(
     tmp_path: Path,
 ) -> None:
