@@ -107,8 +107,8 @@ async def _stamped(raft: Raft, wanted: int, mode: str) -> int:
     another shard's, which this one's log never reaches by itself: when the reads are not
     there yet, a barrier is committed, stamped at least ``wanted``; the reads that see it
     see every entry stamped up to ``wanted`` (stamps grow with the log).  A stamp more than
-    :data:`AHEAD_MS` ahead of this node's clock is no client's: it is waited for (and 503)
-    as an index of one shard is, never forced into the log."""
+    :data:`AHEAD_MS` ahead of this node's clock is no client's: it is refused at once (503),
+    never forced into the log (it would hold this shard's stamps ahead of the clock)."""
     behind = wanted > raft.state_position
     if mode != "consistent" and not behind:
         return 0

@@ -388,7 +388,8 @@ class _StateMachine(SyncObjConsumer, ApplyBatch):  # type: ignore[misc]
         except Exception as exc:  # never let anything escape (docs/pysyncobj.md #1)
             log.exception("apply failed")
             failed = Applied([Rejected(Code.INTERNAL, f"apply failed: {exc}")])
-            failed.entry = failed.position = index
+            failed.entry = index
+            failed.position = self.state.stamp if self.state.stamped else index
             return failed
 
 

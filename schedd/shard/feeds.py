@@ -92,6 +92,9 @@ class _Merge:
     def moved(self, shard: int, position: int) -> None:
         """Shard ``shard``'s feed reached ``position``: nudge the shards far behind."""
         self.positions[shard] = max(self.positions[shard], position)
+        self.nudge_laggards()
+
+    def nudge_laggards(self) -> None:
         ahead = max(self.positions)
         for k, at in enumerate(self.positions):
             if ahead - at > LAG_MS << STAMP_SHIFT:
@@ -183,8 +186,7 @@ async def _relay(resp: web.StreamResponse, merge: _Merge, request: web.Request) 
                 merge.positions[shard] = event.id
         else:
             early.append((shard, event))
-    for k in range(merge.shards):
-        merge.moved(k, merge.positions[k])
+    merge.nudge_laggards()
     kind = "reset" if any(e.kind == "reset" for e in started.values()) else "hello"
     first = orjson.loads(started[0].data or "{}")
     body: dict[str, Any] = {"node_id": first.get("node_id"), "after": merge.position}
