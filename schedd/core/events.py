@@ -330,7 +330,9 @@ class EventRing:
 def resume_position(header: str | None, query: str | None) -> int | None:
     """Where a client of ``GET /events`` is: its ``Last-Event-ID`` header (what EventSource
     sends when it reconnects), else its ``last_event_id`` query parameter; None for a new
-    client.  :class:`InvalidArgument` naming the one that is not an event's id."""
+    client.  :class:`InvalidArgument` naming one given that is not an event's id (both are
+    checked, though the header wins)."""
+    found: int | None = None
     for name, raw in (("Last-Event-ID", header), ("last_event_id", query)):
         if raw is None or (name == "Last-Event-ID" and not raw.strip()):
             continue
@@ -341,8 +343,8 @@ def resume_position(header: str | None, query: str | None) -> int | None:
                 f"got {raw!r}",
                 field=name,
             )
-        return int(text)
-    return None
+        found = int(text) if found is None else found
+    return found
 
 
 def parse_kinds(raw: str) -> frozenset[str]:

@@ -106,6 +106,12 @@ async def test_bad_parameters_are_a_400_naming_the_field(
         node.url + API + "/events", headers={**node.headers(), "Last-Event-ID": "12ab"}
     ) as r:
         assert r.status == 400 and (await r.json())["error"]["field"] == "Last-Event-ID"
+    # a bad last_event_id is refused though a good Last-Event-ID (which wins) comes with it
+    async with http.get(
+        node.url + API + "/events?follow=false&last_event_id=" + str(1 << 90),
+        headers={**node.headers(), "Last-Event-ID": "3"},
+    ) as r:
+        assert r.status == 400 and (await r.json())["error"]["field"] == "last_event_id"
 
 
 async def test_a_client_that_comes_back_with_last_event_id_gets_exactly_what_it_missed(
