@@ -139,6 +139,16 @@ async def ids_keep_up(http: aiohttp.ClientSession, cluster: Cluster) -> None:
         assert ended - began > 4.5, "the submits were not spread over time"
 
 
+async def read_at(
+    http: aiohttp.ClientSession, cluster: Cluster, url: str, job_id: str, index: str
+) -> int:
+    """The status of a read of ``job_id`` on ``url`` that asks for position ``index``."""
+    status, _ = await call(
+        http, cluster, "GET", f"{url}/api/v1/jobs/{job_id}", headers={"X-Schedd-Min-Index": index}
+    )
+    return status
+
+
 async def commit_index(http: aiohttp.ClientSession, cluster: Cluster, shard: int) -> int:
     """Shard ``shard``'s commit index as node 0 sees it."""
     status, view = await call(
@@ -163,14 +173,7 @@ async def positions_are_stamps(
     shard = shard_of_id(written, SHARDS)
     before = await commit_index(http, cluster, shard)
     for _ in range(5):
-        status, _ = await call(
-            http,
-            cluster,
-            "GET",
-            f"{cluster.urls[0]}/api/v1/jobs/{written}",
-            headers={"X-Schedd-Min-Index": index},
-        )
-        assert status == 200
+        assert await read_at(http, cluster, cluster.urls[0], written, index) == 200
     assert await commit_index(http, cluster, shard) == before  # nothing written for them
     started = time.monotonic()
     ahead = stamp_of_ms(now_ms + 3_600_000)
@@ -275,13 +278,7 @@ async def test_three_shards_spread_read_list_and_dedupe_across_nodes(tmp_path: P
             for url in cluster.urls[1:]:
                 for job_id in [written, *ids[:6]]:  # jobs of every shard
                     started = time.monotonic()
-                    status, _ = await call(
-                        http,
-                        cluster,
-                        "GET",
-                        f"{url}/api/v1/jobs/{job_id}",
-                        headers={"X-Schedd-Min-Index": index},
-                    )
+                    status = await read_at(http, cluster, url, job_id, index)
                     assert status == 200 and time.monotonic() - started < 3, (status, job_id)
                 listed = await call(
                     http, cluster, "GET", f"{url}/api/v1/jobs?limit=100&min_index={index}"
