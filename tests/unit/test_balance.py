@@ -24,6 +24,14 @@ def test_each_node_is_first_for_its_share_of_the_shards() -> None:
     assert preference(shard_voters(1), 1)[0] == "10.0.0.2:7702"
 
 
+def test_ipv6_voters_are_ordered_by_their_addresses_without_the_brackets() -> None:
+    # "fd00::1" comes before "fd00::1:2", of which it is the start; with its bracket kept,
+    # "]" would sort after ":" and put it second
+    voters = ["[fd00::1:2]:7701", "[fd00::1]:7701"]
+    assert preference(voters, 0) == ["[fd00::1]:7701", "[fd00::1:2]:7701"]
+    assert preference(voters, 1) == ["[fd00::1:2]:7701", "[fd00::1]:7701"]
+
+
 @given(st.permutations(NODES), st.integers(0, 31))
 def test_the_order_of_the_voters_given_does_not_matter(order: list[str], shard: int) -> None:
     assert preference(order, shard) == preference(NODES, shard)

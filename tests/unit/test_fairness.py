@@ -554,3 +554,17 @@ def test_task_lanes_depth_and_removal() -> None:
     assert q.depth() == {("ns", Priority.HIGH): 2, ("other", Priority.LOW): 1}
     assert q.remove("b") and not q.remove("b") and "b" not in q and "c" in q
     assert q.remove("a") and q.tasks() == ["t2"]
+
+
+def test_the_top_priority_follows_removals_and_pops() -> None:
+    q = ReadyQueues()
+    assert q.top_priority() is None
+    fill(q, "a", H, 3)
+    fill(q, "b", N, 1)
+    assert q.top_priority() is H
+    assert q.remove("a/h0") and q.remove("a/h1")
+    assert q.top_priority() is H  # one high run still queued
+    assert q.remove("a/h2")
+    assert q.top_priority() is N
+    assert q.pop() == "b/n0"
+    assert q.top_priority() is None

@@ -842,8 +842,59 @@ def test_a_truncation_into_the_copied_records_cancels_the_copy_and_compacts_agai
     again._destroy()
 
 
+def test_a_truncation_into_a_fresh_copy_throws_that_copy_away_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Each truncation under a copy makes it stale, the second as well as the first; and the
+    copy that is kept says how long it took, in milliseconds."""
+    gates = [threading.Event(), threading.Event()]
+    started = [threading.Event(), threading.Event()]
+    copies: list[Any] = []
+    real = jmod._Compaction.run
+
+    def run(job: Any) -> None:
+        n = len(copies)
+        copies.append(job)
+        if n < len(gates):
+            started[n].set()
+            assert gates[n].wait(10)
+        real(job)
+        job.seconds = 0.123456  # as if the copy had taken that long
+
+    monkeypatch.setattr(jmod._Compaction, "run", run)
+    path = tmp_path / "raft.journal"
+    items = entries(20)
+    j = synced(path, items)
+    j.deleteEntriesTo(5)
+    assert started[0].wait(10)
+    j.deleteEntriesFrom(3)  # under the first copy
+    other = [(b"other", i, 9) for i in range(9, 12)]
+    for e in other:
+        j.add(*e)
+    j.sync()
+    gates[0].set()
+    assert not j.finish_compaction(wait=True)  # stale: a fresh copy starts
+    assert started[1].wait(10)
+    j.deleteEntriesFrom(4)  # under the fresh copy, which holds ``other``
+    later = [(b"later", i, 10) for i in range(10, 13)]
+    for e in later:
+        j.add(*e)
+    j.sync()
+    gates[1].set()
+    assert not j.finish_compaction(wait=True)  # stale again, not taken for the log
+    with caplog.at_level(logging.DEBUG, logger=LOGGER):
+        assert j.finish_compaction(wait=True) and j.compactions == 1
+    assert len(copies) == 3
+    (done,) = events(caplog, "raft.journal_compacted")
+    assert fields(done)["copy_seconds"] == 0.123
+    j._destroy()
+    again = reopen(path)
+    assert list(again[:]) == items[5:8] + other[:1] + later and again.damage is None
+    again._destroy()
+
+
 def test_a_stop_before_the_rename_leaves_the_head_which_skip_to_drops_again(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     path = tmp_path / "raft.journal"
     items = entries(12)
@@ -858,7 +909,11 @@ def test_a_stop_before_the_rename_leaves_the_head_which_skip_to_drops_again(
     assert not again.skip_to((b"else", 7, 1), items[7])  # another log: pysyncobj discards it
     assert list(again[:]) == items
     assert not DurableJournal(str(path) + ".empty").skip_to(items[6], items[7])  # no log at all
-    assert again.skip_to(items[6], items[7])
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger=LOGGER):
+        assert again.skip_to(items[6], items[7])
+    (dropped,) = events(caplog, "raft.journal_head_dropped")
+    assert fields(dropped)["records"] == 6 and fields(dropped)["first_index"] == items[6][1]
     assert list(again[:]) == items[6:]
     assert again.finish_compaction(wait=True)
     again._destroy()

@@ -75,10 +75,12 @@ def test_removed_addresses_are_bounded() -> None:
 
 
 def test_check_refuses_what_cannot_be_a_membership() -> None:
-    assert members.check(Membership(voters=())) is not None
-    assert members.check(Membership(voters=(Member(A), Member(A)))) is not None
-    assert members.check(Membership(voters=(Member(A, "n1"), Member(B, "n1")))) is not None
-    assert members.check(Membership(voters=(Member(A),), learner=Member(A))) is not None
+    assert members.check(Membership(voters=())) == "a membership needs at least one voter"
+    twice = "a node appears twice in the membership"
+    assert members.check(Membership(voters=(Member(A), Member(A)))) == twice
+    same_id = Membership(voters=(Member(A, "n1"), Member(B, "n1")))
+    assert members.check(same_id) == "two voters have the same node id"
+    assert members.check(Membership(voters=(Member(A),), learner=Member(A))) == twice
     assert members.check(THREE) is None
 
 
@@ -144,3 +146,13 @@ def test_the_state_database_keeps_the_membership(tmp_path: Path) -> None:
         assert again.members.learner == Member(D, "n4") and again.members.index == 2
     finally:
         again.close()
+
+
+def test_known_ids_and_urls_fill_in_the_voters_and_the_learner_where_missing() -> None:
+    partial = Membership(voters=(Member(A, "n1"), Member(B)), learner=Member(D))
+    known = [Member(B, "n2", "http://b"), Member(D, "n4", "http://d"), Member(A, "x", "http://a")]
+    filled = partial.with_known(known)
+    assert filled.voters == (Member(A, "n1", "http://a"), Member(B, "n2", "http://b"))
+    assert filled.learner == Member(D, "n4", "http://d")  # what it has is kept, the rest filled
+    assert THREE.with_known(known).learner is None
+    assert partial.with_known([]) == partial

@@ -25,7 +25,7 @@ from schedd.core.validate import (
     parse_job_and_options,
     parse_schedule,
 )
-from schedd.errors import Code, InvalidArgument, PayloadTooLarge
+from schedd.errors import Code, InvalidArgument, PayloadTooLarge, UnknownZone
 
 NOW = 1_764_000_000_000  # 2025-11-24T16:00:00Z
 T_2026 = 1_795_572_000_000  # 2026-11-25T02:00:00Z
@@ -432,6 +432,17 @@ def test_invalid(body: Any, field: str | None, words: str) -> None:
         }
 
 
+def test_a_zone_name_of_up_to_64_characters_is_looked_up_a_longer_one_is_not() -> None:
+    """A name that could be a zone is answered as an unknown zone (the API suggests the zone
+    it probably means); one longer than 64 characters is refused as it stands."""
+    for length, unknown in [(63, True), (64, True), (65, False)]:
+        body = t(schedule={"cron": "0 2 * * *", "timezone": "Europe/" + "x" * (length - 7)})
+        with pytest.raises(InvalidArgument) as info:
+            parse_job(body, now_ms=NOW)
+        assert isinstance(info.value, UnknownZone) is unknown, length
+        assert info.value.field == "schedule.timezone" and "IANA" in info.value.message
+
+
 def test_validate_is_pure() -> None:
     import ast
 
@@ -776,6 +787,8 @@ def test_a_dlq_selection_is_filters_or_run_ids_with_a_required_dry_run() -> None
     assert got.dry_run and got.run_ids is None
     assert got.filters == {"namespace": "a", "task": "mail.send", "since": 1_767_225_600_000}
     assert parse_dlq_bulk({"dry_run": False, "queue": None}, max_runs=10).filters == {}
+    queued = parse_dlq_bulk({"dry_run": False, "queue": "emails"}, max_runs=10)
+    assert queued.filters == {"queue": "emails"}
     ids = parse_dlq_bulk({"dry_run": False, "run_ids": ["a@1", "b@2"]}, max_runs=2)
     assert ids.run_ids == ("a@1", "b@2") and not ids.dry_run
     for body, field, says in [
@@ -786,6 +799,7 @@ def test_a_dlq_selection_is_filters_or_run_ids_with_a_required_dry_run() -> None
         ({"dry_run": True, "run_ids": ["a@1", "a@1"]}, "run_ids[1]", "once"),
         ({"dry_run": True, "run_ids": ["a@1"], "error": "x"}, "run_ids", "not both"),
         ({"dry_run": True, "when": "now"}, "when", "unknown field"),
+        ({"dry_run": True, "queue": "no spaces"}, "queue", "expected"),
     ]:
         with pytest.raises(InvalidArgument) as exc:
             parse_dlq_bulk(body, max_runs=2)
