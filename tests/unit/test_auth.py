@@ -421,6 +421,7 @@ def test_a_session_is_its_tokens_role_on_every_node_that_has_the_token(tmp_path:
         "secret changed",
         "role changed",
         "garbled",
+        "name not base64",
     ],
 )
 def test_a_session_ends_with_its_time_and_with_its_token(tmp_path: Path, change: str) -> None:
@@ -440,6 +441,8 @@ def test_a_session_ends_with_its_time_and_with_its_token(tmp_path: Path, change:
         session = SESSION_PREFIX + ".".join((name, "admin", at, mac))
     elif change == "garbled":
         session = SESSION_PREFIX + "not.a.session"
+    elif change == "name not base64":
+        session = SESSION_PREFIX + ".".join(("c!", role, at, mac))
     else:
         if change == "token removed":
             text = text.replace('name = "ci"', 'name = "ci-2"')
@@ -449,8 +452,10 @@ def test_a_session_ends_with_its_time_and_with_its_token(tmp_path: Path, change:
             text = text.replace('role = "submit"', 'role = "read"')
         path.write_text(text)
         store = load_tokens(path)  # a reload (SIGHUP)
-    with pytest.raises(Unauthenticated):
+    with pytest.raises(Unauthenticated) as exc:
         store.authenticate(f"Bearer {session}")
+    if change in ("garbled", "name not base64"):
+        assert str(exc.value) == "invalid token"
 
 
 def test_a_session_is_not_minted_for_a_token_the_store_no_longer_has(tmp_path: Path) -> None:

@@ -93,6 +93,7 @@ def test_a_give_from_a_deposed_leader_or_of_no_slots_is_refused() -> None:
         st, commands.encode_entry([commands.CapsGive("g", T0, 1, "a", 0, 1)]), 3
     )
     assert isinstance(none, Rejected)
+    assert none.message == "a transfer moves a positive number of slots"
     assert st.caps == EMPTY
 
 

@@ -884,7 +884,7 @@ def test_a_truncation_into_a_fresh_copy_throws_that_copy_away_too(
     assert not j.finish_compaction(wait=True)  # stale again, not taken for the log
     with caplog.at_level(logging.DEBUG, logger=LOGGER):
         assert j.finish_compaction(wait=True) and j.compactions == 1
-    assert len(copies) == 3
+    assert len(copies) == 3 and copies[-1].fd == -1  # its file is the journal's now
     (done,) = events(caplog, "raft.journal_compacted")
     assert fields(done)["copy_seconds"] == 0.123
     j._destroy()
@@ -909,11 +909,13 @@ def test_a_stop_before_the_rename_leaves_the_head_which_skip_to_drops_again(
     assert not again.skip_to((b"else", 7, 1), items[7])  # another log: pysyncobj discards it
     assert list(again[:]) == items
     assert not DurableJournal(str(path) + ".empty").skip_to(items[6], items[7])  # no log at all
+    assert not again.skip_to(items[0], items[1])  # the log starts there: nothing to drop
     caplog.clear()
     with caplog.at_level(logging.INFO, logger=LOGGER):
         assert again.skip_to(items[6], items[7])
     (dropped,) = events(caplog, "raft.journal_head_dropped")
     assert fields(dropped)["records"] == 6 and fields(dropped)["first_index"] == items[6][1]
+    assert fields(dropped)["path"] == str(path)
     assert list(again[:]) == items[6:]
     assert again.finish_compaction(wait=True)
     again._destroy()

@@ -30,12 +30,19 @@ def test_add_records_a_learner_and_promote_makes_it_a_voter() -> None:
 
 
 @pytest.mark.parametrize(
-    ("raft", "node_id", "says"),
-    [(B, "", "already a member"), (D, "n2", "already a member")],
+    ("raft", "node_id", "field"),
+    [(B, "", "raft"), (D, "n2", "id")],
 )
-def test_adding_a_member_again_is_a_conflict(raft: str, node_id: str, says: str) -> None:
-    with pytest.raises(Conflict, match=says):
+def test_adding_a_member_again_is_a_conflict(raft: str, node_id: str, field: str) -> None:
+    with pytest.raises(Conflict, match="already a member") as exc:
         members.plan_add(THREE, raft, node_id)
+    assert exc.value.field == field  # what names the member already there
+
+
+def test_removing_who_is_not_a_member_names_the_id() -> None:
+    with pytest.raises(NotFound, match="no member of this cluster is named 'n9'") as exc:
+        members.plan_remove(THREE, "n9")
+    assert exc.value.field == "id"
 
 
 def test_one_change_at_a_time() -> None:

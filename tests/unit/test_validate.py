@@ -798,6 +798,11 @@ def test_a_dlq_selection_is_filters_or_run_ids_with_a_required_dry_run() -> None
         ({"dry_run": True, "run_ids": ["a@1"] * 3}, "run_ids", "1 to 2 run ids"),
         ({"dry_run": True, "run_ids": ["a@1", "a@1"]}, "run_ids[1]", "once"),
         ({"dry_run": True, "run_ids": ["a@1"], "error": "x"}, "run_ids", "not both"),
+        (
+            {"dry_run": True, "run_ids": ["a@1"], "error": "x", "namespace": "a"},
+            "run_ids",
+            "got run_ids and namespace, error",
+        ),
         ({"dry_run": True, "when": "now"}, "when", "unknown field"),
         ({"dry_run": True, "queue": "no spaces"}, "queue", "expected"),
     ]:
