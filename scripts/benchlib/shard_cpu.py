@@ -13,7 +13,9 @@ cost of all of them together is reported too (``idle_cores``).
 With ``--runs``, the window is not the submits but the jobs' runs: JOBS one-off jobs of
 ``demo.echo`` due at one instant, fired, leased to three ``schedd-worker`` processes (one per
 node, 64 slots each; with several shards each node's front door serves its worker from every
-shard) and their results committed; the CPU per job is then per run.
+shard) and their results committed; the CPU per job is then per run. With ``--spread=S``
+as well, the jobs fall due evenly over S seconds instead of at one instant, so the workers
+are not kept full (each run is leased into a free slot as it falls due).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
+import re
 import statistics
 import sys
 import tempfile
@@ -79,12 +82,22 @@ async def commit_indexes(http: aiohttp.ClientSession, cluster: Cluster, shards: 
     return [int(s["commit_index"]) for s in view["shards"]]
 
 
+def rfc3339(epoch_s: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(epoch_s)) + "Z"
+
+
 async def submit_all(
-    cluster: Cluster, jobs: int, at: str | None = None, clients: int = 64
+    cluster: Cluster, jobs: int, due: float | None = None, clients: int = 64, spread: int = 0
 ) -> list[str]:
-    schedule = {"in": "1h"} if at is None else {"at": at}
-    task = "bench.noop" if at is None else "demo.echo"
-    body = orjson.dumps({"task": task, "schedule": schedule})
+    """``jobs`` one-hour no-op jobs (``due`` None), or ``demo.echo`` jobs due at ``due`` (Unix
+    time), over ``spread`` whole seconds from then."""
+
+    def body(k: int) -> bytes:
+        if due is None:
+            return orjson.dumps({"task": "bench.noop", "schedule": {"in": "1h"}})
+        at = rfc3339(due + (spread * k) // jobs)
+        return orjson.dumps({"task": "demo.echo", "schedule": {"at": at}})
+
     urls = itertools.cycle(cluster.urls)
     ids: list[str] = []
     left = iter(range(jobs))
@@ -95,7 +108,7 @@ async def submit_all(
                 headers = {**cluster.headers(), "X-Request-Id": f"bench-{os.getpid()}-{k:08d}"}
                 for _ in range(20):
                     async with http.post(
-                        next(urls) + "/api/v1/jobs", data=body, headers=headers
+                        next(urls) + "/api/v1/jobs", data=body(k), headers=headers
                     ) as r:
                         if r.status in (200, 201):
                             ids.append((await r.json())["id"])
@@ -119,7 +132,9 @@ async def active(cluster: Cluster) -> bool:
         return bool((await r.json())["jobs"])
 
 
-async def one(shards: int, jobs: int, runs: bool = False, scale: bool = False) -> dict[str, float]:
+async def one(
+    shards: int, jobs: int, runs: bool = False, scale: bool = False, spread: int = 0
+) -> dict[str, float]:
     # --scale: each shard gets the load one shard got (N times the jobs, clients and slots)
     factor = shards if scale else 1
     jobs *= factor
@@ -160,9 +175,8 @@ async def one(shards: int, jobs: int, runs: bool = False, scale: bool = False) -
                         ],
                         cluster.root / f"worker{i}.log",
                     )
-                due = time.time() + jobs / 150 + 10
-                at = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(due)) + "Z"
-                ids = await submit_all(cluster, jobs, at, 64 * factor)
+                due = float(int(time.time() + jobs / 150 + 10))
+                ids = await submit_all(cluster, jobs, due, 64 * factor, spread)
                 await asyncio.sleep(max(0.0, due - time.time() - 0.5))
             async with aiohttp.ClientSession() as http:
                 first = await commit_indexes(http, cluster, shards)
@@ -178,6 +192,7 @@ async def one(shards: int, jobs: int, runs: bool = False, scale: bool = False) -
                 last = await commit_indexes(http, cluster, shards)
             raw = {name: cpu_s(pid) - before[name] for name, pid in procs.items()}
             used = {name: max(0.0, raw[name] - idle[name] * elapsed) for name in procs}
+            frames = await capacity_frames(cluster) if runs and shards > 1 else None
         finally:
             cluster.stop()
     per_shard = [0] * shards
@@ -200,19 +215,41 @@ async def one(shards: int, jobs: int, runs: bool = False, scale: bool = False) -
     out["idle_cores"] = sum(idle.values())
     out["spread"] = min(per_shard) / max(per_shard)
     out["jobs_per_entry"] = len(ids) / max(1, sum(b - a for a, b in zip(first, last, strict=True)))
+    if frames is not None:
+        out["capacity_frames_per_run"] = frames / len(ids)
     return out
+
+
+async def capacity_frames(cluster: Cluster) -> int:
+    """The ``capacity`` frames the front doors sent the shards' leaders for the workers: the
+    workers stop, and each front door logs its count as the worker's session ends."""
+    for proc in cluster.others:
+        proc.terminate()
+    for proc in cluster.others:
+        proc.wait(10)
+    deadline = time.monotonic() + 10
+    while True:
+        found = [
+            int(m)
+            for node in cluster.nodes
+            for m in re.findall(r'"?capacity_frames"?[=:] ?(\d+)', node.log.read_text())
+        ]
+        if len(found) >= len(cluster.others) or time.monotonic() > deadline:
+            return sum(found)
+        await asyncio.sleep(0.2)
 
 
 async def main() -> None:
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
     runs_mode = "--runs" in sys.argv  # fire + lease + result, not submits
+    spread = next((int(a.split("=", 1)[1]) for a in sys.argv if a.startswith("--spread=")), 0)
     jobs = int(args[0]) if args else 3000
     runs = int(args[1]) if len(args) > 1 else 3
     ns = [int(n) for n in args[2].split(",")] if len(args) > 2 else [3]
     results: dict[int, list[dict[str, float]]] = {n: [] for n in [1, *ns]}
     for _ in range(runs):
         for shards in results:
-            got = await one(shards, jobs, runs_mode, "--scale" in sys.argv)
+            got = await one(shards, jobs, runs_mode, "--scale" in sys.argv, spread)
             print(shards, orjson.dumps(got).decode(), flush=True)
             results[shards].append(got)
     for shards, rows in results.items():

@@ -107,17 +107,21 @@ async def test_the_worker_never_holds_more_than_its_capacity_and_no_lease_is_los
 
 async def test_a_shard_with_work_gets_the_slots_the_others_leave() -> None:
     s, _ = session(4)
-    assert [s.offer(k) for k in range(SHARDS)] == [4, 4, 4]  # idle: each may fill it
-    mine = [run_of(2, n) for n in range(3)]
-    for n, run_id in enumerate(mine):
-        s.lease(2, *lease(run_id, n + 1))
+    assert [s.offer(k) for k in range(SHARDS)] == [2, 2, 2]  # idle: a part each, rounded up
+    mine: list[str] = []
+    while s.offer(2) > s.live(2):  # shard 2 takes what it is offered, and is offered more
+        mine.append(run_of(2, len(mine)))
+        s.lease(2, *lease(mine[-1], len(mine)))
+    assert s.used == 4 and s.share == [0, 0, 3]  # the whole worker, one slot left the pool's
+    assert [s.offer(k) for k in range(SHARDS)] == [0, 0, 4]
+    s.ended(2, mine[0])  # the pool's slot frees: offered to every shard again
     assert [s.offer(k) for k in range(SHARDS)] == [1, 1, 4]
     s.lease(0, *lease(run_of(0, 9), 9))
     s.lease(1, *lease(run_of(1, 10), 10))  # both took the last slot: one waits here
     assert s.used == 4 and len(s.held) == 1
     assert [s.offer(k) for k in range(SHARDS)] == [1, 1, 3]  # what each holds: no more
-    s.ended(2, mine[0])  # a slot frees: the waiting lease takes it, not a new one
-    assert s.used == 4 and not s.held
+    s.ended(2, mine[1])  # a slot frees: the waiting lease takes it, out of shard 2's share
+    assert s.used == 4 and not s.held and s.share == [0, 0, 2]
     assert [s.offer(k) for k in range(SHARDS)] == [1, 1, 2]
 
 
@@ -345,3 +349,213 @@ async def test_a_front_door_busy_connecting_workers_answers_the_next_one_503() -
     sessions[1].admitted.release()
     assert m.setting_up == mux.MAX_SETTING_UP - 2
     await m.close()
+
+
+# -- the capacity's shares: the front door and each shard's leader, frame by frame --------------
+class Leader:
+    """A shard's leader as the front door's connection reaches it: it reads the frames sent
+    to it in order, leases while it holds fewer leases than the capacity it was last told
+    (and has runs queued), frees a lease's slot as it commits the result, and acks it."""
+
+    def __init__(self, s: _Session, shard: int, sock: Socket) -> None:
+        self.s, self.shard, self.sock = s, shard, sock
+        self.read = 0
+        self.capacity = s.offer(shard)  # the hello's
+        s.inners[shard].ws = object()  # type: ignore[assignment]
+        s.inners[shard].offered = self.capacity
+        self.leases: set[str] = set()
+        self.queued = 0
+        self.n = 0
+        self.done = 0
+
+    def step(self) -> None:
+        inner = self.s.inners[self.shard]
+        while self.read < len(self.sock.sent):
+            msg = self.sock.sent[self.read]
+            self.read += 1
+            if isinstance(msg, messages.Capacity):
+                self.capacity = msg.capacity
+            elif isinstance(msg, messages.Complete) and msg.run_id in self.leases:
+                self.leases.discard(msg.run_id)
+                self.done += 1
+                inner._from_shard(messages.encode(messages.Ack(msg.run_id, True)))
+        while self.queued and len(self.leases) < self.capacity:
+            self.queued -= 1
+            self.n += 1
+            run_id = run_of(self.shard, self.shard * 1_000_000 + self.n)
+            self.leases.add(run_id)
+            inner._from_shard(lease(run_id, self.n)[1])
+
+
+def wired_leaders(capacity: int) -> tuple[_Session, Socket, list[Leader]]:
+    s, sock = session(capacity)
+    return s, sock, [Leader(s, k, out) for k, out in enumerate(wired(s))]
+
+
+def worker_completes(s: _Session, sock: Socket, run_id: str) -> None:
+    s.from_worker(messages.encode(messages.Complete(run_id, s.holding[s.shard_of(run_id)][run_id])))
+
+
+async def steady(
+    s: _Session, sock: Socket, leaders: list[Leader], rounds: int, rng: random.Random
+) -> None:
+    """``rounds`` times: the worker completes one of its runs, and the leaders catch up."""
+    for _ in range(rounds):
+        for leader in leaders:
+            leader.step()
+        await settle()
+        held = [r for h in s.holding for r in h if r not in s.finishing[s.shard_of(r)]]
+        if held:
+            worker_completes(s, sock, rng.choice(sorted(held)))
+        await settle()
+        for leader in rng.sample(leaders, len(leaders)):
+            leader.step()
+        await settle()
+        assert s.used <= s.capacity
+
+
+async def test_runs_leased_into_their_shards_freed_slots_need_no_capacity_frame() -> None:
+    rng = random.Random(1)
+    s, sock, leaders = wired_leaders(12)
+    for leader in leaders:
+        leader.queued = 10_000  # every shard has more work than the worker takes
+    await steady(s, sock, leaders, 60, rng)  # the shares form
+    assert s.used == 12 and sorted(s.share) == [3, 4, 4]  # 11: one slot stays in the pool
+    frames, done = s.frames, sum(leader.done for leader in leaders)
+    await steady(s, sock, leaders, 300, rng)
+    runs = sum(leader.done for leader in leaders) - done
+    assert runs >= 290
+    # each freed slot was leased again by its shard: the pool's slot alone moves, so under
+    # one frame per ten runs (a frame to every other shard for each lease and result: 4)
+    assert (s.frames - frames) / runs < 0.1, (s.frames - frames, runs)
+    assert min(leader.done for leader in leaders) > 0.25 * sum(x.done for x in leaders)
+
+
+async def test_a_shard_with_nothing_gets_the_pool_slot_and_the_shares_even_out() -> None:
+    rng = random.Random(2)
+    s, sock, leaders = wired_leaders(8)
+    leaders[0].queued = 10_000
+    await steady(s, sock, leaders, 40, rng)
+    assert s.share == [7, 0, 0] and s.used == 8  # the pool's slot is used by shard 0 too
+    leaders[1].queued = 10_000  # work arrives in shard 1: it takes the pool's slot when it frees
+    await steady(s, sock, leaders, 120, rng)
+    assert abs(s.share[0] - s.share[1]) <= 1 and s.share[2] == 0, s.share
+    assert leaders[1].done > 20
+
+
+async def test_a_result_whose_slot_goes_elsewhere_lowers_its_shard_first() -> None:
+    s, sock, leaders = wired_leaders(4)
+    leaders[0].queued = 3
+    for _ in range(3):  # offered a part of the idle worker, then more as it takes it
+        leaders[0].step()
+        await settle()
+    assert s.share == [3, 0, 0]
+    leaders[1].queued = leaders[2].queued = 1  # both take the pool's one slot: one waits here
+    leaders[1].step()
+    leaders[2].step()
+    await settle()
+    assert s.used == 4 and len(s.held) == 1
+    first = sorted(s.holding[0])[0]
+    worker_completes(s, sock, first)  # shard 0's slot pays for the lease waiting here
+    await settle()
+    to_0 = leaders[0].sock.sent[leaders[0].read :]
+    assert [type(m) for m in to_0[-2:]] == [messages.Capacity, messages.Complete], to_0
+    last = to_0[-2]
+    assert isinstance(last, messages.Capacity)
+    assert last.capacity == 2  # its two other runs: the freed slot is not its to lease
+    for leader in leaders:
+        leader.step()
+    await settle()
+    assert not s.held and s.used == 4 and len(leaders[0].leases) == 2
+
+
+async def test_a_share_left_unused_goes_back_to_the_pool(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(mux, "IDLE_SHARE_S", 0.05)
+    rng = random.Random(3)
+    s, sock, leaders = wired_leaders(6)
+    leaders[0].queued = 40
+    await steady(s, sock, leaders, 80, rng)  # shard 0's work done: its share stays, unused
+    assert leaders[0].done == 40 and s.used == 0
+
+    async def released() -> bool:
+        await settle()
+        return s.share == [0, 0, 0] and [s.offer(k) for k in range(SHARDS)] == [2, 2, 2]
+
+    await wait_for(released, 5)
+    assert s._idle is None  # an idle worker: nothing left to watch
+    leaders[1].queued = 6
+    for _ in range(4):  # a part at first, more with each round trip
+        leaders[1].step()
+        await settle()
+    assert len(leaders[1].leases) == 6  # shard 1 takes the whole worker
+    assert [s.offer(k) for k in range(SHARDS)] == [0, 6, 0]
+
+
+@pytest.mark.parametrize("seed", range(15))
+async def test_shares_under_random_work_keep_the_capacity_and_starve_no_shard(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(mux, "IDLE_SHARE_S", 0.01)
+    rng = random.Random(seed)
+    s, sock, leaders = wired_leaders(rng.randint(1, 9))
+    for _ in range(400):
+        before = s.used
+        k = rng.randrange(SHARDS)
+        roll = rng.random()
+        if roll < 0.2:
+            leaders[k].queued += rng.randint(1, 4)
+        elif roll < 0.6:
+            leaders[k].step()  # each leader reads its frames late, in its own time
+        elif roll < 0.95:
+            mine = [r for r in s.holding[k] if r not in s.finishing[k]]
+            if mine:
+                worker_completes(s, sock, rng.choice(sorted(mine)))
+        elif rng.random() < 0.5:
+            s.from_worker(messages.encode(messages.Capacity(rng.randint(1, 9))))
+        else:
+            await asyncio.sleep(0.012)  # unused shares go back to the pool
+        await settle()
+        assert s.used <= max(s.capacity, before)  # (a worker may lower its capacity below it)
+        assert sum(s.share) <= max(0, s.capacity - 1)
+        lives, _, pool = s._claims()
+        if s.capacity > sum(lives):  # a free slot: in the pool, or in a share being watched
+            assert pool >= 1 or s._idle is not None, (s.share, lives)
+    # the work stops arriving: everything queued is run, in every shard
+    for _ in range(2000):
+        for leader in leaders:
+            leader.step()
+        await settle()
+        mine = [r for h, f in zip(s.holding, s.finishing, strict=True) for r in h if r not in f]
+        if mine:
+            worker_completes(s, sock, rng.choice(sorted(mine)))
+        elif not any(leader.queued or leader.leases for leader in leaders):
+            break
+        else:
+            await asyncio.sleep(0.012)
+    assert not any(leader.queued for leader in leaders), [x.queued for x in leaders]
+    assert not s.held and s.used == 0
+
+
+async def test_the_pool_goes_to_the_smallest_share_and_to_every_shard_once_left_unused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(mux, "IDLE_SHARE_S", 0.05)
+    s, _ = session(7)
+    n = 0
+    for k in range(SHARDS):
+        for _ in range(2):
+            n += 1
+            s.lease(k, *lease(run_of(k, n), n))
+    assert s.share == [2, 2, 2]
+    assert [s.offer(k) for k in range(SHARDS)] == [3, 2, 2]  # one offered the last slot
+
+    async def everyone() -> bool:
+        await settle()
+        return [s.offer(k) for k in range(SHARDS)] == [3, 3, 3]
+
+    s.offer_soon()
+    await wait_for(everyone, 5)  # shard 0 left it: now any shard may take it
+    n += 1
+    s.lease(2, *lease(run_of(2, n), n))
+    await settle()
+    assert [s.offer(k) for k in range(SHARDS)] == [2, 2, 3] and s.used == 7
