@@ -14,31 +14,13 @@ after a failover.  What goes where:
   shard's connection is made again (the worker's own rule, kept here for it);
 - ``drain`` and the shards' ``lease``, ``ack``, ``cancel``, ``drain``, ``error``: passed on.
 
-The worker's capacity ``C`` is shared with ``capacity`` frames, which cost each shard's
-leader about as much as a heartbeat: they are sent when a share moves, not for every run.
-Each shard has a *share* of the slots, which it keeps between its runs: a slot its result
-frees is its own again, and its leader leases the next run into it without a frame.  The
-slots no shard's share holds (at least one while ``C`` > 0) are the *pool*, offered on top
-of a share: in equal parts, rounded up, to every shard while one has no share (so a shard
-with nothing yet can always start, and N shards offered a whole idle worker do not lease it
-N times over), else to the shard with the smallest share (two offered the same slot would
-both take it).  A shard's share grows by what it takes from the pool while one slot stays
-there.
-Slots move back:
-
-- a shard's slots unused for ``IDLE_SHARE_S`` go back to the pool, and a pool its shard left
-  unused that long is offered to every shard;
-- while the pool is empty, a slot freed by a shard whose share is two or more above that of
-  a shard holding more than its share goes to that shard's share (shares even out);
-- while more is leased than ``C`` (two shards took the same pool slot before the lowered
-  offer reached them), the next freed slot pays for the lease over ``C``.
-
-A result's slot is decided when the result passes through, and a lowered offer is sent to the
-shard before the result, so its leader never leases into a slot that went elsewhere.  The
-lease over ``C`` is held here (heartbeated, never shown to the worker) and handed over first
-when a slot frees, so the worker never holds more than ``C`` and no shard's run waits behind
-another shard's queue.  A draining worker is offered nothing more; what was leased to it
-before is handed over as slots free (the worker refuses what it will not run).
+The worker's capacity ``C`` is shared with ``capacity`` frames: each shard may lease it what
+it holds from that shard plus the worker's free slots, so a shard with work gets the slots
+the others leave.  Two shards may both fill the same free slot before their lowered capacity
+reaches them; the lease over ``C`` is held here (heartbeated, never shown to the worker) and
+handed over first when a slot frees, so the worker never holds more than ``C`` and no shard's
+run waits behind another shard's queue.  A draining worker is offered nothing more; what
+was leased to it before is handed over as slots free (the worker refuses what it will not run).
 """
 
 from __future__ import annotations
@@ -83,11 +65,6 @@ HELD_BEAT_S = 1.0
 #: thousands of idle workers would otherwise cost every shard's leader a frame per worker
 #: per heartbeat interval
 QUIET_BEAT_S = 30.0
-#: the slots of a shard's share it left unused for this long go back to the pool (s): longer
-#: than a leader takes to lease the next run into the slot its result freed (a commit of the
-#: result and one of the lease), short next to how long a shard with nothing in the share
-#: waits for the pool's slot when the pool's slot is busy
-IDLE_SHARE_S = 0.5
 #: workers whose connections to the shards are still being made, at most, on one front door:
 #: one more is answered 503 (the worker tries another node, or again soon). Each worker costs
 #: a few websocket handshakes per shard; thousands at once (a node restarted) would otherwise
@@ -307,17 +284,8 @@ class _Session:
         for ref in hello.resume:
             self.holding[self.shard_of(ref.run_id)][ref.run_id] = ref.fence
         self.held: deque[tuple[int, messages.Lease, str]] = deque()  # over C: waits for a slot
-        self.held_n = [0] * n  # per shard, its leases in ``held``
         self.results: list[dict[str, str]] = [{} for _ in range(n)]  # sent, not acked
-        #: per shard, the leases whose result went to it (its leader frees their slots as it
-        #: commits them): part of ``holding`` until acked, no longer counted in its share
-        self.finishing: list[set[str]] = [set() for _ in range(n)]
-        self.share = [0] * n  # per shard, the slots it keeps between runs (module docstring)
-        self._low = [0] * n  # per shard, its fewest unused slots since ``_idle`` was set
-        self._pool_low = 0  # the smallest pool since ``_idle`` was set
-        self._everyone = False  # the pool is offered to every shard until it is next empty
-        self._idle: asyncio.TimerHandle | None = None
-        self.frames = 0  # capacity frames sent to the shards
+        self.frames = 0  # capacity frames sent to the shards (logged as the worker leaves)
         self.draining = False
         self.closed = False
         self.inners = [_Inner(self, k) for k in range(n)]
@@ -341,109 +309,12 @@ class _Session:
     def used(self) -> int:
         return sum(len(h) for h in self.holding)
 
-    # -- the capacity's shares (module docstring) ----------------------------------------
-    def live(self, shard: int) -> int:
-        """The slots shard ``shard``'s leases take: held by the worker or waiting here, and
-        no result sent to the shard yet."""
-        return len(self.holding[shard]) - len(self.finishing[shard]) + self.held_n[shard]
-
-    def _cap(self) -> int:
-        return 0 if self.draining else self.capacity
-
-    def _claims(self) -> tuple[list[int], list[int], int]:
-        """Each shard's live slots, its claim (its share, or its live slots where more), and
-        the pool (the capacity less every claim; negative: more is leased than it)."""
-        lives = [self.live(k) for k in range(len(self.share))]
-        claims = [max(s, n) for s, n in zip(self.share, lives, strict=True)]
-        return lives, claims, self._cap() - sum(claims)
-
-    def _offers(self) -> tuple[list[int], list[int], int]:
-        """What each shard may lease the worker (its claim, plus the pool where the pool is
-        offered to it), each shard's live slots, and the pool."""
-        lives, claims, pool = self._claims()
-        share = self.share
-        if pool <= 0:
-            return claims, lives, pool
-        if self._everyone or not all(share):
-            # a shard with no share takes from the pool to start: every shard is offered a
-            # part of it (rounded up: at least one slot each), and more as it takes its part
-            part = -(-pool // len(share))
-            return [c + part for c in claims], lives, pool
-        # each shard keeps a share: the pool goes to the smallest, which evens the shares out
-        # (two offered the same slot would both take it)
-        smallest = share.index(min(share))
-        return [c + (pool if k == smallest else 0) for k, c in enumerate(claims)], lives, pool
-
     def offer(self, shard: int) -> int:
-        """What shard ``shard`` may lease the worker."""
-        return self._offers()[0][shard]
-
-    def _took(self, shard: int) -> None:
-        """A lease of shard ``shard``'s was counted: what it took from the pool joins its
-        share, while one slot stays in the pool."""
-        over = self.live(shard) - self.share[shard]
-        if over > 0:
-            self.share[shard] += max(0, min(over, self._cap() - 1 - sum(self.share)))
-
-    def _freed(self, shard: int) -> None:
-        """A slot shard ``shard``'s leases took is free (a result sent to it, a lease it took
-        back): a slot over its share is the pool's again; one of its share stays its own,
-        unless more is leased than the capacity (the slot pays for that) or another shard
-        over its share has two slots fewer (the slot evens the shares out)."""
-        share = self.share
-        lives, _, pool = self._claims()
-        if lives[shard] >= share[shard]:
-            return
-        if pool < 0:
-            share[shard] -= 1
-        elif pool == 0:
-            short = [
-                k
-                for k in range(len(share))
-                if k != shard and lives[k] > share[k] and share[shard] >= share[k] + 2
-            ]
-            if short:
-                to = min(short, key=lambda k: share[k])
-                share[shard] -= 1
-                share[to] += 1
-
-    def _trim(self) -> None:
-        """The capacity fell (or the worker drains): the shares fit it again, one slot left
-        in the pool, taken first from the slots the shards leave unused."""
-        room = max(0, self._cap() - 1)
-        share = self.share
-        while sum(share) > room:
-            lives = [self.live(k) for k in range(len(share))]
-            k = max(range(len(share)), key=lambda j: (share[j] - lives[j], share[j]))
-            share[k] -= 1
-
-    def _watch(self, lives: list[int], pool: int) -> None:
-        """Note what lies unused (each shard's unused share, a pool offered to one shard);
-        while any does, check in ``IDLE_SHARE_S`` what stayed unused all along.  (An idle
-        worker's shares are all back in the pool, offered to every shard: nothing to watch.)"""
-        if pool <= 0:
-            self._everyone = False
-        unused = [max(0, s - n) for s, n in zip(self.share, lives, strict=True)]
-        if not (pool > 0 and not self._everyone and all(self.share)):
-            pool = 0  # offered to every shard (or none to offer): not watched
-        if self._idle is None:
-            if (any(unused) or pool > 0) and not self.closed:
-                self._low, self._pool_low = unused, pool
-                loop = asyncio.get_running_loop()
-                self._idle = loop.call_later(IDLE_SHARE_S, self._release_idle)
-        else:
-            self._low = [min(a, b) for a, b in zip(self._low, unused, strict=True)]
-            self._pool_low = min(self._pool_low, pool)
-
-    def _release_idle(self) -> None:
-        """Slots unused since the check was set: a share's go back to the pool; a pool
-        offered to one shard is offered to every shard."""
-        self._idle = None
-        for k, low in enumerate(self._low):
-            self.share[k] -= min(low, max(0, self.share[k] - self.live(k)))
-        if self._pool_low > 0:
-            self._everyone = True
-        self._offer()
+        """What shard ``shard`` may lease the worker: what it holds from it (or waits here),
+        plus the worker's free slots."""
+        free = 0 if self.draining else self.capacity - self.used - len(self.held)
+        mine = len(self.holding[shard]) + sum(1 for k, _, _ in self.held if k == shard)
+        return mine + max(0, free)
 
     def resume(self, shard: int) -> tuple[LeaseRef, ...]:
         refs = [LeaseRef(r, f) for r, f in self.holding[shard].items()]
@@ -464,8 +335,6 @@ class _Session:
                 self.from_worker(frame.data)
         finally:
             self.closed = True
-            if self._idle is not None:
-                self._idle.cancel()
             if self._beats is not None:
                 tasks.append(self._beats)
             for task in tasks:
@@ -502,23 +371,15 @@ class _Session:
         elif isinstance(msg, messages.Complete | messages.Fail):
             k = self.shard_of(msg.run_id)
             self.results[k][msg.run_id] = text
-            if msg.run_id in self.holding[k] and msg.run_id not in self.finishing[k]:
-                self.finishing[k].add(msg.run_id)
-                self._freed(k)
-                # before the result: a slot that went elsewhere is never leased into
-                self.inners[k].offer(self.offer(k))
-                self.offer_soon()
             self.inners[k].send(text)
         elif isinstance(msg, messages.Drain):
             self.draining = True
-            self._trim()
             for inner in self.inners:
                 inner.send(text)
             self.offer_soon()
         elif isinstance(msg, messages.Capacity):
             self.capacity = msg.capacity
             self.headers[RELAY_CAPACITY_HEADER] = str(msg.capacity)
-            self._trim()
             self.hand_over()
             self.offer_soon()
         else:
@@ -540,22 +401,16 @@ class _Session:
     def lease(self, shard: int, lease: messages.Lease, text: str) -> None:
         if self.held or self.used >= self.capacity:
             self.held.append((shard, lease, text))
-            self.held_n[shard] += 1
             if self._beats is None or self._beats.done():
                 self._beats = asyncio.create_task(self._beat_held())
         else:
             self.holding[shard][lease.run_id] = lease.fence
             self.send_worker_text(text)
-        self._took(shard)
         self.offer_soon()
 
     def ended(self, shard: int, run_id: str) -> None:
         """The worker holds ``run_id`` no more (acked, or cancelled)."""
         if self.holding[shard].pop(run_id, None) is not None:
-            if run_id in self.finishing[shard]:
-                self.finishing[shard].discard(run_id)  # its slot was freed with its result
-            else:
-                self._freed(shard)
             self.hand_over()
         self.offer_soon()
 
@@ -563,8 +418,6 @@ class _Session:
         for i, (k, lease, _) in enumerate(self.held):
             if k == shard and lease.run_id == msg.run_id and lease.fence <= msg.fence:
                 del self.held[i]  # never shown to the worker: nothing to tell it
-                self.held_n[shard] -= 1
-                self._freed(shard)
                 self.offer_soon()
                 return
         held = self.holding[shard].get(msg.run_id)
@@ -577,7 +430,6 @@ class _Session:
         """Leases waiting here go to the worker while it has free slots."""
         while self.held and self.used < self.capacity:
             shard, lease, text = self.held.popleft()
-            self.held_n[shard] -= 1
             self.holding[shard][lease.run_id] = lease.fence
             self.send_worker_text(text)
 
@@ -605,10 +457,8 @@ class _Session:
 
     def _offer(self) -> None:
         self._offer_soon = False
-        offers, lives, pool = self._offers()
-        for inner, offer in zip(self.inners, offers, strict=True):
-            inner.offer(offer)
-        self._watch(lives, pool)
+        for inner in self.inners:
+            inner.offer(self.offer(inner.shard))
 
     async def end(self, tell: bool) -> None:
         """The front door stops: tell the worker to connect again (elsewhere)."""

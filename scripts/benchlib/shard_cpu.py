@@ -246,7 +246,9 @@ async def main() -> None:
     jobs = int(args[0]) if args else 3000
     runs = int(args[1]) if len(args) > 1 else 3
     ns = [int(n) for n in args[2].split(",")] if len(args) > 2 else [3]
-    results: dict[int, list[dict[str, float]]] = {n: [] for n in [1, *ns]}
+    # --no-base: only the shard counts named (no run with one shard to compare against)
+    base = [] if "--no-base" in sys.argv else [1]
+    results: dict[int, list[dict[str, float]]] = {n: [] for n in [*base, *ns]}
     for _ in range(runs):
         for shards in results:
             got = await one(shards, jobs, runs_mode, "--scale" in sys.argv, spread)
