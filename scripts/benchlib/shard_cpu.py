@@ -34,6 +34,7 @@ from typing import Any
 import aiohttp
 import orjson
 
+from schedd.core.durations import format_time
 from schedd.ids import shard_of_id
 from tests.cluster.harness import BIN, Cluster
 
@@ -82,10 +83,6 @@ async def commit_indexes(http: aiohttp.ClientSession, cluster: Cluster, shards: 
     return [int(s["commit_index"]) for s in view["shards"]]
 
 
-def rfc3339(epoch_s: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(epoch_s)) + "Z"
-
-
 async def submit_all(
     cluster: Cluster, jobs: int, due: float | None = None, clients: int = 64, spread: int = 0
 ) -> list[str]:
@@ -95,7 +92,7 @@ async def submit_all(
     def body(k: int) -> bytes:
         if due is None:
             return orjson.dumps({"task": "bench.noop", "schedule": {"in": "1h"}})
-        at = rfc3339(due + (spread * k) // jobs)
+        at = format_time(int(due + (spread * k) // jobs) * 1000)
         return orjson.dumps({"task": "demo.echo", "schedule": {"at": at}})
 
     urls = itertools.cycle(cluster.urls)
@@ -226,7 +223,7 @@ async def capacity_frames(cluster: Cluster) -> int:
     for proc in cluster.others:
         proc.terminate()
     for proc in cluster.others:
-        proc.wait(10)
+        await asyncio.to_thread(proc.wait, 10)  # (off the loop: the nodes' logs are read next)
     deadline = time.monotonic() + 10
     while True:
         found = [
