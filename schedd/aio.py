@@ -8,8 +8,8 @@ thing completes (the task then never stops: seen here as a node that did not exi
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Coroutine
-from typing import Any, TypeVar
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
 
@@ -47,3 +47,25 @@ def run(main: Coroutine[Any, Any, T]) -> T:
     except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
         return asyncio.run(main)
     return uvloop.run(main)
+
+
+class PerTurn(Generic[T]):
+    """Items put during one turn of the event loop, handed to ``send`` as one list after it
+    (many small frames of one turn become one message)."""
+
+    def __init__(self, send: Callable[[list[T]], None]) -> None:
+        self._send = send
+        self.pending: list[T] = []
+        self._soon = False
+
+    def put(self, item: T) -> None:
+        self.pending.append(item)
+        if not self._soon:
+            self._soon = True
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._soon = False
+        if self.pending:
+            pending, self.pending = self.pending, []
+            self._send(pending)

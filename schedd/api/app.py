@@ -24,6 +24,7 @@ from schedd.api.jobs import (
     trigger_job,
     update_job,
 )
+from schedd.api.links import shard_link
 from schedd.api.members import add_node, cluster_nodes, join_cluster, remove_node
 from schedd.api.middleware import (
     auth_middleware,
@@ -123,6 +124,7 @@ HANDLERS: tuple[Handler, ...] = (
     remove_node,
     join_cluster,
     shard_caps,
+    shard_link,
     scheduling_lag,
     workers,
     drain_worker,

@@ -19,6 +19,7 @@ from schedd.api.ports import PREFIX
 from schedd.api.schema import js, values
 from schedd.core.events import KINDS, MAX_INDEX
 from schedd.core.model import Direction, DstGap, DstRepeat, JobSort, JobStatus, RunState
+from schedd.protocol.signed import LINK_PATH
 from schedd.protocol.timing import CONNECT_PATH
 from schedd.storage.reader import MAX_IDS, SCAN_WINDOW
 from schedd.storage.schema import FIRST
@@ -449,6 +450,26 @@ OPERATIONS: tuple[Operation, ...] = (
         "Raft secret. Ops: view (each capped namespace's allowance, runs in flight and "
         "waiting), limit, give, take, delivered. A node that does not lead the shard asks "
         "its leader.",
+    ),
+    Operation(
+        "shard_link",
+        "GET",
+        LINK_PATH,
+        None,
+        "Between the nodes of a cluster of several shards: a node's front door carrying the "
+        "worker connections of all its workers to one shard's leader (websocket)",
+        (
+            Reply(
+                101,
+                "switching to the websocket protocol: messages of JSON lists of envelopes "
+                "{w, t: hello | frame | bye | redirect, f}",
+            ),
+        ),
+        (400, 403),
+        description="No token: the upgrade carries X-Schedd-Link, the caller's clock (Unix "
+        "ms) and an HMAC-SHA256 of it with the Raft secret. 400 without it (or with a clock "
+        "more than 5 minutes off), 403 when it is not signed with this cluster's secret (or, "
+        "in a cluster without one, does not come from this machine).",
     ),
     Operation(
         "scheduling_lag",

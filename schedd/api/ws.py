@@ -17,7 +17,6 @@ from schedd.api.ports import CONFIG, NODE, RAFT, SOCKETS, Node, Raft, WorkerHub,
 from schedd.leader.workers import WorkerConn
 from schedd.logs import log_event
 from schedd.protocol import messages
-from schedd.protocol.headers import RELAY_CAPACITY_HEADER, RELAY_NODE_HEADER
 from schedd.protocol.messages import ProtocolError
 from schedd.protocol.timing import HELLO_HOLD_S, HELLO_TIMEOUT_S
 
@@ -36,13 +35,6 @@ LOOK_EVERY_S = 0.02  # one look at "who leads" per period, shared by every hello
 # reconnections do not reach the new leader in the same millisecond (its listen backlog).
 SPREAD_PER_HELD_S = 0.001
 SPREAD_MAX_S = 0.5
-
-
-def _int_or_none(text: str | None) -> int | None:
-    try:
-        return None if text is None else int(text)
-    except ValueError:
-        return None
 
 
 async def worker_connect(request: web.Request) -> web.StreamResponse:
@@ -73,65 +65,22 @@ async def _serve(request: web.Request, ws: web.WebSocketResponse) -> web.WebSock
         await ws.close()
         return ws
 
-    leader, url = await _place(_Where(app[NODE], app[RAFT]), ws)
+    leader, url = await place(Where(app[NODE], app[RAFT]), ws)
     if leader is None:
         with contextlib.suppress(ConnectionError, RuntimeError):
             await ws.send_str(messages.encode(messages.Redirect(leader=url)))
         await ws.close()
         return ws
 
-    connected = clock.wall_ms()
-    node, host, whole = app[CONFIG].node.id, peer(request), None
-    if app[CONFIG].cluster.shards > 1 and RELAY_NODE_HEADER in request.headers:
-        # a node's front door serves the worker from every shard, and says for whom
-        node = request.headers[RELAY_NODE_HEADER]
-        whole = _int_or_none(request.headers.get(RELAY_CAPACITY_HEADER))
-    conn = WorkerConn(
-        hello.worker_id,
-        hello.queues,
-        hello.capacity,
-        connected,
-        None if hello.tasks is None else frozenset(hello.tasks),
-        node=node,
-        host=host,
-        heard_ms=connected,
-        whole_capacity=whole,
-    )
-    conn.send(
-        messages.Welcome(
-            node_id=app[CONFIG].node.id,
-            heartbeat_interval=app[CONFIG].scheduler.heartbeat_interval_ms / 1000,
-            lease_timeout=app[CONFIG].scheduler.heartbeat_timeout_ms / 1000,
-        )
-    )
+    conn = new_conn(hello, app[CONFIG].node.id, peer(request))
+    conn.send(welcome(app))
     leader.connect(conn, hello.resume)
     writer = asyncio.create_task(_write(ws, conn))
     try:
         async for frame in ws:
             if frame.type is not WSMsgType.TEXT:
                 continue
-            leader.heard(conn)
-            try:
-                msg = messages.decode(frame.data)
-            except ProtocolError as exc:
-                conn.send(messages.Error(code="invalid_argument", message=str(exc)))
-                continue
-            if isinstance(msg, messages.Heartbeat):
-                leader.heartbeat(conn, msg.leases)
-            elif isinstance(msg, messages.Complete | messages.Fail):
-                leader.finish(conn, msg)  # acked on this connection once committed
-            elif isinstance(msg, messages.Capacity):
-                leader.set_capacity(conn, msg.capacity)
-            elif isinstance(msg, messages.Drain):
-                conn.draining = True
-                log_event(log, "worker.draining", worker_id=conn.worker_id)
-            else:
-                conn.send(
-                    messages.Error(
-                        code="invalid_argument",
-                        message=f"unexpected {type(msg).__name__.lower()} frame",
-                    )
-                )
+            on_frame(leader, conn, frame.data)
             if conn.closed:
                 break
     finally:
@@ -144,8 +93,69 @@ async def _serve(request: web.Request, ws: web.WebSocketResponse) -> web.WebSock
     return ws
 
 
+def new_conn(
+    hello: messages.Hello,
+    node: str,
+    host: str | None,
+    whole_capacity: int | None = None,
+    outbox: asyncio.Queue[str | None] | None = None,
+) -> WorkerConn:
+    """The leader's connection for a worker that said ``hello`` (through ``node``, from
+    ``host``), heard now."""
+    connected = clock.wall_ms()
+    conn = WorkerConn(
+        hello.worker_id,
+        hello.queues,
+        hello.capacity,
+        connected,
+        None if hello.tasks is None else frozenset(hello.tasks),
+        node=node,
+        host=host,
+        heard_ms=connected,
+        whole_capacity=whole_capacity,
+    )
+    if outbox is not None:
+        conn.outbox = outbox
+    return conn
+
+
+def on_frame(leader: WorkerHub, conn: WorkerConn, text: str) -> None:
+    """One frame from the worker of ``conn``, to its leader."""
+    leader.heard(conn)
+    try:
+        msg = messages.decode(text)
+    except ProtocolError as exc:
+        conn.send(messages.Error(code="invalid_argument", message=str(exc)))
+        return
+    if isinstance(msg, messages.Heartbeat):
+        leader.heartbeat(conn, msg.leases)
+    elif isinstance(msg, messages.Complete | messages.Fail):
+        leader.finish(conn, msg)  # acked on this connection once committed
+    elif isinstance(msg, messages.Capacity):
+        leader.set_capacity(conn, msg.capacity)
+    elif isinstance(msg, messages.Drain):
+        conn.draining = True
+        log_event(log, "worker.draining", worker_id=conn.worker_id)
+    else:
+        conn.send(
+            messages.Error(
+                code="invalid_argument",
+                message=f"unexpected {type(msg).__name__.lower()} frame",
+            )
+        )
+
+
+def welcome(app: web.Application) -> messages.Welcome:
+    cfg = app[CONFIG]
+    return messages.Welcome(
+        node_id=cfg.node.id,
+        heartbeat_interval=cfg.scheduler.heartbeat_interval_ms / 1000,
+        lease_timeout=cfg.scheduler.heartbeat_timeout_ms / 1000,
+    )
+
+
 @dataclass(frozen=True, slots=True)
-class _Where:
+class Where:
     """What a hello's placement looks at: the node (its leader, whether it drains, the leader's
     URL) and its Raft replica (who leads, and whether that leader is connected)."""
 
@@ -153,7 +163,7 @@ class _Where:
     raft: Raft
 
 
-async def _place(where: _Where, ws: web.WebSocketResponse) -> tuple[WorkerHub | None, str | None]:
+async def place(where: Where, ws: web.WebSocketResponse) -> tuple[WorkerHub | None, str | None]:
     """Where a worker's hello goes: (this node's leader once ready, None), or (None, the URL of
     the leader to redirect to, None when none is known), holding it up to ``HELLO_HOLD_S`` while
     this node neither leads nor reaches a leader it can name."""
@@ -180,7 +190,7 @@ async def _place(where: _Where, ws: web.WebSocketResponse) -> tuple[WorkerHub | 
     return leader, url
 
 
-def _look(where: _Where) -> tuple[WorkerHub | None, str | None, bool]:
+def _look(where: Where) -> tuple[WorkerHub | None, str | None, bool]:
     """(this node's ready leader, None, True) · (None, a leader URL this node reaches, True) ·
     (None, the leader URL it last heard of, False) while that is not settled."""
     node, raft = where.node, where.raft
@@ -201,7 +211,7 @@ def _look(where: _Where) -> tuple[WorkerHub | None, str | None, bool]:
 class _Looks:
     """``_look`` once per ``LOOK_EVERY_S`` for all the hellos held on this node."""
 
-    def __init__(self, where: _Where) -> None:
+    def __init__(self, where: Where) -> None:
         self.where = where
         self.held = 0
         self._next: asyncio.Future[tuple[WorkerHub | None, str | None, bool]] | None = None

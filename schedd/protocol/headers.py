@@ -20,7 +20,3 @@ SHARD_HEADER: Final = "X-Schedd-Shard"
 #: on a node's answer to ``GET /api/v1/snapshot`` (a cluster of several shards): how many
 #: shards the cluster has (the answer is shard 0's image; ask each other one by its number)
 SHARDS_HEADER: Final = "X-Schedd-Shards"
-#: set by a node's front door that serves a worker from every shard, on its connection to
-#: each: the node whose websocket the worker holds, and the worker's whole capacity
-RELAY_NODE_HEADER: Final = "X-Schedd-Relay-Node"
-RELAY_CAPACITY_HEADER: Final = "X-Schedd-Relay-Capacity"

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import random
 import time
@@ -35,18 +36,21 @@ from collections.abc import Callable
 from typing import Any
 
 import aiohttp
+import orjson
 from aiohttp import web
 
-from schedd.aio import wait_event
-from schedd.config import Config
-from schedd.errors import Unavailable
+from schedd import clock
+from schedd.aio import PerTurn, wait_event
+from schedd.config import Config, read_raft_secret
+from schedd.errors import PermissionDenied, Unavailable
 from schedd.ids import shard_of_id
 from schedd.logs import log_event
 from schedd.protocol import messages
-from schedd.protocol.headers import RELAY_CAPACITY_HEADER, RELAY_NODE_HEADER, SHARD_HEADER
+from schedd.protocol.headers import SHARD_HEADER
 from schedd.protocol.messages import MAX_FRAME_BYTES as MAX_FRAME
 from schedd.protocol.messages import LeaseRef, ProtocolError
-from schedd.protocol.timing import CONNECT_PATH, HANDSHAKE_TIMEOUT_S, HELLO_TIMEOUT_S
+from schedd.protocol.signed import LINK_HEADER, LINK_PATH, MAX_LINK_MESSAGE, link_proof
+from schedd.protocol.timing import HANDSHAKE_TIMEOUT_S, HELLO_TIMEOUT_S
 from schedd.shard.answers import error_answer
 
 log = logging.getLogger(__name__)
@@ -71,8 +75,10 @@ QUIET_BEAT_S = 30.0
 #: take the front door's whole core until the workers' own handshake timeouts send them all
 #: round again.
 MAX_SETTING_UP = 64
-#: the worker's request headers passed to each shard (its credentials, who it is)
+#: the worker's request headers passed to shard 0 to check its credentials (and kept for the
+#: probes of "who leads")
 _PASSED = ("Authorization", "User-Agent", "X-Request-Id")
+WHOAMI_PATH = "/api/v1/whoami"
 
 
 class WorkerMux:
@@ -101,6 +107,21 @@ class WorkerMux:
         self.leaders: dict[int, str] = {}
         self.setting_up = 0  # sessions not yet connected to every shard
         self._closed = False
+        self.links = [_Link(self, k) for k in range(shards)]
+        self._ids = itertools.count(1)  # the sessions' numbers on the links
+        self._secret: bytes | None = None
+        self._secret_read = False
+
+    def link_headers(self) -> dict[str, str]:
+        """A link's upgrade headers: signed with the Raft secret (:mod:`schedd.api.links`)."""
+        if not self._secret_read:
+            self._secret = read_raft_secret(self.cfg)
+            self._secret_read = True
+        at = clock.wall_ms()
+        return {
+            LINK_HEADER: f"{at}.{link_proof(self._secret, at)}",
+            "X-Forwarded-For": "127.0.0.1",  # (the shard's socket has no peer of its own)
+        }
 
     @property
     def remote(self) -> aiohttp.ClientSession:
@@ -167,6 +188,8 @@ class WorkerMux:
             task.cancel()
         for session in list(self.sessions):
             await session.end(tell=True)
+        for link in self.links:
+            await link.close()
         if self._remote is not None:
             await self._remote.close()
 
@@ -197,30 +220,16 @@ class WorkerMux:
 
     async def _serve(self, request: web.Request, admitted: _Admitted) -> web.StreamResponse:
         headers = {k: request.headers[k] for k in _PASSED if k in request.headers}
-        headers[RELAY_NODE_HEADER] = self.cfg.node.id
         if request.remote:
             headers["X-Forwarded-For"] = request.remote
-        # shard 0 of this node checks the worker's credentials before its upgrade is answered
-        try:
-            first = await self.local(0).ws_connect(
-                f"http://shard0{CONNECT_PATH}", headers=headers, max_msg_size=MAX_FRAME
-            )
-        except aiohttp.WSServerHandshakeError as exc:
-            return web.json_response(
-                {"error": {"code": "unauthenticated", "message": exc.message}}, status=exc.status
-            )
-        except aiohttp.ClientError as exc:
-            return web.json_response(
-                {"error": {"code": "unavailable", "message": f"shard 0 does not answer ({exc})"}},
-                status=503,
-                headers={"Retry-After": "1"},
-            )
+        refused = await self._check(headers)
+        if refused is not None:
+            return refused
         outer = web.WebSocketResponse(heartbeat=20.0, max_msg_size=MAX_FRAME)
         await outer.prepare(request)
         try:
             hello = await _hello(outer)
         except (TimeoutError, ProtocolError) as exc:
-            await first.close()
             with contextlib.suppress(ConnectionError, RuntimeError):
                 await outer.send_str(
                     messages.encode(messages.Error(code="invalid_argument", message=str(exc)))
@@ -230,10 +239,41 @@ class WorkerMux:
         session = _Session(self, outer, hello, headers, admitted)
         self.sessions.add(session)
         try:
-            await session.run(first)
+            await session.run()
         finally:
             self.sessions.discard(session)
         return outer
+
+    async def _check(self, headers: dict[str, str]) -> web.Response | None:
+        """Shard 0 of this node checks the worker's credentials before its upgrade is
+        answered (the front door holds no tokens): the refusal to answer, or None."""
+        try:
+            async with self.local(0).get(
+                f"http://shard0{WHOAMI_PATH}",
+                headers=headers,
+                timeout=aiohttp.ClientTimeout(total=HANDSHAKE_TIMEOUT_S),
+            ) as resp:
+                body = await resp.read()
+                status = resp.status
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            return error_answer(
+                Unavailable(f"shard 0 does not answer ({exc or type(exc).__name__})", retry_after=1)
+            )
+        if status != 200:
+            return web.Response(status=status, body=body, content_type="application/json")
+        try:
+            who = orjson.loads(body)
+            name, role, actions = who["name"], who["role"], who["actions"]
+        except (orjson.JSONDecodeError, KeyError, TypeError):
+            return error_answer(Unavailable("shard 0 answered no identity", retry_after=1))
+        if "worker" not in actions:
+            return error_answer(
+                PermissionDenied(
+                    f"token {name!r} has role {role!r}, which may not perform 'worker' (the "
+                    "worker protocol needs a token of role worker or admin)"
+                )
+            )
+        return None
 
 
 async def _hello(outer: web.WebSocketResponse) -> messages.Hello:
@@ -277,7 +317,9 @@ class _Session:
         self.outer = outer
         self.hello = hello
         self.capacity = hello.capacity
-        self.headers = {**headers, RELAY_CAPACITY_HEADER: str(hello.capacity)}
+        self.headers = headers  # the worker's request's (its credentials, for the probes)
+        self.host = headers.get("X-Forwarded-For")  # where it connects from
+        self.w = next(mux._ids)  # its number on the links
         n = mux.shards
         #: the leases the worker holds (delivered, not acked or cancelled): run id -> fence
         self.holding: list[dict[str, int]] = [{} for _ in range(n)]
@@ -322,12 +364,11 @@ class _Session:
         return tuple(refs)
 
     # -- the worker's side ---------------------------------------------------------------
-    async def run(self, first: aiohttp.ClientWebSocketResponse) -> None:
+    async def run(self) -> None:
         self.send_worker(self.mux.welcome())
-        tasks = [
-            asyncio.create_task(inner.run(first if inner.shard == 0 else None))
-            for inner in self.inners
-        ]
+        for inner in self.inners:
+            self.mux.links[inner.shard].join(inner)
+        tasks: list[asyncio.Task[None]] = []
         try:
             async for frame in self.outer:
                 if frame.type is not aiohttp.WSMsgType.TEXT:
@@ -341,7 +382,7 @@ class _Session:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             for inner in self.inners:
-                await inner.close()
+                self.mux.links[inner.shard].leave(inner)
             await self.out.close()
             log_event(
                 log,
@@ -379,7 +420,6 @@ class _Session:
             self.offer_soon()
         elif isinstance(msg, messages.Capacity):
             self.capacity = msg.capacity
-            self.headers[RELAY_CAPACITY_HEADER] = str(msg.capacity)
             self.hand_over()
             self.offer_soon()
         else:
@@ -469,17 +509,21 @@ class _Session:
 
 
 class _Inner:
-    """A session's connection to one shard's leader."""
+    """A session's worker connection to one shard's leader, on this front door's link to it."""
 
     def __init__(self, session: _Session, shard: int) -> None:
         self.session = session
         self.shard = shard
-        self.ws: aiohttp.ClientWebSocketResponse | None = None
-        self.out: _Outbox | None = None
+        #: where the worker's frames for the shard go once the shard said welcome (None before)
+        self.out: _Via | _Outbox | None = None
         self.offered = -1
-        self.tried: str | None = None  # the leader's URL the last connection was sent to
         self.beat_at = -QUIET_BEAT_S  # when a heartbeat last went to this connection (monotonic)
         self.attempted = False  # whether the first connection attempt has ended
+        self.said = -1  # the link's connection the last hello went on (-1: none)
+
+    @property
+    def w(self) -> int:
+        return self.session.w
 
     def send(self, text: str) -> None:
         if self.out is not None:
@@ -491,73 +535,100 @@ class _Inner:
             self.out.put(messages.encode(messages.Heartbeat(tuple(refs))))
 
     def offer(self, capacity: int) -> None:
-        if self.ws is not None and capacity != self.offered:
+        if self.out is not None and capacity != self.offered:
             self.offered = capacity
             self.session.frames += 1
             self.send(messages.encode(messages.Capacity(capacity)))
 
-    async def close(self) -> None:
-        ws, self.ws = self.ws, None
-        if self.out is not None:
-            await self.out.close()
-            self.out = None
-        if ws is not None:
-            await ws.close()
-
-    async def run(self, first: aiohttp.ClientWebSocketResponse | None) -> None:
+    def hello(self, link: _Link) -> None:
+        """Say hello for the worker on ``link`` (just made, or the shard closed the worker's
+        connection on it)."""
         session = self.session
-        failures = 0
-        while not session.closed:
-            self.tried = None
-            moved: asyncio.Event | None = None
-            try:
-                ws = await self._open(first)
-            except (aiohttp.ClientError, ConnectionError, TimeoutError, ProtocolError) as exc:
-                log_event(
-                    log,
-                    "mux.shard_unreachable",
-                    level=logging.DEBUG,
-                    shard=self.shard,
-                    error=str(exc),
-                )
-                ws = None
-                if self.tried is not None:  # the leader it was sent to: wait for another
-                    moved = session.mux.unreachable(self.shard, self.tried, session.headers)
-            first = None
-            if not self.attempted:
-                self.attempted = True
-                session.tried()
-            if ws is None:
-                failures += 1
-                delay = min(RETRY_MAX_S, RETRY_MIN_S * 2 ** min(failures, 8))
-                # (woken early once the shard names another leader than the one it tried)
-                await wait_event(moved or asyncio.Event(), random.uniform(delay / 2, delay))
-                continue
-            failures = 0
-            self.ws, self.out = ws, _Outbox(ws)
+        if session.closed:
+            return
+        self.out = None
+        offer = session.offer(self.shard)
+        hello = session.hello
+        text = messages.encode(
+            messages.Hello(
+                worker_id=hello.worker_id,
+                queues=hello.queues,
+                capacity=max(1, offer),
+                resume=session.resume(self.shard),
+                version=hello.version,
+                tasks=hello.tasks,
+            )
+        )
+        link.put(
+            {
+                "w": self.w,
+                "t": "hello",
+                "f": text,
+                "node": session.mux.cfg.node.id,
+                "host": session.host,
+                "whole": session.capacity,
+            }
+        )
+        if offer < 1:  # the hello's least is 1: lowered at once
+            link.put({"w": self.w, "t": "frame", "f": messages.encode(messages.Capacity(offer))})
+        self.offered = offer
+        self.said = link.made
+
+    def tried(self) -> None:
+        if not self.attempted:
+            self.attempted = True
+            self.session.tried()
+
+    def lost(self) -> None:
+        """The link to the shard's leader is gone (it says hello again once made again)."""
+        self.out = None
+        self.offered = -1
+        self.said = -1
+
+    def bye(self, link: _Link) -> None:
+        """The shard closed the worker's connection (its leader steps down, or took a newer
+        connection of the same worker): hello again after a while, on the link as it is then
+        (unless that link was made again meanwhile: it said hello for every worker)."""
+        said = self.said
+        self.lost()
+        if self.session.closed:
+            return
+
+        def again() -> None:
+            if link.ws is not None and link.made == said and self.out is None and self.said < 0:
+                self.hello(link)
+
+        delay = random.uniform(RETRY_MIN_S, 2 * RETRY_MIN_S)
+        asyncio.get_running_loop().call_later(delay, again)
+
+    def from_shard(self, link: _Link, text: str) -> None:
+        if self.out is not None:
+            self._from_shard(text)
+            return
+        try:
+            msg = messages.decode(text)
+        except ProtocolError:
+            return
+        if isinstance(msg, messages.Welcome):
+            session = self.session
+            self.out = _Via(link, self.w)
             self.beat_at = -QUIET_BEAT_S  # a new leader hears the worker's next heartbeat
-            for text in list(session.results[self.shard].values()):
-                self.send(text)  # the results the shard has not acked: again, as the worker would
+            for result in list(session.results[self.shard].values()):
+                self.send(result)  # the results the shard has not acked: again, as the worker would
             if session.draining:
                 self.send(messages.encode(messages.Drain()))
-            try:
-                async for frame in ws:
-                    if frame.type is not aiohttp.WSMsgType.TEXT:
-                        continue
-                    if self._from_shard(frame.data):
-                        break
-            finally:
-                self.offered = -1
-                await self.close()
+            self.tried()
+            session.offer_soon()
+        elif isinstance(msg, messages.Error):
+            self.session.send_worker_text(text)
 
-    def _from_shard(self, text: str) -> bool:
-        """Pass on one frame of the shard's; True when the connection ends (the shard's
-        leader went away: connect again)."""
+    def _from_shard(self, text: str) -> None:
+        """Pass on one frame of the shard's."""
         session = self.session
         try:
             msg = messages.decode(text)
         except ProtocolError:
-            return False
+            return
         if isinstance(msg, messages.Lease):
             session.lease(self.shard, msg, text)
         elif isinstance(msg, messages.Ack):
@@ -566,35 +637,174 @@ class _Inner:
             session.ended(self.shard, msg.run_id)
         elif isinstance(msg, messages.Cancel):
             session.cancelled(self.shard, msg, text)
-        elif isinstance(msg, messages.Redirect):
-            return True
         elif isinstance(msg, messages.Drain | messages.Error):
             session.send_worker_text(text)
+        # (a redirect: the shard's leader steps down; its link says where the new one is)
+
+
+class _Via:
+    """A worker's frames to one shard, on the link to it."""
+
+    __slots__ = ("link", "w")
+
+    def __init__(self, link: _Link, w: int) -> None:
+        self.link = link
+        self.w = w
+
+    def put(self, text: str) -> None:
+        self.link.put({"w": self.w, "t": "frame", "f": text})
+
+
+class _Link:
+    """This front door's websocket to one shard's leader, carrying the worker connections of
+    every worker it serves (:mod:`schedd.api.links` is the other end): to this node's process
+    of the shard, or through the front door of the node that leads it (``X-Schedd-Shard``),
+    following its redirects, and made again after a failover, every worker saying hello again
+    with the leases it holds."""
+
+    def __init__(self, mux: WorkerMux, shard: int) -> None:
+        self.mux = mux
+        self.shard = shard
+        self.ws: aiohttp.ClientWebSocketResponse | None = None
+        self.out: _Outbox | None = None
+        self.inners: dict[int, _Inner] = {}
+        self.envelopes: PerTurn[dict[str, Any]] = PerTurn(self._send)
+        self.made = 0  # connections made so far (the current one's number while connected)
+        self.tried: str | None = None  # the leader's URL the last connection was sent to
+        self.task: asyncio.Task[None] | None = None
+
+    def join(self, inner: _Inner) -> None:
+        self.inners[inner.w] = inner
+        if self.ws is not None:
+            inner.hello(self)
+        if self.task is None or self.task.done():
+            self.task = asyncio.create_task(self.run())
+
+    def leave(self, inner: _Inner) -> None:
+        if self.inners.get(inner.w) is inner:
+            del self.inners[inner.w]
+            if inner.said >= 0:
+                self.put({"w": inner.w, "t": "bye"})
+        inner.lost()
+
+    def put(self, envelope: dict[str, Any]) -> None:
+        if self.ws is not None:  # (else: what a worker needs again is sent once it is made)
+            self.envelopes.put(envelope)
+
+    def _send(self, turn: list[dict[str, Any]]) -> None:
+        if self.out is not None:
+            self.out.put(orjson.dumps(turn))
+
+    async def close(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+            with contextlib.suppress(BaseException):
+                await self.task
+
+    def _probe_headers(self) -> dict[str, str] | None:
+        for inner in self.inners.values():
+            return inner.session.headers
+        return None
+
+    async def run(self) -> None:
+        mux = self.mux
+        failures = 0
+        while not mux._closed:
+            self.tried = None
+            moved: asyncio.Event | None = None
+            try:
+                ws = await self._open()
+            except (aiohttp.ClientError, ConnectionError, TimeoutError, ValueError) as exc:
+                log_event(
+                    log,
+                    "mux.shard_unreachable",
+                    level=logging.DEBUG,
+                    shard=self.shard,
+                    error=str(exc) or type(exc).__name__,
+                )
+                ws = None
+                headers = self._probe_headers()
+                if self.tried is not None and headers is not None:  # wait for another leader
+                    moved = mux.unreachable(self.shard, self.tried, headers)
+            if ws is None:
+                for inner in list(self.inners.values()):
+                    inner.tried()
+                failures += 1
+                delay = min(RETRY_MAX_S, RETRY_MIN_S * 2 ** min(failures, 8))
+                # (woken early once the shard names another leader than the one it tried)
+                await wait_event(moved or asyncio.Event(), random.uniform(delay / 2, delay))
+                continue
+            failures = 0
+            self.made += 1
+            self.ws, self.out = ws, _Outbox(ws)
+            for inner in list(self.inners.values()):
+                inner.hello(self)
+            try:
+                async for frame in ws:
+                    if frame.type not in (aiohttp.WSMsgType.BINARY, aiohttp.WSMsgType.TEXT):
+                        continue
+                    if self._from_shard(frame.data):
+                        break
+            finally:
+                self.ws = None
+                self.envelopes.pending = []
+                out, self.out = self.out, None
+                for inner in list(self.inners.values()):
+                    inner.lost()
+                if out is not None:
+                    await out.close()
+                await ws.close()
+
+    def _from_shard(self, data: str | bytes) -> bool:
+        """Pass on one message of the shard's; True when the link ends (the shard's leader
+        went away: link again, to the one it names)."""
+        try:
+            envelopes = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            return False
+        if not isinstance(envelopes, list):
+            return False
+        for envelope in envelopes:
+            if not isinstance(envelope, dict):
+                continue
+            kind = envelope.get("t")
+            if kind == "redirect":
+                self._moved(envelope.get("leader"))
+                return True
+            inner = self.inners.get(envelope.get("w"))  # type: ignore[arg-type]
+            if inner is None:
+                continue
+            if kind == "frame" and isinstance(envelope.get("f"), str):
+                inner.from_shard(self, envelope["f"])
+            elif kind == "bye":
+                inner.bye(self)
         return False
 
-    async def _open(
-        self, first: aiohttp.ClientWebSocketResponse | None
-    ) -> aiohttp.ClientWebSocketResponse | None:
-        """A connection to the shard's leader that said welcome; None: no leader is known yet."""
-        session = self.session
-        mux = session.mux
-        url = None if first is not None else mux.leaders.get(self.shard)
+    def _moved(self, leader: Any) -> None:
+        mux = self.mux
+        if isinstance(leader, str) and leader and not mux.here(leader):
+            mux.leaders[self.shard] = leader
+        else:
+            mux.leaders.pop(self.shard, None)  # ask this node's process of the shard again
+
+    async def _open(self) -> aiohttp.ClientWebSocketResponse | None:
+        """A link to the shard's leader, which said it is ready; None: no leader is known."""
+        mux = self.mux
+        url = mux.leaders.get(self.shard)
         for _ in range(MAX_HOPS):
-            if first is not None:
-                ws, first = first, None
-            elif url is None:
+            if url is None:
                 ws = await mux.local(self.shard).ws_connect(
-                    f"http://shard{self.shard}{CONNECT_PATH}",
-                    headers=session.headers,
-                    max_msg_size=MAX_FRAME,
+                    f"http://shard{self.shard}{LINK_PATH}",
+                    headers=mux.link_headers(),
+                    max_msg_size=MAX_LINK_MESSAGE,
                 )
             else:
                 self.tried = url
                 try:
                     ws = await mux.remote.ws_connect(
-                        url.rstrip("/") + CONNECT_PATH,
-                        headers={**session.headers, SHARD_HEADER: str(self.shard)},
-                        max_msg_size=MAX_FRAME,
+                        url.rstrip("/") + LINK_PATH,
+                        headers={**mux.link_headers(), SHARD_HEADER: str(self.shard)},
+                        max_msg_size=MAX_LINK_MESSAGE,
                         heartbeat=20.0,
                         ssl=mux._ssl,
                     )
@@ -604,8 +814,16 @@ class _Inner:
                     raise
                 self.tried = None  # it answered
                 mux.reached(self.shard, url)
-            answer = await self._handshake(ws)
-            if isinstance(answer, messages.Welcome):
+            try:
+                async with asyncio.timeout(HANDSHAKE_TIMEOUT_S):
+                    frame = await ws.receive()
+                first = orjson.loads(frame.data) if frame.type is aiohttp.WSMsgType.BINARY else []
+            except (TimeoutError, orjson.JSONDecodeError):
+                first = []
+            said = first[0] if isinstance(first, list) and first else {}
+            if not isinstance(said, dict):
+                said = {}
+            if said.get("t") == "ready":
                 if url is None:
                     mux.leaders.pop(self.shard, None)  # led here
                 else:
@@ -614,35 +832,11 @@ class _Inner:
             if url is not None and mux.leaders.get(self.shard) == url:
                 del mux.leaders[self.shard]  # it leads no more
             await ws.close()
-            if not isinstance(answer, messages.Redirect) or answer.leader is None:
+            leader = said.get("leader")
+            if said.get("t") != "redirect" or not isinstance(leader, str) or not leader:
                 return None
-            url = None if mux.here(answer.leader) else answer.leader
+            url = None if mux.here(leader) else leader
         return None
-
-    async def _handshake(self, ws: aiohttp.ClientWebSocketResponse) -> messages.Message | None:
-        session = self.session
-        offer = session.offer(self.shard)
-        hello = session.hello
-        await ws.send_str(
-            messages.encode(
-                messages.Hello(
-                    worker_id=hello.worker_id,
-                    queues=hello.queues,
-                    capacity=max(1, offer),
-                    resume=session.resume(self.shard),
-                    version=hello.version,
-                    tasks=hello.tasks,
-                )
-            )
-        )
-        if offer < 1:  # the hello's least is 1: lowered at once
-            await ws.send_str(messages.encode(messages.Capacity(offer)))
-        self.offered = offer
-        async with asyncio.timeout(HANDSHAKE_TIMEOUT_S):
-            frame = await ws.receive()
-        if frame.type is not aiohttp.WSMsgType.TEXT:
-            return None
-        return messages.decode(frame.data)
 
 
 class _Outbox:
@@ -650,10 +844,10 @@ class _Outbox:
 
     def __init__(self, ws: web.WebSocketResponse | aiohttp.ClientWebSocketResponse) -> None:
         self.ws = ws
-        self.queue: asyncio.Queue[str | None] = asyncio.Queue()
+        self.queue: asyncio.Queue[str | bytes | None] = asyncio.Queue()
         self.task = asyncio.create_task(self._write())
 
-    def put(self, text: str) -> None:
+    def put(self, text: str | bytes) -> None:
         self.queue.put_nowait(text)
 
     async def close(self) -> None:
@@ -664,6 +858,9 @@ class _Outbox:
     async def _write(self) -> None:
         while (text := await self.queue.get()) is not None:
             try:
-                await self.ws.send_str(text)
+                if isinstance(text, bytes):
+                    await self.ws.send_bytes(text)
+                else:
+                    await self.ws.send_str(text)
             except (ConnectionError, RuntimeError):
                 return

@@ -48,14 +48,15 @@ async def caught_up(http: aiohttp.ClientSession, cluster: Cluster, i: int) -> No
     """Node i serves every shard, each led by a node, and has applied in each what that
     shard's leader had committed once node i answered."""
     node_id = cluster.nodes[i].node_id
+    ids = [n.node_id for n in cluster.nodes]
 
     async def led() -> dict[str, Any] | None:
         assert cluster.nodes[i].alive, f"{node_id} exited\n{cluster.logs()}"
         v = await view(http, cluster, i)
-        return v if v and all(s["leader"] for s in v["shards"]) else None
+        # (a leader named by its Raft address: its node's hello is not heard yet)
+        return v if v and all(s["leader"] in ids for s in v["shards"]) else None
 
     mine = await until(f"{node_id} serves every shard, each led", led, 30, cluster)
-    ids = [n.node_id for n in cluster.nodes]
     targets = []
     for k, shard in enumerate(mine["shards"]):
         theirs = await view(http, cluster, ids.index(shard["leader"]))

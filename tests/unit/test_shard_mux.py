@@ -11,11 +11,13 @@ import contextlib
 import random
 
 import aiohttp
+import orjson
 import pytest
 
 from schedd.config import Config
 from schedd.ids import new_job_id
 from schedd.protocol import messages
+from schedd.protocol.signed import LINK_HEADER, LINK_PATH, link_proof
 from schedd.shard import mux
 from schedd.shard.mux import WorkerMux, _Session
 from tests.conftest import wait_for
@@ -242,33 +244,34 @@ async def test_connections_waiting_for_a_dead_leader_wake_once_the_shard_names_a
         await m.close()
 
 
-async def test_the_next_connection_goes_to_a_shards_leader_at_once() -> None:
-    """The first worker's connection to a shard led by another node asks this node's process
-    of the shard, which redirects it; the next ones go to that leader's node at once. A leader
-    that answers no more is forgotten: the next connection asks this node's process again."""
+async def test_a_link_made_again_goes_to_the_shards_leader_at_once() -> None:
+    """The first link to a shard led by another node asks this node's process of the shard,
+    which redirects it; the next ones (after a lost link) go to that leader's node at once. A
+    leader that answers no more is forgotten: the next link asks this node's process again."""
     from aiohttp import web
     from aiohttp.test_utils import TestServer
 
     asked: list[str] = []
+    signed: list[str] = []
 
-    def serving(name: str, answer: messages.Message) -> web.Application:
-        async def connect(request: web.Request) -> web.WebSocketResponse:
+    def serving(name: str, answer: dict[str, object]) -> web.Application:
+        async def link(request: web.Request) -> web.WebSocketResponse:
             asked.append(name)
+            signed.append(request.headers.get(LINK_HEADER, ""))
             ws = web.WebSocketResponse()
             await ws.prepare(request)
-            await ws.receive()  # the hello
-            await ws.send_str(messages.encode(answer))
+            await ws.send_bytes(orjson.dumps([answer]))
             await ws.receive()  # until the front door closes it
             return ws
 
         app = web.Application()
-        app.router.add_get("/api/v1/workers/connect", connect)
+        app.router.add_get(LINK_PATH, link)
         return app
 
-    remote = TestServer(serving("leader", messages.Welcome("n2", 5.0, 30.0)))
+    remote = TestServer(serving("leader", {"t": "ready"}))
     await remote.start_server()
     leader_url = str(remote.make_url("")).rstrip("/")
-    local = TestServer(serving("local", messages.Redirect(leader=leader_url)))
+    local = TestServer(serving("local", {"t": "redirect", "leader": leader_url}))
     await local.start_server()
     base = str(local.make_url("")).rstrip("/")
 
@@ -282,21 +285,22 @@ async def test_the_next_connection_goes_to_a_shards_leader_at_once() -> None:
     here = Local()
     m = WorkerMux(Config(), SHARDS, lambda k: here, True)  # type: ignore[arg-type,return-value]
     try:
-        for n in range(3):
-            s = _Session(m, Socket(), messages.Hello(f"w{n}", ("default",), 2), {})  # type: ignore[arg-type]
-            ws = await s.inners[1]._open(None)
+        for _ in range(3):
+            ws = await m.links[1]._open()
             assert ws is not None
             await ws.close()
         assert asked == ["local", "leader", "leader", "leader"]
         assert m.leaders == {1: leader_url}
+        # signed: the sender's clock and its proof (this cluster has no Raft secret)
+        at, _, given = signed[0].partition(".")
+        assert given == link_proof(None, int(at))
         await remote.close()  # that leader's node is gone
-        s = _Session(m, Socket(), messages.Hello("w9", ("default",), 2), {})  # type: ignore[arg-type]
         with pytest.raises(aiohttp.ClientError):
-            await s.inners[1]._open(None)
+            await m.links[1]._open()
         assert m.leaders == {}
         asked.clear()
         with contextlib.suppress(aiohttp.ClientError):
-            await s.inners[1]._open(None)
+            await m.links[1]._open()
         assert asked == ["local"]  # asked where the leader is again
     finally:
         await m.close()
@@ -330,18 +334,116 @@ async def test_a_front_door_busy_connecting_workers_answers_the_next_one_503() -
     # the first worker's connections are tried, and fail: it is counted off once all three
     # were tried (they go on trying), so a shard without a leader does not fill the count
     first = sessions[0]
-    tries = [asyncio.create_task(inner.run(None)) for inner in first.inners]
+    for inner in first.inners:
+        m.links[inner.shard].join(inner)
     await wait_for(lambda: all(inner.attempted for inner in first.inners), 5)
     assert m.setting_up == mux.MAX_SETTING_UP - 1
-    assert all(inner.ws is None for inner in first.inners)
+    assert all(inner.out is None for inner in first.inners)
     first.tried()
     assert m.setting_up == mux.MAX_SETTING_UP - 1  # counted off once
     first.closed = True
-    for task in tries:
-        task.cancel()
-    await asyncio.gather(*tries, return_exceptions=True)
     assert sessions[1].admitted is not None
     sessions[1].admitted.release()
     sessions[1].admitted.release()
     assert m.setting_up == mux.MAX_SETTING_UP - 2
     await m.close()
+
+
+async def _hellos(ws: aiohttp.web.WebSocketResponse, n: int) -> dict[int, messages.Hello]:
+    said: dict[int, messages.Hello] = {}
+    while len(said) < n:
+        for env in orjson.loads((await ws.receive(timeout=5)).data):
+            if env["t"] == "hello":
+                said[env["w"]] = messages.decode(env["f"])  # type: ignore[assignment]
+    return said
+
+
+async def _frames(ws: aiohttp.web.WebSocketResponse) -> list[tuple[int, messages.Message]]:
+    got = orjson.loads((await ws.receive(timeout=5)).data)
+    return [(e["w"], messages.decode(e["f"])) for e in got if e["t"] == "frame"]
+
+
+def _to(w: int, *msgs: messages.Message) -> bytes:
+    return orjson.dumps([{"w": w, "t": "frame", "f": messages.encode(m)} for m in msgs])
+
+
+async def test_a_link_lost_says_hello_again_for_every_worker_with_its_leases_and_results() -> None:
+    """Every worker's connection to a shard rides on the front door's one link to its leader.
+    The link lost and made again: each worker says hello again with the leases it holds of
+    that shard (none lost), and a result not acked yet is sent again after the welcome."""
+    from aiohttp import web
+    from aiohttp.test_utils import TestServer
+
+    links: asyncio.Queue[web.WebSocketResponse] = asyncio.Queue()
+    done = asyncio.Event()
+
+    async def link(request: web.Request) -> web.WebSocketResponse:
+        ws = web.WebSocketResponse()
+        await ws.prepare(request)
+        await ws.send_bytes(orjson.dumps([{"t": "ready"}]))
+        if request.match_info["k"] == "1":
+            await links.put(ws)
+        await done.wait()
+        return ws
+
+    app = web.Application()
+    app.router.add_get("/s{k}" + LINK_PATH, link)
+    server = TestServer(app)
+    await server.start_server()
+    base = str(server.make_url("")).rstrip("/")
+
+    class Local:
+        def __init__(self) -> None:
+            self.http = aiohttp.ClientSession()
+
+        def ws_connect(self, url: str, **kw: object) -> object:
+            k = url.split("/")[2].removeprefix("shard")
+            return self.http.ws_connect(url.replace(f"http://shard{k}", f"{base}/s{k}"), **kw)
+
+    here = Local()
+    m = WorkerMux(Config(), SHARDS, lambda k: here, True)  # type: ignore[arg-type,return-value]
+    sessions = [
+        _Session(m, Socket(), messages.Hello(f"w{n}", ("default",), 2), {})  # type: ignore[arg-type]
+        for n in range(2)
+    ]
+    try:
+        for s in sessions:
+            for inner in s.inners:
+                m.links[inner.shard].join(inner)
+        ws = await links.get()
+        said = await _hellos(ws, 2)
+        assert set(said) == {s.w for s in sessions}
+        assert all(h.resume == () for h in said.values())
+        a, b = sessions
+        held = run_of(1, 1)
+        msg, _ = lease(held, 4)
+        await ws.send_bytes(_to(a.w, messages.Welcome("n1", 5.0, 30.0), msg))
+        await ws.send_bytes(_to(b.w, messages.Welcome("n1", 5.0, 30.0)))
+        await wait_for(lambda: a.holding[1] == {held: 4}, 5)
+        done_run = run_of(1, 2)
+        msg2, _ = lease(done_run, 5)
+        await ws.send_bytes(_to(a.w, msg2))
+        await wait_for(lambda: done_run in a.holding[1], 5)
+        a.from_worker(messages.encode(messages.Complete(done_run, 5, result=1)))
+        while not any(isinstance(f, messages.Complete) for _, f in await _frames(ws)):
+            pass
+        await ws.close()  # the link is lost before the result's ack
+        ws = await links.get()
+        said = await _hellos(ws, 2)
+        assert set(said[a.w].resume) == {messages.LeaseRef(held, 4), messages.LeaseRef(done_run, 5)}
+        assert said[b.w].resume == ()
+        await ws.send_bytes(_to(a.w, messages.Welcome("n1", 5.0, 30.0)))
+        again: list[tuple[int, messages.Message]] = []
+        while not any(isinstance(f, messages.Complete) for _, f in again):
+            again += await _frames(ws)
+        assert (a.w, messages.Complete(done_run, 5, result=1)) in again
+        await ws.send_bytes(_to(a.w, messages.Ack(done_run, True)))
+        await wait_for(lambda: not a.results[1] and done_run not in a.holding[1], 5)
+        assert a.holding[1] == {held: 4}
+    finally:
+        for s in sessions:
+            s.closed = True
+        done.set()
+        await m.close()
+        await here.http.close()
+        await server.close()
