@@ -51,21 +51,33 @@ def run(main: Coroutine[Any, Any, T]) -> T:
 
 class PerTurn(Generic[T]):
     """Items put during one turn of the event loop, handed to ``send`` as one list after it
-    (many small frames of one turn become one message)."""
+    (many small frames of one turn become one message).  An item put ``lazy`` may wait up to
+    ``lazy_s`` for others (a heartbeat: many workers' in one message), and goes at once with
+    the next item that may not."""
 
-    def __init__(self, send: Callable[[list[T]], None]) -> None:
+    def __init__(self, send: Callable[[list[T]], None], lazy_s: float = 0.0) -> None:
         self._send = send
+        self.lazy_s = lazy_s
         self.pending: list[T] = []
         self._soon = False
+        self._later: asyncio.TimerHandle | None = None
 
-    def put(self, item: T) -> None:
+    def put(self, item: T, lazy: bool = False) -> None:
         self.pending.append(item)
-        if not self._soon:
+        if self._soon:
+            return
+        loop = asyncio.get_running_loop()
+        if not lazy or self.lazy_s <= 0:
             self._soon = True
-            asyncio.get_running_loop().call_soon(self._flush)
+            loop.call_soon(self._flush)
+        elif self._later is None:
+            self._later = loop.call_later(self.lazy_s, self._flush)
 
     def _flush(self) -> None:
         self._soon = False
+        if self._later is not None:
+            self._later.cancel()
+            self._later = None
         if self.pending:
             pending, self.pending = self.pending, []
             self._send(pending)

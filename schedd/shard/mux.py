@@ -1,17 +1,19 @@
 """A node's front door serving a worker from every shard (a cluster of several shards).
 
 The worker holds one websocket to any node's front door and speaks the worker protocol as it
-would to a leader.  For each shard the front door holds an inner worker connection on the
-worker's behalf: to this node's process of that shard, following its redirect to the node
-whose process leads the shard (that node's front door, with ``X-Schedd-Shard``), and again
-after a failover.  What goes where:
+would to a leader.  For each shard the front door keeps one **link** to that shard's leader
+(:class:`_Link`: a websocket to this node's process of the shard, or through the front door of
+the node that leads it, with ``X-Schedd-Shard``; made again after a failover), and every
+worker it serves has a worker connection to the shard on it (:class:`_Inner`): a ``hello``,
+then its frames, in envelopes that one turn of the loop sends as one message
+(:mod:`schedd.api.links` is the shard's end).  What goes where:
 
 - the worker's ``hello``: each shard gets the leases of its own runs (a run's id names its
   shard), with the worker's id, queues and tasks; one ``welcome`` comes from here;
 - ``heartbeat``: split by shard, each shard getting one (also with none of its leases: a
   heartbeat is what tells a leader the worker is there);
 - ``complete``/``fail``: to the run's shard, kept until acked and sent again after that
-  shard's connection is made again (the worker's own rule, kept here for it);
+  shard's link is made again (the worker's own rule, kept here for it);
 - ``drain`` and the shards' ``lease``, ``ack``, ``cancel``, ``drain``, ``error``: passed on.
 
 The worker's capacity ``C`` is shared with ``capacity`` frames: each shard may lease it what
@@ -69,11 +71,13 @@ HELD_BEAT_S = 1.0
 #: thousands of idle workers would otherwise cost every shard's leader a frame per worker
 #: per heartbeat interval
 QUIET_BEAT_S = 30.0
+#: a heartbeat waits up to this long (s) on a link for other frames to go with it: with
+#: thousands of workers, one link message carries many workers' heartbeats
+LAZY_S = 0.05
 #: workers whose connections to the shards are still being made, at most, on one front door:
-#: one more is answered 503 (the worker tries another node, or again soon). Each worker costs
-#: a few websocket handshakes per shard; thousands at once (a node restarted) would otherwise
-#: take the front door's whole core until the workers' own handshake timeouts send them all
-#: round again.
+#: one more is answered 503 (the worker tries another node, or again soon). Each costs a
+#: check of its credentials by shard 0 and a hello on every shard's link (and waits for a
+#: shard without a leader); thousands at once (a node restarted) are let in as these end.
 MAX_SETTING_UP = 64
 #: the worker's request headers passed to shard 0 to check its credentials (and kept for the
 #: probes of "who leads")
@@ -128,7 +132,7 @@ class WorkerMux:
         """The session to other nodes' front doors (made on first use)."""
         if self._remote is None:
             self._remote = aiohttp.ClientSession(
-                # one websocket per worker and shard: no cap on connections (aiohttp's 100)
+                # one link per shard led elsewhere (no cap: aiohttp's is 100)
                 connector=aiohttp.TCPConnector(limit=0),
                 timeout=aiohttp.ClientTimeout(total=None, sock_connect=5),
             )
@@ -486,7 +490,7 @@ class _Session:
                 split[k].append(LeaseRef(lease.run_id, lease.fence))
             for inner, refs in zip(self.inners, split, strict=True):
                 if refs:
-                    inner.send(messages.encode(messages.Heartbeat(tuple(refs))))
+                    inner.beat(refs, time.monotonic())
 
     def offer_soon(self) -> None:
         """Tell each shard its offer once this turn of the loop is done (many changes of one
@@ -532,7 +536,7 @@ class _Inner:
     def beat(self, refs: list[LeaseRef], now: float) -> None:
         if self.out is not None:
             self.beat_at = now
-            self.out.put(messages.encode(messages.Heartbeat(tuple(refs))))
+            self.out.put(messages.encode(messages.Heartbeat(tuple(refs))), lazy=True)
 
     def offer(self, capacity: int) -> None:
         if self.out is not None and capacity != self.offered:
@@ -651,8 +655,8 @@ class _Via:
         self.link = link
         self.w = w
 
-    def put(self, text: str) -> None:
-        self.link.put({"w": self.w, "t": "frame", "f": text})
+    def put(self, text: str, lazy: bool = False) -> None:
+        self.link.put({"w": self.w, "t": "frame", "f": text}, lazy)
 
 
 class _Link:
@@ -668,7 +672,7 @@ class _Link:
         self.ws: aiohttp.ClientWebSocketResponse | None = None
         self.out: _Outbox | None = None
         self.inners: dict[int, _Inner] = {}
-        self.envelopes: PerTurn[dict[str, Any]] = PerTurn(self._send)
+        self.envelopes: PerTurn[dict[str, Any]] = PerTurn(self._send, LAZY_S)
         self.made = 0  # connections made so far (the current one's number while connected)
         self.tried: str | None = None  # the leader's URL the last connection was sent to
         self.task: asyncio.Task[None] | None = None
@@ -687,9 +691,10 @@ class _Link:
                 self.put({"w": inner.w, "t": "bye"})
         inner.lost()
 
-    def put(self, envelope: dict[str, Any]) -> None:
+    def put(self, envelope: dict[str, Any], lazy: bool = False) -> None:
+        """Send ``envelope`` after this turn of the loop (``lazy``: within ``LAZY_S``)."""
         if self.ws is not None:  # (else: what a worker needs again is sent once it is made)
-            self.envelopes.put(envelope)
+            self.envelopes.put(envelope, lazy)
 
     def _send(self, turn: list[dict[str, Any]]) -> None:
         if self.out is not None:
@@ -847,7 +852,7 @@ class _Outbox:
         self.queue: asyncio.Queue[str | bytes | None] = asyncio.Queue()
         self.task = asyncio.create_task(self._write())
 
-    def put(self, text: str | bytes) -> None:
+    def put(self, text: str | bytes, lazy: bool = False) -> None:
         self.queue.put_nowait(text)
 
     async def close(self) -> None:
