@@ -280,7 +280,9 @@ class Live:
         self._reachable_min_index(case)
         if case.operation.path == f"{API}/events":
             query = case.query if isinstance(case.query, dict) else {}
-            if mode is GenerationMode.POSITIVE or "follow" not in query:
+            # (a bad case may be bad elsewhere, an unknown parameter say, with follow=true:
+            # it would follow until the client's read timeout)
+            if mode is GenerationMode.POSITIVE or query.get("follow", "true") in ("true", True):
                 query["follow"] = "false"
             case.query = query
         fresh: dict[tuple[str, str], Callable[[], str]] = {
