@@ -16,6 +16,7 @@ answers only its own machine.  A shard process that does not lead asks its leade
 from __future__ import annotations
 
 import hmac
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
@@ -44,16 +45,24 @@ def _namespace(body: dict[str, Any]) -> str:
     return ns
 
 
-def _check_signed(request: web.Request, body: dict[str, Any]) -> None:
-    at = body.get("at")
+def check_signed(
+    request: web.Request,
+    at: object,
+    proof: object,
+    proof_of: Callable[[bytes | None], str],
+    field: str,
+) -> None:
+    """Refuse a request between nodes (no token) unless its ``proof`` is ``proof_of`` the Raft
+    secret and its ``at`` (the sender's clock, Unix ms, named ``field``) is within
+    ``SIGNED_SKEW_MS`` of this node's; a cluster without a secret takes them from its own
+    machine only."""
     if not isinstance(at, int) or abs(clock.wall_ms() - at) > SIGNED_SKEW_MS:
         raise InvalidArgument(
-            "at: expected the caller's clock (Unix ms) within 5 minutes of this node's",
-            field="at",
+            f"{field}: expected the caller's clock (Unix ms) within 5 minutes of this node's",
+            field=field,
         )
     secret = request.app[RAFT_SECRET]
-    proof = body.get("proof")
-    if not isinstance(proof, str) or not hmac.compare_digest(proof, caps_proof(secret, body)):
+    if not isinstance(proof, str) or not hmac.compare_digest(proof, proof_of(secret)):
         raise PermissionDenied("the request is not signed with this cluster's Raft secret")
     if secret is None and not net.is_loopback(peer(request) or ""):
         raise PermissionDenied("this cluster has no raft.secret_file: only this machine may ask")
@@ -63,7 +72,9 @@ async def shard_caps(request: web.Request) -> web.Response:
     body = await read_json(request)
     if not isinstance(body, dict) or body.get("op") not in OPS:
         raise InvalidArgument(f"op: expected one of {', '.join(OPS)}", field="op")
-    _check_signed(request, body)
+    check_signed(
+        request, body.get("at"), body.get("proof"), lambda secret: caps_proof(secret, body), "at"
+    )
     leader = request.app[NODE].leader
     if leader is None or not leader.ready.is_set():  # the leader's node answers
         status, answer = await request.app[PROXY].forward(request, "POST", CAPS_PATH, body)

@@ -26,44 +26,29 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
 import logging
 from typing import Any
 
 import orjson
 from aiohttp import WSMsgType, web
 
-from schedd import clock, net
 from schedd.aio import PerTurn
-from schedd.api.ports import CONFIG, NODE, RAFT, RAFT_SECRET, SOCKETS, WorkerHub, peer
+from schedd.api.caps import check_signed
+from schedd.api.ports import CONFIG, NODE, RAFT, SOCKETS, WorkerHub, peer
 from schedd.api.ws import Where, new_conn, on_frame, place, welcome
-from schedd.errors import InvalidArgument, PermissionDenied
 from schedd.leader.workers import WorkerConn
 from schedd.logs import log_event
 from schedd.protocol import messages
 from schedd.protocol.messages import ProtocolError
-from schedd.protocol.signed import LINK_HEADER, MAX_LINK_MESSAGE, SIGNED_SKEW_MS, link_proof
+from schedd.protocol.signed import LINK_HEADER, MAX_LINK_MESSAGE, link_proof
 
 log = logging.getLogger(__name__)
 
 
 def _check_signed(request: web.Request) -> None:
     at_text, _, given = request.headers.get(LINK_HEADER, "").partition(".")
-    try:
-        at = int(at_text)
-    except ValueError:
-        at = None
-    if at is None or abs(clock.wall_ms() - at) > SIGNED_SKEW_MS:
-        raise InvalidArgument(
-            f"{LINK_HEADER}: expected '<at>.<proof>', the caller's clock (Unix ms) within 5 "
-            "minutes of this node's and its HMAC-SHA256 with the Raft secret",
-            field=LINK_HEADER,
-        )
-    secret = request.app[RAFT_SECRET]
-    if not hmac.compare_digest(given, link_proof(secret, at)):
-        raise PermissionDenied("the link is not signed with this cluster's Raft secret")
-    if secret is None and not net.is_loopback(peer(request) or ""):
-        raise PermissionDenied("this cluster has no raft.secret_file: only this machine may link")
+    at = int(at_text) if at_text.isdigit() else None
+    check_signed(request, at, given, lambda secret: link_proof(secret, at or 0), LINK_HEADER)
 
 
 def encode(envelopes: list[dict[str, Any]]) -> bytes:

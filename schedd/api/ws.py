@@ -103,7 +103,7 @@ def new_conn(
     """The leader's connection for a worker that said ``hello`` (through ``node``, from
     ``host``), heard now."""
     connected = clock.wall_ms()
-    conn = WorkerConn(
+    return WorkerConn(
         hello.worker_id,
         hello.queues,
         hello.capacity,
@@ -113,10 +113,8 @@ def new_conn(
         host=host,
         heard_ms=connected,
         whole_capacity=whole_capacity,
+        outbox=asyncio.Queue() if outbox is None else outbox,
     )
-    if outbox is not None:
-        conn.outbox = outbox
-    return conn
 
 
 def on_frame(leader: WorkerHub, conn: WorkerConn, text: str) -> None:

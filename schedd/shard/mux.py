@@ -707,9 +707,8 @@ class _Link:
                 await self.task
 
     def _probe_headers(self) -> dict[str, str] | None:
-        for inner in self.inners.values():
-            return inner.session.headers
-        return None
+        """A worker's request headers on the link (its credentials may ask who leads)."""
+        return next((inner.session.headers for inner in self.inners.values()), None)
 
     async def run(self) -> None:
         mux = self.mux
