@@ -372,7 +372,6 @@ class _Session:
         self.send_worker(self.mux.welcome())
         for inner in self.inners:
             self.mux.links[inner.shard].join(inner)
-        tasks: list[asyncio.Task[None]] = []
         try:
             async for frame in self.outer:
                 if frame.type is not aiohttp.WSMsgType.TEXT:
@@ -381,10 +380,8 @@ class _Session:
         finally:
             self.closed = True
             if self._beats is not None:
-                tasks.append(self._beats)
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+                self._beats.cancel()
+                await asyncio.gather(self._beats, return_exceptions=True)
             for inner in self.inners:
                 self.mux.links[inner.shard].leave(inner)
             await self.out.close()
