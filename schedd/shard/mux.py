@@ -23,6 +23,11 @@ reaches them; the lease over ``C`` is held here (heartbeated, never shown to the
 handed over first when a slot frees, so the worker never holds more than ``C`` and no shard's
 run waits behind another shard's queue.  A draining worker is offered nothing more; what
 was leased to it before is handed over as slots free (the worker refuses what it will not run).
+
+While a cluster is upgraded from a build whose front doors have no links (they answer the link
+404), a shard led by a node of that build is served as that build did: each worker has its own
+connection to the shard's leader, through that node's front door, with the worker's
+credentials (:class:`_Single`), until the shard's leader changes.
 """
 
 from __future__ import annotations
@@ -52,7 +57,7 @@ from schedd.protocol.headers import SHARD_HEADER
 from schedd.protocol.messages import MAX_FRAME_BYTES as MAX_FRAME
 from schedd.protocol.messages import LeaseRef, ProtocolError
 from schedd.protocol.signed import LINK_HEADER, LINK_PATH, MAX_LINK_MESSAGE, link_proof
-from schedd.protocol.timing import HANDSHAKE_TIMEOUT_S, HELLO_TIMEOUT_S
+from schedd.protocol.timing import CONNECT_PATH, HANDSHAKE_TIMEOUT_S, HELLO_TIMEOUT_S
 from schedd.shard.answers import error_answer
 
 log = logging.getLogger(__name__)
@@ -541,25 +546,37 @@ class _Inner:
             self.session.frames += 1
             self.send(messages.encode(messages.Capacity(capacity)))
 
+    def hello_frames(self) -> list[str]:
+        """The worker's hello to the shard, with the leases it holds of it and its offer (and
+        the offer lowered at once, when less than the hello's least)."""
+        session = self.session
+        self.out = None
+        offer = session.offer(self.shard)
+        hello = session.hello
+        frames = [
+            messages.encode(
+                messages.Hello(
+                    worker_id=hello.worker_id,
+                    queues=hello.queues,
+                    capacity=max(1, offer),
+                    resume=session.resume(self.shard),
+                    version=hello.version,
+                    tasks=hello.tasks,
+                )
+            )
+        ]
+        if offer < 1:  # the hello's least is 1: lowered at once
+            frames.append(messages.encode(messages.Capacity(offer)))
+        self.offered = offer
+        return frames
+
     def hello(self, link: _Link) -> None:
         """Say hello for the worker on ``link`` (just made, or the shard closed the worker's
         connection on it)."""
         session = self.session
         if session.closed:
             return
-        self.out = None
-        offer = session.offer(self.shard)
-        hello = session.hello
-        text = messages.encode(
-            messages.Hello(
-                worker_id=hello.worker_id,
-                queues=hello.queues,
-                capacity=max(1, offer),
-                resume=session.resume(self.shard),
-                version=hello.version,
-                tasks=hello.tasks,
-            )
-        )
+        text, *lowered = self.hello_frames()
         link.put(
             {
                 "w": self.w,
@@ -570,9 +587,8 @@ class _Inner:
                 "whole": session.capacity,
             }
         )
-        if offer < 1:  # the hello's least is 1: lowered at once
-            link.put({"w": self.w, "t": "frame", "f": messages.encode(messages.Capacity(offer))})
-        self.offered = offer
+        for frame in lowered:
+            link.put({"w": self.w, "t": "frame", "f": frame})
         self.said = link.made
 
     def tried(self) -> None:
@@ -602,7 +618,7 @@ class _Inner:
         delay = random.uniform(RETRY_MIN_S, 2 * RETRY_MIN_S)
         asyncio.get_running_loop().call_later(delay, again)
 
-    def from_shard(self, link: _Link, text: str) -> None:
+    def from_shard(self, link: _Link | _Single, text: str) -> None:
         if self.out is not None:
             self._from_shard(text)
             return
@@ -612,7 +628,7 @@ class _Inner:
             return
         if isinstance(msg, messages.Welcome):
             session = self.session
-            self.out = _Via(link, self.w)
+            self.out = link.via(self)
             self.beat_at = -QUIET_BEAT_S  # a new leader hears the worker's next heartbeat
             for result in list(session.results[self.shard].values()):
                 self.send(result)  # the results the shard has not acked: again, as the worker would
@@ -673,11 +689,19 @@ class _Link:
         self.made = 0  # connections made so far (the current one's number while connected)
         self.tried: str | None = None  # the leader's URL the last connection was sent to
         self.task: asyncio.Task[None] | None = None
+        #: while the shard's leader is a node of an earlier build: each worker's own connection
+        self.singles: dict[int, _Single] | None = None
+        self.single_ended = asyncio.Event()  # one of them ended: ask who leads again
+
+    def via(self, inner: _Inner) -> _Via:
+        return _Via(self, inner.w)
 
     def join(self, inner: _Inner) -> None:
         self.inners[inner.w] = inner
         if self.ws is not None:
             inner.hello(self)
+        elif self.singles is not None and self.tried is not None:
+            self.singles[inner.w] = _Single(self, inner, self.tried)
         if self.task is None or self.task.done():
             self.task = asyncio.create_task(self.run())
 
@@ -686,6 +710,9 @@ class _Link:
             del self.inners[inner.w]
             if inner.said >= 0:
                 self.put({"w": inner.w, "t": "bye"})
+            single = self.singles.pop(inner.w, None) if self.singles is not None else None
+            if single is not None:
+                single.close()
         inner.lost()
 
     def put(self, envelope: dict[str, Any], lazy: bool = False) -> None:
@@ -715,6 +742,12 @@ class _Link:
             moved: asyncio.Event | None = None
             try:
                 ws = await self._open()
+            except _EarlierBuild as exc:
+                if not await self._single(exc.url):
+                    failures += 1
+                    delay = min(RETRY_MAX_S, RETRY_MIN_S * 2 ** min(failures, 8))
+                    await asyncio.sleep(random.uniform(delay / 2, delay))
+                continue
             except (aiohttp.ClientError, ConnectionError, TimeoutError, ValueError) as exc:
                 log_event(
                     log,
@@ -755,6 +788,24 @@ class _Link:
                 if out is not None:
                     await out.close()
                 await ws.close()
+
+    async def _single(self, url: str) -> bool:
+        """Serve each worker with its own connection to the shard's leader at ``url`` (a node
+        of an earlier build) until one of them ends; whether any was welcomed."""
+        log_event(log, "mux.shard_single", shard=self.shard, leader=url)
+        self.single_ended.clear()
+        self.tried = url
+        singles = self.singles = {w: _Single(self, inner, url) for w, inner in self.inners.items()}
+        try:
+            await self.single_ended.wait()
+        finally:
+            self.singles = None
+            for single in singles.values():
+                single.close()
+            await asyncio.gather(*(s.task for s in singles.values()), return_exceptions=True)
+            for inner in self.inners.values():
+                inner.lost()
+        return any(single.welcomed for single in singles.values())
 
     def _from_shard(self, data: str | bytes) -> bool:
         """Pass on one message of the shard's; True when the link ends (the shard's leader
@@ -809,6 +860,13 @@ class _Link:
                         heartbeat=20.0,
                         ssl=mux._ssl,
                     )
+                except aiohttp.WSServerHandshakeError as exc:
+                    if exc.status != 404:
+                        if mux.leaders.get(self.shard) == url:
+                            del mux.leaders[self.shard]
+                        raise
+                    mux.reached(self.shard, url)
+                    raise _EarlierBuild(url) from None  # its front door has no links
                 except Exception:  # (not a cancel: the node it leads from is not in doubt)
                     if mux.leaders.get(self.shard) == url:
                         del mux.leaders[self.shard]  # ask this node's process next time
@@ -838,6 +896,83 @@ class _Link:
                 return None
             url = None if mux.here(leader) else leader
         return None
+
+
+class _EarlierBuild(Exception):
+    """The shard's leader is a node whose front door has no links (an earlier build)."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url)
+        self.url = url
+
+
+class _Single:
+    """One worker's own connection to a shard's leader on a node of an earlier build: the
+    worker endpoint through that node's front door (``X-Schedd-Shard``), with the worker's
+    credentials, as that build's front doors connected.  When it ends, its link asks again
+    who leads the shard."""
+
+    def __init__(self, link: _Link, inner: _Inner, url: str) -> None:
+        self.link = link
+        self.inner = inner
+        self.url = url
+        self.out: _Outbox | None = None
+        self.welcomed = False
+        self.left = False  # closed because the worker left (the others go on)
+        self.task = asyncio.create_task(self.run())
+
+    def via(self, inner: _Inner) -> _Outbox:
+        assert self.out is not None
+        self.welcomed = True
+        return self.out
+
+    def close(self) -> None:
+        self.left = True
+        self.task.cancel()
+
+    async def run(self) -> None:
+        inner, mux = self.inner, self.link.mux
+        try:
+            ws = await mux.remote.ws_connect(
+                self.url.rstrip("/") + CONNECT_PATH,
+                headers={**inner.session.headers, SHARD_HEADER: str(inner.shard)},
+                max_msg_size=MAX_FRAME,
+                heartbeat=20.0,
+                ssl=mux._ssl,
+            )
+        except (aiohttp.ClientError, ConnectionError, TimeoutError, ValueError):
+            inner.tried()
+            self.link.single_ended.set()
+            return
+        except asyncio.CancelledError:
+            return
+        out = self.out = _Outbox(ws)
+        try:
+            for text in inner.hello_frames():
+                out.put(text)
+            async with asyncio.timeout(HANDSHAKE_TIMEOUT_S):
+                first = await ws.receive()
+            if first.type is aiohttp.WSMsgType.TEXT:
+                inner.from_shard(self, first.data)
+                if not self.welcomed:
+                    with contextlib.suppress(ProtocolError):
+                        said = messages.decode(first.data)
+                        if isinstance(said, messages.Redirect):
+                            self.link._moved(said.leader)  # (asked again: see there)
+            if self.welcomed:
+                async for frame in ws:
+                    if frame.type is aiohttp.WSMsgType.TEXT:
+                        inner.from_shard(self, frame.data)
+        except (TimeoutError, aiohttp.ClientError, ConnectionError):
+            pass
+        finally:
+            inner.tried()
+            if inner.out is out:
+                inner.lost()
+            if not self.left:
+                self.link.single_ended.set()
+            await out.close()
+            await ws.close()
 
 
 class _Outbox:

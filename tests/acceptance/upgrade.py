@@ -33,6 +33,11 @@ from tests.cluster.harness import REPO
 #: This release compacts into a format-1 ``raft.dump`` (a whole copy of the state database).
 PREVIOUS_RELEASE = "25e043b7ad61976ad281220f494c48b41da0a31d"
 
+#: The last commit whose front doors served a worker from another node's shard with a websocket
+#: per worker and shard (``X-Schedd-Shard`` on the worker endpoint), before the one link per
+#: shard (``/internal/shard-link``): the earliest cluster of several shards upgraded in the tests.
+SHARDS_RELEASE = "3f1360a38b30598ec44aa46051c224908ad86904"
+
 CACHE = REPO / ".venv-upgrade"
 BUILD_TIMEOUT_S = 240.0
 
