@@ -16,6 +16,12 @@ node, 64 slots each; with several shards each node's front door serves its worke
 shard) and their results committed; the CPU per job is then per run. With ``--spread=S``
 as well, the jobs fall due evenly over S seconds instead of at one instant, so the workers
 are not kept full (each run is leased into a free slot as it falls due).
+
+With ``--batch=B``, the submits are ``POST /jobs/batch`` of B jobs each (one Raft entry per
+request). With ``--pin``, every job goes to shard 0 (``X-Schedd-Shard: 0`` on its submit):
+with several shards, shard 0's leader then takes exactly the load one shard's took, in
+entries as large, while the other shards only tick (and hear the workers' heartbeats and
+offers); the per-job figures are shard 0's.
 """
 
 from __future__ import annotations
@@ -84,31 +90,47 @@ async def commit_indexes(http: aiohttp.ClientSession, cluster: Cluster, shards: 
 
 
 async def submit_all(
-    cluster: Cluster, jobs: int, due: float | None = None, clients: int = 64, spread: int = 0
+    cluster: Cluster,
+    jobs: int,
+    due: float | None = None,
+    clients: int = 64,
+    spread: int = 0,
+    batch: int = 0,
+    pin: bool = False,
 ) -> list[str]:
     """``jobs`` one-hour no-op jobs (``due`` None), or ``demo.echo`` jobs due at ``due`` (Unix
-    time), over ``spread`` whole seconds from then."""
+    time), over ``spread`` whole seconds from then; ``batch`` at a time (0: one job a
+    request), to shard 0 only when ``pin``."""
 
-    def body(k: int) -> bytes:
+    def job(k: int) -> dict[str, Any]:
         if due is None:
-            return orjson.dumps({"task": "bench.noop", "schedule": {"in": "1h"}})
+            return {"task": "bench.noop", "schedule": {"in": "1h"}}
         at = format_time(int(due + (spread * k) // jobs) * 1000)
-        return orjson.dumps({"task": "demo.echo", "schedule": {"at": at}})
+        return {"task": "demo.echo", "schedule": {"at": at}}
 
+    path = "/api/v1/jobs/batch" if batch else "/api/v1/jobs"
     urls = itertools.cycle(cluster.urls)
     ids: list[str] = []
-    left = iter(range(jobs))
+    left = iter(range(0, jobs, batch or 1))
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=clients)) as http:
 
         async def client() -> None:
             for k in left:
                 headers = {**cluster.headers(), "X-Request-Id": f"bench-{os.getpid()}-{k:08d}"}
+                if pin and cluster.shards > 1:
+                    headers["X-Schedd-Shard"] = "0"
+                if batch:
+                    body = orjson.dumps({"jobs": [job(j) for j in range(k, min(jobs, k + batch))]})
+                else:
+                    body = orjson.dumps(job(k))
                 for _ in range(20):
-                    async with http.post(
-                        next(urls) + "/api/v1/jobs", data=body(k), headers=headers
-                    ) as r:
+                    async with http.post(next(urls) + path, data=body, headers=headers) as r:
                         if r.status in (200, 201):
-                            ids.append((await r.json())["id"])
+                            got = await r.json()
+                            if batch:
+                                ids.extend(j["id"] for j in got["jobs"])
+                            else:
+                                ids.append(got["id"])
                             break
                     await asyncio.sleep(0.2)
                 else:
@@ -130,10 +152,16 @@ async def active(cluster: Cluster) -> bool:
 
 
 async def one(
-    shards: int, jobs: int, runs: bool = False, scale: bool = False, spread: int = 0
+    shards: int,
+    jobs: int,
+    runs: bool = False,
+    scale: bool = False,
+    spread: int = 0,
+    batch: int = 0,
+    pin: bool = False,
 ) -> dict[str, float]:
     # --scale: each shard gets the load one shard got (N times the jobs, clients and slots)
-    factor = shards if scale else 1
+    factor = shards if scale and not pin else 1
     jobs *= factor
     with tempfile.TemporaryDirectory(prefix="shard-cpu-") as tmp:
         cluster = Cluster(Path(tmp) / "c", shards=shards)
@@ -173,7 +201,7 @@ async def one(
                         cluster.root / f"worker{i}.log",
                     )
                 due = float(int(time.time() + jobs / 150 + 10))
-                ids = await submit_all(cluster, jobs, due, 64 * factor, spread)
+                ids = await submit_all(cluster, jobs, due, 64 * factor, spread, batch, pin)
                 await asyncio.sleep(max(0.0, due - time.time() - 0.5))
             async with aiohttp.ClientSession() as http:
                 first = await commit_indexes(http, cluster, shards)
@@ -181,9 +209,9 @@ async def one(
             t0 = time.perf_counter()
             if runs:
                 while await active(cluster):
-                    await asyncio.sleep(1.0)
+                    await asyncio.sleep(0.2)
             else:
-                ids = await submit_all(cluster, jobs, None, 64 * factor)
+                ids = await submit_all(cluster, jobs, None, 64 * factor, 0, batch, pin)
             elapsed = time.perf_counter() - t0
             async with aiohttp.ClientSession() as http:
                 last = await commit_indexes(http, cluster, shards)
@@ -196,13 +224,20 @@ async def one(
     for job_id in ids:
         per_shard[shard_of_id(job_id, shards) or 0] += 1
     out: dict[str, float] = {"jobs_per_s": len(ids) / elapsed}
-    lead = [used[f"{named[k]}/{k}"] * 1e6 / max(1, per_shard[k]) for k in range(shards)]
+    loaded = [k for k in range(shards) if per_shard[k]]  # (pinned: shard 0 only)
+    lead = [used[f"{named[k]}/{k}"] * 1e6 / per_shard[k] for k in loaded]
     out["leader_us_per_job"] = statistics.mean(lead)
     follow = [
-        used[name] * 1e6 / max(1, per_shard[int(name.split("/")[1])])
+        used[name] * 1e6 / per_shard[int(name.split("/")[1])]
         for name in used
-        if not name.endswith("/door") and name.split("/")[0] != named[int(name.split("/")[1])]
+        if not name.endswith("/door")
+        and int(name.split("/")[1]) in loaded
+        and name.split("/")[0] != named[int(name.split("/")[1])]
     ]
+    if len(loaded) < shards:  # the shards without load: each leader's CPU (s) over the window
+        out["unloaded_leaders_cpu_s"] = sum(
+            used[f"{named[k]}/{k}"] for k in range(shards) if k not in loaded
+        )
     out["follower_us_per_job"] = statistics.mean(follow)
     doors = [v for name, v in used.items() if name.endswith("/door")]
     if doors:
@@ -210,7 +245,7 @@ async def one(
     out["all_us_per_job"] = sum(used.values()) * 1e6 / len(ids)
     out["raw_all_us_per_job"] = sum(raw.values()) * 1e6 / len(ids)
     out["idle_cores"] = sum(idle.values())
-    out["spread"] = min(per_shard) / max(per_shard)
+    out["spread"] = min(per_shard[k] for k in loaded) / max(per_shard)
     out["jobs_per_entry"] = len(ids) / max(1, sum(b - a for a, b in zip(first, last, strict=True)))
     if frames is not None:
         out["capacity_frames_per_run"] = frames / len(ids)
@@ -240,6 +275,7 @@ async def main() -> None:
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
     runs_mode = "--runs" in sys.argv  # fire + lease + result, not submits
     spread = next((int(a.split("=", 1)[1]) for a in sys.argv if a.startswith("--spread=")), 0)
+    batch = next((int(a.split("=", 1)[1]) for a in sys.argv if a.startswith("--batch=")), 0)
     jobs = int(args[0]) if args else 3000
     runs = int(args[1]) if len(args) > 1 else 3
     ns = [int(n) for n in args[2].split(",")] if len(args) > 2 else [3]
@@ -248,7 +284,9 @@ async def main() -> None:
     results: dict[int, list[dict[str, float]]] = {n: [] for n in [*base, *ns]}
     for _ in range(runs):
         for shards in results:
-            got = await one(shards, jobs, runs_mode, "--scale" in sys.argv, spread)
+            got = await one(
+                shards, jobs, runs_mode, "--scale" in sys.argv, spread, batch, "--pin" in sys.argv
+            )
             print(shards, orjson.dumps(got).decode(), flush=True)
             results[shards].append(got)
     for shards, rows in results.items():
