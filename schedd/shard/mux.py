@@ -689,9 +689,11 @@ class _Link:
         self.made = 0  # connections made so far (the current one's number while connected)
         self.tried: str | None = None  # the leader's URL the last connection was sent to
         self.task: asyncio.Task[None] | None = None
-        #: while the shard's leader is a node of an earlier build: each worker's own connection
+        #: while the shard's leader is a node of an earlier build (at ``single_url``): each
+        #: worker's own connection to it
         self.singles: dict[int, _Single] | None = None
-        self.single_ended = asyncio.Event()  # one of them ended: ask who leads again
+        self.single_url = ""
+        self.single_ended = asyncio.Event()  # its leader went away: ask who leads again
 
     def via(self, inner: _Inner) -> _Via:
         return _Via(self, inner.w)
@@ -700,8 +702,8 @@ class _Link:
         self.inners[inner.w] = inner
         if self.ws is not None:
             inner.hello(self)
-        elif self.singles is not None and self.tried is not None:
-            self.singles[inner.w] = _Single(self, inner, self.tried)
+        elif self.singles is not None:
+            self.singles[inner.w] = _Single(self, inner, self.single_url)
         if self.task is None or self.task.done():
             self.task = asyncio.create_task(self.run())
 
@@ -743,10 +745,9 @@ class _Link:
             try:
                 ws = await self._open()
             except _EarlierBuild as exc:
-                if not await self._single(exc.url):
-                    failures += 1
-                    delay = min(RETRY_MAX_S, RETRY_MIN_S * 2 ** min(failures, 8))
-                    await asyncio.sleep(random.uniform(delay / 2, delay))
+                failures = 0 if await self._single(exc.url) else failures + 1
+                delay = min(RETRY_MAX_S, RETRY_MIN_S * 2 ** min(failures, 8))
+                await asyncio.sleep(random.uniform(delay / 2, delay))
                 continue
             except (aiohttp.ClientError, ConnectionError, TimeoutError, ValueError) as exc:
                 log_event(
@@ -791,10 +792,11 @@ class _Link:
 
     async def _single(self, url: str) -> bool:
         """Serve each worker with its own connection to the shard's leader at ``url`` (a node
-        of an earlier build) until one of them ends; whether any was welcomed."""
+        of an earlier build) until one of them finds it gone (it names another leader, or
+        does not answer); whether any was welcomed."""
         log_event(log, "mux.shard_single", shard=self.shard, leader=url)
         self.single_ended.clear()
-        self.tried = url
+        self.single_url = url
         singles = self.singles = {w: _Single(self, inner, url) for w, inner in self.inners.items()}
         try:
             await self.single_ended.wait()
@@ -909,70 +911,101 @@ class _EarlierBuild(Exception):
 class _Single:
     """One worker's own connection to a shard's leader on a node of an earlier build: the
     worker endpoint through that node's front door (``X-Schedd-Shard``), with the worker's
-    credentials, as that build's front doors connected.  When it ends, its link asks again
-    who leads the shard."""
+    credentials and the headers that build's front doors sent (the node serving the worker,
+    its whole capacity).  Made again after a while when it closes, as that build did; when
+    the leader names another or does not answer, its link asks again who leads the shard."""
 
     def __init__(self, link: _Link, inner: _Inner, url: str) -> None:
         self.link = link
         self.inner = inner
         self.url = url
         self.out: _Outbox | None = None
-        self.welcomed = False
-        self.left = False  # closed because the worker left (the others go on)
+        self.welcomed = False  # whether the shard said welcome to it once
         self.task = asyncio.create_task(self.run())
 
     def via(self, inner: _Inner) -> _Outbox:
         assert self.out is not None
-        self.welcomed = True
         return self.out
 
     def close(self) -> None:
-        self.left = True
         self.task.cancel()
 
     async def run(self) -> None:
-        inner, mux = self.inner, self.link.mux
+        failures = 0
+        try:
+            while True:
+                gone, welcomed = await self._once()
+                self.inner.tried()
+                if gone:
+                    self.link.single_ended.set()
+                    return
+                failures = 0 if welcomed else failures + 1
+                delay = min(RETRY_MAX_S, RETRY_MIN_S * 2 ** min(failures, 8))
+                await asyncio.sleep(random.uniform(delay / 2, delay))
+        finally:
+            self.inner.tried()
+
+    async def _once(self) -> tuple[bool, bool]:
+        """One connection, until it closes: (whether the leader is gone, whether it said
+        welcome)."""
+        inner, session, mux = self.inner, self.inner.session, self.link.mux
+        headers = {
+            **session.headers,
+            SHARD_HEADER: str(inner.shard),
+            "X-Schedd-Relay-Node": mux.cfg.node.id,
+            "X-Schedd-Relay-Capacity": str(session.capacity),
+        }
         try:
             ws = await mux.remote.ws_connect(
                 self.url.rstrip("/") + CONNECT_PATH,
-                headers={**inner.session.headers, SHARD_HEADER: str(inner.shard)},
+                headers=headers,
                 max_msg_size=MAX_FRAME,
                 heartbeat=20.0,
                 ssl=mux._ssl,
             )
+        except aiohttp.WSServerHandshakeError:
+            return False, False  # (it answered: refused this worker, e.g. its token)
         except (aiohttp.ClientError, ConnectionError, TimeoutError, ValueError):
-            inner.tried()
-            self.link.single_ended.set()
-            return
-        except asyncio.CancelledError:
-            return
+            return True, False  # the leader's node does not answer
         out = self.out = _Outbox(ws)
+        welcomed = False
         try:
             for text in inner.hello_frames():
                 out.put(text)
             async with asyncio.timeout(HANDSHAKE_TIMEOUT_S):
                 first = await ws.receive()
-            if first.type is aiohttp.WSMsgType.TEXT:
-                inner.from_shard(self, first.data)
-                if not self.welcomed:
-                    with contextlib.suppress(ProtocolError):
-                        said = messages.decode(first.data)
-                        if isinstance(said, messages.Redirect):
-                            self.link._moved(said.leader)  # (asked again: see there)
-            if self.welcomed:
-                async for frame in ws:
-                    if frame.type is aiohttp.WSMsgType.TEXT:
-                        inner.from_shard(self, frame.data)
+            frame = first
+            while frame.type is aiohttp.WSMsgType.TEXT:
+                if '"redirect"' in frame.data and self._moved(frame.data):
+                    return True, welcomed
+                inner.from_shard(self, frame.data)
+                if not welcomed:
+                    if inner.out is not out:
+                        return False, False  # (an error: passed on to the worker)
+                    welcomed = self.welcomed = True
+                frame = await ws.receive()
+            return False, welcomed
         except (TimeoutError, aiohttp.ClientError, ConnectionError):
-            pass
+            return False, welcomed
         finally:
-            inner.tried()
             if inner.out is out:
                 inner.lost()
-            if not self.left:
-                self.link.single_ended.set()
-            await out.close()
-            await ws.close()
+            try:
+                await out.close()
+            finally:
+                await ws.close()
+
+    def _moved(self, data: str) -> bool:
+        """Whether ``data`` is the leader's redirect (it leads no more: the link is told who
+        does)."""
+        try:
+            said = messages.decode(data)
+        except ProtocolError:
+            return False
+        if not isinstance(said, messages.Redirect):
+            return False
+        self.link._moved(said.leader)
+        return True
 
 
 class _Outbox:

@@ -447,3 +447,104 @@ async def test_a_link_lost_says_hello_again_for_every_worker_with_its_leases_and
         await m.close()
         await here.http.close()
         await server.close()
+
+
+async def test_a_shard_led_by_a_node_of_an_earlier_build_is_served_per_worker() -> None:
+    """A node whose front door has no links (an earlier build, during a rolling upgrade)
+    answers the link 404: each worker gets its own connection to the shard's leader through
+    that front door, with its credentials and the node that serves it, as that build's front
+    doors made them. A worker the leader refuses (its token revoked) is tried again on its
+    own, the others staying connected; the leader's redirect (it steps down) sends the link
+    back to ask this node's process who leads."""
+    from aiohttp import web
+    from aiohttp.test_utils import TestServer
+
+    asked: list[str] = []
+    opened: list[messages.Hello] = []  # the hellos the earlier build's leader took
+    welcomed: asyncio.Queue[tuple[str, web.WebSocketResponse]] = asyncio.Queue()
+    headers: list[dict[str, str]] = []
+
+    async def connect(request: web.Request) -> web.StreamResponse:
+        headers.append(dict(request.headers))
+        if request.headers.get("Authorization") == "Bearer revoked":
+            raise web.HTTPUnauthorized(text="token revoked")
+        ws = web.WebSocketResponse()
+        await ws.prepare(request)
+        hello = messages.decode((await ws.receive(timeout=5)).data)
+        assert isinstance(hello, messages.Hello)
+        opened.append(hello)
+        await ws.send_str(messages.encode(messages.Welcome("n2", 5.0, 30.0)))
+        await welcomed.put((hello.worker_id, ws))
+        async for _ in ws:
+            pass
+        return ws
+
+    earlier = web.Application()  # the worker endpoint only: no link path (404)
+    earlier.router.add_get("/api/v1/workers/connect", connect)
+    remote = TestServer(earlier)
+    await remote.start_server()
+    leader_url = str(remote.make_url("")).rstrip("/")
+
+    async def link(request: web.Request) -> web.WebSocketResponse:
+        asked.append("local")
+        ws = web.WebSocketResponse()
+        await ws.prepare(request)
+        await ws.send_bytes(orjson.dumps([{"t": "redirect", "leader": leader_url}]))
+        await ws.receive()
+        return ws
+
+    here_app = web.Application()
+    here_app.router.add_get(LINK_PATH, link)
+    local = TestServer(here_app)
+    await local.start_server()
+    base = str(local.make_url("")).rstrip("/")
+
+    class Local:
+        def __init__(self) -> None:
+            self.http = aiohttp.ClientSession()
+
+        def ws_connect(self, url: str, **kw: object) -> object:
+            return self.http.ws_connect(url.replace("http://shard1", base), **kw)
+
+    here = Local()
+    m = WorkerMux(Config(), SHARDS, lambda k: here, True)  # type: ignore[arg-type,return-value]
+    good = _Session(
+        m, Socket(), messages.Hello("good", ("default",), 2), {"Authorization": "Bearer ok"}
+    )  # type: ignore[arg-type]
+    revoked = _Session(
+        m, Socket(), messages.Hello("revoked", ("default",), 2), {"Authorization": "Bearer revoked"}
+    )  # type: ignore[arg-type]
+    try:
+        for s in (good, revoked):
+            m.links[1].join(s.inners[1])
+        who, ws = await welcomed.get()
+        assert who == "good"
+        await wait_for(lambda: good.inners[1].out is not None, 5)
+        sent = next(h for h in headers if h["Authorization"] == "Bearer ok")
+        assert sent[mux.SHARD_HEADER] == "1" and sent["X-Schedd-Relay-Node"] == Config().node.id
+        assert sent["X-Schedd-Relay-Capacity"] == "2"
+        held = run_of(1, 1)
+        _, text = lease(held, 7)
+        await ws.send_str(text)
+        await wait_for(lambda: good.holding[1] == {held: 7}, 5)
+        # the revoked worker is refused again and again; the good one stays connected
+        await wait_for(
+            lambda: sum(h["Authorization"] == "Bearer revoked" for h in headers) >= 3, 10
+        )
+        assert [h.worker_id for h in opened] == ["good"] and revoked.inners[1].out is None
+        assert revoked.inners[1].attempted  # (not left counted as being connected)
+        # the leader steps down: the link asks this node's process again
+        before = len(asked)
+        await ws.send_str(messages.encode(messages.Redirect(leader=None)))
+        await ws.close()
+        await wait_for(lambda: len(asked) > before, 5)
+        # ... which names the same node again: the worker says hello there with its lease
+        who, ws = await welcomed.get()
+        assert who == "good" and opened[-1].resume == (messages.LeaseRef(held, 7),)
+    finally:
+        for s in (good, revoked):
+            s.closed = True
+        await m.close()
+        await here.http.close()
+        await local.close()
+        await remote.close()
