@@ -9,6 +9,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
+from collections.abc import Callable
+from typing import Any
 
 import aiohttp
 import orjson
@@ -58,6 +60,19 @@ def wired(s: _Session) -> list[Socket]:
     for inner, sock in zip(s.inners, socks, strict=True):
         inner.out = mux._Outbox(sock)  # type: ignore[arg-type]
     return socks
+
+
+class Local:
+    """This node's shard processes as the front door asks them (``http://shardK``), served
+    at ``route(K)``."""
+
+    def __init__(self, route: Callable[[int], str]) -> None:
+        self.http = aiohttp.ClientSession()
+        self.route = route
+
+    def ws_connect(self, url: str, **kw: Any) -> Any:
+        k = int(url.split("/")[2].removeprefix("shard"))
+        return self.http.ws_connect(url.replace(f"http://shard{k}", self.route(k)), **kw)
 
 
 async def settle() -> None:
@@ -275,14 +290,7 @@ async def test_a_link_made_again_goes_to_the_shards_leader_at_once() -> None:
     await local.start_server()
     base = str(local.make_url("")).rstrip("/")
 
-    class Local:
-        def __init__(self) -> None:
-            self.http = aiohttp.ClientSession()
-
-        def ws_connect(self, url: str, **kw: object) -> object:
-            return self.http.ws_connect(url.replace("http://shard1", base), **kw)
-
-    here = Local()
+    here = Local(lambda k: base)
     m = WorkerMux(Config(), SHARDS, lambda k: here, True)  # type: ignore[arg-type,return-value]
     try:
         for _ in range(3):
@@ -392,15 +400,7 @@ async def test_a_link_lost_says_hello_again_for_every_worker_with_its_leases_and
     await server.start_server()
     base = str(server.make_url("")).rstrip("/")
 
-    class Local:
-        def __init__(self) -> None:
-            self.http = aiohttp.ClientSession()
-
-        def ws_connect(self, url: str, **kw: object) -> object:
-            k = url.split("/")[2].removeprefix("shard")
-            return self.http.ws_connect(url.replace(f"http://shard{k}", f"{base}/s{k}"), **kw)
-
-    here = Local()
+    here = Local(lambda k: f"{base}/s{k}")
     m = WorkerMux(Config(), SHARDS, lambda k: here, True)  # type: ignore[arg-type,return-value]
     sessions = [
         _Session(m, Socket(), messages.Hello(f"w{n}", ("default",), 2), {})  # type: ignore[arg-type]
@@ -499,14 +499,7 @@ async def test_a_shard_led_by_a_node_of_an_earlier_build_is_served_per_worker() 
     await local.start_server()
     base = str(local.make_url("")).rstrip("/")
 
-    class Local:
-        def __init__(self) -> None:
-            self.http = aiohttp.ClientSession()
-
-        def ws_connect(self, url: str, **kw: object) -> object:
-            return self.http.ws_connect(url.replace("http://shard1", base), **kw)
-
-    here = Local()
+    here = Local(lambda k: base)
     m = WorkerMux(Config(), SHARDS, lambda k: here, True)  # type: ignore[arg-type,return-value]
     good = _Session(
         m, Socket(), messages.Hello("good", ("default",), 2), {"Authorization": "Bearer ok"}
