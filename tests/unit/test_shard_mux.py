@@ -19,6 +19,7 @@ import pytest
 from schedd.config import Config
 from schedd.ids import new_job_id
 from schedd.protocol import messages
+from schedd.protocol.headers import SHARD_HEADER
 from schedd.protocol.signed import LINK_HEADER, LINK_PATH, link_proof
 from schedd.shard import mux
 from schedd.shard.mux import WorkerMux, _Session
@@ -501,12 +502,12 @@ async def test_a_shard_led_by_a_node_of_an_earlier_build_is_served_per_worker() 
 
     here = Local(lambda k: base)
     m = WorkerMux(Config(), SHARDS, lambda k: here, True)  # type: ignore[arg-type,return-value]
+    worker: Any = Socket()  # (the worker's end: no frame of its is read here)
     good = _Session(
-        m, Socket(), messages.Hello("good", ("default",), 2), {"Authorization": "Bearer ok"}
-    )  # type: ignore[arg-type]
-    revoked = _Session(
-        m, Socket(), messages.Hello("revoked", ("default",), 2), {"Authorization": "Bearer revoked"}
-    )  # type: ignore[arg-type]
+        m, worker, messages.Hello("good", ("default",), 2), {"Authorization": "Bearer ok"}
+    )
+    token = {"Authorization": "Bearer revoked"}
+    revoked = _Session(m, worker, messages.Hello("revoked", ("default",), 2), token)
     try:
         for s in (good, revoked):
             m.links[1].join(s.inners[1])
@@ -514,7 +515,7 @@ async def test_a_shard_led_by_a_node_of_an_earlier_build_is_served_per_worker() 
         assert who == "good"
         await wait_for(lambda: good.inners[1].out is not None, 5)
         sent = next(h for h in headers if h["Authorization"] == "Bearer ok")
-        assert sent[mux.SHARD_HEADER] == "1" and sent["X-Schedd-Relay-Node"] == Config().node.id
+        assert sent[SHARD_HEADER] == "1" and sent["X-Schedd-Relay-Node"] == Config().node.id
         assert sent["X-Schedd-Relay-Capacity"] == "2"
         held = run_of(1, 1)
         _, text = lease(held, 7)
