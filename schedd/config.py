@@ -481,8 +481,12 @@ class LimitsConfig:
     max_batch: int = _f(10_000, _int(1, 1_000_000), "int")
     #: per namespace: the most runs leased at once (namespaces not listed: no cap)
     concurrency: tuple[tuple[str, int], ...] = _f((), _mapping_of(_int(0, 1_000_000)), "text")
-    #: per namespace: jobs accepted per second on each node (429 with Retry-After beyond)
+    #: per namespace: jobs accepted per second on each node, or in the whole cluster (429
+    #: with Retry-After beyond)
     submit_rate: tuple[tuple[str, float], ...] = _f((), _mapping_of(_rate), "text")
+    #: where submit_rate holds: "node" (each node admits the rate), "cluster" (the nodes
+    #: together: each admits an equal share, the rate divided by the cluster's nodes)
+    submit_rate_scope: str = _f("node", _choice("node", "cluster"), "text")
     #: how many jobs a namespace may submit at once above its rate
     submit_burst: int = _f(100, _int(1, 1_000_000), "int")
     #: the most runs one POST /dlq/replay or /dlq/drop acts on (more matching: 400)
@@ -594,6 +598,13 @@ class Config:
             raft_host, _ = split_hostport(self.raft.listen)
             host = "127.0.0.1" if is_wildcard_host(raft_host) else raft_host
         return f"{self.http_scheme}://{join_hostport(host, port)}"
+
+    def node_submit_rates(self) -> tuple[tuple[str, float], ...]:
+        """Each rate-limited namespace's submissions a second that this node admits: its
+        whole ``limits.submit_rate`` (``submit_rate_scope = "node"``), or an equal share of
+        it among the cluster's nodes (``"cluster"``: this node and ``raft.peers``)."""
+        nodes = 1 if self.limits.submit_rate_scope == "node" else len(self.raft.peers) + 1
+        return tuple((ns, rate / nodes) for ns, rate in self.limits.submit_rate)
 
     def peer_http_urls(self) -> tuple[str, ...]:
         """The other nodes' API URLs, in ``raft.peers`` order: ``raft.peer_http`` if set, else

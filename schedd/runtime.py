@@ -75,7 +75,7 @@ class Runtime:
         self.tokens = auth.load_tokens(config.tokens_path)
         limits = config.limits
         self.rate_limits = {
-            ns: TokenBucket(rate, limits.submit_burst) for ns, rate in limits.submit_rate
+            ns: TokenBucket(rate, limits.submit_burst) for ns, rate in config.node_submit_rates()
         }
         self.leader: Leader | None = None
         self._leader_task: asyncio.Task[None] | None = None

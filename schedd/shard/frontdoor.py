@@ -239,7 +239,7 @@ class FrontDoor:
         #: the node's per-namespace submission rates (the shards' own are off: one bucket for
         #: the node, as with one shard)
         self._buckets = {
-            ns: TokenBucket(rate, limits.submit_burst) for ns, rate in limits.submit_rate
+            ns: TokenBucket(rate, limits.submit_burst) for ns, rate in cfg.node_submit_rates()
         }
         self.mux = WorkerMux(
             cfg, self.shards, lambda k: self._sessions[k], peer_ssl_context(cfg) or True

@@ -736,3 +736,24 @@ def test_each_shards_raft_port_must_exist_and_miss_the_http_port() -> None:
         },
     )
     assert ok.cluster.shards == 3
+
+
+def test_the_submission_rate_holds_on_each_node_or_for_the_cluster() -> None:
+    peers = {"raft.peers": ["127.0.0.2:7701", "127.0.0.3:7701"], "limits.submit_rate": {"r": 6}}
+    node = load_config(None, env={}, overrides=peers)
+    assert node.limits.submit_rate_scope == "node"  # today's meaning, the default
+    assert node.node_submit_rates() == (("r", 6.0),)
+    cluster = load_config(None, env={"SCHEDD_LIMITS_SUBMIT_RATE_SCOPE": "cluster"}, overrides=peers)
+    assert cluster.node_submit_rates() == (("r", 2.0),)  # a third on each of three nodes
+    alone = load_config(
+        None,
+        env={},
+        overrides={"limits.submit_rate": {"r": 6}, "limits.submit_rate_scope": "cluster"},
+    )
+    assert alone.node_submit_rates() == (("r", 6.0),)  # a cluster of one node
+    with pytest.raises(ConfigError) as exc:
+        load_config(None, env={}, overrides={"limits.submit_rate_scope": "shard"})
+    [problem] = exc.value.problems
+    assert problem.startswith(
+        'limits.submit_rate_scope: expected one of node, cluster, got "shard"'
+    )

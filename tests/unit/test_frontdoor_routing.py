@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import orjson
 import pytest
 from aiohttp.test_utils import make_mocked_request
@@ -227,3 +229,38 @@ def test_a_shard_takes_the_peer_the_front_door_saw_and_a_lone_node_its_own() -> 
 
     assert asked(3) == "10.9.9.9"
     assert asked(1) != "10.9.9.9"
+
+
+@pytest.mark.parametrize(("scope", "nodes"), [("node", 1), ("cluster", 3)])
+def test_a_namespaces_submission_rate_is_shared_among_the_nodes_when_it_holds_for_the_cluster(
+    tmp_path: Path, scope: str, nodes: int
+) -> None:
+    """``limits.submit_rate_scope = "cluster"``: each node's bucket (the front door's with
+    several shards, the node's own with one) refills at the rate divided by the cluster's
+    nodes, so the nodes together admit the rate; each keeps the whole burst."""
+    from schedd.auth import ensure_admin_token
+    from schedd.config import load_config
+    from schedd.runtime import Runtime
+
+    cfg = load_config(
+        None,
+        env={},
+        overrides={
+            "node.data_dir": str(tmp_path),
+            "raft.peers": ["127.0.0.1:7702", "127.0.0.1:7704"],
+            "limits.submit_rate": {"billing": 3.0},
+            "limits.submit_burst": 2,
+            "limits.submit_rate_scope": scope,
+        },
+    )
+    assert cfg.node_submit_rates() == (("billing", 3.0 / nodes),)
+    ensure_admin_token(cfg.tokens_path)
+    door = FrontDoor(cfg, [f"/nonexistent/s{k}" for k in range(SHARDS)])
+    buckets = {
+        "front door": door._buckets["billing"],
+        "one shard": Runtime(cfg).rate_limits["billing"],
+    }
+    for where, bucket in buckets.items():
+        assert bucket.take(0, 2) == 0.0, where  # the whole burst, on each node
+        # the next job once a token has come back: 1/3 s at the whole rate, 1 s at a third
+        assert bucket.take(0, 1) == pytest.approx(nodes / 3.0), where
