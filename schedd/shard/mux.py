@@ -746,8 +746,7 @@ class _Link:
                 ws = await self._open()
             except _EarlierBuild as exc:
                 failures = 0 if await self._single(exc.url) else failures + 1
-                delay = min(RETRY_MAX_S, RETRY_MIN_S * 2 ** min(failures, 8))
-                await asyncio.sleep(random.uniform(delay / 2, delay))
+                await asyncio.sleep(_backoff(failures))
                 continue
             except (aiohttp.ClientError, ConnectionError, TimeoutError, ValueError) as exc:
                 log_event(
@@ -765,9 +764,8 @@ class _Link:
                 for inner in list(self.inners.values()):
                     inner.tried()
                 failures += 1
-                delay = min(RETRY_MAX_S, RETRY_MIN_S * 2 ** min(failures, 8))
                 # (woken early once the shard names another leader than the one it tried)
-                await wait_event(moved or asyncio.Event(), random.uniform(delay / 2, delay))
+                await wait_event(moved or asyncio.Event(), _backoff(failures))
                 continue
             failures = 0
             self.made += 1
@@ -862,14 +860,10 @@ class _Link:
                         heartbeat=20.0,
                         ssl=mux._ssl,
                     )
-                except aiohttp.WSServerHandshakeError as exc:
-                    if exc.status != 404:
-                        if mux.leaders.get(self.shard) == url:
-                            del mux.leaders[self.shard]
-                        raise
-                    mux.reached(self.shard, url)
-                    raise _EarlierBuild(url) from None  # its front door has no links
-                except Exception:  # (not a cancel: the node it leads from is not in doubt)
+                except Exception as exc:  # (not a cancel: the node it leads from is not in doubt)
+                    if isinstance(exc, aiohttp.WSServerHandshakeError) and exc.status == 404:
+                        mux.reached(self.shard, url)  # it answered: its front door has no links
+                        raise _EarlierBuild(url) from None
                     if mux.leaders.get(self.shard) == url:
                         del mux.leaders[self.shard]  # ask this node's process next time
                     raise
@@ -900,12 +894,25 @@ class _Link:
         return None
 
 
+def _backoff(failures: int) -> float:
+    """Seconds to wait after ``failures`` failed attempts in a row: ``RETRY_MIN_S`` doubling
+    to ``RETRY_MAX_S``, a random point in the upper half of the step."""
+    delay = min(RETRY_MAX_S, RETRY_MIN_S * 2 ** min(failures, 8))
+    return random.uniform(delay / 2, delay)
+
+
 class _EarlierBuild(Exception):
     """The shard's leader is a node whose front door has no links (an earlier build)."""
 
     def __init__(self, url: str) -> None:
         super().__init__(url)
         self.url = url
+
+
+#: what a front door of the earlier build told a shard's leader with each worker's connection:
+#: the node serving the worker and its whole capacity (the leader's workers view shows them)
+RELAY_NODE_HEADER = "X-Schedd-Relay-Node"
+RELAY_CAPACITY_HEADER = "X-Schedd-Relay-Capacity"
 
 
 class _Single:
@@ -940,8 +947,7 @@ class _Single:
                     self.link.single_ended.set()
                     return
                 failures = 0 if welcomed else failures + 1
-                delay = min(RETRY_MAX_S, RETRY_MIN_S * 2 ** min(failures, 8))
-                await asyncio.sleep(random.uniform(delay / 2, delay))
+                await asyncio.sleep(_backoff(failures))
         finally:
             self.inner.tried()
 
@@ -952,8 +958,8 @@ class _Single:
         headers = {
             **session.headers,
             SHARD_HEADER: str(inner.shard),
-            "X-Schedd-Relay-Node": mux.cfg.node.id,
-            "X-Schedd-Relay-Capacity": str(session.capacity),
+            RELAY_NODE_HEADER: mux.cfg.node.id,
+            RELAY_CAPACITY_HEADER: str(session.capacity),
         }
         try:
             ws = await mux.remote.ws_connect(
@@ -973,8 +979,7 @@ class _Single:
             for text in inner.hello_frames():
                 out.put(text)
             async with asyncio.timeout(HANDSHAKE_TIMEOUT_S):
-                first = await ws.receive()
-            frame = first
+                frame = await ws.receive()
             while frame.type is aiohttp.WSMsgType.TEXT:
                 if '"redirect"' in frame.data and self._moved(frame.data):
                     return True, welcomed
