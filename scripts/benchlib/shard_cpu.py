@@ -42,6 +42,7 @@ import orjson
 
 from schedd.core.durations import format_time
 from schedd.ids import shard_of_id
+from schedd.protocol.headers import SHARD_HEADER
 from tests.cluster.harness import BIN, Cluster
 
 TICK = os.sysconf("SC_CLK_TCK")
@@ -118,7 +119,7 @@ async def submit_all(
             for k in left:
                 headers = {**cluster.headers(), "X-Request-Id": f"bench-{os.getpid()}-{k:08d}"}
                 if pin and cluster.shards > 1:
-                    headers["X-Schedd-Shard"] = "0"
+                    headers[SHARD_HEADER] = "0"
                 if batch:
                     body = orjson.dumps({"jobs": [job(j) for j in range(k, min(jobs, k + batch))]})
                 else:
@@ -227,14 +228,13 @@ async def one(
     loaded = [k for k in range(shards) if per_shard[k]]  # (pinned: shard 0 only)
     lead = [used[f"{named[k]}/{k}"] * 1e6 / per_shard[k] for k in loaded]
     out["leader_us_per_job"] = statistics.mean(lead)
+    processes = [name.split("/") for name in used if not name.endswith("/door")]
     follow = [
-        used[name] * 1e6 / per_shard[int(name.split("/")[1])]
-        for name in used
-        if not name.endswith("/door")
-        and int(name.split("/")[1]) in loaded
-        and name.split("/")[0] != named[int(name.split("/")[1])]
+        used[f"{node}/{k}"] * 1e6 / per_shard[int(k)]
+        for node, k in processes
+        if int(k) in loaded and node != named[int(k)]
     ]
-    if len(loaded) < shards:  # the shards without load: each leader's CPU (s) over the window
+    if len(loaded) < shards:  # the shards without load: their leaders' CPU (s) over the window
         out["unloaded_leaders_cpu_s"] = sum(
             used[f"{named[k]}/{k}"] for k in range(shards) if k not in loaded
         )

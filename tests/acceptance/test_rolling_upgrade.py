@@ -26,6 +26,7 @@ import collections
 import itertools
 import signal
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -59,9 +60,11 @@ MARKER = b"SCHDMARK"
 
 @dataclass
 class Load:
-    """One-off submits at :data:`RATE` a second, open loop, each timed."""
+    """One-off submits at :data:`RATE` a second, open loop, each timed; submit k to
+    ``queues[k % len(queues)]``."""
 
     client: AsyncClient
+    queues: tuple[str, ...] = ("default",)
     acked: dict[int, str] = field(default_factory=dict)  # submit number -> job id
     failed: dict[int, BaseException] = field(default_factory=dict)
     #: (monotonic start, seconds until acknowledged) of every acknowledged submit
@@ -72,7 +75,10 @@ class Load:
         started = time.monotonic()
         try:
             job: Job = await self.client.submit(
-                "acc.record", {"k": k, "sleep": 0}, heartbeat_timeout="3s"
+                "acc.record",
+                {"k": k, "sleep": 0},
+                queue=self.queues[k % len(self.queues)],
+                heartbeat_timeout="3s",
             )
         except (SchedError, TimeoutError, aiohttp.ClientError) as exc:
             self.failed[k] = exc
@@ -164,10 +170,15 @@ async def caught_up(http: aiohttp.ClientSession, cluster: Cluster, i: int) -> No
 
 
 async def upgrade(
-    http: aiohttp.ClientSession, cluster: Cluster, i: int, release: Path | None = None
+    http: aiohttp.ClientSession,
+    cluster: Cluster,
+    i: int,
+    release: Path | None = None,
+    caught: Callable[[aiohttp.ClientSession, Cluster, int], Awaitable[None]] | None = None,
 ) -> tuple[float, float]:
     """Stop node i with SIGTERM and start its data directory again with ``release`` (this
-    tree when None); (seconds to stop, seconds from the start until caught up)."""
+    tree when None); (seconds to stop, seconds from the start until ``caught`` up, by default
+    :func:`caught_up`)."""
     started = time.monotonic()
     code = await stop_node(cluster, i)
     assert code == 0, f"{cluster.nodes[i].node_id} exited {code}\n{cluster.logs()}"
@@ -177,7 +188,7 @@ async def upgrade(
     else:
         cluster.bins[i] = release
     cluster.start(i)
-    await caught_up(http, cluster, i)
+    await (caught or caught_up)(http, cluster, i)
     return stopped - started, time.monotonic() - stopped
 
 
@@ -193,6 +204,11 @@ def executions(record: Path) -> list[tuple[str, int, int]]:
         run_id, fence, _, ms = line.split()
         out.append((run_id, int(fence), int(ms)))
     return out
+
+
+def ran_since(record: Path, job_id: str, since_ms: int) -> int:
+    """How many times the worker ran ``job_id``'s runs from wall-clock ``since_ms`` on."""
+    return sum(r.startswith(f"{job_id}@") and ms >= since_ms for r, _, ms in executions(record))
 
 
 def p99(values: list[float]) -> float:
@@ -289,13 +305,7 @@ async def test_rolling_upgrade_from_the_previous_release_under_load(
             # The recurring job fires on after the last upgrade, and the worker runs it.
             await until(
                 "the recurring job runs after the last upgrade",
-                lambda: (
-                    sum(
-                        r.startswith(f"{tick.id}@") and ms >= last_ms
-                        for r, _, ms in executions(timed_record)
-                    )
-                    >= 3
-                ),
+                lambda: ran_since(timed_record, tick.id, last_ms) >= 3,
                 20,
                 cluster,
             )

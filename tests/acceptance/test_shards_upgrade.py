@@ -23,14 +23,11 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import signal
 import time
 from pathlib import Path
 
-import aiohttp
 import pytest
 
-from schedd.client import AsyncClient, Job, SchedError
 from tests.acceptance.test_rolling_upgrade import (
     MAX_SUBMIT_S,
     SCHEDULER,
@@ -38,11 +35,13 @@ from tests.acceptance.test_rolling_upgrade import (
     executions,
     node_jobs,
     p99,
+    ran_since,
     until,
+    upgrade,
 )
 from tests.acceptance.upgrade import SHARDS_RELEASE, release_bin
 from tests.cluster.harness import BIN, REPO, Cluster
-from tests.cluster.test_shards_rolling import caught_up
+from tests.cluster.test_shards_rolling import caught_up, serving
 
 pytestmark = [
     pytest.mark.acceptance,
@@ -57,22 +56,6 @@ SETTLE_S = 4.0  # load between one upgrade and the next
 #: and the shards' hand-over take a second or two; a shard whose runs no worker is served
 #: would wait for the whole of the next node's upgrade
 MAX_WAIT_S = 5.0
-
-
-class TwoQueues(Load):
-    """:class:`Load`, its submits alternately to queue ``a`` and queue ``b``."""
-
-    async def one(self, k: int) -> None:
-        started = time.monotonic()
-        try:
-            job: Job = await self.client.submit(
-                "acc.record", {"k": k, "sleep": 0}, queue="ab"[k % 2], heartbeat_timeout="3s"
-            )
-        except (SchedError, TimeoutError, aiohttp.ClientError) as exc:
-            self.failed[k] = exc
-            return
-        self.acked[k] = job.id
-        self.timings.append((started, time.monotonic() - started))
 
 
 def start_worker(cluster: Cluster, queue: str, i: int) -> None:
@@ -98,20 +81,13 @@ async def test_a_rolling_upgrade_of_three_shards_from_an_earlier_build(
     load_task: asyncio.Task[None] | None = None
     try:
         cluster.start()
-        async with (
-            aiohttp.ClientSession() as http,
-            AsyncClient(
-                cluster.urls, token=cluster.token, retry_budget=30, timeout=5, batching=False
-            ) as client,
-        ):
-            for i in range(3):
-                await caught_up(http, cluster, i)
+        async with serving(cluster) as (http, client):
             start_worker(cluster, "a", 0)
             start_worker(cluster, "b", 2)
             tick = await client.submit(
                 "acc.record", {"sleep": 0}, every="1s", queue="a", heartbeat_timeout="3s"
             )
-            load = TwoQueues(client)
+            load = Load(client, queues=("a", "b"))
             load_task = asyncio.create_task(load.run())
             await asyncio.sleep(SETTLE_S)
             began = time.monotonic()
@@ -120,17 +96,9 @@ async def test_a_rolling_upgrade_of_three_shards_from_an_earlier_build(
             for i in range(3):
                 if i == 2:
                     mixed_ms[1] = time.time_ns() // 1_000_000
-                node_id = cluster.nodes[i].node_id
-                proc = cluster.nodes[i].proc
-                assert proc is not None
-                cluster.kill(i, signal.SIGTERM)
-                await until(f"{node_id} stops", lambda p=proc: p.poll() is not None, 30, cluster)
-                assert proc.returncode == 0, cluster.logs()
-                stopped = time.monotonic()
-                cluster.bins.pop(i)  # this tree's schedd, the same data directory
-                cluster.start(i)
-                await caught_up(http, cluster, i)
-                rejoin.append(time.monotonic() - stopped)
+                # SIGTERM, then this tree's schedd on the same data directory
+                _, back_s = await upgrade(http, cluster, i, caught=caught_up)
+                rejoin.append(back_s)
                 if i == 0:
                     mixed_ms[0] = time.time_ns() // 1_000_000
                 await asyncio.sleep(SETTLE_S)
@@ -138,13 +106,7 @@ async def test_a_rolling_upgrade_of_three_shards_from_an_earlier_build(
             last_ms = time.time_ns() // 1_000_000
             await until(
                 "the recurring job runs after the last upgrade",
-                lambda: (
-                    sum(
-                        r.startswith(f"{tick.id}@") and ms >= last_ms
-                        for r, _, ms in executions(timed_record)
-                    )
-                    >= 3
-                ),
+                lambda: ran_since(timed_record, tick.id, last_ms) >= 3,
                 20,
                 cluster,
             )

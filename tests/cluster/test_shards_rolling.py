@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import signal
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +73,21 @@ async def caught_up(http: aiohttp.ClientSession, cluster: Cluster, i: int) -> No
     await until(f"{node_id} applies every shard's leader's index", applied, 30, cluster)
 
 
+@contextlib.asynccontextmanager
+async def serving(cluster: Cluster) -> AsyncIterator[tuple[aiohttp.ClientSession, AsyncClient]]:
+    """An HTTP session and a client of every node of the started cluster, once each node
+    serves every shard caught up."""
+    async with (
+        aiohttp.ClientSession() as http,
+        AsyncClient(
+            cluster.urls, token=cluster.token, retry_budget=30, timeout=5, batching=False
+        ) as client,
+    ):
+        for i in range(cluster.size):
+            await caught_up(http, cluster, i)
+        yield http, client
+
+
 async def test_a_rolling_restart_of_three_shards_under_load_loses_nothing(
     tmp_path: Path, timed_record: Path
 ) -> None:
@@ -78,14 +95,7 @@ async def test_a_rolling_restart_of_three_shards_under_load_loses_nothing(
     load_task: asyncio.Task[None] | None = None
     try:
         cluster.start()
-        async with (
-            aiohttp.ClientSession() as http,
-            AsyncClient(
-                cluster.urls, token=cluster.token, retry_budget=30, timeout=5, batching=False
-            ) as client,
-        ):
-            for i in range(3):
-                await caught_up(http, cluster, i)
+        async with serving(cluster) as (http, client):
             tick, load, load_task = await start_load(cluster, client)
             await asyncio.sleep(SETTLE_S)
 
